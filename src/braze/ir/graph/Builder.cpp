@@ -1,0 +1,437 @@
+#include "braze/ir/graph/Builder.h"
+
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace braze {
+
+namespace {
+std::string shapeText(const std::vector<SymExpr> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + sym::toString(shape[i]);
+  return s + "]";
+}
+
+enum class ResultKind { Same, Bool, Float };
+
+ResultKind resultKind(OpKind op) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (op == OpKind::E)                                                         \
+    return std::string_view(#result) == "bool"                                 \
+               ? ResultKind::Bool                                              \
+               : (std::string_view(#result) == "float" ? ResultKind::Float : ResultKind::Same);
+#include "braze/ir/ElementwiseOps.def"
+  BRAZE_UNREACHABLE("not elementwise: " << opName(op));
+}
+
+int categoryRank(DType t) { return t == DType::Bool ? 0 : (isFloating(t) ? 2 : 1); }
+
+bool isBitwise(OpKind op) {
+  return op == OpKind::BitwiseAnd || op == OpKind::BitwiseOr || op == OpKind::BitwiseXor ||
+         op == OpKind::BitwiseNot;
+}
+} // namespace
+
+std::vector<SymExpr> GraphBuilder::dims(const std::vector<int64_t> &vs) {
+  std::vector<SymExpr> out;
+  for (int64_t v : vs)
+    out.push_back(g_.sym().constant(v));
+  return out;
+}
+
+Node *GraphBuilder::make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type) {
+  type.strides.clear(); // every computed tensor is row-major; views are index remaps
+  return g_.addNode(op, std::move(operands), std::move(attrs), std::move(type), name_);
+}
+
+int64_t GraphBuilder::normalizeDim(std::string_view op, int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r)
+    BRAZE_USER_ERROR(std::string(op), name_)
+        << "dim " << dim << " is out of range for a tensor of rank " << rank;
+  return dim < 0 ? dim + r : dim;
+}
+
+std::vector<int64_t> GraphBuilder::normalizeDims(std::string_view op, std::vector<int64_t> ds,
+                                                 int64_t rank) {
+  for (int64_t &d : ds)
+    d = rank == 0 ? (normalizeDim(op, d, rank), 0) : normalizeDim(op, d, rank);
+  std::sort(ds.begin(), ds.end());
+  if (std::adjacent_find(ds.begin(), ds.end()) != ds.end() && rank > 0)
+    BRAZE_USER_ERROR(std::string(op), name_) << "a dim appears twice in the dim list";
+  ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
+  if (rank == 0)
+    ds.clear();
+  return ds;
+}
+
+std::vector<SymExpr> GraphBuilder::broadcastShapes(std::string_view op,
+                                                   const std::vector<SymExpr> &a,
+                                                   const std::vector<SymExpr> &b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<SymExpr> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    SymExpr x = i < n - a.size() ? nullptr : a[i - (n - a.size())];
+    SymExpr y = i < n - b.size() ? nullptr : b[i - (n - b.size())];
+    if (!x || x->isConst(1))
+      out[i] = y ? y : x;
+    else if (!y || y->isConst(1) || x == y)
+      out[i] = x;
+    else
+      BRAZE_USER_ERROR(std::string(op), name_)
+          << "shapes " << shapeText(a) << " and " << shapeText(b)
+          << " do not broadcast (dim " << i << ": " << sym::toString(x) << " vs "
+          << sym::toString(y) << ")";
+  }
+  return out;
+}
+
+Node *GraphBuilder::input(const std::string &name, DType dtype, std::vector<SymExpr> shape,
+                          std::vector<SymExpr> strides) {
+  if (!strides.empty() && strides.size() != shape.size())
+    BRAZE_USER_ERROR("input", name) << "rank " << shape.size() << " but " << strides.size()
+                                    << " strides";
+  TensorType t{dtype, std::move(shape), std::move(strides)};
+  AttrMap attrs;
+  attrs.set("index", static_cast<int64_t>(g_.inputs().size()));
+  return g_.addNode(OpKind::Input, {}, std::move(attrs), std::move(t), name);
+}
+
+Node *GraphBuilder::full(double value, DType dtype, std::vector<SymExpr> shape) {
+  AttrMap attrs;
+  if (isFloating(dtype))
+    attrs.set("value", value);
+  else
+    attrs.set("value", static_cast<int64_t>(value));
+  return make(OpKind::Full, {}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::iota(DType dtype, std::vector<SymExpr> shape, int64_t dim) {
+  AttrMap attrs;
+  attrs.set("dim", normalizeDim("iota", dim, static_cast<int64_t>(shape.size())));
+  return make(OpKind::Iota, {}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
+  std::string_view name = opName(op);
+  BRAZE_CHECK(opCategory(op) == OpCategoryKind::Elementwise) << name << " is not elementwise";
+  if (static_cast<int>(xs.size()) != elementwiseArity(op))
+    BRAZE_USER_ERROR(std::string(name), name_)
+        << "takes " << elementwiseArity(op) << " operands, got " << xs.size();
+  std::vector<SymExpr> shape;
+  for (Node *x : xs)
+    shape = broadcastShapes(name, shape, x->shape());
+  // Type promotion: zero-dim operands only raise the category (PyTorch's rule).
+  size_t first = op == OpKind::Where ? 1 : 0;
+  if (op == OpKind::Where && xs[0]->dtype() != DType::Bool)
+    BRAZE_USER_ERROR("where", name_) << "condition must be bool, got " << dtypeName(xs[0]->dtype());
+  std::optional<DType> dimensioned, zeroDim;
+  for (size_t i = first; i < xs.size(); ++i) {
+    std::optional<DType> &slot = xs[i]->rank() > 0 ? dimensioned : zeroDim;
+    slot = slot ? promoteTypes(*slot, xs[i]->dtype()) : xs[i]->dtype();
+  }
+  DType promoted;
+  if (!dimensioned)
+    promoted = *zeroDim;
+  else if (zeroDim && categoryRank(*zeroDim) > categoryRank(*dimensioned))
+    promoted = *zeroDim;
+  else
+    promoted = *dimensioned;
+  if (isBitwise(op) && isFloating(promoted))
+    BRAZE_USER_ERROR(std::string(name), name_)
+        << "needs integer or bool operands, got " << dtypeName(promoted);
+  DType result = promoted;
+  switch (resultKind(op)) {
+  case ResultKind::Bool:
+    result = DType::Bool;
+    break;
+  case ResultKind::Float:
+    if (!isFloating(promoted))
+      result = DType::Float32;
+    break;
+  case ResultKind::Same:
+    if (op == OpKind::Sub && promoted == DType::Bool)
+      BRAZE_USER_ERROR("sub", name_) << "subtracting bool tensors is not supported";
+    break;
+  }
+  // Operands are converted to the promoted type so that every kernel computes in one type.
+  DType operandType = resultKind(op) == ResultKind::Float ? result : promoted;
+  for (size_t i = first; i < xs.size(); ++i)
+    if (xs[i]->dtype() != operandType)
+      xs[i] = convert(xs[i], operandType);
+  return make(op, std::move(xs), {}, TensorType{result, std::move(shape), {}});
+}
+
+Node *GraphBuilder::convert(Node *x, DType dtype) {
+  if (x->dtype() == dtype)
+    return x;
+  return make(OpKind::Convert, {x}, {}, TensorType{dtype, x->shape(), {}});
+}
+
+Node *GraphBuilder::reduce(OpKind op, Node *x, std::vector<int64_t> ds, bool keepdim,
+                           std::optional<DType> dtype) {
+  std::string_view name = opName(op);
+  BRAZE_CHECK(opCategory(op) == OpCategoryKind::Reduce) << name << " is not a reduction";
+  std::vector<SymExpr> shape;
+  AttrMap attrs = reductionAttrs(name, x, ds, keepdim, shape);
+  for (int64_t d : ds)
+    if ((op == OpKind::Amax || op == OpKind::Amin) && x->shape()[d]->isConst(0))
+      BRAZE_USER_ERROR(std::string(name), name_)
+          << "cannot reduce over dim " << d << " of size 0 (no identity)";
+  DType out = x->dtype();
+  if (dtype)
+    out = *dtype;
+  else if ((op == OpKind::Sum || op == OpKind::Prod) && !isFloating(out))
+    out = DType::Int64;
+  else if (op == OpKind::Any || op == OpKind::All)
+    out = DType::Bool;
+  if (x->dtype() != out && op != OpKind::Any && op != OpKind::All)
+    x = convert(x, out);
+  return make(op, {x}, std::move(attrs), TensorType{out, std::move(shape), {}});
+}
+
+Node *GraphBuilder::reshape(Node *x, std::vector<SymExpr> shape) {
+  sym::SymContext &s = sym();
+  SymExpr a = s.product(x->shape()), b = s.product(shape);
+  if (a != b)
+    BRAZE_USER_ERROR("reshape", name_) << sym::toString(a) << " elements cannot become "
+                                       << shapeText(shape);
+  if (shape == x->shape())
+    return x;
+  return make(OpKind::Reshape, {x}, {}, TensorType{x->dtype(), std::move(shape), {}});
+}
+
+Node *GraphBuilder::permute(Node *x, std::vector<int64_t> ds) {
+  if (static_cast<int>(ds.size()) != x->rank())
+    BRAZE_USER_ERROR("permute", name_) << "needs " << x->rank() << " dims, got " << ds.size();
+  std::vector<int64_t> sorted;
+  for (int64_t &d : ds)
+    d = normalizeDim("permute", d, x->rank());
+  sorted = ds;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    BRAZE_USER_ERROR("permute", name_) << "dims are not a permutation";
+  bool identity = true;
+  std::vector<SymExpr> shape;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    shape.push_back(x->shape()[ds[i]]);
+    identity &= ds[i] == static_cast<int64_t>(i);
+  }
+  if (identity)
+    return x;
+  AttrMap attrs;
+  attrs.set("dims", IntList(ds.begin(), ds.end()));
+  return make(OpKind::Permute, {x}, std::move(attrs), TensorType{x->dtype(), std::move(shape), {}});
+}
+
+Node *GraphBuilder::expand(Node *x, std::vector<SymExpr> shape) {
+  if (shape.size() < x->shape().size())
+    BRAZE_USER_ERROR("expand", name_) << "cannot expand " << shapeText(x->shape()) << " to "
+                                      << shapeText(shape) << " (fewer dims)";
+  size_t off = shape.size() - x->shape().size();
+  for (size_t i = 0; i < x->shape().size(); ++i) {
+    SymExpr from = x->shape()[i];
+    if (from != shape[off + i] && !from->isConst(1))
+      BRAZE_USER_ERROR("expand", name_)
+          << "cannot expand " << shapeText(x->shape()) << " to " << shapeText(shape) << " (dim "
+          << i << " is " << sym::toString(from) << ", not 1)";
+  }
+  if (shape == x->shape())
+    return x;
+  return make(OpKind::Expand, {x}, {}, TensorType{x->dtype(), std::move(shape), {}});
+}
+
+Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_t step) {
+  d = normalizeDim("slice", d, x->rank());
+  if (step <= 0)
+    BRAZE_USER_ERROR("slice", name_) << "step must be positive, got " << step;
+  SymExpr size = x->shape()[d];
+  int64_t n;
+  if (!sym().constValue(size, n)) {
+    // Symbolic dim: only the forms that need no clamping against an unknown size.
+    if (start < 0 || end < 0 || (end != INT64_MAX && end != 0))
+      BRAZE_USER_ERROR("slice", name_) << "bounds [" << start << ", " << end
+                                       << ") on a dynamic dim are not supported";
+    SymExpr len = sym().floordiv(sym().add(sym().sub(size, dim(start)), dim(step - 1)), dim(step));
+    len = sym().max(len, dim(0));
+    std::vector<SymExpr> shape = x->shape();
+    shape[d] = len;
+    AttrMap attrs;
+    attrs.set("dim", d);
+    attrs.set("start", start);
+    attrs.set("step", step);
+    return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  }
+  auto clamp = [&](int64_t v) {
+    if (v < 0)
+      v += n;
+    return std::min(std::max<int64_t>(v, 0), n);
+  };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  int64_t len = (end - start + step - 1) / step;
+  if (start == 0 && len == n && step == 1)
+    return x;
+  std::vector<SymExpr> shape = x->shape();
+  shape[d] = dim(len);
+  AttrMap attrs;
+  attrs.set("dim", d);
+  attrs.set("start", start);
+  attrs.set("step", step);
+  return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::select(Node *x, int64_t d, int64_t index) {
+  d = normalizeDim("select", d, x->rank());
+  int64_t n;
+  if (sym().constValue(x->shape()[d], n)) {
+    if (index < -n || index >= n)
+      BRAZE_USER_ERROR("select", name_) << "index " << index << " is out of range for dim " << d
+                                        << " of size " << n;
+    if (index < 0)
+      index += n;
+  } else if (index < 0) {
+    BRAZE_USER_ERROR("select", name_) << "negative index on a dynamic dim is not supported";
+  }
+  std::vector<SymExpr> shape = x->shape();
+  shape.erase(shape.begin() + d);
+  AttrMap attrs;
+  attrs.set("dim", d);
+  attrs.set("index", index);
+  return make(OpKind::Select, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::unsqueeze(Node *x, int64_t d) {
+  d = normalizeDim("unsqueeze", d, x->rank() + 1);
+  std::vector<SymExpr> shape = x->shape();
+  shape.insert(shape.begin() + d, dim(1));
+  return reshape(x, shape);
+}
+
+Node *GraphBuilder::squeeze(Node *x, std::vector<int64_t> ds) {
+  if (ds.empty())
+    for (int64_t i = 0; i < x->rank(); ++i)
+      ds.push_back(i);
+  ds = normalizeDims("squeeze", ds, x->rank());
+  std::vector<SymExpr> shape;
+  for (int64_t i = 0; i < x->rank(); ++i) {
+    bool listed = std::find(ds.begin(), ds.end(), i) != ds.end();
+    if (!(listed && x->shape()[i]->isConst(1)))
+      shape.push_back(x->shape()[i]);
+  }
+  return reshape(x, shape);
+}
+
+Node *GraphBuilder::gather(Node *x, int64_t d, Node *index) {
+  d = normalizeDim("gather", d, x->rank());
+  if (index->dtype() != DType::Int64 && index->dtype() != DType::Int32)
+    BRAZE_USER_ERROR("gather", name_) << "index must be i64 or i32, got "
+                                      << dtypeName(index->dtype());
+  if (index->rank() != x->rank())
+    BRAZE_USER_ERROR("gather", name_) << "index has rank " << index->rank()
+                                      << " but the input has rank " << x->rank();
+  AttrMap attrs;
+  attrs.set("dim", d);
+  return make(OpKind::Gather, {x, index}, std::move(attrs),
+              TensorType{x->dtype(), index->shape(), {}});
+}
+
+namespace {
+void requireFloat(std::string_view op, const std::string &node, Node *x) {
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR(std::string(op), node) << "needs a floating-point input, got "
+                                            << dtypeName(x->dtype());
+}
+} // namespace
+
+Node *GraphBuilder::softmax(Node *x, int64_t d) {
+  requireFloat("softmax", name_, x);
+  AttrMap attrs;
+  attrs.set("dim", normalizeDim("softmax", d, x->rank()));
+  return make(OpKind::Softmax, {x}, std::move(attrs), x->type());
+}
+
+Node *GraphBuilder::logSoftmax(Node *x, int64_t d) {
+  requireFloat("log_softmax", name_, x);
+  AttrMap attrs;
+  attrs.set("dim", normalizeDim("log_softmax", d, x->rank()));
+  return make(OpKind::LogSoftmax, {x}, std::move(attrs), x->type());
+}
+
+AttrMap GraphBuilder::reductionAttrs(std::string_view op, Node *x, std::vector<int64_t> &ds,
+                                     bool keepdim, std::vector<SymExpr> &shape) {
+  if (ds.empty())
+    for (int64_t i = 0; i < x->rank(); ++i)
+      ds.push_back(i);
+  ds = normalizeDims(op, ds, x->rank());
+  shape.clear();
+  for (int64_t i = 0; i < x->rank(); ++i) {
+    bool reduced = std::find(ds.begin(), ds.end(), i) != ds.end();
+    if (!reduced)
+      shape.push_back(x->shape()[i]);
+    else if (keepdim)
+      shape.push_back(dim(1));
+  }
+  AttrMap attrs;
+  attrs.set("dims", IntList(ds.begin(), ds.end()));
+  attrs.set("keepdim", keepdim);
+  return attrs;
+}
+
+Node *GraphBuilder::mean(Node *x, std::vector<int64_t> ds, bool keepdim) {
+  requireFloat("mean", name_, x);
+  std::vector<SymExpr> shape;
+  AttrMap attrs = reductionAttrs("mean", x, ds, keepdim, shape);
+  return make(OpKind::Mean, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::var(Node *x, std::vector<int64_t> ds, double correction, bool keepdim) {
+  requireFloat("var", name_, x);
+  std::vector<SymExpr> shape;
+  AttrMap attrs = reductionAttrs("var", x, ds, keepdim, shape);
+  attrs.set("correction", correction);
+  return make(OpKind::Var, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::layerNorm(Node *x, int64_t axis, Node *weight, Node *bias, double eps) {
+  requireFloat("layer_norm", name_, x);
+  axis = normalizeDim("layer_norm", axis, x->rank());
+  std::vector<SymExpr> normShape(x->shape().begin() + axis, x->shape().end());
+  for (Node *p : {weight, bias})
+    if (p && p->shape() != normShape)
+      BRAZE_USER_ERROR("layer_norm", name_)
+          << (p == weight ? "weight" : "bias") << " has shape " << shapeText(p->shape())
+          << " but the normalized shape is " << shapeText(normShape);
+  std::vector<Node *> ops{x};
+  if (weight)
+    ops.push_back(weight);
+  if (bias)
+    ops.push_back(bias);
+  AttrMap attrs;
+  attrs.set("axis", axis);
+  attrs.set("eps", eps);
+  attrs.set("weight", weight != nullptr);
+  attrs.set("bias", bias != nullptr);
+  return make(OpKind::LayerNorm, ops, std::move(attrs), x->type());
+}
+
+Node *GraphBuilder::gelu(Node *x, const std::string &approximate) {
+  requireFloat("gelu", name_, x);
+  if (approximate != "none" && approximate != "tanh")
+    BRAZE_USER_ERROR("gelu", name_) << "approximate must be 'none' or 'tanh', got '"
+                                    << approximate << "'";
+  AttrMap attrs;
+  attrs.set("approximate", approximate);
+  return make(OpKind::Gelu, {x}, std::move(attrs), x->type());
+}
+
+Node *GraphBuilder::silu(Node *x) {
+  requireFloat("silu", name_, x);
+  return make(OpKind::Silu, {x}, {}, x->type());
+}
+
+} // namespace braze

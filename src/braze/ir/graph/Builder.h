@@ -1,0 +1,84 @@
+#pragma once
+/// GraphBuilder: the one way to make graph nodes with checked types. Each method infers the
+/// result type (broadcasting, PyTorch's type promotion) and raises a Diagnostic naming the op
+/// and the node for bad input: a rank, dim, dtype or shape that the op rejects.
+#include "braze/ir/graph/Graph.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace braze {
+
+class GraphBuilder {
+public:
+  explicit GraphBuilder(Graph &g) : g_(g) {}
+  Graph &graph() { return g_; }
+  sym::SymContext &sym() { return g_.sym(); }
+
+  /// Name that the next node(s) get and that diagnostics print (e.g. the FX node's name).
+  void setName(std::string name) { name_ = std::move(name); }
+
+  SymExpr sizeSymbol(const std::string &hint) { return g_.newSizeSymbol(hint); }
+  SymExpr dim(int64_t v) { return g_.sym().constant(v); }
+  std::vector<SymExpr> dims(const std::vector<int64_t> &vs);
+
+  Node *input(const std::string &name, DType dtype, std::vector<SymExpr> shape,
+              std::vector<SymExpr> strides = {});
+  /// A tensor filled with one value (rank 0 for a scalar).
+  Node *full(double value, DType dtype, std::vector<SymExpr> shape = {});
+  Node *scalar(double value, DType dtype) { return full(value, dtype, {}); }
+  /// Tensor whose element is its index along `dim`.
+  Node *iota(DType dtype, std::vector<SymExpr> shape, int64_t dim);
+
+  Node *elementwise(OpKind op, std::vector<Node *> xs);
+  Node *unary(OpKind op, Node *x) { return elementwise(op, {x}); }
+  Node *binary(OpKind op, Node *a, Node *b) { return elementwise(op, {a, b}); }
+  Node *where(Node *c, Node *a, Node *b) { return elementwise(OpKind::Where, {c, a, b}); }
+  Node *add(Node *a, Node *b) { return binary(OpKind::Add, a, b); }
+  Node *sub(Node *a, Node *b) { return binary(OpKind::Sub, a, b); }
+  Node *mul(Node *a, Node *b) { return binary(OpKind::Mul, a, b); }
+  Node *div(Node *a, Node *b) { return binary(OpKind::Div, a, b); }
+  Node *convert(Node *x, DType dtype);
+
+  /// sum/prod/amax/amin/any/all over `dims` (empty = all dims). `dtype` overrides the
+  /// accumulation/result type (sum of ints defaults to i64, as in PyTorch).
+  Node *reduce(OpKind op, Node *x, std::vector<int64_t> dims, bool keepdim,
+               std::optional<DType> dtype = std::nullopt);
+
+  Node *reshape(Node *x, std::vector<SymExpr> shape);
+  Node *permute(Node *x, std::vector<int64_t> dims);
+  Node *expand(Node *x, std::vector<SymExpr> shape);
+  Node *slice(Node *x, int64_t dim, int64_t start, int64_t end, int64_t step);
+  Node *select(Node *x, int64_t dim, int64_t index);
+  Node *unsqueeze(Node *x, int64_t dim);
+  Node *squeeze(Node *x, std::vector<int64_t> dims);
+  Node *gather(Node *x, int64_t dim, Node *index);
+
+  Node *softmax(Node *x, int64_t dim);
+  Node *logSoftmax(Node *x, int64_t dim);
+  Node *mean(Node *x, std::vector<int64_t> dims, bool keepdim);
+  Node *var(Node *x, std::vector<int64_t> dims, double correction, bool keepdim);
+  /// Normalizes over the dims from `axis` to the last; weight and bias may be null.
+  Node *layerNorm(Node *x, int64_t axis, Node *weight, Node *bias, double eps);
+  Node *gelu(Node *x, const std::string &approximate);
+  Node *silu(Node *x);
+
+  void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }
+
+  /// Broadcast shape of two shapes; raises a Diagnostic for `op` if they do not broadcast.
+  std::vector<SymExpr> broadcastShapes(std::string_view op, const std::vector<SymExpr> &a,
+                                       const std::vector<SymExpr> &b);
+  /// Normalizes a possibly negative dim for a tensor of `rank`; raises a Diagnostic.
+  int64_t normalizeDim(std::string_view op, int64_t dim, int64_t rank);
+
+private:
+  Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
+  AttrMap reductionAttrs(std::string_view op, Node *x, std::vector<int64_t> &dims, bool keepdim,
+                         std::vector<SymExpr> &shape);
+  std::vector<int64_t> normalizeDims(std::string_view op, std::vector<int64_t> dims, int64_t rank);
+  Graph &g_;
+  std::string name_;
+};
+
+} // namespace braze

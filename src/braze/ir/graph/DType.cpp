@@ -1,0 +1,75 @@
+#include "braze/ir/graph/DType.h"
+
+#include "braze/support/Check.h"
+
+namespace braze {
+
+std::string_view dtypeName(DType t) {
+  switch (t) {
+#define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
+  case DType::E:                                                               \
+    return text;
+#include "braze/ir/graph/DTypes.def"
+  }
+  BRAZE_UNREACHABLE("bad DType");
+}
+
+std::optional<DType> parseDType(std::string_view name) {
+#define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
+  if (name == text)                                                            \
+    return DType::E;
+#include "braze/ir/graph/DTypes.def"
+  return std::nullopt;
+}
+
+int dtypeSize(DType t) {
+  switch (t) {
+#define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
+  case DType::E:                                                               \
+    return size;
+#include "braze/ir/graph/DTypes.def"
+  }
+  BRAZE_UNREACHABLE("bad DType");
+}
+
+static char category(DType t) {
+  switch (t) {
+#define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
+  case DType::E:                                                               \
+    return #cat[0];
+#include "braze/ir/graph/DTypes.def"
+  }
+  BRAZE_UNREACHABLE("bad DType");
+}
+
+bool isFloating(DType t) { return category(t) == 'f'; }
+bool isIntegral(DType t) { return category(t) == 'i' || category(t) == 'u'; }
+bool isSigned(DType t) { return category(t) == 'i' || category(t) == 'f'; }
+
+DType promoteTypes(DType a, DType b) {
+  if (a == b)
+    return a;
+  char ca = category(a), cb = category(b);
+  auto rank = [](char c) { return c == 'b' ? 0 : (c == 'f' ? 2 : 1); };
+  if (rank(ca) != rank(cb))
+    return rank(ca) > rank(cb) ? a : b;
+  if (ca == 'f') {
+    // f16 with bf16 promotes to f32; otherwise the wider one.
+    if ((a == DType::Float16 && b == DType::BFloat16) ||
+        (a == DType::BFloat16 && b == DType::Float16))
+      return DType::Float32;
+    return dtypeSize(a) >= dtypeSize(b) ? a : b;
+  }
+  // Integers: u8 with a signed type needs a signed type wider than 8 bits.
+  if (a == DType::UInt8 || b == DType::UInt8) {
+    DType other = a == DType::UInt8 ? b : a;
+    return dtypeSize(other) > 1 ? other : DType::Int16;
+  }
+  return dtypeSize(a) >= dtypeSize(b) ? a : b;
+}
+
+DType computeType(DType t) {
+  return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+}
+
+} // namespace braze

@@ -1,0 +1,235 @@
+#include "braze/ir/graph/Graph.h"
+
+#include "braze/support/Check.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <unordered_set>
+
+namespace braze {
+
+std::string_view opName(OpKind k) {
+  switch (k) {
+#define BRAZE_OP(E, cat, text)                                                 \
+  case OpKind::E:                                                              \
+    return text;
+#include "braze/ir/graph/Ops.def"
+  }
+  BRAZE_UNREACHABLE("bad OpKind");
+}
+
+OpCategoryKind opCategory(OpKind k) {
+  switch (k) {
+#define BRAZE_OP(E, cat, text)                                                 \
+  case OpKind::E:                                                              \
+    return OpCategoryKind::cat;
+#include "braze/ir/graph/Ops.def"
+  }
+  BRAZE_UNREACHABLE("bad OpKind");
+}
+
+bool parseOpKind(std::string_view name, OpKind &out) {
+#define BRAZE_OP(E, cat, text)                                                 \
+  if (name == text) {                                                          \
+    out = OpKind::E;                                                           \
+    return true;                                                               \
+  }
+#include "braze/ir/graph/Ops.def"
+  return false;
+}
+
+int elementwiseArity(OpKind k) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (k == OpKind::E)                                                          \
+    return arity;
+#include "braze/ir/ElementwiseOps.def"
+  BRAZE_UNREACHABLE("not elementwise: " << opName(k));
+}
+
+std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape) {
+  std::vector<SymExpr> strides(shape.size());
+  SymExpr s = ctx.constant(1);
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s = ctx.mul(s, shape[i]);
+  }
+  return strides;
+}
+
+std::string typeToString(sym::SymContext &ctx, const TensorType &t) {
+  std::string s(dtypeName(t.dtype));
+  s += '[';
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? ", " : "") + sym::toString(t.shape[i]);
+  s += ']';
+  if (!t.strides.empty() && t.strides != contiguousStrides(ctx, t.shape)) {
+    s += '{';
+    for (size_t i = 0; i < t.strides.size(); ++i)
+      s += (i ? ", " : "") + sym::toString(t.strides[i]);
+    s += '}';
+  }
+  return s;
+}
+
+const AttrValue &AttrMap::get(const std::string &name) const {
+  auto it = attrs_.find(name);
+  BRAZE_CHECK(it != attrs_.end()) << "missing attribute '" << name << "'";
+  return it->second;
+}
+
+int64_t AttrMap::getInt(const std::string &name) const {
+  const AttrValue &v = get(name);
+  BRAZE_CHECK(std::holds_alternative<int64_t>(v)) << "attribute '" << name << "' is not an int";
+  return std::get<int64_t>(v);
+}
+
+double AttrMap::getFloat(const std::string &name) const {
+  const AttrValue &v = get(name);
+  if (std::holds_alternative<int64_t>(v))
+    return static_cast<double>(std::get<int64_t>(v));
+  BRAZE_CHECK(std::holds_alternative<double>(v)) << "attribute '" << name << "' is not a float";
+  return std::get<double>(v);
+}
+
+bool AttrMap::getBool(const std::string &name) const {
+  const AttrValue &v = get(name);
+  BRAZE_CHECK(std::holds_alternative<bool>(v)) << "attribute '" << name << "' is not a bool";
+  return std::get<bool>(v);
+}
+
+const std::string &AttrMap::getString(const std::string &name) const {
+  const AttrValue &v = get(name);
+  BRAZE_CHECK(std::holds_alternative<std::string>(v))
+      << "attribute '" << name << "' is not a string";
+  return std::get<std::string>(v);
+}
+
+const IntList &AttrMap::getInts(const std::string &name) const {
+  const AttrValue &v = get(name);
+  BRAZE_CHECK(std::holds_alternative<IntList>(v)) << "attribute '" << name << "' is not a list";
+  return std::get<IntList>(v);
+}
+
+std::string formatDouble(double d) {
+  // Shortest text that reads back to the same double, always with a '.', 'e', "inf" or "nan".
+  if (d != d)
+    return "nan";
+  if (d == __builtin_inf())
+    return "inf";
+  if (d == -__builtin_inf())
+    return "-inf";
+  char buf[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, d);
+    if (std::strtod(buf, nullptr) == d)
+      break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
+std::string attrToString(const AttrValue &v) {
+  if (std::holds_alternative<bool>(v))
+    return std::get<bool>(v) ? "true" : "false";
+  if (std::holds_alternative<int64_t>(v))
+    return std::to_string(std::get<int64_t>(v));
+  if (std::holds_alternative<double>(v))
+    return formatDouble(std::get<double>(v));
+  if (std::holds_alternative<std::string>(v))
+    return "\"" + std::get<std::string>(v) + "\"";
+  std::string s = "[";
+  const IntList &l = std::get<IntList>(v);
+  for (size_t i = 0; i < l.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(l[i]);
+  return s + "]";
+}
+
+Graph::Graph() : sym_(std::make_shared<sym::SymContext>()) {}
+Graph::~Graph() = default;
+
+std::string Graph::uniqueName(const std::string &hint) {
+  std::string base = hint.empty() ? "v" : hint;
+  for (char &c : base)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'))
+      c = '_';
+  auto [it, inserted] = names_.emplace(base, 0);
+  if (inserted)
+    return base;
+  while (true) {
+    std::string cand = base + "_" + std::to_string(++it->second);
+    if (names_.emplace(cand, 0).second)
+      return cand;
+  }
+}
+
+SymExpr Graph::newSizeSymbol(const std::string &hint) {
+  SymExpr s = sym_->sizeSymbol(hint);
+  sizeSymbols_.push_back(s);
+  return s;
+}
+
+Node *Graph::addNode(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type,
+                     std::string name) {
+  auto n = std::make_unique<Node>();
+  n->id_ = nextId_++;
+  n->op_ = op;
+  n->operands_ = std::move(operands);
+  n->attrs_ = std::move(attrs);
+  if (type.strides.empty())
+    type.strides = contiguousStrides(*sym_, type.shape);
+  n->type_ = std::move(type);
+  n->name_ = uniqueName(name.empty() ? std::string(opName(op)) : name);
+  Node *p = n.get();
+  nodes_.push_back(std::move(n));
+  if (op == OpKind::Input)
+    inputs_.push_back(p);
+  return p;
+}
+
+void Graph::replaceAllUses(Node *from, Node *to) {
+  for (auto &n : nodes_)
+    for (Node *&o : n->operands_)
+      if (o == from)
+        o = to;
+  for (Node *&o : outputs_)
+    if (o == from)
+      o = to;
+}
+
+void Graph::removeDeadNodes() {
+  std::unordered_set<Node *> live(inputs_.begin(), inputs_.end());
+  std::vector<Node *> work(outputs_.begin(), outputs_.end());
+  while (!work.empty()) {
+    Node *n = work.back();
+    work.pop_back();
+    if (!live.insert(n).second && n->op() != OpKind::Input)
+      continue;
+    for (Node *o : n->operands())
+      if (!live.count(o))
+        work.push_back(o);
+  }
+  std::vector<std::unique_ptr<Node>> kept;
+  for (auto &n : nodes_)
+    if (live.count(n.get()))
+      kept.push_back(std::move(n));
+  nodes_ = std::move(kept);
+}
+
+void Graph::reorder(std::vector<Node *> order) {
+  BRAZE_CHECK(order.size() == nodes_.size()) << "reorder must keep every node";
+  std::vector<std::unique_ptr<Node>> sorted;
+  for (Node *p : order) {
+    auto it = std::find_if(nodes_.begin(), nodes_.end(),
+                           [&](const std::unique_ptr<Node> &u) { return u.get() == p; });
+    BRAZE_CHECK(it != nodes_.end() && *it) << "reorder: unknown or repeated node";
+    sorted.push_back(std::move(*it));
+  }
+  nodes_ = std::move(sorted);
+}
+
+} // namespace braze

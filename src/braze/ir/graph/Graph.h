@@ -1,0 +1,139 @@
+#pragma once
+/// The tensor graph IR: SSA nodes in topological order. Each node has an OpKind (Ops.def),
+/// operands, typed attributes and one result TensorType. A graph owns its SymContext, so the
+/// symbols in its shapes live exactly as long as the graph.
+#include "braze/ir/graph/DType.h"
+#include "braze/ir/sym/SymExpr.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace braze {
+
+using sym::SymExpr;
+
+enum class OpKind : uint16_t {
+#define BRAZE_OP(E, cat, text) E,
+#include "braze/ir/graph/Ops.def"
+};
+
+enum class OpCategoryKind { Input, Full, Elementwise, Cast, Reduce, View, Gather, Iota, Composite };
+
+std::string_view opName(OpKind k);
+OpCategoryKind opCategory(OpKind k);
+bool parseOpKind(std::string_view name, OpKind &out);
+/// Number of operands of an elementwise op.
+int elementwiseArity(OpKind k);
+
+struct TensorType {
+  DType dtype = DType::Float32;
+  std::vector<SymExpr> shape;
+  std::vector<SymExpr> strides; ///< in elements
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  bool operator==(const TensorType &o) const {
+    return dtype == o.dtype && shape == o.shape && strides == o.strides;
+  }
+};
+
+/// Row-major strides for a shape.
+std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape);
+/// "f32[s0, 4]" (strides printed only when not contiguous: "f32[4, 3]{1, 4}").
+std::string typeToString(sym::SymContext &ctx, const TensorType &t);
+
+using IntList = std::vector<int64_t>;
+using AttrValue = std::variant<bool, int64_t, double, std::string, IntList>;
+
+/// Attributes by name, iterated in name order (deterministic printing and hashing).
+class AttrMap {
+public:
+  void set(const std::string &name, AttrValue v) { attrs_[name] = std::move(v); }
+  bool has(const std::string &name) const { return attrs_.count(name) != 0; }
+  int64_t getInt(const std::string &name) const;
+  double getFloat(const std::string &name) const; ///< accepts an int attribute too
+  bool getBool(const std::string &name) const;
+  const std::string &getString(const std::string &name) const;
+  const IntList &getInts(const std::string &name) const;
+  const AttrValue &get(const std::string &name) const;
+  const std::map<std::string, AttrValue> &all() const { return attrs_; }
+  bool operator==(const AttrMap &o) const { return attrs_ == o.attrs_; }
+
+private:
+  std::map<std::string, AttrValue> attrs_;
+};
+
+std::string attrToString(const AttrValue &v);
+/// Shortest text that reads back to the same double ("1.0", "1e-05", "inf", "nan").
+std::string formatDouble(double d);
+
+class Node {
+public:
+  int id() const { return id_; }
+  OpKind op() const { return op_; }
+  const std::vector<Node *> &operands() const { return operands_; }
+  Node *operand(size_t i) const { return operands_.at(i); }
+  const AttrMap &attrs() const { return attrs_; }
+  const TensorType &type() const { return type_; }
+  DType dtype() const { return type_.dtype; }
+  const std::vector<SymExpr> &shape() const { return type_.shape; }
+  int rank() const { return type_.rank(); }
+  /// Printing hint and the name diagnostics use (the FX node's name where there is one).
+  const std::string &name() const { return name_; }
+
+private:
+  friend class Graph;
+  int id_ = 0;
+  OpKind op_ = OpKind::Input;
+  std::vector<Node *> operands_;
+  AttrMap attrs_;
+  TensorType type_;
+  std::string name_;
+};
+
+class Graph {
+public:
+  Graph();
+  ~Graph();
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+
+  sym::SymContext &sym() { return *sym_; }
+  std::shared_ptr<sym::SymContext> symShared() const { return sym_; }
+
+  /// Appends a node. Types are computed by the caller (GraphBuilder); the verifier checks them.
+  Node *addNode(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type,
+                std::string name);
+  void setOutputs(std::vector<Node *> outputs) { outputs_ = std::move(outputs); }
+
+  const std::vector<std::unique_ptr<Node>> &nodes() const { return nodes_; }
+  const std::vector<Node *> &inputs() const { return inputs_; }
+  const std::vector<Node *> &outputs() const { return outputs_; }
+  /// Size symbols in the order they were declared (runtime binding order).
+  const std::vector<SymExpr> &sizeSymbols() const { return sizeSymbols_; }
+  SymExpr newSizeSymbol(const std::string &hint);
+
+  /// Replaces every use of `from` (operands and outputs) with `to`.
+  void replaceAllUses(Node *from, Node *to);
+  /// Keeps only nodes reachable from the outputs and the inputs; renumbers ids.
+  void removeDeadNodes();
+  /// Moves the nodes into a fresh order (must be topological); used by passes that rebuild.
+  void reorder(std::vector<Node *> order);
+
+  /// A name not used yet in this graph, derived from `hint`.
+  std::string uniqueName(const std::string &hint);
+
+private:
+  std::shared_ptr<sym::SymContext> sym_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Node *> inputs_, outputs_;
+  std::vector<SymExpr> sizeSymbols_;
+  std::map<std::string, int> names_;
+  int nextId_ = 0;
+};
+
+} // namespace braze

@@ -1,0 +1,243 @@
+#include "braze/ir/loop/LoopIR.h"
+
+#include "braze/support/Check.h"
+#include "braze/support/Hashing.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+namespace braze::loop {
+
+std::string_view scalarOpName(ScalarOpKind k) {
+  switch (k) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  case ScalarOpKind::E:                                                        \
+    return text;
+#include "braze/ir/ElementwiseOps.def"
+  case ScalarOpKind::Cast:
+    return "cast";
+  }
+  BRAZE_UNREACHABLE("bad ScalarOpKind");
+}
+
+bool parseScalarOp(std::string_view name, ScalarOpKind &out) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (name == text) {                                                          \
+    out = ScalarOpKind::E;                                                     \
+    return true;                                                               \
+  }
+#include "braze/ir/ElementwiseOps.def"
+  if (name == "cast") {
+    out = ScalarOpKind::Cast;
+    return true;
+  }
+  return false;
+}
+
+int scalarOpArity(ScalarOpKind k) {
+  switch (k) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  case ScalarOpKind::E:                                                        \
+    return arity;
+#include "braze/ir/ElementwiseOps.def"
+  case ScalarOpKind::Cast:
+    return 1;
+  }
+  BRAZE_UNREACHABLE("bad ScalarOpKind");
+}
+
+std::string_view bufferKindName(BufferKind k) {
+  switch (k) {
+  case BufferKind::Input:
+    return "input";
+  case BufferKind::Output:
+    return "output";
+  case BufferKind::Intermediate:
+    return "intermediate";
+  }
+  BRAZE_UNREACHABLE("bad BufferKind");
+}
+
+std::string_view reduceKindName(ReduceKind k) {
+  switch (k) {
+  case ReduceKind::None:
+    return "none";
+  case ReduceKind::Sum:
+    return "sum";
+  case ReduceKind::Prod:
+    return "prod";
+  case ReduceKind::Max:
+    return "max";
+  case ReduceKind::Min:
+    return "min";
+  case ReduceKind::Any:
+    return "any";
+  case ReduceKind::All:
+    return "all";
+  }
+  BRAZE_UNREACHABLE("bad ReduceKind");
+}
+
+bool parseReduceKind(std::string_view name, ReduceKind &out) {
+  for (ReduceKind k : {ReduceKind::None, ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max,
+                       ReduceKind::Min, ReduceKind::Any, ReduceKind::All})
+    if (reduceKindName(k) == name) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
+size_t ExprContext::Hash::operator()(const Expr *e) const {
+  size_t h = std::hash<int>()(static_cast<int>(e->kind()));
+  h = hashCombine(h, static_cast<size_t>(e->dtype()));
+  uint64_t bits;
+  double f = e->floatValue();
+  std::memcpy(&bits, &f, sizeof bits);
+  h = hashCombine(h, bits);
+  h = hashCombine(h, std::hash<int64_t>()(e->intValue()));
+  h = hashCombine(h, std::hash<const void *>()(e->index()));
+  h = hashCombine(h, std::hash<const void *>()(e->buffer()));
+  h = hashCombine(h, static_cast<size_t>(e->op()));
+  for (const Expr *o : e->operands())
+    h = hashCombine(h, std::hash<const void *>()(o));
+  for (const auto &[s, v] : e->indirect())
+    h = hashCombine(hashCombine(h, std::hash<const void *>()(s)), std::hash<const void *>()(v));
+  return h;
+}
+
+bool ExprContext::Eq::operator()(const Expr *a, const Expr *b) const {
+  // Bitwise comparison of constants keeps NaN payloads and -0.0 distinct from 0.0.
+  return a->kind() == b->kind() && a->dtype() == b->dtype() &&
+         std::memcmp(&a->fvalue_, &b->fvalue_, sizeof(double)) == 0 &&
+         a->intValue() == b->intValue() && a->index() == b->index() &&
+         a->buffer() == b->buffer() && a->op() == b->op() && a->operands() == b->operands() &&
+         a->indirect() == b->indirect();
+}
+
+const Expr *ExprContext::intern(Expr &&e) {
+  auto it = table_.find(&e);
+  if (it != table_.end())
+    return it->second;
+  storage_.push_back(std::move(e));
+  const Expr *p = &storage_.back();
+  table_.emplace(p, p);
+  return p;
+}
+
+const Expr *ExprContext::constant(double value, DType dtype) {
+  Expr e;
+  e.kind_ = ExprKind::Const;
+  e.dtype_ = dtype;
+  if (isFloating(dtype)) {
+    e.fvalue_ = value;
+  } else if (dtype == DType::Bool) {
+    e.ivalue_ = value != 0;
+    e.fvalue_ = static_cast<double>(e.ivalue_);
+  } else {
+    e.ivalue_ = static_cast<int64_t>(value);
+    e.fvalue_ = static_cast<double>(e.ivalue_);
+  }
+  return intern(std::move(e));
+}
+
+const Expr *ExprContext::indexValue(SymExpr index, DType dtype) {
+  Expr e;
+  e.kind_ = ExprKind::IndexValue;
+  e.dtype_ = dtype;
+  e.index_ = index;
+  return intern(std::move(e));
+}
+
+const Expr *ExprContext::load(const Buffer *buf, SymExpr index,
+                              std::vector<IndirectBinding> indirect) {
+  Expr e;
+  e.kind_ = ExprKind::Load;
+  e.dtype_ = buf->dtype;
+  e.buffer_ = buf;
+  e.index_ = index;
+  e.indirect_ = std::move(indirect);
+  return intern(std::move(e));
+}
+
+const Expr *ExprContext::op(ScalarOpKind op, std::vector<const Expr *> operands, DType dtype) {
+  BRAZE_CHECK(static_cast<int>(operands.size()) == scalarOpArity(op))
+      << scalarOpName(op) << " takes " << scalarOpArity(op) << " operands";
+  Expr e;
+  e.kind_ = ExprKind::Op;
+  e.dtype_ = dtype;
+  e.op_ = op;
+  e.operands_ = std::move(operands);
+  return intern(std::move(e));
+}
+
+std::vector<SymExpr> Computation::extents() const {
+  std::vector<SymExpr> xs;
+  for (SymExpr v : vars)
+    xs.push_back(v->extent());
+  return xs;
+}
+
+std::vector<SymExpr> Computation::rextents() const {
+  std::vector<SymExpr> xs;
+  for (SymExpr v : rvars)
+    xs.push_back(v->extent());
+  return xs;
+}
+
+Buffer *LoopProgram::addBuffer(std::string name, DType dtype, std::vector<SymExpr> shape,
+                               BufferKind kind, int ioIndex, std::vector<SymExpr> strides) {
+  auto b = std::make_unique<Buffer>();
+  b->id = static_cast<int>(buffers_.size());
+  b->name = std::move(name);
+  b->dtype = dtype;
+  if (strides.empty()) {
+    strides.resize(shape.size());
+    SymExpr s = sym_->constant(1);
+    for (size_t i = shape.size(); i-- > 0;) {
+      strides[i] = s;
+      s = sym_->mul(s, shape[i]);
+    }
+  }
+  b->shape = std::move(shape);
+  b->strides = std::move(strides);
+  b->kind = kind;
+  b->ioIndex = ioIndex;
+  buffers_.push_back(std::move(b));
+  return buffers_.back().get();
+}
+
+Computation *LoopProgram::addComputation(Buffer *out, std::vector<SymExpr> vars,
+                                         std::vector<SymExpr> rvars, ReduceKind reduce,
+                                         const Expr *value) {
+  auto c = std::make_unique<Computation>();
+  c->id = static_cast<int>(comps_.size());
+  c->out = out;
+  c->vars = std::move(vars);
+  c->rvars = std::move(rvars);
+  c->reduce = reduce;
+  c->value = value;
+  comps_.push_back(std::move(c));
+  return comps_.back().get();
+}
+
+std::vector<Buffer *> LoopProgram::inputs() const {
+  std::vector<Buffer *> out;
+  for (const auto &b : buffers_)
+    if (b->kind == BufferKind::Input)
+      out.push_back(b.get());
+  std::sort(out.begin(), out.end(), [](Buffer *a, Buffer *b) { return a->ioIndex < b->ioIndex; });
+  return out;
+}
+
+std::vector<Buffer *> LoopProgram::outputs() const {
+  std::vector<Buffer *> out;
+  for (const auto &b : buffers_)
+    if (b->kind == BufferKind::Output)
+      out.push_back(b.get());
+  std::sort(out.begin(), out.end(), [](Buffer *a, Buffer *b) { return a->ioIndex < b->ioIndex; });
+  return out;
+}
+
+} // namespace braze::loop

@@ -1,0 +1,154 @@
+#pragma once
+/// The loop-level IR. A LoopProgram is a list of buffers and a list of Computations in
+/// execution order. A Computation realizes one buffer: for every index tuple of its iteration
+/// space it evaluates a scalar Expr (pointwise) or folds the Expr over reduction indices
+/// (reduction) and stores the result at the row-major position of its outer indices.
+/// Exprs are immutable and hash-consed in the program's ExprContext.
+#include "braze/ir/graph/DType.h"
+#include "braze/ir/sym/SymExpr.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace braze::loop {
+
+using sym::SymExpr;
+
+enum class ScalarOpKind : uint16_t {
+#define BRAZE_ELEMENTWISE(E, arity, text, result) E,
+#include "braze/ir/ElementwiseOps.def"
+  Cast, ///< convert the operand to the Expr's dtype
+};
+std::string_view scalarOpName(ScalarOpKind k);
+bool parseScalarOp(std::string_view name, ScalarOpKind &out);
+int scalarOpArity(ScalarOpKind k);
+
+enum class BufferKind { Input, Output, Intermediate };
+std::string_view bufferKindName(BufferKind k);
+
+struct Buffer {
+  int id = 0;
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<SymExpr> shape;
+  std::vector<SymExpr> strides; ///< in elements; row-major unless an input says otherwise
+  BufferKind kind = BufferKind::Intermediate;
+  int ioIndex = -1; ///< position among the graph's inputs or outputs
+};
+
+enum class ExprKind { Const, IndexValue, Load, Op };
+
+class Expr;
+/// Data-dependent index: the symbol stands for the (int64) value of the Expr inside a Load's index.
+using IndirectBinding = std::pair<SymExpr, const Expr *>;
+
+class Expr {
+public:
+  ExprKind kind() const { return kind_; }
+  DType dtype() const { return dtype_; }
+  /// Const: the value (integers are exact up to 2^53; ints are also kept in intValue()).
+  double floatValue() const { return fvalue_; }
+  int64_t intValue() const { return ivalue_; }
+  /// IndexValue and Load: the index expression.
+  SymExpr index() const { return index_; }
+  /// Load: the buffer read.
+  const Buffer *buffer() const { return buffer_; }
+  /// Load: bindings of the indirect symbols used in index().
+  const std::vector<IndirectBinding> &indirect() const { return indirect_; }
+  /// Op: the scalar operation and its operands.
+  ScalarOpKind op() const { return op_; }
+  const std::vector<const Expr *> &operands() const { return operands_; }
+
+private:
+  friend class ExprContext;
+  ExprKind kind_ = ExprKind::Const;
+  DType dtype_ = DType::Float32;
+  double fvalue_ = 0;
+  int64_t ivalue_ = 0;
+  SymExpr index_ = nullptr;
+  const Buffer *buffer_ = nullptr;
+  std::vector<IndirectBinding> indirect_;
+  ScalarOpKind op_ = ScalarOpKind::Add;
+  std::vector<const Expr *> operands_;
+};
+
+/// Interns Exprs: equal structure is the same pointer.
+class ExprContext {
+public:
+  const Expr *constant(double value, DType dtype);
+  const Expr *indexValue(SymExpr index, DType dtype);
+  const Expr *load(const Buffer *buf, SymExpr index, std::vector<IndirectBinding> indirect = {});
+  /// An elementwise op or Cast; the result dtype is given by the caller.
+  const Expr *op(ScalarOpKind op, std::vector<const Expr *> operands, DType dtype);
+  const Expr *cast(const Expr *x, DType dtype) {
+    return x->dtype() == dtype ? x : op(ScalarOpKind::Cast, {x}, dtype);
+  }
+
+private:
+  const Expr *intern(Expr &&e);
+  struct Hash {
+    size_t operator()(const Expr *e) const;
+  };
+  struct Eq {
+    bool operator()(const Expr *a, const Expr *b) const;
+  };
+  std::deque<Expr> storage_;
+  std::unordered_map<const Expr *, const Expr *, Hash, Eq> table_;
+};
+
+enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All };
+std::string_view reduceKindName(ReduceKind k);
+bool parseReduceKind(std::string_view name, ReduceKind &out);
+
+struct Computation {
+  int id = 0;
+  Buffer *out = nullptr;
+  std::vector<SymExpr> vars;    ///< index symbols of the output iteration space
+  std::vector<SymExpr> rvars;   ///< reduction index symbols (empty for pointwise)
+  ReduceKind reduce = ReduceKind::None;
+  const Expr *value = nullptr;  ///< in terms of vars and rvars
+
+  bool isReduction() const { return reduce != ReduceKind::None; }
+  std::vector<SymExpr> extents() const;
+  std::vector<SymExpr> rextents() const;
+};
+
+class LoopProgram {
+public:
+  explicit LoopProgram(std::shared_ptr<sym::SymContext> sym) : sym_(std::move(sym)) {}
+  sym::SymContext &sym() { return *sym_; }
+  std::shared_ptr<sym::SymContext> symShared() const { return sym_; }
+  ExprContext &exprs() { return exprs_; }
+
+  Buffer *addBuffer(std::string name, DType dtype, std::vector<SymExpr> shape,
+                    BufferKind kind, int ioIndex = -1, std::vector<SymExpr> strides = {});
+  Computation *addComputation(Buffer *out, std::vector<SymExpr> vars, std::vector<SymExpr> rvars,
+                              ReduceKind reduce, const Expr *value);
+
+  const std::vector<std::unique_ptr<Buffer>> &buffers() const { return buffers_; }
+  const std::vector<std::unique_ptr<Computation>> &computations() const { return comps_; }
+  std::vector<Buffer *> inputs() const;
+  std::vector<Buffer *> outputs() const; ///< by ioIndex; each output slot has its own buffer
+  /// Size symbols bound at run time, in binding order.
+  std::vector<SymExpr> &sizeSymbols() { return sizeSymbols_; }
+  const std::vector<SymExpr> &sizeSymbols() const { return sizeSymbols_; }
+
+private:
+  std::shared_ptr<sym::SymContext> sym_;
+  ExprContext exprs_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<std::unique_ptr<Computation>> comps_;
+  std::vector<SymExpr> sizeSymbols_;
+};
+
+/// Text form (printer in Printer.cpp, parser in Parser.cpp); parse(print(p)) prints the same.
+std::string printProgram(const LoopProgram &p);
+std::string printExpr(const Expr *e);
+/// Checks the invariants; returns an empty string or a description of the first violation.
+std::string verifyProgram(const LoopProgram &p);
+
+} // namespace braze::loop

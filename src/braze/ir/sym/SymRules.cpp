@@ -1,0 +1,289 @@
+/// The rewrite rules for floordiv, mod, min and max, and the one rule on sums that undoes a
+/// split index ((x // c) * c + x % c == x). Each entry's name is the rule in math; the entry
+/// returns the rewritten expression or nullptr when it does not apply. Operands are already in
+/// canonical form. tests/cpp/SymTest.cpp proves every rule by evaluating both sides on many
+/// small values.
+#include "braze/ir/sym/SymExpr.h"
+
+#include "braze/support/Check.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace braze::sym {
+
+namespace {
+
+struct Rule {
+  const char *name;
+  SymKind kind;
+  std::function<SymExpr(SymContext &, SymExpr, SymExpr)> apply;
+};
+
+std::vector<SymExpr> termsOf(SymExpr e) {
+  return e->kind() == SymKind::Add ? e->operands() : std::vector<SymExpr>{e};
+}
+
+SymExpr sumOf(SymContext &ctx, const std::vector<SymExpr> &ts) {
+  SymExpr r = ctx.constant(0);
+  for (SymExpr t : ts)
+    r = ctx.add(r, t);
+  return r;
+}
+
+/// If t == d * q exactly as a polynomial term, returns q; else nullptr.
+SymExpr exactQuotient(SymContext &ctx, SymExpr t, SymExpr d) {
+  if (t->isConst(0))
+    return ctx.constant(0);
+  if (d->isConst()) {
+    int64_t dv = d->value();
+    if (dv == 0)
+      return nullptr;
+    if (t->isConst())
+      return t->value() % dv == 0 ? ctx.constant(t->value() / dv) : nullptr;
+    int64_t coef = 1;
+    std::vector<SymExpr> fs;
+    if (t->kind() == SymKind::Mul) {
+      for (SymExpr f : t->operands())
+        f->isConst() ? void(coef *= f->value()) : fs.push_back(f);
+    } else {
+      fs.push_back(t);
+    }
+    if (coef % dv != 0)
+      return nullptr;
+    SymExpr q = ctx.constant(coef / dv);
+    for (SymExpr f : fs)
+      q = ctx.mul(q, f);
+    return q;
+  }
+  // Symbolic divisor: d must be a monomial whose factors all appear in t.
+  if (d->kind() == SymKind::Add)
+    return nullptr;
+  int64_t dc = 1, tc = 1;
+  std::vector<SymExpr> df, tf;
+  auto split = [](SymExpr e, int64_t &c, std::vector<SymExpr> &fs) {
+    if (e->kind() == SymKind::Mul) {
+      for (SymExpr f : e->operands())
+        f->isConst() ? void(c *= f->value()) : fs.push_back(f);
+    } else if (e->isConst()) {
+      c = e->value();
+    } else {
+      fs.push_back(e);
+    }
+  };
+  split(d, dc, df);
+  split(t, tc, tf);
+  if (dc == 0 || tc % dc != 0)
+    return nullptr;
+  for (SymExpr f : df) {
+    auto it = std::find(tf.begin(), tf.end(), f);
+    if (it == tf.end())
+      return nullptr;
+    tf.erase(it);
+  }
+  SymExpr q = ctx.constant(tc / dc);
+  for (SymExpr f : tf)
+    q = ctx.mul(q, f);
+  return q;
+}
+
+/// An inclusive upper bound of e, or nullptr if none is known.
+SymExpr upperBound(SymContext &ctx, SymExpr e) {
+  switch (e->kind()) {
+  case SymKind::Const:
+    return e;
+  case SymKind::Symbol:
+    return e->role() == SymbolRoleKind::Index ? ctx.sub(e->extent(), ctx.constant(1)) : e;
+  case SymKind::FloorDiv: {
+    // ub(x // d) = (ub(x) + 1) / d - 1 when d divides ub(x) + 1 exactly, d > 0.
+    SymExpr ub = upperBound(ctx, e->lhs());
+    if (!ub || !ctx.provablyNonNegative(ctx.sub(e->rhs(), ctx.constant(1))))
+      return nullptr;
+    SymExpr q = exactQuotient(ctx, ctx.add(ub, ctx.constant(1)), e->rhs());
+    if (!q) {
+      // Term by term for sums.
+      std::vector<SymExpr> qs;
+      for (SymExpr t : termsOf(ctx.add(ub, ctx.constant(1)))) {
+        SymExpr qt = exactQuotient(ctx, t, e->rhs());
+        if (!qt)
+          return nullptr;
+        qs.push_back(qt);
+      }
+      q = sumOf(ctx, qs);
+    }
+    return ctx.sub(q, ctx.constant(1));
+  }
+  case SymKind::Mod:
+    return ctx.provablyNonNegative(ctx.sub(e->rhs(), ctx.constant(1)))
+               ? ctx.sub(e->rhs(), ctx.constant(1))
+               : nullptr;
+  case SymKind::Add: {
+    SymExpr r = ctx.constant(0);
+    for (SymExpr t : e->operands()) {
+      int64_t coef = 1;
+      SymExpr body = t;
+      if (t->kind() == SymKind::Mul && t->operands()[0]->isConst() && t->operands().size() == 2) {
+        coef = t->operands()[0]->value();
+        body = t->operands()[1];
+      }
+      if (coef < 0)
+        return nullptr;
+      SymExpr ub = upperBound(ctx, body);
+      if (!ub)
+        return nullptr;
+      r = ctx.add(r, ctx.mul(ctx.constant(coef), ub));
+    }
+    return r;
+  }
+  case SymKind::Mul:
+  case SymKind::Min:
+  case SymKind::Max:
+    return ctx.provablyNonNegative(e) && e->kind() == SymKind::Min
+               ? upperBound(ctx, e->lhs())
+               : nullptr;
+  }
+  return nullptr;
+}
+
+/// 0 <= e < d, proven.
+bool provablyInRange(SymContext &ctx, SymExpr e, SymExpr d) {
+  if (!ctx.provablyNonNegative(e))
+    return false;
+  if (ctx.provablyLess(e, d))
+    return true;
+  SymExpr ub = upperBound(ctx, e);
+  return ub && ctx.provablyLess(ub, d);
+}
+
+/// Splits a sum into the terms that are exact multiples of d (returned as their quotients)
+/// and the rest.
+void splitMultiples(SymContext &ctx, SymExpr a, SymExpr d, std::vector<SymExpr> &quotients,
+                    std::vector<SymExpr> &rest) {
+  for (SymExpr t : termsOf(a)) {
+    if (SymExpr q = exactQuotient(ctx, t, d))
+      quotients.push_back(q);
+    else
+      rest.push_back(t);
+  }
+}
+
+const std::vector<Rule> &rules() {
+  static const std::vector<Rule> table = {
+      // ---- floordiv -------------------------------------------------------------------
+      {"c0 // c1 -> fold", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (a->isConst() && b->isConst() && b->value() != 0)
+           return ctx.constant(floorDiv(a->value(), b->value()));
+         return nullptr;
+       }},
+      {"x // 1 -> x", SymKind::FloorDiv,
+       [](SymContext &, SymExpr a, SymExpr b) -> SymExpr { return b->isConst(1) ? a : nullptr; }},
+      {"x // x -> 1 (x > 0)", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         return a == b && ctx.provablyNonNegative(ctx.sub(b, ctx.constant(1))) ? ctx.constant(1)
+                                                                                 : nullptr;
+       }},
+      {"x // y -> 0 (0 <= x < y)", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         return provablyInRange(ctx, a, b) ? ctx.constant(0) : nullptr;
+       }},
+      {"(y*q + r) // y -> q + r // y", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         std::vector<SymExpr> qs, rest;
+         splitMultiples(ctx, a, b, qs, rest);
+         if (qs.empty())
+           return nullptr;
+         SymExpr r = sumOf(ctx, rest);
+         return ctx.add(sumOf(ctx, qs), ctx.floordiv(r, b));
+       }},
+      {"(x // c0) // c1 -> x // (c0*c1) (c0, c1 > 0)", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (a->kind() == SymKind::FloorDiv && a->rhs()->isConst() && b->isConst() &&
+             a->rhs()->value() > 0 && b->value() > 0)
+           return ctx.floordiv(a->lhs(), ctx.constant(a->rhs()->value() * b->value()));
+         return nullptr;
+       }},
+      // ---- mod ------------------------------------------------------------------------
+      {"c0 % c1 -> fold", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (a->isConst() && b->isConst() && b->value() != 0)
+           return ctx.constant(floorMod(a->value(), b->value()));
+         return nullptr;
+       }},
+      {"x % 1 -> 0", SymKind::Mod,
+       [](SymContext &ctx, SymExpr, SymExpr b) -> SymExpr {
+         return b->isConst(1) || b->isConst(-1) ? ctx.constant(0) : nullptr;
+       }},
+      {"x % y -> x (0 <= x < y)", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         return provablyInRange(ctx, a, b) ? a : nullptr;
+       }},
+      {"(y*q + r) % y -> r % y", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         std::vector<SymExpr> qs, rest;
+         splitMultiples(ctx, a, b, qs, rest);
+         if (qs.empty())
+           return nullptr;
+         return ctx.mod(sumOf(ctx, rest), b);
+       }},
+      {"(x % c0) % c1 -> x % c1 (c1 divides c0, c1 > 0)", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (a->kind() == SymKind::Mod && a->rhs()->isConst() && b->isConst() && b->value() > 0 &&
+             a->rhs()->value() > 0 && a->rhs()->value() % b->value() == 0)
+           return ctx.mod(a->lhs(), b);
+         return nullptr;
+       }},
+      // ---- min / max ------------------------------------------------------------------
+      {"min(c0, c1) -> fold", SymKind::Min,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         return a->isConst() && b->isConst() ? ctx.constant(std::min(a->value(), b->value()))
+                                             : nullptr;
+       }},
+      {"max(c0, c1) -> fold", SymKind::Max,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         return a->isConst() && b->isConst() ? ctx.constant(std::max(a->value(), b->value()))
+                                             : nullptr;
+       }},
+      {"min(x, y) -> x (x <= y)", SymKind::Min,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (ctx.provablyNonNegative(ctx.sub(b, a)))
+           return a;
+         if (ctx.provablyNonNegative(ctx.sub(a, b)))
+           return b;
+         return nullptr;
+       }},
+      {"max(x, y) -> y (x <= y)", SymKind::Max,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         if (ctx.provablyNonNegative(ctx.sub(b, a)))
+           return b;
+         if (ctx.provablyNonNegative(ctx.sub(a, b)))
+           return a;
+         return nullptr;
+       }},
+  };
+  return table;
+}
+
+} // namespace
+
+SymExpr applySymRules(SymContext &ctx, SymKind kind, SymExpr a, SymExpr b) {
+  for (const Rule &r : rules()) {
+    if (r.kind != kind)
+      continue;
+    if (SymExpr out = r.apply(ctx, a, b))
+      return out;
+  }
+  // No rule applies: the canonical raw node (min/max operands ordered).
+  if ((kind == SymKind::Min || kind == SymKind::Max) && compareSym(b, a) < 0)
+    std::swap(a, b);
+  return ctx.makeRaw(kind, {a, b});
+}
+
+std::vector<std::string> symRuleNames() {
+  std::vector<std::string> names;
+  for (const Rule &r : rules())
+    names.push_back(r.name);
+  return names;
+}
+
+} // namespace braze::sym

@@ -116,6 +116,16 @@ Node *GraphBuilder::iota(DType dtype, std::vector<SymExpr> shape, int64_t dim) {
   return make(OpKind::Iota, {}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
+Node *GraphBuilder::numel(Node *x, std::vector<int64_t> ds, DType dtype) {
+  if (ds.empty())
+    for (int64_t i = 0; i < x->rank(); ++i)
+      ds.push_back(i);
+  ds = normalizeDims("numel", ds, x->rank());
+  AttrMap attrs;
+  attrs.set("dims", IntList(ds.begin(), ds.end()));
+  return make(OpKind::Numel, {x}, std::move(attrs), TensorType{dtype, {}, {}});
+}
+
 Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
   std::string_view name = opName(op);
   BRAZE_CHECK(opCategory(op) == OpCategoryKind::Elementwise) << name << " is not elementwise";
@@ -417,6 +427,18 @@ Node *GraphBuilder::layerNorm(Node *x, int64_t axis, Node *weight, Node *bias, d
   attrs.set("weight", weight != nullptr);
   attrs.set("bias", bias != nullptr);
   return make(OpKind::LayerNorm, ops, std::move(attrs), x->type());
+}
+
+std::pair<Node *, Node *> GraphBuilder::layerNormStats(Node *x, int64_t axis, double eps) {
+  requireFloat("layer_norm", name_, x);
+  axis = normalizeDim("layer_norm", axis, x->rank());
+  std::vector<int64_t> ds;
+  for (int64_t i = axis; i < x->rank(); ++i)
+    ds.push_back(i);
+  Node *m = mean(x, ds, true);
+  Node *v = var(x, ds, 0.0, true);
+  Node *rstd = unary(OpKind::Rsqrt, add(v, scalar(eps, v->dtype())));
+  return {m, rstd};
 }
 
 Node *GraphBuilder::gelu(Node *x, const std::string &approximate) {

@@ -31,6 +31,9 @@ public:
   /// Tensor whose element is its index along `dim`.
   Node *iota(DType dtype, std::vector<SymExpr> shape, int64_t dim);
 
+  /// Rank-0 tensor of `dtype` holding the number of elements of x over `dims` (all if empty).
+  Node *numel(Node *x, std::vector<int64_t> dims, DType dtype);
+
   Node *elementwise(OpKind op, std::vector<Node *> xs);
   Node *unary(OpKind op, Node *x) { return elementwise(op, {x}); }
   Node *binary(OpKind op, Node *a, Node *b) { return elementwise(op, {a, b}); }
@@ -61,6 +64,9 @@ public:
   Node *var(Node *x, std::vector<int64_t> dims, double correction, bool keepdim);
   /// Normalizes over the dims from `axis` to the last; weight and bias may be null.
   Node *layerNorm(Node *x, int64_t axis, Node *weight, Node *bias, double eps);
+  /// native_layer_norm's saved statistics: mean and 1/sqrt(var + eps) over the dims from `axis`,
+  /// keeping those dims as size 1.
+  std::pair<Node *, Node *> layerNormStats(Node *x, int64_t axis, double eps);
   Node *gelu(Node *x, const std::string &approximate);
   Node *silu(Node *x);
 

@@ -22,7 +22,18 @@ enum class OpKind : uint16_t {
 #include "braze/ir/graph/Ops.def"
 };
 
-enum class OpCategoryKind { Input, Full, Elementwise, Cast, Reduce, View, Gather, Iota, Composite };
+enum class OpCategoryKind {
+  Input,
+  Full,
+  Elementwise,
+  Cast,
+  Reduce,
+  View,
+  Gather,
+  Iota,
+  Numel,
+  Composite
+};
 
 std::string_view opName(OpKind k);
 OpCategoryKind opCategory(OpKind k);

@@ -222,6 +222,25 @@ Computation *LoopProgram::addComputation(Buffer *out, std::vector<SymExpr> vars,
   return comps_.back().get();
 }
 
+std::vector<size_t> nonUnitDims(const Buffer &b) {
+  std::vector<size_t> dims;
+  for (size_t i = 0; i < b.shape.size(); ++i)
+    if (!b.shape[i]->isConst(1))
+      dims.push_back(i);
+  return dims;
+}
+
+SymExpr storeIndex(sym::SymContext &ctx, const Computation &c) {
+  std::vector<size_t> dims = nonUnitDims(*c.out);
+  BRAZE_CHECK(dims.size() == c.vars.size())
+      << "computation " << c.id << " has " << c.vars.size() << " vars for " << dims.size()
+      << " non-unit dims of " << c.out->name;
+  SymExpr idx = ctx.constant(0);
+  for (size_t k = 0; k < dims.size(); ++k)
+    idx = ctx.add(idx, ctx.mul(c.vars[k], c.out->strides[dims[k]]));
+  return idx;
+}
+
 std::vector<Buffer *> LoopProgram::inputs() const {
   std::vector<Buffer *> out;
   for (const auto &b : buffers_)

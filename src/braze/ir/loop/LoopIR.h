@@ -104,6 +104,9 @@ enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All };
 std::string_view reduceKindName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 
+/// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the
+/// constant 1 (unit dims are always index 0 and get no loop); rvars likewise for the reduced
+/// dims of its input. The store position is therefore implied: see storeIndex().
 struct Computation {
   int id = 0;
   Buffer *out = nullptr;
@@ -144,6 +147,11 @@ private:
   std::vector<std::unique_ptr<Computation>> comps_;
   std::vector<SymExpr> sizeSymbols_;
 };
+
+/// Row-major position that `c` stores to: sum of vars times the strides of the non-unit dims.
+SymExpr storeIndex(sym::SymContext &ctx, const Computation &c);
+/// Indices of the buffer dims that are not the constant 1.
+std::vector<size_t> nonUnitDims(const Buffer &b);
 
 /// Text form (printer in Printer.cpp, parser in Parser.cpp); parse(print(p)) prints the same.
 std::string printProgram(const LoopProgram &p);

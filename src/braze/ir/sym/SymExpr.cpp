@@ -458,29 +458,44 @@ std::string toString(SymExpr e) {
   return s;
 }
 
+namespace {
+bool occurs(SymExpr e, SymExpr symbol) {
+  if (e == symbol)
+    return true;
+  for (SymExpr op : e->operands())
+    if (occurs(op, symbol))
+      return true;
+  return false;
+}
+} // namespace
+
 bool SymContext::provablyNonNegative(SymExpr e) {
-  // 1. Replace each index symbol by the end of its range that makes e smallest: its lower
-  //    bound 0 where its coefficient is positive, extent - 1 where negative (affine terms only).
-  // 2. What is left must be a polynomial in size symbols (>= 0) with non-negative coefficients,
-  //    or a non-negative floordiv/mod/min/max form.
+  // 1. Replace each index symbol that occurs in e only as one linear term with a negative
+  //    coefficient by the top of its range, extent - 1. That lowers e at every point, so it
+  //    suffices to prove the result >= 0. An index that occurs elsewhere too (i - i*s,
+  //    3*(i // 2) - i) is kept: e need not be smallest at an end of its range.
+  // 2. Each term of what is left must be a non-negative coefficient times non-negative
+  //    factors: symbols (sizes and indices are >= 0), x // y and min(x, y) with x, y >= 0,
+  //    max(x, y) with x or y >= 0, and x % y with y >= 0 (a defined x % y then has y > 0).
   if (e->isConst())
     return e->value() >= 0;
-  std::unordered_map<SymExpr, SymExpr> lower;
   const std::vector<SymExpr> terms =
       e->kind() == SymKind::Add ? e->operands() : std::vector<SymExpr>{e};
+  std::unordered_map<SymExpr, SymExpr> top;
   for (SymExpr t : terms) {
     int64_t coef;
     std::vector<SymExpr> fs;
     factorsOf(t, coef, fs);
-    if (fs.size() == 1 && fs[0]->isSymbol() && fs[0]->role() == SymbolRoleKind::Index) {
-      SymExpr v = fs[0];
-      SymExpr choice = coef > 0 ? constant(0) : sub(v->extent(), constant(1));
-      auto [it, inserted] = lower.emplace(v, choice);
-      if (!inserted && it->second != choice)
-        return false;
-    }
+    if (coef >= 0 || fs.size() != 1 || !fs[0]->isSymbol() ||
+        fs[0]->role() != SymbolRoleKind::Index)
+      continue;
+    SymExpr v = fs[0];
+    bool elsewhere = std::any_of(terms.begin(), terms.end(),
+                                 [&](SymExpr other) { return other != t && occurs(other, v); });
+    if (!elsewhere)
+      top.emplace(v, sub(v->extent(), constant(1)));
   }
-  SymExpr r = lower.empty() ? e : substitute(e, lower);
+  SymExpr r = top.empty() ? e : substitute(e, top);
   const std::vector<SymExpr> rest =
       r->kind() == SymKind::Add ? r->operands() : std::vector<SymExpr>{r};
   for (SymExpr t : rest) {
@@ -490,11 +505,27 @@ bool SymContext::provablyNonNegative(SymExpr e) {
     if (coef < 0)
       return false;
     for (SymExpr f : fs) {
-      bool ok = (f->isSymbol() && f->role() == SymbolRoleKind::Size) ||
-                ((f->kind() == SymKind::FloorDiv || f->kind() == SymKind::Min ||
-                  f->kind() == SymKind::Max) &&
-                 provablyNonNegative(f->lhs()) && provablyNonNegative(f->rhs())) ||
-                (f->kind() == SymKind::Mod && provablyNonNegative(f->rhs()));
+      bool ok = false;
+      switch (f->kind()) {
+      case SymKind::Symbol:
+        ok = true;
+        break;
+      case SymKind::FloorDiv:
+      case SymKind::Min:
+        ok = provablyNonNegative(f->lhs()) && provablyNonNegative(f->rhs());
+        break;
+      case SymKind::Max:
+        ok = provablyNonNegative(f->lhs()) || provablyNonNegative(f->rhs());
+        break;
+      case SymKind::Mod:
+        ok = provablyNonNegative(f->rhs());
+        break;
+      case SymKind::Const:
+      case SymKind::Add:
+      case SymKind::Mul:
+        ok = false; // not a factor of a canonical monomial
+        break;
+      }
       if (!ok)
         return false;
     }

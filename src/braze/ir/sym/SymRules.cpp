@@ -3,6 +3,9 @@
 /// returns the rewritten expression or nullptr when it does not apply. Operands are already in
 /// canonical form. tests/cpp/SymTest.cpp proves every rule by evaluating both sides on many
 /// small values.
+///
+/// Both sides need only agree where the left side is defined: there every divisor is nonzero,
+/// so a divisor proven >= 0 is > 0.
 #include "braze/ir/sym/SymExpr.h"
 
 #include "braze/support/Check.h"
@@ -87,7 +90,24 @@ SymExpr exactQuotient(SymContext &ctx, SymExpr t, SymExpr d) {
   return q;
 }
 
-/// An inclusive upper bound of e, or nullptr if none is known.
+/// If a == d * q exactly as polynomials (as a whole, or term by term), returns q; else nullptr.
+SymExpr exactQuotientOfSum(SymContext &ctx, SymExpr a, SymExpr d) {
+  if (SymExpr q = exactQuotient(ctx, a, d))
+    return q;
+  std::vector<SymExpr> qs;
+  for (SymExpr t : termsOf(a)) {
+    SymExpr qt = exactQuotient(ctx, t, d);
+    if (!qt)
+      return nullptr;
+    qs.push_back(qt);
+  }
+  return sumOf(ctx, qs);
+}
+
+/// d > 0 wherever an expression dividing by d is defined (see the top of this file).
+bool provablyPositiveDivisor(SymContext &ctx, SymExpr d) { return ctx.provablyNonNegative(d); }
+
+/// An inclusive upper bound of e where e is defined, or nullptr if none is known.
 SymExpr upperBound(SymContext &ctx, SymExpr e) {
   switch (e->kind()) {
   case SymKind::Const:
@@ -97,26 +117,14 @@ SymExpr upperBound(SymContext &ctx, SymExpr e) {
   case SymKind::FloorDiv: {
     // ub(x // d) = (ub(x) + 1) / d - 1 when d divides ub(x) + 1 exactly, d > 0.
     SymExpr ub = upperBound(ctx, e->lhs());
-    if (!ub || !ctx.provablyNonNegative(ctx.sub(e->rhs(), ctx.constant(1))))
+    if (!ub || !provablyPositiveDivisor(ctx, e->rhs()))
       return nullptr;
-    SymExpr q = exactQuotient(ctx, ctx.add(ub, ctx.constant(1)), e->rhs());
-    if (!q) {
-      // Term by term for sums.
-      std::vector<SymExpr> qs;
-      for (SymExpr t : termsOf(ctx.add(ub, ctx.constant(1)))) {
-        SymExpr qt = exactQuotient(ctx, t, e->rhs());
-        if (!qt)
-          return nullptr;
-        qs.push_back(qt);
-      }
-      q = sumOf(ctx, qs);
-    }
-    return ctx.sub(q, ctx.constant(1));
+    SymExpr q = exactQuotientOfSum(ctx, ctx.add(ub, ctx.constant(1)), e->rhs());
+    return q ? ctx.sub(q, ctx.constant(1)) : nullptr;
   }
   case SymKind::Mod:
-    return ctx.provablyNonNegative(ctx.sub(e->rhs(), ctx.constant(1)))
-               ? ctx.sub(e->rhs(), ctx.constant(1))
-               : nullptr;
+    // ub(x % d) = d - 1 for d > 0.
+    return provablyPositiveDivisor(ctx, e->rhs()) ? ctx.sub(e->rhs(), ctx.constant(1)) : nullptr;
   case SymKind::Add: {
     SymExpr r = ctx.constant(0);
     for (SymExpr t : e->operands()) {
@@ -176,12 +184,13 @@ const std::vector<Rule> &rules() {
            return ctx.constant(floorDiv(a->value(), b->value()));
          return nullptr;
        }},
+      {"0 // y -> 0", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr) -> SymExpr { return a->isConst(0) ? a : nullptr; }},
       {"x // 1 -> x", SymKind::FloorDiv,
        [](SymContext &, SymExpr a, SymExpr b) -> SymExpr { return b->isConst(1) ? a : nullptr; }},
-      {"x // x -> 1 (x > 0)", SymKind::FloorDiv,
+      {"x // x -> 1", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
-         return a == b && ctx.provablyNonNegative(ctx.sub(b, ctx.constant(1))) ? ctx.constant(1)
-                                                                                 : nullptr;
+         return a == b ? ctx.constant(1) : nullptr;
        }},
       {"x // y -> 0 (0 <= x < y)", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
@@ -196,11 +205,11 @@ const std::vector<Rule> &rules() {
          SymExpr r = sumOf(ctx, rest);
          return ctx.add(sumOf(ctx, qs), ctx.floordiv(r, b));
        }},
-      {"(x // c0) // c1 -> x // (c0*c1) (c0, c1 > 0)", SymKind::FloorDiv,
+      {"(x // y) // z -> x // (y*z) (y, z > 0)", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
-         if (a->kind() == SymKind::FloorDiv && a->rhs()->isConst() && b->isConst() &&
-             a->rhs()->value() > 0 && b->value() > 0)
-           return ctx.floordiv(a->lhs(), ctx.constant(a->rhs()->value() * b->value()));
+         if (a->kind() == SymKind::FloorDiv && provablyPositiveDivisor(ctx, a->rhs()) &&
+             provablyPositiveDivisor(ctx, b))
+           return ctx.floordiv(a->lhs(), ctx.mul(a->rhs(), b));
          return nullptr;
        }},
       // ---- mod ------------------------------------------------------------------------
@@ -210,6 +219,8 @@ const std::vector<Rule> &rules() {
            return ctx.constant(floorMod(a->value(), b->value()));
          return nullptr;
        }},
+      {"0 % y -> 0", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr) -> SymExpr { return a->isConst(0) ? a : nullptr; }},
       {"x % 1 -> 0", SymKind::Mod,
        [](SymContext &ctx, SymExpr, SymExpr b) -> SymExpr {
          return b->isConst(1) || b->isConst(-1) ? ctx.constant(0) : nullptr;
@@ -226,10 +237,9 @@ const std::vector<Rule> &rules() {
            return nullptr;
          return ctx.mod(sumOf(ctx, rest), b);
        }},
-      {"(x % c0) % c1 -> x % c1 (c1 divides c0, c1 > 0)", SymKind::Mod,
+      {"(x % (y*q)) % y -> x % y", SymKind::Mod,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
-         if (a->kind() == SymKind::Mod && a->rhs()->isConst() && b->isConst() && b->value() > 0 &&
-             a->rhs()->value() > 0 && a->rhs()->value() % b->value() == 0)
+         if (a->kind() == SymKind::Mod && exactQuotientOfSum(ctx, a->rhs(), b))
            return ctx.mod(a->lhs(), b);
          return nullptr;
        }},

@@ -1,0 +1,332 @@
+#include "braze/codegen/CFamily.h"
+
+#include "braze/support/Check.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace braze::codegen {
+
+using loop::ScalarOpKind;
+
+std::string ctype(DType t) {
+  switch (t) {
+  case DType::Bool:
+    return "bool";
+  case DType::UInt8:
+    return "uint8_t";
+  case DType::Int8:
+    return "int8_t";
+  case DType::Int16:
+    return "int16_t";
+  case DType::Int32:
+    return "int32_t";
+  case DType::Int64:
+    return "int64_t";
+  case DType::Float16:
+  case DType::BFloat16:
+    return "uint16_t";
+  case DType::Float32:
+    return "float";
+  case DType::Float64:
+    return "double";
+  }
+  BRAZE_UNREACHABLE("bad dtype");
+}
+
+std::string literal(double value, int64_t ivalue, DType t) {
+  if (t == DType::Bool)
+    return ivalue ? "true" : "false";
+  if (!isFloating(t))
+    return "((" + ctype(t) + ")INT64_C(" + std::to_string(ivalue) + "))";
+  if (std::isnan(value))
+    return t == DType::Float64 ? "((double)NAN)" : "((float)NAN)";
+  if (std::isinf(value)) {
+    std::string s = t == DType::Float64 ? "((double)INFINITY)" : "((float)INFINITY)";
+    return value < 0 ? "(-" + s + ")" : s;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  if (t != DType::Float64)
+    s += "f";
+  return "(" + s + ")";
+}
+
+std::string convert(const std::string &x, DType from, DType to) {
+  if (from == to)
+    return x;
+  std::string v = x;
+  DType cur = from;
+  if (from == DType::Float16)
+    v = "braze_h2f(" + x + ")", cur = DType::Float32;
+  else if (from == DType::BFloat16)
+    v = "braze_bf2f(" + x + ")", cur = DType::Float32;
+  if (cur == to)
+    return v;
+  if (to == DType::Float16)
+    return "braze_f2h((float)(" + v + "))";
+  if (to == DType::BFloat16)
+    return "braze_f2bf((float)(" + v + "))";
+  if (to == DType::Bool)
+    return "((" + v + ") != 0)";
+  return "((" + ctype(to) + ")(" + v + "))";
+}
+
+namespace {
+std::string call(const char *f, const std::vector<std::string> &a) {
+  std::string s = std::string(f) + "(";
+  for (size_t i = 0; i < a.size(); ++i)
+    s += (i ? ", " : "") + a[i];
+  return s + ")";
+}
+std::string wrap(DType t, const std::string &x) { return "((" + ctype(t) + ")(" + x + "))"; }
+
+/// A small constant exponent that PyTorch special-cases (x*x, x*x*x, sqrt, 1/x...).
+bool constExponent(const loop::Expr *e, double &v) {
+  if (!e || e->operands().size() != 2)
+    return false;
+  const loop::Expr *b = e->operands()[1];
+  while (b->kind() == loop::ExprKind::Op && b->op() == ScalarOpKind::Cast)
+    b = b->operands()[0];
+  if (b->kind() != loop::ExprKind::Const)
+    return false;
+  v = b->floatValue();
+  return true;
+}
+} // namespace
+
+std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a,
+                     const std::vector<DType> &at, const loop::Expr *e) {
+  bool fl = isFloating(t);
+  DType in = at.empty() ? t : at[0];
+  bool inFloat = isFloating(in);
+  const std::string &x = a[0];
+  switch (op) {
+  case ScalarOpKind::Neg:
+    return wrap(t, "-" + x);
+  case ScalarOpKind::Abs:
+    return inFloat ? call("std::fabs", a) : (t == DType::Bool ? x : wrap(t, x + " < 0 ? -" + x + " : " + x));
+  case ScalarOpKind::Exp:
+    return call("std::exp", a);
+  case ScalarOpKind::Exp2:
+    return call("std::exp2", a);
+  case ScalarOpKind::Expm1:
+    return call("std::expm1", a);
+  case ScalarOpKind::Log:
+    return call("std::log", a);
+  case ScalarOpKind::Log2:
+    return call("std::log2", a);
+  case ScalarOpKind::Log10:
+    return call("std::log10", a);
+  case ScalarOpKind::Log1p:
+    return call("std::log1p", a);
+  case ScalarOpKind::Sqrt:
+    return call("std::sqrt", a);
+  case ScalarOpKind::Rsqrt:
+    return wrap(t, "1 / std::sqrt(" + x + ")");
+  case ScalarOpKind::Sin:
+    return call("std::sin", a);
+  case ScalarOpKind::Cos:
+    return call("std::cos", a);
+  case ScalarOpKind::Tan:
+    return call("std::tan", a);
+  case ScalarOpKind::Asin:
+    return call("std::asin", a);
+  case ScalarOpKind::Acos:
+    return call("std::acos", a);
+  case ScalarOpKind::Atan:
+    return call("std::atan", a);
+  case ScalarOpKind::Sinh:
+    return call("std::sinh", a);
+  case ScalarOpKind::Cosh:
+    return call("std::cosh", a);
+  case ScalarOpKind::Tanh:
+    return call("std::tanh", a);
+  case ScalarOpKind::Asinh:
+    return call("std::asinh", a);
+  case ScalarOpKind::Acosh:
+    return call("std::acosh", a);
+  case ScalarOpKind::Atanh:
+    return call("std::atanh", a);
+  case ScalarOpKind::Erf:
+    return call("std::erf", a);
+  case ScalarOpKind::Erfc:
+    return call("std::erfc", a);
+  case ScalarOpKind::Sigmoid:
+    return wrap(t, "1 / (1 + std::exp(-" + x + "))");
+  case ScalarOpKind::Sign:
+    return t == DType::Bool ? x : wrap(t, "(" + x + " > 0) - (" + x + " < 0)");
+  case ScalarOpKind::Floor:
+    return inFloat ? call("std::floor", a) : x;
+  case ScalarOpKind::Ceil:
+    return inFloat ? call("std::ceil", a) : x;
+  case ScalarOpKind::Round:
+    return inFloat ? call("std::nearbyint", a) : x;
+  case ScalarOpKind::Trunc:
+    return inFloat ? call("std::trunc", a) : x;
+  case ScalarOpKind::Reciprocal:
+    return wrap(t, "1 / " + x);
+  case ScalarOpKind::Relu:
+    return t == DType::Bool ? x : wrap(t, x + " < 0 ? 0 : " + x);
+  case ScalarOpKind::IsNan:
+    return inFloat ? "(" + x + " != " + x + ")" : "false";
+  case ScalarOpKind::IsInf:
+    return inFloat ? call("std::isinf", a) : "false";
+  case ScalarOpKind::LogicalNot:
+    return "(!(" + x + "))";
+  case ScalarOpKind::BitwiseNot:
+    return t == DType::Bool ? "(!(" + x + "))" : wrap(t, "~" + x);
+  case ScalarOpKind::Add:
+    return t == DType::Bool ? "(" + x + " || " + a[1] + ")" : wrap(t, x + " + " + a[1]);
+  case ScalarOpKind::Sub:
+    return wrap(t, x + " - " + a[1]);
+  case ScalarOpKind::Mul:
+    return t == DType::Bool ? "(" + x + " && " + a[1] + ")" : wrap(t, x + " * " + a[1]);
+  case ScalarOpKind::Div:
+    return wrap(t, x + " / " + a[1]);
+  case ScalarOpKind::FloorDiv:
+    return fl ? call("braze_floordiv_float", a) : wrap(t, call("braze_floordiv_int", a));
+  case ScalarOpKind::Remainder:
+    return fl ? call("braze_remainder_float", a) : wrap(t, call("braze_remainder_int", a));
+  case ScalarOpKind::Fmod:
+    return fl ? call("std::fmod", a) : wrap(t, call("braze_fmod_int", a));
+  case ScalarOpKind::Pow: {
+    double v;
+    if (fl && constExponent(e, v)) {
+      if (v == 2)
+        return wrap(t, x + " * " + x);
+      if (v == 3)
+        return wrap(t, x + " * " + x + " * " + x);
+      if (v == 1)
+        return x;
+      if (v == 0.5)
+        return call("std::sqrt", {x});
+      if (v == -1)
+        return wrap(t, "1 / " + x);
+      if (v == -2)
+        return wrap(t, "1 / (" + x + " * " + x + ")");
+      if (v == -0.5)
+        return wrap(t, "1 / std::sqrt(" + x + ")");
+    }
+    return fl ? wrap(t, call("std::pow", a)) : wrap(t, call("braze_pow_int", a));
+  }
+  case ScalarOpKind::Atan2:
+    return call("std::atan2", a);
+  case ScalarOpKind::Maximum:
+    return call("braze_max", a);
+  case ScalarOpKind::Minimum:
+    return call("braze_min", a);
+  case ScalarOpKind::Eq:
+    return "(" + x + " == " + a[1] + ")";
+  case ScalarOpKind::Ne:
+    return "(" + x + " != " + a[1] + ")";
+  case ScalarOpKind::Lt:
+    return "(" + x + " < " + a[1] + ")";
+  case ScalarOpKind::Le:
+    return "(" + x + " <= " + a[1] + ")";
+  case ScalarOpKind::Gt:
+    return "(" + x + " > " + a[1] + ")";
+  case ScalarOpKind::Ge:
+    return "(" + x + " >= " + a[1] + ")";
+  case ScalarOpKind::LogicalAnd:
+    return "((" + x + " != 0) && (" + a[1] + " != 0))";
+  case ScalarOpKind::LogicalOr:
+    return "((" + x + " != 0) || (" + a[1] + " != 0))";
+  case ScalarOpKind::LogicalXor:
+    return "((" + x + " != 0) != (" + a[1] + " != 0))";
+  case ScalarOpKind::BitwiseAnd:
+    return wrap(t, x + " & " + a[1]);
+  case ScalarOpKind::BitwiseOr:
+    return wrap(t, x + " | " + a[1]);
+  case ScalarOpKind::BitwiseXor:
+    return wrap(t, x + " ^ " + a[1]);
+  case ScalarOpKind::Where:
+    return "(" + x + " ? " + a[1] + " : " + a[2] + ")";
+  case ScalarOpKind::Cast:
+    return convert(x, in, t);
+  }
+  BRAZE_UNREACHABLE("bad scalar op");
+}
+
+std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf) {
+  using sym::SymKind;
+  switch (e->kind()) {
+  case SymKind::Const:
+    return e->value() < 0 ? "(INT64_C(" + std::to_string(e->value()) + "))"
+                          : "INT64_C(" + std::to_string(e->value()) + ")";
+  case SymKind::Symbol:
+    return nameOf(e);
+  case SymKind::Add:
+  case SymKind::Mul: {
+    std::string s = "(";
+    for (size_t i = 0; i < e->operands().size(); ++i)
+      s += (i ? (e->kind() == SymKind::Add ? " + " : " * ") : "") + indexExpr(e->operands()[i], nameOf);
+    return s + ")";
+  }
+  case SymKind::FloorDiv:
+    return "braze_floordiv_int(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+  case SymKind::Mod:
+    return "braze_remainder_int(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+  case SymKind::Min:
+    return "std::min<int64_t>(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+  case SymKind::Max:
+    return "std::max<int64_t>(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+  }
+  BRAZE_UNREACHABLE("bad SymKind");
+}
+
+const char *cPrelude() {
+  return R"PRELUDE(#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+template <typename T> static inline T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> static inline T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> static inline T braze_floordiv_int(T a, T b) {
+  if (b == 0) return 0;
+  T q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> static inline T braze_remainder_int(T a, T b) {
+  if (b == 0) return 0;
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T braze_fmod_int(T a, T b) { return b == 0 ? 0 : a % b; }
+template <typename T> static inline T braze_remainder_float(T a, T b) {
+  T r = std::fmod(a, b);
+  return (r != 0 && ((b < 0) != (r < 0))) ? r + b : r;
+}
+template <typename T> static inline T braze_floordiv_float(T a, T b) {
+  if (b == 0) return a / b;
+  T mod = std::fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+  if (div == 0) return std::copysign(T(0), a / b);
+  T fl = std::floor(div);
+  return (div - fl > T(0.5)) ? fl + 1 : fl;
+}
+template <typename T> static inline T braze_pow_int(T a, T b) {
+  if (b < 0) return (a == 1) ? 1 : ((a == -1) ? ((b % 2) ? -1 : 1) : 0);
+  T r = 1;
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+static inline float braze_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
+static inline float braze_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t braze_f2bf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+)PRELUDE";
+}
+
+} // namespace braze::codegen

@@ -1,0 +1,29 @@
+#pragma once
+/// Pieces shared by every C-family code generator (C++ for CPUs, CUDA C++): type names,
+/// literals, index expressions, and scalar operations as C expressions. Each scalar op's
+/// semantics (NaN propagation, floor division, rounding) follows PyTorch's CPU kernels.
+#include "braze/ir/loop/LoopIR.h"
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace braze::codegen {
+
+/// C type of a value of dtype t inside a kernel (f16/bf16 are raw uint16_t bits).
+std::string ctype(DType t);
+/// A literal of dtype t (f32 "1.5f", "INFINITY", int64 "INT64_C(7)").
+std::string literal(double value, int64_t ivalue, DType t);
+/// Converts a C expression of dtype `from` to dtype `to`.
+std::string convert(const std::string &x, DType from, DType to);
+/// The C expression for an elementwise op on operands of the given dtypes.
+std::string scalarOp(loop::ScalarOpKind op, DType result, const std::vector<std::string> &args,
+                     const std::vector<DType> &argTypes, const loop::Expr *e);
+/// An index expression as C (int64_t arithmetic); `nameOf` names symbols.
+std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf);
+
+/// Helper functions every generated module starts with.
+const char *cPrelude();
+
+} // namespace braze::codegen

@@ -1,0 +1,196 @@
+#include "braze/codegen/KernelBody.h"
+
+#include "braze/codegen/CFamily.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <unordered_set>
+
+namespace braze::codegen {
+
+Names::Names(const sched::Schedule &s) {
+  const auto &syms = s.program->sizeSymbols();
+  for (size_t i = 0; i < syms.size(); ++i)
+    sizeIndex_[syms[i]] = static_cast<int>(i);
+}
+
+int Names::symbolIndex(sym::SymExpr s) const {
+  auto it = sizeIndex_.find(s);
+  BRAZE_CHECK(it != sizeIndex_.end()) << "size symbol " << s->name() << " is not bound";
+  return it->second;
+}
+
+std::string Names::bindIndirect(sym::SymExpr s) {
+  std::string n = "t" + std::to_string(nextIndirect_++);
+  indirect_[s] = n;
+  return n;
+}
+
+std::string Names::index(sym::SymExpr e) const {
+  return indexExpr(e, [this](sym::SymExpr s) -> std::string {
+    if (s->role() == sym::SymbolRoleKind::Size)
+      return symbol(s);
+    auto it = indirect_.find(s);
+    if (it != indirect_.end())
+      return it->second;
+    return s->name();
+  });
+}
+
+std::string Scope::localFor(const loop::Buffer *b, sym::SymExpr index) const {
+  for (const Scope *s = this; s; s = s->parent_) {
+    auto it = s->locals_.find(b);
+    if (it != s->locals_.end())
+      return it->second.second == index ? it->second.first : "";
+  }
+  return "";
+}
+
+const std::string *Scope::memo(const loop::Expr *e) const {
+  for (const Scope *s = this; s; s = s->parent_) {
+    auto it = s->memo_.find(e);
+    if (it != s->memo_.end())
+      return &it->second;
+  }
+  return nullptr;
+}
+
+std::string ExprWriter::emit(const loop::Expr *e) {
+  if (const std::string *m = scope_.memo(e))
+    return *m;
+  std::string text;
+  switch (e->kind()) {
+  case loop::ExprKind::Const:
+    return literal(e->floatValue(), e->intValue(), e->dtype());
+  case loop::ExprKind::IndexValue:
+    text = convert(names_.index(e->index()), DType::Int64, e->dtype());
+    break;
+  case loop::ExprKind::Load: {
+    std::string local = e->indirect().empty() ? scope_.localFor(e->buffer(), e->index()) : "";
+    if (!local.empty()) {
+      // The local holds the value in its compute type; round it as a store would.
+      text = convert(local, computeType(e->buffer()->dtype), e->dtype());
+      break;
+    }
+    for (const auto &[s, v] : e->indirect()) {
+      std::string val = emit(v);
+      std::string t = names_.bindIndirect(s);
+      w_.line("int64_t " + t + " = " + val + ";");
+      w_.line("if (" + t + " < 0 || " + t + " >= " + names_.index(s->extent()) + ") { " +
+              "__atomic_store_n(err, 1, __ATOMIC_RELAXED); " + t + " = 0; }");
+    }
+    text = names_.buffer(*e->buffer()) + "[" + names_.index(e->index()) + "]";
+    break;
+  }
+  case loop::ExprKind::Op: {
+    std::vector<std::string> args;
+    std::vector<DType> types;
+    for (const loop::Expr *o : e->operands()) {
+      args.push_back(emit(o));
+      types.push_back(o->dtype());
+    }
+    text = scalarOp(e->op(), e->dtype(), args, types, e);
+    break;
+  }
+  }
+  std::string name = "e" + std::to_string(next_++);
+  w_.line("const " + ctype(e->dtype()) + " " + name + " = " + text + ";");
+  scope_.remember(e, name);
+  return name;
+}
+
+void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr *)> &f) {
+  std::unordered_set<const loop::Expr *> seen;
+  std::function<void(const loop::Expr *)> visit = [&](const loop::Expr *x) {
+    if (!seen.insert(x).second)
+      return;
+    for (const loop::Expr *o : x->operands())
+      visit(o);
+    for (const auto &b : x->indirect())
+      visit(b.second);
+    f(x);
+  };
+  visit(e);
+}
+
+std::string emitModuleAbi(const sched::Schedule &s, Names &names,
+                          const std::vector<std::string> &kernelCalls) {
+  const loop::LoopProgram &p = *s.program;
+  std::string out = "extern \"C\" {\n\nint braze_abi_version(void) { return 1; }\n\n";
+  // braze_bind: sizes from the first input dim that is exactly the symbol, then checks.
+  std::string body;
+  Writer w(body, 1);
+  std::unordered_set<sym::SymExpr> bound;
+  std::vector<loop::Buffer *> inputs = p.inputs();
+  for (const loop::Buffer *b : inputs)
+    for (size_t d = 0; d < b->shape.size(); ++d) {
+      sym::SymExpr e = b->shape[d];
+      if (e->isSymbol() && bound.insert(e).second)
+        w.line("syms[" + std::to_string(names.symbolIndex(e)) + "] = shapes[" +
+               std::to_string(b->ioIndex) + "][" + std::to_string(d) + "];");
+    }
+  for (sym::SymExpr sy : p.sizeSymbols())
+    if (!bound.count(sy))
+      BRAZE_USER_ERROR("compile", "") << "size symbol '" << sy->name()
+                                      << "' is not a dim of any input, so it cannot be bound";
+  for (sym::SymExpr sy : p.sizeSymbols())
+    w.line("const int64_t " + names.symbol(sy) + " = syms[" + std::to_string(names.symbolIndex(sy)) +
+           "]; (void)" + names.symbol(sy) + ";");
+  for (const loop::Buffer *b : inputs)
+    for (size_t d = 0; d < b->shape.size(); ++d) {
+      std::string i = std::to_string(b->ioIndex), ds = std::to_string(d);
+      std::string want = names.index(b->shape[d]);
+      w.line("if (shapes[" + i + "][" + ds + "] != " + want + ") { snprintf(msg, msglen, " +
+             "\"input " + i + " dim " + ds + " is %lld but the compiled graph expects " +
+             sym::toString(b->shape[d]) + " = %lld\", (long long)shapes[" + i + "][" + ds +
+             "], (long long)(" + want + ")); return 1; }");
+      w.line("if (shapes[" + i + "][" + ds + "] > 1 && strides[" + i + "][" + ds + "] != " +
+             names.index(b->strides[d]) + ") { snprintf(msg, msglen, \"input " + i + " dim " + ds +
+             " has stride %lld but the compiled graph expects %lld\", (long long)strides[" + i +
+             "][" + ds + "], (long long)(" + names.index(b->strides[d]) + ")); return 1; }");
+    }
+  out += "int braze_bind(const int64_t* const* shapes, const int64_t* const* strides, "
+         "int64_t* syms, char* msg, int64_t msglen) {\n" +
+         body + "  return 0;\n}\n\n";
+  // Symbol unpacking shared by the remaining functions.
+  std::string unpack;
+  for (sym::SymExpr sy : p.sizeSymbols())
+    unpack += "  const int64_t " + names.symbol(sy) + " = syms[" +
+              std::to_string(names.symbolIndex(sy)) + "]; (void)" + names.symbol(sy) + ";\n";
+  out += "void braze_output_shapes(const int64_t* syms, int64_t* shapes) {\n" + unpack;
+  size_t k = 0;
+  for (const loop::Buffer *b : p.outputs())
+    for (sym::SymExpr d : b->shape)
+      out += "  shapes[" + std::to_string(k++) + "] = " + names.index(d) + ";\n";
+  out += "}\n\n";
+  out += "int64_t braze_arena_bytes(const int64_t* syms) {\n" + unpack + "  return " +
+         names.index(s.arenaBytes) + ";\n}\n\n";
+  out += "int braze_run(void* const* inputs, void* const* outputs, char* arena, "
+         "const int64_t* syms) {\n" +
+         unpack + "  (void)arena;\n  void* bufs[" +
+         std::to_string(std::max<size_t>(1, p.buffers().size())) + "] = {};\n";
+  for (const auto &b : p.buffers()) {
+    const sched::Placement &pl = s.placement.at(b->id);
+    std::string slot = "  bufs[" + std::to_string(b->id) + "] = ";
+    switch (pl.kind) {
+    case sched::PlacementKind::Input:
+      out += slot + "inputs[" + std::to_string(b->ioIndex) + "];\n";
+      break;
+    case sched::PlacementKind::Output:
+      out += slot + "outputs[" + std::to_string(b->ioIndex) + "];\n";
+      break;
+    case sched::PlacementKind::Arena:
+      out += slot + "arena + " + names.index(pl.offsetBytes) + ";\n";
+      break;
+    case sched::PlacementKind::Local:
+      break;
+    }
+  }
+  out += "  int err = 0;\n";
+  for (const std::string &call : kernelCalls)
+    out += "  " + call + "\n  if (err) return err;\n";
+  out += "  return 0;\n}\n\n} // extern \"C\"\n";
+  return out;
+}
+
+} // namespace braze::codegen

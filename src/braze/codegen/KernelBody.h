@@ -1,0 +1,88 @@
+#pragma once
+/// Building blocks for C-family kernel emitters: an indenting writer, naming of buffers,
+/// locals and symbols, scopes that remember which values are already in locals, and an Expr
+/// writer that emits each distinct subexpression once per scope.
+#include "braze/scheduler/Schedule.h"
+
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+namespace braze::codegen {
+
+class Writer {
+public:
+  Writer(std::string &out, int indent) : out_(out), indent_(indent) {}
+  void line(const std::string &s) { out_ += std::string(2 * indent_, ' ') + s + "\n"; }
+  void indent() { ++indent_; }
+  void dedent() { --indent_; }
+
+private:
+  std::string &out_;
+  int indent_;
+};
+
+/// Names in generated code. Deterministic: derived from ids and positions, never pointers.
+class Names {
+public:
+  explicit Names(const sched::Schedule &s);
+  std::string buffer(const loop::Buffer &b) const { return "b" + std::to_string(b.id); }
+  std::string local(const loop::Buffer &b) const { return "v" + std::to_string(b.id); }
+  std::string acc(const loop::Computation &c) const { return "acc" + std::to_string(c.id); }
+  int symbolIndex(sym::SymExpr s) const;
+  std::string symbol(sym::SymExpr s) const { return "sz" + std::to_string(symbolIndex(s)); }
+  /// A fresh name for an indirect index symbol.
+  std::string bindIndirect(sym::SymExpr s);
+  /// C text of an index expression.
+  std::string index(sym::SymExpr e) const;
+
+private:
+  std::unordered_map<sym::SymExpr, int> sizeIndex_;
+  std::unordered_map<sym::SymExpr, std::string> indirect_;
+  int nextIndirect_ = 0;
+};
+
+/// Values available as locals at some point of a kernel; nested scopes see their parents'.
+class Scope {
+public:
+  explicit Scope(Scope *parent) : parent_(parent) {}
+  void defineLocal(const loop::Buffer *b, const std::string &name, sym::SymExpr storeIndex) {
+    locals_[b] = {name, storeIndex};
+  }
+  /// The local holding buffer b at `index`, or "" if none is visible.
+  std::string localFor(const loop::Buffer *b, sym::SymExpr index) const;
+  const std::string *memo(const loop::Expr *e) const;
+  void remember(const loop::Expr *e, const std::string &name) { memo_[e] = name; }
+
+private:
+  Scope *parent_;
+  std::unordered_map<const loop::Buffer *, std::pair<std::string, sym::SymExpr>> locals_;
+  std::unordered_map<const loop::Expr *, std::string> memo_;
+};
+
+class ExprWriter {
+public:
+  /// `counter` numbers the locals; share one per kernel so names never repeat.
+  ExprWriter(Writer &w, Scope &scope, Names &names, loop::LoopProgram &p, int &counter)
+      : w_(w), scope_(scope), names_(names), p_(p), next_(counter) {}
+  /// Emits e's subexpressions as locals; returns a C expression for e.
+  std::string emit(const loop::Expr *e);
+
+private:
+  Writer &w_;
+  Scope &scope_;
+  Names &names_;
+  loop::LoopProgram &p_;
+  int &next_;
+};
+
+/// Every distinct node of e, operands first.
+void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr *)> &f);
+
+/// The module ABI around the kernels: braze_bind, braze_output_shapes, braze_arena_bytes and
+/// braze_run, which calls `kernelCalls` in order (each a statement that may set `err`).
+std::string emitModuleAbi(const sched::Schedule &s, Names &names,
+                          const std::vector<std::string> &kernelCalls);
+
+} // namespace braze::codegen

@@ -1,0 +1,342 @@
+/// Emits, for each kernel:
+///   1. the buffer pointers and size symbols it uses, as typed locals;
+///   2. its outer loops: `omp parallel for` (collapsed) when there are outer dims, or a
+///      parallel region whose inner loops are work-shared when there are none;
+///   3. per outer point, its steps in order: a Loop step is one (simd) loop over the inner space
+///      that computes pointwise members and folds reductions; a Scalar step computes values once;
+///   4. stores for members whose value must reach memory.
+/// Values that stay in the kernel live in C++ locals named after their buffer.
+#include "braze/codegen/cpu/CppCodegen.h"
+
+#include "braze/codegen/CFamily.h"
+#include "braze/codegen/KernelBody.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace braze::codegen {
+
+using loop::Buffer;
+using loop::ReduceKind;
+using sched::Kernel;
+using sched::Member;
+using sched::PlacementKind;
+using sched::Step;
+using sched::StepKind;
+
+namespace {
+
+class CpuEmitter {
+public:
+  explicit CpuEmitter(const sched::Schedule &s) : s_(s), names_(s) {}
+
+  GeneratedSource run() {
+    std::string out = cPrelude();
+    out += "#include <omp.h>\n\n";
+    for (const Kernel &k : s_.kernels)
+      out += emitKernel(k);
+    out += emitAbi();
+    return GeneratedSource{out, static_cast<int>(s_.kernels.size())};
+  }
+
+private:
+  std::string emitKernel(const Kernel &k) {
+    next_ = 0;
+    std::string body;
+    Writer w(body, 1);
+    // 1. Pointers and sizes.
+    std::set<int> used;
+    std::vector<sym::SymExpr> syms;
+    collectUses(k, used, syms);
+    for (int id : used) {
+      const Buffer &b = *s_.program->buffers()[id];
+      if (s_.placement.at(id).kind == PlacementKind::Local)
+        continue;
+      bool isConst = b.kind == loop::BufferKind::Input;
+      w.line(std::string(isConst ? "const " : "") + ctype(b.dtype) + "* __restrict " +
+             names_.buffer(b) + " = (" + (isConst ? "const " : "") + ctype(b.dtype) +
+             "*)bufs[" + std::to_string(id) + "];");
+    }
+    for (sym::SymExpr sy : syms)
+      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
+             std::to_string(names_.symbolIndex(sy)) + "];");
+    std::string work = "INT64_C(1)";
+    for (sym::SymExpr v : k.outerVars)
+      work += " * " + names_.index(v->extent());
+    for (sym::SymExpr v : k.innerVars)
+      work += " * " + names_.index(v->extent());
+    w.line("const int64_t work = " + work + ";");
+    w.line("(void)work;");
+    // 2-4.
+    if (k.outerVars.empty())
+      emitWithoutOuter(k, w);
+    else
+      emitWithOuter(k, w);
+    return "static void " + k.name +
+           "(void* const* bufs, const int64_t* syms, int* err) {\n" + body + "}\n\n";
+  }
+
+  void collectUses(const Kernel &k, std::set<int> &used, std::vector<sym::SymExpr> &syms) {
+    auto addSyms = [&](sym::SymExpr e) {
+      std::vector<sym::SymExpr> found;
+      sym::collectSymbols(e, found);
+      for (sym::SymExpr sy : found)
+        if (sy->role() == sym::SymbolRoleKind::Size &&
+            std::find(syms.begin(), syms.end(), sy) == syms.end())
+          syms.push_back(sy);
+    };
+    for (sym::SymExpr v : k.outerVars)
+      addSyms(v->extent());
+    for (sym::SymExpr v : k.innerVars)
+      addSyms(v->extent());
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members) {
+        used.insert(m.comp->out->id);
+        addSyms(m.storeIndex);
+        forEachExpr(m.value, [&](const loop::Expr *e) {
+          if (e->kind() == loop::ExprKind::Load)
+            used.insert(e->buffer()->id);
+          if (e->index())
+            addSyms(e->index());
+          for (const auto &b : e->indirect())
+            addSyms(b.first->extent());
+        });
+      }
+    std::sort(syms.begin(), syms.end(), [&](sym::SymExpr a, sym::SymExpr b) {
+      return names_.symbolIndex(a) < names_.symbolIndex(b);
+    });
+  }
+
+  std::string loopHead(sym::SymExpr v) {
+    std::string n = names_.index(v);
+    return "for (int64_t " + n + " = 0; " + n + " < " + names_.index(v->extent()) + "; ++" + n + ")";
+  }
+
+  /// Reduction members of a step get accumulators; returns the simd clause if vectorizable.
+  std::string simdClause(const Step &st) {
+    std::string vars;
+    for (const Member &m : st.members) {
+      if (!m.comp->isReduction())
+        continue;
+      if (m.comp->reduce != ReduceKind::Sum)
+        return "";
+      vars += (vars.empty() ? "" : ", ") + names_.acc(*m.comp);
+    }
+    return vars.empty() ? "#pragma omp simd" : "#pragma omp simd reduction(+: " + vars + ")";
+  }
+
+  void emitWithOuter(const Kernel &k, Writer &w) {
+    bool scalarOnly = k.innerVars.empty();
+    size_t n = k.outerVars.size();
+    // A kernel without inner loops vectorizes its innermost outer loop.
+    size_t parallelDims = scalarOnly && n > 1 ? n - 1 : n;
+    std::string collapse = parallelDims > 1 ? " collapse(" + std::to_string(parallelDims) + ")" : "";
+    bool simdOnParallel = scalarOnly && n == 1;
+    w.line(std::string("#pragma omp parallel for") + (simdOnParallel ? " simd" : "") + collapse +
+           " if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
+    for (size_t i = 0; i < n; ++i) {
+      if (scalarOnly && n > 1 && i == n - 1)
+        w.line("#pragma omp simd");
+      w.line(loopHead(k.outerVars[i]) + " {");
+      w.indent();
+    }
+    Scope outer(nullptr);
+    for (const Step &st : k.steps) {
+      if (st.kind == StepKind::Scalar) {
+        emitMembers(st, w, outer, true);
+        continue;
+      }
+      for (const Member &m : st.members)
+        if (m.comp->isReduction())
+          w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+      std::string clause = simdClause(st);
+      for (size_t i = 0; i < k.innerVars.size(); ++i) {
+        if (i + 1 == k.innerVars.size() && !clause.empty())
+          w.line(clause);
+        w.line(loopHead(k.innerVars[i]) + " {");
+        w.indent();
+      }
+      Scope inner(&outer);
+      emitMembers(st, w, inner, false);
+      for (size_t i = 0; i < k.innerVars.size(); ++i) {
+        w.dedent();
+        w.line("}");
+      }
+      finishReductions(st, w, outer, "");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      w.dedent();
+      w.line("}");
+    }
+  }
+
+  void emitWithoutOuter(const Kernel &k, Writer &w) {
+    w.line("const int nthreads = work >= " + std::to_string(s_.target.minParallelWork) +
+           " ? std::min(omp_get_max_threads(), 256) : 1;");
+    // Per-thread partial results, combined in thread order (deterministic).
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members)
+        if (m.comp->isReduction())
+          w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + "_part[256];");
+    w.line("#pragma omp parallel num_threads(nthreads)");
+    w.line("{");
+    w.indent();
+    w.line("const int tid = omp_get_thread_num();");
+    w.line("(void)tid;");
+    Scope region(nullptr);
+    for (const Step &st : k.steps) {
+      if (st.kind == StepKind::Scalar) {
+        emitMembers(st, w, region, true, "tid == 0");
+        continue;
+      }
+      bool hasReduction = false;
+      for (const Member &m : st.members)
+        if (m.comp->isReduction()) {
+          hasReduction = true;
+          w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+        }
+      size_t n = k.innerVars.size();
+      w.line(std::string("#pragma omp for") + (n > 1 ? " collapse(" + std::to_string(n) + ")" : "") +
+             (hasReduction ? " nowait" : ""));
+      for (size_t i = 0; i < n; ++i) {
+        w.line(loopHead(k.innerVars[i]) + " {");
+        w.indent();
+      }
+      Scope inner(&region);
+      emitMembers(st, w, inner, false);
+      for (size_t i = 0; i < n; ++i) {
+        w.dedent();
+        w.line("}");
+      }
+      if (hasReduction) {
+        for (const Member &m : st.members)
+          if (m.comp->isReduction())
+            w.line(names_.acc(*m.comp) + "_part[tid] = " + names_.acc(*m.comp) + ";");
+        w.line("#pragma omp barrier");
+        for (const Member &m : st.members)
+          if (m.comp->isReduction()) {
+            std::string acc = names_.acc(*m.comp);
+            w.line(acc + " = " + accInit(*m.comp) + ";");
+            w.line("for (int t = 0; t < nthreads; ++t) " +
+                   accUpdate(*m.comp, acc, acc + "_part[t]") + ";");
+          }
+        finishReductions(st, w, region, "tid == 0");
+        w.line("#pragma omp barrier");
+      }
+    }
+    w.dedent();
+    w.line("}");
+  }
+
+  std::string accType(const loop::Computation &c) {
+    DType t = c.value->dtype();
+    if (c.reduce == ReduceKind::Sum && isFloating(t))
+      return "double";
+    return ctype(t);
+  }
+
+  std::string accInit(const loop::Computation &c) {
+    DType t = c.value->dtype();
+    std::string ty = ctype(t);
+    switch (c.reduce) {
+    case ReduceKind::Sum:
+      return "0";
+    case ReduceKind::Prod:
+      return "1";
+    case ReduceKind::Max:
+      return isFloating(t) ? "-std::numeric_limits<" + ty + ">::infinity()"
+                           : "std::numeric_limits<" + ty + ">::lowest()";
+    case ReduceKind::Min:
+      return isFloating(t) ? "std::numeric_limits<" + ty + ">::infinity()"
+                           : "std::numeric_limits<" + ty + ">::max()";
+    case ReduceKind::Any:
+      return "false";
+    case ReduceKind::All:
+      return "true";
+    case ReduceKind::None:
+      break;
+    }
+    BRAZE_UNREACHABLE("not a reduction");
+  }
+
+  std::string accUpdate(const loop::Computation &c, const std::string &acc, const std::string &v) {
+    switch (c.reduce) {
+    case ReduceKind::Sum:
+      return acc + " += " + v;
+    case ReduceKind::Prod:
+      return acc + " = (" + ctype(c.value->dtype()) + ")(" + acc + " * " + v + ")";
+    case ReduceKind::Max:
+      return acc + " = braze_max(" + acc + ", " + v + ")";
+    case ReduceKind::Min:
+      return acc + " = braze_min(" + acc + ", " + v + ")";
+    case ReduceKind::Any:
+      return acc + " = " + acc + " || " + v;
+    case ReduceKind::All:
+      return acc + " = " + acc + " && " + v;
+    case ReduceKind::None:
+      break;
+    }
+    BRAZE_UNREACHABLE("not a reduction");
+  }
+
+  /// Emits the members of a step at the current point. Reductions fold into their accumulator;
+  /// pointwise members define a local and store it if needed (`storeGuard` limits who stores).
+  void emitMembers(const Step &st, Writer &w, Scope &scope, bool scalarStep,
+                   const std::string &storeGuard = "") {
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    for (const Member &m : st.members) {
+      std::string v = ex.emit(m.value);
+      const Buffer &b = *m.comp->out;
+      if (m.comp->isReduction()) {
+        w.line(accUpdate(*m.comp, names_.acc(*m.comp), v) + ";");
+        continue;
+      }
+      std::string local = names_.local(b);
+      w.line("const " + ctype(m.value->dtype()) + " " + local + " = " + v + ";");
+      scope.defineLocal(&b, local, m.storeIndex);
+      if (m.store) {
+        std::string st2 = names_.buffer(b) + "[" + names_.index(m.storeIndex) +
+                          "] = " + convert(local, m.value->dtype(), b.dtype) + ";";
+        w.line(storeGuard.empty() ? st2 : "if (" + storeGuard + ") " + st2);
+      }
+    }
+    (void)scalarStep;
+  }
+
+  void finishReductions(const Step &st, Writer &w, Scope &scope, const std::string &storeGuard) {
+    for (const Member &m : st.members) {
+      if (!m.comp->isReduction())
+        continue;
+      const Buffer &b = *m.comp->out;
+      std::string local = names_.local(b);
+      w.line("const " + ctype(m.value->dtype()) + " " + local + " = (" +
+             ctype(m.value->dtype()) + ")" + names_.acc(*m.comp) + ";");
+      scope.defineLocal(&b, local, m.storeIndex);
+      if (m.store) {
+        std::string st2 = names_.buffer(b) + "[" + names_.index(m.storeIndex) +
+                          "] = " + convert(local, m.value->dtype(), b.dtype) + ";";
+        w.line(storeGuard.empty() ? st2 : "if (" + storeGuard + ") " + st2);
+      }
+    }
+  }
+
+  std::string emitAbi() {
+    std::vector<std::string> calls;
+    for (const Kernel &k : s_.kernels)
+      calls.push_back(k.name + "(bufs, syms, &err);");
+    return emitModuleAbi(s_, names_, calls);
+  }
+
+  const sched::Schedule &s_;
+  Names names_;
+  int next_ = 0; ///< numbering of expression locals, unique per kernel
+};
+
+} // namespace
+
+GeneratedSource generateCpu(const sched::Schedule &s) { return CpuEmitter(s).run(); }
+
+} // namespace braze::codegen

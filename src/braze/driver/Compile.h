@@ -1,0 +1,50 @@
+#pragma once
+/// The whole pipeline: compile(Graph, CompileOptions) -> Executable.
+///   graph -> decompose + graph passes -> loops -> schedule -> C++ -> host compiler (cached)
+#include "braze/ir/graph/Graph.h"
+#include "braze/runtime/Executable.h"
+#include "braze/support/Log.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace braze {
+
+struct CompileOptions {
+  LogSet log;
+  bool strict = false;       ///< Python layer: raise instead of falling back on internal errors
+  bool fuse = true;
+  std::string cacheDir;      ///< empty: the default (BRAZE_CACHE_DIR or ~/.cache/braze)
+  std::string cxx = "g++";
+
+  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR and BRAZE_CXX: the one place braze reads
+  /// the environment.
+  static CompileOptions fromEnvironment();
+};
+
+struct CompileResult {
+  std::shared_ptr<runtime::Executable> executable;
+  std::string source;
+  int numKernels = 0;
+  bool cacheHit = false;
+};
+
+/// Compiles `g` (which is consumed: passes rewrite it in place).
+CompileResult compile(Graph &g, const CompileOptions &opts);
+
+/// Each stage's text, for braze-opt and the logs.
+enum class StageKind { Graph, Decomposed, Loops, Schedule, Code };
+std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
+
+/// Graph-level lowering only (decompose, passes, to_loops, schedule, codegen) without compiling:
+/// raises a Diagnostic if braze cannot take the graph.
+void checkSupported(Graph &g);
+
+/// Cumulative counts for this process.
+struct Counters {
+  std::atomic<int64_t> graphsCompiled{0}, kernelsGenerated{0}, cacheHits{0}, cacheMisses{0};
+};
+Counters &counters();
+
+} // namespace braze

@@ -1,0 +1,417 @@
+#include "braze/ir/graph/GraphText.h"
+
+#include "braze/ir/sym/SymParse.h"
+#include "braze/support/Diagnostic.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace braze {
+
+namespace {
+
+bool isWordChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+}
+
+/// Recursive-descent reader of the graph text form. Whitespace (newlines included) separates
+/// tokens; `#` comments run to the end of the line.
+class GraphParser {
+public:
+  explicit GraphParser(std::string_view text) : text_(text), g_(std::make_unique<Graph>()) {}
+
+  std::unique_ptr<Graph> parse() {
+    if (peekWord() == "sizes") {
+      word("'sizes'");
+      do
+        declareSize(word("a size symbol name"));
+      while (consumeIf(','));
+    }
+    expectWord("graph");
+    expect('(');
+    if (!consumeIf(')')) {
+      do
+        parseInput();
+      while (consumeIf(','));
+      expect(')');
+    }
+    expect('{');
+    while (peekWord() != "return")
+      parseNode();
+    word("'return'");
+    std::vector<Node *> outputs;
+    if (peek() == '%') {
+      do
+        outputs.push_back(use());
+      while (consumeIf(','));
+    }
+    g_->setOutputs(std::move(outputs));
+    expect('}');
+    skipSpace();
+    if (pos_ < text_.size())
+      expected("end of input");
+    return std::move(g_);
+  }
+
+private:
+  // ---- cursor -------------------------------------------------------------------------------
+
+  void skipSpace() {
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == '#') {
+        while (pos_ < text_.size() && text_[pos_] != '\n')
+          ++pos_;
+      } else if (std::isspace(static_cast<unsigned char>(c))) {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  char peek() {
+    skipSpace();
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+
+  std::string_view peekWord() {
+    skipSpace();
+    size_t end = pos_;
+    while (end < text_.size() && isWordChar(text_[end]))
+      ++end;
+    return text_.substr(pos_, end - pos_);
+  }
+
+  bool consumeIf(char c) {
+    if (peek() != c)
+      return false;
+    ++pos_;
+    return true;
+  }
+
+  void expect(char c) {
+    if (!consumeIf(c))
+      expected(std::string("'") + c + "'");
+  }
+
+  std::string word(std::string_view what) {
+    std::string_view w = peekWord();
+    if (w.empty())
+      expected(what);
+    pos_ += w.size();
+    return std::string(w);
+  }
+
+  void expectWord(std::string_view w) {
+    if (peekWord() != w)
+      expected("'" + std::string(w) + "'");
+    pos_ += w.size();
+  }
+
+  /// The token at the cursor, for "found ..." in messages.
+  std::string found() {
+    skipSpace();
+    if (pos_ >= text_.size())
+      return "end of input";
+    std::string_view w = peekWord();
+    if (!w.empty())
+      return "'" + std::string(w) + "'";
+    return std::string("'") + text_[pos_] + "'";
+  }
+
+  [[noreturn]] void fail(size_t at, const std::string &message) {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < at && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    throw Diagnostic("graph-parser", "",
+                     "line " + std::to_string(line) + ", column " + std::to_string(column) +
+                         ": " + message);
+  }
+
+  [[noreturn]] void expected(std::string_view what) {
+    skipSpace();
+    fail(pos_, "expected " + std::string(what) + ", found " + found());
+  }
+
+  // ---- grammar ------------------------------------------------------------------------------
+
+  void declareSize(const std::string &name) {
+    if (!sizes_.emplace(name, g_->newSizeSymbol(name)).second)
+      fail(pos_ - name.size(), "size symbol '" + name + "' is declared twice");
+  }
+
+  /// `%name`, with no space after the '%'.
+  std::string valueName() {
+    expect('%');
+    if (pos_ >= text_.size() || !isWordChar(text_[pos_]))
+      expected("a value name after '%'");
+    return word("a value name");
+  }
+
+  Node *use() {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = valueName();
+    auto it = values_.find(name);
+    if (it == values_.end())
+      fail(at, "use of undefined value %" + name);
+    return it->second;
+  }
+
+  void checkFresh(size_t at, const std::string &name) {
+    if (values_.count(name))
+      fail(at, "value %" + name + " is defined twice");
+  }
+
+  /// One size expression: the text up to a ',' or closing bracket outside parentheses.
+  SymExpr symExpr() {
+    skipSpace();
+    size_t start = pos_;
+    int depth = 0;
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == '(')
+        ++depth;
+      else if (c == ')' && depth > 0)
+        --depth;
+      else if (depth == 0 && (c == ',' || c == ']' || c == '}' || c == ')' || c == '\n'))
+        break;
+      ++pos_;
+    }
+    std::string_view src = text_.substr(start, pos_ - start);
+    while (!src.empty() && std::isspace(static_cast<unsigned char>(src.back())))
+      src.remove_suffix(1);
+    if (src.empty()) {
+      pos_ = start;
+      expected("a size expression");
+    }
+    auto lookup = [&](std::string_view name) -> SymExpr {
+      auto it = sizes_.find(std::string(name));
+      if (it != sizes_.end())
+        return it->second;
+      SymExpr s = g_->newSizeSymbol(std::string(name));
+      sizes_.emplace(std::string(name), s);
+      return s;
+    };
+    try {
+      return sym::parseSym(g_->sym(), src, lookup);
+    } catch (const Diagnostic &e) {
+      failInSym(start, e.message());
+    }
+  }
+
+  /// Re-raises parseSym's "column N: what" at its place in the whole text.
+  [[noreturn]] void failInSym(size_t start, const std::string &message) {
+    size_t column = 0, i = 7;
+    if (message.rfind("column ", 0) == 0) {
+      while (i < message.size() && std::isdigit(static_cast<unsigned char>(message[i])))
+        column = column * 10 + static_cast<size_t>(message[i++] - '0');
+      if (column > 0 && message.compare(i, 2, ": ") == 0)
+        fail(start + column - 1, message.substr(i + 2));
+    }
+    fail(start, message);
+  }
+
+  std::vector<SymExpr> symList(char close) {
+    std::vector<SymExpr> xs;
+    if (consumeIf(close))
+      return xs;
+    do
+      xs.push_back(symExpr());
+    while (consumeIf(','));
+    expect(close);
+    return xs;
+  }
+
+  TensorType type() {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = word("a dtype");
+    std::optional<DType> dtype = parseDType(name);
+    if (!dtype)
+      fail(at, "expected a dtype, found '" + name + "'");
+    TensorType t;
+    t.dtype = *dtype;
+    expect('[');
+    t.shape = symList(']');
+    if (peek() == '{' && !attrListAhead()) {
+      ++pos_;
+      t.strides = symList('}');
+    }
+    return t;
+  }
+
+  /// Whether the '{' at the cursor opens an attribute list (`{}` or `{name=`), not strides.
+  bool attrListAhead() {
+    size_t saved = pos_;
+    ++pos_;
+    bool isAttrs = peek() == '}';
+    if (!isAttrs && !peekWord().empty()) {
+      pos_ += peekWord().size();
+      isAttrs = peek() == '=';
+    }
+    pos_ = saved;
+    return isAttrs;
+  }
+
+  AttrValue attrValue() {
+    char c = peek();
+    size_t at = pos_;
+    if (c == '"') {
+      size_t end = text_.find('"', pos_ + 1);
+      if (end == std::string_view::npos)
+        fail(at, "unterminated string");
+      std::string s(text_.substr(pos_ + 1, end - pos_ - 1));
+      pos_ = end + 1;
+      return s;
+    }
+    if (c == '[') {
+      ++pos_;
+      IntList xs;
+      if (consumeIf(']'))
+        return xs;
+      do {
+        AttrValue v = attrValue();
+        if (!std::holds_alternative<int64_t>(v))
+          fail(at, "expected an integer list element");
+        xs.push_back(std::get<int64_t>(v));
+      } while (consumeIf(','));
+      expect(']');
+      return xs;
+    }
+    bool negative = c == '-';
+    if (negative)
+      ++pos_;
+    std::string_view w = peekWord();
+    if (w == "true" || w == "false") {
+      if (negative)
+        expected("a number after '-'");
+      pos_ += w.size();
+      return w == "true";
+    }
+    if (w == "inf" || w == "nan") {
+      pos_ += w.size();
+      double d = w == "inf" ? std::numeric_limits<double>::infinity()
+                            : std::numeric_limits<double>::quiet_NaN();
+      return negative ? -d : d;
+    }
+    // A number: digits with an optional fraction and exponent.
+    size_t start = negative ? at : pos_;
+    size_t end = pos_;
+    bool isFloat = false;
+    while (end < text_.size()) {
+      char d = text_[end];
+      if (std::isdigit(static_cast<unsigned char>(d))) {
+        ++end;
+      } else if (d == '.' || d == 'e' || d == 'E') {
+        isFloat = true;
+        ++end;
+        if ((d == 'e' || d == 'E') && end < text_.size() &&
+            (text_[end] == '+' || text_[end] == '-'))
+          ++end;
+      } else {
+        break;
+      }
+    }
+    if (end == pos_ || !std::isdigit(static_cast<unsigned char>(text_[pos_])))
+      expected("an attribute value");
+    std::string num(text_.substr(start, end - start));
+    pos_ = end;
+    if (isFloat) {
+      char *stop = nullptr;
+      double d = std::strtod(num.c_str(), &stop);
+      if (*stop != '\0')
+        fail(start, "malformed number '" + num + "'");
+      return d;
+    }
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec != std::errc() || p != num.data() + num.size())
+      fail(start, "integer '" + num + "' is out of range");
+    return v;
+  }
+
+  AttrMap attrs() {
+    AttrMap m;
+    expect('{');
+    if (consumeIf('}'))
+      return m;
+    do {
+      skipSpace();
+      size_t at = pos_;
+      std::string name = word("an attribute name");
+      if (m.has(name))
+        fail(at, "attribute '" + name + "' appears twice");
+      expect('=');
+      m.set(name, attrValue());
+    } while (consumeIf(','));
+    expect('}');
+    return m;
+  }
+
+  void parseInput() {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = valueName();
+    expect(':');
+    TensorType t = type();
+    AttrMap a;
+    if (peek() == '{')
+      a = attrs();
+    else
+      a.set("index", static_cast<int64_t>(g_->inputs().size()));
+    checkFresh(at, name);
+    values_.emplace(name, g_->addNode(OpKind::Input, {}, std::move(a), std::move(t), name));
+  }
+
+  void parseNode() {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = valueName();
+    expect('=');
+    skipSpace();
+    size_t opAt = pos_;
+    std::string opText = word("an op name");
+    OpKind op;
+    if (!parseOpKind(opText, op) || op == OpKind::Input)
+      fail(opAt, "expected an op name, found '" + opText + "'");
+    expect('(');
+    std::vector<Node *> operands;
+    if (!consumeIf(')')) {
+      do
+        operands.push_back(use());
+      while (consumeIf(','));
+      expect(')');
+    }
+    AttrMap a;
+    if (peek() == '{')
+      a = attrs();
+    expect(':');
+    TensorType t = type();
+    checkFresh(at, name);
+    values_.emplace(name, g_->addNode(op, std::move(operands), std::move(a), std::move(t), name));
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  std::unique_ptr<Graph> g_;
+  std::map<std::string, SymExpr> sizes_;
+  std::map<std::string, Node *> values_;
+};
+
+} // namespace
+
+std::unique_ptr<Graph> parseGraph(std::string_view text) { return GraphParser(text).parse(); }
+
+} // namespace braze

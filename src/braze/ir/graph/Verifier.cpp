@@ -1,0 +1,318 @@
+#include "braze/ir/graph/GraphText.h"
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace braze {
+
+namespace {
+
+std::string shapeText(const std::vector<SymExpr> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + sym::toString(shape[i]);
+  return s + "]";
+}
+
+/// Checks one node at a time; the first violation is kept in error_ and stops the walk.
+class GraphVerifier {
+public:
+  explicit GraphVerifier(const Graph &g) : g_(g), ctx_(*g.symShared()) {}
+
+  std::string run() {
+    if (!checkSizeSymbols())
+      return error_;
+    for (size_t i = 0; i < g_.inputs().size(); ++i) {
+      const Node *in = g_.inputs()[i];
+      const AttrValue *index = in->attrs().has("index") ? &in->attrs().get("index") : nullptr;
+      if (!index || !std::holds_alternative<int64_t>(*index) ||
+          std::get<int64_t>(*index) != static_cast<int64_t>(i))
+        return "input %" + in->name() + " is input " + std::to_string(i) +
+               " but its \"index\" attribute is " + (index ? attrToString(*index) : "missing");
+    }
+    for (const auto &n : g_.nodes()) {
+      node_ = n.get();
+      if (!checkOperandsDefined() || !checkType() || !checkArity() || !checkNode())
+        return error_;
+      defined_.insert(n.get());
+    }
+    if (g_.outputs().empty())
+      return "the graph has no outputs";
+    for (size_t i = 0; i < g_.outputs().size(); ++i)
+      if (!defined_.count(g_.outputs()[i]))
+        return "output " + std::to_string(i) + " is not a node of the graph";
+    return "";
+  }
+
+private:
+  /// Starts a message about the current node; returns false so that checks can `return fail()`.
+  bool fail(const std::string &message) {
+    error_ = "node %" + node_->name() + " (" + std::string(opName(node_->op())) + "): " + message;
+    return false;
+  }
+
+  bool checkSizeSymbols() {
+    std::unordered_set<std::string> hints;
+    for (SymExpr s : g_.sizeSymbols()) {
+      if (!s->isSymbol() || s->role() != sym::SymbolRoleKind::Size) {
+        error_ = "size symbol " + sym::toString(s) + " is not a size symbol";
+        return false;
+      }
+      if (!hints.insert(s->name()).second) {
+        error_ = "two size symbols are named '" + s->name() + "'";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool checkOperandsDefined() {
+    for (size_t i = 0; i < node_->operands().size(); ++i) {
+      const Node *o = node_->operand(i);
+      if (!o)
+        return fail("operand " + std::to_string(i) + " is null");
+      if (!defined_.count(o))
+        return fail("operand " + std::to_string(i) + " %" + o->name() +
+                    " is used before it is defined");
+    }
+    return true;
+  }
+
+  bool checkType() {
+    const TensorType &t = node_->type();
+    if (t.strides.size() != t.shape.size())
+      return fail("rank " + std::to_string(t.rank()) + " but " +
+                  std::to_string(t.strides.size()) + " strides");
+    std::vector<SymExpr> syms;
+    for (SymExpr e : t.shape)
+      sym::collectSymbols(e, syms);
+    for (SymExpr e : t.strides)
+      sym::collectSymbols(e, syms);
+    const auto &sizes = g_.sizeSymbols();
+    for (SymExpr s : syms)
+      if (std::find(sizes.begin(), sizes.end(), s) == sizes.end())
+        return fail("type uses '" + s->name() + "', which is not a size symbol of the graph");
+    return true;
+  }
+
+  bool checkArity() {
+    size_t n = node_->operands().size(), lo = 1, hi = 1;
+    switch (opCategory(node_->op())) {
+    case OpCategoryKind::Input:
+    case OpCategoryKind::Full:
+    case OpCategoryKind::Iota:
+      lo = hi = 0;
+      break;
+    case OpCategoryKind::Elementwise:
+      lo = hi = static_cast<size_t>(elementwiseArity(node_->op()));
+      break;
+    case OpCategoryKind::Gather:
+      lo = hi = 2;
+      break;
+    case OpCategoryKind::Composite:
+      if (node_->op() == OpKind::LayerNorm)
+        hi = 3;
+      break;
+    case OpCategoryKind::Cast:
+    case OpCategoryKind::Reduce:
+    case OpCategoryKind::View:
+    case OpCategoryKind::Numel:
+      break;
+    }
+    if (n >= lo && n <= hi)
+      return true;
+    std::string want = lo == hi ? std::to_string(lo)
+                                : std::to_string(lo) + " to " + std::to_string(hi);
+    return fail("takes " + want + " operands, got " + std::to_string(n));
+  }
+
+  /// An int attribute, or a failure naming it.
+  std::optional<int64_t> intAttr(const std::string &name) {
+    const AttrMap &a = node_->attrs();
+    if (!a.has(name) || !std::holds_alternative<int64_t>(a.get(name))) {
+      fail("needs an integer attribute '" + name + "'");
+      return std::nullopt;
+    }
+    return a.getInt(name);
+  }
+
+  bool checkDim(const std::string &attr, int64_t rank) {
+    std::optional<int64_t> d = intAttr(attr);
+    if (!d)
+      return false;
+    if (*d < 0 || *d >= std::max<int64_t>(rank, 1))
+      return fail(attr + " " + std::to_string(*d) + " is out of range for rank " +
+                  std::to_string(rank));
+    return true;
+  }
+
+  /// `dims` is a strictly increasing list of dims of the operand; with `keepdim` (when
+  /// `hasKeepdim`) the result keeps them as size 1.
+  bool checkReduction(bool hasKeepdim) {
+    const AttrMap &a = node_->attrs();
+    if (!a.has("dims") || !std::holds_alternative<IntList>(a.get("dims")))
+      return fail("needs an integer list attribute 'dims'");
+    const IntList &dims = a.getInts("dims");
+    int64_t rank = node_->operand(0)->rank();
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] < 0 || dims[i] >= std::max<int64_t>(rank, 1))
+        return fail("dim " + std::to_string(dims[i]) + " is out of range for rank " +
+                    std::to_string(rank));
+      if (i > 0 && dims[i] <= dims[i - 1])
+        return fail("dims " + attrToString(dims) + " are not strictly increasing");
+    }
+    if (!hasKeepdim)
+      return node_->rank() == 0 ? true : fail("result must have rank 0");
+    if (!a.has("keepdim") || !std::holds_alternative<bool>(a.get("keepdim")))
+      return fail("needs a bool attribute 'keepdim'");
+    bool keep = a.getBool("keepdim");
+    int64_t reduced = rank == 0 ? 0 : static_cast<int64_t>(dims.size());
+    int64_t want = keep ? rank : rank - reduced;
+    if (node_->rank() != want)
+      return fail("result rank " + std::to_string(node_->rank()) + " is not " +
+                  std::to_string(want) + " (operand rank " + std::to_string(rank) +
+                  ", keepdim=" + (keep ? "true" : "false") + ")");
+    return true;
+  }
+
+  bool checkElementwise() {
+    std::vector<SymExpr> shape;
+    for (const Node *o : node_->operands()) {
+      const std::vector<SymExpr> &b = o->shape();
+      size_t n = std::max(shape.size(), b.size());
+      std::vector<SymExpr> out(n);
+      for (size_t i = 0; i < n; ++i) {
+        SymExpr x = i < n - shape.size() ? nullptr : shape[i - (n - shape.size())];
+        SymExpr y = i < n - b.size() ? nullptr : b[i - (n - b.size())];
+        if (!x || x->isConst(1))
+          out[i] = y ? y : x;
+        else if (!y || y->isConst(1) || x == y)
+          out[i] = x;
+        else
+          return fail("operand shapes do not broadcast: " + shapeText(shape) + " and " +
+                      shapeText(b));
+      }
+      shape = std::move(out);
+    }
+    if (shape != node_->shape())
+      return fail("operands broadcast to " + shapeText(shape) + " but the result shape is " +
+                  shapeText(node_->shape()));
+    if (node_->op() == OpKind::Where && node_->operand(0)->dtype() != DType::Bool)
+      return fail("condition must be bool, got " +
+                  std::string(dtypeName(node_->operand(0)->dtype())));
+    return true;
+  }
+
+  bool checkView() {
+    const Node *x = node_->operand(0);
+    OpKind op = node_->op();
+    if (op == OpKind::Reshape) {
+      SymExpr a = ctx_.product(x->shape()), b = ctx_.product(node_->shape());
+      if (a != b)
+        return fail(sym::toString(a) + " elements cannot become " + shapeText(node_->shape()));
+      return true;
+    }
+    if (op == OpKind::Permute) {
+      if (!node_->attrs().has("dims") ||
+          !std::holds_alternative<IntList>(node_->attrs().get("dims")))
+        return fail("needs an integer list attribute 'dims'");
+      const IntList &dims = node_->attrs().getInts("dims");
+      IntList sorted = dims;
+      std::sort(sorted.begin(), sorted.end());
+      bool permutation = sorted.size() == static_cast<size_t>(x->rank());
+      for (size_t i = 0; permutation && i < sorted.size(); ++i)
+        permutation = sorted[i] == static_cast<int64_t>(i);
+      if (!permutation)
+        return fail("dims " + attrToString(dims) + " are not a permutation of " +
+                    std::to_string(x->rank()) + " dims");
+      std::vector<SymExpr> permuted;
+      for (int64_t d : dims)
+        permuted.push_back(x->shape()[d]);
+      if (permuted != node_->shape())
+        return fail("result shape " + shapeText(node_->shape()) + " is not " +
+                    shapeText(permuted));
+      return true;
+    }
+    if (op == OpKind::Expand) {
+      size_t r = node_->shape().size(), xr = x->shape().size();
+      bool ok = r >= xr;
+      for (size_t i = 0; ok && i < xr; ++i)
+        ok = x->shape()[i] == node_->shape()[r - xr + i] || x->shape()[i]->isConst(1);
+      return ok ? true
+                : fail("cannot expand " + shapeText(x->shape()) + " to " +
+                       shapeText(node_->shape()));
+    }
+    if (op == OpKind::Slice) {
+      if (!checkDim("dim", x->rank()) || !intAttr("start"))
+        return false;
+      std::optional<int64_t> step = intAttr("step");
+      if (!step)
+        return false;
+      if (*step <= 0)
+        return fail("step must be positive, got " + std::to_string(*step));
+      return node_->rank() == x->rank() ? true : fail("slice must keep the rank");
+    }
+    if (op == OpKind::Select) {
+      if (!checkDim("dim", x->rank()) || !intAttr("index"))
+        return false;
+      return node_->rank() == x->rank() - 1 ? true : fail("select must drop one dim");
+    }
+    return fail("unknown view op");
+  }
+
+  bool checkNode() {
+    switch (opCategory(node_->op())) {
+    case OpCategoryKind::Input:
+      return true;
+    case OpCategoryKind::Full:
+      if (!node_->attrs().has("value"))
+        return fail("needs a 'value' attribute");
+      return true;
+    case OpCategoryKind::Iota:
+      return checkDim("dim", node_->rank());
+    case OpCategoryKind::Elementwise:
+      return checkElementwise();
+    case OpCategoryKind::Cast:
+      if (node_->shape() != node_->operand(0)->shape())
+        return fail("shape " + shapeText(node_->shape()) + " differs from the operand's " +
+                    shapeText(node_->operand(0)->shape()));
+      return true;
+    case OpCategoryKind::Reduce:
+      return checkReduction(true);
+    case OpCategoryKind::Numel:
+      return checkReduction(false);
+    case OpCategoryKind::View:
+      return checkView();
+    case OpCategoryKind::Gather: {
+      const Node *x = node_->operand(0), *index = node_->operand(1);
+      if (!isIntegral(index->dtype()))
+        return fail("index must be an integer tensor, got " +
+                    std::string(dtypeName(index->dtype())));
+      if (index->rank() != x->rank())
+        return fail("index rank " + std::to_string(index->rank()) + " differs from rank " +
+                    std::to_string(x->rank()));
+      return checkDim("dim", x->rank());
+    }
+    case OpCategoryKind::Composite:
+      if (node_->op() == OpKind::Mean || node_->op() == OpKind::Var)
+        return checkReduction(true);
+      return true;
+    }
+    return fail("unknown op category");
+  }
+
+  const Graph &g_;
+  sym::SymContext &ctx_;
+  const Node *node_ = nullptr;
+  std::unordered_set<const Node *> defined_;
+  std::string error_;
+};
+
+} // namespace
+
+std::string verifyGraph(const Graph &g) { return GraphVerifier(g).run(); }
+
+} // namespace braze

@@ -1,0 +1,492 @@
+#include "braze/ir/loop/LoopText.h"
+
+#include "braze/ir/sym/SymParse.h"
+#include "braze/support/Diagnostic.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace braze::loop {
+
+namespace {
+
+bool isWordChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+}
+
+using Lookup = std::function<SymExpr(std::string_view)>;
+
+/// Recursive-descent reader of the loop text form (grammar in LoopText.h). Whitespace
+/// (newlines included) separates tokens; `#` comments run to the end of the line.
+class ProgramParser {
+public:
+  explicit ProgramParser(std::string_view text)
+      : text_(text), p_(std::make_unique<LoopProgram>(std::make_shared<sym::SymContext>())) {}
+
+  std::unique_ptr<LoopProgram> parse() {
+    if (peekWord() == "sizes") {
+      pos_ += 5;
+      do {
+        skipSpace();
+        size_t at = pos_;
+        std::string name = word("a size symbol name");
+        SymExpr s = p_->sym().sizeSymbol(name);
+        if (!sizes_.emplace(name, s).second)
+          fail(at, "size symbol '" + name + "' is declared twice");
+        p_->sizeSymbols().push_back(s);
+      } while (consumeIf(','));
+    }
+    while (peek() != '\0') {
+      std::string_view w = peekWord();
+      if (w == "buffer")
+        parseBuffer();
+      else if (w == "compute")
+        parseCompute();
+      else
+        expected("'buffer' or 'compute'");
+    }
+    return std::move(p_);
+  }
+
+private:
+  // ---- cursor -------------------------------------------------------------------------------
+
+  void skipSpace() {
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == '#') {
+        while (pos_ < text_.size() && text_[pos_] != '\n')
+          ++pos_;
+      } else if (std::isspace(static_cast<unsigned char>(c))) {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  char peek() {
+    skipSpace();
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+
+  std::string_view peekWord() {
+    skipSpace();
+    size_t end = pos_;
+    while (end < text_.size() && isWordChar(text_[end]))
+      ++end;
+    return text_.substr(pos_, end - pos_);
+  }
+
+  bool consumeIf(char c) {
+    if (peek() != c)
+      return false;
+    ++pos_;
+    return true;
+  }
+
+  void expect(char c) {
+    if (!consumeIf(c))
+      expected(std::string("'") + c + "'");
+  }
+
+  std::string word(std::string_view what) {
+    std::string_view w = peekWord();
+    if (w.empty())
+      expected(what);
+    pos_ += w.size();
+    return std::string(w);
+  }
+
+  void expectWord(std::string_view w) {
+    if (peekWord() != w)
+      expected("'" + std::string(w) + "'");
+    pos_ += w.size();
+  }
+
+  std::string found() {
+    skipSpace();
+    if (pos_ >= text_.size())
+      return "end of input";
+    std::string_view w = peekWord();
+    return "'" + (w.empty() ? std::string(1, text_[pos_]) : std::string(w)) + "'";
+  }
+
+  [[noreturn]] void fail(size_t at, const std::string &message) {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < at && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    throw Diagnostic("loop-parser", "",
+                     "line " + std::to_string(line) + ", column " + std::to_string(column) +
+                         ": " + message);
+  }
+
+  [[noreturn]] void expected(std::string_view what) {
+    skipSpace();
+    fail(pos_, "expected " + std::string(what) + ", found " + found());
+  }
+
+  /// `%name`, with no space after the '%'; returns the name and sets `at` to the '%'.
+  std::string valueName(size_t &at) {
+    skipSpace();
+    at = pos_;
+    expect('%');
+    if (pos_ >= text_.size() || !isWordChar(text_[pos_]))
+      expected("a name after '%'");
+    return word("a name");
+  }
+
+  // ---- symbolic expressions -----------------------------------------------------------------
+
+  struct SymText {
+    size_t start;
+    std::string_view text;
+  };
+
+  /// The text of one size/index expression: up to a separator outside parentheses.
+  SymText scanSym() {
+    skipSpace();
+    size_t start = pos_;
+    int depth = 0;
+    for (; pos_ < text_.size(); ++pos_) {
+      char c = text_[pos_];
+      if (c == '(')
+        ++depth;
+      else if (c == ')' && depth > 0)
+        --depth;
+      else if (depth == 0 && std::string_view(",]}):=\n#").find(c) != std::string_view::npos)
+        break;
+    }
+    std::string_view src = text_.substr(start, pos_ - start);
+    while (!src.empty() && std::isspace(static_cast<unsigned char>(src.back())))
+      src.remove_suffix(1);
+    if (src.empty()) {
+      pos_ = start;
+      expected("an index expression");
+    }
+    return {start, src};
+  }
+
+  SymExpr parseSymText(const SymText &t, const Lookup &lookup) {
+    try {
+      return sym::parseSym(p_->sym(), t.text, lookup);
+    } catch (const Diagnostic &e) {
+      // parseSym says "column N: what"; report it at its place in the whole text.
+      const std::string &m = e.message();
+      size_t column = 0, i = 7;
+      if (m.rfind("column ", 0) == 0) {
+        while (i < m.size() && std::isdigit(static_cast<unsigned char>(m[i])))
+          column = column * 10 + static_cast<size_t>(m[i++] - '0');
+        if (column > 0 && m.compare(i, 2, ": ") == 0)
+          fail(t.start + column - 1, m.substr(i + 2));
+      }
+      fail(t.start, m);
+    }
+  }
+
+  SymExpr sizeOnly(std::string_view name) const {
+    auto it = sizes_.find(std::string(name));
+    return it == sizes_.end() ? nullptr : it->second;
+  }
+
+  /// Indices of the current computation, then sizes.
+  SymExpr inComputation(std::string_view name) const {
+    auto it = vars_.find(std::string(name));
+    return it == vars_.end() ? sizeOnly(name) : it->second;
+  }
+
+  std::vector<SymExpr> sizeList(char close) {
+    std::vector<SymExpr> xs;
+    if (consumeIf(close))
+      return xs;
+    do
+      xs.push_back(parseSymText(scanSym(), [&](std::string_view n) { return sizeOnly(n); }));
+    while (consumeIf(','));
+    expect(close);
+    return xs;
+  }
+
+  DType dtype() {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = word("a dtype");
+    std::optional<DType> t = parseDType(name);
+    if (!t)
+      fail(at, "expected a dtype, found '" + name + "'");
+    return *t;
+  }
+
+  // ---- buffers and computations -------------------------------------------------------------
+
+  void parseBuffer() {
+    expectWord("buffer");
+    size_t at;
+    std::string name = valueName(at);
+    if (buffers_.count(name))
+      fail(at, "buffer %" + name + " is declared twice");
+    expect(':');
+    DType t = dtype();
+    expect('[');
+    std::vector<SymExpr> shape = sizeList(']'), strides;
+    if (pos_ < text_.size() && text_[pos_] == '{') {
+      ++pos_;
+      strides = sizeList('}');
+    }
+    skipSpace();
+    size_t kindAt = pos_;
+    std::string kindText = word("a buffer kind");
+    BufferKind kind;
+    if (kindText == "input")
+      kind = BufferKind::Input;
+    else if (kindText == "output")
+      kind = BufferKind::Output;
+    else if (kindText == "intermediate")
+      kind = BufferKind::Intermediate;
+    else
+      fail(kindAt, "expected 'input', 'output' or 'intermediate', found '" + kindText + "'");
+    int ioIndex = -1;
+    if (std::isdigit(static_cast<unsigned char>(peek())) || peek() == '-')
+      ioIndex = static_cast<int>(integer(std::numeric_limits<int>::min(),
+                                         std::numeric_limits<int>::max()));
+    buffers_[name] = p_->addBuffer(name, t, std::move(shape), kind, ioIndex, std::move(strides));
+  }
+
+  int64_t integer(int64_t lo, int64_t hi) {
+    skipSpace();
+    size_t start = pos_, end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
+    while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end])))
+      ++end;
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text_.data() + start, text_.data() + end, v);
+    if (ec == std::errc::result_out_of_range || (ec == std::errc() && (v < lo || v > hi)))
+      fail(start, "integer '" + std::string(text_.substr(start, end - start)) +
+                      "' is out of range");
+    if (ec != std::errc() || ptr != text_.data() + end)
+      expected("an integer");
+    pos_ = end;
+    return v;
+  }
+
+  Buffer *bufferRef() {
+    size_t at;
+    std::string name = valueName(at);
+    auto it = buffers_.find(name);
+    if (it == buffers_.end())
+      fail(at, "unknown buffer %" + name);
+    return it->second;
+  }
+
+  /// `[i0 < s0, i1 < 8]`: fresh index symbols of the current computation.
+  std::vector<SymExpr> indexDecls() {
+    expect('[');
+    std::vector<SymExpr> vars;
+    if (consumeIf(']'))
+      return vars;
+    do {
+      skipSpace();
+      size_t at = pos_;
+      std::string name = word("an index name");
+      expect('<');
+      SymExpr extent =
+          parseSymText(scanSym(), [&](std::string_view n) { return inComputation(n); });
+      if (vars_.count(name))
+        fail(at, "index '" + name + "' is declared twice");
+      SymExpr v = p_->sym().indexSymbol(name, extent);
+      vars_.emplace(name, v);
+      vars.push_back(v);
+    } while (consumeIf(','));
+    expect(']');
+    return vars;
+  }
+
+  void parseCompute() {
+    expectWord("compute");
+    vars_.clear();
+    indirect_.clear();
+    values_.clear();
+    Buffer *out = bufferRef();
+    std::vector<SymExpr> vars = indexDecls(), rvars;
+    ReduceKind reduce = ReduceKind::None;
+    if (peekWord() == "reduce") {
+      pos_ += 6;
+      skipSpace();
+      size_t at = pos_;
+      std::string k = word("a reduction kind");
+      if (!parseReduceKind(k, reduce) || reduce == ReduceKind::None)
+        fail(at, "expected a reduction kind, found '" + k + "'");
+    }
+    if (peekWord() == "over") {
+      pos_ += 4;
+      rvars = indexDecls();
+    }
+    expect('{');
+    while (peekWord() != "yield")
+      parseStatement();
+    pos_ += 5;
+    const Expr *value = nullptr;
+    if (peek() == '%')
+      value = use();
+    expect('}');
+    p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
+  }
+
+  // ---- statements ---------------------------------------------------------------------------
+
+  const Expr *use() {
+    size_t at;
+    std::string name = valueName(at);
+    auto it = values_.find(name);
+    if (it == values_.end())
+      fail(at, "use of undefined value %" + name);
+    return it->second;
+  }
+
+  /// `t < extent = %v` (an index symbol) or `t = %v` (a size symbol); one symbol per name
+  /// and extent in a computation.
+  IndirectBinding binding(std::map<std::string, SymExpr> &bound) {
+    skipSpace();
+    size_t at = pos_;
+    std::string name = word("an indirect index name");
+    SymExpr extent = nullptr;
+    if (consumeIf('<'))
+      extent = parseSymText(scanSym(), [&](std::string_view n) { return inComputation(n); });
+    expect('=');
+    const Expr *value = use();
+    SymExpr &s = indirect_[{name, extent}];
+    if (!s)
+      s = extent ? p_->sym().indexSymbol(name, extent) : p_->sym().sizeSymbol(name);
+    if (!bound.emplace(name, s).second)
+      fail(at, "indirect index '" + name + "' is bound twice");
+    return {s, value};
+  }
+
+  const Expr *load() {
+    const Buffer *buf = bufferRef();
+    expect('[');
+    SymText index = scanSym();
+    expect(']');
+    std::vector<IndirectBinding> bindings;
+    std::map<std::string, SymExpr> bound;
+    if (peekWord() == "where") {
+      pos_ += 5;
+      do
+        bindings.push_back(binding(bound));
+      while (consumeIf(','));
+    }
+    SymExpr e = parseSymText(index, [&](std::string_view n) {
+      auto it = bound.find(std::string(n));
+      return it == bound.end() ? inComputation(n) : it->second;
+    });
+    expect(':');
+    skipSpace();
+    size_t at = pos_;
+    DType type = dtype();
+    if (type != buf->dtype)
+      fail(at, "load of %" + buf->name + " has type " + std::string(dtypeName(buf->dtype)) +
+                   ", not " + std::string(dtypeName(type)));
+    return p_->exprs().load(buf, e, std::move(bindings));
+  }
+
+  const Expr *constant() {
+    skipSpace();
+    size_t at = pos_;
+    size_t end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
+    while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
+                                  (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
+      ++end;
+    std::string v(text_.substr(pos_, end - pos_));
+    if (v.empty())
+      expected("a constant");
+    pos_ = end;
+    expect(':');
+    DType t = dtype();
+    if (t == DType::Bool) {
+      if (v != "true" && v != "false")
+        fail(at, "expected true or false, found '" + v + "'");
+      return p_->exprs().constant(v == "true" ? 1.0 : 0.0, t);
+    }
+    if (isFloating(t)) {
+      char *stop = nullptr;
+      double d = std::strtod(v.c_str(), &stop);
+      if (*stop != '\0')
+        fail(at, "expected a floating-point constant, found '" + v + "'");
+      return p_->exprs().constant(d, t);
+    }
+    int64_t i = 0;
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), i);
+    if (ec != std::errc() || ptr != v.data() + v.size())
+      fail(at, "expected an integer constant, found '" + v + "'");
+    return p_->exprs().constant(static_cast<double>(i), t);
+  }
+
+  void parseStatement() {
+    size_t at;
+    std::string name = valueName(at);
+    if (values_.count(name))
+      fail(at, "value %" + name + " is defined twice");
+    expect('=');
+    skipSpace();
+    size_t opAt = pos_;
+    std::string head = word("'const', 'index', 'load' or an op name");
+    const Expr *e = nullptr;
+    if (head == "const") {
+      e = constant();
+    } else if (head == "index") {
+      expect('(');
+      SymExpr index =
+          parseSymText(scanSym(), [&](std::string_view n) { return inComputation(n); });
+      expect(')');
+      expect(':');
+      e = p_->exprs().indexValue(index, dtype());
+    } else if (head == "load") {
+      e = load();
+    } else {
+      ScalarOpKind op;
+      if (!parseScalarOp(head, op))
+        fail(opAt, "expected 'const', 'index', 'load' or an op name, found '" + head + "'");
+      expect('(');
+      std::vector<const Expr *> operands;
+      if (!consumeIf(')')) {
+        do
+          operands.push_back(use());
+        while (consumeIf(','));
+        expect(')');
+      }
+      if (static_cast<int>(operands.size()) != scalarOpArity(op))
+        fail(opAt, head + " takes " + std::to_string(scalarOpArity(op)) + " operands, got " +
+                       std::to_string(operands.size()));
+      expect(':');
+      e = p_->exprs().op(op, std::move(operands), dtype());
+    }
+    values_.emplace(name, e);
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  std::unique_ptr<LoopProgram> p_;
+  std::map<std::string, SymExpr> sizes_;
+  std::map<std::string, Buffer *> buffers_;
+  // Scopes of the computation being read.
+  std::map<std::string, SymExpr> vars_;
+  std::map<std::pair<std::string, SymExpr>, SymExpr> indirect_;
+  std::map<std::string, const Expr *> values_;
+};
+
+} // namespace
+
+std::unique_ptr<LoopProgram> parseProgram(std::string_view text) {
+  return ProgramParser(text).parse();
+}
+
+} // namespace braze::loop

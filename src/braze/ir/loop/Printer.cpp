@@ -1,0 +1,158 @@
+#include "braze/ir/loop/LoopIR.h"
+
+#include "braze/ir/graph/Graph.h"
+#include "braze/ir/loop/LoopText.h"
+#include "braze/support/Check.h"
+
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace braze::loop {
+
+namespace {
+
+std::string constText(const Expr *e) {
+  if (isFloating(e->dtype()))
+    return formatDouble(e->floatValue());
+  if (e->dtype() == DType::Bool)
+    return e->intValue() ? "true" : "false";
+  return std::to_string(e->intValue());
+}
+
+std::string bufferName(const Buffer *b) { return b ? "%" + b->name : "%<null>"; }
+
+/// `i0 < s0, i1 < 8`
+std::string varList(const std::vector<SymExpr> &vars) {
+  std::string s;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    s += i ? ", " : "";
+    s += vars[i]->extent() ? vars[i]->name() + " < " + sym::toString(vars[i]->extent())
+                           : sym::toString(vars[i]);
+  }
+  return s;
+}
+
+/// `t0 < s1 = %3` for an index symbol, `t0 = %3` for a size symbol.
+std::string bindingText(const IndirectBinding &b, const std::string &value) {
+  SymExpr s = b.first;
+  std::string text = sym::toString(s);
+  if (s->isSymbol() && s->role() == sym::SymbolRoleKind::Index && s->extent())
+    text += " < " + sym::toString(s->extent());
+  return text + " = " + value;
+}
+
+} // namespace
+
+std::vector<const Expr *> exprPostOrder(const Expr *root) {
+  std::vector<const Expr *> order;
+  std::unordered_set<const Expr *> seen;
+  std::function<void(const Expr *)> visit = [&](const Expr *e) {
+    if (!e || !seen.insert(e).second)
+      return;
+    for (const IndirectBinding &b : e->indirect())
+      visit(b.second);
+    for (const Expr *o : e->operands())
+      visit(o);
+    order.push_back(e);
+  };
+  visit(root);
+  return order;
+}
+
+std::string printExpr(const Expr *e) {
+  if (!e)
+    return "<null>";
+  std::string dt(dtypeName(e->dtype()));
+  switch (e->kind()) {
+  case ExprKind::Const:
+    return constText(e) + ":" + dt;
+  case ExprKind::IndexValue:
+    return "index(" + sym::toString(e->index()) + "):" + dt;
+  case ExprKind::Load: {
+    std::string s = "load " + bufferName(e->buffer()) + "[" + sym::toString(e->index());
+    for (size_t i = 0; i < e->indirect().size(); ++i)
+      s += (i ? ", " : " where ") + bindingText(e->indirect()[i], printExpr(e->indirect()[i].second));
+    return s + "]";
+  }
+  case ExprKind::Op: {
+    std::string s = std::string(scalarOpName(e->op())) + "(";
+    for (size_t i = 0; i < e->operands().size(); ++i)
+      s += (i ? ", " : "") + printExpr(e->operands()[i]);
+    s += ")";
+    return e->op() == ScalarOpKind::Cast ? s + ":" + dt : s;
+  }
+  }
+  BRAZE_UNREACHABLE("bad ExprKind");
+}
+
+namespace {
+
+/// The statements of one computation body, numbered from %0.
+void printBody(const Expr *value, std::string &s) {
+  std::unordered_map<const Expr *, std::string> names;
+  auto nameOf = [&](const Expr *e) {
+    auto it = names.find(e);
+    return it == names.end() ? std::string("%<null>") : it->second;
+  };
+  for (const Expr *e : exprPostOrder(value)) {
+    std::string name = "%" + std::to_string(names.size());
+    s += "  " + name + " = ";
+    switch (e->kind()) {
+    case ExprKind::Const:
+      s += "const " + constText(e);
+      break;
+    case ExprKind::IndexValue:
+      s += "index(" + sym::toString(e->index()) + ")";
+      break;
+    case ExprKind::Load:
+      s += "load " + bufferName(e->buffer()) + "[" + sym::toString(e->index()) + "]";
+      for (size_t i = 0; i < e->indirect().size(); ++i)
+        s += (i ? ", " : " where ") +
+             bindingText(e->indirect()[i], nameOf(e->indirect()[i].second));
+      break;
+    case ExprKind::Op:
+      s += std::string(scalarOpName(e->op())) + "(";
+      for (size_t i = 0; i < e->operands().size(); ++i)
+        s += (i ? ", " : "") + nameOf(e->operands()[i]);
+      s += ")";
+      break;
+    }
+    s += " : " + std::string(dtypeName(e->dtype())) + "\n";
+    names.emplace(e, name);
+  }
+  s += value ? "  yield " + nameOf(value) + "\n" : "  yield\n";
+}
+
+} // namespace
+
+std::string printProgram(const LoopProgram &p) {
+  sym::SymContext &ctx = *p.symShared();
+  std::string s;
+  if (!p.sizeSymbols().empty()) {
+    s += "sizes ";
+    for (size_t i = 0; i < p.sizeSymbols().size(); ++i)
+      s += (i ? ", " : "") + sym::toString(p.sizeSymbols()[i]);
+    s += "\n";
+  }
+  for (const auto &b : p.buffers()) {
+    s += "buffer %" + b->name + ": " + typeToString(ctx, TensorType{b->dtype, b->shape, b->strides}) +
+         " " + std::string(bufferKindName(b->kind));
+    if (b->ioIndex != -1)
+      s += " " + std::to_string(b->ioIndex);
+    s += "\n";
+  }
+  for (const auto &c : p.computations()) {
+    s += "compute " + bufferName(c->out) + "[" + varList(c->vars) + "]";
+    if (c->isReduction())
+      s += " reduce " + std::string(reduceKindName(c->reduce));
+    if (!c->rvars.empty())
+      s += " over [" + varList(c->rvars) + "]";
+    s += " {\n";
+    printBody(c->value, s);
+    s += "}\n";
+  }
+  return s;
+}
+
+} // namespace braze::loop

@@ -1,0 +1,236 @@
+#include "braze/ir/loop/LoopIR.h"
+
+#include "braze/ir/loop/LoopText.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+namespace braze::loop {
+
+namespace {
+
+/// Ops whose result is bool whatever their operand type (comparisons, predicates, logic).
+bool isPredicate(ScalarOpKind k) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (k == ScalarOpKind::E)                                                    \
+    return std::string_view(#result) == "bool";
+#include "braze/ir/ElementwiseOps.def"
+  return false;
+}
+
+std::string dt(DType t) { return std::string(dtypeName(t)); }
+
+std::string symsText(const std::vector<SymExpr> &xs) {
+  std::string s = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    s += (i ? ", " : "") + sym::toString(xs[i]);
+  return s + "]";
+}
+
+/// Walks the program in execution order; the first violation is kept in error_.
+class ProgramVerifier {
+public:
+  explicit ProgramVerifier(const LoopProgram &p) : p_(p), ctx_(*p.symShared()) {}
+
+  std::string run() {
+    if (!checkSizes() || !checkBuffers())
+      return error_;
+    std::set<const Buffer *> written;
+    std::map<const Buffer *, int> outputWrites;
+    for (const Buffer *b : p_.inputs())
+      written.insert(b);
+    for (const auto &c : p_.computations()) {
+      comp_ = c.get();
+      if (!checkComputation(written))
+        return error_;
+      written.insert(c->out);
+      if (c->out->kind == BufferKind::Output && ++outputWrites[c->out] > 1)
+        return where() + "output %" + c->out->name + " is written more than once";
+    }
+    for (const Buffer *b : p_.outputs())
+      if (!outputWrites.count(b))
+        return "output %" + b->name + " is never written";
+    return "";
+  }
+
+private:
+  std::string where() const {
+    return "compute " + std::to_string(comp_->id) + " (%" +
+           (comp_->out ? comp_->out->name : std::string("<null>")) + "): ";
+  }
+
+  bool fail(const std::string &message) {
+    error_ = message;
+    return false;
+  }
+
+  bool failHere(const std::string &message) { return fail(where() + message); }
+
+  bool checkSizes() {
+    std::set<std::string> hints;
+    for (SymExpr s : p_.sizeSymbols()) {
+      if (!s->isSymbol() || s->role() != sym::SymbolRoleKind::Size)
+        return fail("'" + sym::toString(s) + "' in the program's sizes is not a size symbol");
+      if (!hints.insert(s->name()).second)
+        return fail("two size symbols are named '" + s->name() + "'");
+      sizes_.insert(s);
+    }
+    return true;
+  }
+
+  /// Every symbol in e is in `scope` or is a program size symbol.
+  bool checkSymbols(SymExpr e, const std::unordered_set<SymExpr> &scope,
+                    const std::string &what) {
+    std::vector<SymExpr> syms;
+    sym::collectSymbols(e, syms);
+    for (SymExpr s : syms)
+      if (!scope.count(s) && !sizes_.count(s))
+        return fail(what + " uses '" + s->name() + "', which is " +
+                    (s->role() == sym::SymbolRoleKind::Size
+                         ? std::string("not one of the program's sizes")
+                         : std::string("not an index of this computation")));
+    return true;
+  }
+
+  bool checkBuffers() {
+    std::set<std::string> names;
+    std::set<std::pair<BufferKind, int>> slots;
+    for (const auto &b : p_.buffers()) {
+      buffers_.insert(b.get());
+      std::string what = "buffer %" + b->name;
+      if (!names.insert(b->name).second)
+        return fail("two buffers are named %" + b->name);
+      if (b->strides.size() != b->shape.size())
+        return fail(what + " has rank " + std::to_string(b->shape.size()) + " but " +
+                    std::to_string(b->strides.size()) + " strides");
+      if (b->kind != BufferKind::Intermediate && b->ioIndex < 0)
+        return fail(what + " is an " + std::string(bufferKindName(b->kind)) +
+                    " without an io index");
+      if (b->kind != BufferKind::Intermediate && !slots.insert({b->kind, b->ioIndex}).second)
+        return fail(what + ": another " + std::string(bufferKindName(b->kind)) +
+                    " has io index " + std::to_string(b->ioIndex));
+      for (const auto *xs : {&b->shape, &b->strides})
+        for (SymExpr e : *xs)
+          if (!checkSymbols(e, {}, what))
+            return false;
+    }
+    return true;
+  }
+
+  bool checkComputation(const std::set<const Buffer *> &written) {
+    const Computation &c = *comp_;
+    if (!c.out || !buffers_.count(c.out))
+      return failHere("writes a buffer that is not in the program");
+    if (c.out->kind == BufferKind::Input)
+      return failHere("writes input %" + c.out->name);
+    if (c.isReduction() && c.rvars.empty())
+      return failHere("is a " + std::string(reduceKindName(c.reduce)) +
+                      " reduction without reduction indices");
+    if (!c.isReduction() && !c.rvars.empty())
+      return failHere("is pointwise but has reduction indices");
+    if (!c.value)
+      return failHere("has no value");
+    // Index symbols: fresh, distinct, with extents over sizes and earlier indices.
+    std::unordered_set<SymExpr> scope;
+    std::set<std::string> &hints = hints_;
+    hints.clear();
+    for (SymExpr s : p_.sizeSymbols())
+      hints.insert(s->name());
+    for (const auto *list : {&c.vars, &c.rvars})
+      for (SymExpr v : *list) {
+        if (!v->isSymbol() || v->role() != sym::SymbolRoleKind::Index || !v->extent())
+          return failHere("'" + sym::toString(v) + "' is not an index symbol");
+        if (!hints.insert(v->name()).second)
+          return failHere("index '" + v->name() + "' has the name of another symbol in scope");
+        if (!checkSymbols(v->extent(), scope, where() + "extent of " + v->name()))
+          return false;
+        scope.insert(v);
+      }
+    SymExpr space = ctx_.product(c.extents());
+    if (space != ctx_.product(c.out->shape))
+      return failHere("iteration space " + symsText(c.extents()) +
+                      " does not cover buffer shape " + symsText(c.out->shape));
+
+    std::vector<const Expr *> order = exprPostOrder(c.value);
+    for (size_t i = 0; i < order.size(); ++i)
+      if (!checkExpr(order[i], "%" + std::to_string(i), scope, written))
+        return false;
+    return true;
+  }
+
+  bool checkExpr(const Expr *e, const std::string &stmt, const std::unordered_set<SymExpr> &scope,
+                 const std::set<const Buffer *> &written) {
+    switch (e->kind()) {
+    case ExprKind::Const:
+      return true;
+    case ExprKind::IndexValue:
+      return checkSymbols(e->index(), scope, where() + stmt + " (index)");
+    case ExprKind::Load: {
+      std::string what = where() + stmt + " (load)";
+      const Buffer *b = e->buffer();
+      if (!b || !buffers_.count(b))
+        return fail(what + " reads a buffer that is not in the program");
+      if (!written.count(b))
+        return fail(what + " reads %" + b->name + " before it is written");
+      std::unordered_set<SymExpr> inner = scope;
+      std::set<std::string> hints = hints_;
+      for (const IndirectBinding &bind : e->indirect()) {
+        if (!bind.first->isSymbol() || !bind.second)
+          return fail(what + " has a malformed indirect binding");
+        if (!isIntegral(bind.second->dtype()))
+          return fail(what + ": indirect index '" + bind.first->name() + "' is bound to a " +
+                      dt(bind.second->dtype()) + " value");
+        if (scope.count(bind.first) || sizes_.count(bind.first) ||
+            !inner.insert(bind.first).second)
+          return fail(what + ": indirect index '" + bind.first->name() + "' is bound twice");
+        if (!hints.insert(bind.first->name()).second)
+          return fail(what + ": indirect index '" + bind.first->name() +
+                      "' has the name of another symbol in scope");
+      }
+      return checkSymbols(e->index(), inner, what);
+    }
+    case ExprKind::Op:
+      return checkOp(e, where() + stmt + " (" + std::string(scalarOpName(e->op())) + ")");
+    }
+    return fail(where() + stmt + " has an unknown kind");
+  }
+
+  bool checkOp(const Expr *e, const std::string &what) {
+    const auto &ops = e->operands();
+    if (static_cast<int>(ops.size()) != scalarOpArity(e->op()))
+      return fail(what + " has " + std::to_string(ops.size()) + " operands");
+    if (e->op() == ScalarOpKind::Cast)
+      return true;
+    size_t first = 0;
+    if (e->op() == ScalarOpKind::Where) {
+      if (ops[0]->dtype() != DType::Bool)
+        return fail(what + ": condition is " + dt(ops[0]->dtype()) + ", not bool");
+      first = 1;
+    }
+    DType t = ops[first]->dtype();
+    for (size_t i = first + 1; i < ops.size(); ++i)
+      if (ops[i]->dtype() != t)
+        return fail(what + ": operand dtypes " + dt(t) + " and " + dt(ops[i]->dtype()) +
+                    " differ");
+    DType result = isPredicate(e->op()) ? DType::Bool : t;
+    if (e->dtype() != result)
+      return fail(what + ": result is " + dt(e->dtype()) + " but should be " + dt(result));
+    return true;
+  }
+
+  const LoopProgram &p_;
+  sym::SymContext &ctx_;
+  const Computation *comp_ = nullptr;
+  std::unordered_set<const Buffer *> buffers_;
+  std::unordered_set<SymExpr> sizes_;
+  std::set<std::string> hints_; ///< names of the sizes and the current computation's indices
+  std::string error_;
+};
+
+} // namespace
+
+std::string verifyProgram(const LoopProgram &p) { return ProgramVerifier(p).run(); }
+
+} // namespace braze::loop

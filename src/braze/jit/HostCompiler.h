@@ -1,0 +1,28 @@
+#pragma once
+/// Compiles generated C++ into a shared library with the host compiler, through a
+/// content-addressed on-disk cache: key = SHA-256 of (source, compiler identity, flags, braze
+/// version). Entries are written to a temporary name and renamed into place (atomic), carry a
+/// checksum file, and are verified on load; a damaged entry is rebuilt.
+#include <string>
+
+namespace braze::jit {
+
+struct HostCompilerOptions {
+  std::string compiler = "g++";
+  std::string cacheDir;  ///< required
+  bool logCache = false; ///< print hits and misses to stderr
+};
+
+struct CompiledLibrary {
+  std::string path;
+  std::string key;
+  bool cacheHit = false;
+};
+
+/// Never passes -ffast-math: a library loaded into Python must not switch the whole process to
+/// flush-to-zero (gcc < 13 links crtfastmath.o for it).
+std::string hostCompilerFlags();
+
+CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions &opts);
+
+} // namespace braze::jit

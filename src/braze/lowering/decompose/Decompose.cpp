@@ -1,0 +1,52 @@
+#include "braze/lowering/decompose/Decompose.h"
+
+#include "braze/passes/PassManager.h"
+#include "braze/support/Check.h"
+
+namespace braze {
+
+namespace decomp {
+Node *upcast(GraphBuilder &b, Node *x) { return b.convert(x, computeType(x->dtype())); }
+Node *downcastLike(GraphBuilder &b, Node *x, DType dtype) { return b.convert(x, dtype); }
+} // namespace decomp
+
+namespace {
+/// The rule for a composite op (every Composite entry of Ops.def has one).
+decomp::Rule ruleFor(OpKind op) {
+  static const std::pair<OpKind, decomp::Rule> kRules[] = {
+      {OpKind::Softmax, decomp::decomposeSoftmax}, {OpKind::LogSoftmax, decomp::decomposeLogSoftmax},
+      {OpKind::Mean, decomp::decomposeMean},       {OpKind::Var, decomp::decomposeVar},
+      {OpKind::LayerNorm, decomp::decomposeLayerNorm}, {OpKind::Gelu, decomp::decomposeGelu},
+      {OpKind::Silu, decomp::decomposeSilu}};
+  for (const auto &[k, rule] : kRules)
+    if (k == op)
+      return rule;
+  BRAZE_UNREACHABLE("no decomposition for " << opName(op));
+}
+} // namespace
+
+void decompose(Graph &g) {
+  GraphBuilder b(g);
+  // Rules may create composite ops themselves (layer_norm uses mean and var), so iterate.
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<Node *> nodes;
+    for (const auto &n : g.nodes())
+      nodes.push_back(n.get());
+    for (Node *n : nodes) {
+      if (opCategory(n->op()) != OpCategoryKind::Composite)
+        continue;
+      b.setName(n->name());
+      Node *r = ruleFor(n->op())(b, n);
+      BRAZE_CHECK(r->shape() == n->shape() && r->dtype() == n->dtype())
+          << "decomposition of " << opName(n->op()) << " changed the type";
+      g.replaceAllUses(n, r);
+      changed = true;
+    }
+    sortTopologically(g);
+    g.removeDeadNodes();
+  }
+  eliminateCommonSubexpressions(g);
+}
+
+} // namespace braze

@@ -1,0 +1,28 @@
+#pragma once
+/// DECOMPOSE: composite ops (softmax, log_softmax, mean, var, layer_norm, gelu, silu) become
+/// braze primitives. One file per op family registers its rules; `decompose` applies them until
+/// no composite op is left, then sorts, removes dead nodes and merges common subexpressions
+/// (so that, e.g., the mean inside var and the mean a user asked for become one node).
+#include "braze/ir/graph/Builder.h"
+
+namespace braze {
+
+void decompose(Graph &g);
+
+namespace decomp {
+/// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it.
+using Rule = Node *(*)(GraphBuilder &b, Node *n);
+Node *decomposeSoftmax(GraphBuilder &b, Node *n);
+Node *decomposeLogSoftmax(GraphBuilder &b, Node *n);
+Node *decomposeMean(GraphBuilder &b, Node *n);
+Node *decomposeVar(GraphBuilder &b, Node *n);
+Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
+Node *decomposeGelu(GraphBuilder &b, Node *n);
+Node *decomposeSilu(GraphBuilder &b, Node *n);
+
+/// Half-precision inputs are upcast to f32 for the math and the result cast back.
+Node *upcast(GraphBuilder &b, Node *x);
+Node *downcastLike(GraphBuilder &b, Node *x, DType dtype);
+} // namespace decomp
+
+} // namespace braze

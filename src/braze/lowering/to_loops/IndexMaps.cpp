@@ -1,0 +1,64 @@
+#include "braze/lowering/to_loops/IndexMaps.h"
+
+#include "braze/support/Check.h"
+
+namespace braze {
+
+using sym::SymExpr;
+
+SymExpr linearIndex(sym::SymContext &s, const Index &idx, const std::vector<SymExpr> &strides) {
+  BRAZE_CHECK(idx.size() == strides.size()) << "index rank " << idx.size() << " vs "
+                                            << strides.size() << " strides";
+  SymExpr r = s.constant(0);
+  for (size_t k = 0; k < idx.size(); ++k)
+    r = s.add(r, s.mul(idx[k], strides[k]));
+  return r;
+}
+
+Index broadcastIndex(sym::SymContext &s, const Index &idx, const std::vector<SymExpr> &to,
+                     const std::vector<SymExpr> &from) {
+  BRAZE_CHECK(idx.size() == to.size() && from.size() <= to.size()) << "bad broadcast";
+  size_t off = to.size() - from.size();
+  Index in(from.size());
+  for (size_t j = 0; j < from.size(); ++j)
+    in[j] = (from[j]->isConst(1) && !to[off + j]->isConst(1)) ? s.constant(0) : idx[off + j];
+  return in;
+}
+
+Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<SymExpr> &from,
+                   const std::vector<SymExpr> &to) {
+  // 1. Common case: the shapes differ only by unit dims; map the other dims in order.
+  std::vector<size_t> a, b;
+  for (size_t i = 0; i < from.size(); ++i)
+    if (!from[i]->isConst(1))
+      a.push_back(i);
+  for (size_t i = 0; i < to.size(); ++i)
+    if (!to[i]->isConst(1))
+      b.push_back(i);
+  bool sameDims = a.size() == b.size();
+  for (size_t k = 0; sameDims && k < a.size(); ++k)
+    sameDims = from[a[k]] == to[b[k]];
+  Index in(to.size(), s.constant(0));
+  if (sameDims) {
+    for (size_t k = 0; k < a.size(); ++k)
+      in[b[k]] = idx[a[k]];
+    return in;
+  }
+  // 2. General case: flatten the result index row-major and split it over `to`.
+  SymExpr flat = s.constant(0), stride = s.constant(1);
+  for (size_t i = from.size(); i-- > 0;) {
+    flat = s.add(flat, s.mul(idx[i], stride));
+    stride = s.mul(stride, from[i]);
+  }
+  stride = s.constant(1);
+  for (size_t j = to.size(); j-- > 0;) {
+    if (!to[j]->isConst(1)) {
+      SymExpr q = s.floordiv(flat, stride);
+      in[j] = j == 0 ? q : s.mod(q, to[j]);
+    }
+    stride = s.mul(stride, to[j]);
+  }
+  return in;
+}
+
+} // namespace braze

@@ -1,0 +1,23 @@
+#pragma once
+/// Index remaps for views and broadcasting: each maps an index tuple of the result to one of
+/// the operand. They build SymExprs, so the results are simplified and hash-consed.
+#include "braze/ir/sym/SymExpr.h"
+
+#include <vector>
+
+namespace braze {
+
+using Index = std::vector<sym::SymExpr>;
+
+/// Sum of idx[k] * strides[k].
+sym::SymExpr linearIndex(sym::SymContext &s, const Index &idx,
+                         const std::vector<sym::SymExpr> &strides);
+/// Index into an operand of shape `from` broadcast to `to` (trailing-aligned; broadcast dims -> 0).
+Index broadcastIndex(sym::SymContext &s, const Index &idx, const std::vector<sym::SymExpr> &to,
+                     const std::vector<sym::SymExpr> &from);
+/// Index into a tensor of shape `to` that a reshape to `from` reads: both are row-major views of
+/// the same elements.
+Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<sym::SymExpr> &from,
+                   const std::vector<sym::SymExpr> &to);
+
+} // namespace braze

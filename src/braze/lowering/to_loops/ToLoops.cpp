@@ -1,0 +1,329 @@
+#include "braze/lowering/to_loops/ToLoops.h"
+
+#include "braze/lowering/to_loops/IndexMaps.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
+#include <functional>
+#include <unordered_map>
+
+namespace braze {
+
+using loop::Buffer;
+using loop::BufferKind;
+using loop::Expr;
+using loop::ReduceKind;
+using loop::ScalarOpKind;
+
+namespace {
+
+/// A node's value: a function from a full index tuple (one SymExpr per dim; unit dims get 0)
+/// to a scalar Expr in the node's compute type, plus the buffer it lives in once realized.
+struct Value {
+  std::function<const Expr *(const Index &)> load;
+  Buffer *buffer = nullptr;
+  int cost = 0; ///< ops in the inlined body
+};
+
+ScalarOpKind scalarOpFor(OpKind op) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (op == OpKind::E)                                                         \
+    return ScalarOpKind::E;
+#include "braze/ir/ElementwiseOps.def"
+  BRAZE_UNREACHABLE("not elementwise: " << opName(op));
+}
+
+ReduceKind reduceKindFor(OpKind op) {
+  switch (op) {
+  case OpKind::Sum:
+    return ReduceKind::Sum;
+  case OpKind::Prod:
+    return ReduceKind::Prod;
+  case OpKind::Amax:
+    return ReduceKind::Max;
+  case OpKind::Amin:
+    return ReduceKind::Min;
+  case OpKind::Any:
+    return ReduceKind::Any;
+  case OpKind::All:
+    return ReduceKind::All;
+  default: // the caller only passes Reduce-category ops
+    BRAZE_UNREACHABLE("not a reduction: " << opName(op));
+  }
+}
+
+class Lowerer {
+public:
+  Lowerer(Graph &g, const LoweringOptions &opts)
+      : g_(g), opts_(opts), p_(std::make_unique<loop::LoopProgram>(g.symShared())),
+        s_(g.sym()), ex_(p_->exprs()) {}
+
+  std::unique_ptr<loop::LoopProgram> run() {
+    p_->sizeSymbols() = g_.sizeSymbols();
+    for (const auto &n : g_.nodes())
+      for (Node *o : n->operands())
+        ++users_[o];
+    for (Node *o : g_.outputs())
+      ++users_[o];
+    for (const auto &n : g_.nodes())
+      values_[n.get()] = lower(n.get());
+    for (size_t k = 0; k < g_.outputs().size(); ++k)
+      realizeOutput(g_.outputs()[k], static_cast<int>(k));
+    return std::move(p_);
+  }
+
+private:
+  /// Fresh loop vars for the non-unit entries of `extents`; the full index has 0 elsewhere.
+  std::vector<SymExpr> freshVars(const std::vector<SymExpr> &extents, const char *prefix,
+                                 Index &full) {
+    std::vector<SymExpr> vars;
+    full.clear();
+    for (SymExpr e : extents) {
+      if (e->isConst(1)) {
+        full.push_back(s_.constant(0));
+        continue;
+      }
+      SymExpr v = s_.indexSymbol(prefix + std::to_string(vars.size()), e);
+      vars.push_back(v);
+      full.push_back(v);
+    }
+    return vars;
+  }
+
+  Value bufferValue(Buffer *b) {
+    DType compute = computeType(b->dtype);
+    return Value{[this, b, compute](const Index &idx) {
+                   return ex_.cast(ex_.load(b, linearIndex(s_, idx, b->strides)), compute);
+                 },
+                 b, 0};
+  }
+
+  /// Materializes `v` (values of node n) into a new buffer.
+  Value realize(Node *n, const Value &v, BufferKind kind, int ioIndex) {
+    std::string name = kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name();
+    Buffer *b = p_->addBuffer(name, n->dtype(), n->shape(), kind, ioIndex);
+    Index full;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "i", full);
+    p_->addComputation(b, vars, {}, ReduceKind::None, v.load(full));
+    return bufferValue(b);
+  }
+
+  void realizeOutput(Node *n, int k) {
+    Value &v = values_.at(n);
+    if (v.buffer && v.buffer->kind == BufferKind::Intermediate) {
+      v.buffer->kind = BufferKind::Output;
+      v.buffer->ioIndex = k;
+      v.buffer->name = "out" + std::to_string(k);
+      return;
+    }
+    // An input, an output already, or a lazy value: compute into a fresh output buffer.
+    realize(n, v, BufferKind::Output, k);
+  }
+
+  const Value &operandValue(Node *n, size_t i) { return values_.at(n->operand(i)); }
+
+  Value lazy(std::function<const Expr *(const Index &)> f, int cost) {
+    return Value{std::move(f), nullptr, cost};
+  }
+
+  /// Applies the realization policy to a freshly built lazy value.
+  Value settle(Node *n, Value v) {
+    bool shared = users_[n] > 1 && v.cost > opts_.inlineCostLimit;
+    if (shared || v.cost > opts_.maxInlineOps)
+      return realize(n, v, BufferKind::Intermediate, -1);
+    return v;
+  }
+
+  Value lower(Node *n) {
+    switch (opCategory(n->op())) {
+    case OpCategoryKind::Input: {
+      Buffer *b = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Input,
+                                static_cast<int>(n->attrs().getInt("index")), n->type().strides);
+      return bufferValue(b);
+    }
+    case OpCategoryKind::Full: {
+      const Expr *c = ex_.constant(n->attrs().getFloat("value"), computeType(n->dtype()));
+      if (!isFloating(n->dtype()))
+        c = ex_.constant(static_cast<double>(n->attrs().getInt("value")), n->dtype());
+      return lazy([c](const Index &) { return c; }, 0);
+    }
+    case OpCategoryKind::Iota: {
+      size_t dim = static_cast<size_t>(n->attrs().getInt("dim"));
+      DType t = computeType(n->dtype());
+      return lazy([this, dim, t](const Index &idx) {
+        return ex_.cast(ex_.indexValue(idx[dim], DType::Int64), t);
+      }, 1);
+    }
+    case OpCategoryKind::Numel: {
+      Node *x = n->operand(0);
+      SymExpr count = s_.constant(1);
+      for (int64_t d : n->attrs().getInts("dims"))
+        count = s_.mul(count, x->shape()[d]);
+      DType t = computeType(n->dtype());
+      const Expr *c = ex_.cast(ex_.indexValue(count, DType::Int64), t);
+      return lazy([c](const Index &) { return c; }, 1);
+    }
+    case OpCategoryKind::Elementwise:
+      return lowerElementwise(n);
+    case OpCategoryKind::Cast: {
+      const Value &x = operandValue(n, 0);
+      DType to = n->dtype(), compute = computeType(to);
+      return settle(n, lazy([this, &x, to, compute](const Index &idx) {
+                      return ex_.cast(ex_.cast(x.load(idx), to), compute);
+                    }, x.cost + 1));
+    }
+    case OpCategoryKind::Reduce:
+      return lowerReduction(n);
+    case OpCategoryKind::View:
+      return lowerView(n);
+    case OpCategoryKind::Gather:
+      return lowerGather(n);
+    case OpCategoryKind::Composite:
+      BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
+    }
+    BRAZE_UNREACHABLE("bad category");
+  }
+
+  Value lowerElementwise(Node *n) {
+    std::vector<const Value *> xs;
+    std::vector<std::vector<SymExpr>> shapes;
+    int cost = 1;
+    for (size_t i = 0; i < n->operands().size(); ++i) {
+      xs.push_back(&operandValue(n, i));
+      shapes.push_back(n->operand(i)->shape());
+      cost += xs.back()->cost;
+    }
+    ScalarOpKind op = scalarOpFor(n->op());
+    DType out = computeType(n->dtype());
+    std::vector<SymExpr> outShape = n->shape();
+    return settle(n, lazy([this, xs, shapes, op, out, outShape](const Index &idx) {
+                    std::vector<const Expr *> args;
+                    for (size_t i = 0; i < xs.size(); ++i)
+                      args.push_back(xs[i]->load(broadcastIndex(s_, idx, outShape, shapes[i])));
+                    return ex_.op(op, std::move(args), out);
+                  }, cost));
+  }
+
+  Value lowerReduction(Node *n) {
+    Node *xn = n->operand(0);
+    const Value &x = values_.at(xn);
+    const IntList &dims = n->attrs().getInts("dims");
+    bool keepdim = n->attrs().getBool("keepdim");
+    Buffer *b = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    Index outIdx, redIdx;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "i", outIdx);
+    std::vector<SymExpr> redExtents;
+    for (int64_t d : dims)
+      redExtents.push_back(xn->shape()[d]);
+    std::vector<SymExpr> rvars = freshVars(redExtents, "r", redIdx);
+    Index inIdx;
+    size_t o = 0, r = 0;
+    for (int64_t j = 0; j < xn->rank(); ++j) {
+      bool reduced = std::find(dims.begin(), dims.end(), j) != dims.end();
+      if (reduced) {
+        inIdx.push_back(redIdx[r++]);
+        if (keepdim)
+          ++o;
+      } else {
+        inIdx.push_back(outIdx[o++]);
+      }
+    }
+    ReduceKind kind = reduceKindFor(n->op());
+    const Expr *value = x.load(inIdx);
+    if (kind == ReduceKind::Any || kind == ReduceKind::All)
+      value = value->dtype() == DType::Bool
+                  ? value
+                  : ex_.op(ScalarOpKind::Ne, {value, ex_.constant(0, value->dtype())}, DType::Bool);
+    p_->addComputation(b, vars, rvars, kind, value);
+    return bufferValue(b);
+  }
+
+  Value lowerView(Node *n) {
+    const Value &x = operandValue(n, 0);
+    Node *xn = n->operand(0);
+    std::function<Index(const Index &)> remap;
+    switch (n->op()) {
+    case OpKind::Reshape:
+      remap = [this, from = n->shape(), to = xn->shape()](const Index &idx) {
+        return reshapeIndex(s_, idx, from, to);
+      };
+      break;
+    case OpKind::Permute: {
+      IntList dims = n->attrs().getInts("dims");
+      remap = [dims](const Index &idx) {
+        Index in(idx.size());
+        for (size_t k = 0; k < dims.size(); ++k)
+          in[dims[k]] = idx[k];
+        return in;
+      };
+      break;
+    }
+    case OpKind::Expand:
+      remap = [this, out = n->shape(), in = xn->shape()](const Index &idx) {
+        return broadcastIndex(s_, idx, out, in);
+      };
+      break;
+    case OpKind::Slice: {
+      size_t dim = n->attrs().getInt("dim");
+      int64_t start = n->attrs().getInt("start"), step = n->attrs().getInt("step");
+      remap = [this, dim, start, step](const Index &idx) {
+        Index in = idx;
+        in[dim] = s_.add(s_.mul(idx[dim], step), start);
+        return in;
+      };
+      break;
+    }
+    case OpKind::Select: {
+      size_t dim = n->attrs().getInt("dim");
+      int64_t index = n->attrs().getInt("index");
+      remap = [this, dim, index](const Index &idx) {
+        Index in = idx;
+        in.insert(in.begin() + dim, s_.constant(index));
+        return in;
+      };
+      break;
+    }
+    default: // only View-category ops reach here
+      BRAZE_UNREACHABLE("not a view: " << opName(n->op()));
+    }
+    return lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
+  }
+
+  Value lowerGather(Node *n) {
+    Node *xn = n->operand(0);
+    Value &xv = values_.at(xn);
+    if (!xv.buffer)
+      xv = realize(xn, xv, BufferKind::Intermediate, -1);
+    Buffer *src = xv.buffer;
+    const Value &index = operandValue(n, 1);
+    std::vector<SymExpr> indexShape = n->operand(1)->shape();
+    size_t dim = n->attrs().getInt("dim");
+    SymExpr extent = xn->shape()[dim];
+    DType compute = computeType(n->dtype());
+    return settle(n, lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {
+                    const Expr *i = ex_.cast(index.load(idx), DType::Int64);
+                    SymExpr t = s_.indexSymbol("t", extent);
+                    Index in = idx;
+                    in[dim] = t;
+                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
+                    return ex_.cast(v, compute);
+                  }, index.cost + 1));
+  }
+
+  Graph &g_;
+  LoweringOptions opts_;
+  std::unique_ptr<loop::LoopProgram> p_;
+  sym::SymContext &s_;
+  loop::ExprContext &ex_;
+  std::unordered_map<const Node *, Value> values_;
+  std::unordered_map<const Node *, int> users_;
+};
+
+} // namespace
+
+std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts) {
+  return Lowerer(g, opts).run();
+}
+
+} // namespace braze

@@ -1,0 +1,24 @@
+#pragma once
+/// LOWERING: the decomposed tensor graph becomes a LoopProgram. Every node is first a lazy
+/// index -> value function; pointwise producers are inlined into their consumers (so chains
+/// fuse by construction) and only these are realized into buffers:
+///   - graph inputs (input buffers) and outputs (output buffers);
+///   - reduction results;
+///   - gather sources (an indirect load needs memory);
+///   - a pointwise value with several users whose body costs more than `inlineCostLimit` ops,
+///     or any value whose body grows past `maxInlineOps` ops.
+#include "braze/ir/graph/Graph.h"
+#include "braze/ir/loop/LoopIR.h"
+
+#include <memory>
+
+namespace braze {
+
+struct LoweringOptions {
+  int inlineCostLimit = 8;
+  int maxInlineOps = 64;
+};
+
+std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});
+
+} // namespace braze

@@ -1,0 +1,35 @@
+#include "braze/passes/PassManager.h"
+
+#include "braze/ir/graph/GraphText.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+namespace braze {
+
+const std::vector<PassInfo> &registeredPasses() {
+  static const std::vector<PassInfo> passes = {
+#define PASS(fn, name, desc) {name, desc, &fn},
+#include "braze/passes/Passes.def"
+  };
+  return passes;
+}
+
+const PassInfo *findPass(std::string_view name) {
+  for (const PassInfo &p : registeredPasses())
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+void runPasses(Graph &g, const std::vector<std::string> &names) {
+  for (const std::string &name : names) {
+    const PassInfo *p = findPass(name);
+    if (!p)
+      BRAZE_USER_ERROR("passes", "") << "unknown pass '" << name << "'";
+    p->run(g);
+    std::string err = verifyGraph(g);
+    BRAZE_CHECK(err.empty()) << "pass '" << name << "' broke the graph: " << err;
+  }
+}
+
+} // namespace braze

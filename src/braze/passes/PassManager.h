@@ -1,0 +1,29 @@
+#pragma once
+/// The graph pass registry (Passes.def) and a runner that verifies after each pass.
+#include "braze/ir/graph/Graph.h"
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace braze {
+
+#define PASS(fn, name, desc) void fn(Graph &g);
+#include "braze/passes/Passes.def"
+
+struct PassInfo {
+  std::string_view name;
+  std::string_view description;
+  void (*run)(Graph &);
+};
+
+const std::vector<PassInfo> &registeredPasses();
+/// Looks a pass up by its command-line name; nullptr if unknown.
+const PassInfo *findPass(std::string_view name);
+
+/// Runs passes in order; after each one the graph is verified and a failure is an internal
+/// error that names the pass.
+void runPasses(Graph &g, const std::vector<std::string> &names);
+
+} // namespace braze

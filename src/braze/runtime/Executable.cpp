@@ -1,0 +1,212 @@
+#include "braze/runtime/Executable.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+
+namespace braze::runtime {
+
+namespace {
+size_t elementBytes(DLDataType t) { return (t.bits * t.lanes + 7) / 8; }
+
+std::string dtypeText(DLDataType t) {
+  const char *code = t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat"
+                     : t.code == kDLInt  ? "int"   : t.code == kDLUInt ? "uint" : "bool";
+  return std::string(code) + std::to_string(t.bits);
+}
+
+bool sameType(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+/// Kernel error codes (set by generated code) to messages.
+std::string kernelError(int code) {
+  if (code == 1)
+    return "an index is out of bounds (gather/indexing with an index outside the dim)";
+  return "kernel failed with code " + std::to_string(code);
+}
+} // namespace
+
+OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  size_t n = 1;
+  for (int64_t d : shape_)
+    n *= static_cast<size_t>(d);
+  strides_.resize(shape_.size());
+  int64_t s = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    strides_[i] = s;
+    s *= shape_[i];
+  }
+  bytes_ = n * elementBytes(dtype);
+  size_t alloc = ((bytes_ + 63) / 64) * 64;
+  data_ = std::aligned_alloc(64, alloc == 0 ? 64 : alloc);
+  if (!data_)
+    throw RunError("out of memory allocating " + std::to_string(alloc) + " bytes");
+}
+
+OwnedTensor::~OwnedTensor() { std::free(data_); }
+
+DLManagedTensor *OwnedTensor::release(std::unique_ptr<OwnedTensor> t) {
+  auto *m = new DLManagedTensor{};
+  OwnedTensor *raw = t.release();
+  m->dl_tensor.data = raw->data_;
+  m->dl_tensor.device = DLDevice{kDLCPU, 0};
+  m->dl_tensor.ndim = static_cast<int32_t>(raw->shape_.size());
+  m->dl_tensor.dtype = raw->dtype_;
+  m->dl_tensor.shape = raw->shape_.data();
+  m->dl_tensor.strides = raw->strides_.data();
+  m->dl_tensor.byte_offset = 0;
+  m->manager_ctx = raw;
+  m->deleter = [](DLManagedTensor *self) {
+    delete static_cast<OwnedTensor *>(self->manager_ctx);
+    delete self;
+  };
+  return m;
+}
+
+std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
+  std::shared_ptr<Executable> e(new Executable());
+  e->spec_ = spec;
+  e->handle_ = dlopen(spec.libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!e->handle_)
+    throw RunError("cannot load compiled module " + spec.libraryPath + ": " + dlerror());
+  auto sym = [&](const char *name) {
+    void *p = dlsym(e->handle_, name);
+    if (!p)
+      throw RunError(std::string("compiled module lacks entry point ") + name);
+    return p;
+  };
+  auto version = reinterpret_cast<int (*)()>(sym("braze_abi_version"));
+  if (version() != 1)
+    throw RunError("compiled module has ABI version " + std::to_string(version()) + ", expected 1");
+  e->bind_ = reinterpret_cast<BindFn>(sym("braze_bind"));
+  e->shapes_ = reinterpret_cast<ShapesFn>(sym("braze_output_shapes"));
+  e->arena_ = reinterpret_cast<ArenaFn>(sym("braze_arena_bytes"));
+  e->run_ = reinterpret_cast<RunFn>(sym("braze_run"));
+  return e;
+}
+
+Executable::~Executable() {
+  if (handle_)
+    dlclose(handle_);
+}
+
+std::vector<int64_t> Executable::bind(const std::vector<const DLTensor *> &inputs) {
+  if (inputs.size() != spec_.inputs.size())
+    throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs, got " +
+                   std::to_string(inputs.size()));
+  std::vector<const int64_t *> shapes, strides;
+  std::vector<std::vector<int64_t>> rowMajor(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DLTensor *t = inputs[i];
+    const TensorSpec &want = spec_.inputs[i];
+    if (t->device.device_type != kDLCPU)
+      throw RunError("input " + std::to_string(i) + " is not on the CPU");
+    if (t->ndim != want.rank)
+      throw RunError("input " + std::to_string(i) + " has rank " + std::to_string(t->ndim) +
+                     ", expected " + std::to_string(want.rank));
+    if (!sameType(t->dtype, want.dtype))
+      throw RunError("input " + std::to_string(i) + " has dtype " + dtypeText(t->dtype) +
+                     ", expected " + dtypeText(want.dtype));
+    shapes.push_back(t->shape);
+    if (t->strides) {
+      strides.push_back(t->strides);
+    } else {
+      rowMajor[i].resize(t->ndim);
+      int64_t s = 1;
+      for (int d = t->ndim; d-- > 0;) {
+        rowMajor[i][d] = s;
+        s *= t->shape[d];
+      }
+      strides.push_back(rowMajor[i].data());
+    }
+  }
+  std::vector<int64_t> syms(std::max(1, spec_.numSymbols), 0);
+  char msg[512] = {};
+  if (bind_(shapes.data(), strides.data(), syms.data(), msg, sizeof msg) != 0)
+    throw RunError(msg);
+  return syms;
+}
+
+std::vector<std::vector<int64_t>>
+Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
+  std::vector<int64_t> syms = bind(inputs);
+  size_t total = 0;
+  for (const TensorSpec &o : spec_.outputs)
+    total += o.rank;
+  std::vector<int64_t> flat(std::max<size_t>(total, 1));
+  shapes_(syms.data(), flat.data());
+  std::vector<std::vector<int64_t>> out;
+  size_t k = 0;
+  for (const TensorSpec &o : spec_.outputs) {
+    out.emplace_back(flat.begin() + k, flat.begin() + k + o.rank);
+    k += o.rank;
+  }
+  return out;
+}
+
+void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+                        const std::vector<int64_t> &syms) {
+  int64_t arenaBytes = arena_(syms.data());
+  char *arena = nullptr;
+  if (arenaBytes > 0) {
+    arena = static_cast<char *>(std::aligned_alloc(64, ((arenaBytes + 63) / 64) * 64));
+    if (!arena)
+      throw RunError("out of memory allocating the " + std::to_string(arenaBytes) + "-byte arena");
+  }
+  int code = run_(const_cast<void *const *>(reinterpret_cast<const void *const *>(inputs.data())),
+                  outputs.data(), arena, syms.data());
+  std::free(arena);
+  if (code != 0)
+    throw RunError(kernelError(code));
+}
+
+std::vector<std::unique_ptr<OwnedTensor>>
+Executable::run(const std::vector<const DLTensor *> &inputs) {
+  std::vector<int64_t> syms = bind(inputs);
+  size_t total = 0;
+  for (const TensorSpec &o : spec_.outputs)
+    total += o.rank;
+  std::vector<int64_t> flat(std::max<size_t>(total, 1));
+  shapes_(syms.data(), flat.data());
+  std::vector<std::unique_ptr<OwnedTensor>> outs;
+  std::vector<void *> outPtrs;
+  size_t k = 0;
+  for (const TensorSpec &o : spec_.outputs) {
+    outs.push_back(std::make_unique<OwnedTensor>(
+        o.dtype, std::vector<int64_t>(flat.begin() + k, flat.begin() + k + o.rank)));
+    outPtrs.push_back(outs.back()->data());
+    k += o.rank;
+  }
+  std::vector<const void *> inPtrs;
+  for (const DLTensor *t : inputs)
+    inPtrs.push_back(static_cast<const char *>(t->data) + t->byte_offset);
+  launch(inPtrs, outPtrs, syms);
+  return outs;
+}
+
+void Executable::runRaw(const std::vector<const void *> &inputs,
+                        const std::vector<std::vector<int64_t>> &inputShapes,
+                        const std::vector<void *> &outputs) {
+  std::vector<DLTensor> views(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    views[i].data = const_cast<void *>(inputs[i]);
+    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].ndim = static_cast<int32_t>(inputShapes.at(i).size());
+    views[i].dtype = i < spec_.inputs.size() ? spec_.inputs[i].dtype : DLDataType{};
+    views[i].shape = const_cast<int64_t *>(inputShapes[i].data());
+    views[i].strides = nullptr;
+    views[i].byte_offset = 0;
+  }
+  std::vector<const DLTensor *> ptrs;
+  for (const DLTensor &v : views)
+    ptrs.push_back(&v);
+  std::vector<int64_t> syms = bind(ptrs);
+  if (outputs.size() != spec_.outputs.size())
+    throw RunError("expected " + std::to_string(spec_.outputs.size()) + " output buffers, got " +
+                   std::to_string(outputs.size()));
+  launch(inputs, outputs, syms);
+}
+
+} // namespace braze::runtime

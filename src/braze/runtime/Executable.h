@@ -1,0 +1,91 @@
+#pragma once
+/// A compiled graph, ready to run: the loaded module, its ABI entry points, and the input and
+/// output descriptions. Depends on nothing in braze but support/, so an exported model needs no
+/// compiler.
+#include "braze/runtime/DLPack.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braze::runtime {
+
+struct TensorSpec {
+  DLDataType dtype{};
+  int rank = 0;
+};
+
+struct ModuleSpec {
+  std::string libraryPath;
+  std::vector<TensorSpec> inputs, outputs;
+  int numSymbols = 0;
+};
+
+/// A tensor whose memory the runtime allocated (64-byte aligned), handed out through DLPack.
+class OwnedTensor {
+public:
+  OwnedTensor(DLDataType dtype, std::vector<int64_t> shape);
+  ~OwnedTensor();
+  OwnedTensor(const OwnedTensor &) = delete;
+  OwnedTensor &operator=(const OwnedTensor &) = delete;
+  void *data() const { return data_; }
+  const std::vector<int64_t> &shape() const { return shape_; }
+  DLDataType dtype() const { return dtype_; }
+  size_t bytes() const { return bytes_; }
+  /// Transfers ownership to a DLManagedTensor (its deleter frees the memory).
+  static DLManagedTensor *release(std::unique_ptr<OwnedTensor> t);
+
+private:
+  DLDataType dtype_;
+  std::vector<int64_t> shape_, strides_;
+  void *data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// An error raised by a compiled kernel at run time (bad index, shape mismatch).
+class RunError : public std::exception {
+public:
+  explicit RunError(std::string msg) : msg_(std::move(msg)) {}
+  const char *what() const noexcept override { return msg_.c_str(); }
+
+private:
+  std::string msg_;
+};
+
+class Executable {
+public:
+  /// Loads the module; throws RunError if the library or an entry point is missing.
+  static std::shared_ptr<Executable> load(const ModuleSpec &spec);
+  ~Executable();
+
+  const ModuleSpec &spec() const { return spec_; }
+  /// Runs on CPU tensors (any strides the compiled graph accepts); returns new outputs.
+  std::vector<std::unique_ptr<OwnedTensor>> run(const std::vector<const DLTensor *> &inputs);
+  /// Runs on caller-owned buffers: inputs and outputs row-major with the given shapes.
+  void runRaw(const std::vector<const void *> &inputs,
+              const std::vector<std::vector<int64_t>> &inputShapes,
+              const std::vector<void *> &outputs);
+  /// Output shapes for the given input shapes (binds the size symbols).
+  std::vector<std::vector<int64_t>> outputShapes(const std::vector<const DLTensor *> &inputs);
+
+private:
+  Executable() = default;
+  std::vector<int64_t> bind(const std::vector<const DLTensor *> &inputs);
+  void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+              const std::vector<int64_t> &syms);
+
+  using BindFn = int (*)(const int64_t *const *, const int64_t *const *, int64_t *, char *, int64_t);
+  using ShapesFn = void (*)(const int64_t *, int64_t *);
+  using ArenaFn = int64_t (*)(const int64_t *);
+  using RunFn = int (*)(void *const *, void *const *, char *, const int64_t *);
+
+  ModuleSpec spec_;
+  void *handle_ = nullptr;
+  BindFn bind_ = nullptr;
+  ShapesFn shapes_ = nullptr;
+  ArenaFn arena_ = nullptr;
+  RunFn run_ = nullptr;
+};
+
+} // namespace braze::runtime

@@ -1,0 +1,238 @@
+/// Fusion: computations are taken in program order and each joins the last kernel when
+///   1. its iteration space fits the kernel's (pointwise over outer ++ inner or over outer;
+///      a reduction over outer with inner reduced), possibly refining a kernel that so far has
+///      only pointwise members (outer = E becomes outer = Eo, inner = Ei when E = Eo ++ Ei), and
+///   2. every value it reads from a member of that kernel is read at exactly the point where
+///      the member stored it (so no thread reads another thread's element).
+/// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
+/// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
+/// register; everything else is stored.
+#include "braze/scheduler/Schedule.h"
+
+#include "braze/ir/loop/Rewrite.h"
+#include "braze/scheduler/MemoryPlan.h"
+#include "braze/support/Check.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace braze::sched {
+
+namespace {
+
+using loop::ExprKind;
+
+std::vector<SymExpr> extentsOf(const std::vector<SymExpr> &vars) {
+  std::vector<SymExpr> xs;
+  for (SymExpr v : vars)
+    xs.push_back(v->extent());
+  return xs;
+}
+
+std::vector<SymExpr> concat(std::vector<SymExpr> a, const std::vector<SymExpr> &b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Where {
+  int kernel = -1;
+  int step = -1;
+  bool inner = false;     ///< produced by a pointwise member of a Loop step
+  bool reduction = false;
+  SymExpr storeIndex = nullptr;
+};
+
+class Fuser {
+public:
+  Fuser(loop::LoopProgram &p, Schedule &s) : p_(p), s_(s), sym_(p.sym()) {}
+
+  void add(const Computation &c, bool fuse) {
+    if (fuse && !s_.kernels.empty() && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+      return;
+    startKernel(c);
+  }
+
+  const std::unordered_map<const Buffer *, Where> &producers() const { return where_; }
+
+private:
+  SymExpr freshVar(const char *prefix, size_t i, SymExpr extent) {
+    return sym_.indexSymbol(prefix + std::to_string(i), extent);
+  }
+
+  void startKernel(const Computation &c) {
+    Kernel k;
+    k.name = "kernel" + std::to_string(s_.kernels.size());
+    for (size_t i = 0; i < c.vars.size(); ++i)
+      k.outerVars.push_back(freshVar("x", i, c.vars[i]->extent()));
+    for (size_t i = 0; i < c.rvars.size(); ++i)
+      k.innerVars.push_back(freshVar("y", i, c.rvars[i]->extent()));
+    s_.kernels.push_back(std::move(k));
+    int ki = static_cast<int>(s_.kernels.size()) - 1;
+    bool ok = tryJoin(ki, c);
+    BRAZE_CHECK(ok) << "a computation must fit a kernel made for it";
+  }
+
+  /// Maps c's variables onto kernel variables, or returns false if its space does not fit.
+  /// `refine` is set when the kernel's outer space must first be split into outer ++ inner.
+  bool mapVars(const Kernel &k, const Computation &c, std::unordered_map<SymExpr, SymExpr> &map,
+               bool &inner, size_t &refineAt) {
+    std::vector<SymExpr> O = extentsOf(k.outerVars), I = extentsOf(k.innerVars);
+    std::vector<SymExpr> E = c.extents(), R = c.rextents();
+    refineAt = SIZE_MAX;
+    std::vector<SymExpr> outer = k.outerVars, innerVars = k.innerVars;
+    if (c.isReduction()) {
+      if (!I.empty()) {
+        if (E != O || R != I)
+          return false;
+      } else if (E == O) {
+        // Kernel with only scalar steps gains an inner space.
+      } else if (concat(E, R) == O && onlyScalarSteps(k)) {
+        refineAt = E.size();
+        innerVars.assign(outer.begin() + E.size(), outer.end());
+        outer.resize(E.size());
+      } else {
+        return false;
+      }
+      for (size_t i = 0; i < c.vars.size(); ++i)
+        map[c.vars[i]] = outer[i];
+      for (size_t i = 0; i < c.rvars.size(); ++i)
+        map[c.rvars[i]] = innerVars.empty() ? nullptr : innerVars[i];
+      inner = true;
+      return true;
+    }
+    if (!I.empty() && E == concat(O, I)) {
+      for (size_t i = 0; i < c.vars.size(); ++i)
+        map[c.vars[i]] = i < O.size() ? k.outerVars[i] : k.innerVars[i - O.size()];
+      inner = true;
+      return true;
+    }
+    if (E == O) {
+      for (size_t i = 0; i < c.vars.size(); ++i)
+        map[c.vars[i]] = k.outerVars[i];
+      inner = false;
+      return true;
+    }
+    return false;
+  }
+
+  static bool onlyScalarSteps(const Kernel &k) {
+    for (const Step &st : k.steps)
+      if (st.kind != StepKind::Scalar)
+        return false;
+    return true;
+  }
+
+  bool tryJoin(int ki, const Computation &c) {
+    Kernel &k = s_.kernels[ki];
+    std::unordered_map<SymExpr, SymExpr> map;
+    bool inner = false;
+    size_t refineAt = SIZE_MAX;
+    if (!mapVars(k, c, map, inner, refineAt))
+      return false;
+    std::vector<SymExpr> newInner;
+    if (c.isReduction() && k.innerVars.empty() && refineAt == SIZE_MAX)
+      for (size_t i = 0; i < c.rvars.size(); ++i) {
+        newInner.push_back(freshVar("y", i, c.rvars[i]->extent()));
+        map[c.rvars[i]] = newInner.back();
+      }
+    const Expr *value = loop::substituteIndices(p_, c.value, map);
+    SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
+    // After a refinement, members that were per-outer become per-inner-point.
+    int lastStep = static_cast<int>(k.steps.size()) - 1;
+    bool dependsOnLastStepReduction = false, legal = true;
+    loop::forEachLoad(value, [&](const Expr *ld) {
+      auto it = where_.find(ld->buffer());
+      if (it == where_.end() || it->second.kernel != ki)
+        return;
+      const Where &w = it->second;
+      if (!ld->indirect().empty() || ld->index() != w.storeIndex) {
+        legal = false;
+        return;
+      }
+      bool producerInner = w.inner || (refineAt != SIZE_MAX);
+      if (producerInner && !inner)
+        legal = false;
+      if (w.reduction && w.step == lastStep)
+        dependsOnLastStepReduction = true;
+    });
+    if (!legal)
+      return false;
+    // Commit.
+    if (refineAt != SIZE_MAX) {
+      k.innerVars.assign(k.outerVars.begin() + refineAt, k.outerVars.end());
+      k.outerVars.resize(refineAt);
+      Step merged{StepKind::Loop, {}};
+      for (Step &st : k.steps)
+        for (Member &m : st.members)
+          merged.members.push_back(m);
+      k.steps = {merged};
+      for (auto &[buf, w] : where_)
+        if (w.kernel == ki) {
+          w.step = 0;
+          w.inner = true;
+        }
+      lastStep = 0;
+      dependsOnLastStepReduction = false;
+    }
+    if (!newInner.empty())
+      k.innerVars = newInner;
+    StepKind kind = inner ? StepKind::Loop : StepKind::Scalar;
+    bool append = !k.steps.empty() && k.steps.back().kind == kind &&
+                  !(kind == StepKind::Loop && dependsOnLastStepReduction);
+    if (!append)
+      k.steps.push_back(Step{kind, {}});
+    k.steps.back().members.push_back(Member{&c, value, store, false});
+    Where w;
+    w.kernel = ki;
+    w.step = static_cast<int>(k.steps.size()) - 1;
+    w.inner = inner && !c.isReduction();
+    w.reduction = c.isReduction();
+    w.storeIndex = store;
+    where_[c.out] = w;
+    return true;
+  }
+
+  loop::LoopProgram &p_;
+  Schedule &s_;
+  sym::SymContext &sym_;
+  std::unordered_map<const Buffer *, Where> where_;
+};
+
+/// Decides which members store to memory.
+void decideStores(Schedule &s, const std::unordered_map<const Buffer *, Where> &where) {
+  // Readers of each buffer: (kernel, step).
+  std::unordered_map<const Buffer *, std::vector<std::pair<int, int>>> readers;
+  for (size_t ki = 0; ki < s.kernels.size(); ++ki)
+    for (size_t si = 0; si < s.kernels[ki].steps.size(); ++si)
+      for (const Member &m : s.kernels[ki].steps[si].members)
+        loop::forEachLoad(m.value, [&](const Expr *ld) {
+          readers[ld->buffer()].push_back({static_cast<int>(ki), static_cast<int>(si)});
+        });
+  for (Kernel &k : s.kernels)
+    for (Step &st : k.steps)
+      for (Member &m : st.members) {
+        const Buffer *b = m.comp->out;
+        const Where &w = where.at(b);
+        bool store = b->kind == loop::BufferKind::Output;
+        for (auto [rk, rs] : readers[b])
+          if (rk != w.kernel || (w.inner && rs != w.step))
+            store = true;
+        m.store = store;
+      }
+}
+
+} // namespace
+
+Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const ScheduleOptions &opts) {
+  Schedule s;
+  s.program = &p;
+  s.target = target;
+  Fuser fuser(p, s);
+  for (const auto &c : p.computations())
+    fuser.add(*c, opts.fuse);
+  decideStores(s, fuser.producers());
+  planMemory(s);
+  return s;
+}
+
+} // namespace braze::sched

@@ -1,0 +1,57 @@
+#include "braze/scheduler/Schedule.h"
+
+namespace braze::sched {
+
+namespace {
+std::string varList(const std::vector<SymExpr> &vars) {
+  std::string s = "[";
+  for (size_t i = 0; i < vars.size(); ++i)
+    s += (i ? ", " : "") + vars[i]->name() + " < " + sym::toString(vars[i]->extent());
+  return s + "]";
+}
+
+std::string_view placementName(PlacementKind k) {
+  switch (k) {
+  case PlacementKind::Input:
+    return "input";
+  case PlacementKind::Output:
+    return "output";
+  case PlacementKind::Arena:
+    return "arena";
+  case PlacementKind::Local:
+    return "register";
+  }
+  return "?";
+}
+} // namespace
+
+std::string printSchedule(const Schedule &s) {
+  std::string out;
+  for (const Kernel &k : s.kernels) {
+    out += k.name + " outer " + varList(k.outerVars);
+    if (!k.innerVars.empty())
+      out += " inner " + varList(k.innerVars);
+    out += "\n";
+    for (const Step &st : k.steps) {
+      out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";
+      for (const Member &m : st.members) {
+        out += "    %" + m.comp->out->name + "[" + sym::toString(m.storeIndex) + "] = ";
+        out += m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
+                                     : std::string("pointwise ");
+        out += m.store ? "(stored)\n" : "(register)\n";
+      }
+    }
+  }
+  out += "buffers:\n";
+  for (const auto &b : s.program->buffers()) {
+    const Placement &pl = s.placement.at(b->id);
+    out += "  %" + b->name + " " + std::string(placementName(pl.kind));
+    if (pl.kind == PlacementKind::Arena)
+      out += " +" + sym::toString(pl.offsetBytes);
+    out += "\n";
+  }
+  out += "arena bytes: " + sym::toString(s.arenaBytes) + "\n";
+  return out;
+}
+
+} // namespace braze::sched

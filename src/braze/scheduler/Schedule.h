@@ -1,0 +1,68 @@
+#pragma once
+/// A schedule is data: the kernels in launch order, which computations each one fuses, how they
+/// are nested, and where every buffer lives.
+///
+/// A kernel iterates an outer space (parallel) and, for each outer point, runs its steps in
+/// order. A Loop step is one loop over the inner space holding pointwise members (one value per
+/// inner point) and reduction members (folded over the inner space). A Scalar step holds
+/// pointwise members with one value per outer point. Member values are rewritten into the
+/// kernel's own loop variables.
+#include "braze/ir/loop/LoopIR.h"
+#include "braze/target/Target.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braze::sched {
+
+using loop::Buffer;
+using loop::Computation;
+using loop::Expr;
+using sym::SymExpr;
+
+struct Member {
+  const Computation *comp = nullptr;
+  const Expr *value = nullptr; ///< in kernel variables
+  SymExpr storeIndex = nullptr; ///< in kernel variables
+  bool store = false;          ///< the result must reach memory
+};
+
+enum class StepKind { Loop, Scalar };
+
+struct Step {
+  StepKind kind = StepKind::Loop;
+  std::vector<Member> members;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<SymExpr> outerVars; ///< index symbols; parallel
+  std::vector<SymExpr> innerVars; ///< index symbols; empty for a kernel with only Scalar steps
+  std::vector<Step> steps;
+};
+
+enum class PlacementKind { Input, Output, Arena, Local };
+
+struct Placement {
+  PlacementKind kind = PlacementKind::Local;
+  SymExpr offsetBytes = nullptr; ///< Arena only
+};
+
+struct Schedule {
+  loop::LoopProgram *program = nullptr;
+  Target target;
+  std::vector<Kernel> kernels;
+  std::map<int, Placement> placement; ///< by buffer id
+  SymExpr arenaBytes = nullptr;
+};
+
+struct ScheduleOptions {
+  bool fuse = true; ///< false: one kernel per computation (for debugging and tests)
+};
+
+Schedule scheduleProgram(loop::LoopProgram &p, const Target &target,
+                         const ScheduleOptions &opts = {});
+std::string printSchedule(const Schedule &s);
+
+} // namespace braze::sched

@@ -1,0 +1,26 @@
+#pragma once
+/// Target descriptions as data. Tiling and parallelization read these numbers; no code path
+/// asks "which machine is this" beyond `kind`.
+#include <cstdint>
+#include <string>
+
+namespace braze {
+
+enum class TargetKind { Cpu, Cuda };
+
+struct Target {
+  TargetKind kind = TargetKind::Cpu;
+  std::string name;            ///< e.g. "cpu-x86_64"
+  int vectorBytes = 32;        ///< SIMD register width
+  int cores = 1;               ///< threads a kernel may use
+  int64_t onChipBytes = 1 << 20; ///< per-core cache budget (L2) used to size tiles
+  /// Below this many elements of work a CPU kernel runs on one thread.
+  int64_t minParallelWork = 32768;
+
+  /// The machine this process runs on (cores from OpenMP's default or the hardware).
+  static Target hostCpu();
+  /// Stable text that goes into cache keys.
+  std::string fingerprint() const;
+};
+
+} // namespace braze

@@ -1,0 +1,312 @@
+// Text form of the loop IR: printer, parser and verifier.
+#include "braze/ir/loop/LoopText.h"
+
+#include "braze/support/Diagnostic.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace braze::loop {
+namespace {
+
+/// printProgram is a fixpoint of parse ∘ print, and the parsed program verifies.
+void expectRoundTrip(const LoopProgram &p) {
+  std::string text = printProgram(p);
+  std::unique_ptr<LoopProgram> parsed = parseProgram(text);
+  EXPECT_EQ(printProgram(*parsed), text);
+  EXPECT_EQ(verifyProgram(*parsed), "");
+  EXPECT_EQ(parsed->buffers().size(), p.buffers().size());
+  EXPECT_EQ(parsed->computations().size(), p.computations().size());
+}
+
+std::string parseError(std::string_view text) {
+  try {
+    parseProgram(text);
+  } catch (const Diagnostic &d) {
+    EXPECT_EQ(d.op(), "loop-parser");
+    return d.what();
+  }
+  return "no error";
+}
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+TEST(LoopText, PrintsAndRoundTripsAProgram) {
+  LoopProgram p(std::make_shared<sym::SymContext>());
+  sym::SymContext &s = p.sym();
+  ExprContext &x = p.exprs();
+  SymExpr s0 = s.sizeSymbol("s0"), s1 = s.sizeSymbol("s1");
+  p.sizeSymbols() = {s0, s1};
+  Buffer *arg0 = p.addBuffer("arg0", DType::Float32, {s0, s1}, BufferKind::Input, 0);
+  Buffer *arg1 =
+      p.addBuffer("arg1", DType::Float32, {s0, s1}, BufferKind::Input, 1, {s.constant(1), s0});
+  Buffer *idx = p.addBuffer("idx", DType::Int64, {s0}, BufferKind::Input, 2);
+  Buffer *buf = p.addBuffer("buf0", DType::Float32, {s0}, BufferKind::Intermediate);
+  Buffer *out0 = p.addBuffer("out0", DType::Float32, {s0}, BufferKind::Output, 0);
+  Buffer *out1 = p.addBuffer("out1", DType::Float16, {s0, s1}, BufferKind::Output, 1);
+  Buffer *out2 = p.addBuffer("out2", DType::Bool, {}, BufferKind::Output, 2);
+
+  { // Row sums of ceil(arg0) + arg1 (arg1 is column-major).
+    SymExpr i0 = s.indexSymbol("i0", s0), r0 = s.indexSymbol("r0", s1);
+    const Expr *a = x.op(ScalarOpKind::Ceil, {x.load(arg0, s.add(s.mul(i0, s1), r0))},
+                         DType::Float32);
+    const Expr *b = x.load(arg1, s.add(i0, s.mul(r0, s0)));
+    p.addComputation(buf, {i0}, {r0}, ReduceKind::Sum,
+                     x.op(ScalarOpKind::Add, {a, b}, DType::Float32));
+  }
+  { // A gather through idx, a where, and the index as a value.
+    SymExpr i0 = s.indexSymbol("i0", s0), t0 = s.indexSymbol("t0", s1);
+    const Expr *g = x.load(arg0, s.add(s.mul(i0, s1), t0), {{t0, x.load(idx, i0)}});
+    const Expr *r = x.load(buf, i0);
+    const Expr *w = x.op(ScalarOpKind::Where,
+                         {x.op(ScalarOpKind::Gt, {g, r}, DType::Bool), g,
+                          x.constant(0.5, DType::Float32)},
+                         DType::Float32);
+    const Expr *iv = x.cast(x.indexValue(i0, DType::Int64), DType::Float32);
+    p.addComputation(out0, {i0}, {}, ReduceKind::None,
+                     x.op(ScalarOpKind::Mul, {w, iv}, DType::Float32));
+  }
+  { // A shared subexpression prints once; a cast to f16.
+    SymExpr i0 = s.indexSymbol("i0", s0), i1 = s.indexSymbol("i1", s1);
+    const Expr *v = x.load(arg0, s.add(s.mul(i0, s1), i1));
+    p.addComputation(out1, {i0, i1}, {}, ReduceKind::None,
+                     x.cast(x.op(ScalarOpKind::Mul, {v, v}, DType::Float32), DType::Float16));
+  }
+  { // any() over everything, with bool, int and infinite constants.
+    SymExpr r0 = s.indexSymbol("r0", s0), r1 = s.indexSymbol("r1", s1);
+    const Expr *v = x.load(arg0, s.add(s.mul(r0, s1), r1));
+    const Expr *isNegInf = x.op(ScalarOpKind::Eq, {v, x.constant(-kInf, DType::Float32)},
+                                DType::Bool);
+    const Expr *big = x.op(ScalarOpKind::Ge, {x.load(idx, r0), x.constant(-3, DType::Int64)},
+                           DType::Bool);
+    const Expr *both = x.op(ScalarOpKind::LogicalAnd, {isNegInf, big}, DType::Bool);
+    p.addComputation(out2, {}, {r0, r1}, ReduceKind::Any,
+                     x.op(ScalarOpKind::LogicalOr, {both, x.constant(0, DType::Bool)},
+                          DType::Bool));
+  }
+  ASSERT_EQ(verifyProgram(p), "");
+  EXPECT_EQ(printProgram(p), "sizes s0, s1\n"
+                             "buffer %arg0: f32[s0, s1] input 0\n"
+                             "buffer %arg1: f32[s0, s1]{1, s0} input 1\n"
+                             "buffer %idx: i64[s0] input 2\n"
+                             "buffer %buf0: f32[s0] intermediate\n"
+                             "buffer %out0: f32[s0] output 0\n"
+                             "buffer %out1: f16[s0, s1] output 1\n"
+                             "buffer %out2: bool[] output 2\n"
+                             "compute %buf0[i0 < s0] reduce sum over [r0 < s1] {\n"
+                             "  %0 = load %arg0[r0 + s1*i0] : f32\n"
+                             "  %1 = ceil(%0) : f32\n"
+                             "  %2 = load %arg1[i0 + s0*r0] : f32\n"
+                             "  %3 = add(%1, %2) : f32\n"
+                             "  yield %3\n"
+                             "}\n"
+                             "compute %out0[i0 < s0] {\n"
+                             "  %0 = load %idx[i0] : i64\n"
+                             "  %1 = load %arg0[t0 + s1*i0] where t0 < s1 = %0 : f32\n"
+                             "  %2 = load %buf0[i0] : f32\n"
+                             "  %3 = gt(%1, %2) : bool\n"
+                             "  %4 = const 0.5 : f32\n"
+                             "  %5 = where(%3, %1, %4) : f32\n"
+                             "  %6 = index(i0) : i64\n"
+                             "  %7 = cast(%6) : f32\n"
+                             "  %8 = mul(%5, %7) : f32\n"
+                             "  yield %8\n"
+                             "}\n"
+                             "compute %out1[i0 < s0, i1 < s1] {\n"
+                             "  %0 = load %arg0[i1 + s1*i0] : f32\n"
+                             "  %1 = mul(%0, %0) : f32\n"
+                             "  %2 = cast(%1) : f16\n"
+                             "  yield %2\n"
+                             "}\n"
+                             "compute %out2[] reduce any over [r0 < s0, r1 < s1] {\n"
+                             "  %0 = load %arg0[r1 + s1*r0] : f32\n"
+                             "  %1 = const -inf : f32\n"
+                             "  %2 = eq(%0, %1) : bool\n"
+                             "  %3 = load %idx[r0] : i64\n"
+                             "  %4 = const -3 : i64\n"
+                             "  %5 = ge(%3, %4) : bool\n"
+                             "  %6 = logical_and(%2, %5) : bool\n"
+                             "  %7 = const false : bool\n"
+                             "  %8 = logical_or(%6, %7) : bool\n"
+                             "  yield %8\n"
+                             "}\n");
+  expectRoundTrip(p);
+}
+
+TEST(LoopText, RoundTripsSizeIndirectSymbolsAndComments) {
+  const char *text = "# a gather whose index is only known to be >= 0\n"
+                     "sizes n\n"
+                     "buffer %x: f64[n] input 0\n"
+                     "buffer %i: i32[4] input 1\n"
+                     "buffer %y: f64[4] output 0\n"
+                     "compute %y[j < 4] {\n"
+                     "  %a = load %i[j] : i32\n"
+                     "  %b = load %x[t] where t = %a : f64   # t is a size symbol\n"
+                     "  %c = const 1e-300 : f64\n"
+                     "  %d = maximum(%b, %c) : f64\n"
+                     "  yield %d\n"
+                     "}\n";
+  std::unique_ptr<LoopProgram> p = parseProgram(text);
+  ASSERT_EQ(verifyProgram(*p), "");
+  EXPECT_EQ(printProgram(*p), "sizes n\n"
+                              "buffer %x: f64[n] input 0\n"
+                              "buffer %i: i32[4] input 1\n"
+                              "buffer %y: f64[4] output 0\n"
+                              "compute %y[j < 4] {\n"
+                              "  %0 = load %i[j] : i32\n"
+                              "  %1 = load %x[t] where t = %0 : f64\n"
+                              "  %2 = const 1e-300 : f64\n"
+                              "  %3 = maximum(%1, %2) : f64\n"
+                              "  yield %3\n"
+                              "}\n");
+  const Expr *load = p->computations()[0]->value->operands()[0];
+  ASSERT_EQ(load->indirect().size(), 1u);
+  EXPECT_EQ(load->indirect()[0].first->role(), sym::SymbolRoleKind::Size);
+  expectRoundTrip(*p);
+}
+
+TEST(LoopText, PrintExprIsOneLine) {
+  LoopProgram p(std::make_shared<sym::SymContext>());
+  SymExpr i = p.sym().indexSymbol("i", p.sym().constant(8));
+  Buffer *b = p.addBuffer("b", DType::Float32, {p.sym().constant(8)}, BufferKind::Input, 0);
+  ExprContext &x = p.exprs();
+  const Expr *e = x.cast(
+      x.op(ScalarOpKind::Add, {x.load(b, i), x.constant(2.0, DType::Float32)}, DType::Float32),
+      DType::Float16);
+  EXPECT_EQ(printExpr(e), "cast(add(load %b[i], 2.0:f32)):f16");
+}
+
+TEST(LoopText, ParseErrorsNameWhatWasExpected) {
+  const std::string head = "buffer %a: f32[4] input 0\nbuffer %o: f32[4] output 0\n";
+  EXPECT_EQ(parseError(head + "compute %z[i < 4] {\n  yield\n}\n"),
+            "loop-parser: line 3, column 9: unknown buffer %z");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] {\n  %0 = load %a[i] : i32\n  yield %0\n}\n"),
+            "loop-parser: line 4, column 21: load of %a has type f32, not i32");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] {\n  %0 = load %a[i + q] : f32\n  yield %0\n}\n"),
+            "loop-parser: line 4, column 20: unknown symbol 'q' in 'i + q'");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] {\n  %0 = load %a[i] : f32\n"
+                              "  %1 = add(%0) : f32\n  yield %1\n}\n"),
+            "loop-parser: line 5, column 8: add takes 2 operands, got 1");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] {\n  yield %3\n}\n"),
+            "loop-parser: line 4, column 9: use of undefined value %3");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] reduce mean over [r < 2] {\n  yield\n}\n"),
+            "loop-parser: line 3, column 26: expected a reduction kind, found 'mean'");
+  EXPECT_EQ(parseError(head + "compute %o[i < 4] {\n  %0 = const 1.5 : i64\n  yield %0\n}\n"),
+            "loop-parser: line 4, column 14: expected an integer constant, found '1.5'");
+  EXPECT_EQ(parseError(head + "compute %o[i 4] {\n  yield\n}\n"),
+            "loop-parser: line 3, column 14: expected '<', found '4'");
+  EXPECT_EQ(parseError("sizes n\nbufer %a: f32[n] input 0\n"),
+            "loop-parser: line 2, column 1: expected 'buffer' or 'compute', found 'bufer'");
+}
+
+/// `in: f32[n] input 0`, `out: f32[n] output 0`; the caller adds computations.
+struct SmallProgram {
+  LoopProgram p{std::make_shared<sym::SymContext>()};
+  SymExpr n = p.sym().sizeSymbol("n");
+  Buffer *in, *out;
+  SmallProgram() {
+    p.sizeSymbols() = {n};
+    in = p.addBuffer("in", DType::Float32, {n}, BufferKind::Input, 0);
+    out = p.addBuffer("out", DType::Float32, {n}, BufferKind::Output, 0);
+  }
+  SymExpr index(const char *name) { return p.sym().indexSymbol(name, n); }
+  const Expr *load(Buffer *b, SymExpr i) { return p.exprs().load(b, i); }
+  const Expr *op(ScalarOpKind k, std::vector<const Expr *> xs, DType t = DType::Float32) {
+    return p.exprs().op(k, std::move(xs), t);
+  }
+};
+
+TEST(LoopVerifier, CatchesBrokenPrograms) {
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.load(s.in, i));
+    EXPECT_EQ(verifyProgram(s.p), "");
+  }
+  {
+    SmallProgram s, other;
+    SymExpr i = s.index("i");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.load(other.in, i));
+    EXPECT_EQ(verifyProgram(s.p),
+              "compute 0 (%out): %0 (load) reads a buffer that is not in the program");
+  }
+  {
+    SmallProgram s;
+    Buffer *tmp = s.p.addBuffer("tmp", DType::Float32, {s.n}, BufferKind::Intermediate);
+    SymExpr i = s.index("i"), j = s.index("j");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.load(tmp, i));
+    s.p.addComputation(tmp, {j}, {}, ReduceKind::None, s.load(s.in, j));
+    EXPECT_EQ(verifyProgram(s.p), "compute 0 (%out): %0 (load) reads %tmp before it is written");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i"), j = s.index("j");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.load(s.in, j));
+    EXPECT_EQ(verifyProgram(s.p),
+              "compute 0 (%out): %0 (load) uses 'j', which is not an index of this computation");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i"), j = s.index("j");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.load(s.in, i));
+    s.p.addComputation(s.out, {j}, {}, ReduceKind::None, s.load(s.in, j));
+    EXPECT_EQ(verifyProgram(s.p), "compute 1 (%out): output %out is written more than once");
+  }
+  {
+    SmallProgram s;
+    EXPECT_EQ(verifyProgram(s.p), "output %out is never written");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::Sum, s.load(s.in, i));
+    EXPECT_EQ(verifyProgram(s.p),
+              "compute 0 (%out): is a sum reduction without reduction indices");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i"), r = s.index("r");
+    s.p.addComputation(s.out, {i}, {r}, ReduceKind::None, s.load(s.in, i));
+    EXPECT_EQ(verifyProgram(s.p), "compute 0 (%out): is pointwise but has reduction indices");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i");
+    const Expr *v = s.load(s.in, i);
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None,
+                       s.op(ScalarOpKind::Add, {v, s.p.exprs().constant(1, DType::Int64)}));
+    EXPECT_EQ(verifyProgram(s.p), "compute 0 (%out): %2 (add): operand dtypes f32 and i64 differ");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i");
+    const Expr *v = s.load(s.in, i);
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.op(ScalarOpKind::Lt, {v, v}));
+    EXPECT_EQ(verifyProgram(s.p), "compute 0 (%out): %1 (lt): result is f32 but should be bool");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i");
+    const Expr *v = s.load(s.in, i);
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None, s.op(ScalarOpKind::Where, {v, v, v}));
+    EXPECT_EQ(verifyProgram(s.p), "compute 0 (%out): %1 (where): condition is f32, not bool");
+  }
+  {
+    SmallProgram s;
+    SymExpr m = s.p.sym().sizeSymbol("m"); // not in the program's sizes
+    s.p.addBuffer("extra", DType::Float32, {m}, BufferKind::Intermediate);
+    EXPECT_EQ(verifyProgram(s.p), "buffer %extra uses 'm', which is not one of the program's sizes");
+  }
+  {
+    SmallProgram s;
+    SymExpr i = s.index("i"), t = s.index("t");
+    s.p.addComputation(s.out, {i}, {}, ReduceKind::None,
+                       s.p.exprs().load(s.in, t, {{t, s.load(s.in, i)}}));
+    EXPECT_EQ(verifyProgram(s.p),
+              "compute 0 (%out): %1 (load): indirect index 't' is bound to a f32 value");
+  }
+}
+
+} // namespace
+} // namespace braze::loop

@@ -282,6 +282,7 @@ const char *cPrelude() {
   return R"PRELUDE(#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 

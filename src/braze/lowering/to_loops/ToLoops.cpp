@@ -235,7 +235,8 @@ private:
       value = value->dtype() == DType::Bool
                   ? value
                   : ex_.op(ScalarOpKind::Ne, {value, ex_.constant(0, value->dtype())}, DType::Bool);
-    p_->addComputation(b, vars, rvars, kind, value);
+    // Reducing only unit dims folds a single element: the value itself.
+    p_->addComputation(b, vars, rvars, rvars.empty() ? ReduceKind::None : kind, value);
     return bufferValue(b);
   }
 

@@ -296,7 +296,8 @@ TEST(LoopVerifier, CatchesBrokenPrograms) {
     SmallProgram s;
     SymExpr m = s.p.sym().sizeSymbol("m"); // not in the program's sizes
     s.p.addBuffer("extra", DType::Float32, {m}, BufferKind::Intermediate);
-    EXPECT_EQ(verifyProgram(s.p), "buffer %extra uses 'm', which is not one of the program's sizes");
+    EXPECT_EQ(verifyProgram(s.p),
+              "buffer %extra uses 'm', which is not one of the program's sizes");
   }
   {
     SmallProgram s;

@@ -382,7 +382,6 @@ TEST_F(SymTest, EveryRuleIsSoundOnRandomExpressions) {
     }
   }
   EXPECT_GT(checked, 150000);
-  std::printf("checked %d\n", checked);
 }
 
 /// Each rule on one expression it rewrites; the names must match the table, so that a new rule

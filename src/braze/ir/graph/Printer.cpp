@@ -74,7 +74,7 @@ std::string printGraph(const Graph &g) {
     const Node *in = g.inputs()[i];
     s += (i ? ", " : "") + valueName(in) + ": " + typeToString(ctx, in->type());
     if (!isImplicitInputAttrs(in->attrs(), i))
-      s += " " + attrsText(in->attrs());
+      s.append(" ").append(attrsText(in->attrs()));
   }
   s += ") {\n";
 
@@ -86,7 +86,7 @@ std::string printGraph(const Graph &g) {
       s += (i ? ", " : "") + valueName(n->operand(i));
     s += ")";
     if (!n->attrs().all().empty())
-      s += " " + attrsText(n->attrs());
+      s.append(" ").append(attrsText(n->attrs()));
     s += " : " + typeToString(ctx, n->type()) + "\n";
   }
 

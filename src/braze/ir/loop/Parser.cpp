@@ -105,7 +105,7 @@ private:
 
   void expectWord(std::string_view w) {
     if (peekWord() != w)
-      expected("'" + std::string(w) + "'");
+      expected(std::string(1, '\'').append(w).append("'"));
     pos_ += w.size();
   }
 

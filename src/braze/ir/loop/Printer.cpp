@@ -71,8 +71,10 @@ std::string printExpr(const Expr *e) {
     return "index(" + sym::toString(e->index()) + "):" + dt;
   case ExprKind::Load: {
     std::string s = "load " + bufferName(e->buffer()) + "[" + sym::toString(e->index());
-    for (size_t i = 0; i < e->indirect().size(); ++i)
-      s += (i ? ", " : " where ") + bindingText(e->indirect()[i], printExpr(e->indirect()[i].second));
+    for (size_t i = 0; i < e->indirect().size(); ++i) {
+      const IndirectBinding &b = e->indirect()[i];
+      s += (i ? ", " : " where ") + bindingText(b, printExpr(b.second));
+    }
     return s + "]";
   }
   case ExprKind::Op: {
@@ -96,7 +98,7 @@ void printBody(const Expr *value, std::string &s) {
     return it == names.end() ? std::string("%<null>") : it->second;
   };
   for (const Expr *e : exprPostOrder(value)) {
-    std::string name = "%" + std::to_string(names.size());
+    std::string name = std::string("%").append(std::to_string(names.size()));
     s += "  " + name + " = ";
     switch (e->kind()) {
     case ExprKind::Const:
@@ -136,10 +138,11 @@ std::string printProgram(const LoopProgram &p) {
     s += "\n";
   }
   for (const auto &b : p.buffers()) {
-    s += "buffer %" + b->name + ": " + typeToString(ctx, TensorType{b->dtype, b->shape, b->strides}) +
-         " " + std::string(bufferKindName(b->kind));
+    TensorType type{b->dtype, b->shape, b->strides};
+    s += "buffer %" + b->name + ": " + typeToString(ctx, type) + " " +
+         std::string(bufferKindName(b->kind));
     if (b->ioIndex != -1)
-      s += " " + std::to_string(b->ioIndex);
+      s.append(" ").append(std::to_string(b->ioIndex));
     s += "\n";
   }
   for (const auto &c : p.computations()) {

@@ -22,6 +22,8 @@ bool isPredicate(ScalarOpKind k) {
 
 std::string dt(DType t) { return std::string(dtypeName(t)); }
 
+std::string quoted(const std::string &s) { return std::string(1, '\'').append(s).append("'"); }
+
 std::string symsText(const std::vector<SymExpr> &xs) {
   std::string s = "[";
   for (size_t i = 0; i < xs.size(); ++i)
@@ -72,7 +74,7 @@ private:
     std::set<std::string> hints;
     for (SymExpr s : p_.sizeSymbols()) {
       if (!s->isSymbol() || s->role() != sym::SymbolRoleKind::Size)
-        return fail("'" + sym::toString(s) + "' in the program's sizes is not a size symbol");
+        return fail(quoted(sym::toString(s)) + " in the program's sizes is not a size symbol");
       if (!hints.insert(s->name()).second)
         return fail("two size symbols are named '" + s->name() + "'");
       sizes_.insert(s);
@@ -141,7 +143,7 @@ private:
     for (const auto *list : {&c.vars, &c.rvars})
       for (SymExpr v : *list) {
         if (!v->isSymbol() || v->role() != sym::SymbolRoleKind::Index || !v->extent())
-          return failHere("'" + sym::toString(v) + "' is not an index symbol");
+          return failHere(quoted(sym::toString(v)) + " is not an index symbol");
         if (!hints.insert(v->name()).second)
           return failHere("index '" + v->name() + "' has the name of another symbol in scope");
         if (!checkSymbols(v->extent(), scope, where() + "extent of " + v->name()))
@@ -155,7 +157,7 @@ private:
 
     std::vector<const Expr *> order = exprPostOrder(c.value);
     for (size_t i = 0; i < order.size(); ++i)
-      if (!checkExpr(order[i], "%" + std::to_string(i), scope, written))
+      if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;
     return true;
   }

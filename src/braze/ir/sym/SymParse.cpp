@@ -156,7 +156,10 @@ private:
     if (isNameChar(text_[at]))
       while (end < text_.size() && isNameChar(text_[end]))
         ++end;
-    return "'" + std::string(text_.substr(at, end - at)) + "'";
+    std::string quoted = "'";
+    quoted.append(text_.substr(at, end - at));
+    quoted += '\'';
+    return quoted;
   }
 
   /// Throws "column N: <what> in '<text>'".

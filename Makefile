@@ -1,0 +1,44 @@
+# The two set-up commands: `make demo` and `make test`. Each works on a fresh machine by itself.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip
+STAMP   := $(VENV)/.braze-env
+BUILD   := build/py
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export BRAZE_CACHE_DIR ?= $(abspath build/cache)
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: env build demo test test-cpp test-python bench-cpu clean
+
+$(STAMP):
+	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
+	@test -f /usr/include/gtest/gtest.h || (apt-get update && apt-get install -y libgtest-dev)
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja
+	touch $(STAMP)
+
+env: $(STAMP)
+
+# One CMake build serves the Python module, braze-opt, the C++ tests and the examples.
+build: $(STAMP)
+	$(PIP) install -q --no-build-isolation --no-deps . \
+	    -Cbuild-dir=$(BUILD) -Ccmake.define.BRAZE_BUILD_TESTS=ON
+
+demo: build
+	$(PY) examples/demo.py
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j2
+
+test-python: build
+	$(PY) -m pytest -q tests/python
+
+test: test-cpp test-python
+
+bench-cpu: build
+	$(PY) benchmarks/cpu_suite.py
+
+clean:
+	rm -rf build

@@ -1,0 +1,20 @@
+"""braze: a deep-learning compiler in C++.
+
+    import torch
+    fast = torch.compile(model, backend="braze")
+
+The backend name is registered through the `torch_dynamo_backends` entry point, so importing
+braze is not needed for `backend="braze"`; importing it does not register the name again.
+"""
+from braze._C import CompileError, InternalError, RunError
+from braze.backend import Options, braze_backend, counters, run_and_get_code
+
+__all__ = [
+    "CompileError",
+    "InternalError",
+    "RunError",
+    "Options",
+    "braze_backend",
+    "counters",
+    "run_and_get_code",
+]

@@ -1,0 +1,209 @@
+"""The torch.compile backend: AOTAutograd with Core ATen decompositions, then each FX graph is
+translated into a braze graph, compiled in C++, and wrapped in a callable. Ops braze cannot take
+run in eager PyTorch between compiled partitions; an internal error falls back to eager for the
+whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT=1)."""
+import dataclasses
+import functools
+import sys
+import warnings
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from braze import _C
+from braze.fx_import import Translator, Unsupported, supported_targets
+
+_fallback_counts = {"fallback_ops": 0, "fallback_graphs": 0}
+_last_sources = []  # generated source per compiled graph, for run_and_get_code
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Per-compile options: `torch.compile(fn, backend=braze.braze_backend_with(options))`
+    or `torch.compile(fn, backend="braze", options={"strict": True})`."""
+    strict: bool = False
+    log: str = None  # e.g. "graph,loops,output_code"; None reads BRAZE_LOG
+    fuse: bool = True
+
+
+def counters():
+    """Cumulative counts for this process."""
+    d = dict(_C.counters())
+    d.update(_fallback_counts)
+    return d
+
+
+def run_and_get_code(fn, *args, **kwargs):
+    """Runs fn (typically a torch.compile'd function) and returns (result, [generated source
+    for each graph compiled during the call])."""
+    start = len(_last_sources)
+    result = fn(*args, **kwargs)
+    return result, list(_last_sources[start:])
+
+
+def _log_fallback(msg):
+    if _C.log_fallback_from_environment():
+        print(f"===== braze: fallback =====\n{msg}", file=sys.stderr)
+
+
+def _strict(opts):
+    return opts.strict or _C.strict_from_environment()
+
+
+def _node_support(node):
+    """(True, "") if braze can compile this call_function node alone, else (False, reason)."""
+    if node.target not in supported_targets():
+        return False, f"no braze rule for {node.target}"
+    t = Translator()
+    try:
+        for a in node.all_input_nodes:
+            val = a.meta.get("val")
+            if isinstance(val, tuple):
+                return False, "operand is a tuple"
+            t.input(a, val)
+        out = t.translate(node)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        t.g.output(outs)
+        t.g.check_supported()
+        return True, ""
+    except (Unsupported, _C.CompileError) as e:
+        return False, str(e)
+
+
+class _BrazeGraph:
+    """A compiled braze graph called with the FX graph's positional arguments."""
+
+    def __init__(self, compiled, tensor_positions, output_count):
+        self.compiled = compiled
+        self.tensor_positions = tensor_positions
+        self.output_count = output_count
+
+    def __call__(self, *args):
+        outs = self.compiled.run([args[i] for i in self.tensor_positions])
+        return outs
+
+
+def _compile_whole(gm, opts):
+    """Translates and compiles a graph whose every node braze supports."""
+    t = Translator()
+    positions = []
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            t.input(node, val)
+            positions.append(i)
+        elif isinstance(val, (torch.SymInt, int)):
+            continue  # sizes are bound from the tensors' shapes
+        else:
+            raise Unsupported(f"placeholder {node.name} of type {type(val).__name__}")
+    outputs = None
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            t.translate(node)
+        elif node.op == "output":
+            outputs = node.args[0]
+    flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    handles = []
+    for o in flat:
+        if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
+            raise Unsupported(f"output {o!r} is not a tensor")
+        handles.append(t.values[o])
+    t.g.output(handles)
+    compiled = t.g.compile(opts.log, opts.fuse)
+    _last_sources.append(compiled.source)
+    return _BrazeGraph(compiled, positions, len(handles)), isinstance(outputs, (tuple, list))
+
+
+def _compile_fx(gm, example_inputs, opts):
+    for a in example_inputs:
+        if isinstance(a, torch.Tensor) and a.device.type != "cpu":
+            _fallback_counts["fallback_graphs"] += 1
+            _log_fallback(f"graph on {a.device}: this build of braze compiles CPU graphs only")
+            return make_boxed_func(gm.forward)
+    unsupported = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            ok, why = _node_support(node)
+            if not ok:
+                unsupported[node] = why
+    try:
+        if not unsupported:
+            fn, tuple_out = _compile_whole(gm, opts)
+            if tuple_out:
+                return make_boxed_func(lambda *args: fn(*args))
+            return make_boxed_func(lambda *args: fn(*args)[0])
+        return make_boxed_func(_compile_partitioned(gm, unsupported, opts).forward)
+    except (Unsupported, _C.CompileError) as e:
+        if _strict(opts):
+            raise
+        reason = f"braze cannot compile this graph: {e}"
+    except Exception as e:  # an internal error must never break the user's program
+        if _strict(opts):
+            raise
+        reason = f"internal error in braze ({type(e).__name__}: {e})"
+    _fallback_counts["fallback_graphs"] += 1
+    warnings.warn(f"{reason}; running this graph in eager PyTorch")
+    _log_fallback(reason)
+    return make_boxed_func(gm.forward)
+
+
+def _compile_partitioned(gm, unsupported, opts):
+    """Supported nodes are grouped into as few partitions as possible; each partition is
+    compiled by braze and the rest runs eagerly."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    for node, why in unsupported.items():
+        _fallback_counts["fallback_ops"] += 1
+        _log_fallback(f"{node.name} ({node.target}): {why}")
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and node not in unsupported
+
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(partitions)
+    for name, sub in list(fused.named_children()):
+        if not name.startswith("fused_"):
+            continue
+        inputs = [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
+        fn, tuple_out = _compile_whole(sub, opts)
+        setattr(fused, name, _Partition(fn, tuple_out))
+    fused.recompile()
+    return fused
+
+
+class _Partition(torch.nn.Module):
+    def __init__(self, fn, tuple_out):
+        super().__init__()
+        self.fn = fn
+        self.tuple_out = tuple_out
+
+    def forward(self, *args):
+        outs = self.fn(*args)
+        return tuple(outs) if self.tuple_out else outs[0]
+
+
+def _decompositions():
+    from torch._decomp import core_aten_decompositions
+    table = dict(core_aten_decompositions())
+    # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
+    for op in (torch.ops.aten.silu.default, torch.ops.aten.gelu.default,
+               torch.ops.aten.var_mean.correction, torch.ops.aten.native_layer_norm.default):
+        table.pop(op, None)
+    return table
+
+
+def braze_backend(gm, example_inputs, options=None):
+    """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
+    if isinstance(options, dict):
+        opts = Options(**options)
+    elif isinstance(options, Options):
+        opts = options
+    else:
+        opts = Options()
+    compiler = functools.partial(_compile_fx, opts=opts)
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                        decompositions=_decompositions())(gm, example_inputs)

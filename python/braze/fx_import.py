@@ -1,0 +1,400 @@
+"""FX (ATen) graph -> braze graph. Translation only: each supported ATen op maps to one
+GraphBuilder call; type inference, checks, decomposition and everything after live in C++."""
+import operator
+
+import sympy
+import torch
+
+from braze import _C
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_DTYPES = {
+    torch.bool: "bool", torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16",
+    torch.int32: "i32", torch.int64: "i64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.float32: "f32", torch.float64: "f64",
+}
+
+
+class Unsupported(Exception):
+    """The node cannot be translated; the partitioner leaves it to eager PyTorch."""
+
+
+def dtype_name(dt):
+    if dt not in _DTYPES:
+        raise Unsupported(f"dtype {dt}")
+    return _DTYPES[dt]
+
+
+class Translator:
+    """Builds one braze graph from FX nodes."""
+
+    def __init__(self):
+        self.g = _C.Graph()
+        self.values = {}   # fx node -> graph handle (or tuple of handles)
+        self.symbols = {}  # sympy symbol name -> sym handle
+
+    # ---- symbolic sizes -------------------------------------------------------------
+    def sym(self, d):
+        if isinstance(d, int):
+            return self.g.sym_const(d)
+        if isinstance(d, torch.SymInt):
+            return self.sym_expr(d.node.expr)
+        raise Unsupported(f"size {d!r}")
+
+    def sym_expr(self, e):
+        from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
+        if isinstance(e, sympy.Integer):
+            return self.g.sym_const(int(e))
+        if isinstance(e, sympy.Symbol):
+            if e.name not in self.symbols:
+                self.symbols[e.name] = self.g.size_symbol(e.name)
+            return self.symbols[e.name]
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            op = "add" if isinstance(e, sympy.Add) else "mul"
+            args = [self.sym_expr(a) for a in e.args]
+            r = args[0]
+            for a in args[1:]:
+                r = self.g.sym_binary(op, r, a)
+            return r
+        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) > 0:
+            b = self.sym_expr(e.base)
+            r = b
+            for _ in range(int(e.exp) - 1):
+                r = self.g.sym_binary("mul", r, b)
+            return r
+        if isinstance(e, FloorDiv):
+            return self.g.sym_binary("floordiv", self.sym_expr(e.args[0]), self.sym_expr(e.args[1]))
+        if isinstance(e, (Mod, PythonMod)):
+            return self.g.sym_binary("mod", self.sym_expr(e.args[0]), self.sym_expr(e.args[1]))
+        if isinstance(e, ModularIndexing):
+            x, d, m = (self.sym_expr(a) for a in e.args)
+            return self.g.sym_binary("mod", self.g.sym_binary("floordiv", x, d), m)
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            op = "min" if isinstance(e, sympy.Min) else "max"
+            args = [self.sym_expr(a) for a in e.args]
+            r = args[0]
+            for a in args[1:]:
+                r = self.g.sym_binary(op, r, a)
+            return r
+        raise Unsupported(f"symbolic expression {e}")
+
+    def shape(self, dims):
+        return [self.sym(d) for d in dims]
+
+    # ---- nodes ------------------------------------------------------------------------
+    def input(self, node, val):
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(f"non-tensor input {type(val).__name__}")
+        if val.device.type != "cpu":
+            raise Unsupported(f"device {val.device}")
+        h = self.g.input(node.name, dtype_name(val.dtype), self.shape(val.shape),
+                         self.shape(val.stride()))
+        self.values[node] = h
+        return h
+
+    def arg(self, a, like=None):
+        """A translated operand: an FX node's handle, or a scalar constant."""
+        if isinstance(a, torch.fx.Node):
+            if a not in self.values:
+                raise Unsupported(f"operand {a.name} is not a tensor braze holds")
+            return self.values[a]
+        if isinstance(a, (bool, int, float)):
+            return self.g.full(float(a), self.scalar_dtype(a, like), [])
+        raise Unsupported(f"operand {a!r}")
+
+    def scalar_dtype(self, a, like):
+        if isinstance(a, bool):
+            return "bool"
+        other = self.g.dtype(like) if like is not None else None
+        if isinstance(a, int):
+            return other if other not in (None, "bool") else "i64"
+        return other if other in ("f16", "bf16", "f32", "f64") else "f32"
+
+    def translate(self, node):
+        fn = _RULES.get(node.target)
+        if fn is None:
+            raise Unsupported(f"op {node.target}")
+        self.g.set_name(node.name)
+        out = fn(self, node, *node.args, **node.kwargs)
+        if isinstance(out, int):
+            out = self.match_meta(node, out)
+        self.values[node] = out
+        return out
+
+    def match_meta(self, node, h):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            want = dtype_name(val.dtype)
+            if self.g.dtype(h) != want:
+                h = self.g.convert(h, want)
+        return h
+
+    def first_tensor(self, *args):
+        for a in args:
+            if isinstance(a, torch.fx.Node):
+                return self.values.get(a)
+        return None
+
+
+_RULES = {}
+
+
+def rule(*targets):
+    def wrap(fn):
+        for t in targets:
+            _RULES[t] = fn
+        return fn
+    return wrap
+
+
+def _elementwise(op):
+    def fn(t, node, *args, **kwargs):
+        like = t.first_tensor(*args)
+        return t.g.elementwise(op, [t.arg(a, like) for a in args])
+    return fn
+
+
+for _op, _targets in {
+    "abs": [aten.abs.default], "neg": [aten.neg.default], "exp": [aten.exp.default],
+    "exp2": [aten.exp2.default], "expm1": [aten.expm1.default], "log": [aten.log.default],
+    "log2": [aten.log2.default], "log10": [aten.log10.default], "log1p": [aten.log1p.default],
+    "sqrt": [aten.sqrt.default], "rsqrt": [aten.rsqrt.default], "sin": [aten.sin.default],
+    "cos": [aten.cos.default], "tan": [aten.tan.default], "asin": [aten.asin.default],
+    "acos": [aten.acos.default], "atan": [aten.atan.default], "sinh": [aten.sinh.default],
+    "cosh": [aten.cosh.default], "tanh": [aten.tanh.default], "asinh": [aten.asinh.default],
+    "acosh": [aten.acosh.default], "atanh": [aten.atanh.default], "erf": [aten.erf.default],
+    "erfc": [aten.erfc.default], "sigmoid": [aten.sigmoid.default], "sign": [aten.sign.default],
+    "floor": [aten.floor.default], "ceil": [aten.ceil.default], "round": [aten.round.default],
+    "trunc": [aten.trunc.default], "reciprocal": [aten.reciprocal.default],
+    "relu": [aten.relu.default], "isnan": [aten.isnan.default], "isinf": [aten.isinf.default],
+    "logical_not": [aten.logical_not.default], "bitwise_not": [aten.bitwise_not.default],
+    "mul": [aten.mul.Tensor, aten.mul.Scalar],
+    "remainder": [aten.remainder.Tensor, aten.remainder.Scalar],
+    "fmod": [aten.fmod.Tensor, aten.fmod.Scalar], "atan2": [aten.atan2.default],
+    "maximum": [aten.maximum.default], "minimum": [aten.minimum.default],
+    "eq": [aten.eq.Tensor, aten.eq.Scalar], "ne": [aten.ne.Tensor, aten.ne.Scalar],
+    "lt": [aten.lt.Tensor, aten.lt.Scalar], "le": [aten.le.Tensor, aten.le.Scalar],
+    "gt": [aten.gt.Tensor, aten.gt.Scalar], "ge": [aten.ge.Tensor, aten.ge.Scalar],
+    "logical_and": [aten.logical_and.default], "logical_or": [aten.logical_or.default],
+    "logical_xor": [aten.logical_xor.default],
+    "bitwise_and": [aten.bitwise_and.Tensor, aten.bitwise_and.Scalar],
+    "bitwise_or": [aten.bitwise_or.Tensor, aten.bitwise_or.Scalar],
+    "bitwise_xor": [aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar],
+    "pow": [aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor],
+    "where": [aten.where.self],
+}.items():
+    rule(*_targets)(_elementwise(_op))
+
+
+@rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def _add_sub(t, node, a, b, alpha=1):
+    like = t.first_tensor(a, b)
+    x, y = t.arg(a, like), t.arg(b, like)
+    if alpha != 1:
+        y = t.g.elementwise("mul", [y, t.arg(alpha, y)])
+    op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
+    return t.g.elementwise(op, [x, y])
+
+
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div(t, node, a, b, rounding_mode=None):
+    like = t.first_tensor(a, b)
+    x, y = t.arg(a, like), t.arg(b, like)
+    if rounding_mode is None:
+        return t.g.elementwise("div", [x, y])
+    if rounding_mode == "floor":
+        return t.g.elementwise("floordiv", [x, y])
+    if t.g.dtype(x) in ("f16", "bf16", "f32", "f64"):
+        return t.g.elementwise("trunc", [t.g.elementwise("div", [x, y])])
+    raise Unsupported("integer division with rounding_mode='trunc'")
+
+
+@rule(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _clamp(t, node, x, lo=None, hi=None):
+    if node.target == aten.clamp_max.default:
+        lo, hi = None, lo
+    h = t.arg(x)
+    if lo is not None:
+        h = t.g.elementwise("maximum", [h, t.arg(lo, h)])
+    if hi is not None:
+        h = t.g.elementwise("minimum", [h, t.arg(hi, h)])
+    return h
+
+
+@rule(aten.scalar_tensor.default)
+def _scalar_tensor(t, node, value, dtype=None, **_):
+    return t.g.full(float(value), dtype_name(dtype or torch.get_default_dtype()), [])
+
+
+@rule(aten.full.default)
+def _full(t, node, size, value, dtype=None, **_):
+    dt = dtype or node.meta["val"].dtype
+    return t.g.full(float(value), dtype_name(dt), t.shape(size))
+
+
+@rule(aten._to_copy.default, prims.convert_element_type.default)
+def _to_copy(t, node, x, dtype=None, **kwargs):
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        raise Unsupported(f"copy to {device}")
+    dt = dtype if dtype is not None else node.meta["val"].dtype
+    return t.g.convert(t.arg(x), dtype_name(dt))
+
+
+@rule(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def _identity(t, node, x, **_):
+    return t.arg(x)
+
+
+def _dims(dims, rank):
+    if dims is None:
+        return []
+    if isinstance(dims, int):
+        return [dims]
+    return list(dims)
+
+
+@rule(aten.sum.dim_IntList, aten.sum.default)
+def _sum(t, node, x, dims=None, keepdim=False, dtype=None):
+    return t.g.reduce("sum", t.arg(x), _dims(dims, 0), keepdim, dtype_name(dtype) if dtype else None)
+
+
+@rule(aten.prod.dim_int, aten.prod.default)
+def _prod(t, node, x, dim=None, keepdim=False, dtype=None):
+    return t.g.reduce("prod", t.arg(x), _dims(dim, 0), keepdim, dtype_name(dtype) if dtype else None)
+
+
+@rule(aten.amax.default, aten.amin.default)
+def _amax(t, node, x, dims=(), keepdim=False):
+    op = "amax" if node.target == aten.amax.default else "amin"
+    return t.g.reduce(op, t.arg(x), _dims(dims, 0), keepdim, None)
+
+
+@rule(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default)
+def _any_all(t, node, x, dim=None, keepdim=False):
+    op = "any" if "any" in str(node.target) else "all"
+    return t.g.reduce(op, t.arg(x), _dims(dim, 0), keepdim, None)
+
+
+@rule(aten.mean.dim, aten.mean.default)
+def _mean(t, node, x, dims=None, keepdim=False, dtype=None):
+    h = t.arg(x)
+    if dtype is not None:
+        h = t.g.convert(h, dtype_name(dtype))
+    return t.g.mean(h, _dims(dims, 0), keepdim)
+
+
+@rule(aten.var.correction, aten.var_mean.correction)
+def _var(t, node, x, dims=None, correction=None, keepdim=False):
+    h = t.arg(x)
+    c = 1.0 if correction is None else float(correction)
+    v = t.g.var(h, _dims(dims, 0), c, keepdim)
+    if node.target == aten.var_mean.correction:
+        return (v, t.g.mean(h, _dims(dims, 0), keepdim))
+    return v
+
+
+@rule(aten._softmax.default, aten._log_softmax.default)
+def _softmax(t, node, x, dim, half_to_float):
+    if half_to_float:
+        raise Unsupported("softmax with half_to_float")
+    h = t.arg(x)
+    return t.g.softmax(h, dim) if node.target == aten._softmax.default else t.g.log_softmax(h, dim)
+
+
+@rule(aten.native_layer_norm.default)
+def _layer_norm(t, node, x, normalized_shape, weight, bias, eps):
+    h = t.arg(x)
+    axis = len(node.meta["val"][0].shape) - len(normalized_shape)
+    w = t.arg(weight) if weight is not None else None
+    b = t.arg(bias) if bias is not None else None
+    out = t.g.layer_norm(h, axis, w, b, float(eps))
+    mean, rstd = t.g.layer_norm_stats(h, axis, float(eps))
+    return (out, mean, rstd)
+
+
+@rule(aten.gelu.default)
+def _gelu(t, node, x, approximate="none"):
+    return t.g.gelu(t.arg(x), approximate)
+
+
+@rule(aten.silu.default)
+def _silu(t, node, x):
+    return t.g.silu(t.arg(x))
+
+
+@rule(operator.getitem)
+def _getitem(t, node, x, i):
+    v = t.values.get(x)
+    if not isinstance(v, tuple):
+        raise Unsupported("getitem of a non-tuple")
+    return v[i]
+
+
+@rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(t, node, x, shape):
+    return t.g.reshape(t.arg(x), t.shape(node.meta["val"].shape))
+
+
+@rule(aten.permute.default)
+def _permute(t, node, x, dims):
+    return t.g.permute(t.arg(x), list(dims))
+
+
+@rule(aten.t.default)
+def _t(t, node, x):
+    h = t.arg(x)
+    return t.g.permute(h, [1, 0]) if len(t.g.shape(h)) == 2 else h
+
+
+@rule(aten.transpose.int)
+def _transpose(t, node, x, d0, d1):
+    h = t.arg(x)
+    rank = len(t.g.shape(h))
+    perm = list(range(rank))
+    if rank:
+        perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
+    return t.g.permute(h, perm)
+
+
+@rule(aten.expand.default)
+def _expand(t, node, x, size, implicit=False):
+    return t.g.expand(t.arg(x), t.shape(node.meta["val"].shape))
+
+
+@rule(aten.unsqueeze.default)
+def _unsqueeze(t, node, x, dim):
+    return t.g.unsqueeze(t.arg(x), dim)
+
+
+@rule(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(t, node, x, dims=None):
+    return t.g.squeeze(t.arg(x), _dims(dims, 0))
+
+
+@rule(aten.slice.Tensor)
+def _slice(t, node, x, dim=0, start=None, end=None, step=1):
+    for v in (start, end):
+        if v is not None and not isinstance(v, int):
+            raise Unsupported("slice with symbolic bounds")
+    start = 0 if start is None else start
+    end = 2**63 - 1 if end is None else end
+    return t.g.slice(t.arg(x), dim, start, end, step)
+
+
+@rule(aten.select.int)
+def _select(t, node, x, dim, index):
+    if not isinstance(index, int):
+        raise Unsupported("select with a symbolic index")
+    return t.g.select(t.arg(x), dim, index)
+
+
+@rule(aten.gather.default)
+def _gather(t, node, x, dim, index, sparse_grad=False):
+    return t.g.gather(t.arg(x), dim, t.arg(index))
+
+
+def supported_targets():
+    return set(_RULES)

@@ -1,0 +1,242 @@
+// braze._C: a thin nanobind layer over the C++ library. Python refers to graph nodes and
+// symbolic sizes by integer handles; all compiler logic stays in C++.
+#include "braze/driver/Compile.h"
+#include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/GraphText.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace braze {
+namespace {
+
+DType dtypeFromName(const std::string &name) {
+  auto t = parseDType(name);
+  if (!t)
+    BRAZE_USER_ERROR("dtype", "") << "unknown dtype '" << name << "'";
+  return *t;
+}
+
+OpKind opFromName(const std::string &name) {
+  OpKind k;
+  if (!parseOpKind(name, k))
+    BRAZE_USER_ERROR(name, "") << "unknown op";
+  return k;
+}
+
+/// A graph under construction plus handle tables.
+class PyGraph {
+public:
+  PyGraph() : g_(std::make_unique<Graph>()), b_(*g_) {}
+
+  int sym(SymExpr e) {
+    syms_.push_back(e);
+    return static_cast<int>(syms_.size()) - 1;
+  }
+  SymExpr symAt(int h) const { return syms_.at(h); }
+  std::vector<SymExpr> shape(const std::vector<int> &hs) const {
+    std::vector<SymExpr> out;
+    for (int h : hs)
+      out.push_back(symAt(h));
+    return out;
+  }
+  int node(Node *n) {
+    nodes_.push_back(n);
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+  Node *at(int h) const { return nodes_.at(h); }
+
+  Graph &graph() { return *g_; }
+  GraphBuilder &builder() { return b_; }
+  std::unique_ptr<Graph> take() { return std::move(g_); }
+  bool consumed() const { return !g_; }
+
+private:
+  std::unique_ptr<Graph> g_;
+  GraphBuilder b_;
+  std::vector<SymExpr> syms_;
+  std::vector<Node *> nodes_;
+};
+
+struct PyCompiled {
+  std::shared_ptr<runtime::Executable> exe;
+  std::string source;
+  int numKernels = 0;
+  bool cacheHit = false;
+};
+
+using CpuArray = nb::ndarray<nb::device::cpu>;
+using TorchArray = nb::ndarray<nb::pytorch, nb::device::cpu>;
+
+std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs) {
+  std::vector<DLTensor> views(inputs.size());
+  std::vector<const DLTensor *> ptrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CpuArray &a = inputs[i];
+    DLTensor &v = views[i];
+    v.data = const_cast<void *>(a.data());
+    v.device = DLDevice{kDLCPU, 0};
+    v.ndim = static_cast<int32_t>(a.ndim());
+    nb::dlpack::dtype t = a.dtype();
+    v.dtype = DLDataType{t.code, t.bits, t.lanes};
+    v.shape = const_cast<int64_t *>(a.shape_ptr());
+    v.strides = const_cast<int64_t *>(a.stride_ptr());
+    v.byte_offset = 0;
+    ptrs.push_back(&v);
+  }
+  std::vector<std::unique_ptr<runtime::OwnedTensor>> outs;
+  {
+    nb::gil_scoped_release release;
+    outs = c.exe->run(ptrs);
+  }
+  std::vector<TorchArray> result;
+  for (auto &o : outs) {
+    runtime::OwnedTensor *raw = o.release();
+    nb::capsule owner(raw, [](void *p) noexcept { delete static_cast<runtime::OwnedTensor *>(p); });
+    std::vector<size_t> shape(raw->shape().begin(), raw->shape().end());
+    DLDataType t = raw->dtype();
+    result.emplace_back(raw->data(), shape.size(), shape.data(), owner, nullptr,
+                        nb::dlpack::dtype{t.code, t.bits, t.lanes});
+  }
+  return result;
+}
+
+} // namespace
+} // namespace braze
+
+NB_MODULE(_C, m) {
+  using namespace braze;
+  // Compiled graphs stay referenced from torch.compile caches until interpreter exit.
+  nb::set_leak_warnings(false);
+  nb::exception<Diagnostic>(m, "CompileError");
+  nb::exception<InternalError>(m, "InternalError");
+  nb::exception<runtime::RunError>(m, "RunError");
+
+  nb::class_<PyGraph>(m, "Graph")
+      .def(nb::init<>())
+      .def("size_symbol", [](PyGraph &g, const std::string &n) { return g.sym(g.builder().sizeSymbol(n)); })
+      .def("sym_const", [](PyGraph &g, int64_t v) { return g.sym(g.graph().sym().constant(v)); })
+      .def("sym_binary", [](PyGraph &g, const std::string &op, int a, int b) {
+        sym::SymContext &s = g.graph().sym();
+        SymExpr x = g.symAt(a), y = g.symAt(b);
+        if (op == "add") return g.sym(s.add(x, y));
+        if (op == "mul") return g.sym(s.mul(x, y));
+        if (op == "floordiv") return g.sym(s.floordiv(x, y));
+        if (op == "mod") return g.sym(s.mod(x, y));
+        if (op == "min") return g.sym(s.min(x, y));
+        if (op == "max") return g.sym(s.max(x, y));
+        BRAZE_USER_ERROR("sym", "") << "unknown symbolic op '" << op << "'";
+      })
+      .def("sym_str", [](PyGraph &g, int h) { return sym::toString(g.symAt(h)); })
+      .def("set_name", [](PyGraph &g, const std::string &n) { g.builder().setName(n); })
+      .def("input", [](PyGraph &g, const std::string &name, const std::string &dt,
+                       const std::vector<int> &shape, const std::vector<int> &strides) {
+        return g.node(g.builder().input(name, dtypeFromName(dt), g.shape(shape), g.shape(strides)));
+      })
+      .def("full", [](PyGraph &g, double v, const std::string &dt, const std::vector<int> &shape) {
+        return g.node(g.builder().full(v, dtypeFromName(dt), g.shape(shape)));
+      })
+      .def("iota", [](PyGraph &g, const std::string &dt, const std::vector<int> &shape, int64_t dim) {
+        return g.node(g.builder().iota(dtypeFromName(dt), g.shape(shape), dim));
+      })
+      .def("elementwise", [](PyGraph &g, const std::string &op, const std::vector<int> &xs) {
+        std::vector<Node *> ns;
+        for (int h : xs)
+          ns.push_back(g.at(h));
+        return g.node(g.builder().elementwise(opFromName(op), ns));
+      })
+      .def("convert", [](PyGraph &g, int x, const std::string &dt) {
+        return g.node(g.builder().convert(g.at(x), dtypeFromName(dt)));
+      })
+      .def("reduce", [](PyGraph &g, const std::string &op, int x, std::vector<int64_t> dims,
+                        bool keepdim, std::optional<std::string> dt) {
+        std::optional<DType> t;
+        if (dt)
+          t = dtypeFromName(*dt);
+        return g.node(g.builder().reduce(opFromName(op), g.at(x), dims, keepdim, t));
+      })
+      .def("reshape", [](PyGraph &g, int x, const std::vector<int> &shape) {
+        return g.node(g.builder().reshape(g.at(x), g.shape(shape)));
+      })
+      .def("permute", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().permute(g.at(x), d)); })
+      .def("expand", [](PyGraph &g, int x, const std::vector<int> &shape) {
+        return g.node(g.builder().expand(g.at(x), g.shape(shape)));
+      })
+      .def("slice", [](PyGraph &g, int x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+        return g.node(g.builder().slice(g.at(x), dim, start, end, step));
+      })
+      .def("select", [](PyGraph &g, int x, int64_t dim, int64_t i) { return g.node(g.builder().select(g.at(x), dim, i)); })
+      .def("unsqueeze", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().unsqueeze(g.at(x), d)); })
+      .def("squeeze", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().squeeze(g.at(x), d)); })
+      .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
+      .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })
+      .def("log_softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().logSoftmax(g.at(x), d)); })
+      .def("mean", [](PyGraph &g, int x, std::vector<int64_t> d, bool k) { return g.node(g.builder().mean(g.at(x), d, k)); })
+      .def("var", [](PyGraph &g, int x, std::vector<int64_t> d, double c, bool k) {
+        return g.node(g.builder().var(g.at(x), d, c, k));
+      })
+      .def("layer_norm", [](PyGraph &g, int x, int64_t axis, std::optional<int> w, std::optional<int> b, double eps) {
+        return g.node(g.builder().layerNorm(g.at(x), axis, w ? g.at(*w) : nullptr, b ? g.at(*b) : nullptr, eps));
+      })
+      .def("layer_norm_stats", [](PyGraph &g, int x, int64_t axis, double eps) {
+        auto [mean, rstd] = g.builder().layerNormStats(g.at(x), axis, eps);
+        return std::make_pair(g.node(mean), g.node(rstd));
+      })
+      .def("gelu", [](PyGraph &g, int x, const std::string &a) { return g.node(g.builder().gelu(g.at(x), a)); })
+      .def("silu", [](PyGraph &g, int x) { return g.node(g.builder().silu(g.at(x))); })
+      .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
+      .def("shape", [](PyGraph &g, int x) {
+        std::vector<int> hs;
+        for (SymExpr e : g.at(x)->shape())
+          hs.push_back(g.sym(e));
+        return hs;
+      })
+      .def("output", [](PyGraph &g, const std::vector<int> &xs) {
+        std::vector<Node *> ns;
+        for (int h : xs)
+          ns.push_back(g.at(h));
+        g.builder().output(ns);
+      })
+      .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
+      .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
+      .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse) {
+        if (g.consumed())
+          BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
+        CompileOptions o = CompileOptions::fromEnvironment();
+        if (log)
+          o.log = LogSet::parse(*log);
+        o.fuse = fuse;
+        std::unique_ptr<Graph> graph = g.take();
+        CompileResult r = braze::compile(*graph, o);
+        return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit};
+      }, "log"_a = nb::none(), "fuse"_a = true);
+
+  nb::class_<PyCompiled>(m, "Compiled")
+      .def_ro("source", &PyCompiled::source)
+      .def_ro("num_kernels", &PyCompiled::numKernels)
+      .def_ro("cache_hit", &PyCompiled::cacheHit)
+      .def("run", &runCompiled);
+
+  m.def("counters", []() {
+    Counters &c = counters();
+    nb::dict d;
+    d["graphs_compiled"] = c.graphsCompiled.load();
+    d["kernels_generated"] = c.kernelsGenerated.load();
+    d["cache_hits"] = c.cacheHits.load();
+    d["cache_misses"] = c.cacheMisses.load();
+    return d;
+  });
+  m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
+  m.def("log_fallback_from_environment",
+        []() { return CompileOptions::fromEnvironment().log.has(LogStage::Fallback); });
+}

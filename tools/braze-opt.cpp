@@ -1,0 +1,177 @@
+/// braze-opt: reads a tensor graph in text form, runs graph passes on it or prints one stage of
+/// the pipeline, and writes the result to stdout. The text tests (tests/lit) drive it.
+///
+///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
+///             [--no-fuse] [--help]
+///
+/// 1. Parse the arguments; FILE `-` is stdin.
+/// 2. Parse and verify the graph.
+/// 3. Run the --passes (each verified after it runs), then print the --print stage (default:
+///    the graph).
+/// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
+/// internal error.
+#include "braze/driver/Compile.h"
+#include "braze/ir/graph/GraphText.h"
+#include "braze/passes/PassManager.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr std::string_view kToolName = "braze-opt";
+
+struct ToolOptions {
+  std::string file;
+  braze::StageKind stage = braze::StageKind::Graph;
+  std::vector<std::string> passes;
+  bool fuse = true;
+  bool help = false;
+};
+
+/// A stage by its --print name, or nothing.
+std::optional<braze::StageKind> stageByName(std::string_view name) {
+  static const struct {
+    std::string_view name;
+    braze::StageKind stage;
+  } kStages[] = {{"graph", braze::StageKind::Graph},
+                 {"decomposed", braze::StageKind::Decomposed},
+                 {"loops", braze::StageKind::Loops},
+                 {"schedule", braze::StageKind::Schedule},
+                 {"code", braze::StageKind::Code}};
+  for (const auto &s : kStages)
+    if (s.name == name)
+      return s.stage;
+  return std::nullopt;
+}
+
+std::vector<std::string> splitCommas(std::string_view list) {
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string_view::npos)
+      end = list.size();
+    if (end > pos)
+      parts.emplace_back(list.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return parts;
+}
+
+std::string usage() {
+  std::ostringstream os;
+  os << "usage: " << kToolName
+     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse]"
+        " [--help]\n"
+        "\n"
+        "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
+        "prints the graph, or prints one stage of the compilation pipeline.\n"
+        "\n"
+        "options:\n"
+        "  --print=STAGE   graph (default), decomposed, loops, schedule or code\n"
+        "  --passes=LIST   graph passes to run in order, comma-separated, before printing\n"
+        "  --no-fuse       schedule one kernel per computation\n"
+        "  --help          show this message\n"
+        "\n"
+        "passes:\n";
+  size_t width = 0;
+  for (const braze::PassInfo &p : braze::registeredPasses())
+    width = std::max(width, p.name.size());
+  for (const braze::PassInfo &p : braze::registeredPasses())
+    os << "  " << p.name << std::string(width - p.name.size() + 2, ' ') << p.description
+       << "\n";
+  return os.str();
+}
+
+/// Parses argv; a bad argument is a Diagnostic.
+ToolOptions parseArguments(int argc, char **argv) {
+  ToolOptions o;
+  bool haveFile = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+    } else if (arg.starts_with("--print=")) {
+      std::string_view name = arg.substr(8);
+      std::optional<braze::StageKind> stage = stageByName(name);
+      if (!stage)
+        BRAZE_USER_ERROR("--print", "") << "unknown stage '" << name
+                                        << "'; expected graph, decomposed, loops, schedule or code";
+      o.stage = *stage;
+    } else if (arg.starts_with("--passes=")) {
+      for (std::string &name : splitCommas(arg.substr(9))) {
+        if (!braze::findPass(name))
+          BRAZE_USER_ERROR("--passes", "") << "unknown pass '" << name << "' (see --help)";
+        o.passes.push_back(std::move(name));
+      }
+    } else if (arg == "--no-fuse") {
+      o.fuse = false;
+    } else if (arg.size() > 1 && arg.front() == '-') {
+      BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
+    } else if (haveFile) {
+      BRAZE_USER_ERROR("arguments", "") << "more than one input file: '" << o.file << "' and '"
+                                        << arg << "'";
+    } else {
+      o.file = std::string(arg);
+      haveFile = true;
+    }
+  }
+  if (!haveFile && !o.help)
+    BRAZE_USER_ERROR("arguments", "") << "no input file (see --help)";
+  return o;
+}
+
+std::string readInput(const std::string &file) {
+  std::ostringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    BRAZE_USER_ERROR(file, "") << "cannot open the file";
+  text << in.rdbuf();
+  if (in.bad())
+    BRAZE_USER_ERROR(file, "") << "cannot read the file";
+  return text.str();
+}
+
+int run(int argc, char **argv) {
+  ToolOptions tool = parseArguments(argc, argv);
+  if (tool.help) {
+    std::cout << usage();
+    return 0;
+  }
+  std::unique_ptr<braze::Graph> g = braze::parseGraph(readInput(tool.file));
+  std::string err = braze::verifyGraph(*g);
+  if (!err.empty())
+    BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
+  braze::runPasses(*g, tool.passes);
+  braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
+  opts.fuse = tool.fuse;
+  std::cout << braze::printStage(*g, tool.stage, opts);
+  std::cout.flush();
+  return std::cout ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const braze::Diagnostic &d) {
+    std::cerr << kToolName << ": " << d.what() << "\n";
+    return 1;
+  } catch (const braze::InternalError &e) {
+    std::cerr << kToolName << ": " << e.what() << "\n";
+    return 2;
+  }
+}

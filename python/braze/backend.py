@@ -4,6 +4,7 @@ run in eager PyTorch between compiled partitions; an internal error falls back t
 whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT=1)."""
 import dataclasses
 import functools
+import operator
 import sys
 import warnings
 
@@ -123,10 +124,17 @@ def _compile_fx(gm, example_inputs, opts):
             return make_boxed_func(gm.forward)
     unsupported = {}
     for node in gm.graph.nodes:
-        if node.op == "call_function":
-            ok, why = _node_support(node)
-            if not ok:
-                unsupported[node] = why
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            # Picks one result of a multi-output op: supported exactly when that op is.
+            src = node.args[0]
+            if src in unsupported:
+                unsupported[node] = f"result of unsupported {src.name}"
+            continue
+        ok, why = _node_support(node)
+        if not ok:
+            unsupported[node] = why
     try:
         if not unsupported:
             fn, tuple_out = _compile_whole(gm, opts)

@@ -29,6 +29,8 @@ Checks (PREFIX = CHECK or the --check-prefix), matched against the output in fil
                  the other checks are matched inside their label's block
 A pattern is a substring; `{{regex}}` embeds a Python regular expression, and any run of spaces
 matches any run of spaces and tabs. Leading and trailing spaces of a pattern are ignored.
+`[[NAME:regex]]` matches the regex and binds NAME to the text it matched; a later `[[NAME]]`
+matches exactly that text (names are shared by all checks of one RUN line).
 
 Usage: run_lit.py --braze-opt PATH [-v] DIR_OR_FILE...
 Exit status 0 when every test passes, 1 otherwise.
@@ -55,7 +57,6 @@ class TestFailure(Exception):
 class Check:
     kind: str  # "", "NEXT", "SAME", "EMPTY", "NOT" or "LABEL"
     pattern: str
-    regex: "re.Pattern"
     line: int  # 1-based line of the directive in the test file
 
 
@@ -68,24 +69,60 @@ class RunLine:
     line: int
 
 
-def compile_pattern(pattern):
-    """A check pattern as a regex: literal text, {{regex}} parts, flexible spaces."""
-    parts = []
+def closing_brackets(pattern, start):
+    """Index of the `]]` closing the `[[` at `start`; brackets inside the regex may nest."""
+    depth, i = 0, start + 2
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            if depth == 0 and pattern.startswith("]]", i):
+                return i
+            depth = max(depth - 1, 0)
+        i += 1
+    raise ValueError("'[[' without a closing ']]'")
+
+
+def compile_pattern(pattern, variables):
+    """A check pattern as a regex: literal text with flexible spaces, {{regex}} parts and
+    [[NAME:regex]] / [[NAME]] variables (`variables` holds the bound ones)."""
+    parts, defined = [], set()
     pos = 0
     while pos < len(pattern):
-        start = pattern.find("{{", pos)
-        if start < 0:
-            start = len(pattern)
+        starts = [i for i in (pattern.find("{{", pos), pattern.find("[[", pos)) if i >= 0]
+        start = min(starts) if starts else len(pattern)
         literal = pattern[pos:start]
         parts.append(r"[ \t]+".join(re.escape(w) for w in re.split(r"[ \t]+", literal)))
         if start == len(pattern):
             break
-        end = pattern.find("}}", start + 2)
-        if end < 0:
-            raise ValueError("'{{' without a closing '}}'")
-        parts.append("(?:" + pattern[start + 2:end] + ")")
+        if pattern.startswith("{{", start):
+            end = pattern.find("}}", start + 2)
+            if end < 0:
+                raise ValueError("'{{' without a closing '}}'")
+            parts.append("(?:" + pattern[start + 2:end] + ")")
+            pos = end + 2
+            continue
+        end = closing_brackets(pattern, start)
+        name, colon, regex = pattern[start + 2:end].partition(":")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"bad variable name '{name}'")
+        if colon:
+            if name in defined:
+                raise ValueError(f"variable '{name}' is defined twice in one pattern")
+            defined.add(name)
+            parts.append(f"(?P<{name}>{regex})")
+        elif name in defined:
+            parts.append(f"(?P={name})")
+        elif name in variables:
+            parts.append(re.escape(variables[name]))
+        else:
+            raise ValueError(f"variable '{name}' is used before it is defined")
         pos = end + 2
-    return re.compile("".join(parts))
+    return re.compile("".join(parts)), defined
 
 
 def parse_run(text, line, path, braze_opt):
@@ -149,11 +186,14 @@ def parse_test(path, braze_opt):
                 continue
             if not pattern and kind != "EMPTY":
                 raise TestFailure(f"{path}:{number}: {name} has an empty pattern")
+            check = Check(kind, pattern, number)
             try:
-                regex = compile_pattern(pattern)
+                _, defined = compile_pattern(pattern, AnyValue())
             except (ValueError, re.error) as e:
                 raise TestFailure(f"{path}:{number}: bad pattern: {e}")
-            checks[prefix].append(Check(kind, pattern, regex, number))
+            if defined and kind == "NOT":
+                raise TestFailure(f"{path}:{number}: {name} cannot define a variable")
+            checks[prefix].append(check)
     for prefix, group in checks.items():
         if not any(c.kind != "NOT" for c in group):
             raise TestFailure(f"{path}: no positive {prefix} check: a test that cannot fail")
@@ -161,6 +201,16 @@ def parse_test(path, braze_opt):
             raise TestFailure(f"{path}:{group[0].line}: {prefix}-{group[0].kind} "
                               f"is the first check")
     return runs, checks
+
+
+class AnyValue(dict):
+    """Stands in for the bound variables when a pattern is only checked for syntax."""
+
+    def __contains__(self, name):
+        return True
+
+    def __getitem__(self, name):
+        return ""
 
 
 class Output:
@@ -202,6 +252,18 @@ class Output:
 def check_output(path, prefix, checks, out):
     """Raises TestFailure at the first check that does not hold."""
 
+    variables = {}
+
+    def search(check, start, end):
+        try:
+            regex, _ = compile_pattern(check.pattern, variables)
+        except ValueError as e:
+            fail(check, str(e), start)
+        m = regex.search(out.text, start, end)
+        if m and check.kind != "NOT":
+            variables.update(m.groupdict())
+        return m
+
     def fail(check, message, offset, mark=None):
         name = prefix + ("-" + check.kind if check.kind else "")
         raise TestFailure(f"{path}:{check.line}: {name}: {message}\n"
@@ -214,7 +276,7 @@ def check_output(path, prefix, checks, out):
     label_indices = [i for i, c in enumerate(checks) if c.kind == "LABEL"]
     label_spans = []
     for i in label_indices:
-        m = checks[i].regex.search(out.text, pos)
+        m = search(checks[i], pos, len(out.text))
         if not m:
             fail(checks[i], "label not found", pos)
         label_spans.append((m.start(), m.end()))
@@ -249,26 +311,26 @@ def check_output(path, prefix, checks, out):
                         fail(c, "the next line is not empty", pos, line_start)
                     match_start, match_end = line_start, line_end
                 else:
-                    m = c.regex.search(out.text, from_, line_end)
+                    m = search(c, from_, line_end)
                     if not m:
                         where = "the same line" if c.kind == "SAME" else "the next line"
                         fail(c, f"not found on {where}", pos, line_start)
                     match_start, match_end = m.start(), m.end()
             else:
-                m = c.regex.search(out.text, pos, end)
+                m = search(c, pos, end)
                 if not m:
                     fail(c, "not found", pos)
                 match_start, match_end = m.start(), m.end()
-            check_nots(pending_nots, out, pos, match_start, fail)
+            check_nots(pending_nots, pos, match_start, search, fail)
             pending_nots = []
             pos = match_end
             prev_line = out.line_of(max(match_end - 1, match_start))
-        check_nots(pending_nots, out, pos, end, fail)
+        check_nots(pending_nots, pos, end, search, fail)
 
 
-def check_nots(nots, out, start, end, fail):
+def check_nots(nots, start, end, search, fail):
     for c in nots:
-        m = c.regex.search(out.text, start, end)
+        m = search(c, start, end)
         if m:
             fail(c, "found where it must not be", start, m.start())
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -122,6 +123,10 @@ std::string formatDouble(double d) {
   if (d == -__builtin_inf())
     return "-inf";
   char buf[64];
+  if (std::nearbyint(d) == d && std::fabs(d) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", d);
+    return buf;
+  }
   for (int prec = 1; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, d);
     if (std::strtod(buf, nullptr) == d)

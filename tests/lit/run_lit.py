@@ -13,7 +13,7 @@ Each test file (tests/lit/*.txt) is an input graph whose comment lines hold the 
 
 Directives may start with `#` (the graph's comment syntax) or `//`.
 
-RUN: `%s` becomes the test file and `braze-opt` the --braze-opt path. A leading `not` expects a
+RUN: `%s` (also inside a word) becomes the test file and `braze-opt` the --braze-opt path. A leading `not` expects a
 non-zero exit status (without it the command must succeed); a trailing `2>&1` checks stderr
 together with stdout; `| FileCheck %s --check-prefix=P` checks the output against the P
 directives (default CHECK). No shell is involved.
@@ -150,7 +150,7 @@ def parse_run(text, line, path, braze_opt):
         words = words[:-1]
     if not words or words[0] != "braze-opt":
         raise TestFailure(f"{path}:{line}: a RUN line must run braze-opt")
-    argv = [braze_opt] + [path if w == "%s" else w for w in words[1:]]
+    argv = [braze_opt] + [w.replace("%s", path) for w in words[1:]]
     return RunLine(argv, expect_failure, merge_stderr, prefix, line)
 
 

@@ -144,6 +144,11 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
              "\"input " + i + " dim " + ds + " is %lld but the compiled graph expects " +
              sym::toString(b->shape[d]) + " = %lld\", (long long)shapes[" + i + "][" + ds +
              "], (long long)(" + want + ")); return 1; }");
+    }
+  // Strides only once every dim is known to match (a wrong dim explains a wrong stride).
+  for (const loop::Buffer *b : inputs)
+    for (size_t d = 0; d < b->shape.size(); ++d) {
+      std::string i = std::to_string(b->ioIndex), ds = std::to_string(d);
       w.line("if (shapes[" + i + "][" + ds + "] > 1 && strides[" + i + "][" + ds + "] != " +
              names.index(b->strides[d]) + ") { snprintf(msg, msglen, \"input " + i + " dim " + ds +
              " has stride %lld but the compiled graph expects %lld\", (long long)strides[" + i +

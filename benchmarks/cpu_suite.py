@@ -1,0 +1,394 @@
+"""CPU benchmark suite: eager PyTorch vs braze vs TorchInductor (`make bench-cpu`).
+
+Methodology (the one in /work/shared/ANCHORS.md):
+  * speedup = median eager time / median compiled time; the three contenders are interleaved
+    within every repeat (eager, braze, Inductor, eager, braze, ...) after warm-up, so drift in
+    the machine's state affects all three alike;
+  * one sample = the mean of `inner` back-to-back calls, with `inner` chosen per contender so a
+    sample lasts >= --min-sample-ms (matters only for the tiny overhead case);
+  * compile time = first compiled call minus one eager call, each backend compiled in a fresh
+    torch._dynamo.reset() state;
+  * correctness: max abs error of the first compiled result against eager, and
+    torch.testing.assert_close with the default float32 tolerances.
+
+Compiles are cold by default: BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point to a fresh
+temporary directory for this run (so the first Inductor compile in the process includes its
+one-time C++ set-up, as it does for a user). --warm-cache keeps whatever the environment says
+(the braze default is ~/.cache/braze; `make` sets build/cache).
+
+    python benchmarks/cpu_suite.py                       # whole suite, markdown table
+    python benchmarks/cpu_suite.py --only softmax --repeats 10
+    python benchmarks/cpu_suite.py --json results.json
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+
+def _parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", default=[],
+                   help="run only this workload (repeatable, or comma-separated); see --list")
+    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    p.add_argument("--repeats", type=int, default=40, help="timed samples per contender (default 40)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per contender (default 3)")
+    p.add_argument("--min-sample-ms", type=float, default=5.0,
+                   help="a sample repeats a call until it lasts at least this long (default 5)")
+    p.add_argument("--threads", type=int, default=2, help="torch and OpenMP threads (default 2)")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="reuse the braze/Inductor on-disk caches instead of a fresh temp dir")
+    p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+ARGS = _parse_args()
+
+# Both thread pools (torch's and the one braze's generated OpenMP code uses) must be sized before
+# either is initialized, so this happens before torch is imported.
+os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+_TMP_CACHE = None
+if not ARGS.warm_cache:
+    _TMP_CACHE = tempfile.mkdtemp(prefix="braze-bench-")
+    os.environ["BRAZE_CACHE_DIR"] = os.path.join(_TMP_CACHE, "braze")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_TMP_CACHE, "inductor")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import braze  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------------------
+# Workloads: name -> (description, function, input factory)
+
+
+def seed_func(a, b):
+    x = a.ceil() + b.floor()
+    y = x.sum(dim=-1)
+    z = y.softmax(dim=-1)
+    w = (z * 10) ** 3
+    return w
+
+
+def sin_func(x):
+    return ((x + 1) * 2).sin()
+
+
+def softmax_func(x):
+    return torch.softmax(x, dim=-1)
+
+
+def gelu_layer_norm_func(x, w, b):
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))
+
+
+def rms_norm_func(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def cross_entropy_func(logits, target):
+    return F.cross_entropy(logits, target)
+
+
+def _randn(*shape):
+    return torch.randn(*shape, dtype=torch.float32)
+
+
+WORKLOADS = {
+    "seed-2048": ("seed example 2048×2048 f32", seed_func,
+                  lambda: (_randn(2048, 2048), _randn(2048, 2048))),
+    "sin": ("`((x+1)*2).sin()` 2^24 f32", sin_func, lambda: (_randn(1 << 24),)),
+    "softmax": ("softmax rows 2048×4096 f32", softmax_func, lambda: (_randn(2048, 4096),)),
+    "gelu-layer-norm": ("`gelu(layer_norm(x))` 4096×1024 f32", gelu_layer_norm_func,
+                        lambda: (_randn(4096, 1024), _randn(1024), _randn(1024))),
+    "rms-norm": ("RMSNorm 4096×1024 f32", rms_norm_func,
+                 lambda: (_randn(4096, 1024), _randn(1024))),
+    "cross-entropy": ("cross-entropy 1024×32000 f32", cross_entropy_func,
+                      lambda: (_randn(1024, 32000), torch.randint(0, 32000, (1024,)))),
+    "seed-64x128": ("seed example 64×128 f32 (overhead)", seed_func,
+                    lambda: (_randn(64, 128), _randn(64, 128))),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement
+
+
+def _call_s(fn, args):
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def _sample_s(fn, args, inner):
+    t = time.perf_counter()
+    for _ in range(inner):
+        fn(*args)
+    return (time.perf_counter() - t) / inner
+
+
+def _max_abs_err(out, ref):
+    out, ref = out.detach().double(), ref.detach().double()
+    if out.shape != ref.shape:
+        return float("nan")
+    both_nan = out.isnan() & ref.isnan()
+    same_inf = out.isinf() & (out == ref)
+    diff = (out - ref).abs().masked_fill(both_nan | same_inf, 0)
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def _check(out, ref):
+    """(max abs error, None if assert_close passes else its message)."""
+    err = _max_abs_err(out, ref)
+    try:
+        torch.testing.assert_close(out, ref)
+        return err, None
+    except AssertionError as e:
+        return err, str(e).strip()
+
+
+def _prime_dynamo():
+    """Dynamo and AOTAutograd have a one-time import/set-up cost in a process. Pay it on an
+    unrelated function so it is charged to neither backend's compile time."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x * 2).relu(), backend="aot_eager")
+    f(torch.randn(8, 8))
+    torch._dynamo.reset()
+
+
+def _compile(fn, args, backend, eager_call_s):
+    """Compiles fn in a fresh dynamo state; returns (compiled fn, first output, compile s,
+    braze counter deltas, warnings raised)."""
+    torch._dynamo.reset()
+    before = braze.counters()
+    compiled = torch.compile(fn, backend=backend) if backend else torch.compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        out = compiled(*args)
+        first_s = time.perf_counter() - t
+    after = braze.counters()
+    deltas = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    msgs = [str(w.message) for w in caught if "braze" in str(w.message) or backend == "braze"]
+    return compiled, out, first_s - eager_call_s, deltas, msgs
+
+
+def run_workload(name, repeats):
+    desc, fn, make_inputs = WORKLOADS[name]
+    torch.manual_seed(ARGS.seed)
+    args = make_inputs()
+    res = {"name": name, "workload": desc, "repeats": repeats}
+
+    # Eager warm-up; its median call is the "eager call" subtracted from first compiled calls.
+    ref = fn(*args)
+    eager_calls = [_call_s(fn, args) for _ in range(max(ARGS.warmup, 3))]
+    eager_call_s = statistics.median(eager_calls)
+
+    contenders = {"eager": fn}
+    braze_out = None
+    try:
+        c, braze_out, cs, deltas, msgs = _compile(fn, args, "braze", eager_call_s)
+        contenders["braze"] = c
+        res["braze_compile_s"] = cs
+        res["braze_counters"] = deltas
+        if msgs:
+            res["braze_warnings"] = msgs
+        res["braze_max_abs_err"], res["braze_mismatch"] = _check(braze_out, ref)
+    except Exception as e:  # report, never hide: the table shows ERROR and the notes say why
+        res["braze_error"] = f"{type(e).__name__}: {e}"
+        res["braze_traceback"] = traceback.format_exc()
+    if not ARGS.no_inductor:
+        try:
+            c, ind_out, cs, _, _ = _compile(fn, args, None, eager_call_s)
+            contenders["inductor"] = c
+            res["inductor_compile_s"] = cs
+            res["inductor_max_abs_err"], res["inductor_mismatch"] = _check(ind_out, ref)
+        except Exception as e:
+            res["inductor_error"] = f"{type(e).__name__}: {e}"
+
+    # Warm-up, then pick each contender's inner count from its warm call time.
+    inner = {}
+    for k, f in contenders.items():
+        try:
+            warm = [_call_s(f, args) for _ in range(ARGS.warmup)]
+        except Exception as e:
+            res[f"{k}_error"] = f"{type(e).__name__} while running: {e}"
+            continue
+        per_call = max(min(warm), 1e-7)
+        inner[k] = max(1, math.ceil(ARGS.min_sample_ms * 1e-3 / per_call))
+    samples = {k: [] for k in inner}
+    for _ in range(repeats):
+        for k in inner:  # interleaved: one sample of each contender per repeat
+            samples[k].append(_sample_s(contenders[k], args, inner[k]))
+
+    for k, s in samples.items():
+        s_ms = sorted(x * 1e3 for x in s)
+        res[f"{k}_ms"] = statistics.median(s_ms)
+        q = statistics.quantiles(s_ms, n=4) if len(s_ms) >= 2 else [s_ms[0]] * 3
+        res[f"{k}_stats_ms"] = {"min": s_ms[0], "p25": q[0], "p75": q[2], "max": s_ms[-1],
+                                "inner": inner[k]}
+    for k in ("braze", "inductor"):
+        if f"{k}_ms" in res and "eager_ms" in res:
+            res[f"{k}_speedup"] = res["eager_ms"] / res[f"{k}_ms"]
+    torch._dynamo.reset()
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting
+
+
+def _fmt_ms(v):
+    if v is None:
+        return "—"
+    return f"{v:.4f}" if v < 0.1 else f"{v:.3f}" if v < 10 else f"{v:.2f}" if v < 100 else f"{v:.1f}"
+
+
+def _fmt_s(v):
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _fmt_x(v):
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def _fmt_err(v):
+    return "—" if v is None else "0" if v == 0 else f"{v:.2e}"
+
+
+def print_table(results, first_inductor_name):
+    head = ["workload", "eager ms", "braze ms", "Inductor ms", "braze ×", "Inductor ×",
+            "braze compile s", "Inductor compile s", "braze max abs err", "Inductor max abs err"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for r in results:
+        b_ms = "ERROR" if "braze_error" in r else _fmt_ms(r.get("braze_ms"))
+        i_ms = "ERROR" if "inductor_error" in r else _fmt_ms(r.get("inductor_ms"))
+        b_err = _fmt_err(r.get("braze_max_abs_err"))
+        if r.get("braze_mismatch"):
+            b_err += " **MISMATCH**"
+        if r.get("braze_counters", {}).get("fallback_graphs") or r.get("braze_counters", {}).get("fallback_ops"):
+            b_ms += " (fallback)"
+        i_cs = _fmt_s(r.get("inductor_compile_s"))
+        if r["name"] == first_inductor_name and "inductor_compile_s" in r:
+            i_cs += " ¹"
+        row = [r["workload"], _fmt_ms(r.get("eager_ms")), b_ms, i_ms, _fmt_x(r.get("braze_speedup")),
+               _fmt_x(r.get("inductor_speedup")), _fmt_s(r.get("braze_compile_s")), i_cs, b_err,
+               _fmt_err(r.get("inductor_max_abs_err"))]
+        print("| " + " | ".join(row) + " |")
+
+
+def _geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(results):
+    out = {}
+    for k in ("braze", "inductor"):
+        xs = [r[f"{k}_speedup"] for r in results if f"{k}_speedup" in r]
+        if xs:
+            out[k] = {"geomean": _geomean(xs), "geomean_clipped": _geomean([max(1.0, x) for x in xs]),
+                      "n": len(xs)}
+    return out
+
+
+def main():
+    torch.set_num_threads(ARGS.threads)
+    names = [n for o in ARGS.only for n in o.split(",") if n] or list(WORKLOADS)
+    if ARGS.list:
+        for n, (d, _, _) in WORKLOADS.items():
+            print(f"{n:18s} {d}")
+        return 0
+    bad = [n for n in names if n not in WORKLOADS]
+    if bad:
+        print(f"unknown workload(s) {bad}; choose from {list(WORKLOADS)}", file=sys.stderr)
+        return 2
+
+    print(f"# braze CPU suite — torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    print(f"# caches: BRAZE_CACHE_DIR={os.environ.get('BRAZE_CACHE_DIR', '(default ~/.cache/braze)')} "
+          f"TORCHINDUCTOR_CACHE_DIR={os.environ.get('TORCHINDUCTOR_CACHE_DIR', '(default)')}"
+          f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
+    print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
+          f"samples >= {ARGS.min_sample_ms} ms", flush=True)
+
+    with torch.no_grad():
+        _prime_dynamo()
+        results = []
+        t_suite = time.perf_counter()
+        for n in names:
+            t = time.perf_counter()
+            r = run_workload(n, ARGS.repeats)
+            results.append(r)
+            status = "braze ERROR" if "braze_error" in r else "ok"
+            print(f"  {n}: done in {time.perf_counter() - t:.1f} s ({status})", file=sys.stderr, flush=True)
+        suite_s = time.perf_counter() - t_suite
+
+    first_ind = next((r["name"] for r in results if "inductor_compile_s" in r), None)
+    print()
+    print_table(results, first_ind)
+    print()
+    summary = summarize(results)
+    for k, label in (("braze", "braze"), ("inductor", "Inductor")):
+        if k in summary:
+            s = summary[k]
+            print(f"geomean speedup vs eager, {label}: {s['geomean']:.2f}× "
+                  f"(clipped at 1.0×: {s['geomean_clipped']:.2f}×, {s['n']} workloads)")
+    if first_ind:
+        print(f"¹ the first Inductor compile in this process ({first_ind}) includes Inductor's "
+              "one-time C++ toolchain/header set-up" + ("" if ARGS.warm_cache else " on a cold cache"))
+    print("× = median eager ms / median compiled ms; compile s = first compiled call − one eager call")
+    for r in results:
+        notes = []
+        if "braze_error" in r:
+            notes.append(f"braze raised {r['braze_error']}")
+        if r.get("braze_mismatch"):
+            notes.append("braze differs from eager beyond assert_close's float32 tolerances:\n    "
+                         + r["braze_mismatch"].replace("\n", "\n    "))
+        c = r.get("braze_counters", {})
+        if c.get("fallback_graphs") or c.get("fallback_ops"):
+            notes.append(f"braze fell back to eager (fallback_graphs={c.get('fallback_graphs', 0)}, "
+                         f"fallback_ops={c.get('fallback_ops', 0)})")
+        for w in r.get("braze_warnings", []):
+            notes.append(f"warning: {w}")
+        if "inductor_error" in r:
+            notes.append(f"Inductor raised {r['inductor_error']}")
+        if r.get("inductor_mismatch"):
+            notes.append("Inductor differs from eager beyond assert_close's tolerances")
+        for n in notes:
+            print(f"- {r['name']}: {n}")
+    print(f"suite wall time {suite_s:.1f} s")
+
+    if ARGS.json:
+        meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cpus": os.cpu_count(), "machine": platform.machine(),
+                "repeats": ARGS.repeats, "warmup": ARGS.warmup, "min_sample_ms": ARGS.min_sample_ms,
+                "warm_cache": ARGS.warm_cache, "command": " ".join([sys.executable] + sys.argv),
+                "braze_cache_dir": os.environ.get("BRAZE_CACHE_DIR"),
+                "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+                "suite_wall_s": suite_s}
+        os.makedirs(os.path.dirname(os.path.abspath(ARGS.json)), exist_ok=True)
+        with open(ARGS.json, "w") as f:
+            json.dump({"meta": meta, "summary": summary, "results": results}, f, indent=2)
+        print(f"wrote {ARGS.json}")
+
+    # Drop compiled artifacts before interpreter shutdown.
+    torch._dynamo.reset()
+    if _TMP_CACHE:
+        shutil.rmtree(_TMP_CACHE, ignore_errors=True)
+    return 1 if any("braze_error" in r or r.get("braze_mismatch") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

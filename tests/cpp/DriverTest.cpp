@@ -1,0 +1,103 @@
+// User errors carry the op, the node and the offending values; run-time errors say what was
+// wrong with an input; the pipeline compiles and runs graphs built from C++.
+#include "braze/driver/Compile.h"
+#include "braze/ir/graph/Builder.h"
+#include "braze/support/Diagnostic.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+namespace braze {
+namespace {
+
+std::string diagnosticOf(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Diagnostic &d) {
+    return d.what();
+  }
+  return "(no error)";
+}
+
+CompileOptions testOptions() {
+  CompileOptions o = CompileOptions::fromEnvironment();
+  if (!std::getenv("BRAZE_CACHE_DIR"))
+    o.cacheDir = "/tmp/braze-driver-test-cache";
+  return o;
+}
+
+TEST(DriverTest, ReshapeNamesOpNodeAndValues) {
+  Graph g;
+  GraphBuilder b(g);
+  Node *x = b.input("x", DType::Float32, {b.dim(2), b.dim(3)});
+  b.setName("view_3");
+  EXPECT_EQ(diagnosticOf([&] { b.reshape(x, {b.dim(4), b.dim(2)}); }),
+            "reshape (node 'view_3'): 6 elements cannot become [4, 2]");
+}
+
+TEST(DriverTest, BroadcastMismatchShowsShapes) {
+  Graph g;
+  GraphBuilder b(g);
+  Node *x = b.input("x", DType::Float32, {b.dim(2), b.dim(3)});
+  Node *y = b.input("y", DType::Float32, {b.dim(4)});
+  b.setName("add_1");
+  EXPECT_EQ(diagnosticOf([&] { b.add(x, y); }),
+            "add (node 'add_1'): shapes [2, 3] and [4] do not broadcast (dim 1: 3 vs 4)");
+}
+
+TEST(DriverTest, SoftmaxOfIntegersIsRejected) {
+  Graph g;
+  GraphBuilder b(g);
+  Node *x = b.input("x", DType::Int64, {b.dim(5)});
+  b.setName("softmax");
+  EXPECT_EQ(diagnosticOf([&] { b.softmax(x, 0); }),
+            "softmax (node 'softmax'): needs a floating-point input, got i64");
+}
+
+TEST(DriverTest, DimOutOfRange) {
+  Graph g;
+  GraphBuilder b(g);
+  Node *x = b.input("x", DType::Float32, {b.dim(5), b.dim(2)});
+  b.setName("sum_2");
+  EXPECT_EQ(diagnosticOf([&] { b.reduce(OpKind::Sum, x, {2}, false); }),
+            "sum (node 'sum_2'): dim 2 is out of range for a tensor of rank 2");
+}
+
+TEST(DriverTest, RunsLayerNormAndChecksInputShapes) {
+  Graph g;
+  GraphBuilder b(g);
+  SymExpr rows = b.sizeSymbol("rows");
+  Node *x = b.input("x", DType::Float32, {rows, b.dim(64)});
+  b.output({b.layerNorm(x, 1, nullptr, nullptr, 1e-5)});
+  CompileResult r = compile(g, testOptions());
+
+  const int64_t n = 7;
+  std::vector<float> in(n * 64), out(n * 64);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = std::sin(0.37f * i) * 3 + (i % 64) * 0.01f;
+  r.executable->runRaw({in.data()}, {{n, 64}}, {out.data()});
+  for (int64_t row = 0; row < n; ++row) {
+    double mean = 0, var = 0;
+    for (int j = 0; j < 64; ++j)
+      mean += in[row * 64 + j];
+    mean /= 64;
+    for (int j = 0; j < 64; ++j)
+      var += (in[row * 64 + j] - mean) * (in[row * 64 + j] - mean);
+    var /= 64;
+    for (int j = 0; j < 64; ++j)
+      EXPECT_NEAR(out[row * 64 + j], (in[row * 64 + j] - mean) / std::sqrt(var + 1e-5), 1e-4);
+  }
+  // A wrong static dim is a run-time error that names the input and the dims.
+  try {
+    r.executable->runRaw({in.data()}, {{n, 32}}, {out.data()});
+    FAIL() << "expected a shape error";
+  } catch (const runtime::RunError &e) {
+    EXPECT_EQ(std::string(e.what()), "input 0 dim 1 is 32 but the compiled graph expects 64 = 64");
+  }
+}
+
+} // namespace
+} // namespace braze

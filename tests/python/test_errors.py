@@ -1,0 +1,71 @@
+"""Failures never break the user's program, and never return a wrong answer silently."""
+import warnings
+
+import pytest
+import torch
+
+import braze
+
+
+def fn(x):
+    return (x.exp() + 1).sum(-1)
+
+
+def test_internal_error_falls_back_with_one_warning(monkeypatch):
+    monkeypatch.setenv("BRAZE_CXX", "/bin/false")  # the host compiler "fails"
+    monkeypatch.setenv("BRAZE_CACHE_DIR", "/tmp/braze-test-broken-cxx")
+    x = torch.randn(8, 16)
+    before = braze.counters()["fallback_graphs"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(fn, backend="braze")(x)
+    torch.testing.assert_close(out, fn(x))
+    assert braze.counters()["fallback_graphs"] == before + 1
+    msgs = [str(w.message) for w in caught if "braze" in str(w.message)]
+    assert len(msgs) == 1 and "running this graph in eager PyTorch" in msgs[0]
+
+
+def test_strict_raises(monkeypatch):
+    monkeypatch.setenv("BRAZE_CXX", "/bin/false")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", "/tmp/braze-test-broken-cxx")
+    monkeypatch.setenv("BRAZE_STRICT", "1")
+    with pytest.raises(Exception, match="host compiler '/bin/false' not found|failed to compile"):
+        torch.compile(fn, backend="braze")(torch.randn(4, 4))
+
+
+def test_compile_error_names_op_and_node():
+    g = braze._C.Graph()
+    x = g.input("x", "f32", [g.sym_const(2), g.sym_const(3)], [])
+    g.set_name("view_7")
+    with pytest.raises(braze.CompileError, match=r"reshape \(node 'view_7'\): 6 elements cannot become \[4, 2\]"):
+        g.reshape(x, [g.sym_const(4), g.sym_const(2)])
+
+
+def test_backend_registered_by_entry_point_once():
+    from importlib.metadata import entry_points
+    names = [e.name for e in entry_points(group="torch_dynamo_backends")]
+    assert names.count("braze") == 1
+    assert "braze" in torch._dynamo.list_backends()
+
+
+def test_counters_have_the_documented_keys():
+    c = braze.counters()
+    for key in ("graphs_compiled", "kernels_generated", "cache_hits", "cache_misses",
+                "fallback_ops", "fallback_graphs"):
+        assert isinstance(c[key], int)
+
+
+def test_cache_hit_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+    script = (
+        "import torch, braze\n"
+        "f = torch.compile(lambda x: (x * 2).sin().sum(-1), backend='braze', dynamic=False)\n"
+        "x = torch.randn(8, 8)\n"
+        "torch.testing.assert_close(f(x), (x * 2).sin().sum(-1))\n"
+        "c = braze.counters(); print(c['cache_hits'], c['cache_misses'])\n")
+    env = dict(__import__("os").environ, BRAZE_CACHE_DIR=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert first.stdout.split() == ["0", "1"], first.stderr
+    assert second.stdout.split() == ["1", "0"], second.stderr

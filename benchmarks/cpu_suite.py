@@ -158,6 +158,21 @@ def _check(out, ref):
         return err, str(e).strip()
 
 
+def _busy_cpu_s():
+    """Seconds of CPU time the whole machine has spent busy, from /proc/stat (None elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_cpu_s():
+    t = os.times()
+    return t.user + t.system
+
+
 def _prime_dynamo():
     """Dynamo and AOTAutograd have a one-time import/set-up cost in a process. Pay it on an
     unrelated function so it is charged to neither backend's compile time."""
@@ -228,9 +243,14 @@ def run_workload(name, repeats):
         per_call = max(min(warm), 1e-7)
         inner[k] = max(1, math.ceil(ARGS.min_sample_ms * 1e-3 / per_call))
     samples = {k: [] for k in inner}
+    busy0, own0, wall0 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
     for _ in range(repeats):
         for k in inner:  # interleaved: one sample of each contender per repeat
             samples[k].append(_sample_s(contenders[k], args, inner[k]))
+    busy1, own1, wall1 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
+    if busy0 is not None:
+        # CPU that other processes used while we timed: a noisy neighbour skews every number.
+        res["foreign_cpu_cores"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
 
     for k, s in samples.items():
         s_ms = sorted(x * 1e3 for x in s)
@@ -360,6 +380,9 @@ def main():
         if c.get("fallback_graphs") or c.get("fallback_ops"):
             notes.append(f"braze fell back to eager (fallback_graphs={c.get('fallback_graphs', 0)}, "
                          f"fallback_ops={c.get('fallback_ops', 0)})")
+        if r.get("foreign_cpu_cores", 0) > 0.15:
+            notes.append(f"other processes kept {r['foreign_cpu_cores']:.2f} cores busy while this "
+                         "workload was timed: its timings are not trustworthy")
         for w in r.get("braze_warnings", []):
             notes.append(f"warning: {w}")
         if "inductor_error" in r:

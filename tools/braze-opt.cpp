@@ -9,15 +9,19 @@
 /// 3. Run the --passes (each verified after it runs), then print the --print stage (default:
 ///    the graph).
 /// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
-/// internal error.
+/// internal error (InternalError, or any other exception: braze let something escape).
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/passes/PassManager.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -66,7 +70,7 @@ std::vector<std::string> splitCommas(std::string_view list) {
   return parts;
 }
 
-std::string usage() {
+std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse]"
@@ -135,6 +139,9 @@ std::string readInput(const std::string &file) {
     text << std::cin.rdbuf();
     return text.str();
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    BRAZE_USER_ERROR(file, "") << "is a directory";
   std::ifstream in(file, std::ios::binary);
   if (!in)
     BRAZE_USER_ERROR(file, "") << "cannot open the file";
@@ -147,7 +154,7 @@ std::string readInput(const std::string &file) {
 int run(int argc, char **argv) {
   ToolOptions tool = parseArguments(argc, argv);
   if (tool.help) {
-    std::cout << usage();
+    std::cout << usageText();
     return 0;
   }
   std::unique_ptr<braze::Graph> g = braze::parseGraph(readInput(tool.file));
@@ -172,6 +179,9 @@ int main(int argc, char **argv) {
     return 1;
   } catch (const braze::InternalError &e) {
     std::cerr << kToolName << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception &e) {
+    std::cerr << kToolName << ": internal error: " << e.what() << "\n";
     return 2;
   }
 }

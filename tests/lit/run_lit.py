@@ -13,10 +13,12 @@ Each test file (tests/lit/*.txt) is an input graph whose comment lines hold the 
 
 Directives may start with `#` (the graph's comment syntax) or `//`.
 
-RUN: `%s` (also inside a word) becomes the test file and `braze-opt` the --braze-opt path. A leading `not` expects a
-non-zero exit status (without it the command must succeed); a trailing `2>&1` checks stderr
-together with stdout; `| FileCheck %s --check-prefix=P` checks the output against the P
-directives (default CHECK). No shell is involved.
+RUN: `%s` (also inside a word) becomes the test file and `braze-opt` the --braze-opt path.
+Without a leading `not` the command must succeed; with it, it must exit with status 1, a user
+error (an internal error, 2, or a crash fails the test). A final `< FILE` feeds FILE to
+stdin; a final `2>&1` (after any `< FILE`) checks stderr together with stdout;
+`| FileCheck %s --check-prefix=P` checks the output against the P directives (default
+CHECK). No shell is involved.
 
 Checks (PREFIX = CHECK or the --check-prefix), matched against the output in file order:
   PREFIX:        the pattern occurs at or after the end of the previous match
@@ -37,6 +39,7 @@ Exit status 0 when every test passes, 1 otherwise.
 """
 
 import argparse
+import bisect
 import os
 import re
 import shlex
@@ -65,6 +68,7 @@ class RunLine:
     argv: list
     expect_failure: bool
     merge_stderr: bool
+    stdin_path: str  # "" for none
     prefix: str
     line: int
 
@@ -148,10 +152,14 @@ def parse_run(text, line, path, braze_opt):
     merge_stderr = bool(words) and words[-1] == "2>&1"
     if merge_stderr:
         words = words[:-1]
+    stdin_path = ""
+    if len(words) >= 2 and words[-2] == "<":
+        stdin_path = words[-1].replace("%s", path)
+        words = words[:-2]
     if not words or words[0] != "braze-opt":
         raise TestFailure(f"{path}:{line}: a RUN line must run braze-opt")
     argv = [braze_opt] + [w.replace("%s", path) for w in words[1:]]
-    return RunLine(argv, expect_failure, merge_stderr, prefix, line)
+    return RunLine(argv, expect_failure, merge_stderr, stdin_path, prefix, line)
 
 
 def parse_test(path, braze_opt):
@@ -172,6 +180,12 @@ def parse_test(path, braze_opt):
     for run in runs:
         checks.setdefault(run.prefix, [])
     for name, pattern, number in directives:
+        base = name
+        for suffix in SUFFIXES:
+            if name.endswith(suffix):
+                base = name[:-len(suffix)]
+        if base not in checks and re.fullmatch(r"[A-Z][A-Z0-9_]*", base):
+            raise TestFailure(f"{path}:{number}: no RUN line checks the prefix of {name}")
         for prefix in checks:
             kind = None
             if name == prefix:
@@ -221,14 +235,7 @@ class Output:
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     def line_of(self, offset):
-        lo, hi = 0, len(self.line_starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.line_starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return max(bisect.bisect_right(self.line_starts, offset) - 1, 0)
 
     def line_span(self, index):
         start = self.line_starts[index]
@@ -266,8 +273,11 @@ def check_output(path, prefix, checks, out):
 
     def fail(check, message, offset, mark=None):
         name = prefix + ("-" + check.kind if check.kind else "")
+        used = [v for v in re.findall(r"\[\[([A-Za-z_][A-Za-z0-9_]*)\]\]", check.pattern)
+                if v in variables]
+        bound = "".join(f"\n  with {v} = {variables[v]!r}" for v in dict.fromkeys(used))
         raise TestFailure(f"{path}:{check.line}: {name}: {message}\n"
-                          f"  expected: {check.pattern!r}\n"
+                          f"  expected: {check.pattern!r}{bound}\n"
                           f"  output near the search position:\n{out.excerpt(offset, mark)}")
 
     # 1. Labels first: each one after the previous; they split the output into blocks.
@@ -338,19 +348,28 @@ def check_nots(nots, start, end, search, fail):
 def run_test(path, braze_opt, verbose):
     runs, checks = parse_test(path, braze_opt)
     for run in runs:
-        proc = subprocess.run(run.argv, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT if run.merge_stderr else subprocess.PIPE,
-                              text=True)
         command = " ".join(shlex.quote(a) for a in run.argv)
+        if run.stdin_path:
+            command += " < " + shlex.quote(run.stdin_path)
+        try:
+            stdin = open(run.stdin_path, "rb") if run.stdin_path else subprocess.DEVNULL
+        except OSError as e:
+            raise TestFailure(f"{path}:{run.line}: cannot open the RUN line's stdin: {e}")
+        try:
+            proc = subprocess.run(run.argv, stdin=stdin, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT if run.merge_stderr else subprocess.PIPE)
+        finally:
+            if run.stdin_path:
+                stdin.close()
+        proc.stdout = proc.stdout.decode("utf-8", errors="replace")
+        proc.stderr = proc.stderr.decode("utf-8", errors="replace") if proc.stderr else ""
         if verbose:
             print(f"  $ {command}")
-        failed = proc.returncode != 0
-        if failed != run.expect_failure:
-            want = "a non-zero exit status" if run.expect_failure else "success"
-            stderr = proc.stderr if proc.stderr else ""
+        if proc.returncode != (1 if run.expect_failure else 0):
+            want = "exit status 1 (a user error)" if run.expect_failure else "success"
             raise TestFailure(f"{path}:{run.line}: expected {want}, got exit status "
                               f"{proc.returncode}\n  command: {command}\n"
-                              f"  stderr:\n{stderr}")
+                              f"  stdout:\n{proc.stdout}\n  stderr:\n{proc.stderr}")
         try:
             check_output(path, run.prefix, checks[run.prefix], Output(proc.stdout))
         except TestFailure as e:

@@ -1,0 +1,157 @@
+"""braze demo (`make demo`): compile the seed example with torch.compile(backend="braze"), check it
+against eager PyTorch, show the C++ braze generated, and time it against eager and TorchInductor.
+
+    def func(a, b):
+        x = a.ceil() + b.floor()
+        y = x.sum(dim=-1)
+        z = y.softmax(dim=-1)
+        w = (z * 10) ** 3
+        return w
+
+Timing follows /work/shared/ANCHORS.md: medians over repeats that interleave eager, braze and
+Inductor, after warm-up; compile time = first compiled call minus one eager call, each backend in
+a fresh torch._dynamo.reset() state. Compiles are cold: both compilers' on-disk caches point to a
+fresh temporary directory (pass --warm-cache to use the usual ones).
+"""
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+p = argparse.ArgumentParser(description="braze demo: the seed example")
+p.add_argument("--size", type=int, default=2048, help="rows = cols of a and b (default 2048)")
+p.add_argument("--repeats", type=int, default=50, help="interleaved timed samples (default 50)")
+p.add_argument("--threads", type=int, default=2)
+p.add_argument("--warm-cache", action="store_true", help="reuse the on-disk compile caches")
+p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
+p.add_argument("--no-source", action="store_true", help="don't print the generated C++")
+ARGS = p.parse_args()
+
+os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)  # before torch/OpenMP start their threads
+TMP = None
+if not ARGS.warm_cache:
+    TMP = tempfile.mkdtemp(prefix="braze-demo-")
+    os.environ["BRAZE_CACHE_DIR"] = os.path.join(TMP, "braze")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(TMP, "inductor")
+
+import torch  # noqa: E402
+
+import braze  # noqa: E402
+
+
+def func(a, b):
+    x = a.ceil() + b.floor()
+    y = x.sum(dim=-1)
+    z = y.softmax(dim=-1)
+    w = (z * 10) ** 3
+    return w
+
+
+def call_s(fn, *args):
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def banner(text):
+    print(f"\n{'=' * 8} {text} {'=' * max(4, 80 - len(text))}", flush=True)
+
+
+def main():
+    torch.set_num_threads(ARGS.threads)
+    torch.manual_seed(0)
+    n = ARGS.size
+    a = torch.randn(n, n, dtype=torch.float32)
+    b = torch.randn(n, n, dtype=torch.float32)
+    print(f"braze demo: seed example on {n}×{n} float32, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
+    print("caches: " + ("the usual on-disk caches (--warm-cache)" if ARGS.warm_cache
+                        else f"fresh and empty under {TMP}, so both compiles are cold"))
+
+    with torch.no_grad():
+        # Eager reference and the "one eager call" subtracted from first compiled calls.
+        expected = func(a, b)
+        eager_call = statistics.median(call_s(func, a, b) for _ in range(5))
+
+        # Dynamo/AOTAutograd import once, on something unrelated, so neither backend pays it.
+        torch._dynamo.reset()
+        torch.compile(lambda x: (x * 2).relu(), backend="aot_eager")(torch.randn(8, 8))
+
+        # braze: compile (cold), check, show the generated code.
+        torch._dynamo.reset()
+        before = braze.counters()
+        fast = torch.compile(func, backend="braze")
+        t = time.perf_counter()
+        result, sources = braze.run_and_get_code(fast, a, b)
+        braze_compile = time.perf_counter() - t - eager_call
+        after = braze.counters()
+        torch.testing.assert_close(result, expected)
+        err = (result.double() - expected.double()).abs().max().item()
+        fell_back = (after["fallback_graphs"] - before["fallback_graphs"]
+                     + after["fallback_ops"] - before["fallback_ops"])
+        print(f"braze matches eager (torch.testing.assert_close, float32 tolerances); "
+              f"max abs error {err:.3g} on values up to {expected.abs().max().item():.4g}")
+        print(f"braze compiled {after['graphs_compiled'] - before['graphs_compiled']} graph(s) into "
+              f"{after['kernels_generated'] - before['kernels_generated']} kernel(s), "
+              f"{after['cache_hits'] - before['cache_hits']} cache hit(s), "
+              f"{fell_back} fallback(s) to eager")
+        if not ARGS.no_source:
+            for i, src in enumerate(sources):
+                banner(f"generated C++ (graph {i})")
+                print(src.rstrip())
+            banner("end of generated C++")
+
+        contenders = {"eager": func, "braze": fast}
+        compile_s = {"braze": braze_compile}
+        if not ARGS.no_inductor:
+            print("\ncompiling with TorchInductor (default backend); its first CPU compile in a "
+                  "process sets up its C++ toolchain and can take ~10-70 s ...", flush=True)
+            torch._dynamo.reset()
+            ind = torch.compile(func)
+            t = time.perf_counter()
+            ind_result = ind(a, b)
+            compile_s["inductor"] = time.perf_counter() - t - eager_call
+            torch.testing.assert_close(ind_result, expected)
+            contenders["inductor"] = ind
+            # braze's compiled function stays valid across the reset: it is its own callable.
+
+        # Warm-up, then interleaved repeats; tiny sizes repeat calls inside a sample.
+        inner = {}
+        for k, f in contenders.items():
+            per = min(call_s(f, a, b) for _ in range(3))
+            inner[k] = max(1, int(2e-3 / max(per, 1e-7)) + 1)
+        samples = {k: [] for k in contenders}
+        for _ in range(ARGS.repeats):
+            for k, f in contenders.items():
+                t = time.perf_counter()
+                for _ in range(inner[k]):
+                    f(a, b)
+                samples[k].append((time.perf_counter() - t) / inner[k] * 1e3)
+
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    banner("timing")
+    print(f"median of {ARGS.repeats} interleaved repeats after warm-up, {torch.get_num_threads()} threads\n")
+    print(f"| {'':9s} | {'median ms':>10s} | {'vs eager':>8s} | {'compile s':>9s} |")
+    print(f"|{'-' * 11}|{'-' * 12}|{'-' * 10}|{'-' * 11}|")
+    labels = {"eager": "eager", "braze": "braze", "inductor": "Inductor"}
+    for k in contenders:
+        cs = f"{compile_s[k]:9.2f}" if k in compile_s else f"{'—':>9s}"
+        print(f"| {labels[k]:9s} | {med[k]:10.3f} | {med['eager'] / med[k]:7.2f}× | {cs} |")
+    print("\ncompile s = first compiled call − one eager call, in a fresh torch._dynamo.reset() state"
+          + ("" if ARGS.warm_cache else ", cold on-disk caches") + ".")
+    if "inductor" in compile_s:
+        print("Inductor's figure includes its one-time C++ toolchain/header set-up, which the first "
+              "Inductor compile in every process pays; later compiles in the same process are faster.")
+
+    torch._dynamo.reset()
+    del fast, contenders
+    if TMP:
+        shutil.rmtree(TMP, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -297,11 +297,48 @@ private:
       return checkDim("dim", x->rank());
     }
     case OpCategoryKind::Composite:
-      if (node_->op() == OpKind::Mean || node_->op() == OpKind::Var)
-        return checkReduction(true);
-      return true;
+      return checkComposite();
     }
     return fail("unknown op category");
+  }
+
+  /// The attributes each composite op's decomposition reads.
+  bool checkComposite() {
+    const AttrMap &a = node_->attrs();
+    auto has = [&](const char *name, auto probe) {
+      return a.has(name) && std::holds_alternative<decltype(probe)>(a.get(name));
+    };
+    switch (node_->op()) {
+    case OpKind::Mean:
+      return checkReduction(true);
+    case OpKind::Var:
+      if (!has("correction", double{}) && !has("correction", int64_t{}))
+        return fail("needs a number attribute 'correction'");
+      return checkReduction(true);
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax:
+      return checkDim("dim", node_->operand(0)->rank());
+    case OpKind::LayerNorm: {
+      if (!checkDim("axis", node_->operand(0)->rank()))
+        return false;
+      if (!has("eps", double{}) || !has("weight", bool{}) || !has("bias", bool{}))
+        return fail("needs attributes 'eps' (float), 'weight' and 'bias' (bool)");
+      size_t want = 1 + a.getBool("weight") + a.getBool("bias");
+      if (node_->operands().size() != want)
+        return fail("has " + std::to_string(node_->operands().size()) +
+                    " operands but its weight/bias attributes say " + std::to_string(want));
+      return true;
+    }
+    case OpKind::Gelu:
+      if (!has("approximate", std::string{}) ||
+          (a.getString("approximate") != "none" && a.getString("approximate") != "tanh"))
+        return fail("needs attribute approximate=\"none\" or \"tanh\"");
+      return true;
+    case OpKind::Silu:
+      return true;
+    default: // the other ops are not composite (opCategory decided)
+      return fail("is not a composite op");
+    }
   }
 
   const Graph &g_;

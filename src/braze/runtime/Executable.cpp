@@ -129,9 +129,7 @@ std::vector<int64_t> Executable::bind(const std::vector<const DLTensor *> &input
   return syms;
 }
 
-std::vector<std::vector<int64_t>>
-Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
-  std::vector<int64_t> syms = bind(inputs);
+std::vector<std::vector<int64_t>> Executable::shapesFor(const std::vector<int64_t> &syms) {
   size_t total = 0;
   for (const TensorSpec &o : spec_.outputs)
     total += o.rank;
@@ -144,6 +142,11 @@ Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
     k += o.rank;
   }
   return out;
+}
+
+std::vector<std::vector<int64_t>>
+Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
+  return shapesFor(bind(inputs));
 }
 
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
@@ -165,19 +168,12 @@ void Executable::launch(const std::vector<const void *> &inputs, const std::vect
 std::vector<std::unique_ptr<OwnedTensor>>
 Executable::run(const std::vector<const DLTensor *> &inputs) {
   std::vector<int64_t> syms = bind(inputs);
-  size_t total = 0;
-  for (const TensorSpec &o : spec_.outputs)
-    total += o.rank;
-  std::vector<int64_t> flat(std::max<size_t>(total, 1));
-  shapes_(syms.data(), flat.data());
+  std::vector<std::vector<int64_t>> shapes = shapesFor(syms);
   std::vector<std::unique_ptr<OwnedTensor>> outs;
   std::vector<void *> outPtrs;
-  size_t k = 0;
-  for (const TensorSpec &o : spec_.outputs) {
-    outs.push_back(std::make_unique<OwnedTensor>(
-        o.dtype, std::vector<int64_t>(flat.begin() + k, flat.begin() + k + o.rank)));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    outs.push_back(std::make_unique<OwnedTensor>(spec_.outputs[i].dtype, std::move(shapes[i])));
     outPtrs.push_back(outs.back()->data());
-    k += o.rank;
   }
   std::vector<const void *> inPtrs;
   for (const DLTensor *t : inputs)

@@ -72,6 +72,7 @@ public:
 private:
   Executable() = default;
   std::vector<int64_t> bind(const std::vector<const DLTensor *> &inputs);
+  std::vector<std::vector<int64_t>> shapesFor(const std::vector<int64_t> &syms);
   void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
               const std::vector<int64_t> &syms);
 

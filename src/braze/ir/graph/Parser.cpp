@@ -2,6 +2,7 @@
 
 #include "braze/ir/sym/SymParse.h"
 #include "braze/support/Diagnostic.h"
+#include "braze/support/TextCursor.h"
 
 #include <cctype>
 #include <charconv>
@@ -14,15 +15,12 @@ namespace braze {
 
 namespace {
 
-bool isWordChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
-}
-
 /// Recursive-descent reader of the graph text form. Whitespace (newlines included) separates
 /// tokens; `#` comments run to the end of the line.
-class GraphParser {
+class GraphParser : private TextCursor {
 public:
-  explicit GraphParser(std::string_view text) : text_(text), g_(std::make_unique<Graph>()) {}
+  explicit GraphParser(std::string_view text)
+      : TextCursor(text, "graph-parser"), g_(std::make_unique<Graph>()) {}
 
   std::unique_ptr<Graph> parse() {
     if (peekWord() == "sizes") {
@@ -58,92 +56,6 @@ public:
   }
 
 private:
-  // ---- cursor -------------------------------------------------------------------------------
-
-  void skipSpace() {
-    while (pos_ < text_.size()) {
-      char c = text_[pos_];
-      if (c == '#') {
-        while (pos_ < text_.size() && text_[pos_] != '\n')
-          ++pos_;
-      } else if (std::isspace(static_cast<unsigned char>(c))) {
-        ++pos_;
-      } else {
-        break;
-      }
-    }
-  }
-
-  char peek() {
-    skipSpace();
-    return pos_ < text_.size() ? text_[pos_] : '\0';
-  }
-
-  std::string_view peekWord() {
-    skipSpace();
-    size_t end = pos_;
-    while (end < text_.size() && isWordChar(text_[end]))
-      ++end;
-    return text_.substr(pos_, end - pos_);
-  }
-
-  bool consumeIf(char c) {
-    if (peek() != c)
-      return false;
-    ++pos_;
-    return true;
-  }
-
-  void expect(char c) {
-    if (!consumeIf(c))
-      expected(std::string("'") + c + "'");
-  }
-
-  std::string word(std::string_view what) {
-    std::string_view w = peekWord();
-    if (w.empty())
-      expected(what);
-    pos_ += w.size();
-    return std::string(w);
-  }
-
-  void expectWord(std::string_view w) {
-    if (peekWord() != w)
-      expected(std::string(1, '\'').append(w).append("'"));
-    pos_ += w.size();
-  }
-
-  /// The token at the cursor, for "found ..." in messages.
-  std::string found() {
-    skipSpace();
-    if (pos_ >= text_.size())
-      return "end of input";
-    std::string_view w = peekWord();
-    if (!w.empty())
-      return "'" + std::string(w) + "'";
-    return std::string("'") + text_[pos_] + "'";
-  }
-
-  [[noreturn]] void fail(size_t at, const std::string &message) {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < at && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw Diagnostic("graph-parser", "",
-                     "line " + std::to_string(line) + ", column " + std::to_string(column) +
-                         ": " + message);
-  }
-
-  [[noreturn]] void expected(std::string_view what) {
-    skipSpace();
-    fail(pos_, "expected " + std::string(what) + ", found " + found());
-  }
-
   // ---- grammar ------------------------------------------------------------------------------
 
   void declareSize(const std::string &name) {
@@ -176,26 +88,7 @@ private:
 
   /// One size expression: the text up to a ',' or closing bracket outside parentheses.
   SymExpr symExpr() {
-    skipSpace();
-    size_t start = pos_;
-    int depth = 0;
-    while (pos_ < text_.size()) {
-      char c = text_[pos_];
-      if (c == '(')
-        ++depth;
-      else if (c == ')' && depth > 0)
-        --depth;
-      else if (depth == 0 && (c == ',' || c == ']' || c == '}' || c == ')' || c == '\n'))
-        break;
-      ++pos_;
-    }
-    std::string_view src = text_.substr(start, pos_ - start);
-    while (!src.empty() && std::isspace(static_cast<unsigned char>(src.back())))
-      src.remove_suffix(1);
-    if (src.empty()) {
-      pos_ = start;
-      expected("a size expression");
-    }
+    Slice src = balancedText(",]})\n", "a size expression");
     auto lookup = [&](std::string_view name) -> SymExpr {
       auto it = sizes_.find(std::string(name));
       if (it != sizes_.end())
@@ -205,22 +98,10 @@ private:
       return s;
     };
     try {
-      return sym::parseSym(g_->sym(), src, lookup);
+      return sym::parseSym(g_->sym(), src.text, lookup);
     } catch (const Diagnostic &e) {
-      failInSym(start, e.message());
+      failInSlice(src.start, e.message());
     }
-  }
-
-  /// Re-raises parseSym's "column N: what" at its place in the whole text.
-  [[noreturn]] void failInSym(size_t start, const std::string &message) {
-    size_t column = 0, i = 7;
-    if (message.rfind("column ", 0) == 0) {
-      while (i < message.size() && std::isdigit(static_cast<unsigned char>(message[i])))
-        column = column * 10 + static_cast<size_t>(message[i++] - '0');
-      if (column > 0 && message.compare(i, 2, ": ") == 0)
-        fail(start + column - 1, message.substr(i + 2));
-    }
-    fail(start, message);
   }
 
   std::vector<SymExpr> symList(char close) {
@@ -403,8 +284,6 @@ private:
     values_.emplace(name, g_->addNode(op, std::move(operands), std::move(a), std::move(t), name));
   }
 
-  std::string_view text_;
-  size_t pos_ = 0;
   std::unique_ptr<Graph> g_;
   std::map<std::string, SymExpr> sizes_;
   std::map<std::string, Node *> values_;

@@ -308,17 +308,17 @@ private:
     auto has = [&](const char *name, auto probe) {
       return a.has(name) && std::holds_alternative<decltype(probe)>(a.get(name));
     };
-    switch (node_->op()) {
-    case OpKind::Mean:
+    OpKind op = node_->op();
+    if (op == OpKind::Mean)
       return checkReduction(true);
-    case OpKind::Var:
+    if (op == OpKind::Var) {
       if (!has("correction", double{}) && !has("correction", int64_t{}))
         return fail("needs a number attribute 'correction'");
       return checkReduction(true);
-    case OpKind::Softmax:
-    case OpKind::LogSoftmax:
+    }
+    if (op == OpKind::Softmax || op == OpKind::LogSoftmax)
       return checkDim("dim", node_->operand(0)->rank());
-    case OpKind::LayerNorm: {
+    if (op == OpKind::LayerNorm) {
       if (!checkDim("axis", node_->operand(0)->rank()))
         return false;
       if (!has("eps", double{}) || !has("weight", bool{}) || !has("bias", bool{}))
@@ -329,16 +329,15 @@ private:
                     " operands but its weight/bias attributes say " + std::to_string(want));
       return true;
     }
-    case OpKind::Gelu:
+    if (op == OpKind::Gelu) {
       if (!has("approximate", std::string{}) ||
           (a.getString("approximate") != "none" && a.getString("approximate") != "tanh"))
         return fail("needs attribute approximate=\"none\" or \"tanh\"");
       return true;
-    case OpKind::Silu:
-      return true;
-    default: // the other ops are not composite (opCategory decided)
-      return fail("is not a composite op");
     }
+    if (op == OpKind::Silu)
+      return true;
+    return fail("is not a composite op");
   }
 
   const Graph &g_;

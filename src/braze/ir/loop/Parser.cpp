@@ -2,6 +2,7 @@
 
 #include "braze/ir/sym/SymParse.h"
 #include "braze/support/Diagnostic.h"
+#include "braze/support/TextCursor.h"
 
 #include <cctype>
 #include <charconv>
@@ -15,18 +16,15 @@ namespace braze::loop {
 
 namespace {
 
-bool isWordChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
-}
-
 using Lookup = std::function<SymExpr(std::string_view)>;
 
 /// Recursive-descent reader of the loop text form (grammar in LoopText.h). Whitespace
 /// (newlines included) separates tokens; `#` comments run to the end of the line.
-class ProgramParser {
+class ProgramParser : private TextCursor {
 public:
   explicit ProgramParser(std::string_view text)
-      : text_(text), p_(std::make_unique<LoopProgram>(std::make_shared<sym::SymContext>())) {}
+      : TextCursor(text, "loop-parser"),
+        p_(std::make_unique<LoopProgram>(std::make_shared<sym::SymContext>())) {}
 
   std::unique_ptr<LoopProgram> parse() {
     if (peekWord() == "sizes") {
@@ -54,89 +52,6 @@ public:
   }
 
 private:
-  // ---- cursor -------------------------------------------------------------------------------
-
-  void skipSpace() {
-    while (pos_ < text_.size()) {
-      char c = text_[pos_];
-      if (c == '#') {
-        while (pos_ < text_.size() && text_[pos_] != '\n')
-          ++pos_;
-      } else if (std::isspace(static_cast<unsigned char>(c))) {
-        ++pos_;
-      } else {
-        break;
-      }
-    }
-  }
-
-  char peek() {
-    skipSpace();
-    return pos_ < text_.size() ? text_[pos_] : '\0';
-  }
-
-  std::string_view peekWord() {
-    skipSpace();
-    size_t end = pos_;
-    while (end < text_.size() && isWordChar(text_[end]))
-      ++end;
-    return text_.substr(pos_, end - pos_);
-  }
-
-  bool consumeIf(char c) {
-    if (peek() != c)
-      return false;
-    ++pos_;
-    return true;
-  }
-
-  void expect(char c) {
-    if (!consumeIf(c))
-      expected(std::string("'") + c + "'");
-  }
-
-  std::string word(std::string_view what) {
-    std::string_view w = peekWord();
-    if (w.empty())
-      expected(what);
-    pos_ += w.size();
-    return std::string(w);
-  }
-
-  void expectWord(std::string_view w) {
-    if (peekWord() != w)
-      expected(std::string(1, '\'').append(w).append("'"));
-    pos_ += w.size();
-  }
-
-  std::string found() {
-    skipSpace();
-    if (pos_ >= text_.size())
-      return "end of input";
-    std::string_view w = peekWord();
-    return "'" + (w.empty() ? std::string(1, text_[pos_]) : std::string(w)) + "'";
-  }
-
-  [[noreturn]] void fail(size_t at, const std::string &message) {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < at && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw Diagnostic("loop-parser", "",
-                     "line " + std::to_string(line) + ", column " + std::to_string(column) +
-                         ": " + message);
-  }
-
-  [[noreturn]] void expected(std::string_view what) {
-    skipSpace();
-    fail(pos_, "expected " + std::string(what) + ", found " + found());
-  }
-
   /// `%name`, with no space after the '%'; returns the name and sets `at` to the '%'.
   std::string valueName(size_t &at) {
     skipSpace();
@@ -149,49 +64,14 @@ private:
 
   // ---- symbolic expressions -----------------------------------------------------------------
 
-  struct SymText {
-    size_t start;
-    std::string_view text;
-  };
-
   /// The text of one size/index expression: up to a separator outside parentheses.
-  SymText scanSym() {
-    skipSpace();
-    size_t start = pos_;
-    int depth = 0;
-    for (; pos_ < text_.size(); ++pos_) {
-      char c = text_[pos_];
-      if (c == '(')
-        ++depth;
-      else if (c == ')' && depth > 0)
-        --depth;
-      else if (depth == 0 && std::string_view(",]}):=\n#").find(c) != std::string_view::npos)
-        break;
-    }
-    std::string_view src = text_.substr(start, pos_ - start);
-    while (!src.empty() && std::isspace(static_cast<unsigned char>(src.back())))
-      src.remove_suffix(1);
-    if (src.empty()) {
-      pos_ = start;
-      expected("an index expression");
-    }
-    return {start, src};
-  }
+  Slice scanSym() { return balancedText(",]}):=\n#", "an index expression"); }
 
-  SymExpr parseSymText(const SymText &t, const Lookup &lookup) {
+  SymExpr parseSymText(const Slice &t, const Lookup &lookup) {
     try {
       return sym::parseSym(p_->sym(), t.text, lookup);
     } catch (const Diagnostic &e) {
-      // parseSym says "column N: what"; report it at its place in the whole text.
-      const std::string &m = e.message();
-      size_t column = 0, i = 7;
-      if (m.rfind("column ", 0) == 0) {
-        while (i < m.size() && std::isdigit(static_cast<unsigned char>(m[i])))
-          column = column * 10 + static_cast<size_t>(m[i++] - '0');
-        if (column > 0 && m.compare(i, 2, ": ") == 0)
-          fail(t.start + column - 1, m.substr(i + 2));
-      }
-      fail(t.start, m);
+      failInSlice(t.start, e.message());
     }
   }
 
@@ -374,7 +254,7 @@ private:
   const Expr *load() {
     const Buffer *buf = bufferRef();
     expect('[');
-    SymText index = scanSym();
+    Slice index = scanSym();
     expect(']');
     std::vector<IndirectBinding> bindings;
     std::map<std::string, SymExpr> bound;
@@ -472,8 +352,6 @@ private:
     values_.emplace(name, e);
   }
 
-  std::string_view text_;
-  size_t pos_ = 0;
   std::unique_ptr<LoopProgram> p_;
   std::map<std::string, SymExpr> sizes_;
   std::map<std::string, Buffer *> buffers_;

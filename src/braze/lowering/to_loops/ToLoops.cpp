@@ -35,22 +35,14 @@ ScalarOpKind scalarOpFor(OpKind op) {
 }
 
 ReduceKind reduceKindFor(OpKind op) {
-  switch (op) {
-  case OpKind::Sum:
-    return ReduceKind::Sum;
-  case OpKind::Prod:
-    return ReduceKind::Prod;
-  case OpKind::Amax:
-    return ReduceKind::Max;
-  case OpKind::Amin:
-    return ReduceKind::Min;
-  case OpKind::Any:
-    return ReduceKind::Any;
-  case OpKind::All:
-    return ReduceKind::All;
-  default: // the caller only passes Reduce-category ops
-    BRAZE_UNREACHABLE("not a reduction: " << opName(op));
-  }
+  static const std::pair<OpKind, ReduceKind> kKinds[] = {
+      {OpKind::Sum, ReduceKind::Sum}, {OpKind::Prod, ReduceKind::Prod},
+      {OpKind::Amax, ReduceKind::Max}, {OpKind::Amin, ReduceKind::Min},
+      {OpKind::Any, ReduceKind::Any}, {OpKind::All, ReduceKind::All}};
+  for (const auto &[k, r] : kKinds)
+    if (k == op)
+      return r;
+  BRAZE_UNREACHABLE("not a reduction: " << opName(op));
 }
 
 class Lowerer {
@@ -244,13 +236,12 @@ private:
     const Value &x = operandValue(n, 0);
     Node *xn = n->operand(0);
     std::function<Index(const Index &)> remap;
-    switch (n->op()) {
-    case OpKind::Reshape:
+    OpKind op = n->op();
+    if (op == OpKind::Reshape) {
       remap = [this, from = n->shape(), to = xn->shape()](const Index &idx) {
         return reshapeIndex(s_, idx, from, to);
       };
-      break;
-    case OpKind::Permute: {
+    } else if (op == OpKind::Permute) {
       IntList dims = n->attrs().getInts("dims");
       remap = [dims](const Index &idx) {
         Index in(idx.size());
@@ -258,14 +249,11 @@ private:
           in[dims[k]] = idx[k];
         return in;
       };
-      break;
-    }
-    case OpKind::Expand:
+    } else if (op == OpKind::Expand) {
       remap = [this, out = n->shape(), in = xn->shape()](const Index &idx) {
         return broadcastIndex(s_, idx, out, in);
       };
-      break;
-    case OpKind::Slice: {
+    } else if (op == OpKind::Slice) {
       size_t dim = n->attrs().getInt("dim");
       int64_t start = n->attrs().getInt("start"), step = n->attrs().getInt("step");
       remap = [this, dim, start, step](const Index &idx) {
@@ -273,9 +261,7 @@ private:
         in[dim] = s_.add(s_.mul(idx[dim], step), start);
         return in;
       };
-      break;
-    }
-    case OpKind::Select: {
+    } else if (op == OpKind::Select) {
       size_t dim = n->attrs().getInt("dim");
       int64_t index = n->attrs().getInt("index");
       remap = [this, dim, index](const Index &idx) {
@@ -283,10 +269,8 @@ private:
         in.insert(in.begin() + dim, s_.constant(index));
         return in;
       };
-      break;
-    }
-    default: // only View-category ops reach here
-      BRAZE_UNREACHABLE("not a view: " << opName(n->op()));
+    } else {
+      BRAZE_UNREACHABLE("not a view: " << opName(op));
     }
     return lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
   }

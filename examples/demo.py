@@ -14,6 +14,7 @@ a fresh torch._dynamo.reset() state. Compiles are cold: both compilers' on-disk 
 fresh temporary directory (pass --warm-cache to use the usual ones).
 """
 import argparse
+import atexit
 import os
 import shutil
 import statistics
@@ -34,6 +35,7 @@ os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)  # before torch/OpenMP start t
 TMP = None
 if not ARGS.warm_cache:
     TMP = tempfile.mkdtemp(prefix="braze-demo-")
+    atexit.register(shutil.rmtree, TMP, ignore_errors=True)
     os.environ["BRAZE_CACHE_DIR"] = os.path.join(TMP, "braze")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(TMP, "inductor")
 
@@ -54,6 +56,21 @@ def call_s(fn, *args):
     t = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t
+
+
+def busy_cpu_s():
+    """CPU seconds the whole machine has been busy (/proc/stat), to detect noisy neighbours."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_cpu_s():
+    t = os.times()
+    return t.user + t.system
 
 
 def banner(text):
@@ -125,12 +142,15 @@ def main():
             per = min(call_s(f, a, b) for _ in range(3))
             inner[k] = max(1, int(2e-3 / max(per, 1e-7)) + 1)
         samples = {k: [] for k in contenders}
+        busy0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
         for _ in range(ARGS.repeats):
             for k, f in contenders.items():
                 t = time.perf_counter()
                 for _ in range(inner[k]):
                     f(a, b)
                 samples[k].append((time.perf_counter() - t) / inner[k] * 1e3)
+
+        busy1, own1, wall1 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     banner("timing")
@@ -147,10 +167,14 @@ def main():
         print("Inductor's figure includes its one-time C++ toolchain/header set-up, which the first "
               "Inductor compile in every process pays; later compiles in the same process are faster.")
 
+    if busy0 is not None:
+        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
+        if foreign > 0.15:
+            print(f"WARNING: other processes kept {foreign:.2f} CPU cores busy during the timing; "
+                  "these numbers are skewed by them.")
+
     torch._dynamo.reset()
     del fast, contenders
-    if TMP:
-        shutil.rmtree(TMP, ignore_errors=True)
     return 0
 
 

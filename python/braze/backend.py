@@ -73,16 +73,28 @@ def _node_support(node):
 
 
 class _BrazeGraph:
-    """A compiled braze graph called with the FX graph's positional arguments."""
+    """A compiled braze graph called with the FX graph's positional arguments. If a call brings
+    inputs whose shapes or strides the compiled graph does not accept (guards should prevent
+    it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
-    def __init__(self, compiled, tensor_positions, output_count):
+    def __init__(self, compiled, tensor_positions, eager):
         self.compiled = compiled
         self.tensor_positions = tensor_positions
-        self.output_count = output_count
+        self.eager = eager
+        self.warned = False
 
     def __call__(self, *args):
-        outs = self.compiled.run([args[i] for i in self.tensor_positions])
-        return outs
+        try:
+            return self.compiled.run([args[i] for i in self.tensor_positions])
+        except _C.RunError as e:
+            if "compiled graph expects" not in str(e) and "expected" not in str(e):
+                raise  # a kernel error (e.g. an index out of bounds): eager raises too
+            if not self.warned:
+                warnings.warn(f"braze: {e}; running this call in eager PyTorch")
+                self.warned = True
+            _fallback_counts["fallback_graphs"] += 1
+            out = self.eager(*args)
+            return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _compile_whole(gm, opts):
@@ -105,15 +117,31 @@ def _compile_whole(gm, opts):
         elif node.op == "output":
             outputs = node.args[0]
     flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-    handles = []
+    handles, layouts = [], []
     for o in flat:
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
             raise Unsupported(f"output {o!r} is not a tensor")
         handles.append(t.values[o])
-    t.g.output(handles)
+        layouts.append(_dense_layout(t, o.meta.get("val")))
+    t.g.output(handles, layouts)
     compiled = t.g.compile(opts.log, opts.fuse)
     _last_sources.append(compiled.source)
-    return _BrazeGraph(compiled, positions, len(handles)), isinstance(outputs, (tuple, list))
+    return _BrazeGraph(compiled, positions, gm.forward), isinstance(outputs, (tuple, list))
+
+
+def _dense_layout(t, val):
+    """The strides PyTorch expects for an output, when they are a dense permutation (a
+    transposed or channels-last result); [] (row-major) otherwise."""
+    if not isinstance(val, torch.Tensor):
+        return []
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    try:
+        dense = bool(is_non_overlapping_and_dense_or_false(val))
+    except Exception:  # symbolic strides that cannot be decided: keep row-major
+        return []
+    if not dense or val.is_contiguous():
+        return []
+    return t.shape(val.stride())
 
 
 def _compile_fx(gm, example_inputs, opts):
@@ -176,7 +204,6 @@ def _compile_partitioned(gm, unsupported, opts):
     for name, sub in list(fused.named_children()):
         if not name.startswith("fused_"):
             continue
-        inputs = [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
         fn, tuple_out = _compile_whole(sub, opts)
         setattr(fused, name, _Partition(fn, tuple_out))
     fused.recompile()

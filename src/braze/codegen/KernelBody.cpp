@@ -116,7 +116,7 @@ void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr 
 std::string emitModuleAbi(const sched::Schedule &s, Names &names,
                           const std::vector<std::string> &kernelCalls) {
   const loop::LoopProgram &p = *s.program;
-  std::string out = "extern \"C\" {\n\nint braze_abi_version(void) { return 1; }\n\n";
+  std::string out = "extern \"C\" {\n\nint braze_abi_version(void) { return 2; }\n\n";
   // braze_bind: sizes from the first input dim that is exactly the symbol, then checks.
   std::string body;
   Writer w(body, 1);
@@ -162,11 +162,14 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
   for (sym::SymExpr sy : p.sizeSymbols())
     unpack += "  const int64_t " + names.symbol(sy) + " = syms[" +
               std::to_string(names.symbolIndex(sy)) + "]; (void)" + names.symbol(sy) + ";\n";
-  out += "void braze_output_shapes(const int64_t* syms, int64_t* shapes) {\n" + unpack;
+  out += "void braze_output_shapes(const int64_t* syms, int64_t* shapes, int64_t* strides) {\n" +
+         unpack;
   size_t k = 0;
   for (const loop::Buffer *b : p.outputs())
-    for (sym::SymExpr d : b->shape)
-      out += "  shapes[" + std::to_string(k++) + "] = " + names.index(d) + ";\n";
+    for (size_t d = 0; d < b->shape.size(); ++d, ++k) {
+      out += "  shapes[" + std::to_string(k) + "] = " + names.index(b->shape[d]) + ";\n";
+      out += "  strides[" + std::to_string(k) + "] = " + names.index(b->strides[d]) + ";\n";
+    }
   out += "}\n\n";
   out += "int64_t braze_arena_bytes(const int64_t* syms) {\n" + unpack + "  return " +
          names.index(s.arenaBytes) + ";\n}\n\n";

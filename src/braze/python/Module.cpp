@@ -105,7 +105,7 @@ std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs)
     nb::capsule owner(raw, [](void *p) noexcept { delete static_cast<runtime::OwnedTensor *>(p); });
     std::vector<size_t> shape(raw->shape().begin(), raw->shape().end());
     DLDataType t = raw->dtype();
-    result.emplace_back(raw->data(), shape.size(), shape.data(), owner, nullptr,
+    result.emplace_back(raw->data(), shape.size(), shape.data(), owner, raw->strides().data(),
                         nb::dlpack::dtype{t.code, t.bits, t.lanes});
   }
   return result;
@@ -201,12 +201,15 @@ NB_MODULE(_C, m) {
           hs.push_back(g.sym(e));
         return hs;
       })
-      .def("output", [](PyGraph &g, const std::vector<int> &xs) {
+      .def("output", [](PyGraph &g, const std::vector<int> &xs,
+                        const std::vector<std::vector<int>> &strides) {
         std::vector<Node *> ns;
         for (int h : xs)
           ns.push_back(g.at(h));
         g.builder().output(ns);
-      })
+        for (size_t k = 0; k < strides.size() && k < ns.size(); ++k)
+          g.graph().setOutputStrides(k, g.shape(strides[k]));
+      }, "outputs"_a, "strides"_a = std::vector<std::vector<int>>{})
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse) {

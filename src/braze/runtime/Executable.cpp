@@ -27,16 +27,24 @@ std::string kernelError(int code) {
 }
 } // namespace
 
-OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides)
+    : dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)) {
+  if (strides_.empty()) {
+    strides_.resize(shape_.size());
+    int64_t s = 1;
+    for (size_t i = shape_.size(); i-- > 0;) {
+      strides_[i] = s;
+      s *= shape_[i];
+    }
+  }
+  // Elements spanned: 1 + sum((size - 1) * stride), or none for an empty tensor.
   size_t n = 1;
-  for (int64_t d : shape_)
-    n *= static_cast<size_t>(d);
-  strides_.resize(shape_.size());
-  int64_t s = 1;
-  for (size_t i = shape_.size(); i-- > 0;) {
-    strides_[i] = s;
-    s *= shape_[i];
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    if (shape_[i] == 0) {
+      n = 0;
+      break;
+    }
+    n += static_cast<size_t>((shape_[i] - 1) * strides_[i]);
   }
   bytes_ = n * elementBytes(dtype);
   size_t alloc = ((bytes_ + 63) / 64) * 64;
@@ -78,8 +86,8 @@ std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
     return p;
   };
   auto version = reinterpret_cast<int (*)()>(sym("braze_abi_version"));
-  if (version() != 1)
-    throw RunError("compiled module has ABI version " + std::to_string(version()) + ", expected 1");
+  if (version() != 2)
+    throw RunError("compiled module has ABI version " + std::to_string(version()) + ", expected 2");
   e->bind_ = reinterpret_cast<BindFn>(sym("braze_bind"));
   e->shapes_ = reinterpret_cast<ShapesFn>(sym("braze_output_shapes"));
   e->arena_ = reinterpret_cast<ArenaFn>(sym("braze_arena_bytes"));
@@ -129,16 +137,17 @@ std::vector<int64_t> Executable::bind(const std::vector<const DLTensor *> &input
   return syms;
 }
 
-std::vector<std::vector<int64_t>> Executable::shapesFor(const std::vector<int64_t> &syms) {
+std::vector<Executable::Layout> Executable::layoutsFor(const std::vector<int64_t> &syms) {
   size_t total = 0;
   for (const TensorSpec &o : spec_.outputs)
     total += o.rank;
-  std::vector<int64_t> flat(std::max<size_t>(total, 1));
-  shapes_(syms.data(), flat.data());
-  std::vector<std::vector<int64_t>> out;
+  std::vector<int64_t> shapes(std::max<size_t>(total, 1)), strides(shapes.size());
+  shapes_(syms.data(), shapes.data(), strides.data());
+  std::vector<Layout> out;
   size_t k = 0;
   for (const TensorSpec &o : spec_.outputs) {
-    out.emplace_back(flat.begin() + k, flat.begin() + k + o.rank);
+    out.push_back(Layout{{shapes.begin() + k, shapes.begin() + k + o.rank},
+                         {strides.begin() + k, strides.begin() + k + o.rank}});
     k += o.rank;
   }
   return out;
@@ -146,7 +155,10 @@ std::vector<std::vector<int64_t>> Executable::shapesFor(const std::vector<int64_
 
 std::vector<std::vector<int64_t>>
 Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
-  return shapesFor(bind(inputs));
+  std::vector<std::vector<int64_t>> shapes;
+  for (Layout &l : layoutsFor(bind(inputs)))
+    shapes.push_back(std::move(l.shape));
+  return shapes;
 }
 
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
@@ -168,11 +180,13 @@ void Executable::launch(const std::vector<const void *> &inputs, const std::vect
 std::vector<std::unique_ptr<OwnedTensor>>
 Executable::run(const std::vector<const DLTensor *> &inputs) {
   std::vector<int64_t> syms = bind(inputs);
-  std::vector<std::vector<int64_t>> shapes = shapesFor(syms);
+  std::vector<Layout> layouts = layoutsFor(syms);
   std::vector<std::unique_ptr<OwnedTensor>> outs;
   std::vector<void *> outPtrs;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    outs.push_back(std::make_unique<OwnedTensor>(spec_.outputs[i].dtype, std::move(shapes[i])));
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    outs.push_back(std::make_unique<OwnedTensor>(spec_.outputs[i].dtype,
+                                                 std::move(layouts[i].shape),
+                                                 std::move(layouts[i].strides)));
     outPtrs.push_back(outs.back()->data());
   }
   std::vector<const void *> inPtrs;

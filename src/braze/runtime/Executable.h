@@ -25,12 +25,14 @@ struct ModuleSpec {
 /// A tensor whose memory the runtime allocated (64-byte aligned), handed out through DLPack.
 class OwnedTensor {
 public:
-  OwnedTensor(DLDataType dtype, std::vector<int64_t> shape);
+  /// Row-major unless `strides` (in elements, a dense layout) are given.
+  OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides = {});
   ~OwnedTensor();
   OwnedTensor(const OwnedTensor &) = delete;
   OwnedTensor &operator=(const OwnedTensor &) = delete;
   void *data() const { return data_; }
   const std::vector<int64_t> &shape() const { return shape_; }
+  const std::vector<int64_t> &strides() const { return strides_; }
   DLDataType dtype() const { return dtype_; }
   size_t bytes() const { return bytes_; }
   /// Transfers ownership to a DLManagedTensor (its deleter frees the memory).
@@ -72,12 +74,15 @@ public:
 private:
   Executable() = default;
   std::vector<int64_t> bind(const std::vector<const DLTensor *> &inputs);
-  std::vector<std::vector<int64_t>> shapesFor(const std::vector<int64_t> &syms);
+  struct Layout {
+    std::vector<int64_t> shape, strides;
+  };
+  std::vector<Layout> layoutsFor(const std::vector<int64_t> &syms);
   void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
               const std::vector<int64_t> &syms);
 
   using BindFn = int (*)(const int64_t *const *, const int64_t *const *, int64_t *, char *, int64_t);
-  using ShapesFn = void (*)(const int64_t *, int64_t *);
+  using ShapesFn = void (*)(const int64_t *, int64_t *, int64_t *);
   using ArenaFn = int64_t (*)(const int64_t *);
   using RunFn = int (*)(void *const *, void *const *, char *, const int64_t *);
 

@@ -204,6 +204,7 @@ void Graph::replaceAllUses(Node *from, Node *to) {
   for (Node *&o : outputs_)
     if (o == from)
       o = to;
+  outputStrides_.resize(outputs_.size());
 }
 
 void Graph::removeDeadNodes() {

@@ -119,7 +119,14 @@ public:
   /// Appends a node. Types are computed by the caller (GraphBuilder); the verifier checks them.
   Node *addNode(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type,
                 std::string name);
-  void setOutputs(std::vector<Node *> outputs) { outputs_ = std::move(outputs); }
+  void setOutputs(std::vector<Node *> outputs) {
+    outputs_ = std::move(outputs);
+    outputStrides_.assign(outputs_.size(), {});
+  }
+  /// Strides (in elements) output k must be written with; empty means row-major. A layout must
+  /// be dense (a permutation of row-major), which the verifier checks.
+  void setOutputStrides(size_t k, std::vector<SymExpr> strides) { outputStrides_.at(k) = std::move(strides); }
+  const std::vector<SymExpr> &outputStrides(size_t k) const { return outputStrides_.at(k); }
 
   const std::vector<std::unique_ptr<Node>> &nodes() const { return nodes_; }
   const std::vector<Node *> &inputs() const { return inputs_; }
@@ -142,6 +149,7 @@ private:
   std::shared_ptr<sym::SymContext> sym_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Node *> inputs_, outputs_;
+  std::vector<std::vector<SymExpr>> outputStrides_;
   std::vector<SymExpr> sizeSymbols_;
   std::map<std::string, int> names_;
   int nextId_ = 0;

@@ -42,12 +42,18 @@ public:
       parseNode();
     word("'return'");
     std::vector<Node *> outputs;
+    std::vector<std::vector<SymExpr>> layouts;
     if (peek() == '%') {
-      do
+      do {
         outputs.push_back(use());
-      while (consumeIf(','));
+        layouts.emplace_back();
+        if (consumeIf('{'))
+          layouts.back() = symList('}');
+      } while (consumeIf(','));
     }
     g_->setOutputs(std::move(outputs));
+    for (size_t k = 0; k < layouts.size(); ++k)
+      g_->setOutputStrides(k, std::move(layouts[k]));
     expect('}');
     skipSpace();
     if (pos_ < text_.size())

@@ -91,8 +91,16 @@ std::string printGraph(const Graph &g) {
   }
 
   s += "  return";
-  for (size_t i = 0; i < g.outputs().size(); ++i)
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
     s += (i ? ", " : " ") + valueName(g.outputs()[i]);
+    const std::vector<SymExpr> &strides = g.outputStrides(i);
+    if (!strides.empty()) {
+      s += "{";
+      for (size_t k = 0; k < strides.size(); ++k)
+        s += (k ? ", " : "") + sym::toString(strides[k]);
+      s += "}";
+    }
+  }
   s += "\n}\n";
   return s;
 }

@@ -41,10 +41,37 @@ public:
     }
     if (g_.outputs().empty())
       return "the graph has no outputs";
-    for (size_t i = 0; i < g_.outputs().size(); ++i)
+    for (size_t i = 0; i < g_.outputs().size(); ++i) {
       if (!defined_.count(g_.outputs()[i]))
         return "output " + std::to_string(i) + " is not a node of the graph";
+      if (!isDenseLayout(g_.outputs()[i]->shape(), g_.outputStrides(i)))
+        return "output " + std::to_string(i) + " has a layout that is not dense";
+    }
     return "";
+  }
+
+  /// Empty, or strides of a permutation of the dims laid out row-major (unit dims free).
+  bool isDenseLayout(const std::vector<SymExpr> &shape, const std::vector<SymExpr> &strides) {
+    if (strides.empty())
+      return true;
+    if (strides.size() != shape.size())
+      return false;
+    std::vector<bool> used(shape.size(), false);
+    SymExpr expected = ctx_.constant(1);
+    for (size_t placed = 0; placed < shape.size(); ++placed) {
+      size_t pick = shape.size();
+      for (size_t d = 0; d < shape.size() && pick == shape.size(); ++d)
+        if (!used[d] && !shape[d]->isConst(1) && strides[d] == expected)
+          pick = d;
+      if (pick == shape.size())
+        break;
+      used[pick] = true;
+      expected = ctx_.mul(expected, shape[pick]);
+    }
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (!used[d] && !shape[d]->isConst(1))
+        return false;
+    return true;
   }
 
 private:

@@ -94,7 +94,10 @@ private:
   /// Materializes `v` (values of node n) into a new buffer.
   Value realize(Node *n, const Value &v, BufferKind kind, int ioIndex) {
     std::string name = kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name();
-    Buffer *b = p_->addBuffer(name, n->dtype(), n->shape(), kind, ioIndex);
+    std::vector<SymExpr> strides;
+    if (kind == BufferKind::Output)
+      strides = g_.outputStrides(ioIndex);
+    Buffer *b = p_->addBuffer(name, n->dtype(), n->shape(), kind, ioIndex, strides);
     Index full;
     std::vector<SymExpr> vars = freshVars(n->shape(), "i", full);
     p_->addComputation(b, vars, {}, ReduceKind::None, v.load(full));
@@ -103,7 +106,9 @@ private:
 
   void realizeOutput(Node *n, int k) {
     Value &v = values_.at(n);
-    if (v.buffer && v.buffer->kind == BufferKind::Intermediate) {
+    bool rowMajor = g_.outputStrides(k).empty() ||
+                    g_.outputStrides(k) == contiguousStrides(s_, n->shape());
+    if (v.buffer && v.buffer->kind == BufferKind::Intermediate && rowMajor) {
       v.buffer->kind = BufferKind::Output;
       v.buffer->ioIndex = k;
       v.buffer->name = "out" + std::to_string(k);

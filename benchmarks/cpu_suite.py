@@ -40,7 +40,7 @@ def _parse_args(argv=None):
     p.add_argument("--only", action="append", default=[],
                    help="run only this workload (repeatable, or comma-separated); see --list")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
-    p.add_argument("--repeats", type=int, default=40, help="timed samples per contender (default 40)")
+    p.add_argument("--repeats", type=int, default=100, help="timed samples per contender (default 100)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per contender (default 3)")
     p.add_argument("--min-sample-ms", type=float, default=5.0,
                    help="a sample repeats a call until it lasts at least this long (default 5)")
@@ -50,10 +50,24 @@ def _parse_args(argv=None):
     p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--malloc", choices=("reuse", "default"), default="reuse",
+                   help="reuse (default): glibc malloc keeps freed memory, so big temporaries cost "
+                        "no page faults; default: glibc as configured, whose eager timings can "
+                        "swing ~10x between runs on page faults")
     return p.parse_args(argv)
 
 
 ARGS = _parse_args()
+
+# glibc malloc returns big blocks to the OS (mmap/munmap, heap trimming) with a threshold that moves
+# at run time, so eager's 16-128 MB temporaries cost a page fault per 4 KiB page in some runs and
+# none in others (16 ms vs 1.8 ms for the seed example on one VM). Make every run the no-fault case,
+# as jemalloc/tcmalloc would: the settings are read when the process starts, hence the re-exec.
+_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+if ARGS.malloc == "reuse" and any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
+    os.environ.update(_MALLOC_ENV)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
 
 # Both thread pools (torch's and the one braze's generated OpenMP code uses) must be sized before
 # either is initialized, so this happens before torch is imported.
@@ -346,7 +360,9 @@ def main():
           f"TORCHINDUCTOR_CACHE_DIR={os.environ.get('TORCHINDUCTOR_CACHE_DIR', '(default)')}"
           f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
     print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
-          f"samples >= {ARGS.min_sample_ms} ms", flush=True)
+          f"samples >= {ARGS.min_sample_ms} ms; malloc: "
+          + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in _MALLOC_ENV.items())
+             + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
 
     with torch.no_grad():
         _prime_dynamo()
@@ -402,7 +418,7 @@ def main():
         meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
                 "cpus": os.cpu_count(), "machine": platform.machine(),
                 "repeats": ARGS.repeats, "warmup": ARGS.warmup, "min_sample_ms": ARGS.min_sample_ms,
-                "warm_cache": ARGS.warm_cache, "command": " ".join([sys.executable] + sys.argv),
+                "warm_cache": ARGS.warm_cache, "malloc": ARGS.malloc, "command": " ".join([sys.executable] + sys.argv),
                 "braze_cache_dir": os.environ.get("BRAZE_CACHE_DIR"),
                 "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
                 "suite_wall_s": suite_s}

@@ -29,7 +29,18 @@ p.add_argument("--threads", type=int, default=2)
 p.add_argument("--warm-cache", action="store_true", help="reuse the on-disk compile caches")
 p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
 p.add_argument("--no-source", action="store_true", help="don't print the generated C++")
+p.add_argument("--malloc", choices=("reuse", "default"), default="reuse",
+               help="reuse (default): glibc keeps freed memory, so eager's big temporaries cost no "
+                    "page faults; default: glibc as configured (eager can be ~5-10x slower)")
 ARGS = p.parse_args()
+
+# glibc malloc hands big blocks back to the OS with a threshold that moves at run time, so eager's
+# 16 MB temporaries cost a page fault per 4 KiB page in some runs and none in others. Make every
+# run the no-fault case (as jemalloc/tcmalloc would); glibc reads these at start-up: re-exec.
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+if ARGS.malloc == "reuse" and any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
+    os.environ.update(MALLOC_ENV)
+    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
 
 os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)  # before torch/OpenMP start their threads
 TMP = None
@@ -85,6 +96,8 @@ def main():
     b = torch.randn(n, n, dtype=torch.float32)
     print(f"braze demo: seed example on {n}×{n} float32, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
+    print("malloc: " + ("freed memory kept for reuse (no page faults on big temporaries)"
+                        if ARGS.malloc == "reuse" else "glibc defaults"))
     print("caches: " + ("the usual on-disk caches (--warm-cache)" if ARGS.warm_cache
                         else f"fresh and empty under {TMP}, so both compiles are cold"))
 

@@ -286,6 +286,25 @@ const char *cPrelude() {
 #include <cstring>
 #include <limits>
 
+// Vector variants of libm (glibc's libmvec) so that loops calling transcendental functions
+// vectorize without -ffast-math. glibc >= 2.35 has the full set; older ones the basic four.
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP)
+#define BRAZE_SIMD_MATH(name) \
+  _Pragma("omp declare simd notinbranch") float name##f(float); \
+  _Pragma("omp declare simd notinbranch") double name(double);
+extern "C" {
+BRAZE_SIMD_MATH(sin) BRAZE_SIMD_MATH(cos) BRAZE_SIMD_MATH(exp) BRAZE_SIMD_MATH(log)
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)
+BRAZE_SIMD_MATH(tan) BRAZE_SIMD_MATH(exp2) BRAZE_SIMD_MATH(expm1) BRAZE_SIMD_MATH(log2)
+BRAZE_SIMD_MATH(log10) BRAZE_SIMD_MATH(log1p) BRAZE_SIMD_MATH(sinh) BRAZE_SIMD_MATH(cosh)
+BRAZE_SIMD_MATH(tanh) BRAZE_SIMD_MATH(asin) BRAZE_SIMD_MATH(acos) BRAZE_SIMD_MATH(atan)
+BRAZE_SIMD_MATH(asinh) BRAZE_SIMD_MATH(acosh) BRAZE_SIMD_MATH(atanh) BRAZE_SIMD_MATH(erf)
+BRAZE_SIMD_MATH(erfc)
+#endif
+}
+#undef BRAZE_SIMD_MATH
+#endif
+
 template <typename T> static inline T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> static inline T braze_floordiv_int(T a, T b) {

@@ -66,6 +66,9 @@ bool entryIsValid(const fs::path &lib, const fs::path &sum) {
 }
 } // namespace
 
+/// Libraries come after the source so that --as-needed linkers keep them.
+static const char *kLinkFlags = "-lmvec";
+
 std::string hostCompilerFlags() {
   return "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -fno-math-errno -fno-trapping-math -w";
 }
@@ -73,7 +76,8 @@ std::string hostCompilerFlags() {
 CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions &opts) {
   BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
   std::string identity = compilerIdentity(opts.compiler);
-  std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags() + "\n//" +
+  std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags() + " " +
+                              kLinkFlags + "\n//" +
                               kBrazeVersion);
   fs::path dir = fs::path(opts.cacheDir) / key.substr(0, 2);
   fs::create_directories(dir);
@@ -96,7 +100,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
     out << source;
   }
   std::string cmd = opts.compiler + " " + hostCompilerFlags() + " " + src.string() + " -o " +
-                    tmpLib.string() + " > " + log.string() + " 2>&1";
+                    tmpLib.string() + " " + kLinkFlags + " > " + log.string() + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::string errors = readFile(log);
   std::error_code ec;

@@ -170,3 +170,19 @@ def test_transposed_output_keeps_its_strides():
     out = torch.compile(fn, backend="braze", dynamic=False)(x)
     torch.testing.assert_close(out, fn(x))
     assert out.stride() == fn(x).stride()
+
+
+@pytest.mark.parametrize("shape", [(64, 300), (100000,)])
+def test_reductions_propagate_nan(shape):
+    """Max/min vectorize with a separate NaN flag; a NaN anywhere must still give NaN."""
+    x = randn(*shape)
+    x.view(-1)[7] = float("nan")
+    y = randn(*shape)
+    fns = [lambda t: t.amax(-1), lambda t: t.amin(-1), lambda t: torch.softmax(t, -1),
+           lambda t: t.sum(-1), lambda t: t.prod(-1), lambda t: (t > 0).any(-1),
+           lambda t: (t > -5).all(-1)]
+    for fn in fns:
+        for inp in (x, y):
+            torch._dynamo.reset()
+            out = torch.compile(fn, backend="braze", dynamic=False)(inp)
+            torch.testing.assert_close(out, fn(inp), equal_nan=True)

@@ -115,17 +115,72 @@ private:
     return "for (int64_t " + n + " = 0; " + n + " < " + names_.index(v->extent()) + "; ++" + n + ")";
   }
 
-  /// Reduction members of a step get accumulators; returns the simd clause if vectorizable.
+  /// The `omp simd` line for a Loop step: every accumulator (and NaN flag) as a reduction.
   std::string simdClause(const Step &st) {
-    std::string vars;
+    std::string clauses;
     for (const Member &m : st.members) {
       if (!m.comp->isReduction())
         continue;
-      if (m.comp->reduce != ReduceKind::Sum)
-        return "";
-      vars += (vars.empty() ? "" : ", ") + names_.acc(*m.comp);
+      const char *op = "+";
+      switch (m.comp->reduce) {
+      case ReduceKind::Sum:
+        op = "+";
+        break;
+      case ReduceKind::Prod:
+        op = "*";
+        break;
+      case ReduceKind::Max:
+        op = "max";
+        break;
+      case ReduceKind::Min:
+        op = "min";
+        break;
+      case ReduceKind::Any:
+        op = "||";
+        break;
+      case ReduceKind::All:
+        op = "&&";
+        break;
+      case ReduceKind::None:
+        break;
+      }
+      clauses += std::string(" reduction(") + op + ": " + names_.acc(*m.comp) + ")";
+      if (tracksNan(*m.comp))
+        clauses += " reduction(|: " + nanFlag(*m.comp) + ")";
     }
-    return vars.empty() ? "#pragma omp simd" : "#pragma omp simd reduction(+: " + vars + ")";
+    return "#pragma omp simd" + clauses;
+  }
+
+  /// Float max/min fold with a plain compare (which vectorizes) and remember NaNs separately,
+  /// so that a NaN anywhere still makes the result NaN, as in PyTorch.
+  static bool tracksNan(const loop::Computation &c) {
+    return (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) &&
+           isFloating(c.value->dtype());
+  }
+  std::string nanFlag(const loop::Computation &c) { return "nan" + std::to_string(c.id); }
+
+  void declareAccumulator(const Member &m, Writer &w) {
+    w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+    if (tracksNan(*m.comp))
+      w.line("int " + nanFlag(*m.comp) + " = 0;");
+  }
+
+  /// After a step's loop: a NaN seen anywhere becomes the result.
+  void applyNanFlags(const Step &st, Writer &w) {
+    for (const Member &m : st.members)
+      if (m.comp->isReduction() && tracksNan(*m.comp))
+        w.line("if (" + nanFlag(*m.comp) + ") " + names_.acc(*m.comp) + " = std::numeric_limits<" +
+               ctype(m.comp->value->dtype()) + ">::quiet_NaN();");
+  }
+
+  /// One element folded into an accumulator inside the loop.
+  std::string accFold(const loop::Computation &c, const std::string &acc, const std::string &v) {
+    if (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) {
+      std::string cmp = c.reduce == ReduceKind::Max ? " > " : " < ";
+      std::string fold = acc + " = " + v + cmp + acc + " ? " + v + " : " + acc;
+      return tracksNan(c) ? fold + "; " + nanFlag(c) + " |= (" + v + " != " + v + ")" : fold;
+    }
+    return accUpdate(c, acc, v);
   }
 
   void emitWithOuter(const Kernel &k, Writer &w) {
@@ -151,7 +206,7 @@ private:
       }
       for (const Member &m : st.members)
         if (m.comp->isReduction())
-          w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+          declareAccumulator(m, w);
       std::string clause = simdClause(st);
       for (size_t i = 0; i < k.innerVars.size(); ++i) {
         if (i + 1 == k.innerVars.size() && !clause.empty())
@@ -165,6 +220,7 @@ private:
         w.dedent();
         w.line("}");
       }
+      applyNanFlags(st, w);
       finishReductions(st, w, outer, "");
     }
     for (size_t i = 0; i < n; ++i) {
@@ -196,22 +252,40 @@ private:
       for (const Member &m : st.members)
         if (m.comp->isReduction()) {
           hasReduction = true;
-          w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+          declareAccumulator(m, w);
         }
       size_t n = k.innerVars.size();
-      w.line(std::string("#pragma omp for") + (n > 1 ? " collapse(" + std::to_string(n) + ")" : "") +
-             (hasReduction ? " nowait" : ""));
-      for (size_t i = 0; i < n; ++i) {
-        w.line(loopHead(k.innerVars[i]) + " {");
+      if (n == 1) {
+        // One inner dim: each thread takes a contiguous chunk and folds it with simd.
+        sym::SymExpr v = k.innerVars[0];
+        std::string name = names_.index(v), extent = names_.index(v->extent());
+        w.line("{");
         w.indent();
+        w.line("const int64_t chunk = (" + extent + " + nthreads - 1) / nthreads;");
+        w.line("const int64_t lo = std::min<int64_t>(" + extent + ", tid * chunk);");
+        w.line("const int64_t hi = std::min<int64_t>(" + extent + ", lo + chunk);");
+        w.line(simdClause(st));
+        w.line("for (int64_t " + name + " = lo; " + name + " < hi; ++" + name + ") {");
+        w.indent();
+      } else {
+        w.line(std::string("#pragma omp for") + (n > 1 ? " collapse(" + std::to_string(n) + ")" : "") +
+               (hasReduction ? " nowait" : ""));
+        for (size_t i = 0; i < n; ++i) {
+          w.line(loopHead(k.innerVars[i]) + " {");
+          w.indent();
+        }
       }
       Scope inner(&region);
       emitMembers(st, w, inner, false);
-      for (size_t i = 0; i < n; ++i) {
+      size_t closing = n == 1 ? 2 : n; // the chunk's loop and its block, or the n loops
+      for (size_t i = 0; i < closing; ++i) {
         w.dedent();
         w.line("}");
       }
+      if (n == 1 && !hasReduction)
+        w.line("#pragma omp barrier");
       if (hasReduction) {
+        applyNanFlags(st, w);
         for (const Member &m : st.members)
           if (m.comp->isReduction())
             w.line(names_.acc(*m.comp) + "_part[tid] = " + names_.acc(*m.comp) + ";");
@@ -291,7 +365,7 @@ private:
       std::string v = ex.emit(m.value);
       const Buffer &b = *m.comp->out;
       if (m.comp->isReduction()) {
-        w.line(accUpdate(*m.comp, names_.acc(*m.comp), v) + ";");
+        w.line(accFold(*m.comp, names_.acc(*m.comp), v) + ";");
         continue;
       }
       std::string local = names_.local(b);

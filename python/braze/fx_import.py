@@ -52,12 +52,7 @@ class Translator:
                 self.symbols[e.name] = self.g.size_symbol(e.name)
             return self.symbols[e.name]
         if isinstance(e, (sympy.Add, sympy.Mul)):
-            op = "add" if isinstance(e, sympy.Add) else "mul"
-            args = [self.sym_expr(a) for a in e.args]
-            r = args[0]
-            for a in args[1:]:
-                r = self.g.sym_binary(op, r, a)
-            return r
+            return self.fold("add" if isinstance(e, sympy.Add) else "mul", e.args)
         if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) > 0:
             b = self.sym_expr(e.base)
             r = b
@@ -72,13 +67,16 @@ class Translator:
             x, d, m = (self.sym_expr(a) for a in e.args)
             return self.g.sym_binary("mod", self.g.sym_binary("floordiv", x, d), m)
         if isinstance(e, (sympy.Min, sympy.Max)):
-            op = "min" if isinstance(e, sympy.Min) else "max"
-            args = [self.sym_expr(a) for a in e.args]
-            r = args[0]
-            for a in args[1:]:
-                r = self.g.sym_binary(op, r, a)
-            return r
+            return self.fold("min" if isinstance(e, sympy.Min) else "max", e.args)
         raise Unsupported(f"symbolic expression {e}")
+
+    def fold(self, op, args):
+        """op applied left to right over the translated args."""
+        hs = [self.sym_expr(a) for a in args]
+        r = hs[0]
+        for h in hs[1:]:
+            r = self.g.sym_binary(op, r, h)
+        return r
 
     def shape(self, dims):
         return [self.sym(d) for d in dims]

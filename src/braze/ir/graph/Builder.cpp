@@ -72,20 +72,14 @@ std::vector<int64_t> GraphBuilder::normalizeDims(std::string_view op, std::vecto
 std::vector<SymExpr> GraphBuilder::broadcastShapes(std::string_view op,
                                                    const std::vector<SymExpr> &a,
                                                    const std::vector<SymExpr> &b) {
-  size_t n = std::max(a.size(), b.size());
-  std::vector<SymExpr> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    SymExpr x = i < n - a.size() ? nullptr : a[i - (n - a.size())];
-    SymExpr y = i < n - b.size() ? nullptr : b[i - (n - b.size())];
-    if (!x || x->isConst(1))
-      out[i] = y ? y : x;
-    else if (!y || y->isConst(1) || x == y)
-      out[i] = x;
-    else
-      BRAZE_USER_ERROR(std::string(op), name_)
-          << "shapes " << shapeText(a) << " and " << shapeText(b)
-          << " do not broadcast (dim " << i << ": " << sym::toString(x) << " vs "
-          << sym::toString(y) << ")";
+  std::vector<SymExpr> out;
+  size_t i = 0;
+  if (!broadcastShape(a, b, out, i)) {
+    size_t n = out.size();
+    SymExpr x = a[i - (n - a.size())], y = b[i - (n - b.size())];
+    BRAZE_USER_ERROR(std::string(op), name_)
+        << "shapes " << shapeText(a) << " and " << shapeText(b) << " do not broadcast (dim " << i
+        << ": " << sym::toString(x) << " vs " << sym::toString(y) << ")";
   }
   return out;
 }

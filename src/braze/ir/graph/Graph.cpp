@@ -50,6 +50,25 @@ int elementwiseArity(OpKind k) {
   BRAZE_UNREACHABLE("not elementwise: " << opName(k));
 }
 
+bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
+                    std::vector<SymExpr> &out, size_t &badDim) {
+  size_t n = std::max(a.size(), b.size());
+  out.assign(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    SymExpr x = i < n - a.size() ? nullptr : a[i - (n - a.size())];
+    SymExpr y = i < n - b.size() ? nullptr : b[i - (n - b.size())];
+    if (!x || x->isConst(1)) {
+      out[i] = y ? y : x;
+    } else if (!y || y->isConst(1) || x == y) {
+      out[i] = x;
+    } else {
+      badDim = i;
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape) {
   std::vector<SymExpr> strides(shape.size());
   SymExpr s = ctx.constant(1);

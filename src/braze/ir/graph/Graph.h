@@ -52,6 +52,11 @@ struct TensorType {
   }
 };
 
+/// NumPy-style broadcast of two shapes (trailing-aligned; a dim of constant 1 stretches).
+/// Returns false and sets `badDim` (an index into `out`'s rank) if they do not broadcast.
+bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
+                    std::vector<SymExpr> &out, size_t &badDim);
+
 /// Row-major strides for a shape.
 std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape);
 /// "f32[s0, 4]" (strides printed only when not contiguous: "f32[4, 3]{1, 4}").

@@ -209,19 +209,11 @@ private:
     std::vector<SymExpr> shape;
     for (const Node *o : node_->operands()) {
       const std::vector<SymExpr> &b = o->shape();
-      size_t n = std::max(shape.size(), b.size());
-      std::vector<SymExpr> out(n);
-      for (size_t i = 0; i < n; ++i) {
-        SymExpr x = i < n - shape.size() ? nullptr : shape[i - (n - shape.size())];
-        SymExpr y = i < n - b.size() ? nullptr : b[i - (n - b.size())];
-        if (!x || x->isConst(1))
-          out[i] = y ? y : x;
-        else if (!y || y->isConst(1) || x == y)
-          out[i] = x;
-        else
-          return fail("operand shapes do not broadcast: " + shapeText(shape) + " and " +
-                      shapeText(b));
-      }
+      std::vector<SymExpr> out;
+      size_t bad = 0;
+      if (!broadcastShape(shape, b, out, bad))
+        return fail("operand shapes do not broadcast: " + shapeText(shape) + " and " +
+                    shapeText(b));
       shape = std::move(out);
     }
     if (shape != node_->shape())

@@ -21,18 +21,17 @@ one-time C++ set-up, as it does for a user). --warm-cache keeps whatever the env
     python benchmarks/cpu_suite.py --json results.json
 """
 import argparse
-import atexit
 import json
 import math
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 import warnings
+
+import harness
 
 
 def _parse_args(argv=None):
@@ -59,25 +58,7 @@ def _parse_args(argv=None):
 
 ARGS = _parse_args()
 
-# glibc malloc returns big blocks to the OS (mmap/munmap, heap trimming) with a threshold that moves
-# at run time, so eager's 16-128 MB temporaries cost a page fault per 4 KiB page in some runs and
-# none in others (16 ms vs 1.8 ms for the seed example on one VM). Make every run the no-fault case,
-# as jemalloc/tcmalloc would: the settings are read when the process starts, hence the re-exec.
-_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
-if ARGS.malloc == "reuse" and any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
-    os.environ.update(_MALLOC_ENV)
-    sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
-
-# Both thread pools (torch's and the one braze's generated OpenMP code uses) must be sized before
-# either is initialized, so this happens before torch is imported.
-os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
-_TMP_CACHE = None
-if not ARGS.warm_cache:
-    _TMP_CACHE = tempfile.mkdtemp(prefix="braze-bench-")
-    atexit.register(shutil.rmtree, _TMP_CACHE, ignore_errors=True)
-    os.environ["BRAZE_CACHE_DIR"] = os.path.join(_TMP_CACHE, "braze")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_TMP_CACHE, "inductor")
+harness.prepare_process(ARGS, "braze-bench-")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -89,12 +70,7 @@ import braze  # noqa: E402
 # Workloads: name -> (description, function, input factory)
 
 
-def seed_func(a, b):
-    x = a.ceil() + b.floor()
-    y = x.sum(dim=-1)
-    z = y.softmax(dim=-1)
-    w = (z * 10) ** 3
-    return w
+seed_func = harness.seed_func
 
 
 def sin_func(x):
@@ -141,19 +117,6 @@ WORKLOADS = {
 # Measurement
 
 
-def _call_s(fn, args):
-    t = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t
-
-
-def _sample_s(fn, args, inner):
-    t = time.perf_counter()
-    for _ in range(inner):
-        fn(*args)
-    return (time.perf_counter() - t) / inner
-
-
 def _max_abs_err(out, ref):
     out, ref = out.detach().double(), ref.detach().double()
     if out.shape != ref.shape:
@@ -174,30 +137,6 @@ def _check(out, ref):
         return err, str(e).strip()
 
 
-def _busy_cpu_s():
-    """Seconds of CPU time the whole machine has spent busy, from /proc/stat (None elsewhere)."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _own_cpu_s():
-    t = os.times()
-    return t.user + t.system
-
-
-def _prime_dynamo():
-    """Dynamo and AOTAutograd have a one-time import/set-up cost in a process. Pay it on an
-    unrelated function so it is charged to neither backend's compile time."""
-    torch._dynamo.reset()
-    f = torch.compile(lambda x: (x * 2).relu(), backend="aot_eager")
-    f(torch.randn(8, 8))
-    torch._dynamo.reset()
-
-
 def _compile(fn, args, backend, eager_call_s):
     """Compiles fn in a fresh dynamo state; returns (compiled fn, first output, compile s,
     braze counter deltas, warnings raised)."""
@@ -206,13 +145,11 @@ def _compile(fn, args, backend, eager_call_s):
     compiled = torch.compile(fn, backend=backend) if backend else torch.compile(fn)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        t = time.perf_counter()
-        out = compiled(*args)
-        first_s = time.perf_counter() - t
+        out, cs = harness.compile_s(lambda: compiled(*args), eager_call_s)
     after = braze.counters()
     deltas = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     msgs = [str(w.message) for w in caught if "braze" in str(w.message) or backend == "braze"]
-    return compiled, out, first_s - eager_call_s, deltas, msgs
+    return compiled, out, cs, deltas, msgs
 
 
 def run_workload(name, repeats):
@@ -223,8 +160,7 @@ def run_workload(name, repeats):
 
     # Eager warm-up; its median call is the "eager call" subtracted from first compiled calls.
     ref = fn(*args)
-    eager_calls = [_call_s(fn, args) for _ in range(max(ARGS.warmup, 3))]
-    eager_call_s = statistics.median(eager_calls)
+    eager_call_s = harness.eager_call_s(fn, args, max(ARGS.warmup, 3))
 
     contenders = {"eager": fn}
     braze_out = None
@@ -252,21 +188,13 @@ def run_workload(name, repeats):
     inner = {}
     for k, f in contenders.items():
         try:
-            warm = [_call_s(f, args) for _ in range(ARGS.warmup)]
+            inner[k] = harness.inner_count(f, args, ARGS.warmup, ARGS.min_sample_ms * 1e-3)
         except Exception as e:
             res[f"{k}_error"] = f"{type(e).__name__} while running: {e}"
-            continue
-        per_call = max(min(warm), 1e-7)
-        inner[k] = max(1, math.ceil(ARGS.min_sample_ms * 1e-3 / per_call))
-    samples = {k: [] for k in inner}
-    busy0, own0, wall0 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
-    for _ in range(repeats):
-        for k in inner:  # interleaved: one sample of each contender per repeat
-            samples[k].append(_sample_s(contenders[k], args, inner[k]))
-    busy1, own1, wall1 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
-    if busy0 is not None:
+    samples, foreign = harness.interleaved_samples(contenders, args, inner, repeats)
+    if foreign is not None:
         # CPU that other processes used while we timed: a noisy neighbour skews every number.
-        res["foreign_cpu_cores"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
+        res["foreign_cpu_cores"] = foreign
 
     for k, s in samples.items():
         s_ms = sorted(x * 1e3 for x in s)
@@ -361,11 +289,11 @@ def main():
           f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
     print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
           f"samples >= {ARGS.min_sample_ms} ms; malloc: "
-          + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in _MALLOC_ENV.items())
+          + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
              + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
 
     with torch.no_grad():
-        _prime_dynamo()
+        harness.prime_dynamo()
         results = []
         t_suite = time.perf_counter()
         for n in names:
@@ -401,7 +329,7 @@ def main():
         if c.get("fallback_graphs") or c.get("fallback_ops"):
             notes.append(f"braze fell back to eager (fallback_graphs={c.get('fallback_graphs', 0)}, "
                          f"fallback_ops={c.get('fallback_ops', 0)})")
-        if r.get("foreign_cpu_cores", 0) > 0.15:
+        if r.get("foreign_cpu_cores", 0) > harness.BUSY_CORES_LIMIT:
             notes.append(f"other processes kept {r['foreign_cpu_cores']:.2f} cores busy while this "
                          "workload was timed: its timings are not trustworthy")
         for w in r.get("braze_warnings", []):

@@ -1,12 +1,7 @@
 """braze demo (`make demo`): compile the seed example with torch.compile(backend="braze"), check it
 against eager PyTorch, show the C++ braze generated, and time it against eager and TorchInductor.
-
-    def func(a, b):
-        x = a.ceil() + b.floor()
-        y = x.sum(dim=-1)
-        z = y.softmax(dim=-1)
-        w = (z * 10) ** 3
-        return w
+The seed example, w = (softmax(sum(ceil(a) + floor(b), dim=-1)) * 10) ** 3, is seed_func in
+benchmarks/harness.py, which holds the set-up and timing this demo shares with the CPU suite.
 
 Timing follows /work/shared/ANCHORS.md: medians over repeats that interleave eager, braze and
 Inductor, after warm-up; compile time = first compiled call minus one eager call, each backend in
@@ -14,13 +9,12 @@ a fresh torch._dynamo.reset() state. Compiles are cold: both compilers' on-disk 
 fresh temporary directory (pass --warm-cache to use the usual ones).
 """
 import argparse
-import atexit
 import os
-import shutil
 import statistics
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+import harness  # noqa: E402
 
 p = argparse.ArgumentParser(description="braze demo: the seed example")
 p.add_argument("--size", type=int, default=2048, help="rows = cols of a and b (default 2048)")
@@ -34,54 +28,14 @@ p.add_argument("--malloc", choices=("reuse", "default"), default="reuse",
                     "page faults; default: glibc as configured (eager can be ~5-10x slower)")
 ARGS = p.parse_args()
 
-# glibc malloc hands big blocks back to the OS with a threshold that moves at run time, so eager's
-# 16 MB temporaries cost a page fault per 4 KiB page in some runs and none in others. Make every
-# run the no-fault case (as jemalloc/tcmalloc would); glibc reads these at start-up: re-exec.
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
-if ARGS.malloc == "reuse" and any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
-    os.environ.update(MALLOC_ENV)
-    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
-
-os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)  # before torch/OpenMP start their threads
-TMP = None
-if not ARGS.warm_cache:
-    TMP = tempfile.mkdtemp(prefix="braze-demo-")
-    atexit.register(shutil.rmtree, TMP, ignore_errors=True)
-    os.environ["BRAZE_CACHE_DIR"] = os.path.join(TMP, "braze")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(TMP, "inductor")
+TMP = harness.prepare_process(ARGS, "braze-demo-")
 
 import torch  # noqa: E402
 
 import braze  # noqa: E402
 
 
-def func(a, b):
-    x = a.ceil() + b.floor()
-    y = x.sum(dim=-1)
-    z = y.softmax(dim=-1)
-    w = (z * 10) ** 3
-    return w
-
-
-def call_s(fn, *args):
-    t = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t
-
-
-def busy_cpu_s():
-    """CPU seconds the whole machine has been busy (/proc/stat), to detect noisy neighbours."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def own_cpu_s():
-    t = os.times()
-    return t.user + t.system
+func = harness.seed_func
 
 
 def banner(text):
@@ -104,19 +58,16 @@ def main():
     with torch.no_grad():
         # Eager reference and the "one eager call" subtracted from first compiled calls.
         expected = func(a, b)
-        eager_call = statistics.median(call_s(func, a, b) for _ in range(5))
+        eager_call = harness.eager_call_s(func, (a, b), 5)
 
         # Dynamo/AOTAutograd import once, on something unrelated, so neither backend pays it.
-        torch._dynamo.reset()
-        torch.compile(lambda x: (x * 2).relu(), backend="aot_eager")(torch.randn(8, 8))
+        harness.prime_dynamo()
 
         # braze: compile (cold), check, show the generated code.
-        torch._dynamo.reset()
         before = braze.counters()
         fast = torch.compile(func, backend="braze")
-        t = time.perf_counter()
-        result, sources = braze.run_and_get_code(fast, a, b)
-        braze_compile = time.perf_counter() - t - eager_call
+        (result, sources), braze_compile = harness.compile_s(
+            lambda: braze.run_and_get_code(fast, a, b), eager_call)
         after = braze.counters()
         torch.testing.assert_close(result, expected)
         err = (result.double() - expected.double()).abs().max().item()
@@ -141,31 +92,17 @@ def main():
                   "process sets up its C++ toolchain and can take ~10-70 s ...", flush=True)
             torch._dynamo.reset()
             ind = torch.compile(func)
-            t = time.perf_counter()
-            ind_result = ind(a, b)
-            compile_s["inductor"] = time.perf_counter() - t - eager_call
+            ind_result, compile_s["inductor"] = harness.compile_s(lambda: ind(a, b), eager_call)
             torch.testing.assert_close(ind_result, expected)
             contenders["inductor"] = ind
             # The reset dropped dynamo's entry for braze's function: its next call (a warm-up
             # call below) re-traces it and hits braze's on-disk cache; timing starts after that.
 
         # Warm-up, then interleaved repeats; tiny sizes repeat calls inside a sample.
-        inner = {}
-        for k, f in contenders.items():
-            per = min(call_s(f, a, b) for _ in range(3))
-            inner[k] = max(1, int(2e-3 / max(per, 1e-7)) + 1)
-        samples = {k: [] for k in contenders}
-        busy0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
-        for _ in range(ARGS.repeats):
-            for k, f in contenders.items():
-                t = time.perf_counter()
-                for _ in range(inner[k]):
-                    f(a, b)
-                samples[k].append((time.perf_counter() - t) / inner[k] * 1e3)
+        inner = {k: harness.inner_count(f, (a, b), 3, 2e-3) for k, f in contenders.items()}
+        samples, foreign = harness.interleaved_samples(contenders, (a, b), inner, ARGS.repeats)
 
-        busy1, own1, wall1 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
-
-    med = {k: statistics.median(v) for k, v in samples.items()}
+    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     banner("timing")
     print(f"median of {ARGS.repeats} interleaved repeats after warm-up, {torch.get_num_threads()} threads\n")
     print(f"| {'':9s} | {'median ms':>10s} | {'vs eager':>8s} | {'compile s':>9s} |")
@@ -180,11 +117,9 @@ def main():
         print("Inductor's figure includes its one-time C++ toolchain/header set-up, which the first "
               "Inductor compile in every process pays; later compiles in the same process are faster.")
 
-    if busy0 is not None:
-        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
-        if foreign > 0.15:
-            print(f"WARNING: other processes kept {foreign:.2f} CPU cores busy during the timing; "
-                  "these numbers are skewed by them.")
+    if foreign is not None and foreign > harness.BUSY_CORES_LIMIT:
+        print(f"WARNING: other processes kept {foreign:.2f} CPU cores busy during the timing; "
+              "these numbers are skewed by them.")
 
     torch._dynamo.reset()
     del fast, contenders

@@ -221,9 +221,31 @@ class _Partition(torch.nn.Module):
         return tuple(outs) if self.tuple_out else outs[0]
 
 
+# Ops the Core ATen set keeps whole that braze compiles best as PyTorch's own decompositions
+# (activations, their backward formulas, norms, padding, concatenation, creation ops).
+_EXTRA_DECOMPOSITIONS = [
+    "elu", "hardtanh", "leaky_relu", "softplus", "clamp.Tensor", "masked_fill.Scalar",
+    "masked_fill.Tensor", "gelu_backward", "threshold_backward", "sigmoid_backward",
+    "tanh_backward", "silu_backward", "_softmax_backward_data", "_log_softmax_backward_data",
+    "native_layer_norm_backward", "logsumexp", "std.correction", "linalg_vector_norm", "tril",
+    "triu", "roll", "flip", "repeat", "embedding", "embedding_dense_backward",
+    "index_select", "arange.start_step", "arange.default", "eye", "new_zeros",
+    "new_ones", "zeros_like", "ones_like", "empty_like", "native_dropout", "nll_loss_forward",
+    "nll_loss_backward", "select_scatter", "slice_scatter",
+]
+
+
 def _decompositions():
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
+    aten = torch.ops.aten
+    extra = []
+    for name in _EXTRA_DECOMPOSITIONS:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(aten, packet), overload or "default", None)
+        if op is not None:
+            extra.append(op)
+    table.update(get_decompositions(extra))
     # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
     for op in (torch.ops.aten.silu.default, torch.ops.aten.gelu.default,
                torch.ops.aten.var_mean.correction, torch.ops.aten.native_layer_norm.default):

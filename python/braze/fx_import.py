@@ -394,5 +394,88 @@ def _gather(t, node, x, dim, index, sparse_grad=False):
     return t.g.gather(t.arg(x), dim, t.arg(index))
 
 
+@rule(aten.cat.default, prims.cat.default)
+def _cat(t, node, tensors, dim=0):
+    return t.g.concat([t.arg(x) for x in tensors], dim)
+
+
+@rule(aten.constant_pad_nd.default)
+def _constant_pad(t, node, x, pad, value=0):
+    """Pads (or, for negative amounts, trims) dims from the last, as concat with constants."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    for i in range(len(pad) // 2):
+        dim = len(t.g.shape(h)) - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if not isinstance(lo, int) or not isinstance(hi, int):
+            raise Unsupported("symbolic padding")
+        if lo < 0 or hi < 0:
+            h = t.g.slice(h, dim, max(-lo, 0), -hi if hi < 0 else 2**63 - 1, 1)
+        parts = []
+        for amount in (lo, hi):
+            if amount > 0:
+                shape = list(t.g.shape(h))
+                shape[dim] = t.g.sym_const(amount)
+                parts.append(t.g.full(float(value), dt, shape))
+            else:
+                parts.append(None)
+        pieces = [p for p in (parts[0], h, parts[1]) if p is not None]
+        if len(pieces) > 1:
+            h = t.g.concat(pieces, dim)
+    return h
+
+
+@rule(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(t, node, x, sizes, dim=0):
+    h = t.arg(x)
+    dim = dim % max(len(t.g.shape(h)), 1)
+    outs = node.meta["val"]
+    pieces, start = [], 0
+    for out in outs:
+        n = out.shape[dim]
+        if not isinstance(n, int):
+            raise Unsupported("split of a dynamic dim")
+        pieces.append(t.g.slice(h, dim, start, start + n, 1))
+        start += n
+    return tuple(pieces)
+
+
+@rule(aten.index.Tensor)
+def _index(t, node, x, indices):
+    """x[..., idx, ...] with one index tensor (the other dims taken whole)."""
+    given = [(i, a) for i, a in enumerate(indices) if a is not None]
+    if len(given) != 1:
+        raise Unsupported("advanced indexing with several index tensors")
+    dim, idx = given[0]
+    h = t.arg(idx)
+    if t.g.dtype(h) == "bool":
+        raise Unsupported("boolean mask indexing (data-dependent shape)")
+    return t.g.take(t.arg(x), dim, h)
+
+
+@rule(prims.rev.default)
+def _rev(t, node, x, dims):
+    return t.g.flip(t.arg(x), list(dims))
+
+
+@rule(prims.iota.default)
+def _iota(t, node, length, *, start, step, dtype, device, requires_grad):
+    if torch.device(device).type != "cpu":
+        raise Unsupported(f"iota on {device}")
+    dt = dtype_name(dtype)
+    h = t.g.iota(dt, [t.sym(length)], 0)
+    if step != 1:
+        h = t.g.elementwise("mul", [h, t.g.full(float(step), dt, [])])
+    if start != 0:
+        h = t.g.elementwise("add", [h, t.g.full(float(start), dt, [])])
+    return h
+
+
+@rule(aten.full_like.default)
+def _full_like(t, node, x, value, dtype=None, **_):
+    val = node.meta["val"]
+    return t.g.full(float(value), dtype_name(val.dtype), t.shape(val.shape))
+
+
 def supported_targets():
     return set(_RULES)

@@ -55,6 +55,7 @@ void foldConstants(Graph &g) {
     case OpCategoryKind::Gather:
     case OpCategoryKind::Iota:
     case OpCategoryKind::Numel:
+    case OpCategoryKind::Concat:
     case OpCategoryKind::Composite:
       break;
     }

@@ -178,6 +178,14 @@ NB_MODULE(_C, m) {
       .def("select", [](PyGraph &g, int x, int64_t dim, int64_t i) { return g.node(g.builder().select(g.at(x), dim, i)); })
       .def("unsqueeze", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().unsqueeze(g.at(x), d)); })
       .def("squeeze", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().squeeze(g.at(x), d)); })
+      .def("flip", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().flip(g.at(x), d)); })
+      .def("concat", [](PyGraph &g, const std::vector<int> &xs, int64_t d) {
+        std::vector<Node *> ns;
+        for (int h : xs)
+          ns.push_back(g.at(h));
+        return g.node(g.builder().concat(ns, d));
+      })
+      .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })
       .def("log_softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().logSoftmax(g.at(x), d)); })

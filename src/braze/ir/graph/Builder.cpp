@@ -330,6 +330,68 @@ Node *GraphBuilder::squeeze(Node *x, std::vector<int64_t> ds) {
   return reshape(x, shape);
 }
 
+Node *GraphBuilder::take(Node *x, int64_t d, Node *index) {
+  d = normalizeDim("take", d, x->rank());
+  if (!isIntegral(index->dtype()))
+    BRAZE_USER_ERROR("take", name_) << "index must be an integer tensor, got "
+                                    << dtypeName(index->dtype());
+  if (x->rank() == 0)
+    BRAZE_USER_ERROR("take", name_) << "cannot index a rank-0 tensor";
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().begin() + d);
+  shape.insert(shape.end(), index->shape().begin(), index->shape().end());
+  shape.insert(shape.end(), x->shape().begin() + d + 1, x->shape().end());
+  AttrMap attrs;
+  attrs.set("dim", d);
+  return make(OpKind::Take, {x, index}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::flip(Node *x, std::vector<int64_t> ds) {
+  ds = normalizeDims("flip", ds, x->rank());
+  if (ds.empty())
+    return x;
+  AttrMap attrs;
+  attrs.set("dims", IntList(ds.begin(), ds.end()));
+  return make(OpKind::Flip, {x}, std::move(attrs), TensorType{x->dtype(), x->shape(), {}});
+}
+
+Node *GraphBuilder::concat(std::vector<Node *> xs, int64_t d) {
+  if (xs.empty())
+    BRAZE_USER_ERROR("concat", name_) << "needs at least one tensor";
+  // Legacy rule: 1-d empty tensors are skipped whatever their rank.
+  std::vector<Node *> kept;
+  for (Node *x : xs)
+    if (!(x->rank() == 1 && x->shape()[0]->isConst(0)))
+      kept.push_back(x);
+  if (kept.empty())
+    return xs[0];
+  int64_t rank = kept[0]->rank();
+  d = normalizeDim("concat", d, rank);
+  DType dtype = kept[0]->dtype();
+  SymExpr total = sym().constant(0);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    Node *x = kept[i];
+    if (x->rank() != rank)
+      BRAZE_USER_ERROR("concat", name_) << "tensor " << i << " has rank " << x->rank()
+                                        << " but tensor 0 has rank " << rank;
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != d && x->shape()[k] != kept[0]->shape()[k])
+        BRAZE_USER_ERROR("concat", name_)
+            << "tensor " << i << " has shape " << shapeText(x->shape()) << " but tensor 0 has "
+            << shapeText(kept[0]->shape()) << " (they may differ only in dim " << d << ")";
+    dtype = promoteTypes(dtype, x->dtype());
+    total = sym().add(total, x->shape()[d]);
+  }
+  if (kept.size() == 1)
+    return convert(kept[0], dtype);
+  for (Node *&x : kept)
+    x = convert(x, dtype);
+  std::vector<SymExpr> shape = kept[0]->shape();
+  shape[d] = total;
+  AttrMap attrs;
+  attrs.set("dim", d);
+  return make(OpKind::Concat, kept, std::move(attrs), TensorType{dtype, shape, {}});
+}
+
 Node *GraphBuilder::gather(Node *x, int64_t d, Node *index) {
   d = normalizeDim("gather", d, x->rank());
   if (index->dtype() != DType::Int64 && index->dtype() != DType::Int32)

@@ -57,6 +57,13 @@ public:
   Node *unsqueeze(Node *x, int64_t dim);
   Node *squeeze(Node *x, std::vector<int64_t> dims);
   Node *gather(Node *x, int64_t dim, Node *index);
+  /// x indexed along `dim` by an integer tensor (negative entries count from the end):
+  /// the result has shape x[:dim] + index.shape + x[dim+1:] (index_select, embedding, x[idx]).
+  Node *take(Node *x, int64_t dim, Node *index);
+  /// Reverses the listed dims (a view).
+  Node *flip(Node *x, std::vector<int64_t> dims);
+  /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.
+  Node *concat(std::vector<Node *> xs, int64_t dim);
 
   Node *softmax(Node *x, int64_t dim);
   Node *logSoftmax(Node *x, int64_t dim);

@@ -32,6 +32,7 @@ enum class OpCategoryKind {
   Gather,
   Iota,
   Numel,
+  Concat,
   Composite
 };
 

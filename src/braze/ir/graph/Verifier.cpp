@@ -143,6 +143,9 @@ private:
       if (node_->op() == OpKind::LayerNorm)
         hi = 3;
       break;
+    case OpCategoryKind::Concat:
+      hi = SIZE_MAX;
+      break;
     case OpCategoryKind::Cast:
     case OpCategoryKind::Reduce:
     case OpCategoryKind::View:
@@ -279,6 +282,16 @@ private:
         return false;
       return node_->rank() == x->rank() - 1 ? true : fail("select must drop one dim");
     }
+    if (op == OpKind::Flip) {
+      const AttrMap &a = node_->attrs();
+      if (!a.has("dims") || !std::holds_alternative<IntList>(a.get("dims")))
+        return fail("needs an integer list attribute 'dims'");
+      for (int64_t d : a.getInts("dims"))
+        if (d < 0 || d >= x->rank())
+          return fail("dim " + std::to_string(d) + " is out of range for rank " +
+                      std::to_string(x->rank()));
+      return node_->shape() == x->shape() ? true : fail("flip must keep the shape");
+    }
     return fail("unknown view op");
   }
 
@@ -310,6 +323,11 @@ private:
       if (!isIntegral(index->dtype()))
         return fail("index must be an integer tensor, got " +
                     std::string(dtypeName(index->dtype())));
+      if (node_->op() == OpKind::Take)
+        return checkDim("dim", x->rank()) &&
+               (node_->rank() == x->rank() - 1 + index->rank()
+                    ? true
+                    : fail("take's rank must be the input's minus 1 plus the index's"));
       if (index->rank() != x->rank())
         return fail("index rank " + std::to_string(index->rank()) + " differs from rank " +
                     std::to_string(x->rank()));
@@ -317,8 +335,30 @@ private:
     }
     case OpCategoryKind::Composite:
       return checkComposite();
+    case OpCategoryKind::Concat:
+      return checkConcat();
     }
     return fail("unknown op category");
+  }
+
+  /// Operands agree outside `dim`; the result's `dim` is the sum of theirs.
+  bool checkConcat() {
+    const Node *first = node_->operand(0);
+    if (!checkDim("dim", first->rank()))
+      return false;
+    size_t d = static_cast<size_t>(node_->attrs().getInt("dim"));
+    SymExpr total = ctx_.constant(0);
+    for (const Node *x : node_->operands()) {
+      if (x->rank() != first->rank() || x->dtype() != node_->dtype())
+        return fail("operands must share rank and dtype");
+      for (size_t k = 0; k < x->shape().size(); ++k)
+        if (k != d && x->shape()[k] != node_->shape()[k])
+          return fail("operand shape " + shapeText(x->shape()) + " does not match " +
+                      shapeText(node_->shape()) + " outside dim " + std::to_string(d));
+      total = ctx_.add(total, x->shape()[d]);
+    }
+    return total == node_->shape()[d] ? true
+                                      : fail("dim " + std::to_string(d) + " is not the sum of the operands'");
   }
 
   /// The attributes each composite op's decomposition reads.

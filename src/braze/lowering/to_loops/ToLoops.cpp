@@ -175,7 +175,9 @@ private:
     case OpCategoryKind::View:
       return lowerView(n);
     case OpCategoryKind::Gather:
-      return lowerGather(n);
+      return n->op() == OpKind::Take ? lowerTake(n) : lowerGather(n);
+    case OpCategoryKind::Concat:
+      return lowerConcat(n);
     case OpCategoryKind::Composite:
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
@@ -266,6 +268,14 @@ private:
         in[dim] = s_.add(s_.mul(idx[dim], step), start);
         return in;
       };
+    } else if (op == OpKind::Flip) {
+      IntList dims = n->attrs().getInts("dims");
+      remap = [this, dims, shape = n->shape()](const Index &idx) {
+        Index in = idx;
+        for (int64_t d : dims)
+          in[d] = s_.sub(s_.sub(shape[d], s_.constant(1)), idx[d]);
+        return in;
+      };
     } else if (op == OpKind::Select) {
       size_t dim = n->attrs().getInt("dim");
       int64_t index = n->attrs().getInt("index");
@@ -278,6 +288,74 @@ private:
       BRAZE_UNREACHABLE("not a view: " << opName(op));
     }
     return lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
+  }
+
+  /// out = operand k at (i - offset_k) where offset_k <= i < offset_k+1. Every operand is read
+  /// at a clamped index (always in bounds) and a chain of `where` picks the right one.
+  Value lowerConcat(Node *n) {
+    size_t dim = n->attrs().getInt("dim");
+    std::vector<const Value *> xs;
+    std::vector<SymExpr> offsets, sizes;
+    SymExpr off = s_.constant(0);
+    int cost = 0;
+    for (size_t i = 0; i < n->operands().size(); ++i) {
+      xs.push_back(&operandValue(n, i));
+      offsets.push_back(off);
+      sizes.push_back(n->operand(i)->shape()[dim]);
+      off = s_.add(off, sizes.back());
+      cost += xs.back()->cost + 2;
+    }
+    DType t = computeType(n->dtype());
+    return settle(n, lazy([this, xs, offsets, sizes, dim, t](const Index &idx) {
+                    const Expr *result = nullptr;
+                    for (size_t k = xs.size(); k-- > 0;) {
+                      Index in = idx;
+                      SymExpr local = s_.sub(idx[dim], offsets[k]);
+                      in[dim] = s_.max(s_.constant(0),
+                                       s_.min(local, s_.sub(sizes[k], s_.constant(1))));
+                      const Expr *v = xs[k]->load(in);
+                      if (!result) {
+                        result = v;
+                        continue;
+                      }
+                      // idx < offsets[k + 1]  <=>  take operand k
+                      const Expr *pos = ex_.indexValue(idx[dim], DType::Int64);
+                      const Expr *end = ex_.indexValue(s_.add(offsets[k], sizes[k]), DType::Int64);
+                      const Expr *inK = ex_.op(ScalarOpKind::Lt, {pos, end}, DType::Bool);
+                      result = ex_.op(ScalarOpKind::Where, {inK, v, result}, t);
+                    }
+                    return result;
+                  }, cost));
+  }
+
+  /// out[a.., j.., b..] = x[a.., index[j..], b..]; negative indices wrap once.
+  Value lowerTake(Node *n) {
+    Node *xn = n->operand(0);
+    Value &xv = values_.at(xn);
+    if (!xv.buffer)
+      xv = realize(xn, xv, BufferKind::Intermediate, -1);
+    Buffer *src = xv.buffer;
+    const Value &index = operandValue(n, 1);
+    size_t dim = n->attrs().getInt("dim");
+    size_t indexRank = n->operand(1)->rank();
+    SymExpr extent = xn->shape()[dim];
+    DType compute = computeType(n->dtype());
+    return settle(n, lazy([this, src, &index, dim, indexRank, extent, compute](const Index &idx) {
+                    Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
+                    const Expr *i = ex_.cast(index.load(at), DType::Int64);
+                    const Expr *size = ex_.indexValue(extent, DType::Int64);
+                    const Expr *zero = ex_.constant(0, DType::Int64);
+                    const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
+                    i = ex_.op(ScalarOpKind::Where,
+                               {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
+                               DType::Int64);
+                    SymExpr t = s_.indexSymbol("t", extent);
+                    Index in(idx.begin(), idx.begin() + dim);
+                    in.push_back(t);
+                    in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
+                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
+                    return ex_.cast(v, compute);
+                  }, index.cost + 4));
   }
 
   Value lowerGather(Node *n) {

@@ -276,6 +276,25 @@ def _any_all(t, node, x, dim=None, keepdim=False):
     return t.g.reduce(op, t.arg(x), _dims(dim, 0), keepdim, None)
 
 
+@rule(aten.argmax.default, aten.argmin.default)
+def _argmax(t, node, x, dim=None, keepdim=False):
+    op = "argmax" if node.target == aten.argmax.default else "argmin"
+    h = t.arg(x)
+    if dim is None:
+        # Over the flattened tensor; keepdim keeps every dim as size 1.
+        return t.g.reduce(op, h, [], keepdim, None)
+    return t.g.reduce(op, h, [dim], keepdim, None)
+
+
+@rule(aten.max.dim, aten.min.dim)
+def _max_dim(t, node, x, dim, keepdim=False):
+    h = t.arg(x)
+    values = t.g.reduce("amax" if node.target == aten.max.dim else "amin", h, [dim], keepdim, None)
+    indices = t.g.reduce("argmax" if node.target == aten.max.dim else "argmin", h, [dim], keepdim,
+                         None)
+    return (values, indices)
+
+
 @rule(aten.mean.dim, aten.mean.default)
 def _mean(t, node, x, dims=None, keepdim=False, dtype=None):
     h = t.arg(x)

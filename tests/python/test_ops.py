@@ -83,3 +83,26 @@ def test_index_out_of_range_raises():
     fn(X, torch.tensor([0, 1]))
     with pytest.raises(Exception, match="out of bounds"):
         fn(X, torch.tensor([0, 6]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.uint8])
+def test_argmax_argmin_and_max_dim(dtype):
+    x = (torch.randn(7, 300) * 5).to(dtype)
+    if dtype.is_floating_point:
+        x[2, 17] = float("nan")  # a NaN is the extreme, first one wins
+    x[3, :] = x[3, 0]            # ties: the first position wins
+    fns = [lambda t: t.argmax(-1), lambda t: t.argmin(0), lambda t: t.argmax(),
+           lambda t: t.argmin(-1, keepdim=True)]
+    if dtype != torch.bool:
+        fns += [lambda t: t.max(-1), lambda t: t.min(0)]
+    for fn in fns:
+        torch._dynamo.reset()
+        before = braze.counters()["fallback_ops"]
+        out = torch.compile(fn, backend="braze", dynamic=False)(x)
+        want = fn(x)
+        if isinstance(want, tuple):
+            torch.testing.assert_close(out[0], want[0], equal_nan=True)
+            torch.testing.assert_close(out[1], want[1])
+        else:
+            torch.testing.assert_close(out, want)
+        assert braze.counters()["fallback_ops"] == before

@@ -45,6 +45,7 @@ public:
 private:
   std::string emitKernel(const Kernel &k) {
     next_ = 0;
+    kernel_ = &k;
     std::string body;
     Writer w(body, 1);
     // 1. Pointers and sizes.
@@ -141,6 +142,9 @@ private:
       case ReduceKind::All:
         op = "&&";
         break;
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin:
+        return ""; // the first position of the extreme: a sequential fold
       case ReduceKind::None:
         break;
       }
@@ -159,8 +163,32 @@ private:
   }
   std::string nanFlag(const loop::Computation &c) { return "nan" + std::to_string(c.id); }
 
+  static bool isArg(const loop::Computation &c) {
+    return c.reduce == ReduceKind::ArgMax || c.reduce == ReduceKind::ArgMin;
+  }
+  std::string argIndex(const loop::Computation &c) { return names_.acc(c) + "_i"; }
+
+  /// Row-major position over the kernel's inner space (what argmax/argmin return).
+  std::string innerPosition() {
+    std::string pos = "INT64_C(0)";
+    for (sym::SymExpr v : kernel_->innerVars)
+      pos = "(" + pos + " * " + names_.index(v->extent()) + " + " + names_.index(v) + ")";
+    return pos;
+  }
+
+  /// `better` is true when candidate (v, at a later position) replaces the accumulator.
+  std::string argBetter(const loop::Computation &c, const std::string &acc, const std::string &v) {
+    std::string cmp = c.reduce == ReduceKind::ArgMax ? " > " : " < ";
+    std::string s = "(" + v + cmp + acc;
+    if (isFloating(c.value->dtype()))
+      s += " || (" + v + " != " + v + " && " + acc + " == " + acc + ")";
+    return s + ")";
+  }
+
   void declareAccumulator(const Member &m, Writer &w) {
     w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
+    if (isArg(*m.comp))
+      w.line("int64_t " + argIndex(*m.comp) + " = 0;");
     if (tracksNan(*m.comp))
       w.line("int " + nanFlag(*m.comp) + " = 0;");
   }
@@ -175,6 +203,9 @@ private:
 
   /// One element folded into an accumulator inside the loop.
   std::string accFold(const loop::Computation &c, const std::string &acc, const std::string &v) {
+    if (isArg(c))
+      return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) + " = " +
+             innerPosition() + "; }";
     if (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) {
       std::string cmp = c.reduce == ReduceKind::Max ? " > " : " < ";
       std::string fold = acc + " = " + v + cmp + acc + " ? " + v + " : " + acc;
@@ -235,8 +266,11 @@ private:
     // Per-thread partial results, combined in thread order (deterministic).
     for (const Step &st : k.steps)
       for (const Member &m : st.members)
-        if (m.comp->isReduction())
+        if (m.comp->isReduction()) {
           w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + "_part[256];");
+          if (isArg(*m.comp))
+            w.line("int64_t " + argIndex(*m.comp) + "_part[256];");
+        }
     w.line("#pragma omp parallel num_threads(nthreads)");
     w.line("{");
     w.indent();
@@ -264,7 +298,8 @@ private:
         w.line("const int64_t chunk = (" + extent + " + nthreads - 1) / nthreads;");
         w.line("const int64_t lo = std::min<int64_t>(" + extent + ", tid * chunk);");
         w.line("const int64_t hi = std::min<int64_t>(" + extent + ", lo + chunk);");
-        w.line(simdClause(st));
+        if (std::string clause = simdClause(st); !clause.empty())
+          w.line(clause);
         w.line("for (int64_t " + name + " = lo; " + name + " < hi; ++" + name + ") {");
         w.indent();
       } else {
@@ -287,22 +322,36 @@ private:
       if (hasReduction) {
         applyNanFlags(st, w);
         for (const Member &m : st.members)
-          if (m.comp->isReduction())
+          if (m.comp->isReduction()) {
             w.line(names_.acc(*m.comp) + "_part[tid] = " + names_.acc(*m.comp) + ";");
+            if (isArg(*m.comp))
+              w.line(argIndex(*m.comp) + "_part[tid] = " + argIndex(*m.comp) + ";");
+          }
         w.line("#pragma omp barrier");
         for (const Member &m : st.members)
-          if (m.comp->isReduction()) {
-            std::string acc = names_.acc(*m.comp);
-            w.line(acc + " = " + accInit(*m.comp) + ";");
-            w.line("for (int t = 0; t < nthreads; ++t) " +
-                   accUpdate(*m.comp, acc, acc + "_part[t]") + ";");
-          }
+          if (m.comp->isReduction())
+            combinePartials(*m.comp, w);
         finishReductions(st, w, region, "tid == 0");
         w.line("#pragma omp barrier");
       }
     }
     w.dedent();
     w.line("}");
+  }
+
+  /// Folds the per-thread partials in thread order: deterministic, and for argmax/argmin the
+  /// earlier position wins ties because threads own ascending chunks.
+  void combinePartials(const loop::Computation &c, Writer &w) {
+    std::string acc = names_.acc(c);
+    w.line(acc + " = " + accInit(c) + ";");
+    if (isArg(c)) {
+      w.line(argIndex(c) + " = 0;");
+      w.line("for (int t = 0; t < nthreads; ++t) if " + argBetter(c, acc, acc + "_part[t]") +
+             " { " + acc + " = " + acc + "_part[t]; " + argIndex(c) + " = " + argIndex(c) +
+             "_part[t]; }");
+      return;
+    }
+    w.line("for (int t = 0; t < nthreads; ++t) " + accUpdate(c, acc, acc + "_part[t]") + ";");
   }
 
   std::string accType(const loop::Computation &c) {
@@ -321,9 +370,11 @@ private:
     case ReduceKind::Prod:
       return "1";
     case ReduceKind::Max:
+    case ReduceKind::ArgMax:
       return isFloating(t) ? "-std::numeric_limits<" + ty + ">::infinity()"
                            : "std::numeric_limits<" + ty + ">::lowest()";
     case ReduceKind::Min:
+    case ReduceKind::ArgMin:
       return isFloating(t) ? "std::numeric_limits<" + ty + ">::infinity()"
                            : "std::numeric_limits<" + ty + ">::max()";
     case ReduceKind::Any:
@@ -350,10 +401,13 @@ private:
       return acc + " = " + acc + " || " + v;
     case ReduceKind::All:
       return acc + " = " + acc + " && " + v;
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin:
+      break; // combined with their positions, see combinePartials
     case ReduceKind::None:
       break;
     }
-    BRAZE_UNREACHABLE("not a reduction");
+    BRAZE_UNREACHABLE("not a value reduction");
   }
 
   /// Emits the members of a step at the current point. Reductions fold into their accumulator;
@@ -386,12 +440,14 @@ private:
         continue;
       const Buffer &b = *m.comp->out;
       std::string local = names_.local(b);
-      w.line("const " + ctype(m.value->dtype()) + " " + local + " = (" +
-             ctype(m.value->dtype()) + ")" + names_.acc(*m.comp) + ";");
+      DType localType = isArg(*m.comp) ? DType::Int64 : m.value->dtype();
+      std::string value = isArg(*m.comp) ? argIndex(*m.comp) : names_.acc(*m.comp);
+      w.line("const " + ctype(localType) + " " + local + " = (" + ctype(localType) + ")" + value +
+             ";");
       scope.defineLocal(&b, local, m.storeIndex);
       if (m.store) {
         std::string st2 = names_.buffer(b) + "[" + names_.index(m.storeIndex) +
-                          "] = " + convert(local, m.value->dtype(), b.dtype) + ";";
+                          "] = " + convert(local, localType, b.dtype) + ";";
         w.line(storeGuard.empty() ? st2 : "if (" + storeGuard + ") " + st2);
       }
     }
@@ -407,6 +463,7 @@ private:
   const sched::Schedule &s_;
   Names names_;
   int next_ = 0; ///< numbering of expression locals, unique per kernel
+  const Kernel *kernel_ = nullptr; ///< the kernel being emitted
 };
 
 } // namespace

@@ -183,17 +183,25 @@ Node *GraphBuilder::reduce(OpKind op, Node *x, std::vector<int64_t> ds, bool kee
   std::vector<SymExpr> shape;
   AttrMap attrs = reductionAttrs(name, x, ds, keepdim, shape);
   for (int64_t d : ds)
-    if ((op == OpKind::Amax || op == OpKind::Amin) && x->shape()[d]->isConst(0))
+    if ((op == OpKind::Amax || op == OpKind::Amin || op == OpKind::ArgMax ||
+         op == OpKind::ArgMin) &&
+        x->shape()[d]->isConst(0))
       BRAZE_USER_ERROR(std::string(name), name_)
           << "cannot reduce over dim " << d << " of size 0 (no identity)";
+  if ((op == OpKind::ArgMax || op == OpKind::ArgMin) && x->dtype() == DType::Bool)
+    x = convert(x, DType::UInt8);
   DType out = x->dtype();
-  if (dtype)
+  if (op == OpKind::ArgMax || op == OpKind::ArgMin)
+    out = DType::Int64;
+  else if (dtype)
     out = *dtype;
   else if ((op == OpKind::Sum || op == OpKind::Prod) && !isFloating(out))
     out = DType::Int64;
   else if (op == OpKind::Any || op == OpKind::All)
     out = DType::Bool;
-  if (x->dtype() != out && op != OpKind::Any && op != OpKind::All)
+  bool keepsInputType = op == OpKind::Any || op == OpKind::All || op == OpKind::ArgMax ||
+                        op == OpKind::ArgMin;
+  if (x->dtype() != out && !keepsInputType)
     x = convert(x, out);
   return make(op, {x}, std::move(attrs), TensorType{out, std::move(shape), {}});
 }

@@ -75,13 +75,18 @@ std::string_view reduceKindName(ReduceKind k) {
     return "any";
   case ReduceKind::All:
     return "all";
+  case ReduceKind::ArgMax:
+    return "argmax";
+  case ReduceKind::ArgMin:
+    return "argmin";
   }
   BRAZE_UNREACHABLE("bad ReduceKind");
 }
 
 bool parseReduceKind(std::string_view name, ReduceKind &out) {
   for (ReduceKind k : {ReduceKind::None, ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max,
-                       ReduceKind::Min, ReduceKind::Any, ReduceKind::All})
+                       ReduceKind::Min, ReduceKind::Any, ReduceKind::All, ReduceKind::ArgMax,
+                       ReduceKind::ArgMin})
     if (reduceKindName(k) == name) {
       out = k;
       return true;

@@ -100,7 +100,9 @@ private:
   std::unordered_map<const Expr *, const Expr *, Hash, Eq> table_;
 };
 
-enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All };
+/// ArgMax/ArgMin give the row-major position (int64) of the first extreme value over the
+/// reduced dims; a NaN counts as the extreme, as in PyTorch.
+enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All, ArgMax, ArgMin };
 std::string_view reduceKindName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 

@@ -38,7 +38,8 @@ ReduceKind reduceKindFor(OpKind op) {
   static const std::pair<OpKind, ReduceKind> kKinds[] = {
       {OpKind::Sum, ReduceKind::Sum}, {OpKind::Prod, ReduceKind::Prod},
       {OpKind::Amax, ReduceKind::Max}, {OpKind::Amin, ReduceKind::Min},
-      {OpKind::Any, ReduceKind::Any}, {OpKind::All, ReduceKind::All}};
+      {OpKind::Any, ReduceKind::Any}, {OpKind::All, ReduceKind::All},
+      {OpKind::ArgMax, ReduceKind::ArgMax}, {OpKind::ArgMin, ReduceKind::ArgMin}};
   for (const auto &[k, r] : kKinds)
     if (k == op)
       return r;
@@ -234,7 +235,9 @@ private:
       value = value->dtype() == DType::Bool
                   ? value
                   : ex_.op(ScalarOpKind::Ne, {value, ex_.constant(0, value->dtype())}, DType::Bool);
-    // Reducing only unit dims folds a single element: the value itself.
+    // Reducing only unit dims folds a single element: the value itself (position 0 for arg).
+    if (rvars.empty() && (kind == ReduceKind::ArgMax || kind == ReduceKind::ArgMin))
+      value = ex_.constant(0, DType::Int64);
     p_->addComputation(b, vars, rvars, rvars.empty() ? ReduceKind::None : kind, value);
     return bufferValue(b);
   }

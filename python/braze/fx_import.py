@@ -444,6 +444,25 @@ def _constant_pad(t, node, x, pad, value=0):
     return h
 
 
+@rule(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(t, node, a, b):
+    return t.g.matmul(t.arg(a), t.arg(b))
+
+
+@rule(aten.addmm.default, aten.baddbmm.default)
+def _addmm(t, node, bias, a, b, beta=1, alpha=1):
+    """beta * bias + alpha * (a @ b); with beta == 0 the bias is ignored, NaNs included."""
+    h = t.g.matmul(t.arg(a), t.arg(b))
+    if alpha != 1:
+        h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
+    if beta == 0:
+        return h
+    bh = t.arg(bias)
+    if beta != 1:
+        bh = t.g.elementwise("mul", [bh, t.arg(beta, bh)])
+    return t.g.elementwise("add", [bh, h])
+
+
 @rule(aten.split_with_sizes.default, aten.split.Tensor)
 def _split(t, node, x, sizes, dim=0):
     h = t.arg(x)

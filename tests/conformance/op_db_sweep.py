@@ -39,12 +39,11 @@ STATUSES = ("compiled", "fell_back", "wrong", "crashed")
 
 # What braze supports today, plus three ops that must fall back cleanly (sort, topk, mm).
 SUBSET = (
-    "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "reciprocal",
+    "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "sin",
     "add", "sub", "mul", "div.no_rounding_mode", "maximum", "pow",
-    "eq", "lt", "ge", "where", "clamp",
+    "eq", "lt", "where", "clamp", "nn.functional.relu",
     "sum", "mean", "amax", "var",
-    "softmax", "log_softmax", "nn.functional.layer_norm", "nn.functional.gelu",
-    "nn.functional.silu", "nn.functional.relu",
+    "softmax", "log_softmax", "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.silu",
     "reshape", "permute", "expand", "squeeze", "unsqueeze", "transpose", "__getitem__", "narrow",
     "gather",
     "sort", "topk", "mm",
@@ -54,7 +53,8 @@ SUBSET = (
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", help="comma-separated OpInfo names; a name matches its variants too")
-    p.add_argument("--subset", action="store_true", help="the fixed quick subset (%d ops)" % len(SUBSET))
+    p.add_argument("--subset", action="store_true",
+                   help="the fixed quick subset (%d OpInfos, exact variant names)" % len(SUBSET))
     p.add_argument("--dtypes", help="comma-separated dtypes (default: all ten)")
     p.add_argument("--samples", type=int, default=3, help="sample inputs per pair (default 3)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -74,11 +74,10 @@ def select_pairs(args):
     from torch.testing._internal.common_methods_invocations import op_db
     from pair_runner import variant_name
 
-    wanted = None
-    if args.subset:
-        wanted = set(SUBSET)
+    wanted = None  # names that match an OpInfo's variant name or its base name
+    exact = set(SUBSET) if args.subset else set()  # names that match a variant name only
     if args.ops:
-        wanted = (wanted or set()) | {s.strip() for s in args.ops.split(",") if s.strip()}
+        wanted = {s.strip() for s in args.ops.split(",") if s.strip()}
     dtypes = DTYPES if not args.dtypes else tuple(d.strip() for d in args.dtypes.split(","))
     for d in dtypes:
         if d not in DTYPES:
@@ -86,13 +85,15 @@ def select_pairs(args):
     pairs, seen = [], set()
     for op in op_db:
         name = variant_name(op)
-        if wanted is not None and name not in wanted and op.name not in wanted:
+        if (wanted is not None or exact) and name not in exact and not (
+                wanted and (name in wanted or op.name in wanted)):
             continue
         seen.update((name, op.name))
         supported = op.supported_dtypes("cpu")
         pairs += [(name, d) for d in dtypes if getattr(torch, d) in supported]
-    if wanted is not None and wanted - seen:
-        sys.exit(f"op_db_sweep: no OpInfo named {', '.join(sorted(wanted - seen))}")
+    missing = ((wanted or set()) | exact) - seen
+    if missing:
+        sys.exit(f"op_db_sweep: no OpInfo named {', '.join(sorted(missing))}")
     return pairs
 
 
@@ -123,8 +124,11 @@ class Pool:
 
     def _failed(self, s, reason):
         name, dtype, _ = s["task"]
+        phase, _, sample = s["progress"].partition(": ")
+        if phase:
+            reason += f" during the {phase}"
         return {"op": name, "dtype": dtype, "status": "crashed", "reason": reason,
-                "sample": s["progress"].split(": ", 1)[-1], "fallbacks": [], "graph_breaks": [],
+                "sample": sample, "fallbacks": [], "graph_breaks": [],
                 "diagnosis": "", "seconds": round(time.time() - s["start"], 3)}
 
     def run(self, tasks, on_result):
@@ -201,6 +205,9 @@ def fallback_reasons(records):
                 targets.setdefault(m["target"], m["reason"])
             else:  # a whole-graph fallback; strip object addresses so equal reasons aggregate
                 targets.setdefault("<whole graph> " + re.sub(r"0x[0-9a-f]+", "0x..", line)[:160], "")
+        if not targets:
+            for gb in r.get("graph_breaks", [])[:1]:
+                targets["<Dynamo graph break> " + gb.splitlines()[0][:120]] = ""
         if not targets:
             targets[r.get("reason") or "no fallback logged"] = ""
         for t, why in targets.items():

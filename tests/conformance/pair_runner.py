@@ -123,12 +123,15 @@ def make_compiled_callable(fn, inp, args, kwargs, backend):
 # Comparison
 
 
-def tolerances(op, dtype):
-    """(atol, rtol): assert_close's defaults, at least 1e-2 for float16/bfloat16, widened to the
-    OpInfo's own toleranceOverride for this dtype on CPU where it has one."""
+def tolerances(op, dtype, out_dtype):
+    """(atol, rtol) for a result of dtype out_dtype of the pair (op, dtype): exact for integer
+    and bool results; else assert_close's defaults for out_dtype, at least 1e-2 for a float16 or
+    bfloat16 result, widened to the OpInfo's own toleranceOverride for dtype on CPU if any."""
     from torch.testing._comparison import default_tolerances
-    rtol, atol = default_tolerances(dtype) if dtype.is_floating_point else (0.0, 0.0)
-    if dtype in (torch.float16, torch.bfloat16):
+    if not (out_dtype.is_floating_point or out_dtype.is_complex):
+        return 0.0, 0.0
+    rtol, atol = default_tolerances(out_dtype)
+    if out_dtype in (torch.float16, torch.bfloat16):
         atol, rtol = max(atol, 1e-2), max(rtol, 1e-2)
     for dec in op.decorators:
         if getattr(dec, "device_type", None) not in (None, "cpu"):
@@ -153,8 +156,9 @@ def _max_abs_diff(actual, expected):
     return float(diff.max())
 
 
-def compare(actual, expected, atol, rtol, shape_only):
-    """None when they match, else a one-line description of the first mismatch."""
+def compare(actual, expected, tol, shape_only):
+    """(None, None) when they match, else (a one-line description of the first mismatch, its
+    max abs difference or None). tol(dtype) gives (atol, rtol) for a result of that dtype."""
     a_leaves, a_spec = pytree.tree_flatten(actual)
     e_leaves, e_spec = pytree.tree_flatten(expected)
     if len(a_leaves) != len(e_leaves):
@@ -168,6 +172,7 @@ def compare(actual, expected, atol, rtol, shape_only):
                 return (f"{where}: compiled {describe(a)}, eager {describe(e)}", None)
             if shape_only:
                 continue
+            atol, rtol = tol(e.dtype)
             try:
                 torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True,
                                            check_stride=False)
@@ -179,6 +184,7 @@ def compare(actual, expected, atol, rtol, shape_only):
         elif isinstance(e, (bool, int, float, complex)) and isinstance(a, (bool, int, float, complex)):
             if shape_only:
                 continue
+            atol, rtol = tol(torch.float64 if isinstance(e, (float, complex)) else torch.int64)
             try:
                 torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
             except (AssertionError, TypeError, ValueError):
@@ -234,17 +240,17 @@ def _eager(fn, sample):
 
 
 def _is_deterministic(first, second):
-    return compare(first, second, 0.0, 0.0, False)[0] is None
+    return compare(first, second, lambda dtype: (0.0, 0.0), False)[0] is None
 
 
-def _diagnose(fn, sample, expected, atol, rtol, shape_only):
+def _diagnose(fn, sample, expected, tol, shape_only):
     """Reruns a failing sample with braze's decompositions and no braze code generation."""
     torch._dynamo.reset()
     try:
         out = _run_compiled(fn, sample, _decomp_eager_backend())
     except Exception as e:
         return f"also fails without braze codegen: {_first_line(e)}"
-    why, _ = compare(out, expected, atol, rtol, shape_only)
+    why, _ = compare(out, expected, tol, shape_only)
     if why is not None:
         return f"also wrong without braze codegen: {why}"
     return "passes with braze's decompositions and eager kernels (fault in braze)"
@@ -265,7 +271,8 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
     dtype = getattr(torch, dtype_name)
     fn = op.op
     shape_only = is_random(name)
-    atol, rtol = tolerances(op, dtype)
+    tol = lambda out_dtype: tolerances(op, dtype, out_dtype)  # noqa: E731
+    atol, rtol = tol(dtype) if dtype.is_floating_point else tol(torch.float64)
     rec = {"op": name, "dtype": dtype_name, "status": None, "reason": "", "sample": "",
            "samples_run": 0, "eager_failures": 0, "fallbacks": [], "graph_breaks": [],
            "shape_only": shape_only, "atol": atol, "rtol": rtol, "diagnosis": "", "max_abs_diff": None}
@@ -284,6 +291,7 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
             for k, sample in enumerate(itertools.islice(samples, MAX_SAMPLES_SCANNED)):
                 if rec["samples_run"] >= nsamples:
                     break
+                progress(f"eager, sample {k}: {describe_sample(sample)}")
                 try:
                     expected = _eager(fn, sample)
                     again = _eager(fn, sample)
@@ -292,14 +300,14 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
                     continue
                 sample_shape_only = shape_only or not _is_deterministic(expected, again)
                 rec["samples_run"] += 1
-                progress(f"sample {k}: {describe_sample(sample)}")
+                progress(f"compiled, sample {k}: {describe_sample(sample)}")
                 try:
                     actual = _run_compiled(fn, sample, "braze")
                 except Exception as e:
                     failure = ("crashed", f"{_first_line(e)} [at {_fault_site(e.__traceback__)}]",
                                sample, expected, sample_shape_only)
                     break
-                why, diff = compare(actual, expected, atol, rtol, sample_shape_only)
+                why, diff = compare(actual, expected, tol, sample_shape_only)
                 if why is not None and failure is None:
                     rec["max_abs_diff"] = diff
                     failure = ("wrong", why, sample, expected, sample_shape_only)
@@ -315,7 +323,7 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
     if failure is not None:
         status, reason, sample, expected, sample_shape_only = failure
         rec.update(status=status, reason=reason, sample=describe_sample(sample))
-        rec["diagnosis"] = _diagnose(fn, sample, expected, atol, rtol, sample_shape_only)
+        rec["diagnosis"] = _diagnose(fn, sample, expected, tol, sample_shape_only)
     elif rec["status"] is None and rec["samples_run"] == 0:
         rec["status"] = "eager_fails"
         rec["reason"] = rec["reason"] or "eager raised on every sample (or there were none)"
@@ -339,7 +347,8 @@ def worker_main(conn, max_tasks):
     """A worker: receives (name, dtype, nsamples) tasks, sends ('progress', text) messages and
     one ('done', record) per task; exits after max_tasks tasks or on None."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # C++ and logging noise
+    os.dup2(devnull, 1)  # C++, Dynamo and logging noise; records travel through conn
+    os.dup2(devnull, 2)
     setup_worker()
     for _ in range(max_tasks):
         task = conn.recv()

@@ -56,6 +56,7 @@ void foldConstants(Graph &g) {
     case OpCategoryKind::Iota:
     case OpCategoryKind::Numel:
     case OpCategoryKind::Concat:
+    case OpCategoryKind::MatMul:
     case OpCategoryKind::Composite:
       break;
     }

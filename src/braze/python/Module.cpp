@@ -185,6 +185,7 @@ NB_MODULE(_C, m) {
           ns.push_back(g.at(h));
         return g.node(g.builder().concat(ns, d));
       })
+      .def("matmul", [](PyGraph &g, int a, int b) { return g.node(g.builder().matmul(g.at(a), g.at(b))); })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

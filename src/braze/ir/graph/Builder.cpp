@@ -353,6 +353,48 @@ Node *GraphBuilder::take(Node *x, int64_t d, Node *index) {
   return make(OpKind::Take, {x, index}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
+Node *GraphBuilder::matmul(Node *a, Node *b) {
+  if (a->rank() == 0 || b->rank() == 0)
+    BRAZE_USER_ERROR("matmul", name_) << "both operands need at least one dim, got ranks "
+                                      << a->rank() << " and " << b->rank();
+  bool vecA = a->rank() == 1, vecB = b->rank() == 1;
+  if (vecA)
+    a = unsqueeze(a, 0);
+  if (vecB)
+    b = unsqueeze(b, 1);
+  SymExpr k = a->shape().back(), kb = b->shape()[b->rank() - 2];
+  if (k != kb)
+    BRAZE_USER_ERROR("matmul", name_) << "shapes " << shapeText(a->shape()) << " and "
+                                      << shapeText(b->shape()) << " cannot be multiplied ("
+                                      << sym::toString(k) << " vs " << sym::toString(kb) << ")";
+  DType t = promoteTypes(a->dtype(), b->dtype());
+  if (t == DType::Bool)
+    BRAZE_USER_ERROR("matmul", name_) << "bool operands are not supported";
+  a = convert(a, t);
+  b = convert(b, t);
+  std::vector<SymExpr> batchA(a->shape().begin(), a->shape().end() - 2);
+  std::vector<SymExpr> batchB(b->shape().begin(), b->shape().end() - 2);
+  std::vector<SymExpr> batch = broadcastShapes("matmul", batchA, batchB);
+  auto withBatch = [&](Node *x, SymExpr r, SymExpr c) {
+    std::vector<SymExpr> shape = batch;
+    shape.push_back(r);
+    shape.push_back(c);
+    return expand(x, shape);
+  };
+  SymExpr m = a->shape()[a->rank() - 2], n = b->shape().back();
+  a = withBatch(a, m, k);
+  b = withBatch(b, k, n);
+  std::vector<SymExpr> shape = batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  Node *out = make(OpKind::MatMul, {a, b}, {}, TensorType{t, shape, {}});
+  if (vecA)
+    out = squeeze(out, {static_cast<int64_t>(shape.size()) - 2});
+  if (vecB)
+    out = squeeze(out, {-1});
+  return out;
+}
+
 Node *GraphBuilder::flip(Node *x, std::vector<int64_t> ds) {
   ds = normalizeDims("flip", ds, x->rank());
   if (ds.empty())

@@ -60,6 +60,9 @@ public:
   /// x indexed along `dim` by an integer tensor (negative entries count from the end):
   /// the result has shape x[:dim] + index.shape + x[dim+1:] (index_select, embedding, x[idx]).
   Node *take(Node *x, int64_t dim, Node *index);
+  /// Batched matrix product: a [B.., M, K] x b [B.., K, N] -> [B.., M, N]; batch dims
+  /// broadcast, 1-d operands are promoted as in torch.matmul.
+  Node *matmul(Node *a, Node *b);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.

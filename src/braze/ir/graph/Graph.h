@@ -33,6 +33,7 @@ enum class OpCategoryKind {
   Iota,
   Numel,
   Concat,
+  MatMul,
   Composite
 };
 

@@ -146,6 +146,9 @@ private:
     case OpCategoryKind::Concat:
       hi = SIZE_MAX;
       break;
+    case OpCategoryKind::MatMul:
+      lo = hi = 2;
+      break;
     case OpCategoryKind::Cast:
     case OpCategoryKind::Reduce:
     case OpCategoryKind::View:
@@ -337,6 +340,19 @@ private:
       return checkComposite();
     case OpCategoryKind::Concat:
       return checkConcat();
+    case OpCategoryKind::MatMul: {
+      const Node *a = node_->operand(0), *b = node_->operand(1);
+      int r = node_->rank();
+      if (r < 2 || a->rank() != r || b->rank() != r)
+        return fail("operands and result must share a rank of at least 2");
+      bool ok = a->shape()[r - 1] == b->shape()[r - 2] && a->shape()[r - 2] == node_->shape()[r - 2] &&
+                b->shape()[r - 1] == node_->shape()[r - 1];
+      for (int i = 0; ok && i < r - 2; ++i)
+        ok = a->shape()[i] == node_->shape()[i] && b->shape()[i] == node_->shape()[i];
+      return ok ? true
+                : fail("shapes " + shapeText(a->shape()) + " x " + shapeText(b->shape()) +
+                       " do not give " + shapeText(node_->shape()));
+    }
     }
     return fail("unknown op category");
   }

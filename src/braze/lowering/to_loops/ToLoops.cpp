@@ -23,7 +23,8 @@ namespace {
 struct Value {
   std::function<const Expr *(const Index &)> load;
   Buffer *buffer = nullptr;
-  int cost = 0; ///< ops in the inlined body
+  int cost = 0;           ///< ops in the inlined body
+  bool viewOfBuffer = false; ///< only index remaps of a buffer (reads cost no recomputation)
 };
 
 ScalarOpKind scalarOpFor(OpKind op) {
@@ -89,7 +90,7 @@ private:
     return Value{[this, b, compute](const Index &idx) {
                    return ex_.cast(ex_.load(b, linearIndex(s_, idx, b->strides)), compute);
                  },
-                 b, 0};
+                 b, 0, true};
   }
 
   /// Materializes `v` (values of node n) into a new buffer.
@@ -179,6 +180,8 @@ private:
       return n->op() == OpKind::Take ? lowerTake(n) : lowerGather(n);
     case OpCategoryKind::Concat:
       return lowerConcat(n);
+    case OpCategoryKind::MatMul:
+      return lowerMatMul(n);
     case OpCategoryKind::Composite:
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
@@ -290,7 +293,9 @@ private:
     } else {
       BRAZE_UNREACHABLE("not a view: " << opName(op));
     }
-    return lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
+    Value v = lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
+    v.viewOfBuffer = x.viewOfBuffer;
+    return v;
   }
 
   /// out = operand k at (i - offset_k) where offset_k <= i < offset_k+1. Every operand is read
@@ -359,6 +364,33 @@ private:
                     const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
                     return ex_.cast(v, compute);
                   }, index.cost + 4));
+  }
+
+  /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always
+  /// in memory (a computed operand is realized first, so nothing is recomputed per output),
+  /// which the scheduler hands to BLAS when the layouts allow.
+  Value lowerMatMul(Node *n) {
+    for (size_t i = 0; i < 2; ++i) {
+      Node *o = n->operand(i);
+      Value &v = values_.at(o);
+      if (!v.viewOfBuffer)
+        v = realize(o, v, BufferKind::Intermediate, -1);
+    }
+    const Value &a = operandValue(n, 0), &b = operandValue(n, 1);
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    Index outIdx, redIdx;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "i", outIdx);
+    SymExpr k = n->operand(0)->shape().back();
+    std::vector<SymExpr> rvars = freshVars({k}, "r", redIdx);
+    size_t r = outIdx.size();
+    Index ia(outIdx.begin(), outIdx.end() - 1), ib(outIdx.begin(), outIdx.end() - 2);
+    ia.push_back(redIdx[0]);
+    ib.push_back(redIdx[0]);
+    ib.push_back(outIdx[r - 1]);
+    DType t = computeType(n->dtype());
+    const Expr *value = ex_.op(ScalarOpKind::Mul, {a.load(ia), b.load(ib)}, t);
+    p_->addComputation(out, vars, rvars, rvars.empty() ? ReduceKind::None : ReduceKind::Sum, value);
+    return bufferValue(out);
   }
 
   Value lowerGather(Node *n) {

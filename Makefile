@@ -16,7 +16,7 @@ $(STAMP):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja
+	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja scipy-openblas64
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -42,3 +42,9 @@ bench-cpu: build
 
 clean:
 	rm -rf build
+
+.PHONY: conformance
+
+# The op_db conformance sweep (long): every OpInfo and dtype through backend="braze" against eager.
+conformance: build
+	$(PY) tests/conformance/op_db_sweep.py

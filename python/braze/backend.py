@@ -26,6 +26,7 @@ class Options:
     strict: bool = False
     log: str = None  # e.g. "graph,loops,output_code"; None reads BRAZE_LOG
     fuse: bool = True
+    blas: bool = True  # matrix products through OpenBLAS when installed; False: loop nests
 
 
 def counters():
@@ -124,9 +125,22 @@ def _compile_whole(gm, opts):
         handles.append(t.values[o])
         layouts.append(_dense_layout(t, o.meta.get("val")))
     t.g.output(handles, layouts)
-    compiled = t.g.compile(opts.log, opts.fuse)
+    compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
     _last_sources.append(compiled.source)
     return _BrazeGraph(compiled, positions, gm.forward), isinstance(outputs, (tuple, list))
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_library():
+    """NumPy's OpenBLAS build (the scipy-openblas64 wheel) when installed; BRAZE_BLAS, read
+    in C++, takes precedence. None: matrix products run as braze loop nests."""
+    try:
+        import scipy_openblas64
+    except ImportError:
+        return None
+    import os
+    path = os.path.join(scipy_openblas64.get_lib_dir(), "lib" + scipy_openblas64.get_library() + ".so")
+    return path if os.path.exists(path) else None
 
 
 def _dense_layout(t, val):

@@ -29,6 +29,8 @@ CompileOptions CompileOptions::fromEnvironment() {
     o.cacheDir = v;
   if (const char *v = std::getenv("BRAZE_CXX"))
     o.cxx = v;
+  if (const char *v = std::getenv("BRAZE_BLAS"))
+    o.blasLibrary = v;
   if (o.cacheDir.empty()) {
     const char *xdg = std::getenv("XDG_CACHE_HOME");
     const char *home = std::getenv("HOME");
@@ -38,6 +40,22 @@ CompileOptions CompileOptions::fromEnvironment() {
 }
 
 namespace {
+
+codegen::BlasSymbols blasSymbolsFor(const std::string &library) {
+  codegen::BlasSymbols b;
+  if (library.empty())
+    return b;
+  if (library.find("scipy_openblas64") != std::string::npos) {
+    b.sgemm = "scipy_cblas_sgemm64_";
+    b.dgemm = "scipy_cblas_dgemm64_";
+    b.indexBits = 64;
+  } else {
+    b.sgemm = "cblas_sgemm";
+    b.dgemm = "cblas_dgemm";
+    b.indexBits = 32;
+  }
+  return b;
+}
 
 DLDataType toDLPack(DType t) {
   switch (t) {
@@ -96,7 +114,9 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   l.schedule = sched::scheduleProgram(*l.program, Target::hostCpu(), so);
   if (opts.log.has(LogStage::Schedule))
     logBlock("schedule", sched::printSchedule(l.schedule));
-  l.code = codegen::generateCpu(l.schedule);
+  codegen::CpuCodegenOptions co;
+  co.blas = blasSymbolsFor(opts.blasLibrary);
+  l.code = codegen::generateCpu(l.schedule, co);
   if (opts.log.has(LogStage::OutputCode))
     logBlock("output_code", l.code.source);
   return l;
@@ -118,6 +138,10 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
+  if (l.code.usesBlas) {
+    std::string dir = opts.blasLibrary.substr(0, opts.blasLibrary.find_last_of('/'));
+    jo.linkFlags = opts.blasLibrary + " -Wl,-rpath," + dir;
+  }
   jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
   spec.libraryPath = lib.path;
   CompileResult r;
@@ -146,7 +170,9 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   sched::Schedule s = sched::scheduleProgram(*program, Target::hostCpu(), so);
   if (stage == StageKind::Schedule)
     return sched::printSchedule(s);
-  return codegen::generateCpu(s).source;
+  codegen::CpuCodegenOptions co;
+  co.blas = blasSymbolsFor(opts.blasLibrary);
+  return codegen::generateCpu(s, co).source;
 }
 
 } // namespace braze

@@ -17,9 +17,12 @@ struct CompileOptions {
   bool fuse = true;
   std::string cacheDir;      ///< empty: the default (BRAZE_CACHE_DIR or ~/.cache/braze)
   std::string cxx = "g++";
+  /// A CBLAS shared library for matrix products (empty: loop nests). Its symbol names are
+  /// derived from the file name: scipy-openblas64 (NumPy's OpenBLAS) or plain cblas_*.
+  std::string blasLibrary;
 
-  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR and BRAZE_CXX: the one place braze reads
-  /// the environment.
+  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_CXX and BRAZE_BLAS: the one place
+  /// braze reads the environment.
   static CompileOptions fromEnvironment();
 };
 

@@ -77,7 +77,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
   std::string identity = compilerIdentity(opts.compiler);
   std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags() + " " +
-                              kLinkFlags + "\n//" +
+                              kLinkFlags + " " + opts.linkFlags + "\n//" +
                               kBrazeVersion);
   fs::path dir = fs::path(opts.cacheDir) / key.substr(0, 2);
   fs::create_directories(dir);
@@ -100,7 +100,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
     out << source;
   }
   std::string cmd = opts.compiler + " " + hostCompilerFlags() + " " + src.string() + " -o " +
-                    tmpLib.string() + " " + kLinkFlags + " > " + log.string() + " 2>&1";
+                    tmpLib.string() + " " + kLinkFlags + " " + opts.linkFlags + " > " + log.string() + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::string errors = readFile(log);
   std::error_code ec;

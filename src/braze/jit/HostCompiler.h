@@ -11,6 +11,7 @@ struct HostCompilerOptions {
   std::string compiler = "g++";
   std::string cacheDir;  ///< required
   bool logCache = false; ///< print hits and misses to stderr
+  std::string linkFlags; ///< extra libraries, e.g. a BLAS (part of the cache key)
 };
 
 struct CompiledLibrary {

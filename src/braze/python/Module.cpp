@@ -221,17 +221,20 @@ NB_MODULE(_C, m) {
       }, "outputs"_a, "strides"_a = std::vector<std::vector<int>>{})
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
-      .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse) {
+      .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
+                         std::optional<std::string> blas) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
         if (log)
           o.log = LogSet::parse(*log);
         o.fuse = fuse;
+        if (blas && o.blasLibrary.empty())
+          o.blasLibrary = *blas;
         std::unique_ptr<Graph> graph = g.take();
         CompileResult r = braze::compile(*graph, o);
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit};
-      }, "log"_a = nb::none(), "fuse"_a = true);
+      }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none());
 
   nb::class_<PyCompiled>(m, "Compiled")
       .def_ro("source", &PyCompiled::source)

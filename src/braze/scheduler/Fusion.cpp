@@ -47,9 +47,24 @@ public:
   Fuser(loop::LoopProgram &p, Schedule &s) : p_(p), s_(s), sym_(p.sym()) {}
 
   void add(const Computation &c, bool fuse) {
-    if (fuse && !s_.kernels.empty() && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+    std::optional<GemmCall> gemm = matchGemm(p_, c);
+    if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().gemm &&
+        tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
     startKernel(c);
+    if (gemm) {
+      // A matrix product keeps a kernel to itself, in the kernel's variables.
+      Kernel &k = s_.kernels.back();
+      std::unordered_map<SymExpr, SymExpr> map;
+      for (size_t i = 0; i < c.vars.size(); ++i)
+        map[c.vars[i]] = k.outerVars[i];
+      for (SymExpr &v : gemm->batchVars)
+        v = map.at(v);
+      gemm->offA = sym_.substitute(gemm->offA, map);
+      gemm->offB = sym_.substitute(gemm->offB, map);
+      gemm->offC = sym_.substitute(gemm->offC, map);
+      k.gemm = std::move(gemm);
+    }
   }
 
   const std::unordered_map<const Buffer *, Where> &producers() const { return where_; }

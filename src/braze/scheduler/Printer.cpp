@@ -31,6 +31,9 @@ std::string printSchedule(const Schedule &s) {
     out += k.name + " outer " + varList(k.outerVars);
     if (!k.innerVars.empty())
       out += " inner " + varList(k.innerVars);
+    if (k.gemm)
+      out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
+             (k.gemm->transB ? "B^T" : "B") + ")";
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";

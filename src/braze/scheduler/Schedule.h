@@ -8,9 +8,11 @@
 /// pointwise members with one value per outer point. Member values are rewritten into the
 /// kernel's own loop variables.
 #include "braze/ir/loop/LoopIR.h"
+#include "braze/scheduler/Gemm.h"
 #include "braze/target/Target.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,8 @@ struct Kernel {
   std::vector<SymExpr> outerVars; ///< index symbols; parallel
   std::vector<SymExpr> innerVars; ///< index symbols; empty for a kernel with only Scalar steps
   std::vector<Step> steps;
+  /// Set when the kernel is one matrix product (in kernel variables): codegen may call BLAS.
+  std::optional<GemmCall> gemm;
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

@@ -31,19 +31,77 @@ namespace {
 
 class CpuEmitter {
 public:
-  explicit CpuEmitter(const sched::Schedule &s) : s_(s), names_(s) {}
+  CpuEmitter(const sched::Schedule &s, const CpuCodegenOptions &opts)
+      : s_(s), opts_(opts), names_(s) {}
 
   GeneratedSource run() {
     std::string out = cPrelude();
     out += "#include <omp.h>\n\n";
-    for (const Kernel &k : s_.kernels)
-      out += emitKernel(k);
+    bool blas = false;
+    for (const Kernel &k : s_.kernels) {
+      blas |= usesBlas(k);
+      out += usesBlas(k) ? emitGemmKernel(k) : emitKernel(k, k.name);
+    }
     out += emitAbi();
-    return GeneratedSource{out, static_cast<int>(s_.kernels.size())};
+    return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas};
   }
 
 private:
-  std::string emitKernel(const Kernel &k) {
+  bool usesBlas(const Kernel &k) const {
+    if (!k.gemm)
+      return false;
+    return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
+  }
+
+  /// A matrix product: checks the layout BLAS needs once, then one gemm call per batch point;
+  /// a layout BLAS rejects (e.g. a zero stride from broadcasting) runs the loop nest instead.
+  std::string emitGemmKernel(const Kernel &k) {
+    const sched::GemmCall &g = *k.gemm;
+    std::string out = emitKernel(k, k.name + "_loops");
+    bool f32 = g.dtype == DType::Float32;
+    std::string fn = f32 ? opts_.blas.sgemm : opts_.blas.dgemm;
+    std::string idx = opts_.blas.indexBits == 64 ? "int64_t" : "int";
+    std::string ty = ctype(g.dtype);
+    out += "extern \"C\" void " + fn + "(int, int, int, " + idx + ", " + idx + ", " + idx + ", " +
+           ty + ", const " + ty + "*, " + idx + ", const " + ty + "*, " + idx + ", " + ty + ", " +
+           ty + "*, " + idx + ");\n";
+    std::string body;
+    Writer w(body, 1);
+    std::set<int> used;
+    std::vector<sym::SymExpr> syms;
+    collectUses(k, used, syms);
+    for (sym::SymExpr sy : syms)
+      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
+             std::to_string(names_.symbolIndex(sy)) + "];");
+    auto ix = [&](sym::SymExpr e) { return names_.index(e); };
+    w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
+    w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
+           ";");
+    std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
+    std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
+    w.line("if (!(" + okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N))) {");
+    w.line("  " + k.name + "_loops(bufs, syms, err);");
+    w.line("  return;");
+    w.line("}");
+    w.line("const " + ty + "* __restrict A = (const " + ty + "*)bufs[" + std::to_string(g.a->id) + "];");
+    w.line("const " + ty + "* __restrict B = (const " + ty + "*)bufs[" + std::to_string(g.b->id) + "];");
+    w.line(ty + "* __restrict C = (" + ty + "*)bufs[" + std::to_string(g.c->id) + "];");
+    for (sym::SymExpr v : g.batchVars) {
+      w.line(loopHead(v) + " {");
+      w.indent();
+    }
+    w.line(fn + "(101, " + (g.transA ? "112" : "111") + ", " + (g.transB ? "112" : "111") +
+           ", M, N, K, 1, A + " + ix(g.offA) + ", lda, B + " + ix(g.offB) + ", ldb, 0, C + " +
+           ix(g.offC) + ", ldc);");
+    for (size_t i = 0; i < g.batchVars.size(); ++i) {
+      w.dedent();
+      w.line("}");
+    }
+    return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
+           body + "}\n\n";
+  }
+
+  std::string emitKernel(const Kernel &k, const std::string &name) {
     next_ = 0;
     kernel_ = &k;
     std::string body;
@@ -76,7 +134,7 @@ private:
       emitWithoutOuter(k, w);
     else
       emitWithOuter(k, w);
-    return "static void " + k.name +
+    return "static void " + name +
            "(void* const* bufs, const int64_t* syms, int* err) {\n" + body + "}\n\n";
   }
 
@@ -461,6 +519,7 @@ private:
   }
 
   const sched::Schedule &s_;
+  CpuCodegenOptions opts_;
   Names names_;
   int next_ = 0; ///< numbering of expression locals, unique per kernel
   const Kernel *kernel_ = nullptr; ///< the kernel being emitted
@@ -468,6 +527,8 @@ private:
 
 } // namespace
 
-GeneratedSource generateCpu(const sched::Schedule &s) { return CpuEmitter(s).run(); }
+GeneratedSource generateCpu(const sched::Schedule &s, const CpuCodegenOptions &opts) {
+  return CpuEmitter(s, opts).run();
+}
 
 } // namespace braze::codegen

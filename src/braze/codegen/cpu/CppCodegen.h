@@ -10,8 +10,20 @@ namespace braze::codegen {
 struct GeneratedSource {
   std::string source;
   int numKernels = 0;
+  bool usesBlas = false; ///< the module must be linked with the BLAS library
 };
 
-GeneratedSource generateCpu(const sched::Schedule &s);
+/// A CBLAS-style library the generated code may call for matrix products (row-major gemm with
+/// the usual argument order). Empty symbols: products run as loop nests.
+struct BlasSymbols {
+  std::string sgemm, dgemm;
+  int indexBits = 64; ///< 64 for ILP64 builds (int64 sizes), 32 for LP64
+};
+
+struct CpuCodegenOptions {
+  BlasSymbols blas;
+};
+
+GeneratedSource generateCpu(const sched::Schedule &s, const CpuCodegenOptions &opts = {});
 
 } // namespace braze::codegen

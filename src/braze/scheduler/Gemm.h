@@ -1,0 +1,25 @@
+#pragma once
+/// Recognizes a matrix product in the loop IR: a sum over one reduction index k of
+/// load(A, ..m..k..) * load(B, ..k..n..) stored at ..m..n.., with every index affine in m, n and
+/// k. Such a computation runs as a BLAS call per batch point instead of a loop nest.
+#include "braze/ir/loop/LoopIR.h"
+
+#include <optional>
+
+namespace braze::sched {
+
+struct GemmCall {
+  const loop::Buffer *a = nullptr, *b = nullptr, *c = nullptr;
+  DType dtype = DType::Float32;
+  sym::SymExpr m = nullptr, n = nullptr, k = nullptr; ///< extents
+  bool transA = false, transB = false;
+  sym::SymExpr lda = nullptr, ldb = nullptr, ldc = nullptr;
+  /// Element offsets of the [0, 0] entries; they depend only on the batch variables.
+  sym::SymExpr offA = nullptr, offB = nullptr, offC = nullptr;
+  std::vector<sym::SymExpr> batchVars; ///< the computation's other output variables
+};
+
+/// The GEMM form of `c`, or nothing if it is not one (then the loop nest computes it).
+std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c);
+
+} // namespace braze::sched

@@ -1,0 +1,47 @@
+"""Matrix products: through BLAS (scipy-openblas64) and through braze's own loop nests."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import braze
+
+CASES = {
+    "mm": (lambda a, b: a @ b, lambda: (torch.randn(33, 17), torch.randn(17, 9))),
+    "mm_transposed_a": (lambda a, b: a.t() @ b, lambda: (torch.randn(17, 33), torch.randn(17, 9))),
+    "linear_bias_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)),
+                         lambda: (torch.randn(8, 32), torch.randn(16, 32), torch.randn(16))),
+    "bmm": (lambda a, b: torch.bmm(a, b), lambda: (torch.randn(3, 5, 7), torch.randn(3, 7, 4))),
+    "matmul_broadcast": (lambda a, b: a @ b, lambda: (torch.randn(2, 3, 5, 7), torch.randn(7, 4))),
+    "matvec": (lambda a, b: a @ b, lambda: (torch.randn(6, 7), torch.randn(7))),
+    "vecmat": (lambda a, b: a @ b, lambda: (torch.randn(6), torch.randn(6, 7))),
+    "addmm_scaled": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+                     lambda: (torch.randn(4, 5), torch.randn(4, 3), torch.randn(3, 5))),
+    "f64": (lambda a, b: a @ b, lambda: (torch.randn(9, 4, dtype=torch.float64),
+                                         torch.randn(4, 3, dtype=torch.float64))),
+    "int64": (lambda a, b: a @ b, lambda: (torch.randint(-5, 5, (4, 6)), torch.randint(-5, 5, (6, 3)))),
+    "mlp_two_layers": (lambda x, w1, w2: F.linear(torch.relu(F.linear(x, w1)), w2),
+                       lambda: (torch.randn(16, 24), torch.randn(40, 24), torch.randn(8, 40))),
+}
+
+
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matmul_matches_eager(name, blas):
+    fn, make = CASES[name]
+    torch.manual_seed(0)
+    args = make()
+    before = braze.counters()["fallback_ops"]
+    compiled = torch.compile(fn, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, braze.Options(blas=blas)), dynamic=False)
+    torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
+    assert braze.counters()["fallback_ops"] == before
+
+
+def test_mismatched_inner_dims_is_a_clear_error():
+    g = braze._C.Graph()
+    a = g.input("a", "f32", [g.sym_const(2), g.sym_const(3)], [])
+    b = g.input("b", "f32", [g.sym_const(4), g.sym_const(5)], [])
+    g.set_name("mm_1")
+    with pytest.raises(braze.CompileError,
+                       match=r"matmul \(node 'mm_1'\): shapes \[2, 3\] and \[4, 5\] cannot be multiplied \(3 vs 4\)"):
+        g.matmul(a, b)

@@ -463,6 +463,23 @@ def _addmm(t, node, bias, a, b, beta=1, alpha=1):
     return t.g.elementwise("add", [bh, h])
 
 
+@rule(aten.convolution.default)
+def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    if transposed:
+        raise Unsupported("transposed convolution")
+    b = t.arg(bias) if bias is not None else None
+    return t.g.convolution(t.arg(x), t.arg(w), b, list(stride), list(padding), list(dilation),
+                           groups)
+
+
+@rule(aten.max_pool2d_with_indices.default)
+def _max_pool2d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
+    return t.g.max_pool(t.arg(x), as_list(kernel_size), as_list(stride), as_list(padding),
+                        as_list(dilation), ceil_mode)
+
+
 @rule(aten.split_with_sizes.default, aten.split.Tensor)
 def _split(t, node, x, sizes, dim=0):
     h = t.arg(x)

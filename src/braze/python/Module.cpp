@@ -186,6 +186,15 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().concat(ns, d));
       })
       .def("matmul", [](PyGraph &g, int a, int b) { return g.node(g.builder().matmul(g.at(a), g.at(b))); })
+      .def("convolution", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
+                             IntList padding, IntList dilation, int64_t groups) {
+        return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
+                                              padding, dilation, groups));
+      })
+      .def("max_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
+        auto [v, i] = g.builder().maxPool(g.at(x), k, s, p, d, ceil);
+        return std::make_pair(g.node(v), g.node(i));
+      })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

@@ -63,6 +63,17 @@ public:
   /// Batched matrix product: a [B.., M, K] x b [B.., K, N] -> [B.., M, N]; batch dims
   /// broadcast, 1-d operands are promoted as in torch.matmul.
   Node *matmul(Node *a, Node *b);
+  /// Sliding windows along `dim` (a view): dim becomes the window count
+  /// (n - dilation*(size-1) - 1) / step + 1 and a new last dim of `size` indexes the window.
+  Node *unfold(Node *x, int64_t dim, int64_t size, int64_t step, int64_t dilation);
+  /// Pads `dim` with `lo` / `hi` copies of `value` (negative amounts trim).
+  Node *pad(Node *x, int64_t dim, int64_t lo, int64_t hi, double value);
+  /// N-d convolution (1-d or 2-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
+  Node *convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
+                    IntList dilation, int64_t groups);
+  /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
+  std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
+                                    IntList dilation, bool ceilMode);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.

@@ -142,6 +142,8 @@ private:
     case OpCategoryKind::Composite:
       if (node_->op() == OpKind::LayerNorm)
         hi = 3;
+      if (node_->op() == OpKind::Convolution)
+        lo = 2, hi = 3;
       break;
     case OpCategoryKind::Concat:
       hi = SIZE_MAX;
@@ -285,6 +287,12 @@ private:
         return false;
       return node_->rank() == x->rank() - 1 ? true : fail("select must drop one dim");
     }
+    if (op == OpKind::Unfold) {
+      if (!checkDim("dim", x->rank()) || !intAttr("size") || !intAttr("step") ||
+          !intAttr("dilation"))
+        return false;
+      return node_->rank() == x->rank() + 1 ? true : fail("unfold must add one dim");
+    }
     if (op == OpKind::Flip) {
       const AttrMap &a = node_->attrs();
       if (!a.has("dims") || !std::holds_alternative<IntList>(a.get("dims")))
@@ -412,6 +420,22 @@ private:
     }
     if (op == OpKind::Silu)
       return true;
+    if (op == OpKind::Convolution) {
+      for (const char *name : {"stride", "padding", "dilation"})
+        if (!has(name, IntList{}))
+          return fail(std::string("needs an integer list attribute '") + name + "'");
+      if (!has("groups", int64_t{}) || !has("bias", bool{}))
+        return fail("needs attributes 'groups' (int) and 'bias' (bool)");
+      return node_->operands().size() == 2u + a.getBool("bias")
+                 ? true
+                 : fail("operand count does not match the 'bias' attribute");
+    }
+    if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices) {
+      for (const char *name : {"kernel", "stride", "padding", "dilation"})
+        if (!has(name, IntList{}) || a.getInts(name).size() != 2)
+          return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");
+      return true;
+    }
     return fail("is not a composite op");
   }
 

@@ -17,7 +17,10 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::Softmax, decomp::decomposeSoftmax}, {OpKind::LogSoftmax, decomp::decomposeLogSoftmax},
       {OpKind::Mean, decomp::decomposeMean},       {OpKind::Var, decomp::decomposeVar},
       {OpKind::LayerNorm, decomp::decomposeLayerNorm}, {OpKind::Gelu, decomp::decomposeGelu},
-      {OpKind::Silu, decomp::decomposeSilu}};
+      {OpKind::Silu, decomp::decomposeSilu},
+      {OpKind::Convolution, decomp::decomposeConvolution},
+      {OpKind::MaxPool, decomp::decomposeMaxPool},
+      {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices}};
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

@@ -19,6 +19,9 @@ Node *decomposeVar(GraphBuilder &b, Node *n);
 Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
 Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);
+Node *decomposeConvolution(GraphBuilder &b, Node *n);
+Node *decomposeMaxPool(GraphBuilder &b, Node *n);
+Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);

@@ -24,8 +24,23 @@ struct Value {
   std::function<const Expr *(const Index &)> load;
   Buffer *buffer = nullptr;
   int cost = 0;           ///< ops in the inlined body
-  bool viewOfBuffer = false; ///< only index remaps of a buffer (reads cost no recomputation)
+  /// Reads a buffer at an index affine in the loop variables (a buffer, or a permute / expand /
+  /// slice / select / flip / unfold / unit-dim reshape of one): no recomputation, and a matrix
+  /// product can hand it to BLAS with strides.
+  bool affineView = false;
 };
+
+/// The shapes are equal once their unit dims are dropped.
+bool onlyUnitDimsDiffer(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b) {
+  std::vector<SymExpr> x, y;
+  for (SymExpr d : a)
+    if (!d->isConst(1))
+      x.push_back(d);
+  for (SymExpr d : b)
+    if (!d->isConst(1))
+      y.push_back(d);
+  return x == y;
+}
 
 ScalarOpKind scalarOpFor(OpKind op) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
@@ -274,6 +289,14 @@ private:
         in[dim] = s_.add(s_.mul(idx[dim], step), start);
         return in;
       };
+    } else if (op == OpKind::Unfold) {
+      size_t dim = n->attrs().getInt("dim");
+      int64_t step = n->attrs().getInt("step"), dilation = n->attrs().getInt("dilation");
+      remap = [this, dim, step, dilation](const Index &idx) {
+        Index in(idx.begin(), idx.end() - 1);
+        in[dim] = s_.add(s_.mul(idx[dim], step), s_.mul(idx.back(), dilation));
+        return in;
+      };
     } else if (op == OpKind::Flip) {
       IntList dims = n->attrs().getInts("dims");
       remap = [this, dims, shape = n->shape()](const Index &idx) {
@@ -294,7 +317,7 @@ private:
       BRAZE_UNREACHABLE("not a view: " << opName(op));
     }
     Value v = lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
-    v.viewOfBuffer = x.viewOfBuffer;
+    v.affineView = x.affineView && (op != OpKind::Reshape || onlyUnitDimsDiffer(n->shape(), xn->shape()));
     return v;
   }
 
@@ -373,7 +396,7 @@ private:
     for (size_t i = 0; i < 2; ++i) {
       Node *o = n->operand(i);
       Value &v = values_.at(o);
-      if (!v.viewOfBuffer)
+      if (!v.affineView)
         v = realize(o, v, BufferKind::Intermediate, -1);
     }
     const Value &a = operandValue(n, 0), &b = operandValue(n, 1);

@@ -1,0 +1,160 @@
+// GraphBuilder: windows, padding, convolution and pooling. Convolution and pooling are
+// composite ops here (lowering/decompose turns them into unfold + matmul / amax).
+#include "braze/ir/graph/Builder.h"
+
+#include "braze/support/Diagnostic.h"
+
+namespace braze {
+
+namespace {
+std::string listText(const IntList &l) {
+  std::string s = "[";
+  for (size_t i = 0; i < l.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(l[i]);
+  return s + "]";
+}
+
+/// Expands a per-dim parameter given once for all `n` spatial dims.
+IntList perDim(const IntList &l, size_t n, int64_t fill) {
+  if (l.empty())
+    return IntList(n, fill);
+  if (l.size() == 1)
+    return IntList(n, l[0]);
+  return l;
+}
+} // namespace
+
+Node *GraphBuilder::unfold(Node *x, int64_t d, int64_t size, int64_t step, int64_t dilation) {
+  d = normalizeDim("unfold", d, x->rank());
+  if (size <= 0 || step <= 0 || dilation <= 0)
+    BRAZE_USER_ERROR("unfold", name_) << "size, step and dilation must be positive, got "
+                                      << size << ", " << step << ", " << dilation;
+  SymExpr span = dim(dilation * (size - 1) + 1);
+  SymExpr n = x->shape()[d];
+  sym::SymContext &s = sym();
+  if (!s.provablyNonNegative(s.sub(n, span)))
+    BRAZE_USER_ERROR("unfold", name_) << "a window of " << sym::toString(span)
+                                      << " elements does not fit dim " << d << " of size "
+                                      << sym::toString(n);
+  std::vector<SymExpr> shape = x->shape();
+  shape[d] = s.add(s.floordiv(s.sub(n, span), dim(step)), dim(1));
+  shape.push_back(dim(size));
+  AttrMap attrs;
+  attrs.set("dim", d);
+  attrs.set("size", size);
+  attrs.set("step", step);
+  attrs.set("dilation", dilation);
+  return make(OpKind::Unfold, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::pad(Node *x, int64_t d, int64_t lo, int64_t hi, double value) {
+  d = normalizeDim("pad", d, x->rank());
+  if (lo < 0 || hi < 0)
+    x = slice(x, d, lo < 0 ? -lo : 0, hi < 0 ? hi : INT64_MAX, 1);
+  std::vector<Node *> parts;
+  auto filler = [&](int64_t amount) {
+    std::vector<SymExpr> shape = x->shape();
+    shape[d] = dim(amount);
+    return full(value, x->dtype(), shape);
+  };
+  if (lo > 0)
+    parts.push_back(filler(lo));
+  parts.push_back(x);
+  if (hi > 0)
+    parts.push_back(filler(hi));
+  return parts.size() == 1 ? x : concat(parts, d);
+}
+
+Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
+                                IntList dilation, int64_t groups) {
+  int64_t spatial = x->rank() - 2;
+  if (spatial < 1 || spatial > 2)
+    BRAZE_USER_ERROR("convolution", name_) << "supports 1-d and 2-d inputs [N, C, ...], got rank "
+                                           << x->rank();
+  if (w->rank() != x->rank())
+    BRAZE_USER_ERROR("convolution", name_) << "weight has rank " << w->rank()
+                                           << " but the input has rank " << x->rank();
+  if (!isFloating(x->dtype()) || x->dtype() != w->dtype())
+    BRAZE_USER_ERROR("convolution", name_) << "needs floating-point input and weight of one dtype, got "
+                                           << dtypeName(x->dtype()) << " and " << dtypeName(w->dtype());
+  stride = perDim(stride, spatial, 1);
+  padding = perDim(padding, spatial, 0);
+  dilation = perDim(dilation, spatial, 1);
+  for (const IntList *l : {&stride, &padding, &dilation})
+    if (static_cast<int64_t>(l->size()) != spatial)
+      BRAZE_USER_ERROR("convolution", name_) << "a parameter list " << listText(*l) << " has "
+                                             << l->size() << " entries for " << spatial
+                                             << " spatial dims";
+  int64_t c, cg;
+  if (groups < 1 || !sym().constValue(x->shape()[1], c) || !sym().constValue(w->shape()[1], cg) ||
+      c != cg * groups)
+    BRAZE_USER_ERROR("convolution", name_)
+        << "input channels " << sym::toString(x->shape()[1]) << " must equal weight channels "
+        << sym::toString(w->shape()[1]) << " times groups " << groups;
+  std::vector<SymExpr> outShape = {x->shape()[0], w->shape()[0]};
+  sym::SymContext &s = sym();
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t k;
+    if (!s.constValue(w->shape()[2 + i], k))
+      BRAZE_USER_ERROR("convolution", name_) << "kernel sizes must be static";
+    SymExpr n = s.add(x->shape()[2 + i], dim(2 * padding[i]));
+    SymExpr span = dim(dilation[i] * (k - 1) + 1);
+    if (!s.provablyNonNegative(s.sub(n, span)))
+      BRAZE_USER_ERROR("convolution", name_) << "kernel " << k << " (dilated to "
+                                             << sym::toString(span) << ") exceeds padded input "
+                                             << sym::toString(n) << " in spatial dim " << i;
+    outShape.push_back(s.add(s.floordiv(s.sub(n, span), dim(stride[i])), dim(1)));
+  }
+  if (bias && (bias->rank() != 1 || bias->shape()[0] != w->shape()[0]))
+    BRAZE_USER_ERROR("convolution", name_) << "bias must have shape [" << sym::toString(w->shape()[0])
+                                           << "]";
+  AttrMap attrs;
+  attrs.set("stride", stride);
+  attrs.set("padding", padding);
+  attrs.set("dilation", dilation);
+  attrs.set("groups", groups);
+  attrs.set("bias", bias != nullptr);
+  std::vector<Node *> ops{x, w};
+  if (bias)
+    ops.push_back(convert(bias, x->dtype()));
+  return make(OpKind::Convolution, ops, std::move(attrs), TensorType{x->dtype(), outShape, {}});
+}
+
+std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList stride,
+                                                IntList padding, IntList dilation, bool ceilMode) {
+  if (x->rank() != 3 && x->rank() != 4)
+    BRAZE_USER_ERROR("max_pool2d", name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
+                                          << x->rank();
+  kernel = perDim(kernel, 2, 1);
+  stride = perDim(stride.empty() ? kernel : stride, 2, 1);
+  padding = perDim(padding, 2, 0);
+  dilation = perDim(dilation, 2, 1);
+  sym::SymContext &s = sym();
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
+  for (int i = 0; i < 2; ++i) {
+    if (padding[i] * 2 > kernel[i])
+      BRAZE_USER_ERROR("max_pool2d", name_) << "padding " << padding[i]
+                                            << " must be at most half the kernel " << kernel[i];
+    int64_t n;
+    if (!s.constValue(x->shape()[x->rank() - 2 + i], n))
+      BRAZE_USER_ERROR("max_pool2d", name_) << "spatial sizes must be static";
+    int64_t span = dilation[i] * (kernel[i] - 1) + 1, padded = n + 2 * padding[i];
+    int64_t out = (padded - span + (ceilMode ? stride[i] - 1 : 0)) / stride[i] + 1;
+    // The last window must start inside the input or the left padding (PyTorch's rule).
+    if (ceilMode && (out - 1) * stride[i] >= n + padding[i])
+      --out;
+    if (out <= 0)
+      BRAZE_USER_ERROR("max_pool2d", name_) << "output size would be " << out;
+    shape.push_back(dim(out));
+  }
+  AttrMap attrs;
+  attrs.set("kernel", kernel);
+  attrs.set("stride", stride);
+  attrs.set("padding", padding);
+  attrs.set("dilation", dilation);
+  Node *values = make(OpKind::MaxPool, {x}, attrs, TensorType{x->dtype(), shape, {}});
+  Node *indices = make(OpKind::MaxPoolIndices, {x}, attrs, TensorType{DType::Int64, shape, {}});
+  return {values, indices};
+}
+
+} // namespace braze

@@ -1,0 +1,59 @@
+/// convolution(x, w, b), spatial dims S, kernel K, groups g:
+///   1. pad every spatial dim with zeros and unfold it into windows (im2col as an index remap):
+///      [N, C, O1.., k1..];
+///   2. move channels next to the kernel and flatten: [N, P = prod(O), g, C/g * prod(k)];
+///   3. batched matmul with the weight as [g, C/g * prod(k), O/g] -> [N, g, P, O/g];
+///   4. back to [N, O, O1..] and add the bias.
+#include "braze/lowering/decompose/Decompose.h"
+
+namespace braze::decomp {
+
+Node *decomposeConvolution(GraphBuilder &b, Node *n) {
+  sym::SymContext &s = b.sym();
+  const AttrMap &a = n->attrs();
+  const IntList &stride = a.getInts("stride"), &padding = a.getInts("padding"),
+                &dilation = a.getInts("dilation");
+  int64_t groups = a.getInt("groups");
+  Node *x = n->operand(0), *w = n->operand(1);
+  int64_t spatial = x->rank() - 2;
+  // 1.
+  for (int64_t i = 0; i < spatial; ++i) {
+    x = b.pad(x, 2 + i, padding[i], padding[i], 0.0);
+    int64_t k;
+    s.constValue(w->shape()[2 + i], k);
+    x = b.unfold(x, 2 + i, k, stride[i], dilation[i]);
+  }
+  // 2. [N, C, O.., k..] -> [N, O.., C, k..]
+  std::vector<int64_t> perm{0};
+  for (int64_t i = 0; i < spatial; ++i)
+    perm.push_back(2 + i);
+  perm.push_back(1);
+  for (int64_t i = 0; i < spatial; ++i)
+    perm.push_back(2 + spatial + i);
+  x = b.permute(x, perm);
+  SymExpr positions = s.constant(1), window = s.constant(1);
+  for (int64_t i = 0; i < spatial; ++i) {
+    positions = s.mul(positions, n->shape()[2 + i]);
+    window = s.mul(window, w->shape()[2 + i]);
+  }
+  SymExpr cg = w->shape()[1], og = s.floordiv(w->shape()[0], b.dim(groups));
+  SymExpr batch = x->shape()[0];
+  x = b.reshape(x, {batch, positions, b.dim(groups), s.mul(cg, window)});
+  x = b.permute(x, {0, 2, 1, 3});
+  // 3.
+  Node *wm = b.reshape(w, {b.dim(groups), og, s.mul(cg, window)});
+  wm = b.permute(wm, {0, 2, 1});
+  Node *y = b.matmul(x, wm); // [N, g, P, O/g]
+  // 4.
+  y = b.permute(y, {0, 1, 3, 2});
+  std::vector<SymExpr> shape = n->shape();
+  y = b.reshape(y, shape);
+  if (a.getBool("bias")) {
+    std::vector<SymExpr> bshape(shape.size(), b.dim(1));
+    bshape[1] = shape[1];
+    y = b.add(y, b.reshape(n->operand(2), bshape));
+  }
+  return y;
+}
+
+} // namespace braze::decomp

@@ -1,0 +1,83 @@
+"""Convolution, pooling and normalization layers compile (no fallback) and match eager."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import braze
+
+torch.manual_seed(0)
+X = torch.randn(2, 6, 11, 13)
+W1, W2, B2 = torch.randn(4, 6, 3, 3), torch.randn(4, 3, 3, 2), torch.randn(4)
+W3, W4 = torch.randn(6, 1, 3, 3), torch.randn(5, 6, 3)
+
+CASES = {
+    "conv2d": lambda x: F.conv2d(x, W1),
+    "conv2d_stride_pad_groups_bias": lambda x: F.conv2d(x, W2, B2, stride=2, padding=1, groups=2),
+    "conv2d_depthwise_dilated": lambda x: F.conv2d(x, W3, padding=2, dilation=2, groups=6),
+    "conv1d": lambda x: F.conv1d(x[:, :, 0], W4, padding=1),
+    "max_pool": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max_pool_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    "max_pool_indices": lambda x: F.max_pool2d_with_indices(x, 3, 2, 1)[1],
+    "adaptive_avg_pool": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "batch_norm_eval": lambda x: F.batch_norm(x, torch.arange(6.0), torch.arange(1.0, 7.0),
+                                              torch.ones(6) * 2, torch.zeros(6), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_compiles(name):
+    fn = CASES[name]
+    before = braze.counters()["fallback_ops"]
+    out = torch.compile(fn, backend="braze", dynamic=False)(X)
+    torch.testing.assert_close(out, fn(X), rtol=1e-4, atol=1e-4)
+    assert braze.counters()["fallback_ops"] == before
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.down(x) if self.down is not None else x))
+
+
+def resnet_like():
+    """A ResNet-18-shaped CNN at reduced width: stem, four stages of two basic blocks, head."""
+    layers = [nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 8
+    for cout, stride in ((8, 1), (16, 2), (32, 2), (64, 2)):
+        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10)]
+    model = nn.Sequential(*layers).eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.normal_(0, 0.1)
+    return model
+
+
+def test_resnet_shaped_cnn_is_one_graph_without_fallback():
+    torch.manual_seed(0)
+    model = resnet_like()
+    x = torch.randn(2, 3, 64, 64)
+    before = braze.counters()
+    with torch.no_grad():
+        out, code = braze.run_and_get_code(torch.compile(model, backend="braze"), x)
+        torch.testing.assert_close(out, model(x), rtol=1e-3, atol=1e-3)
+    after = braze.counters()
+    assert len(code) == 1
+    assert after["fallback_ops"] == before["fallback_ops"]
+    assert after["fallback_graphs"] == before["fallback_graphs"]

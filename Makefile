@@ -16,7 +16,7 @@ $(STAMP):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja scipy-openblas64
+	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja scipy-openblas64 transformers
 	touch $(STAMP)
 
 env: $(STAMP)

@@ -60,7 +60,7 @@ def _node_support(node):
     t = Translator()
     try:
         for a in node.all_input_nodes:
-            val = a.meta.get("val")
+            val = _fetch_attr(node.graph.owning_module, a.target) if a.op == "get_attr" else a.meta.get("val")
             if isinstance(val, tuple):
                 return False, "operand is a tuple"
             t.input(a, val)
@@ -78,15 +78,16 @@ class _BrazeGraph:
     inputs whose shapes or strides the compiled graph does not accept (guards should prevent
     it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
-    def __init__(self, compiled, tensor_positions, eager):
+    def __init__(self, compiled, tensor_positions, constants, eager):
         self.compiled = compiled
         self.tensor_positions = tensor_positions
+        self.constants = constants  # tensors the graph holds as attributes, passed after the args
         self.eager = eager
         self.warned = False
 
     def __call__(self, *args):
         try:
-            return self.compiled.run([args[i] for i in self.tensor_positions])
+            return self.compiled.run([args[i] for i in self.tensor_positions] + self.constants)
         except _C.RunError as e:
             if "compiled graph expects" not in str(e) and "expected" not in str(e):
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -111,6 +112,14 @@ def _compile_whole(gm, opts):
             continue  # sizes are bound from the tensors' shapes
         else:
             raise Unsupported(f"placeholder {node.name} of type {type(val).__name__}")
+    constants = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise Unsupported(f"attribute {node.target} is not a tensor")
+            t.input(node, value)
+            constants.append(value)
     outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
@@ -127,7 +136,15 @@ def _compile_whole(gm, opts):
     t.g.output(handles, layouts)
     compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
     _last_sources.append(compiled.source)
-    return _BrazeGraph(compiled, positions, gm.forward), isinstance(outputs, (tuple, list))
+    return (_BrazeGraph(compiled, positions, constants, gm.forward),
+            isinstance(outputs, (tuple, list)))
+
+
+def _fetch_attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 @functools.lru_cache(maxsize=1)

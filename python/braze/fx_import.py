@@ -388,6 +388,8 @@ def _unsqueeze(t, node, x, dim):
 
 @rule(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 def _squeeze(t, node, x, dims=None):
+    if dims is not None and len(_dims(dims, 0)) == 0:
+        return t.arg(x)  # squeeze(()) squeezes nothing; only squeeze() squeezes every unit dim
     return t.g.squeeze(t.arg(x), _dims(dims, 0))
 
 

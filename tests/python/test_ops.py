@@ -106,3 +106,12 @@ def test_argmax_argmin_and_max_dim(dtype):
         else:
             torch.testing.assert_close(out, want)
         assert braze.counters()["fallback_ops"] == before
+
+
+def test_squeeze_with_empty_dims_squeezes_nothing():
+    x = torch.randn(1, 3, 1)
+    for fn in (lambda t: t.squeeze(()) * 2, lambda t: t.squeeze() * 2, lambda t: t.squeeze((0, 2)) * 2):
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend="braze", dynamic=False)(x)
+        assert out.shape == fn(x).shape
+        torch.testing.assert_close(out, fn(x))

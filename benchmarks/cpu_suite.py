@@ -9,7 +9,13 @@ Methodology (the one in /work/shared/ANCHORS.md):
   * compile time = first compiled call minus one eager call, each backend compiled in a fresh
     torch._dynamo.reset() state;
   * correctness: max abs error of the first compiled result against eager, and
-    torch.testing.assert_close with the default float32 tolerances.
+    torch.testing.assert_close with the default float32 tolerances (for the models, the looser
+    per-model tolerances of benchmarks/models.py).
+
+Two sections, each printed as a markdown table: the workloads (single fused expressions), then
+the models (GPT-2, BERT, LLaMA-style, ResNet-18-shaped; benchmarks/models.py: random weights,
+float32, eval mode, no_grad), whose rows also give braze's graphs and fallbacks for that model
+(braze.counters() deltas over its compile).
 
 Compiles are cold by default: BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point to a fresh
 temporary directory for this run (so the first Inductor compile in the process includes its
@@ -18,6 +24,8 @@ one-time C++ set-up, as it does for a user). --warm-cache keeps whatever the env
 
     python benchmarks/cpu_suite.py                       # whole suite, markdown table
     python benchmarks/cpu_suite.py --only softmax --repeats 10
+    python benchmarks/cpu_suite.py --only gpt2,resnet18       # models are named like workloads
+    python benchmarks/cpu_suite.py --no-models                # workloads only
     python benchmarks/cpu_suite.py --json results.json
 """
 import argparse
@@ -37,8 +45,9 @@ import harness
 def _parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", default=[],
-                   help="run only this workload (repeatable, or comma-separated); see --list")
-    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+                   help="run only this workload or model (repeatable, or comma-separated); see --list")
+    p.add_argument("--list", action="store_true", help="list the workloads and models and exit")
+    p.add_argument("--no-models", action="store_true", help="skip the models section")
     p.add_argument("--repeats", type=int, default=100, help="timed samples per contender (default 100)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per contender (default 3)")
     p.add_argument("--min-sample-ms", type=float, default=5.0,
@@ -64,6 +73,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import braze  # noqa: E402
+
+from models import MODELS  # noqa: E402  (imports torch)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -127,11 +138,13 @@ def _max_abs_err(out, ref):
     return float(diff.max()) if diff.numel() else 0.0
 
 
-def _check(out, ref):
-    """(max abs error, None if assert_close passes else its message)."""
+def _check(out, ref, tol=None):
+    """(max abs error, None if assert_close passes else its message); tol: (rtol, atol), or None
+    for assert_close's defaults for the dtype."""
     err = _max_abs_err(out, ref)
+    rtol, atol = tol or (None, None)
     try:
-        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
         return err, None
     except AssertionError as e:
         return err, str(e).strip()
@@ -156,7 +169,20 @@ def run_workload(name, repeats):
     desc, fn, make_inputs = WORKLOADS[name]
     torch.manual_seed(ARGS.seed)
     args = make_inputs()
-    res = {"name": name, "workload": desc, "repeats": repeats}
+    return _run({"name": name, "workload": desc, "repeats": repeats}, fn, args, repeats)
+
+
+def run_model(name, repeats):
+    desc, build, tol = MODELS[name]
+    torch.manual_seed(ARGS.seed)
+    fn, args = build()
+    res = {"name": name, "workload": desc, "repeats": repeats, "rtol": tol[0], "atol": tol[1]}
+    return _run(res, fn, args, repeats, tol)
+
+
+def _run(res, fn, args, repeats, tol=None):
+    """Compiles fn with both backends, checks them against eager, times the three contenders
+    interleaved; fills in and returns res."""
 
     # Eager warm-up; its median call is the "eager call" subtracted from first compiled calls.
     ref = fn(*args)
@@ -171,7 +197,7 @@ def run_workload(name, repeats):
         res["braze_counters"] = deltas
         if msgs:
             res["braze_warnings"] = msgs
-        res["braze_max_abs_err"], res["braze_mismatch"] = _check(braze_out, ref)
+        res["braze_max_abs_err"], res["braze_mismatch"] = _check(braze_out, ref, tol)
     except Exception as e:  # report, never hide: the table shows ERROR and the notes say why
         res["braze_error"] = f"{type(e).__name__}: {e}"
         res["braze_traceback"] = traceback.format_exc()
@@ -180,7 +206,7 @@ def run_workload(name, repeats):
             c, ind_out, cs, _, _ = _compile(fn, args, None, eager_call_s)
             contenders["inductor"] = c
             res["inductor_compile_s"] = cs
-            res["inductor_max_abs_err"], res["inductor_mismatch"] = _check(ind_out, ref)
+            res["inductor_max_abs_err"], res["inductor_mismatch"] = _check(ind_out, ref, tol)
         except Exception as e:
             res["inductor_error"] = f"{type(e).__name__}: {e}"
 
@@ -231,9 +257,17 @@ def _fmt_err(v):
     return "—" if v is None else "0" if v == 0 else f"{v:.2e}"
 
 
-def print_table(results, first_inductor_name):
-    head = ["workload", "eager ms", "braze ms", "Inductor ms", "braze ×", "Inductor ×",
+def _fmt_counts(c):
+    """braze's graphs compiled / fallback graphs / fallback ops, from its counter deltas."""
+    return " / ".join(str(c.get(k, 0)) for k in ("graphs_compiled", "fallback_graphs", "fallback_ops"))
+
+
+def print_table(results, first_inductor_name, label="workload", counters=False):
+    """One markdown table; counters: add a column of braze's graphs / fallbacks."""
+    head = [label, "eager ms", "braze ms", "Inductor ms", "braze ×", "Inductor ×",
             "braze compile s", "Inductor compile s", "braze max abs err", "Inductor max abs err"]
+    if counters:
+        head.append("braze graphs / fallback graphs / fallback ops")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in results:
@@ -242,6 +276,9 @@ def print_table(results, first_inductor_name):
         b_err = _fmt_err(r.get("braze_max_abs_err"))
         if r.get("braze_mismatch"):
             b_err += " **MISMATCH**"
+        i_err = _fmt_err(r.get("inductor_max_abs_err"))
+        if r.get("inductor_mismatch"):
+            i_err += " **MISMATCH**"
         if r.get("braze_counters", {}).get("fallback_graphs") or r.get("braze_counters", {}).get("fallback_ops"):
             b_ms += " (fallback)"
         i_cs = _fmt_s(r.get("inductor_compile_s"))
@@ -251,8 +288,9 @@ def print_table(results, first_inductor_name):
         if r.get("braze_counters", {}).get("cache_hits"):
             b_cs += " (cache hit)"
         row = [r["workload"], _fmt_ms(r.get("eager_ms")), b_ms, i_ms, _fmt_x(r.get("braze_speedup")),
-               _fmt_x(r.get("inductor_speedup")), b_cs, i_cs, b_err,
-               _fmt_err(r.get("inductor_max_abs_err"))]
+               _fmt_x(r.get("inductor_speedup")), b_cs, i_cs, b_err, i_err]
+        if counters:
+            row.append("—" if "braze_counters" not in r else _fmt_counts(r["braze_counters"]))
         print("| " + " | ".join(row) + " |")
 
 
@@ -270,61 +308,34 @@ def summarize(results):
     return out
 
 
-def main():
-    torch.set_num_threads(ARGS.threads)
-    names = [n for o in ARGS.only for n in o.split(",") if n] or list(WORKLOADS)
-    if ARGS.list:
-        for n, (d, _, _) in WORKLOADS.items():
-            print(f"{n:18s} {d}")
-        return 0
-    bad = [n for n in names if n not in WORKLOADS]
-    if bad:
-        print(f"unknown workload(s) {bad}; choose from {list(WORKLOADS)}", file=sys.stderr)
-        return 2
+def _run_section(names, run, repeats):
+    results = []
+    for n in names:
+        t = time.perf_counter()
+        r = run(n, repeats)
+        results.append(r)
+        status = "braze ERROR" if "braze_error" in r else "braze MISMATCH" if r.get("braze_mismatch") else "ok"
+        print(f"  {n}: done in {time.perf_counter() - t:.1f} s ({status})", file=sys.stderr, flush=True)
+    return results
 
-    print(f"# braze CPU suite — torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
-    print(f"# caches: BRAZE_CACHE_DIR={os.environ.get('BRAZE_CACHE_DIR', '(default ~/.cache/braze)')} "
-          f"TORCHINDUCTOR_CACHE_DIR={os.environ.get('TORCHINDUCTOR_CACHE_DIR', '(default)')}"
-          f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
-    print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
-          f"samples >= {ARGS.min_sample_ms} ms; malloc: "
-          + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
-             + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
 
-    with torch.no_grad():
-        harness.prime_dynamo()
-        results = []
-        t_suite = time.perf_counter()
-        for n in names:
-            t = time.perf_counter()
-            r = run_workload(n, ARGS.repeats)
-            results.append(r)
-            status = "braze ERROR" if "braze_error" in r else "ok"
-            print(f"  {n}: done in {time.perf_counter() - t:.1f} s ({status})", file=sys.stderr, flush=True)
-        suite_s = time.perf_counter() - t_suite
-
-    first_ind = next((r["name"] for r in results if "inductor_compile_s" in r), None)
-    print()
-    print_table(results, first_ind)
-    print()
-    summary = summarize(results)
+def _print_geomeans(summary, what):
     for k, label in (("braze", "braze"), ("inductor", "Inductor")):
         if k in summary:
             s = summary[k]
             print(f"geomean speedup vs eager, {label}: {s['geomean']:.2f}× "
-                  f"(clipped at 1.0×: {s['geomean_clipped']:.2f}×, {s['n']} workloads)")
-    if first_ind:
-        print(f"¹ the first Inductor compile in this process ({first_ind}) includes Inductor's "
-              "one-time C++ toolchain/header set-up" + ("" if ARGS.warm_cache else " on a cold cache"))
-    print("× = median eager ms / median compiled ms; compile s = first compiled call − one eager call")
+                  f"(clipped at 1.0×: {s['geomean_clipped']:.2f}×, {s['n']} {what})")
+
+
+def _print_notes(results):
     for r in results:
         notes = []
         if "braze_error" in r:
             notes.append(f"braze raised {r['braze_error']}")
         if r.get("braze_mismatch"):
-            notes.append("braze differs from eager beyond assert_close's float32 tolerances:\n    "
-                         + r["braze_mismatch"].replace("\n", "\n    "))
+            notes.append("braze differs from eager beyond assert_close's "
+                         + (f"rtol={r['rtol']:g}, atol={r['atol']:g}" if "rtol" in r else "float32 tolerances")
+                         + ":\n    " + r["braze_mismatch"].replace("\n", "\n    "))
         c = r.get("braze_counters", {})
         if c.get("fallback_graphs") or c.get("fallback_ops"):
             notes.append(f"braze fell back to eager (fallback_graphs={c.get('fallback_graphs', 0)}, "
@@ -340,6 +351,68 @@ def main():
             notes.append("Inductor differs from eager beyond assert_close's tolerances")
         for n in notes:
             print(f"- {r['name']}: {n}")
+
+
+def main():
+    torch.set_num_threads(ARGS.threads)
+    if ARGS.list:
+        for n, (d, _, _) in WORKLOADS.items():
+            print(f"{n:18s} {d}")
+        for n, (d, _, tol) in MODELS.items():
+            print(f"{n:18s} {d} (model; compared with rtol={tol[0]:g}, atol={tol[1]:g})")
+        return 0
+    only = [n for o in ARGS.only for n in o.split(",") if n]
+    bad = [n for n in only if n not in WORKLOADS and n not in MODELS]
+    if bad:
+        print(f"unknown workload(s)/model(s) {bad}; choose from {list(WORKLOADS) + list(MODELS)}",
+              file=sys.stderr)
+        return 2
+    if ARGS.no_models and any(n in MODELS for n in only):
+        print(f"--no-models contradicts --only {[n for n in only if n in MODELS]}", file=sys.stderr)
+        return 2
+    workload_names = [n for n in only if n in WORKLOADS] if only else list(WORKLOADS)
+    model_names = [] if ARGS.no_models else [n for n in only if n in MODELS] if only else list(MODELS)
+
+    print(f"# braze CPU suite — torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    print(f"# caches: BRAZE_CACHE_DIR={os.environ.get('BRAZE_CACHE_DIR', '(default ~/.cache/braze)')} "
+          f"TORCHINDUCTOR_CACHE_DIR={os.environ.get('TORCHINDUCTOR_CACHE_DIR', '(default)')}"
+          f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
+    print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
+          f"samples >= {ARGS.min_sample_ms} ms; malloc: "
+          + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
+             + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
+
+    with torch.no_grad():
+        harness.prime_dynamo()
+        t_suite = time.perf_counter()
+        results = _run_section(workload_names, run_workload, ARGS.repeats)
+        model_results = _run_section(model_names, run_model, ARGS.repeats)
+        suite_s = time.perf_counter() - t_suite
+
+    everything = results + model_results
+    first_ind = next((r["name"] for r in everything if "inductor_compile_s" in r), None)
+    summary, model_summary = summarize(results), summarize(model_results)
+    if results:
+        print()
+        print_table(results, first_ind)
+        print()
+        _print_geomeans(summary, "workloads")
+    if model_results:
+        print()
+        print("models")
+        print()
+        print_table(model_results, first_ind, label="model", counters=True)
+        print()
+        _print_geomeans(model_summary, "models")
+    if first_ind:
+        print(f"¹ the first Inductor compile in this process ({first_ind}) includes Inductor's "
+              "one-time C++ toolchain/header set-up" + ("" if ARGS.warm_cache else " on a cold cache"))
+    print("× = median eager ms / median compiled ms; compile s = first compiled call − one eager call")
+    if model_results:
+        print("model error columns: max abs error of the model's output (last hidden state / logits) "
+              "against eager; a mismatch is judged with the model's rtol/atol (see --list)")
+    _print_notes(everything)
     print(f"suite wall time {suite_s:.1f} s")
 
     if ARGS.json:
@@ -352,12 +425,13 @@ def main():
                 "suite_wall_s": suite_s}
         os.makedirs(os.path.dirname(os.path.abspath(ARGS.json)), exist_ok=True)
         with open(ARGS.json, "w") as f:
-            json.dump({"meta": meta, "summary": summary, "results": results}, f, indent=2)
+            json.dump({"meta": meta, "summary": summary, "results": results,
+                       "models_summary": model_summary, "models": model_results}, f, indent=2)
         print(f"wrote {ARGS.json}")
 
     # Drop compiled artifacts before interpreter shutdown.
     torch._dynamo.reset()
-    return 1 if any("braze_error" in r or r.get("braze_mismatch") for r in results) else 0
+    return 1 if any("braze_error" in r or r.get("braze_mismatch") for r in everything) else 0
 
 
 if __name__ == "__main__":

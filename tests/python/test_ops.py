@@ -115,3 +115,26 @@ def test_squeeze_with_empty_dims_squeezes_nothing():
         out = torch.compile(fn, backend="braze", dynamic=False)(x)
         assert out.shape == fn(x).shape
         torch.testing.assert_close(out, fn(x))
+
+
+SCANS = {
+    "cumsum": lambda t: torch.cumsum(t, 1),
+    "cumsum_dim0": lambda t: torch.cumsum(t, 0) * 2,
+    "cumprod": lambda t: torch.cumprod(t, -1),
+    "logcumsumexp": lambda t: torch.logcumsumexp(t, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCANS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_scans(name, dtype):
+    if name == "logcumsumexp" and not dtype.is_floating_point:
+        pytest.skip("PyTorch has no integer logcumsumexp")
+    x = (torch.randn(5, 37) * 2).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 3] = float("-inf")
+    fn = SCANS[name]
+    before = braze.counters()["fallback_ops"]
+    out = torch.compile(fn, backend="braze", dynamic=False)(x)
+    torch.testing.assert_close(out, fn(x), equal_nan=True)
+    assert braze.counters()["fallback_ops"] == before

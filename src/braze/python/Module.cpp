@@ -195,6 +195,12 @@ NB_MODULE(_C, m) {
         auto [v, i] = g.builder().maxPool(g.at(x), k, s, p, d, ceil);
         return std::make_pair(g.node(v), g.node(i));
       })
+      .def("scan", [](PyGraph &g, const std::string &op, int x, int64_t d, std::optional<std::string> dt) {
+        std::optional<DType> t;
+        if (dt)
+          t = dtypeFromName(*dt);
+        return g.node(g.builder().scan(opFromName(op), g.at(x), d, t));
+      })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

@@ -74,6 +74,9 @@ public:
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);
+  /// Inclusive scan along `dim`: op is CumSum, CumProd or LogCumSumExp. Integer and bool
+  /// inputs of cumsum/cumprod accumulate in i64 (PyTorch's rule) unless `dtype` is given.
+  Node *scan(OpKind op, Node *x, int64_t dim, std::optional<DType> dtype = std::nullopt);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.

@@ -430,6 +430,8 @@ private:
                  ? true
                  : fail("operand count does not match the 'bias' attribute");
     }
+    if (op == OpKind::CumSum || op == OpKind::CumProd || op == OpKind::LogCumSumExp)
+      return checkDim("dim", node_->operand(0)->rank());
     if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices) {
       for (const char *name : {"kernel", "stride", "padding", "dilation"})
         if (!has(name, IntList{}) || a.getInts(name).size() != 2)

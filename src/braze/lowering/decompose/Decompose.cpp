@@ -20,7 +20,10 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::Silu, decomp::decomposeSilu},
       {OpKind::Convolution, decomp::decomposeConvolution},
       {OpKind::MaxPool, decomp::decomposeMaxPool},
-      {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices}};
+      {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices},
+      {OpKind::CumSum, decomp::decomposeScan},
+      {OpKind::CumProd, decomp::decomposeScan},
+      {OpKind::LogCumSumExp, decomp::decomposeScan}};
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

@@ -1,0 +1,40 @@
+/// Inclusive scans as masked reductions over a broadcast view (fused: nothing is materialized):
+///   cumsum(x)[j]       = sum_k  (k <= j ? x[k] : 0)
+///   cumprod(x)[j]      = prod_k (k <= j ? x[k] : 1)
+///   logcumsumexp(x)[j] = m[j] + log(sum_k (k <= j ? exp(x[k] - m[j]) : 0)),
+///                        m[j] = max_k (k <= j ? x[k] : -inf)  (a prefix max, so no underflow)
+/// The work is quadratic in the scanned length.
+#include "braze/lowering/decompose/Decompose.h"
+
+#include <cmath>
+
+namespace braze::decomp {
+
+Node *decomposeScan(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  if (x->rank() == 0)
+    return x;
+  int64_t d = n->attrs().getInt("dim");
+  // [.., n, ..] -> [.., n (j), n (k), ..]
+  std::vector<SymExpr> wide = x->shape();
+  wide.insert(wide.begin() + d, x->shape()[d]);
+  Node *xs = b.expand(b.unsqueeze(x, d), wide);
+  Node *mask = b.binary(OpKind::Le, b.iota(DType::Int64, wide, d + 1), b.iota(DType::Int64, wide, d));
+  DType t = x->dtype();
+  auto masked = [&](Node *v, double identity) { return b.where(mask, v, b.scalar(identity, t)); };
+  if (n->op() == OpKind::CumSum)
+    return b.reduce(OpKind::Sum, masked(xs, 0.0), {d + 1}, false, t);
+  if (n->op() == OpKind::CumProd)
+    return b.reduce(OpKind::Prod, masked(xs, 1.0), {d + 1}, false, t);
+  {
+    Node *m = b.reduce(OpKind::Amax, masked(xs, -INFINITY), {d + 1}, true);
+    // A prefix of -inf gives m = -inf; subtract 0 there instead so the result stays -inf.
+    Node *finite = b.unary(OpKind::IsInf, m);
+    Node *shift = b.where(finite, b.scalar(0.0, t), m);
+    Node *e = b.unary(OpKind::Exp, b.sub(xs, shift));
+    Node *s = b.reduce(OpKind::Sum, masked(e, 0.0), {d + 1}, false);
+    return b.add(b.unary(OpKind::Log, s), b.squeeze(shift, {d + 1}));
+  }
+}
+
+} // namespace braze::decomp

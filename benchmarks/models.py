@@ -27,6 +27,12 @@ def _token_ids(vocab):
     return (torch.randint(0, vocab, (BATCH, SEQ)),)
 
 
+# The configs keep transformers' defaults where the tests (tests/python/test_models.py) do, so the
+# models run as a plain `model(ids)` call does, use_cache=True included: with use_cache=False,
+# transformers 5 builds the causal mask through a multi-tensor aten.index that braze leaves to
+# eager (4-5 fallback ops, 2 graphs for GPT-2 and LLaMA).
+
+
 def _last_hidden_state(model):
     model.eval()
 
@@ -39,23 +45,22 @@ def _last_hidden_state(model):
 def gpt2():
     t = _quiet_transformers()
     cfg = t.GPT2Config(n_layer=6, n_embd=384, n_head=6, vocab_size=8192, n_positions=SEQ,
-                       bos_token_id=0, eos_token_id=0, use_cache=False)
+                       bos_token_id=0, eos_token_id=0)
     return _last_hidden_state(t.GPT2Model(cfg)), _token_ids(cfg.vocab_size)
 
 
 def bert():
     t = _quiet_transformers()
     cfg = t.BertConfig(num_hidden_layers=4, hidden_size=768, num_attention_heads=12,
-                       intermediate_size=3072, vocab_size=8192, max_position_embeddings=SEQ,
-                       use_cache=False)
-    return _last_hidden_state(t.BertModel(cfg, add_pooling_layer=False)), _token_ids(cfg.vocab_size)
+                       intermediate_size=3072, vocab_size=8192, max_position_embeddings=SEQ)
+    return _last_hidden_state(t.BertModel(cfg)), _token_ids(cfg.vocab_size)
 
 
 def llama():
     t = _quiet_transformers()
     cfg = t.LlamaConfig(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
                         num_key_value_heads=4, intermediate_size=1408, vocab_size=8192,
-                        max_position_embeddings=SEQ, use_cache=False)
+                        max_position_embeddings=SEQ)
     return _last_hidden_state(t.LlamaModel(cfg)), _token_ids(cfg.vocab_size)
 
 

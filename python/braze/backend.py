@@ -78,16 +78,20 @@ class _BrazeGraph:
     inputs whose shapes or strides the compiled graph does not accept (guards should prevent
     it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
-    def __init__(self, compiled, tensor_positions, constants, eager):
+    def __init__(self, compiled, tensor_positions, constants, needs_seed, eager):
         self.compiled = compiled
         self.tensor_positions = tensor_positions
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
+        self.needs_seed = needs_seed  # random ops: a fresh seed from torch's generator per call
         self.eager = eager
         self.warned = False
 
     def __call__(self, *args):
+        inputs = [args[i] for i in self.tensor_positions] + self.constants
+        if self.needs_seed:
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64))
         try:
-            return self.compiled.run([args[i] for i in self.tensor_positions] + self.constants)
+            return self.compiled.run(inputs)
         except _C.RunError as e:
             if "compiled graph expects" not in str(e) and "expected" not in str(e):
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -136,7 +140,7 @@ def _compile_whole(gm, opts):
     t.g.output(handles, layouts)
     compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
     _last_sources.append(compiled.source)
-    return (_BrazeGraph(compiled, positions, constants, gm.forward),
+    return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward),
             isinstance(outputs, (tuple, list)))
 
 

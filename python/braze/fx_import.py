@@ -34,6 +34,7 @@ class Translator:
         self.g = _C.Graph()
         self.values = {}   # fx node -> graph handle (or tuple of handles)
         self.symbols = {}  # sympy symbol name -> sym handle
+        self.seed = None   # the i64 seed input, created by the first random op
 
     # ---- symbolic sizes -------------------------------------------------------------
     def sym(self, d):
@@ -496,6 +497,34 @@ def _scan(t, node, x, dim, dtype=None):
     op = {aten.cumsum.default: "cumsum", aten.cumprod.default: "cumprod",
           aten.logcumsumexp.default: "logcumsumexp"}[node.target]
     return t.g.scan(op, h, dim, dtype_name(dtype) if dtype is not None else None)
+
+
+def _random(t, node, distribution):
+    val = node.meta["val"]
+    if val.device.type != "cpu":
+        raise Unsupported(f"random numbers on {val.device}")
+    if t.seed is None:
+        t.seed = t.g.input("seed", "i64", [], [])
+    return t.g.random(distribution, dtype_name(val.dtype), t.shape(val.shape), t.seed)
+
+
+@rule(aten.rand.default, aten.rand_like.default)
+def _rand(t, node, *args, **kwargs):
+    return _random(t, node, "uniform")
+
+
+@rule(aten.randn.default, aten.randn_like.default)
+def _randn(t, node, *args, **kwargs):
+    return _random(t, node, "normal")
+
+
+@rule(aten.bernoulli.p)
+def _bernoulli(t, node, x, p=0.5, generator=None):
+    if generator is not None:
+        raise Unsupported("bernoulli with an explicit generator")
+    u = _random(t, node, "uniform")
+    keep = t.g.elementwise("lt", [u, t.g.full(float(p), t.g.dtype(u), [])])
+    return t.g.convert(keep, dtype_name(node.meta["val"].dtype))
 
 
 @rule(aten.split_with_sizes.default, aten.split.Tensor)

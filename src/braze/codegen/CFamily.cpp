@@ -245,6 +245,8 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
     return wrap(t, x + " ^ " + a[1]);
   case ScalarOpKind::Where:
     return "(" + x + " ? " + a[1] + " : " + a[2] + ")";
+  case ScalarOpKind::PhiloxUniform:
+    return wrap(t, "braze_philox_uniform((uint64_t)(" + x + "), (uint64_t)(" + a[1] + "))");
   case ScalarOpKind::Cast:
     return convert(x, in, t);
   }
@@ -336,6 +338,19 @@ template <typename T> static inline T braze_pow_int(T a, T b) {
   T r = 1;
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
   return r;
+}
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"): the first
+// output word of the block for `counter`, keyed by `seed`, as a float in [0, 1).
+static inline float braze_philox_uniform(uint64_t seed, uint64_t counter) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * (1.0f / 16777216.0f);
 }
 static inline float braze_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
 static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }

@@ -201,6 +201,10 @@ NB_MODULE(_C, m) {
           t = dtypeFromName(*dt);
         return g.node(g.builder().scan(opFromName(op), g.at(x), d, t));
       })
+      .def("random", [](PyGraph &g, const std::string &dist, const std::string &dt,
+                        const std::vector<int> &shape, int seed) {
+        return g.node(g.builder().random(dist, dtypeFromName(dt), g.shape(shape), g.at(seed)));
+      })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

@@ -77,6 +77,10 @@ public:
   /// Inclusive scan along `dim`: op is CumSum, CumProd or LogCumSumExp. Integer and bool
   /// inputs of cumsum/cumprod accumulate in i64 (PyTorch's rule) unless `dtype` is given.
   Node *scan(OpKind op, Node *x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+  /// Random numbers from a counter-based generator keyed by `seed` (an i64 scalar tensor):
+  /// distribution "uniform" ([0, 1)) or "normal" (mean 0, variance 1). Each random node of a
+  /// graph draws from its own stream, so two calls in one graph are independent.
+  Node *random(const std::string &distribution, DType dtype, std::vector<SymExpr> shape, Node *seed);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.
@@ -109,6 +113,7 @@ private:
   std::vector<int64_t> normalizeDims(std::string_view op, std::vector<int64_t> dims, int64_t rank);
   Graph &g_;
   std::string name_;
+  int64_t nextRandomStream_ = 0;
 };
 
 } // namespace braze

@@ -157,6 +157,21 @@ std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList
   return {values, indices};
 }
 
+Node *GraphBuilder::random(const std::string &distribution, DType dtype,
+                           std::vector<SymExpr> shape, Node *seed) {
+  if (distribution != "uniform" && distribution != "normal")
+    BRAZE_USER_ERROR("random", name_) << "distribution must be 'uniform' or 'normal', got '"
+                                      << distribution << "'";
+  if (!isFloating(dtype))
+    BRAZE_USER_ERROR("random", name_) << "needs a floating-point dtype, got " << dtypeName(dtype);
+  if (seed->dtype() != DType::Int64 || seed->rank() != 0)
+    BRAZE_USER_ERROR("random", name_) << "the seed must be an i64 scalar";
+  AttrMap attrs;
+  attrs.set("distribution", distribution);
+  attrs.set("stream", nextRandomStream_++);
+  return make(OpKind::Random, {seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
 Node *GraphBuilder::scan(OpKind op, Node *x, int64_t d, std::optional<DType> dtype) {
   std::string name(opName(op));
   d = normalizeDim(name, d, x->rank());

@@ -430,6 +430,10 @@ private:
                  ? true
                  : fail("operand count does not match the 'bias' attribute");
     }
+    if (op == OpKind::Random)
+      return has("distribution", std::string{}) && has("stream", int64_t{})
+                 ? true
+                 : fail("needs attributes 'distribution' (string) and 'stream' (int)");
     if (op == OpKind::CumSum || op == OpKind::CumProd || op == OpKind::LogCumSumExp)
       return checkDim("dim", node_->operand(0)->rank());
     if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices) {

@@ -23,7 +23,8 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices},
       {OpKind::CumSum, decomp::decomposeScan},
       {OpKind::CumProd, decomp::decomposeScan},
-      {OpKind::LogCumSumExp, decomp::decomposeScan}};
+      {OpKind::LogCumSumExp, decomp::decomposeScan},
+      {OpKind::Random, decomp::decomposeRandom}};
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

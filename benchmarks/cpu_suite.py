@@ -285,8 +285,9 @@ def print_table(results, first_inductor_name, label="workload", counters=False):
         if r["name"] == first_inductor_name and "inductor_compile_s" in r:
             i_cs += " ¹"
         b_cs = _fmt_s(r.get("braze_compile_s"))
-        if r.get("braze_counters", {}).get("cache_hits"):
-            b_cs += " (cache hit)"
+        hits, misses = (r.get("braze_counters", {}).get(k, 0) for k in ("cache_hits", "cache_misses"))
+        if hits:
+            b_cs += " (cache hit)" if not misses else f" ({hits} of {hits + misses} graphs cached)"
         row = [r["workload"], _fmt_ms(r.get("eager_ms")), b_ms, i_ms, _fmt_x(r.get("braze_speedup")),
                _fmt_x(r.get("inductor_speedup")), b_cs, i_cs, b_err, i_err]
         if counters:

@@ -527,6 +527,14 @@ def _bernoulli(t, node, x, p=0.5, generator=None):
     return t.g.convert(keep, dtype_name(node.meta["val"].dtype))
 
 
+@rule(aten.avg_pool2d.default)
+def _avg_pool2d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
+    return t.g.avg_pool(t.arg(x), as_list(kernel_size), as_list(stride), as_list(padding),
+                        ceil_mode, count_include_pad, divisor_override or 0)
+
+
 @rule(aten.split_with_sizes.default, aten.split.Tensor)
 def _split(t, node, x, sizes, dim=0):
     h = t.arg(x)

@@ -20,6 +20,12 @@ CASES = {
     "max_pool_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
     "max_pool_indices": lambda x: F.max_pool2d_with_indices(x, 3, 2, 1)[1],
     "adaptive_avg_pool": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "avg_pool": lambda x: F.avg_pool2d(x, 2),
+    "avg_pool_pad_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+    "avg_pool_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "avg_pool_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                        count_include_pad=False),
+    "avg_pool_divisor": lambda x: F.avg_pool2d(x, (2, 3), divisor_override=5),
     "batch_norm_eval": lambda x: F.batch_norm(x, torch.arange(6.0), torch.arange(1.0, 7.0),
                                               torch.ones(6) * 2, torch.zeros(6), False),
 }

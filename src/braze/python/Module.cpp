@@ -205,6 +205,10 @@ NB_MODULE(_C, m) {
                         const std::vector<int> &shape, int seed) {
         return g.node(g.builder().random(dist, dtypeFromName(dt), g.shape(shape), g.at(seed)));
       })
+      .def("avg_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, bool ceil,
+                          bool include, int64_t divisor) {
+        return g.node(g.builder().avgPool(g.at(x), k, s, p, ceil, include, divisor));
+      })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

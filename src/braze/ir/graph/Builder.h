@@ -81,6 +81,9 @@ public:
   /// distribution "uniform" ([0, 1)) or "normal" (mean 0, variance 1). Each random node of a
   /// graph draws from its own stream, so two calls in one graph are independent.
   Node *random(const std::string &distribution, DType dtype, std::vector<SymExpr> shape, Node *seed);
+  /// 2-d average pooling (dilation 1); `divisor` 0 means the window count.
+  Node *avgPool(Node *x, IntList kernel, IntList stride, IntList padding, bool ceilMode,
+                bool countIncludePad, int64_t divisor);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.

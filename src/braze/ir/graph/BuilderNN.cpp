@@ -120,6 +120,33 @@ Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, In
   return make(OpKind::Convolution, ops, std::move(attrs), TensorType{x->dtype(), outShape, {}});
 }
 
+namespace {
+/// Output sizes of 2-d pooling (PyTorch's rule, ceil mode included).
+std::vector<SymExpr> poolShape(GraphBuilder &b, const std::string &op, const std::string &node,
+                               Node *x, const IntList &kernel, const IntList &stride,
+                               const IntList &padding, const IntList &dilation, bool ceilMode) {
+  sym::SymContext &s = b.sym();
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
+  for (int i = 0; i < 2; ++i) {
+    if (padding[i] * 2 > kernel[i])
+      BRAZE_USER_ERROR(op, node) << "padding " << padding[i] << " must be at most half the kernel "
+                                 << kernel[i];
+    int64_t n;
+    if (!s.constValue(x->shape()[x->rank() - 2 + i], n))
+      BRAZE_USER_ERROR(op, node) << "spatial sizes must be static";
+    int64_t span = dilation[i] * (kernel[i] - 1) + 1, padded = n + 2 * padding[i];
+    int64_t out = (padded - span + (ceilMode ? stride[i] - 1 : 0)) / stride[i] + 1;
+    // The last window must start inside the input or the left padding.
+    if (ceilMode && (out - 1) * stride[i] >= n + padding[i])
+      --out;
+    if (out <= 0)
+      BRAZE_USER_ERROR(op, node) << "output size would be " << out;
+    shape.push_back(b.dim(out));
+  }
+  return shape;
+}
+} // namespace
+
 std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList stride,
                                                 IntList padding, IntList dilation, bool ceilMode) {
   if (x->rank() != 3 && x->rank() != 4)
@@ -129,24 +156,8 @@ std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList
   stride = perDim(stride.empty() ? kernel : stride, 2, 1);
   padding = perDim(padding, 2, 0);
   dilation = perDim(dilation, 2, 1);
-  sym::SymContext &s = sym();
-  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
-  for (int i = 0; i < 2; ++i) {
-    if (padding[i] * 2 > kernel[i])
-      BRAZE_USER_ERROR("max_pool2d", name_) << "padding " << padding[i]
-                                            << " must be at most half the kernel " << kernel[i];
-    int64_t n;
-    if (!s.constValue(x->shape()[x->rank() - 2 + i], n))
-      BRAZE_USER_ERROR("max_pool2d", name_) << "spatial sizes must be static";
-    int64_t span = dilation[i] * (kernel[i] - 1) + 1, padded = n + 2 * padding[i];
-    int64_t out = (padded - span + (ceilMode ? stride[i] - 1 : 0)) / stride[i] + 1;
-    // The last window must start inside the input or the left padding (PyTorch's rule).
-    if (ceilMode && (out - 1) * stride[i] >= n + padding[i])
-      --out;
-    if (out <= 0)
-      BRAZE_USER_ERROR("max_pool2d", name_) << "output size would be " << out;
-    shape.push_back(dim(out));
-  }
+  std::vector<SymExpr> shape =
+      poolShape(*this, "max_pool2d", name_, x, kernel, stride, padding, dilation, ceilMode);
   AttrMap attrs;
   attrs.set("kernel", kernel);
   attrs.set("stride", stride);
@@ -155,6 +166,30 @@ std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList
   Node *values = make(OpKind::MaxPool, {x}, attrs, TensorType{x->dtype(), shape, {}});
   Node *indices = make(OpKind::MaxPoolIndices, {x}, attrs, TensorType{DType::Int64, shape, {}});
   return {values, indices};
+}
+
+Node *GraphBuilder::avgPool(Node *x, IntList kernel, IntList stride, IntList padding,
+                            bool ceilMode, bool countIncludePad, int64_t divisor) {
+  if (x->rank() != 3 && x->rank() != 4)
+    BRAZE_USER_ERROR("avg_pool2d", name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
+                                          << x->rank();
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR("avg_pool2d", name_) << "needs a floating-point input, got "
+                                          << dtypeName(x->dtype());
+  kernel = perDim(kernel, 2, 1);
+  stride = perDim(stride.empty() ? kernel : stride, 2, 1);
+  padding = perDim(padding, 2, 0);
+  IntList dilation{1, 1};
+  std::vector<SymExpr> shape =
+      poolShape(*this, "avg_pool2d", name_, x, kernel, stride, padding, dilation, ceilMode);
+  AttrMap attrs;
+  attrs.set("kernel", kernel);
+  attrs.set("stride", stride);
+  attrs.set("padding", padding);
+  attrs.set("dilation", dilation);
+  attrs.set("count_include_pad", countIncludePad);
+  attrs.set("divisor", divisor);
+  return make(OpKind::AvgPool, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::random(const std::string &distribution, DType dtype,

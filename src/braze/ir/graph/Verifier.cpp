@@ -436,7 +436,7 @@ private:
                  : fail("needs attributes 'distribution' (string) and 'stream' (int)");
     if (op == OpKind::CumSum || op == OpKind::CumProd || op == OpKind::LogCumSumExp)
       return checkDim("dim", node_->operand(0)->rank());
-    if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices) {
+    if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices || op == OpKind::AvgPool) {
       for (const char *name : {"kernel", "stride", "padding", "dilation"})
         if (!has(name, IntList{}) || a.getInts(name).size() != 2)
           return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");

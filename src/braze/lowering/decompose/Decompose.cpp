@@ -24,7 +24,8 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::CumSum, decomp::decomposeScan},
       {OpKind::CumProd, decomp::decomposeScan},
       {OpKind::LogCumSumExp, decomp::decomposeScan},
-      {OpKind::Random, decomp::decomposeRandom}};
+      {OpKind::Random, decomp::decomposeRandom},
+      {OpKind::AvgPool, decomp::decomposeAvgPool}};
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

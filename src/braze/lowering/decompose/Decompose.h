@@ -23,6 +23,7 @@ Node *decomposeConvolution(GraphBuilder &b, Node *n);
 Node *decomposeMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);
+Node *decomposeAvgPool(GraphBuilder &b, Node *n);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.

@@ -10,39 +10,62 @@
 namespace braze::decomp {
 
 namespace {
-Node *windows(GraphBuilder &b, Node *n) {
+/// The pooling windows of x (whose last two dims are pooled) as [.., OH, OW, kh * kw]: the
+/// declared padding is filled with `padValue`, the extra right padding ceil mode needs with
+/// `extraValue`.
+Node *windows(GraphBuilder &b, Node *n, Node *x, double padValue, double extraValue) {
   const AttrMap &a = n->attrs();
   const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
                 &d = a.getInts("dilation");
-  Node *x = n->operand(0);
-  double lowest = isFloating(x->dtype()) ? -INFINITY
-                                         : static_cast<double>(std::numeric_limits<int64_t>::min());
-  int64_t r = x->rank();
+  int64_t r = x->rank(), nr = n->rank();
   for (int i = 0; i < 2; ++i) {
     int64_t size, out;
     b.sym().constValue(x->shape()[r - 2 + i], size);
-    b.sym().constValue(n->shape()[r - 2 + i], out);
+    b.sym().constValue(n->shape()[nr - 2 + i], out);
     int64_t span = d[i] * (k[i] - 1) + 1;
     int64_t right = std::max<int64_t>(0, (out - 1) * st[i] + span - (size + p[i]));
-    x = b.pad(x, r - 2 + i, p[i], right, lowest);
+    x = b.pad(x, r - 2 + i, p[i], p[i], padValue);
+    x = b.pad(x, r - 2 + i, 0, right - std::min(right, p[i]) , extraValue);
+    if (right < p[i]) // the declared right padding is more than the windows reach
+      x = b.slice(x, r - 2 + i, 0, size + p[i] + right, 1);
     x = b.unfold(x, r - 2 + i, k[i], st[i], d[i]);
-    // unfold appends the window dim; keep the spatial dims where they were
   }
-  std::vector<SymExpr> shape = n->shape();
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
   shape.push_back(b.dim(k[0] * k[1]));
   return b.reshape(x, shape);
+}
+
+double lowestOf(DType t) {
+  return isFloating(t) ? -INFINITY : static_cast<double>(std::numeric_limits<int64_t>::min());
 }
 } // namespace
 
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
-  return b.reduce(OpKind::Amax, windows(b, n), {-1}, false);
+  double lowest = lowestOf(n->dtype());
+  return b.reduce(OpKind::Amax, windows(b, n, n->operand(0), lowest, lowest), {-1}, false);
+}
+
+/// avg_pool(x) = sum(window) / divisor, where the divisor is divisor_override, or the count of
+/// window positions inside the input (plus the declared padding with count_include_pad).
+Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  Node *sum = b.reduce(OpKind::Sum, windows(b, n, x, 0.0, 0.0), {-1}, false);
+  int64_t divisor = n->attrs().getInt("divisor");
+  if (divisor != 0)
+    return b.div(sum, b.scalar(static_cast<double>(divisor), n->dtype()));
+  std::vector<SymExpr> plane(x->shape().end() - 2, x->shape().end());
+  Node *ones = b.full(1.0, n->dtype(), plane);
+  double padded = n->attrs().getBool("count_include_pad") ? 1.0 : 0.0;
+  Node *count = b.reduce(OpKind::Sum, windows(b, n, ones, padded, 0.0), {-1}, false);
+  return b.div(sum, count);
 }
 
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {
   const AttrMap &a = n->attrs();
   const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
                 &d = a.getInts("dilation");
-  Node *pos = b.reduce(OpKind::ArgMax, windows(b, n), {-1}, false);
+  double lowest = lowestOf(n->operand(0)->dtype());
+  Node *pos = b.reduce(OpKind::ArgMax, windows(b, n, n->operand(0), lowest, lowest), {-1}, false);
   std::vector<SymExpr> shape = n->shape();
   int64_t r = static_cast<int64_t>(shape.size());
   auto scalar = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };

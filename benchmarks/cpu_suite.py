@@ -49,6 +49,9 @@ def _parse_args(argv=None):
     p.add_argument("--list", action="store_true", help="list the workloads and models and exit")
     p.add_argument("--no-models", action="store_true", help="skip the models section")
     p.add_argument("--repeats", type=int, default=100, help="timed samples per contender (default 100)")
+    p.add_argument("--model-repeats", type=int, default=30,
+                   help="timed samples per contender for the models (default 30: a model call "
+                        "takes 10-100 ms eager, so a sample is one call)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per contender (default 3)")
     p.add_argument("--min-sample-ms", type=float, default=5.0,
                    help="a sample repeats a call until it lasts at least this long (default 5)")
@@ -315,7 +318,8 @@ def _run_section(names, run, repeats):
         t = time.perf_counter()
         r = run(n, repeats)
         results.append(r)
-        status = "braze ERROR" if "braze_error" in r else "braze MISMATCH" if r.get("braze_mismatch") else "ok"
+        status = ("braze ERROR" if "braze_error" in r else
+                  "braze MISMATCH" if r.get("braze_mismatch") else "ok")
         print(f"  {n}: done in {time.perf_counter() - t:.1f} s ({status})", file=sys.stderr, flush=True)
     return results
 
@@ -335,7 +339,8 @@ def _print_notes(results):
             notes.append(f"braze raised {r['braze_error']}")
         if r.get("braze_mismatch"):
             notes.append("braze differs from eager beyond assert_close's "
-                         + (f"rtol={r['rtol']:g}, atol={r['atol']:g}" if "rtol" in r else "float32 tolerances")
+                         + (f"rtol={r['rtol']:g}, atol={r['atol']:g}" if "rtol" in r
+                            else "float32 tolerances")
                          + ":\n    " + r["braze_mismatch"].replace("\n", "\n    "))
         c = r.get("braze_counters", {})
         if c.get("fallback_graphs") or c.get("fallback_ops"):
@@ -379,7 +384,8 @@ def main():
     print(f"# caches: BRAZE_CACHE_DIR={os.environ.get('BRAZE_CACHE_DIR', '(default ~/.cache/braze)')} "
           f"TORCHINDUCTOR_CACHE_DIR={os.environ.get('TORCHINDUCTOR_CACHE_DIR', '(default)')}"
           f"{'' if ARGS.warm_cache else ' (fresh: cold compiles)'}")
-    print(f"# {ARGS.repeats} interleaved repeats after {ARGS.warmup} warm-up calls; "
+    print(f"# {ARGS.repeats} interleaved repeats ({ARGS.model_repeats} for the models) "
+          f"after {ARGS.warmup} warm-up calls; "
           f"samples >= {ARGS.min_sample_ms} ms; malloc: "
           + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
              + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
@@ -388,7 +394,7 @@ def main():
         harness.prime_dynamo()
         t_suite = time.perf_counter()
         results = _run_section(workload_names, run_workload, ARGS.repeats)
-        model_results = _run_section(model_names, run_model, ARGS.repeats)
+        model_results = _run_section(model_names, run_model, ARGS.model_repeats)
         suite_s = time.perf_counter() - t_suite
 
     everything = results + model_results
@@ -419,7 +425,8 @@ def main():
     if ARGS.json:
         meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
                 "cpus": os.cpu_count(), "machine": platform.machine(),
-                "repeats": ARGS.repeats, "warmup": ARGS.warmup, "min_sample_ms": ARGS.min_sample_ms,
+                "repeats": ARGS.repeats, "model_repeats": ARGS.model_repeats, "warmup": ARGS.warmup,
+                "min_sample_ms": ARGS.min_sample_ms,
                 "warm_cache": ARGS.warm_cache, "malloc": ARGS.malloc, "command": " ".join([sys.executable] + sys.argv),
                 "braze_cache_dir": os.environ.get("BRAZE_CACHE_DIR"),
                 "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),

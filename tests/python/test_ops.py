@@ -138,3 +138,9 @@ def test_scans(name, dtype):
     out = torch.compile(fn, backend="braze", dynamic=False)(x)
     torch.testing.assert_close(out, fn(x), equal_nan=True)
     assert braze.counters()["fallback_ops"] == before
+
+
+def test_cat_with_an_empty_operand():
+    x = torch.randn(4, 3)
+    fn = lambda t: torch.cat([t[:0], t * 2, t[4:]], 0)
+    torch.testing.assert_close(torch.compile(fn, backend="braze", dynamic=False)(x), fn(x))

@@ -431,6 +431,13 @@ Node *GraphBuilder::concat(std::vector<Node *> xs, int64_t d) {
     dtype = promoteTypes(dtype, x->dtype());
     total = sym().add(total, x->shape()[d]);
   }
+  // An operand with no elements along `dim` contributes nothing (and must not be read).
+  std::vector<Node *> nonEmpty;
+  for (Node *x : kept)
+    if (!x->shape()[d]->isConst(0))
+      nonEmpty.push_back(x);
+  if (!nonEmpty.empty())
+    kept = nonEmpty;
   if (kept.size() == 1)
     return convert(kept[0], dtype);
   for (Node *&x : kept)

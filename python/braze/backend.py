@@ -272,6 +272,25 @@ _EXTRA_DECOMPOSITIONS = [
 ]
 
 
+def _unless(decomposition, refuse):
+    """The decomposition, except for inputs where `refuse(dtype)`: then the op stays whole and
+    braze leaves it to eager PyTorch."""
+    def wrapper(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and refuse(x.dtype):
+            return NotImplemented
+        return decomposition(x, *args, **kwargs)
+    return wrapper
+
+
+# PyTorch's decompositions of these compute half-precision inputs in f32, while the eager
+# kernels round every step (and may overflow to inf): braze would differ from eager.
+_HALF_SENSITIVE = ("linalg_cross", "soft_margin_loss", "hinge_embedding_loss")
+
+
+def _is_half(dtype):
+    return dtype in (torch.float16, torch.bfloat16)
+
+
 def _decompositions():
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
@@ -284,14 +303,37 @@ def _decompositions():
             extra.append(op)
     table.update(get_decompositions(extra))
     # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
+    for op, fn in list(table.items()):
+        if any(name in str(op) for name in _HALF_SENSITIVE):
+            table[op] = _unless(fn, _is_half)
     for op in (torch.ops.aten.silu.default, torch.ops.aten.gelu.default,
                torch.ops.aten.var_mean.correction, torch.ops.aten.native_layer_norm.default):
         table.pop(op, None)
     return table
 
 
+def _integer_interpolation(gm):
+    """PyTorch decomposes bilinear/bicubic interpolation (before any backend sees it) into float
+    math that truncates integer results, where its kernels round: such graphs stay in eager."""
+    import torch.nn.functional as F
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (F.interpolate, F.upsample,
+                                                          F.upsample_bilinear):
+            x = node.args[0].meta.get("example_value") if node.args else None
+            mode = node.kwargs.get("mode", node.args[3] if len(node.args) > 3 else "nearest")
+            if (isinstance(x, torch.Tensor) and not x.dtype.is_floating_point
+                    and (node.target is F.upsample_bilinear or mode in ("bilinear", "bicubic"))):
+                return True
+    return False
+
+
 def braze_backend(gm, example_inputs, options=None):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
+    if _integer_interpolation(gm):
+        _fallback_counts["fallback_graphs"] += 1
+        _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
+                      "differently from its kernel; running this graph in eager PyTorch")
+        return gm.forward
     if isinstance(options, dict):
         opts = Options(**options)
     elif isinstance(options, Options):

@@ -255,6 +255,8 @@ def main(argv=None):
     os.environ["BRAZE_CACHE_DIR"] = os.path.abspath(args.cache_dir)
     os.makedirs(os.environ["BRAZE_CACHE_DIR"], exist_ok=True)
     sys.path.insert(0, HERE)
+    # The forkserver imports pair_runner once (Python 3.11 does not pass it sys.path).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
     import warnings
     warnings.simplefilter("ignore")
     pairs = select_pairs(args)

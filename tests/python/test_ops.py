@@ -144,3 +144,26 @@ def test_cat_with_an_empty_operand():
     x = torch.randn(4, 3)
     fn = lambda t: torch.cat([t[:0], t * 2, t[4:]], 0)
     torch.testing.assert_close(torch.compile(fn, backend="braze", dynamic=False)(x), fn(x))
+
+
+def test_matches_eager_where_pytorch_decompositions_would_upcast_half():
+    """These ops stay whole (eager) for half inputs, since PyTorch's decompositions compute them
+    in f32 and would differ from eager's per-step rounding (or its overflow to inf)."""
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 3, 5).bfloat16(), torch.randn(5, 3, 5).bfloat16()
+    x, y = torch.randn(20).half() * 20, torch.sign(torch.randn(20)).half()
+    u8 = torch.randint(0, 255, (2, 3, 5, 5), dtype=torch.uint8)
+    for fn, args in [(lambda a, b: torch.linalg.cross(a, b, dim=1), (a, b)),
+                     (lambda x, y: F.soft_margin_loss(x, y), (x, y)),
+                     (lambda x: F.interpolate(x, size=(13, 13), mode="bilinear"), (u8,))]:
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend="braze", dynamic=False)(*args)
+        assert torch.equal(out, fn(*args))
+
+
+def test_half_precision_ops_round_each_step_like_eager():
+    torch.manual_seed(0)
+    x = (torch.randn(1000) * 300).half()
+    fn = lambda t: (t * t).exp2() - t * 3   # overflows to inf in f16 exactly where eager does
+    out = torch.compile(fn, backend="braze", dynamic=False)(x)
+    torch.testing.assert_close(out, fn(x), equal_nan=True)

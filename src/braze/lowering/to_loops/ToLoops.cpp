@@ -213,14 +213,17 @@ private:
       cost += xs.back()->cost;
     }
     ScalarOpKind op = scalarOpFor(n->op());
-    DType out = computeType(n->dtype());
+    DType storage = n->dtype(), out = computeType(storage);
     std::vector<SymExpr> outShape = n->shape();
-    return settle(n, lazy([this, xs, shapes, op, out, outShape](const Index &idx) {
+    return settle(n, lazy([this, xs, shapes, op, storage, out, outShape](const Index &idx) {
                     std::vector<const Expr *> args;
                     for (size_t i = 0; i < xs.size(); ++i)
                       args.push_back(xs[i]->load(broadcastIndex(s_, idx, outShape, shapes[i])));
-                    return ex_.op(op, std::move(args), out);
-                  }, cost));
+                    const Expr *v = ex_.op(op, std::move(args), out);
+                    // A half-precision op rounds its result, as PyTorch's kernel does for each
+                    // op (overflow to inf included); composites compute in f32 on purpose.
+                    return ex_.cast(ex_.cast(v, storage), out);
+                  }, cost + (out != storage ? 2 : 0)));
   }
 
   Value lowerReduction(Node *n) {

@@ -131,6 +131,9 @@ def _compile_whole(gm, opts):
         elif node.op == "output":
             outputs = node.args[0]
     flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    if not flat:
+        # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
+        return (lambda *args: []), True
     handles, layouts = [], []
     for o in flat:
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):

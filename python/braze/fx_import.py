@@ -181,7 +181,8 @@ for _op, _targets in {
     "bitwise_and": [aten.bitwise_and.Tensor, aten.bitwise_and.Scalar],
     "bitwise_or": [aten.bitwise_or.Tensor, aten.bitwise_or.Scalar],
     "bitwise_xor": [aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar],
-    "pow": [aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor],
+    "pow": [aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar],
+    "lgamma": [aten.lgamma.default], "copysign": [aten.copysign.Tensor, aten.copysign.Scalar],
     "where": [aten.where.self],
 }.items():
     rule(*_targets)(_elementwise(_op))
@@ -205,9 +206,16 @@ def _div(t, node, a, b, rounding_mode=None):
         return t.g.elementwise("div", [x, y])
     if rounding_mode == "floor":
         return t.g.elementwise("floordiv", [x, y])
-    if t.g.dtype(x) in ("f16", "bf16", "f32", "f64"):
+    if t.g.dtype(x) in ("f16", "bf16", "f32", "f64") or t.g.dtype(y) in ("f16", "bf16", "f32", "f64"):
         return t.g.elementwise("trunc", [t.g.elementwise("div", [x, y])])
-    raise Unsupported("integer division with rounding_mode='trunc'")
+    # Integers: floor division, plus one where the exact quotient is negative and inexact.
+    q = t.g.elementwise("floordiv", [x, y])
+    r = t.g.elementwise("remainder", [x, y])
+    zero = t.g.full(0.0, t.g.dtype(q), [])
+    inexact = t.g.elementwise("ne", [r, zero])
+    negative = t.g.elementwise("ne", [t.g.elementwise("lt", [x, zero]), t.g.elementwise("lt", [y, zero])])
+    fix = t.g.elementwise("logical_and", [inexact, negative])
+    return t.g.elementwise("where", [fix, t.g.elementwise("add", [q, t.g.full(1.0, t.g.dtype(q), [])]), q])
 
 
 @rule(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
@@ -533,6 +541,24 @@ def _avg_pool2d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
     as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
     return t.g.avg_pool(t.arg(x), as_list(kernel_size), as_list(stride), as_list(padding),
                         ceil_mode, count_include_pad, divisor_override or 0)
+
+
+@rule(aten.diagonal.default)
+def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
+    return t.g.diagonal(t.arg(x), offset, dim1, dim2)
+
+
+@rule(aten.unfold.default)
+def _unfold(t, node, x, dim, size, step):
+    return t.g.unfold(t.arg(x), dim, size, step)
+
+
+@rule(aten.copy.default)
+def _copy(t, node, dst, src, non_blocking=False):
+    """Functional copy: src converted to dst's dtype and broadcast to its shape."""
+    d = t.arg(dst)
+    h = t.g.convert(t.arg(src), t.g.dtype(d))
+    return t.g.expand(h, t.g.shape(d))
 
 
 @rule(aten.split_with_sizes.default, aten.split.Tensor)

@@ -18,6 +18,7 @@ reproduces with braze's decompositions and eager kernels), and the commonest fal
     python tests/conformance/op_db_sweep.py --subset        # the fixed quick subset
     python tests/conformance/op_db_sweep.py --ops add,sum --dtypes float32 --samples 5
     python tests/conformance/op_db_sweep.py --json build/conformance.json --no-fail
+    python tests/conformance/op_db_sweep.py --replay build/conformance-repro/cross-bfloat16.pt
 
 Exit status 1 when any pair is wrong or crashed (0 with --no-fail).
 """
@@ -64,8 +65,13 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", default=os.path.join(ROOT, "build", "conformance-cache"),
                    help="BRAZE_CACHE_DIR for the workers (default build/conformance-cache)")
     p.add_argument("--json", metavar="PATH", help="write every pair's record and the summary")
+    p.add_argument("--repro-dir", default=os.path.join(ROOT, "build", "conformance-repro"),
+                   help="where each wrong or crashed pair's sample is saved with torch.save "
+                        "(default build/conformance-repro)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even with wrong or crashed pairs")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--replay", metavar="PT", nargs="+",
+                   help="rerun saved failing samples (files of --repro-dir) in this process")
     return p.parse_args(argv)
 
 
@@ -239,11 +245,26 @@ def print_report(records, dtypes, elapsed, out=sys.stdout):
             w(f"    - sample: {r['sample']}\n")
         if r.get("diagnosis"):
             w(f"    - diagnosis: {r['diagnosis'].splitlines()[0] if r['diagnosis'] else ''}\n")
+        if r.get("repro"):
+            w(f"    - repro: {os.path.relpath(r['repro'], ROOT) if os.path.isabs(r['repro']) else r['repro']}\n")
     reasons = fallback_reasons(records)
     w(f"\n## Commonest fallback reasons (pairs that fell back, by target; top {len(reasons)})\n\n")
     w("| pairs | target | example reason | example pair |\n|---:|---|---|---|\n")
     for target, n, why, pair in reasons:
         w(f"| {n} | `{target}` | {why.replace('|', '/')[:140]} | {pair} |\n")
+
+
+def braze_build():
+    """Which braze this sweep ran: the repository's HEAD and when the package was installed."""
+    import subprocess
+    import braze
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        head = "?"
+    installed = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(braze._C.__file__)))
+    return f"HEAD {head}, braze installed {installed}"
 
 
 def main(argv=None):
@@ -254,16 +275,23 @@ def main(argv=None):
     os.environ.pop("BRAZE_STRICT", None)
     os.environ["BRAZE_CACHE_DIR"] = os.path.abspath(args.cache_dir)
     os.makedirs(os.environ["BRAZE_CACHE_DIR"], exist_ok=True)
+    os.environ["CONFORMANCE_REPRO_DIR"] = os.path.abspath(args.repro_dir)
     sys.path.insert(0, HERE)
     # The forkserver imports pair_runner once (Python 3.11 does not pass it sys.path).
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
     import warnings
     warnings.simplefilter("ignore")
+    if args.replay:
+        import pair_runner
+        pair_runner.setup_worker()
+        for path in args.replay:
+            print(pair_runner.replay(path))
+        return 0
     pairs = select_pairs(args)
     dtypes = [d for d in DTYPES if any(p[1] == d for p in pairs)]
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["pair_runner"])  # torch, op_db and braze imported once
-    records, t0 = [], time.time()
+    records, t0, build = [], time.time(), braze_build()
 
     def on_result(rec):
         records.append(rec)
@@ -278,11 +306,12 @@ def main(argv=None):
         [(name, d, args.samples) for name, d in pairs], on_result)
     elapsed = time.time() - t0
     records.sort(key=lambda r: (r["op"], DTYPES.index(r["dtype"])))
+    print(f"op_db conformance sweep: {len(pairs)} (op, dtype) pairs, {args.samples} samples each; {build}")
     print_report(records, dtypes, elapsed)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"samples": args.samples, "seconds": round(elapsed, 1),
+            json.dump({"samples": args.samples, "seconds": round(elapsed, 1), "build": build,
                        "summary": summarize(records, dtypes),
                        "fallback_reasons": fallback_reasons(records), "pairs": records}, f, indent=1)
     failed = any(r["status"] in ("wrong", "crashed") for r in records)

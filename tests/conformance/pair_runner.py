@@ -282,6 +282,40 @@ def _diagnose(fn, sample, expected, tol, shape_only):
     return "passes with braze's decompositions and eager kernels (fault in braze)"
 
 
+def _save_repro(name, dtype_name, sample, expected):
+    """Saves the failing sample and eager's result under $CONFORMANCE_REPRO_DIR; returns the path.
+    Replay: d = torch.load(path, weights_only=False); inp, args, kwargs = d["sample"];
+    OPS[d["op"]].op(inp, *args, **kwargs) is eager's d["expected"]."""
+    folder = os.environ.get("CONFORMANCE_REPRO_DIR")
+    if not folder:
+        return ""
+    path = os.path.join(folder, f"{name}-{dtype_name}.pt")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        torch.save({"op": name, "dtype": dtype_name,
+                    "sample": copy_tree((sample.input, sample.args, sample.kwargs)),
+                    "expected": expected}, path)
+        return path
+    except Exception as e:  # a sample torch.save cannot write; the description stays
+        return f"not saved ({_first_line(e)})"
+
+
+def replay(path):
+    """Reruns a saved failing sample eagerly and through braze; returns a report line."""
+    d = torch.load(path, weights_only=False)
+    op, dtype = OPS[d["op"]], getattr(torch, d["dtype"])
+    inp, args, kwargs = d["sample"]
+    sample = type("Sample", (), {"input": inp, "args": args, "kwargs": kwargs})()
+    expected = _eager(op.op, sample)
+    torch._dynamo.reset()
+    try:
+        actual = _run_compiled(op.op, sample, "braze")
+    except Exception as e:
+        return f"{d['op']} {d['dtype']} ({describe_sample(sample)}): compiled raised {_first_line(e)}"
+    why, _ = compare(actual, expected, lambda out: tolerances(op, dtype, out), is_random(d["op"]))
+    return f"{d['op']} {d['dtype']} ({describe_sample(sample)}): {why or 'matches eager now'}"
+
+
 def parse_fallbacks(text):
     """The lines following each fallback header: 'node (target): reason' or a graph reason."""
     lines = text.splitlines()
@@ -300,8 +334,9 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
     tol = lambda out_dtype: tolerances(op, dtype, out_dtype)  # noqa: E731
     atol, rtol = tol(dtype) if dtype.is_floating_point else tol(torch.float64)
     rec = {"op": name, "dtype": dtype_name, "status": None, "reason": "", "sample": "",
-           "samples_run": 0, "shape_only_samples": 0, "eager_failures": 0, "fallbacks": [], "graph_breaks": [],
-           "shape_only": shape_only, "atol": atol, "rtol": rtol, "diagnosis": "", "max_abs_diff": None}
+           "samples_run": 0, "shape_only_samples": 0, "eager_failures": 0, "fallbacks": [],
+           "graph_breaks": [], "shape_only": shape_only, "atol": atol, "rtol": rtol,
+           "diagnosis": "", "max_abs_diff": None}
     t0 = time.time()
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -309,7 +344,7 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
     captured = io.StringIO()
     old_stderr = sys.stderr
     sys.stderr = captured
-    failure = None  # (status, reason, sample, expected)
+    failure = None  # (status, reason, sample, expected, shape_only)
     try:
         torch.manual_seed(0)
         try:
@@ -351,6 +386,7 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
         status, reason, sample, expected, sample_shape_only = failure
         rec.update(status=status, reason=reason, sample=describe_sample(sample))
         rec["diagnosis"] = _diagnose(fn, sample, expected, tol, sample_shape_only)
+        rec["repro"] = _save_repro(name, dtype_name, sample, expected)
     elif rec["status"] is None and rec["samples_run"] == 0:
         rec["status"] = "eager_fails"
         rec["reason"] = rec["reason"] or "eager raised on every sample (or there were none)"

@@ -167,3 +167,39 @@ def test_half_precision_ops_round_each_step_like_eager():
     fn = lambda t: (t * t).exp2() - t * 3   # overflows to inf in f16 exactly where eager does
     out = torch.compile(fn, backend="braze", dynamic=False)(x)
     torch.testing.assert_close(out, fn(x), equal_nan=True)
+
+
+MORE = {
+    "diagonal": lambda x: torch.diagonal(x, 1) * 2,
+    "diag_embed_like": lambda x: torch.diagonal(x, -2).sum(),
+    "unfold": lambda x: x.unfold(1, 2, 1).sum(-1),
+    "pow_scalar_base": lambda x: 2.0 ** x,
+    "lgamma": lambda x: torch.lgamma(x.abs() + 0.5),
+    "copysign": lambda x: torch.copysign(x.abs() + 1, -x),
+    "mT": lambda x: x.mT * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_ops_compile(name):
+    fn = MORE[name]
+    before = braze.counters()["fallback_ops"]
+    out = torch.compile(fn, backend="braze", dynamic=False)(X)
+    torch.testing.assert_close(out, fn(X))
+    assert braze.counters()["fallback_ops"] == before
+
+
+def test_integer_division_modes():
+    a = torch.randint(-50, 50, (64,))
+    b = torch.randint(1, 7, (64,)) * torch.where(torch.rand(64) > 0.5, 1, -1)
+    for mode in ("trunc", "floor"):
+        fn = lambda x, y: torch.div(x, y, rounding_mode=mode)
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend="braze", dynamic=False)(a, b)
+        torch.testing.assert_close(out, fn(a, b))
+
+
+def test_graph_whose_outputs_are_all_views_of_inputs():
+    x = torch.randn(3, 4)
+    out = torch.compile(lambda t: t.T, backend="braze", dynamic=False)(x)
+    assert torch.equal(out, x.T)

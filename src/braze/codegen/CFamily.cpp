@@ -155,6 +155,8 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
     return call("std::erf", a);
   case ScalarOpKind::Erfc:
     return call("std::erfc", a);
+  case ScalarOpKind::Lgamma:
+    return call("std::lgamma", a);
   case ScalarOpKind::Sigmoid:
     return wrap(t, "1 / (1 + std::exp(-" + x + "))");
   case ScalarOpKind::Sign:
@@ -215,6 +217,8 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   }
   case ScalarOpKind::Atan2:
     return call("std::atan2", a);
+  case ScalarOpKind::CopySign:
+    return call("std::copysign", a);
   case ScalarOpKind::Maximum:
     return call("braze_max", a);
   case ScalarOpKind::Minimum:

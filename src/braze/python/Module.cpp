@@ -209,6 +209,12 @@ NB_MODULE(_C, m) {
                           bool include, int64_t divisor) {
         return g.node(g.builder().avgPool(g.at(x), k, s, p, ceil, include, divisor));
       })
+      .def("diagonal", [](PyGraph &g, int x, int64_t o, int64_t d1, int64_t d2) {
+        return g.node(g.builder().diagonal(g.at(x), o, d1, d2));
+      })
+      .def("unfold", [](PyGraph &g, int x, int64_t d, int64_t size, int64_t step) {
+        return g.node(g.builder().unfold(g.at(x), d, size, step, 1));
+      })
       .def("take", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().take(g.at(x), d, g.at(i))); })
       .def("gather", [](PyGraph &g, int x, int64_t d, int i) { return g.node(g.builder().gather(g.at(x), d, g.at(i))); })
       .def("softmax", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().softmax(g.at(x), d)); })

@@ -84,6 +84,9 @@ public:
   /// 2-d average pooling (dilation 1); `divisor` 0 means the window count.
   Node *avgPool(Node *x, IntList kernel, IntList stride, IntList padding, bool ceilMode,
                 bool countIncludePad, int64_t divisor);
+  /// The diagonal of dims d1 and d2 shifted by `offset` (a view): both dims are removed and
+  /// a last dim of the diagonal's length is appended.
+  Node *diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2);
   /// Reverses the listed dims (a view).
   Node *flip(Node *x, std::vector<int64_t> dims);
   /// Joins tensors along `dim`; all other dims must agree. Dtypes promote as in torch.cat.

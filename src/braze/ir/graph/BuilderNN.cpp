@@ -47,6 +47,28 @@ Node *GraphBuilder::unfold(Node *x, int64_t d, int64_t size, int64_t step, int64
   return make(OpKind::Unfold, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
+Node *GraphBuilder::diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2) {
+  d1 = normalizeDim("diagonal", d1, x->rank());
+  d2 = normalizeDim("diagonal", d2, x->rank());
+  if (d1 == d2)
+    BRAZE_USER_ERROR("diagonal", name_) << "dims must differ, got " << d1 << " twice";
+  int64_t n1, n2;
+  sym::SymContext &s = sym();
+  if (!s.constValue(x->shape()[d1], n1) || !s.constValue(x->shape()[d2], n2))
+    BRAZE_USER_ERROR("diagonal", name_) << "needs static sizes in the two dims";
+  int64_t len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
+  std::vector<SymExpr> shape;
+  for (int64_t i = 0; i < x->rank(); ++i)
+    if (i != d1 && i != d2)
+      shape.push_back(x->shape()[i]);
+  shape.push_back(dim(std::max<int64_t>(len, 0)));
+  AttrMap attrs;
+  attrs.set("offset", offset);
+  attrs.set("dim1", d1);
+  attrs.set("dim2", d2);
+  return make(OpKind::Diagonal, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
 Node *GraphBuilder::pad(Node *x, int64_t d, int64_t lo, int64_t hi, double value) {
   d = normalizeDim("pad", d, x->rank());
   if (lo < 0 || hi < 0)

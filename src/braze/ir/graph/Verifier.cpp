@@ -287,6 +287,11 @@ private:
         return false;
       return node_->rank() == x->rank() - 1 ? true : fail("select must drop one dim");
     }
+    if (op == OpKind::Diagonal) {
+      if (!checkDim("dim1", x->rank()) || !checkDim("dim2", x->rank()) || !intAttr("offset"))
+        return false;
+      return node_->rank() == x->rank() - 1 ? true : fail("diagonal must drop one dim");
+    }
     if (op == OpKind::Unfold) {
       if (!checkDim("dim", x->rank()) || !intAttr("size") || !intAttr("step") ||
           !intAttr("dilation"))

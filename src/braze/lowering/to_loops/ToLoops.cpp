@@ -292,6 +292,21 @@ private:
         in[dim] = s_.add(s_.mul(idx[dim], step), start);
         return in;
       };
+    } else if (op == OpKind::Diagonal) {
+      int64_t offset = n->attrs().getInt("offset");
+      size_t d1 = n->attrs().getInt("dim1"), d2 = n->attrs().getInt("dim2");
+      size_t rank = xn->rank();
+      remap = [this, offset, d1, d2, rank](const Index &idx) {
+        Index in(rank);
+        size_t k = 0;
+        for (size_t i = 0; i < rank; ++i)
+          if (i != d1 && i != d2)
+            in[i] = idx[k++];
+        SymExpr t = idx.back();
+        in[d1] = offset >= 0 ? t : s_.add(t, -offset);
+        in[d2] = offset >= 0 ? s_.add(t, offset) : t;
+        return in;
+      };
     } else if (op == OpKind::Unfold) {
       size_t dim = n->attrs().getInt("dim");
       int64_t step = n->attrs().getInt("step"), dilation = n->attrs().getInt("dilation");

@@ -9,12 +9,6 @@
 namespace braze {
 
 namespace {
-std::string shapeText(const std::vector<SymExpr> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + sym::toString(shape[i]);
-  return s + "]";
-}
 
 enum class ResultKind { Same, Bool, Float };
 

@@ -50,6 +50,13 @@ int elementwiseArity(OpKind k) {
   BRAZE_UNREACHABLE("not elementwise: " << opName(k));
 }
 
+std::string shapeText(const std::vector<SymExpr> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + sym::toString(shape[i]);
+  return s + "]";
+}
+
 bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
                     std::vector<SymExpr> &out, size_t &badDim) {
   size_t n = std::max(a.size(), b.size());

@@ -59,6 +59,9 @@ struct TensorType {
 bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
                     std::vector<SymExpr> &out, size_t &badDim);
 
+/// "[s0, 4]".
+std::string shapeText(const std::vector<SymExpr> &shape);
+
 /// Row-major strides for a shape.
 std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape);
 /// "f32[s0, 4]" (strides printed only when not contiguous: "f32[4, 3]{1, 4}").

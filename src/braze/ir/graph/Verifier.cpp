@@ -10,13 +10,6 @@ namespace braze {
 
 namespace {
 
-std::string shapeText(const std::vector<SymExpr> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + sym::toString(shape[i]);
-  return s + "]";
-}
-
 /// Checks one node at a time; the first violation is kept in error_ and stops the walk.
 class GraphVerifier {
 public:

@@ -377,13 +377,19 @@ private:
                   }, cost));
   }
 
+  /// The buffer holding node n's values, realizing them first if they are computed lazily
+  /// (an indirect load needs memory to read from).
+  Buffer *inMemory(Node *n) {
+    Value &v = values_.at(n);
+    if (!v.buffer)
+      v = realize(n, v, BufferKind::Intermediate, -1);
+    return v.buffer;
+  }
+
   /// out[a.., j.., b..] = x[a.., index[j..], b..]; negative indices wrap once.
   Value lowerTake(Node *n) {
     Node *xn = n->operand(0);
-    Value &xv = values_.at(xn);
-    if (!xv.buffer)
-      xv = realize(xn, xv, BufferKind::Intermediate, -1);
-    Buffer *src = xv.buffer;
+    Buffer *src = inMemory(xn);
     const Value &index = operandValue(n, 1);
     size_t dim = n->attrs().getInt("dim");
     size_t indexRank = n->operand(1)->rank();
@@ -436,10 +442,7 @@ private:
 
   Value lowerGather(Node *n) {
     Node *xn = n->operand(0);
-    Value &xv = values_.at(xn);
-    if (!xv.buffer)
-      xv = realize(xn, xv, BufferKind::Intermediate, -1);
-    Buffer *src = xv.buffer;
+    Buffer *src = inMemory(xn);
     const Value &index = operandValue(n, 1);
     std::vector<SymExpr> indexShape = n->operand(1)->shape();
     size_t dim = n->attrs().getInt("dim");

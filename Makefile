@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python bench-cpu clean
+.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu clean
 
 $(STAMP):
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
@@ -35,7 +35,11 @@ test-cpp: build
 test-python: build
 	$(PY) -m pytest -q tests/python
 
-test: test-cpp test-python
+# A fixed subset of the OpInfo sweep (a few minutes): zero wrong, zero crashed or it fails.
+test-conformance: build
+	$(PY) tests/conformance/op_db_sweep.py --subset --quiet
+
+test: test-cpp test-python test-conformance
 
 bench-cpu: build
 	$(PY) benchmarks/cpu_suite.py

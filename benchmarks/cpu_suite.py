@@ -388,7 +388,8 @@ def main():
           f"after {ARGS.warmup} warm-up calls; "
           f"samples >= {ARGS.min_sample_ms} ms; malloc: "
           + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
-             + ")" if ARGS.malloc == "reuse" else "glibc defaults"), flush=True)
+             + ")" if ARGS.malloc == "reuse" else "glibc defaults")
+          + f"; OPENBLAS_THREAD_TIMEOUT={os.environ['OPENBLAS_THREAD_TIMEOUT']}", flush=True)
 
     with torch.no_grad():
         harness.prime_dynamo()
@@ -427,6 +428,7 @@ def main():
                 "cpus": os.cpu_count(), "machine": platform.machine(),
                 "repeats": ARGS.repeats, "model_repeats": ARGS.model_repeats, "warmup": ARGS.warmup,
                 "min_sample_ms": ARGS.min_sample_ms,
+                "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
                 "warm_cache": ARGS.warm_cache, "malloc": ARGS.malloc, "command": " ".join([sys.executable] + sys.argv),
                 "braze_cache_dir": os.environ.get("BRAZE_CACHE_DIR"),
                 "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),

@@ -19,6 +19,13 @@ import time
 # as jemalloc/tcmalloc would: the settings are read when the process starts, hence the re-exec.
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
+# braze runs matrix products through OpenBLAS (scipy-openblas64), whose idle worker threads spin
+# for 2^28 cycles (~0.1 s of a core) after every call before they sleep. Timed interleaved, that
+# spin lands on whichever contender runs next: measured on GPT-2 (benchmarks/models.py), Inductor
+# takes 36 ms alone and 80-115 ms right after a braze call. 2^20 cycles (~0.4 ms) still covers the
+# gaps between the products inside one call. An OPENBLAS_THREAD_TIMEOUT already set is kept.
+OPENBLAS_THREAD_TIMEOUT = "20"
+
 # Other processes keeping more CPU cores busy than this while we time make the timings suspect.
 BUSY_CORES_LIMIT = 0.15
 
@@ -29,8 +36,9 @@ def prepare_process(args, tmp_prefix):
     --warm-cache.
 
     * --malloc reuse: re-executes the running script with MALLOC_ENV if it is not set yet;
-    * OMP_NUM_THREADS = --threads: both thread pools (torch's and the one braze's generated OpenMP
-      code uses) must be sized before either is initialized;
+    * OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads: the thread pools (torch's, the one
+      braze's generated OpenMP code uses, and OpenBLAS's for braze's matrix products) must be
+      sized before any is initialized; OPENBLAS_THREAD_TIMEOUT as above, unless set;
     * unless --warm-cache: BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point into a fresh temporary
       directory (named tmp_prefix...), removed at exit, so both compiles are cold.
     """
@@ -40,7 +48,8 @@ def prepare_process(args, tmp_prefix):
         script = os.path.abspath(sys.modules["__main__"].__file__)
         os.execv(sys.executable, [sys.executable, script] + sys.argv[1:])
 
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
     if args.warm_cache:
         return None
     tmp = tempfile.mkdtemp(prefix=tmp_prefix)

@@ -203,3 +203,13 @@ def test_graph_whose_outputs_are_all_views_of_inputs():
     x = torch.randn(3, 4)
     out = torch.compile(lambda t: t.T, backend="braze", dynamic=False)(x)
     assert torch.equal(out, x.T)
+
+
+def test_half_constants_are_rounded_like_eager():
+    """full(v, bf16) and a Python scalar in a bf16 op use v rounded to bf16, as eager does."""
+    x = torch.tensor([-7.9375, 1.5, -2.40625], dtype=torch.bfloat16)
+    for fn in (lambda t: torch.full_like(t, 8.396163642458497) - t,
+               lambda t: 8.396163642458497 - t):
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend="braze", dynamic=False)(x)
+        assert torch.equal(out, fn(x)), (out, fn(x))

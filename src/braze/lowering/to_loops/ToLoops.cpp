@@ -157,7 +157,12 @@ private:
       return bufferValue(b);
     }
     case OpCategoryKind::Full: {
-      const Expr *c = ex_.constant(n->attrs().getFloat("value"), computeType(n->dtype()));
+      // A half-precision tensor holds the value rounded to its dtype.
+      const Expr *c = ex_.cast(ex_.cast(ex_.constant(n->attrs().getFloat("value"), DType::Float32),
+                                        n->dtype()),
+                               computeType(n->dtype()));
+      if (n->dtype() == DType::Float64)
+        c = ex_.constant(n->attrs().getFloat("value"), DType::Float64);
       if (!isFloating(n->dtype()))
         c = ex_.constant(static_cast<double>(n->attrs().getInt("value")), n->dtype());
       return lazy([c](const Index &) { return c; }, 0);

@@ -186,7 +186,6 @@ def run_model(name, repeats):
 def _run(res, fn, args, repeats, tol=None):
     """Compiles fn with both backends, checks them against eager, times the three contenders
     interleaved; fills in and returns res."""
-
     # Eager warm-up; its median call is the "eager call" subtracted from first compiled calls.
     ref = fn(*args)
     eager_call_s = harness.eager_call_s(fn, args, max(ARGS.warmup, 3))

@@ -50,6 +50,12 @@ int64_t GraphBuilder::normalizeDim(std::string_view op, int64_t dim, int64_t ran
   return dim < 0 ? dim + r : dim;
 }
 
+int64_t GraphBuilder::normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank) {
+  if (rank == 0)
+    BRAZE_USER_ERROR(std::string(op), name_) << "needs a tensor with at least one dim, got rank 0";
+  return normalizeDim(op, dim, rank);
+}
+
 std::vector<int64_t> GraphBuilder::normalizeDims(std::string_view op, std::vector<int64_t> ds,
                                                  int64_t rank) {
   for (int64_t &d : ds)
@@ -100,7 +106,7 @@ Node *GraphBuilder::full(double value, DType dtype, std::vector<SymExpr> shape) 
 
 Node *GraphBuilder::iota(DType dtype, std::vector<SymExpr> shape, int64_t dim) {
   AttrMap attrs;
-  attrs.set("dim", normalizeDim("iota", dim, static_cast<int64_t>(shape.size())));
+  attrs.set("dim", normalizeSizedDim("iota", dim, static_cast<int64_t>(shape.size())));
   return make(OpKind::Iota, {}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
@@ -252,7 +258,7 @@ Node *GraphBuilder::expand(Node *x, std::vector<SymExpr> shape) {
 }
 
 Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_t step) {
-  d = normalizeDim("slice", d, x->rank());
+  d = normalizeSizedDim("slice", d, x->rank());
   if (step <= 0)
     BRAZE_USER_ERROR("slice", name_) << "step must be positive, got " << step;
   SymExpr size = x->shape()[d];
@@ -292,7 +298,7 @@ Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_
 }
 
 Node *GraphBuilder::select(Node *x, int64_t d, int64_t index) {
-  d = normalizeDim("select", d, x->rank());
+  d = normalizeSizedDim("select", d, x->rank());
   int64_t n;
   if (sym().constValue(x->shape()[d], n)) {
     if (index < -n || index >= n)
@@ -409,7 +415,7 @@ Node *GraphBuilder::concat(std::vector<Node *> xs, int64_t d) {
   if (kept.empty())
     return xs[0];
   int64_t rank = kept[0]->rank();
-  d = normalizeDim("concat", d, rank);
+  d = normalizeSizedDim("concat", d, rank);
   DType dtype = kept[0]->dtype();
   SymExpr total = sym().constant(0);
   for (size_t i = 0; i < kept.size(); ++i) {
@@ -444,7 +450,7 @@ Node *GraphBuilder::concat(std::vector<Node *> xs, int64_t d) {
 }
 
 Node *GraphBuilder::gather(Node *x, int64_t d, Node *index) {
-  d = normalizeDim("gather", d, x->rank());
+  d = normalizeSizedDim("gather", d, x->rank());
   if (index->dtype() != DType::Int64 && index->dtype() != DType::Int32)
     BRAZE_USER_ERROR("gather", name_) << "index must be i64 or i32, got "
                                       << dtypeName(index->dtype());

@@ -111,6 +111,8 @@ public:
                                        const std::vector<SymExpr> &b);
   /// Normalizes a possibly negative dim for a tensor of `rank`; raises a Diagnostic.
   int64_t normalizeDim(std::string_view op, int64_t dim, int64_t rank);
+  /// Like normalizeDim, for ops that index the dim's size: a rank-0 tensor is a Diagnostic.
+  int64_t normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank);
 
 private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);

@@ -25,7 +25,7 @@ IntList perDim(const IntList &l, size_t n, int64_t fill) {
 } // namespace
 
 Node *GraphBuilder::unfold(Node *x, int64_t d, int64_t size, int64_t step, int64_t dilation) {
-  d = normalizeDim("unfold", d, x->rank());
+  d = normalizeSizedDim("unfold", d, x->rank());
   if (size <= 0 || step <= 0 || dilation <= 0)
     BRAZE_USER_ERROR("unfold", name_) << "size, step and dilation must be positive, got "
                                       << size << ", " << step << ", " << dilation;

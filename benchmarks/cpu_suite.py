@@ -55,7 +55,7 @@ def _parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per contender (default 3)")
     p.add_argument("--min-sample-ms", type=float, default=5.0,
                    help="a sample repeats a call until it lasts at least this long (default 5)")
-    p.add_argument("--threads", type=int, default=2, help="torch and OpenMP threads (default 2)")
+    p.add_argument("--threads", type=int, default=2, help="torch, OpenMP and OpenBLAS threads (default 2)")
     p.add_argument("--warm-cache", action="store_true",
                    help="reuse the braze/Inductor on-disk caches instead of a fresh temp dir")
     p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
@@ -172,7 +172,8 @@ def run_workload(name, repeats):
     desc, fn, make_inputs = WORKLOADS[name]
     torch.manual_seed(ARGS.seed)
     args = make_inputs()
-    return _run({"name": name, "workload": desc, "repeats": repeats}, fn, args, repeats)
+    res = {"name": name, "workload": desc, "repeats": repeats}
+    return _run(res, fn, args, repeats, settle=False)
 
 
 def run_model(name, repeats):
@@ -180,12 +181,13 @@ def run_model(name, repeats):
     torch.manual_seed(ARGS.seed)
     fn, args = build()
     res = {"name": name, "workload": desc, "repeats": repeats, "rtol": tol[0], "atol": tol[1]}
-    return _run(res, fn, args, repeats, tol)
+    return _run(res, fn, args, repeats, settle=True, tol=tol)
 
 
-def _run(res, fn, args, repeats, tol=None):
+def _run(res, fn, args, repeats, settle, tol=None):
     """Compiles fn with both backends, checks them against eager, times the three contenders
-    interleaved; fills in and returns res."""
+    interleaved; fills in and returns res. settle: let the process's threads go idle before each
+    sample (harness.settle), for the models, whose matrix products braze runs on OpenBLAS."""
     # Eager warm-up; its median call is the "eager call" subtracted from first compiled calls.
     ref = fn(*args)
     eager_call_s = harness.eager_call_s(fn, args, max(ARGS.warmup, 3))
@@ -219,7 +221,7 @@ def _run(res, fn, args, repeats, tol=None):
             inner[k] = harness.inner_count(f, args, ARGS.warmup, ARGS.min_sample_ms * 1e-3)
         except Exception as e:
             res[f"{k}_error"] = f"{type(e).__name__} while running: {e}"
-    samples, foreign = harness.interleaved_samples(contenders, args, inner, repeats)
+    samples, foreign = harness.interleaved_samples(contenders, args, inner, repeats, settle)
     if foreign is not None:
         # CPU that other processes used while we timed: a noisy neighbour skews every number.
         res["foreign_cpu_cores"] = foreign
@@ -388,7 +390,8 @@ def main():
           f"samples >= {ARGS.min_sample_ms} ms; malloc: "
           + ("freed memory kept for reuse (" + " ".join(f"{k}={v}" for k, v in harness.MALLOC_ENV.items())
              + ")" if ARGS.malloc == "reuse" else "glibc defaults")
-          + f"; OPENBLAS_THREAD_TIMEOUT={os.environ['OPENBLAS_THREAD_TIMEOUT']}", flush=True)
+          + f"; OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', '(default)')}",
+          flush=True)
 
     with torch.no_grad():
         harness.prime_dynamo()

@@ -19,13 +19,6 @@ import time
 # as jemalloc/tcmalloc would: the settings are read when the process starts, hence the re-exec.
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
-# braze runs matrix products through OpenBLAS (scipy-openblas64), whose idle worker threads spin
-# for 2^28 cycles (~0.1 s of a core) after every call before they sleep. Timed interleaved, that
-# spin lands on whichever contender runs next: measured on GPT-2 (benchmarks/models.py), Inductor
-# takes 36 ms alone and 80-115 ms right after a braze call. 2^20 cycles (~0.4 ms) still covers the
-# gaps between the products inside one call. An OPENBLAS_THREAD_TIMEOUT already set is kept.
-OPENBLAS_THREAD_TIMEOUT = "20"
-
 # Other processes keeping more CPU cores busy than this while we time make the timings suspect.
 BUSY_CORES_LIMIT = 0.15
 
@@ -38,7 +31,7 @@ def prepare_process(args, tmp_prefix):
     * --malloc reuse: re-executes the running script with MALLOC_ENV if it is not set yet;
     * OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads: the thread pools (torch's, the one
       braze's generated OpenMP code uses, and OpenBLAS's for braze's matrix products) must be
-      sized before any is initialized; OPENBLAS_THREAD_TIMEOUT as above, unless set;
+      sized before any is initialized;
     * unless --warm-cache: BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point into a fresh temporary
       directory (named tmp_prefix...), removed at exit, so both compiles are cold.
     """
@@ -49,7 +42,6 @@ def prepare_process(args, tmp_prefix):
         os.execv(sys.executable, [sys.executable, script] + sys.argv[1:])
 
     os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
     if args.warm_cache:
         return None
     tmp = tempfile.mkdtemp(prefix=tmp_prefix)
@@ -133,15 +125,33 @@ def own_cpu_s():
     return t.user + t.system
 
 
-def interleaved_samples(contenders, args, inner, repeats):
+def settle(max_s=0.5, tick_s=0.005):
+    """Waits, at most max_s, until this process's threads have stopped using CPU (less than a
+    tenth of a core over tick_s). Thread pools that spin after a call returns would otherwise
+    slow whatever runs next: OpenBLAS's workers, which braze's matrix products use, spin for
+    2^28 cycles (~0.1 s of a core) by default; on GPT-2 (benchmarks/models.py) Inductor took
+    36 ms alone and 80-115 ms right after a braze call."""
+    deadline = time.perf_counter() + max_s
+    while time.perf_counter() < deadline:
+        c0 = time.process_time()
+        time.sleep(tick_s)
+        if time.process_time() - c0 < 0.1 * tick_s:
+            return
+
+
+def interleaved_samples(contenders, args, inner, repeats, settle_between=False):
     """Times the contenders named in `inner` (name -> calls per sample) interleaved: each repeat
-    takes one sample_s of each in turn, so drift in the machine's state affects all alike.
+    takes one sample_s of each in turn, so drift in the machine's state affects all alike; with
+    settle_between, settle() runs before every sample, so no contender pays for threads another
+    left spinning (each still pays for its own, within its sample).
     Returns (name -> list of seconds per call, foreign CPU cores), where foreign is how many cores
     other processes kept busy meanwhile (None where /proc/stat can't tell)."""
     samples = {k: [] for k in inner}
     busy0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
     for _ in range(repeats):
         for k in inner:
+            if settle_between:
+                settle()
             samples[k].append(sample_s(contenders[k], args, inner[k]))
     busy1, own1, wall1 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
     if busy0 is None or busy1 is None:

@@ -290,7 +290,7 @@ private:
     Scope outer(nullptr);
     for (const Step &st : k.steps) {
       if (st.kind == StepKind::Scalar) {
-        emitMembers(st, w, outer, true);
+        emitMembers(st, w, outer);
         continue;
       }
       for (const Member &m : st.members)
@@ -304,7 +304,7 @@ private:
         w.indent();
       }
       Scope inner(&outer);
-      emitMembers(st, w, inner, false);
+      emitMembers(st, w, inner);
       for (size_t i = 0; i < k.innerVars.size(); ++i) {
         w.dedent();
         w.line("}");
@@ -337,7 +337,7 @@ private:
     Scope region(nullptr);
     for (const Step &st : k.steps) {
       if (st.kind == StepKind::Scalar) {
-        emitMembers(st, w, region, true, "tid == 0");
+        emitMembers(st, w, region, "tid == 0");
         continue;
       }
       bool hasReduction = false;
@@ -369,7 +369,7 @@ private:
         }
       }
       Scope inner(&region);
-      emitMembers(st, w, inner, false);
+      emitMembers(st, w, inner);
       size_t closing = n == 1 ? 2 : n; // the chunk's loop and its block, or the n loops
       for (size_t i = 0; i < closing; ++i) {
         w.dedent();
@@ -470,7 +470,7 @@ private:
 
   /// Emits the members of a step at the current point. Reductions fold into their accumulator;
   /// pointwise members define a local and store it if needed (`storeGuard` limits who stores).
-  void emitMembers(const Step &st, Writer &w, Scope &scope, bool scalarStep,
+  void emitMembers(const Step &st, Writer &w, Scope &scope,
                    const std::string &storeGuard = "") {
     ExprWriter ex(w, scope, names_, *s_.program, next_);
     for (const Member &m : st.members) {
@@ -489,7 +489,6 @@ private:
         w.line(storeGuard.empty() ? st2 : "if (" + storeGuard + ") " + st2);
       }
     }
-    (void)scalarStep;
   }
 
   void finishReductions(const Step &st, Writer &w, Scope &scope, const std::string &storeGuard) {

@@ -116,6 +116,8 @@ public:
 
 private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
+  AttrMap poolAttrs(const std::string &op, Node *x, IntList kernel, IntList stride,
+                    IntList padding, IntList dilation, bool ceilMode, std::vector<SymExpr> &shape);
   AttrMap reductionAttrs(std::string_view op, Node *x, std::vector<int64_t> &dims, bool keepdim,
                          std::vector<SymExpr> &shape);
   std::vector<int64_t> normalizeDims(std::string_view op, std::vector<int64_t> dims, int64_t rank);

@@ -169,22 +169,31 @@ std::vector<SymExpr> poolShape(GraphBuilder &b, const std::string &op, const std
 }
 } // namespace
 
-std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList stride,
-                                                IntList padding, IntList dilation, bool ceilMode) {
+/// Checks a 2-d pooling input, expands per-dim parameters and returns the shared attributes
+/// (kernel, stride, padding, dilation) with the output shape.
+AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, IntList kernel, IntList stride,
+                                IntList padding, IntList dilation, bool ceilMode,
+                                std::vector<SymExpr> &shape) {
   if (x->rank() != 3 && x->rank() != 4)
-    BRAZE_USER_ERROR("max_pool2d", name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
-                                          << x->rank();
+    BRAZE_USER_ERROR(op, name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
+                                << x->rank();
   kernel = perDim(kernel, 2, 1);
   stride = perDim(stride.empty() ? kernel : stride, 2, 1);
   padding = perDim(padding, 2, 0);
   dilation = perDim(dilation, 2, 1);
-  std::vector<SymExpr> shape =
-      poolShape(*this, "max_pool2d", name_, x, kernel, stride, padding, dilation, ceilMode);
+  shape = poolShape(*this, op, name_, x, kernel, stride, padding, dilation, ceilMode);
   AttrMap attrs;
   attrs.set("kernel", kernel);
   attrs.set("stride", stride);
   attrs.set("padding", padding);
   attrs.set("dilation", dilation);
+  return attrs;
+}
+
+std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList stride,
+                                                IntList padding, IntList dilation, bool ceilMode) {
+  std::vector<SymExpr> shape;
+  AttrMap attrs = poolAttrs("max_pool2d", x, kernel, stride, padding, dilation, ceilMode, shape);
   Node *values = make(OpKind::MaxPool, {x}, attrs, TensorType{x->dtype(), shape, {}});
   Node *indices = make(OpKind::MaxPoolIndices, {x}, attrs, TensorType{DType::Int64, shape, {}});
   return {values, indices};
@@ -192,23 +201,11 @@ std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList
 
 Node *GraphBuilder::avgPool(Node *x, IntList kernel, IntList stride, IntList padding,
                             bool ceilMode, bool countIncludePad, int64_t divisor) {
-  if (x->rank() != 3 && x->rank() != 4)
-    BRAZE_USER_ERROR("avg_pool2d", name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
-                                          << x->rank();
   if (!isFloating(x->dtype()))
     BRAZE_USER_ERROR("avg_pool2d", name_) << "needs a floating-point input, got "
                                           << dtypeName(x->dtype());
-  kernel = perDim(kernel, 2, 1);
-  stride = perDim(stride.empty() ? kernel : stride, 2, 1);
-  padding = perDim(padding, 2, 0);
-  IntList dilation{1, 1};
-  std::vector<SymExpr> shape =
-      poolShape(*this, "avg_pool2d", name_, x, kernel, stride, padding, dilation, ceilMode);
-  AttrMap attrs;
-  attrs.set("kernel", kernel);
-  attrs.set("stride", stride);
-  attrs.set("padding", padding);
-  attrs.set("dilation", dilation);
+  std::vector<SymExpr> shape;
+  AttrMap attrs = poolAttrs("avg_pool2d", x, kernel, stride, padding, {1, 1}, ceilMode, shape);
   attrs.set("count_include_pad", countIncludePad);
   attrs.set("divisor", divisor);
   return make(OpKind::AvgPool, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});

@@ -78,9 +78,11 @@ class _BrazeGraph:
     inputs whose shapes or strides the compiled graph does not accept (guards should prevent
     it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
-    def __init__(self, compiled, tensor_positions, constants, needs_seed, eager):
+    def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
+                 complex_outputs=()):
         self.compiled = compiled
         self.tensor_positions = tensor_positions
+        self.complex_outputs = complex_outputs  # output slots returned as complex views
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
         self.needs_seed = needs_seed  # random ops: a fresh seed from torch's generator per call
         self.eager = eager
@@ -90,8 +92,12 @@ class _BrazeGraph:
         inputs = [args[i] for i in self.tensor_positions] + self.constants
         if self.needs_seed:
             inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64))
+        inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
-            return self.compiled.run(inputs)
+            outs = self.compiled.run(inputs)
+            for i in self.complex_outputs:
+                outs[i] = torch.view_as_complex(outs[i])
+            return outs
         except _C.RunError as e:
             if "compiled graph expects" not in str(e) and "expected" not in str(e):
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -134,16 +140,21 @@ def _compile_whole(gm, opts):
     if not flat:
         # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
         return (lambda *args: []), True
-    handles, layouts = [], []
+    handles, layouts, complex_outputs = [], [], []
     for o in flat:
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
             raise Unsupported(f"output {o!r} is not a tensor")
         handles.append(t.values[o])
-        layouts.append(_dense_layout(t, o.meta.get("val")))
+        val = o.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.is_complex():
+            complex_outputs.append(len(handles) - 1)
+            val = torch.view_as_real(val.resolve_conj())
+        layouts.append(_dense_layout(t, val))
     t.g.output(handles, layouts)
     compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
     _last_sources.append(compiled.source)
-    return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward),
+    return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
+                        complex_outputs),
             isinstance(outputs, (tuple, list)))
 
 

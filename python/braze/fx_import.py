@@ -16,6 +16,10 @@ _DTYPES = {
     torch.float32: "f32", torch.float64: "f64",
 }
 
+# A complex value is held as (re, im) pairs of its parts' dtype (see rules_complex).
+_PARTS_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
+                     torch.complex128: torch.float64}
+
 
 class Unsupported(Exception):
     """The node cannot be translated; the partitioner leaves it to eager PyTorch."""
@@ -88,6 +92,8 @@ class Translator:
             raise Unsupported(f"non-tensor input {type(val).__name__}")
         if val.device.type != "cpu":
             raise Unsupported(f"device {val.device}")
+        if val.is_complex():
+            val = torch.view_as_real(val.resolve_conj())  # (re, im) pairs: see rules_complex
         h = self.g.input(node.name, dtype_name(val.dtype), self.shape(val.shape),
                          self.shape(val.stride()))
         self.values[node] = h
@@ -115,6 +121,11 @@ class Translator:
         fn = _RULES.get(node.target)
         if fn is None:
             raise Unsupported(f"op {node.target}")
+        if not getattr(fn, "accepts_complex", False):
+            for a in node.all_input_nodes:
+                val = a.meta.get("val")
+                if isinstance(val, torch.Tensor) and val.is_complex():
+                    raise Unsupported(f"complex operand {a.name} ({val.dtype})")
         self.g.set_name(node.name)
         out = fn(self, node, *node.args, **node.kwargs)
         if isinstance(out, int):
@@ -125,7 +136,7 @@ class Translator:
     def match_meta(self, node, h):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            want = dtype_name(val.dtype)
+            want = dtype_name(_PARTS_OF_COMPLEX.get(val.dtype, val.dtype))
             if self.g.dtype(h) != want:
                 h = self.g.convert(h, want)
         return h
@@ -616,3 +627,4 @@ def _full_like(t, node, x, value, dtype=None, **_):
 def supported_targets():
     return set(_RULES)
 from braze import rules_sort  # noqa: E402,F401
+from braze import rules_complex  # noqa: E402,F401

@@ -79,8 +79,9 @@ class _BrazeGraph:
     it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
-                 complex_outputs=()):
+                 complex_outputs=(), none_slots=()):
         self.compiled = compiled
+        self.none_slots = none_slots  # output positions that are None (the graph computes the rest)
         self.tensor_positions = tensor_positions
         self.complex_outputs = complex_outputs  # output slots returned as complex views
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
@@ -97,6 +98,8 @@ class _BrazeGraph:
             outs = self.compiled.run(inputs)
             for i in self.complex_outputs:
                 outs[i] = torch.view_as_complex(outs[i])
+            for i in self.none_slots:
+                outs.insert(i, None)
             return outs
         except _C.RunError as e:
             if "compiled graph expects" not in str(e) and "expected" not in str(e):
@@ -140,8 +143,13 @@ def _compile_whole(gm, opts):
     if not flat:
         # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
         return (lambda *args: []), True
+    none_slots = [i for i, o in enumerate(flat) if o is None]  # e.g. no gradient for an input
+    if len(none_slots) == len(flat):
+        return (lambda *args: [None] * len(flat)), True
     handles, layouts, complex_outputs = [], [], []
     for o in flat:
+        if o is None:
+            continue
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
             raise Unsupported(f"output {o!r} is not a tensor")
         handles.append(t.values[o])
@@ -154,7 +162,7 @@ def _compile_whole(gm, opts):
     compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
     _last_sources.append(compiled.source)
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
-                        complex_outputs),
+                        complex_outputs, none_slots),
             isinstance(outputs, (tuple, list)))
 
 

@@ -223,49 +223,49 @@ def _finish(t, node, re, im):
     return _pack(t, t.g.convert(re, want), t.g.convert(im, want))
 
 
-@_complex_rule(aten._fft_r2c.default)
-def _fft_r2c(t, node, x, dim, normalization, onesided):
-    if _is_complex(x):
-        raise Unsupported("r2c of a complex tensor")
+def _signal(t, x, dim, complex_input, what):
+    """(dims normalized, sizes along them, re, im) of an FFT operand, in f64 (im None if real)."""
+    if _is_complex(x) != complex_input:
+        raise Unsupported(f"{what} of a {'real' if complex_input else 'complex'} tensor")
     dims = _dims(x, dim)
     if not dims:
         raise Unsupported("Fourier transform over no dims")
-    re = t.g.convert(t.arg(x), "f64")
     shape = x.meta["val"].shape
-    n = math.prod(int(shape[d]) for d in dims)
+    sizes = [int(shape[d]) for d in dims]
+    h = t.arg(x)
+    if complex_input:
+        re, im = (t.g.convert(part, "f64") for part in _unpack(t, h))
+    else:
+        re, im = t.g.convert(h, "f64"), None
+    return dims, sizes, re, im
+
+
+@_complex_rule(aten._fft_r2c.default)
+def _fft_r2c(t, node, x, dim, normalization, onesided):
+    dims, sizes, re, _ = _signal(t, x, dim, False, "r2c")
     re, im = _r2c_dim(t, re, dims[-1], onesided)
     for d in reversed(dims[:-1]):
         re, im = _c2c_dim(t, re, im, d, True)
-    re, im = _scale(t, (re, im), normalization, n)
+    re, im = _scale(t, (re, im), normalization, math.prod(sizes))
     return _finish(t, node, re, im)
 
 
 @_complex_rule(aten._fft_c2c.default)
 def _fft_c2c(t, node, x, dim, normalization, forward):
-    if not _is_complex(x):
-        raise Unsupported("c2c of a real tensor")
-    dims = _dims(x, dim)
-    re, im = (t.g.convert(h, "f64") for h in _unpack(t, t.arg(x)))
-    shape = x.meta["val"].shape
-    n = math.prod(int(shape[d]) for d in dims)
+    dims, sizes, re, im = _signal(t, x, dim, True, "c2c")
     for d in reversed(dims):
         re, im = _c2c_dim(t, re, im, d, forward)
-    re, im = _scale(t, (re, im), normalization, n)
+    re, im = _scale(t, (re, im), normalization, math.prod(sizes))
     return _finish(t, node, re, im)
 
 
 @_complex_rule(aten._fft_c2r.default)
 def _fft_c2r(t, node, x, dim, normalization, last_dim_size):
-    if not _is_complex(x):
-        raise Unsupported("c2r of a real tensor")
-    dims = _dims(x, dim)
-    if not dims or not isinstance(last_dim_size, int):
-        raise Unsupported("c2r with a symbolic or missing size")
-    re, im = (t.g.convert(h, "f64") for h in _unpack(t, t.arg(x)))
-    shape = x.meta["val"].shape
-    n = math.prod(int(shape[d]) for d in dims[:-1]) * last_dim_size
+    if not isinstance(last_dim_size, int):
+        raise Unsupported("c2r with a symbolic output size")
+    dims, sizes, re, im = _signal(t, x, dim, True, "c2r")
     for d in reversed(dims[:-1]):
         re, im = _c2c_dim(t, re, im, d, False)
     out = _c2r_dim(t, re, im, dims[-1], last_dim_size)
-    (out,) = _scale(t, (out,), normalization, n)
+    (out,) = _scale(t, (out,), normalization, math.prod(sizes[:-1]) * last_dim_size)
     return t.g.convert(out, dtype_name(node.meta["val"].dtype))

@@ -561,7 +561,13 @@ def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
 
 @rule(aten.unfold.default)
 def _unfold(t, node, x, dim, size, step):
-    return t.g.unfold(t.arg(x), dim, size, step)
+    h = t.arg(x)
+    if not t.g.shape(h):
+        # A 0-d tensor unfolds as one element: windows of size 1 (or 0) along a new dim.
+        if size > 1 or dim not in (0, -1):
+            raise Unsupported(f"unfold of a 0-d tensor with size {size}")
+        return t.g.slice(t.g.reshape(h, [t.g.sym_const(1)]), 0, 0, size, 1)
+    return t.g.unfold(h, dim, size, step)
 
 
 @rule(aten.copy.default)

@@ -112,6 +112,20 @@ def _pad(t, node, x, pad, value=0):
     return _delegate(node, t, x, [0, 0] + list(pad), 0)
 
 
+@_complex_rule(aten.view_as_complex.default, aten.view_as_real.default)
+def _view_as(t, node, x):
+    """Both are the identity on the pair representation."""
+    return t.arg(x)
+
+
+@_complex_rule(aten.complex.default)
+def _complex(t, node, re, im):
+    want = _real_dtype(node.meta["val"])
+    h_re, h_im = t.g.convert(t.arg(re), want), t.g.convert(t.arg(im), want)
+    shape = [t.sym(d) for d in node.meta["val"].shape]
+    return _pack(t, t.g.expand(h_re, shape), t.g.expand(h_im, shape))
+
+
 # ---- discrete Fourier transforms ---------------------------------------------------------
 
 def _angles(t, rows, cols, n, row_mod, col_mod):

@@ -69,3 +69,9 @@ def test_complex_arithmetic_falls_back():
 
 def test_long_transform_falls_back():
     check(lambda x: torch.fft.rfft(x), torch.randn(5000), fallbacks=True)
+
+
+def test_pair_views_and_construction():
+    check(lambda x: torch.view_as_complex(x * 2), torch.randn(3, 2))
+    check(lambda x: torch.view_as_real(torch.fft.fft(x)) + 1, torch.randn(3, 4))
+    check(lambda a, b: torch.complex(a, b), torch.randn(3, 4), torch.randn(4))

@@ -230,3 +230,11 @@ def test_rank0_diagnostic_names_the_op():
     with pytest.raises(braze.CompileError,
                        match=r"unfold \(node 'unfold_1'\): needs a tensor with at least one dim, got rank 0"):
         g.unfold(x, 0, 1, 1)
+
+
+def test_unfold_of_a_scalar():
+    x = torch.tensor(3.0)
+    for size in (0, 1):
+        out = torch.compile(lambda x: x.unfold(0, size, 1) * 2, backend="braze", dynamic=False)(x)
+        torch.testing.assert_close(out, x.unfold(0, size, 1) * 2)
+        torch._dynamo.reset()

@@ -69,3 +69,13 @@ def test_cache_hit_in_a_fresh_process(tmp_path):
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert first.stdout.split() == ["0", "1"], first.stderr
     assert second.stdout.split() == ["1", "0"], second.stderr
+
+
+def test_gather_index_longer_than_input_is_rejected():
+    g = braze._C.Graph()
+    two, three, four, five = (g.sym_const(n) for n in (2, 3, 4, 5))
+    x = g.input("x", "f32", [three, four], [four, g.sym_const(1)])
+    i = g.input("i", "i64", [five, two], [two, g.sym_const(1)])
+    g.set_name("gather_1")
+    with pytest.raises(braze._C.CompileError, match=r"gather \(node 'gather_1'\): index dim 0 is 5"):
+        g.gather(x, 1, i)

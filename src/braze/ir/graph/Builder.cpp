@@ -457,6 +457,19 @@ Node *GraphBuilder::gather(Node *x, int64_t d, Node *index) {
   if (index->rank() != x->rank())
     BRAZE_USER_ERROR("gather", name_) << "index has rank " << index->rank()
                                       << " but the input has rank " << x->rank();
+  // Off the gathered dim the index's positions address the input directly: each of those dims
+  // must be provably no longer than the input's (equal symbols, or constants in order).
+  for (int64_t e = 0; e < x->rank(); ++e) {
+    if (e == d)
+      continue;
+    SymExpr have = x->shape()[e], want = index->shape()[e];
+    bool fits = have == want || (want->kind() == sym::SymKind::Const &&
+                                 (want->value() == 0 || (have->kind() == sym::SymKind::Const &&
+                                                         want->value() <= have->value())));
+    if (!fits)
+      BRAZE_USER_ERROR("gather", name_) << "index dim " << e << " is " << sym::toString(want)
+                                        << " but the input's is " << sym::toString(have);
+  }
   AttrMap attrs;
   attrs.set("dim", d);
   return make(OpKind::Gather, {x, index}, std::move(attrs),

@@ -1,0 +1,238 @@
+"""Advanced indexing and scatter-like ops.
+
+Several index tensors become one `take` over adjacent dims. Scatter-like ops compute the flat
+position in `self` of every source element with indexing ops over a position tensor
+(P = iota(numel(self)) shaped like self: gathering from P with the op's own index arguments
+yields the targets, with the same bounds checks and negative-index rules as the matching
+gather), then hand (self, targets, source) to the graph op `scatter`.
+"""
+import torch
+
+from braze.fx_import import rule, Unsupported, dtype_name, aten  # noqa: F401
+
+# scatter's decomposition is quadratic: numel(self) x numel(source) element pairs.
+_MAX_SCATTER_PAIRS = 1 << 26
+# masked_scatter and nonzero_static use a scan over the flattened mask (see fx_import._MAX_SCAN).
+_MAX_SCAN = 4096
+
+
+def _static_shape(shape, what):
+    if not all(isinstance(d, int) for d in shape):
+        raise Unsupported(f"{what} with dynamic shapes")
+    return list(shape)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _sym_shape(t, shape):
+    return [t.g.sym_const(d) for d in shape]
+
+
+def _positions(t, shape):
+    """i64 tensor of `shape` holding each element's flat (C-order) position."""
+    n = _numel(shape)
+    flat = t.g.iota("i64", [t.g.sym_const(n)], 0)
+    return t.g.reshape(flat, _sym_shape(t, shape))
+
+
+def _index_handles(t, indices):
+    """(dim, handle) of the given index tensors; masks (data-dependent shapes) are Unsupported."""
+    given = []
+    for d, a in enumerate(indices):
+        if a is None:
+            continue
+        h = t.arg(a)
+        if t.g.dtype(h) in ("bool", "u8"):
+            raise Unsupported("boolean mask indexing (data-dependent shape)")
+        given.append((d, h))
+    return given
+
+
+def _advanced_index(t, h, indices):
+    """h[indices] with PyTorch's placement rule: index dims broadcast together and replace the
+    indexed dims in place when those are adjacent, else they go first."""
+    given = _index_handles(t, indices)
+    if not given:
+        return h
+    dims = [d for d, _ in given]
+    handles = [x for _, x in given]
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        return t.g.take_many(h, dims[0], handles)
+    rank = len(t.g.shape(h))
+    rest = [d for d in range(rank) if d not in dims]
+    return t.g.take_many(t.g.permute(h, dims + rest), 0, handles)
+
+
+@rule(aten.index.Tensor)
+def _index(t, node, x, indices):
+    return _advanced_index(t, t.arg(x), indices)
+
+
+def _shape(a, what):
+    """An FX tensor argument's static shape (Unsupported for symbolic dims)."""
+    val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{what}: operand without a known shape")
+    return _static_shape(val.shape, what)
+
+
+def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True):
+    """The graph op `scatter` after checking its size cap; src is cast to self's dtype."""
+    n = _numel(_static_shape(node.meta["val"].shape, str(node.target)))
+    if src_numel and n > _MAX_SCATTER_PAIRS // src_numel:
+        raise Unsupported(f"scatter of {src_numel} into {n} elements (quadratic work; braze "
+                          f"scatters up to {_MAX_SCATTER_PAIRS} element pairs)")
+    if t.g.dtype(self_h) == "bool" and mode not in ("overwrite",):
+        raise Unsupported(f"scatter reduction {mode} of a bool tensor")
+    src = t.g.convert(src, t.g.dtype(self_h))
+    return t.g.scatter(self_h, target, src, mode, include_self)
+
+
+def _no_wrap(t, idx, size):
+    """idx with negative entries moved out of range (for ops whose eager kernel rejects them)."""
+    zero = t.g.full(0.0, t.g.dtype(idx), [])
+    return t.g.elementwise("where", [t.g.elementwise("lt", [idx, zero]),
+                                     t.g.full(float(size), t.g.dtype(idx), []), idx])
+
+
+# ---- scatter along a dim ----------------------------------------------------------------
+
+def _scatter_dim(t, node, x, dim, index, src, mode, include_self=True):
+    """self.scatter(dim, index, src): target[j..] = position of self[j.., index[j..] at dim, ..]
+    (a gather of the position tensor, which rejects indices outside the dim, negative ones
+    included, as eager does). src is an FX tensor or a Python scalar."""
+    name = str(node.target)
+    xs, ishape = _shape(x, name), _shape(index, name)
+    self_h, idx = t.arg(x), t.arg(index)
+    k = _numel(ishape)
+    if k == 0:
+        return self_h
+    if not xs:
+        # A 0-d self: index has one element, which must be 0.
+        pos = t.g.iota("i64", [t.g.sym_const(1)], 0)
+        target = t.g.gather(pos, 0, t.g.reshape(idx, [t.g.sym_const(k)]))
+        ishape = [k]
+    else:
+        if len(ishape) != len(xs):
+            raise Unsupported(f"{name}: index rank differs from self's")
+        dim %= len(xs)
+        if any(ishape[d] > xs[d] for d in range(len(xs)) if d != dim):
+            raise Unsupported(f"{name}: index larger than self")
+        target = t.g.gather(_positions(t, xs), dim, idx)
+    if isinstance(src, torch.fx.Node):
+        ss = _shape(src, name)
+        h = t.arg(src)
+        if not ss:
+            h, ss = t.g.reshape(h, [t.g.sym_const(1)]), [1]
+        if len(ss) != len(ishape) or any(i > s for i, s in zip(ishape, ss)):
+            raise Unsupported(f"{name}: index larger than src")
+        for d, (i, s) in enumerate(zip(ishape, ss)):
+            if i != s:
+                h = t.g.slice(h, d, 0, i, 1)
+    else:
+        h = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, ishape))
+    return _scatter(t, node, self_h, target, h, k, mode, include_self)
+
+
+_SCATTER_REDUCE = {"add": "sum", "multiply": "prod", "sum": "sum", "prod": "prod",
+                   "mean": "mean", "amax": "amax", "amin": "amin"}
+
+
+@rule(aten.scatter.src, aten.scatter.value)
+def _scatter_src(t, node, x, dim, index, src):
+    return _scatter_dim(t, node, x, dim, index, src, "overwrite")
+
+
+@rule(aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_reduce_legacy(t, node, x, dim, index, src, reduce):
+    return _scatter_dim(t, node, x, dim, index, src, _SCATTER_REDUCE[reduce])
+
+
+@rule(aten.scatter_add.default)
+def _scatter_add(t, node, x, dim, index, src):
+    return _scatter_dim(t, node, x, dim, index, src, "sum")
+
+
+@rule(aten.scatter_reduce.two)
+def _scatter_reduce(t, node, x, dim, index, src, reduce, include_self=True):
+    return _scatter_dim(t, node, x, dim, index, src, _SCATTER_REDUCE[reduce], include_self)
+
+
+# ---- index_put, put, index_reduce ----------------------------------------------------------
+
+@rule(aten.index_put.default, aten._unsafe_index_put.default)
+def _index_put(t, node, x, indices, values, accumulate=False):
+    """self[indices] = values (or +=): targets are the position tensor indexed like self
+    (negative indices wrap, each index is checked against its own dim); values broadcast to
+    the indexed shape."""
+    name = str(node.target)
+    xs = _shape(x, name)
+    if not xs:
+        raise Unsupported(f"{name} of a 0-d tensor")
+    self_h = t.arg(x)
+    target = _advanced_index(t, _positions(t, xs), indices)
+    tshape = t.g.shape(target)
+    h = t.g.expand(t.arg(values), tshape)
+    src_numel = _numel(_shape_of_handle(t, target))
+    if src_numel == 0:
+        return self_h
+    return _scatter(t, node, self_h, target, h, src_numel, "sum" if accumulate else "overwrite")
+
+
+def _shape_of_handle(t, h):
+    """A handle's shape as ints, read back from the printed symbolic dims."""
+    out = []
+    for s in t.g.shape(h):
+        text = t.g.sym_str(s)
+        if not text.lstrip("-").isdigit():
+            raise Unsupported("scatter with dynamic shapes")
+        out.append(int(text))
+    return out
+
+
+@rule(aten.put.default)
+def _put(t, node, x, index, source, accumulate=False):
+    """self.flatten()[index] = source (or +=), negative indices wrapping."""
+    name = str(node.target)
+    xs = _shape(x, name)
+    k = _numel(_shape(index, name))
+    self_h = t.arg(x)
+    if k == 0:
+        return self_h
+    flat = t.g.iota("i64", [t.g.sym_const(_numel(xs))], 0)
+    target = t.g.take(flat, 0, t.g.reshape(t.arg(index), [t.g.sym_const(k)]))
+    src = t.g.reshape(t.arg(source), [t.g.sym_const(_numel(_shape(source, name)))])
+    if _numel(_shape(source, name)) != k:
+        raise Unsupported(f"{name}: source and index sizes differ")
+    return _scatter(t, node, self_h, target, src, k, "sum" if accumulate else "overwrite")
+
+
+@rule(aten.index_reduce.default)
+def _index_reduce(t, node, x, dim, index, source, reduce, include_self=True):
+    """self.index_reduce(dim, index, source): source's slice j goes to self's slice index[j]
+    (indices outside the dim, negative ones included, are a run-time error as in eager)."""
+    name = str(node.target)
+    xs = _shape(x, name)
+    ishape = _shape(index, name)
+    self_h = t.arg(x)
+    if not xs:
+        xs_eff = [1]
+        pos = t.g.iota("i64", [t.g.sym_const(1)], 0)
+        dim = 0
+    else:
+        xs_eff = xs
+        pos = _positions(t, xs)
+        dim %= len(xs)
+    k = _numel(ishape)
+    if k == 0:
+        return self_h
+    idx = t.g.reshape(t.arg(index), [t.g.sym_const(k)])
+    target = t.g.take(pos, dim, _no_wrap(t, idx, xs_eff[dim]))
+    src = t.g.reshape(t.arg(source), t.g.shape(target))
+    return _scatter(t, node, self_h, target, src, _numel(_shape_of_handle(t, target)),
+                    _SCATTER_REDUCE[reduce], include_self)

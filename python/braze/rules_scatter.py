@@ -81,14 +81,26 @@ def _shape(a, what):
     return _static_shape(val.shape, what)
 
 
-def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True):
-    """The graph op `scatter` after checking its size cap; src is cast to self's dtype."""
+# Eager accumulates half-precision scatters one element at a time, rounding each step (half an
+# ulp: 2^-12 relative for f16, 2^-9 for bf16); braze rounds once. Up to this many values per
+# element the two stay within the half-precision tolerance (1e-2).
+_MAX_HALF_FAN_IN = {"f16": 16, "bf16": 4}
+
+
+def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True, fan_in=None):
+    """The graph op `scatter` after checking its size cap; src is cast to self's dtype.
+    fan_in bounds how many source elements can reach one element of self (src_numel if None)."""
     n = _numel(_static_shape(node.meta["val"].shape, str(node.target)))
     if src_numel and n > _MAX_SCATTER_PAIRS // src_numel:
         raise Unsupported(f"scatter of {src_numel} into {n} elements (quadratic work; braze "
                           f"scatters up to {_MAX_SCATTER_PAIRS} element pairs)")
-    if t.g.dtype(self_h) == "bool" and mode not in ("overwrite",):
-        raise Unsupported(f"scatter reduction {mode} of a bool tensor")
+    dt = t.g.dtype(self_h)
+    if dt == "bool" and mode == "mean":
+        raise Unsupported("scatter mean of a bool tensor")
+    fan_in = src_numel if fan_in is None else fan_in
+    if mode in ("sum", "prod", "mean") and fan_in > _MAX_HALF_FAN_IN.get(dt, fan_in):
+        raise Unsupported(f"half-precision scatter {mode} of up to {fan_in} values per element "
+                          "(eager rounds after each one)")
     src = t.g.convert(src, t.g.dtype(self_h))
     return t.g.scatter(self_h, target, src, mode, include_self)
 
@@ -136,7 +148,7 @@ def _scatter_dim(t, node, x, dim, index, src, mode, include_self=True):
                 h = t.g.slice(h, d, 0, i, 1)
     else:
         h = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, ishape))
-    return _scatter(t, node, self_h, target, h, k, mode, include_self)
+    return _scatter(t, node, self_h, target, h, k, mode, include_self, fan_in=ishape[dim if xs else 0])
 
 
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod", "sum": "sum", "prod": "prod",
@@ -181,7 +193,10 @@ def _index_put(t, node, x, indices, values, accumulate=False):
     src_numel = _numel(_shape_of_handle(t, target))
     if src_numel == 0:
         return self_h
-    return _scatter(t, node, self_h, target, h, src_numel, "sum" if accumulate else "overwrite")
+    # Elements collide only where they share the coordinates of the dims taken whole.
+    fan_in = _numel(torch.broadcast_shapes(*(_shape(a, name) for a in indices if a is not None)))
+    return _scatter(t, node, self_h, target, h, src_numel, "sum" if accumulate else "overwrite",
+                    fan_in=fan_in)
 
 
 def _shape_of_handle(t, h):
@@ -235,4 +250,4 @@ def _index_reduce(t, node, x, dim, index, source, reduce, include_self=True):
     target = t.g.take(pos, dim, _no_wrap(t, idx, xs_eff[dim]))
     src = t.g.reshape(t.arg(source), t.g.shape(target))
     return _scatter(t, node, self_h, target, src, _numel(_shape_of_handle(t, target)),
-                    _SCATTER_REDUCE[reduce], include_self)
+                    _SCATTER_REDUCE[reduce], include_self, fan_in=k)

@@ -6,8 +6,8 @@
 ///   overwrite: out[k] = last[k] >= 0 ? src[last[k]] : self[k]
 ///   sum/prod:  out[k] = self[k] (+|*) reduce_i (hit ? src[i] : 0|1), or the reduction alone
 ///              where count > 0 and self is excluded
-///   amax/amin: out[k] = reduce_i (hit ? src[i] : base[k]) with base = self[k] (included) or
-///              src[last[k]] (excluded: itself one of the reduced values)
+///   amax/amin: out[k] = reduce_i (hit ? src[i] : base[k]) with base = src[last[k]] (itself
+///              one of the reduced values), then combined with self[k] when it is included
 ///   mean:      out[k] = (sum (+ self[k])) / (count (+ 1)), floor division for integers
 /// Positions no source reaches keep self[k] in every mode. Bool tensors compute in i64.
 /// The work is quadratic (N x M); the builder caps it.
@@ -56,11 +56,13 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
     return finish(b.where(reached, value, selfFlat));
   }
   if (mode == "amax" || mode == "amin") {
-    Node *base = includeSelf ? selfFlat
-                             : b.take(srcFlat, 0, b.binary(OpKind::Maximum, lastSource(), zero64));
+    Node *base = b.take(srcFlat, 0, b.binary(OpKind::Maximum, lastSource(), zero64));
     Node *baseWide = b.expand(b.reshape(base, {nDim, b.dim(1)}), pairs);
     Node *r = b.reduce(mode == "amax" ? OpKind::Amax : OpKind::Amin,
                        b.where(hit, srcWide, baseWide), {1}, false, t);
+    // Where every source element hits k, base was never reduced: fold self in explicitly.
+    if (includeSelf)
+      r = b.binary(mode == "amax" ? OpKind::Maximum : OpKind::Minimum, selfFlat, r);
     return finish(b.where(reached, r, selfFlat));
   }
   bool isProd = mode == "prod";

@@ -251,3 +251,113 @@ def _index_reduce(t, node, x, dim, index, source, reduce, include_self=True):
     src = t.g.reshape(t.arg(source), t.g.shape(target))
     return _scatter(t, node, self_h, target, src, _numel(_shape_of_handle(t, target)),
                     _SCATTER_REDUCE[reduce], include_self, fan_in=k)
+
+
+# ---- masked_scatter, diagonal_scatter, as_strided_scatter, nonzero_static -------------------
+
+@rule(aten.masked_scatter.default)
+def _masked_scatter(t, node, x, mask, source):
+    """out[k] = mask[k] ? source.flatten()[number of trues before k] : self[k] (a gather through
+    the cumulative count of the mask; too few source elements is a run-time error)."""
+    name = str(node.target)
+    out_shape = _static_shape(node.meta["val"].shape, name)
+    n = _numel(out_shape)
+    s = _numel(_shape(source, name))
+    if n > _MAX_SCAN:
+        raise Unsupported(f"{name} over {n} elements (braze scans up to {_MAX_SCAN})")
+    self_h = t.g.expand(t.arg(x), _sym_shape(t, out_shape))
+    if n == 0:
+        return self_h
+    if s == 0:
+        raise Unsupported(f"{name} with an empty source")
+    m = t.g.expand(t.arg(mask), _sym_shape(t, out_shape))
+    flat = t.g.reshape(t.g.convert(m, "i64"), [t.g.sym_const(n)])
+    pos = t.g.elementwise("sub", [t.g.scan("cumsum", flat, 0, "i64"), t.g.full(1.0, "i64", [])])
+    pos = t.g.elementwise("maximum", [pos, t.g.full(0.0, "i64", [])])
+    src = t.g.reshape(t.g.convert(t.arg(source), t.g.dtype(self_h)), [t.g.sym_const(s)])
+    val = t.g.reshape(t.g.take(src, 0, pos), _sym_shape(t, out_shape))
+    return t.g.elementwise("where", [m, val, self_h])
+
+
+@rule(aten.diagonal_scatter.default)
+def _diagonal_scatter(t, node, x, src, offset=0, dim1=0, dim2=1):
+    name = str(node.target)
+    xs = _shape(x, name)
+    target = t.g.diagonal(_positions(t, xs), offset, dim1, dim2)
+    k = _numel(_shape_of_handle(t, target))
+    if k == 0:
+        return t.arg(x)
+    return _scatter(t, node, t.arg(x), target, t.arg(src), k, "overwrite")
+
+
+@rule(aten.as_strided_scatter.default)
+def _as_strided_scatter(t, node, x, src, size, stride, storage_offset=None):
+    """Only for a contiguous input and a view whose elements do not overlap: the view's
+    positions are then flat positions of the input."""
+    name = str(node.target)
+    val = x.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        raise Unsupported(f"{name} of a non-contiguous input")
+    size = _static_shape(size, name)
+    stride = _static_shape(stride, name)
+    if len(size) != len(stride):
+        raise Unsupported(f"{name}: size and stride lengths differ")
+    offset = storage_offset or 0
+    if not isinstance(offset, int):
+        raise Unsupported(f"{name} with a symbolic offset")
+    n = _numel(_shape(x, name))
+    k = _numel(size)
+    if k == 0:
+        return t.arg(x)
+    if k > _MAX_SCAN or min(stride, default=0) < 0:
+        raise Unsupported(f"{name} of {k} elements or with negative strides")
+    positions = {offset}
+    for s, st in zip(size, stride):
+        positions = {p + i * st for p in positions for i in range(s)}
+    if len(positions) != k or max(positions) >= n:
+        raise Unsupported(f"{name}: the view overlaps itself or leaves the input")
+    shape = _sym_shape(t, size)
+    target = t.g.full(float(offset), "i64", shape)
+    for d, st in enumerate(stride):
+        term = t.g.elementwise("mul", [t.g.iota("i64", shape, d), t.g.full(float(st), "i64", [])])
+        target = t.g.elementwise("add", [target, term])
+    return _scatter(t, node, t.arg(x), target, t.arg(src), k, "overwrite")
+
+
+@rule(aten.nonzero_static.default)
+def _nonzero_static(t, node, x, *, size, fill_value=-1):
+    """Row j holds the coordinates of the j-th nonzero element (C order), or fill_value:
+    position[j] = max_k (x[k] != 0 and count of nonzeros before k == j ? k : -1)."""
+    name = str(node.target)
+    xs = _shape(x, name)
+    if not xs or not isinstance(size, int):
+        raise Unsupported(f"{name} of a 0-d input or with a symbolic size")
+    n = _numel(xs)
+    if n > _MAX_SCAN or size * n > _MAX_SCATTER_PAIRS:
+        raise Unsupported(f"{name} over {n} elements")
+    out_shape = [t.g.sym_const(size), t.g.sym_const(len(xs))]
+    if n == 0 or size == 0:
+        return t.g.full(float(fill_value), "i64", out_shape)
+    h = t.arg(x)
+    zero = t.g.full(0.0, t.g.dtype(h), [])
+    nz = t.g.reshape(t.g.elementwise("ne", [h, zero]), [t.g.sym_const(n)])
+    before = t.g.elementwise("sub", [t.g.scan("cumsum", t.g.convert(nz, "i64"), 0, "i64"),
+                                     t.g.convert(nz, "i64")])
+    pairs = [t.g.sym_const(size), t.g.sym_const(n)]
+    row = t.g.iota("i64", pairs, 0)
+    hit = t.g.elementwise("logical_and", [
+        t.g.expand(t.g.reshape(nz, [t.g.sym_const(1), t.g.sym_const(n)]), pairs),
+        t.g.elementwise("eq", [t.g.expand(t.g.reshape(before, [t.g.sym_const(1), t.g.sym_const(n)]),
+                                          pairs), row])])
+    pos = t.g.elementwise("where", [hit, t.g.iota("i64", pairs, 1), t.g.full(-1.0, "i64", [])])
+    pos = t.g.reduce("amax", pos, [1], True, None)  # [size, 1]
+    found = t.g.elementwise("ge", [pos, t.g.full(0.0, "i64", [])])
+    cols = []
+    stride = n
+    for d in xs:
+        stride //= d
+        c = t.g.elementwise("remainder", [
+            t.g.elementwise("floordiv", [pos, t.g.full(float(stride), "i64", [])]),
+            t.g.full(float(d), "i64", [])])
+        cols.append(t.g.elementwise("where", [found, c, t.g.full(float(fill_value), "i64", [])]))
+    return t.g.concat(cols, 1) if len(cols) > 1 else cols[0]

@@ -185,3 +185,33 @@ def test_scatter_errors_name_the_problem():
     put = torch.compile(lambda x, i, v: x.index_put((i,), v), backend="braze", dynamic=False)
     with pytest.raises(Exception, match="out of bounds"):
         put(x, torch.tensor([4]), torch.ones(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8, torch.bool])
+def test_masked_diagonal_as_strided_scatter(dtype):
+    g = torch.Generator().manual_seed(7)
+    x = _make((3, 4), dtype, g)
+    mask = torch.rand(3, 4, generator=g) > 0.5
+    src = _make((3, 4), dtype, g)
+    _compiled_matches(lambda x, m, s: x.masked_scatter(m, s), x, mask, src)
+    _compiled_matches(lambda x, m, s: x.masked_scatter(m, s), x, mask[1], src)
+    _compiled_matches(lambda x, s: torch.diagonal_scatter(x, s, 1), x, src[0, :3])
+    _compiled_matches(lambda x, s: torch.diagonal_scatter(x, s, -1, 1, 0), x, src[0, :3])
+    _compiled_matches(lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 4), 1), x, src[:2, :2])
+
+
+def test_masked_scatter_too_few_source_elements_raises():
+    fn = torch.compile(lambda x, m, s: x.masked_scatter(m, s), backend="braze", dynamic=False)
+    x = torch.zeros(4)
+    fn(x, torch.tensor([True, False, True, False]), torch.ones(2))
+    with pytest.raises(Exception, match="out of bounds"):
+        fn(x, torch.tensor([True, True, True, False]), torch.ones(2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_nonzero_static(dtype):
+    g = torch.Generator().manual_seed(8)
+    x = _make((3, 5), dtype, g) * (torch.rand(3, 5, generator=g) > 0.4).to(dtype)
+    for size in (0, 2, 20):
+        _compiled_matches(lambda x: torch.nonzero_static(x, size=size), x)
+    _compiled_matches(lambda x: torch.nonzero_static(x, size=4, fill_value=9), x[0])

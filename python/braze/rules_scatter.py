@@ -177,6 +177,51 @@ def _scatter_reduce(t, node, x, dim, index, src, reduce, include_self=True):
 
 # ---- index_put, put, index_reduce ----------------------------------------------------------
 
+def _mask_put(t, node, x, mask, values, accumulate):
+    """self[mask] = values (or +=) for a mask over self's leading dims. Values that broadcast
+    over the masked dims fill every masked element; values with a leading dim of the number of
+    trues (checked at run time) are taken in order through the mask's cumulative count."""
+    name = str(node.target)
+    xs, ms, vs = _shape(x, name), _shape(mask, name), _shape(values, name)
+    r = len(ms)
+    if r == 0 or r > len(xs) or ms != xs[:r]:
+        raise Unsupported(f"{name} with a mask not covering self's leading dims")
+    rest = xs[r:]
+    n = _numel(ms)
+    self_h = t.arg(x)
+    m = t.arg(mask)
+    if t.g.dtype(m) != "bool":
+        m = t.g.elementwise("ne", [m, t.g.full(0.0, t.g.dtype(m), [])])
+    m_full = t.g.expand(t.g.reshape(m, _sym_shape(t, ms + [1] * len(rest))), _sym_shape(t, xs))
+    v = t.g.convert(t.arg(values), t.g.dtype(self_h))
+    if len(vs) <= len(rest) or vs[0] == 1:
+        if len(vs) > len(rest):
+            v = t.g.reshape(v, _sym_shape(t, vs[1:]))
+        v = t.g.expand(v, _sym_shape(t, xs))  # broadcast onto the dims after the mask
+    else:
+        if len(vs) != len(rest) + 1 or n > _MAX_SCAN:
+            raise Unsupported(f"{name}: values do not fit the mask")
+        k = vs[0]
+        v = t.g.expand(v, _sym_shape(t, [k] + rest))
+        flat = t.g.convert(t.g.reshape(m, [t.g.sym_const(n)]), "i64")
+        count = t.g.scan("cumsum", flat, 0, "i64")
+        # The number of trues must equal k: take from a one-element tensor at (total - k),
+        # with negatives moved out of range, is 0 exactly then and a run-time error otherwise.
+        total = t.g.reduce("sum", flat, [], False, "i64")
+        diff = _no_wrap(t, t.g.elementwise("sub", [total, t.g.full(float(k), "i64", [])]), 1)
+        zero = t.g.take(t.g.full(0.0, "i64", [t.g.sym_const(1)]), 0, diff)
+        pos = t.g.elementwise("sub", [count, t.g.full(1.0, "i64", [])])
+        pos = t.g.elementwise("add", [t.g.elementwise("maximum", [pos, t.g.full(0.0, "i64", [])]),
+                                      zero])
+        v = t.g.take(v, 0, t.g.reshape(pos, _sym_shape(t, ms)))
+    if accumulate:
+        if t.g.dtype(self_h) == "bool":
+            raise Unsupported(f"{name}: accumulating into a bool tensor through a mask")
+        v = t.g.elementwise("add", [self_h, v])
+        return t.g.convert(t.g.elementwise("where", [m_full, v, self_h]), t.g.dtype(self_h))
+    return t.g.elementwise("where", [m_full, v, self_h])
+
+
 @rule(aten.index_put.default, aten._unsafe_index_put.default)
 def _index_put(t, node, x, indices, values, accumulate=False):
     """self[indices] = values (or +=): targets are the position tensor indexed like self
@@ -186,6 +231,11 @@ def _index_put(t, node, x, indices, values, accumulate=False):
     xs = _shape(x, name)
     if not xs:
         raise Unsupported(f"{name} of a 0-d tensor")
+    masks = [a for a in indices if a is not None and a.meta["val"].dtype in (torch.bool, torch.uint8)]
+    if masks:
+        if len(indices) != 1:
+            raise Unsupported(f"{name} with a mask among other indices")
+        return _mask_put(t, node, x, indices[0], values, accumulate)
     self_h = t.arg(x)
     target = _advanced_index(t, _positions(t, xs), indices)
     tshape = t.g.shape(target)

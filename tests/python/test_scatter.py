@@ -216,3 +216,28 @@ def test_half_precision_accumulation_with_many_duplicates_falls_back():
     out = torch.compile(lambda x, i, s: x.scatter_add(0, i, s), backend="braze")(x, index, src)
     assert braze.counters()["fallback_ops"] == before + 1
     torch.testing.assert_close(out, x.scatter_add(0, index, src))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32, torch.bool])
+def test_index_put_with_mask(dtype):
+    g = torch.Generator().manual_seed(9)
+    x = _make((5, 4), dtype, g)
+    mask = torch.tensor([True, False, True, True, False])
+    v = _make((3, 4), dtype, g)
+    index_put = torch.ops.aten.index_put
+    _compiled_matches(lambda x, m, v: (index_put(x, [m], v), index_put(x, [m], v[0]),
+                                       index_put(x, [m], v[:1, :1]),
+                                       index_put(x, [m.view(5, 1).expand(5, 4)], v[0, 0])),
+                      x, mask, v)
+    if dtype != torch.bool:
+        _compiled_matches(lambda x, m, v: (index_put(x, [m], v, True), index_put(x, [m], v[1], True)),
+                          x, mask, v)
+
+
+def test_index_put_mask_count_mismatch_raises():
+    fn = torch.compile(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), backend="braze",
+                       dynamic=False)
+    x = torch.zeros(4, 2)
+    fn(x, torch.tensor([True, False, True, False]), torch.ones(2, 2))
+    with pytest.raises(Exception, match="out of bounds"):
+        fn(x, torch.tensor([True, True, True, False]), torch.ones(2, 2))

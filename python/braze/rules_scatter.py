@@ -380,13 +380,13 @@ def _nonzero_static(t, node, x, *, size, fill_value=-1):
     position[j] = max_k (x[k] != 0 and count of nonzeros before k == j ? k : -1)."""
     name = str(node.target)
     xs = _shape(x, name)
-    if not xs or not isinstance(size, int):
-        raise Unsupported(f"{name} of a 0-d input or with a symbolic size")
+    if not isinstance(size, int):
+        raise Unsupported(f"{name} with a symbolic size")
     n = _numel(xs)
     if n > _MAX_SCAN or size * n > _MAX_SCATTER_PAIRS:
         raise Unsupported(f"{name} over {n} elements")
     out_shape = [t.g.sym_const(size), t.g.sym_const(len(xs))]
-    if n == 0 or size == 0:
+    if n == 0 or size == 0 or not xs:  # a 0-d input has no coordinates: [size, 0]
         return t.g.full(float(fill_value), "i64", out_shape)
     h = t.arg(x)
     zero = t.g.full(0.0, t.g.dtype(h), [])

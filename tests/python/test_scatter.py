@@ -203,7 +203,8 @@ def test_nonzero_static(dtype):
     x = _make((3, 5), dtype, g) * (torch.rand(3, 5, generator=g) > 0.4).to(dtype)
     _compiled_matches(lambda x: (torch.nonzero_static(x, size=0), torch.nonzero_static(x, size=2),
                                  torch.nonzero_static(x, size=20),
-                                 torch.nonzero_static(x[0], size=4, fill_value=9)), x)
+                                 torch.nonzero_static(x[0], size=4, fill_value=9),
+                                 torch.nonzero_static(x[0, 0], size=3)), x)
 
 
 def test_half_precision_accumulation_with_many_duplicates_falls_back():

@@ -338,7 +338,9 @@ Node *GraphBuilder::squeeze(Node *x, std::vector<int64_t> ds) {
   return reshape(x, shape);
 }
 
-Node *GraphBuilder::take(Node *x, int64_t d, Node *index) { return take(x, d, std::vector<Node *>{index}); }
+Node *GraphBuilder::take(Node *x, int64_t d, Node *index) {
+  return take(x, d, std::vector<Node *>{index});
+}
 
 Node *GraphBuilder::take(Node *x, int64_t d, std::vector<Node *> indices) {
   if (x->rank() == 0)
@@ -365,7 +367,8 @@ Node *GraphBuilder::take(Node *x, int64_t d, std::vector<Node *> indices) {
   attrs.set("dim", d);
   std::vector<Node *> operands{x};
   operands.insert(operands.end(), indices.begin(), indices.end());
-  return make(OpKind::Take, std::move(operands), std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return make(OpKind::Take, std::move(operands), std::move(attrs),
+              TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::matmul(Node *a, Node *b) {

@@ -391,9 +391,9 @@ private:
     return v.buffer;
   }
 
-  /// out[a.., j.., b..] = x[a.., index[j..], b..]; negative indices wrap once.
-  /// x[.., i0[j..], i1[j..], .., ..]: each index operand wraps its negative entries and binds
-  /// its own indirect symbol, so every component is bounds-checked against its own dim.
+  /// out[a.., j.., b..] = x[a.., index0[j..], index1[j..], .., b..]; negative indices wrap
+  /// once. Each index binds its own indirect symbol, so every component is bounds-checked
+  /// against its own dim (a bad component cannot alias another valid flat position).
   Value lowerTake(Node *n) {
     Node *xn = n->operand(0);
     Buffer *src = inMemory(xn);
@@ -420,7 +420,8 @@ private:
                       i = ex_.op(ScalarOpKind::Where,
                                  {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
                                  DType::Int64);
-                      SymExpr t = s_.indexSymbol(j == 0 ? "t" : "t" + std::to_string(j), extents[j]);
+                      std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
+                      SymExpr t = s_.indexSymbol(hint, extents[j]);
                       in.push_back(t);
                       bindings.push_back({t, i});
                     }

@@ -242,3 +242,15 @@ def test_index_put_mask_count_mismatch_raises():
     fn(x, torch.tensor([True, False, True, False]), torch.ones(2, 2))
     with pytest.raises(Exception, match="out of bounds"):
         fn(x, torch.tensor([True, True, True, False]), torch.ones(2, 2))
+
+
+def test_scatter_beyond_the_pair_cap_falls_back():
+    """The decomposition is quadratic; 2^14 x 2^13 element pairs stay in eager."""
+    x = torch.zeros(1 << 14)
+    index = torch.arange(1 << 13) * 2
+    src = torch.ones(1 << 13)
+    torch._dynamo.reset()
+    before = braze.counters()["fallback_ops"]
+    out = torch.compile(lambda x, i, s: x.scatter_add(0, i, s), backend="braze")(x, index, src)
+    assert braze.counters()["fallback_ops"] == before + 1
+    torch.testing.assert_close(out, x.scatter_add(0, index, src))

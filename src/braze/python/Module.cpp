@@ -240,9 +240,10 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().take(g.at(x), d, ns));
       })
       .def("scatter", [](PyGraph &g, int self, int target, int src, const std::string &mode,
-                         bool includeSelf) {
-        return g.node(g.builder().scatter(g.at(self), g.at(target), g.at(src), mode, includeSelf));
-      })
+                         bool includeSelf, int64_t maxHits) {
+        return g.node(g.builder().scatter(g.at(self), g.at(target), g.at(src), mode, includeSelf,
+                                          maxHits));
+      }, "self"_a, "target"_a, "src"_a, "mode"_a, "include_self"_a, "max_hits"_a = 0)
       .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
       .def("shape", [](PyGraph &g, int x) {
         std::vector<int> hs;

@@ -114,7 +114,11 @@ public:
   /// "amax" or "amin"; `includeSelf` false leaves self out of the reduction at the positions
   /// src reaches. Targets outside [0, numel(self)) are a run-time error. The work is
   /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs.
-  Node *scatter(Node *self, Node *target, Node *src, const std::string &mode, bool includeSelf);
+  /// `maxHits` > 0 promises that at most that many source elements share a target: a
+  /// half-precision sum/prod/mean then adds them one at a time in source order, rounding
+  /// after each as eager's kernels do (maxHits more reductions).
+  Node *scatter(Node *self, Node *target, Node *src, const std::string &mode, bool includeSelf,
+                int64_t maxHits = 0);
   static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
 
   void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }

@@ -20,7 +20,9 @@ std::optional<int64_t> constNumel(const std::vector<SymExpr> &shape) {
 } // namespace
 
 Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::string &mode,
-                            bool includeSelf) {
+                            bool includeSelf, int64_t maxHits) {
+  if (maxHits < 0)
+    BRAZE_USER_ERROR("scatter", name_) << "max_hits must be non-negative, got " << maxHits;
   if (mode != "overwrite" && mode != "sum" && mode != "prod" && mode != "mean" &&
       mode != "amax" && mode != "amin")
     BRAZE_USER_ERROR("scatter", name_) << "mode must be overwrite, sum, prod, mean, amax or amin, "
@@ -43,6 +45,8 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
   AttrMap attrs;
   attrs.set("mode", mode);
   attrs.set("include_self", includeSelf);
+  if (maxHits > 0)
+    attrs.set("max_hits", maxHits);
   return make(OpKind::Scatter, {self, target, src}, std::move(attrs),
               TensorType{self->dtype(), self->shape(), {}});
 }

@@ -467,6 +467,8 @@ private:
                     "\"amax\" or \"amin\"");
       if (!has("include_self", bool{}))
         return fail("needs a bool attribute 'include_self'");
+      if (a.has("max_hits") && (!has("max_hits", int64_t{}) || a.getInt("max_hits") < 1))
+        return fail("attribute 'max_hits' must be a positive integer");
       const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
       if (!isIntegral(target->dtype()) || target->shape() != src->shape())
         return fail("needs an integer target of the source's shape");

@@ -10,7 +10,13 @@
 ///              one of the reduced values), then combined with self[k] when it is included
 ///   mean:      out[k] = (sum (+ self[k])) / (count (+ 1)), floor division for integers
 /// Positions no source reaches keep self[k] in every mode. Bool tensors compute in i64.
-/// The work is quadratic (N x M); the builder caps it.
+/// Half-precision sum/prod/mean with a `max_hits` bound H instead follow eager's kernels, which
+/// add the values aimed at k one at a time in source order, rounding after each:
+///   rank[i]  = #{j < i : target[j] == target[i]}
+///   acc_0[k] = self[k] (included) or 0|1;  acc_{s+1}[k] = acc_s[k] (+|*) the source with
+///              target k and rank s, where there is one      (s < H)
+/// Without the bound, half precision accumulates in f32 and rounds once (eager's scatter
+/// kernels). The work is quadratic (N x M, times H for the ordered form); the builder caps N x M.
 #include "braze/lowering/decompose/Decompose.h"
 
 namespace braze::decomp {
@@ -66,10 +72,41 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
     return finish(b.where(reached, r, selfFlat));
   }
   bool isProd = mode == "prod";
-  Node *r = b.reduce(isProd ? OpKind::Prod : OpKind::Sum,
-                     b.where(hit, srcWide, b.scalar(isProd ? 1.0 : 0.0, t)), {1}, false, t);
-  if (includeSelf)
-    r = isProd ? b.mul(selfFlat, r) : b.add(selfFlat, r);
+  Node *identity = b.scalar(isProd ? 1.0 : 0.0, t);
+  Node *r = nullptr;
+  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
+  if (maxHits > 0 && (t == DType::Float16 || t == DType::BFloat16)) {
+    std::vector<SymExpr> square{mDim, mDim};
+    Node *tgtRow = b.expand(b.reshape(tgt, {b.dim(1), mDim}), square);
+    Node *tgtCol = b.expand(b.reshape(tgt, {mDim, b.dim(1)}), square);
+    Node *earlier = b.binary(OpKind::Lt, b.iota(DType::Int64, square, 1),
+                             b.iota(DType::Int64, square, 0));
+    Node *same = b.binary(OpKind::LogicalAnd, b.binary(OpKind::Eq, tgtRow, tgtCol), earlier);
+    Node *rank = b.reduce(OpKind::Sum, b.convert(same, DType::Int64), {1}, false, DType::Int64);
+    Node *rankWide = b.expand(b.reshape(rank, {b.dim(1), mDim}), pairs);
+    Node *acc = includeSelf ? selfFlat : b.expand(identity, {nDim});
+    for (int64_t s = 0; s < maxHits; ++s) {
+      Node *pick = b.binary(OpKind::LogicalAnd, hit,
+                            b.binary(OpKind::Eq, rankWide, b.scalar(static_cast<double>(s),
+                                                                    DType::Int64)));
+      Node *present = b.reduce(OpKind::Any, pick, {1}, false);
+      // At most one element is picked, so this sum is exact.
+      Node *value = b.reduce(OpKind::Sum, b.where(pick, srcWide, b.scalar(0.0, t)), {1}, false, t);
+      acc = b.where(present, isProd ? b.mul(acc, value) : b.add(acc, value), acc);
+    }
+    r = acc;
+  } else {
+    // Half precision accumulates in f32 with self included and rounds once, as eager's
+    // scatter kernels do.
+    DType acc = computeType(t);
+    r = b.reduce(isProd ? OpKind::Prod : OpKind::Sum, b.where(hit, srcWide, identity), {1},
+                 false, acc);
+    if (includeSelf) {
+      Node *selfAcc = b.convert(selfFlat, acc);
+      r = isProd ? b.mul(selfAcc, r) : b.add(selfAcc, r);
+    }
+    r = b.convert(r, t);
+  }
   if (mode == "mean") {
     Node *c = includeSelf ? b.add(count, b.scalar(1, DType::Int64)) : count;
     c = b.convert(c, t);

@@ -250,3 +250,9 @@ def test_scatter_beyond_the_pair_cap_falls_back():
     out = torch.compile(lambda x, i, s: x.scatter_add(0, i, s), backend="braze")(x, index, src)
     assert braze.counters()["fallback_ops"] == before + 1
     torch.testing.assert_close(out, x.scatter_add(0, index, src))
+
+
+def test_index_select_of_a_0d_tensor():
+    """PyTorch's decomposition index_puts into an empty_permuted tensor."""
+    _compiled_matches(lambda x, i: torch.index_select(x, 0, i) * 2, torch.tensor(2.5),
+                      torch.tensor([0]))

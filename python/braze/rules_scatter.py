@@ -85,9 +85,6 @@ def _shape(a, what):
 # after each. braze follows that order exactly (one reduction per step) for up to this many
 # values per element and leaves larger fan-ins to eager.
 _MAX_ORDERED_HITS = 16
-# Without that order (eager's scatter_reduce mean/prod round in an order braze does not follow),
-# up to this many values per element stay within the half-precision tolerance (1e-2).
-_MAX_HALF_FAN_IN = {"f16": 16, "bf16": 4}
 
 
 def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True, fan_in=None,
@@ -95,7 +92,7 @@ def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True, f
     """The graph op `scatter` after checking its size cap; src is cast to self's dtype.
     fan_in bounds how many source elements can reach one element of self (src_numel if None);
     ordered: eager rounds a half-precision sum/prod/mean after each element in source order
-    (False: it accumulates in f32 and rounds once; None: neither, a tolerance bound applies)."""
+    (else it accumulates in f32 with self included and rounds once)."""
     n = _numel(_static_shape(node.meta["val"].shape, str(node.target)))
     if src_numel and n > _MAX_SCATTER_PAIRS // src_numel:
         raise Unsupported(f"scatter of {src_numel} into {n} elements (quadratic work; braze "
@@ -105,11 +102,7 @@ def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True, f
         raise Unsupported("scatter mean of a bool tensor")
     fan_in = src_numel if fan_in is None else fan_in
     max_hits = 0
-    if dt in ("f16", "bf16") and mode in ("prod", "mean") and ordered is None:
-        if fan_in > _MAX_HALF_FAN_IN[dt]:
-            raise Unsupported(f"half-precision scatter {mode} of up to {fan_in} values per "
-                              "element (eager rounds in its own order)")
-    elif dt in ("f16", "bf16") and mode in ("sum", "prod", "mean") and ordered:
+    if dt in ("f16", "bf16") and mode in ("sum", "prod", "mean") and ordered:
         if fan_in > _MAX_ORDERED_HITS:
             raise Unsupported(f"half-precision scatter {mode} of up to {fan_in} values per "
                               f"element (braze follows eager's rounding order up to "
@@ -162,9 +155,10 @@ def _scatter_dim(t, node, x, dim, index, src, mode, include_self=True):
                 h = t.g.slice(h, d, 0, i, 1)
     else:
         h = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, ishape))
-    # Eager's scatter kernels accumulate a half-precision sum in f32 (rounding once).
+    # Eager's scatter kernels accumulate a half-precision sum or product in f32 with self
+    # included and round once (mean: that sum rounded, then divided in half precision).
     return _scatter(t, node, self_h, target, h, k, mode, include_self,
-                    fan_in=ishape[dim if xs else 0], ordered=False if mode == "sum" else None)
+                    fan_in=ishape[dim if xs else 0], ordered=False)
 
 
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod", "sum": "sum", "prod": "prod",

@@ -207,8 +207,9 @@ def test_nonzero_static(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_sums_round_as_eager(dtype):
-    """scatter kernels accumulate a half-precision sum in f32 and round once; index_put and
-    index_reduce round after every element in source order: braze matches both exactly."""
+    """scatter kernels accumulate a half-precision sum or product in f32 and round once (mean
+    divides that rounded sum); index_put and index_reduce round after every element in source
+    order: braze matches both exactly."""
     g = torch.Generator().manual_seed(10)
     x = (torch.randn(4, 3, generator=g) * 3).to(dtype)
     src = (torch.randn(10, 3, generator=g) * 7).to(dtype)
@@ -216,6 +217,8 @@ def test_half_precision_sums_round_as_eager(dtype):
     rows = torch.arange(12) % 4
     fn = lambda x, i, s, r: (x.scatter_add(0, i, s),
                              x.scatter_reduce(0, i, s, "sum", include_self=False),
+                             x.scatter_reduce(0, i, s, "mean"),
+                             x.scatter_reduce(0, i, s / 5, "prod", include_self=False),
                              x.index_put((r,), torch.cat([s, s[:2] * 2]), accumulate=True),
                              x.index_reduce(0, r, torch.cat([s, s[:2] * 2]), "mean"))
     torch._dynamo.reset()

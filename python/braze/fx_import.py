@@ -593,19 +593,6 @@ def _split(t, node, x, sizes, dim=0):
     return tuple(pieces)
 
 
-@rule(aten.index.Tensor)
-def _index(t, node, x, indices):
-    """x[..., idx, ...] with one index tensor (the other dims taken whole)."""
-    given = [(i, a) for i, a in enumerate(indices) if a is not None]
-    if len(given) != 1:
-        raise Unsupported("advanced indexing with several index tensors")
-    dim, idx = given[0]
-    h = t.arg(idx)
-    if t.g.dtype(h) == "bool":
-        raise Unsupported("boolean mask indexing (data-dependent shape)")
-    return t.g.take(t.arg(x), dim, h)
-
-
 @rule(prims.rev.default)
 def _rev(t, node, x, dims):
     return t.g.flip(t.arg(x), list(dims))
@@ -632,5 +619,6 @@ def _full_like(t, node, x, value, dtype=None, **_):
 
 def supported_targets():
     return set(_RULES)
+from braze import rules_scatter  # noqa: E402,F401
 from braze import rules_sort  # noqa: E402,F401
 from braze import rules_complex  # noqa: E402,F401

@@ -232,6 +232,18 @@ NB_MODULE(_C, m) {
       })
       .def("gelu", [](PyGraph &g, int x, const std::string &a) { return g.node(g.builder().gelu(g.at(x), a)); })
       .def("silu", [](PyGraph &g, int x) { return g.node(g.builder().silu(g.at(x))); })
+      // scatter family
+      .def("take_many", [](PyGraph &g, int x, int64_t d, const std::vector<int> &is) {
+        std::vector<Node *> ns;
+        for (int h : is)
+          ns.push_back(g.at(h));
+        return g.node(g.builder().take(g.at(x), d, ns));
+      })
+      .def("scatter", [](PyGraph &g, int self, int target, int src, const std::string &mode,
+                         bool includeSelf, int64_t maxHits) {
+        return g.node(g.builder().scatter(g.at(self), g.at(target), g.at(src), mode, includeSelf,
+                                          maxHits));
+      }, "self"_a, "target"_a, "src"_a, "mode"_a, "include_self"_a, "max_hits"_a = 0)
       .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
       .def("shape", [](PyGraph &g, int x) {
         std::vector<int> hs;

@@ -22,7 +22,7 @@ bool sameType(DLDataType a, DLDataType b) {
 /// Kernel error codes (set by generated code) to messages.
 std::string kernelError(int code) {
   if (code == 1)
-    return "an index is out of bounds (gather/indexing with an index outside the dim)";
+    return "an index is out of bounds (gather/indexing/scatter with an index outside the dim)";
   return "kernel failed with code " + std::to_string(code);
 }
 } // namespace

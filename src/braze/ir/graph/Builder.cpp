@@ -339,18 +339,36 @@ Node *GraphBuilder::squeeze(Node *x, std::vector<int64_t> ds) {
 }
 
 Node *GraphBuilder::take(Node *x, int64_t d, Node *index) {
-  d = normalizeDim("take", d, x->rank());
-  if (!isIntegral(index->dtype()))
-    BRAZE_USER_ERROR("take", name_) << "index must be an integer tensor, got "
-                                    << dtypeName(index->dtype());
+  return take(x, d, std::vector<Node *>{index});
+}
+
+Node *GraphBuilder::take(Node *x, int64_t d, std::vector<Node *> indices) {
   if (x->rank() == 0)
     BRAZE_USER_ERROR("take", name_) << "cannot index a rank-0 tensor";
+  d = normalizeDim("take", d, x->rank());
+  int64_t k = static_cast<int64_t>(indices.size());
+  if (k == 0 || d + k > x->rank())
+    BRAZE_USER_ERROR("take", name_) << k << " index tensors from dim " << d
+                                    << " do not fit a tensor of rank " << x->rank();
+  std::vector<SymExpr> ishape = indices[0]->shape();
+  for (Node *index : indices) {
+    if (!isIntegral(index->dtype()))
+      BRAZE_USER_ERROR("take", name_) << "index must be an integer tensor, got "
+                                      << dtypeName(index->dtype());
+    ishape = broadcastShapes("take", ishape, index->shape());
+  }
+  for (Node *&index : indices)
+    if (index->shape() != ishape)
+      index = expand(index, ishape);
   std::vector<SymExpr> shape(x->shape().begin(), x->shape().begin() + d);
-  shape.insert(shape.end(), index->shape().begin(), index->shape().end());
-  shape.insert(shape.end(), x->shape().begin() + d + 1, x->shape().end());
+  shape.insert(shape.end(), ishape.begin(), ishape.end());
+  shape.insert(shape.end(), x->shape().begin() + d + k, x->shape().end());
   AttrMap attrs;
   attrs.set("dim", d);
-  return make(OpKind::Take, {x, index}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  std::vector<Node *> operands{x};
+  operands.insert(operands.end(), indices.begin(), indices.end());
+  return make(OpKind::Take, std::move(operands), std::move(attrs),
+              TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::matmul(Node *a, Node *b) {

@@ -60,6 +60,10 @@ public:
   /// x indexed along `dim` by an integer tensor (negative entries count from the end):
   /// the result has shape x[:dim] + index.shape + x[dim+1:] (index_select, embedding, x[idx]).
   Node *take(Node *x, int64_t dim, Node *index);
+  /// x indexed along dims dim .. dim+k-1 by k integer tensors that broadcast together (each
+  /// bounds-checked against its own dim): the result has shape
+  /// x[:dim] + broadcast(index shapes) + x[dim+k:] (advanced indexing x[i0, i1, ...]).
+  Node *take(Node *x, int64_t dim, std::vector<Node *> indices);
   /// Batched matrix product: a [B.., M, K] x b [B.., K, N] -> [B.., M, N]; batch dims
   /// broadcast, 1-d operands are promoted as in torch.matmul.
   Node *matmul(Node *a, Node *b);
@@ -103,6 +107,19 @@ public:
   std::pair<Node *, Node *> layerNormStats(Node *x, int64_t axis, double eps);
   Node *gelu(Node *x, const std::string &approximate);
   Node *silu(Node *x);
+
+  // scatter family
+  /// out = self with the flat positions `target` (an integer tensor of src's shape) combined
+  /// with src: mode "overwrite" (the last src in source order wins), "sum", "prod", "mean",
+  /// "amax" or "amin"; `includeSelf` false leaves self out of the reduction at the positions
+  /// src reaches. Targets outside [0, numel(self)) are a run-time error. The work is
+  /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs.
+  /// `maxHits` > 0 promises that at most that many source elements share a target: a
+  /// half-precision sum/prod/mean then adds them one at a time in source order, rounding
+  /// after each as eager's kernels do (maxHits more reductions).
+  Node *scatter(Node *self, Node *target, Node *src, const std::string &mode, bool includeSelf,
+                int64_t maxHits = 0);
+  static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
 
   void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }
 

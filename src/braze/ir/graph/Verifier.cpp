@@ -130,13 +130,16 @@ private:
       lo = hi = static_cast<size_t>(elementwiseArity(node_->op()));
       break;
     case OpCategoryKind::Gather:
-      lo = hi = 2;
+      lo = 2;
+      hi = node_->op() == OpKind::Take ? SIZE_MAX : 2;
       break;
     case OpCategoryKind::Composite:
       if (node_->op() == OpKind::LayerNorm)
         hi = 3;
       if (node_->op() == OpKind::Convolution)
         lo = 2, hi = 3;
+      if (node_->op() == OpKind::Scatter)
+        lo = hi = 3;
       break;
     case OpCategoryKind::Concat:
       hi = SIZE_MAX;
@@ -332,11 +335,26 @@ private:
       if (!isIntegral(index->dtype()))
         return fail("index must be an integer tensor, got " +
                     std::string(dtypeName(index->dtype())));
-      if (node_->op() == OpKind::Take)
-        return checkDim("dim", x->rank()) &&
-               (node_->rank() == x->rank() - 1 + index->rank()
-                    ? true
-                    : fail("take's rank must be the input's minus 1 plus the index's"));
+      if (node_->op() == OpKind::Take) {
+        int64_t k = static_cast<int64_t>(node_->operands().size()) - 1;
+        for (int64_t j = 1; j <= k; ++j) {
+          const Node *other = node_->operand(j);
+          if (!isIntegral(other->dtype()))
+            return fail("index must be an integer tensor, got " +
+                        std::string(dtypeName(other->dtype())));
+          if (other->shape() != index->shape())
+            return fail("take's index tensors must have one shape");
+        }
+        if (!checkDim("dim", x->rank()))
+          return false;
+        if (node_->attrs().getInt("dim") + k > x->rank())
+          return fail("take's " + std::to_string(k) + " index tensors do not fit rank " +
+                      std::to_string(x->rank()));
+        return node_->rank() == x->rank() - k + index->rank()
+                   ? true
+                   : fail("take's rank must be the input's minus the index count plus the "
+                          "index's");
+      }
       if (index->rank() != x->rank())
         return fail("index rank " + std::to_string(index->rank()) + " differs from rank " +
                     std::to_string(x->rank()));
@@ -438,6 +456,24 @@ private:
       for (const char *name : {"kernel", "stride", "padding", "dilation"})
         if (!has(name, IntList{}) || a.getInts(name).size() != 2)
           return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");
+      return true;
+    }
+    if (op == OpKind::Scatter) {
+      static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
+      if (!has("mode", std::string{}) ||
+          std::none_of(std::begin(kModes), std::end(kModes),
+                       [&](const char *m) { return a.getString("mode") == m; }))
+        return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
+                    "\"amax\" or \"amin\"");
+      if (!has("include_self", bool{}))
+        return fail("needs a bool attribute 'include_self'");
+      if (a.has("max_hits") && (!has("max_hits", int64_t{}) || a.getInt("max_hits") < 1))
+        return fail("attribute 'max_hits' must be a positive integer");
+      const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
+      if (!isIntegral(target->dtype()) || target->shape() != src->shape())
+        return fail("needs an integer target of the source's shape");
+      if (src->dtype() != self->dtype() || node_->type().shape != self->shape())
+        return fail("source and result must have self's dtype and shape");
       return true;
     }
     return fail("is not a composite op");

@@ -25,7 +25,9 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::CumProd, decomp::decomposeScan},
       {OpKind::LogCumSumExp, decomp::decomposeScan},
       {OpKind::Random, decomp::decomposeRandom},
-      {OpKind::AvgPool, decomp::decomposeAvgPool}};
+      {OpKind::AvgPool, decomp::decomposeAvgPool},
+      // scatter family
+      {OpKind::Scatter, decomp::decomposeScatter}};
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

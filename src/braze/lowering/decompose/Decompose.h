@@ -25,6 +25,8 @@ Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);
 Node *decomposeAvgPool(GraphBuilder &b, Node *n);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
+// scatter family
+Node *decomposeScatter(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);

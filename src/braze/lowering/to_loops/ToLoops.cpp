@@ -391,31 +391,44 @@ private:
     return v.buffer;
   }
 
-  /// out[a.., j.., b..] = x[a.., index[j..], b..]; negative indices wrap once.
+  /// out[a.., j.., b..] = x[a.., index0[j..], index1[j..], .., b..]; negative indices wrap
+  /// once. Each index binds its own indirect symbol, so every component is bounds-checked
+  /// against its own dim (a bad component cannot alias another valid flat position).
   Value lowerTake(Node *n) {
     Node *xn = n->operand(0);
     Buffer *src = inMemory(xn);
-    const Value &index = operandValue(n, 1);
+    size_t k = n->operands().size() - 1;
+    std::vector<const Value *> indices;
+    for (size_t j = 1; j <= k; ++j)
+      indices.push_back(&operandValue(n, j));
     size_t dim = n->attrs().getInt("dim");
     size_t indexRank = n->operand(1)->rank();
-    SymExpr extent = xn->shape()[dim];
+    std::vector<SymExpr> extents(xn->shape().begin() + dim, xn->shape().begin() + dim + k);
     DType compute = computeType(n->dtype());
-    return settle(n, lazy([this, src, &index, dim, indexRank, extent, compute](const Index &idx) {
+    int cost = 4 * static_cast<int>(k);
+    for (const Value *v : indices)
+      cost += v->cost;
+    return settle(n, lazy([this, src, indices, dim, indexRank, extents, compute](const Index &idx) {
                     Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
-                    const Expr *i = ex_.cast(index.load(at), DType::Int64);
-                    const Expr *size = ex_.indexValue(extent, DType::Int64);
-                    const Expr *zero = ex_.constant(0, DType::Int64);
-                    const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
-                    i = ex_.op(ScalarOpKind::Where,
-                               {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
-                               DType::Int64);
-                    SymExpr t = s_.indexSymbol("t", extent);
                     Index in(idx.begin(), idx.begin() + dim);
-                    in.push_back(t);
+                    std::vector<loop::IndirectBinding> bindings;
+                    const Expr *zero = ex_.constant(0, DType::Int64);
+                    for (size_t j = 0; j < indices.size(); ++j) {
+                      const Expr *i = ex_.cast(indices[j]->load(at), DType::Int64);
+                      const Expr *size = ex_.indexValue(extents[j], DType::Int64);
+                      const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
+                      i = ex_.op(ScalarOpKind::Where,
+                                 {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
+                                 DType::Int64);
+                      std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
+                      SymExpr t = s_.indexSymbol(hint, extents[j]);
+                      in.push_back(t);
+                      bindings.push_back({t, i});
+                    }
                     in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
-                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
+                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), bindings);
                     return ex_.cast(v, compute);
-                  }, index.cost + 4));
+                  }, cost));
   }
 
   /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always

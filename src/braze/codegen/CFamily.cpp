@@ -254,9 +254,8 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::Cast:
     return convert(x, in, t);
   // Special functions: braze_sp_<name> from specialMathPrelude(), computed in double and
-  // rounded once, except the polynomials, which run in the result's own float type.
+  // rounded once; polygamma and the polynomials are templates over the result's float type.
   case ScalarOpKind::Digamma:
-  case ScalarOpKind::Polygamma:
   case ScalarOpKind::Zeta:
   case ScalarOpKind::Erfcx:
   case ScalarOpKind::Erfinv:
@@ -276,6 +275,7 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::SphericalBesselJ0:
   case ScalarOpKind::AiryAi:
     return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op))).c_str(), a));
+  case ScalarOpKind::Polygamma:
   case ScalarOpKind::ChebyshevT:
   case ScalarOpKind::ChebyshevU:
   case ScalarOpKind::ChebyshevV:

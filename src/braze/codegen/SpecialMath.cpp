@@ -37,13 +37,14 @@ static inline double braze_sp_digamma(double x) {
 }
 
 // Trigamma: reflection psi1(x) = pi^2/sin^2(pi x) - psi1(1-x) for x < 1/2, the recurrence
-// psi1(x) = psi1(x+1) + 1/x^2, then the asymptotic series at x >= 6.
-static inline double braze_sp_trigamma(double x) {
-  double sign = 1, acc = 0;
-  if (x < 0.5) {
+// psi1(x) = psi1(x+1) + 1/x^2, then the asymptotic series at x >= 6. The reflection term is
+// evaluated in T, as PyTorch does (its rounding dominates the float result for x < 0).
+template <typename T> static inline double braze_sp_trigamma(T xt) {
+  double sign = 1, acc = 0, x = xt;
+  if (xt < (T)0.5) {
     sign = -1;
-    double s = std::sin(braze_sp_pi_ * x);
-    acc -= braze_sp_pi_ * braze_sp_pi_ / (s * s);
+    const T pi = (T)braze_sp_pi_, s = std::sin(pi * xt);
+    acc -= (double)(pi * pi / (s * s));
     x = 1 - x;
   }
   for (int i = 0; i < 6; ++i) { acc += 1 / (x * x); x += 1; }
@@ -98,9 +99,9 @@ static inline double braze_sp_zeta(double x, double q) {
 }
 
 // polygamma(n, x) = (-1)^(n+1) n! zeta(n+1, x) for n >= 2.
-static inline double braze_sp_polygamma(double n, double x) {
+template <typename T> static inline double braze_sp_polygamma(T n, T x) {
   if (n == 0) return braze_sp_digamma(x);
-  if (n == 1) return braze_sp_trigamma(x);
+  if (n == 1) return braze_sp_trigamma<T>(x);
   double sign = std::fmod(n, 2.0) != 0 ? 1.0 : -1.0;
   return sign * std::exp(std::lgamma(n + 1)) * braze_sp_zeta(n + 1, x);
 }

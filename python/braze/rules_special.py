@@ -64,6 +64,8 @@ for _op, _targets, _inexact in [
     ("bessel_y1", [aten.special_bessel_y1.default], True),
     ("spherical_bessel_j0", [aten.special_spherical_bessel_j0.default], False),
     ("airy_ai", [aten.special_airy_ai.default], True),
+    ("igamma", [aten.igamma.default, aten.special_gammainc.default], False),
+    ("igammac", [aten.igammac.default, aten.special_gammaincc.default], False),
 ]:
     rule(*_targets)(_special(_op, _inexact))
 

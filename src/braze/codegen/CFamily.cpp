@@ -254,10 +254,10 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::Cast:
     return convert(x, in, t);
   // Special functions: braze_sp_<name> from specialMathPrelude(), computed in double and
-  // rounded once; polygamma and the polynomials are templates over the result's float type.
+  // rounded once; polygamma, erfcx and the polynomials are templates over the result's float
+  // type because parts of them round in that type, as eager does.
   case ScalarOpKind::Digamma:
   case ScalarOpKind::Zeta:
-  case ScalarOpKind::Erfcx:
   case ScalarOpKind::Erfinv:
   case ScalarOpKind::Ndtri:
   case ScalarOpKind::BesselI0:
@@ -274,8 +274,11 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::BesselY1:
   case ScalarOpKind::SphericalBesselJ0:
   case ScalarOpKind::AiryAi:
+  case ScalarOpKind::Igamma:
+  case ScalarOpKind::Igammac:
     return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op))).c_str(), a));
   case ScalarOpKind::Polygamma:
+  case ScalarOpKind::Erfcx:
   case ScalarOpKind::ChebyshevT:
   case ScalarOpKind::ChebyshevU:
   case ScalarOpKind::ChebyshevV:

@@ -1,12 +1,16 @@
-/// The special functions of generated code (digamma, polygamma, Hurwitz zeta, erfcx, erfinv,
-/// ndtri, Bessel and Airy functions, orthogonal polynomials) as C++ text. Every routine takes
-/// and returns double; a float, f16 or bf16 result rounds the double once. Edge cases (poles,
-/// NaN, infinities, arguments outside the domain) follow PyTorch's CPU kernels.
+/// The special functions of generated code (digamma, polygamma, Hurwitz zeta, the regularized
+/// incomplete gamma functions, erfcx, erfinv, ndtri, Bessel and Airy functions, orthogonal
+/// polynomials) as C++ text. The routines compute in double and a float, f16 or bf16 result
+/// rounds that once; the few steps where PyTorch's float kernels round in float (trigamma's
+/// reflection, erfcx's 2 exp(x^2), the polynomial recurrences) do so in the result's type too,
+/// so that results agree where those roundings dominate. Edge cases (poles, NaN, infinities,
+/// arguments outside the domain) follow PyTorch's CPU kernels.
 ///
 /// The methods are textbook ones: power series (summed in long double where they cancel),
 /// asymptotic expansions past the point where their smallest term is below double precision,
-/// Euler-Maclaurin summation for zeta, Halley's iteration for the inverses, the trapezoidal rule
-/// on K_nu(x) = int_0^inf exp(-x cosh t) cosh(nu t) dt (exponentially accurate for an analytic,
+/// Euler-Maclaurin summation for zeta, Halley's iteration for the inverses, Legendre's continued
+/// fraction for the upper incomplete gamma, the trapezoidal rule on
+/// K_nu(x) = int_0^inf exp(-x cosh t) cosh(nu t) dt (exponentially accurate for an analytic,
 /// rapidly decaying integrand), and the three-term recurrences of the polynomials.
 #include "braze/codegen/SpecialMath.h"
 
@@ -102,8 +106,8 @@ static inline double braze_sp_zeta(double x, double q) {
 template <typename T> static inline double braze_sp_polygamma(T n, T x) {
   if (n == 0) return braze_sp_digamma(x);
   if (n == 1) return braze_sp_trigamma<T>(x);
-  double sign = std::fmod(n, 2.0) != 0 ? 1.0 : -1.0;
-  return sign * std::exp(std::lgamma(n + 1)) * braze_sp_zeta(n + 1, x);
+  double nd = n, sign = std::fmod(nd, 2.0) != 0 ? 1.0 : -1.0;
+  return sign * std::exp(std::lgamma(nd + 1)) * braze_sp_zeta(nd + 1, x);
 }
 
 // erfcx(x) = exp(x^2) erfc(x): the product directly while both factors are finite and normal,

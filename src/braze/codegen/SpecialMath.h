@@ -1,6 +1,7 @@
 #pragma once
-/// C++ text of the special functions (braze_sp_*) that the scalar ops Digamma ... LegendreP
-/// call; a generated module includes it after cPrelude() only when it calls one of them.
+/// C++ text of the special functions (braze_sp_*) that the special-function scalar ops
+/// (Digamma ... Igammac) call; a generated module includes it after cPrelude() only when it
+/// calls one of them.
 
 namespace braze::codegen {
 

@@ -620,5 +620,6 @@ def _full_like(t, node, x, value, dtype=None, **_):
 def supported_targets():
     return set(_RULES)
 from braze import rules_scatter  # noqa: E402,F401
+from braze import rules_special  # noqa: E402,F401
 from braze import rules_sort  # noqa: E402,F401
 from braze import rules_complex  # noqa: E402,F401

@@ -253,6 +253,45 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
     return wrap(t, "braze_philox_uniform((uint64_t)(" + x + "), (uint64_t)(" + a[1] + "))");
   case ScalarOpKind::Cast:
     return convert(x, in, t);
+  // Special functions: braze_sp_<name> from specialMathPrelude(), computed in double and
+  // rounded once; polygamma, erfcx and the polynomials are templates over the result's float
+  // type because parts of them round in that type, as eager does.
+  case ScalarOpKind::Digamma:
+  case ScalarOpKind::Zeta:
+  case ScalarOpKind::Erfinv:
+  case ScalarOpKind::Ndtri:
+  case ScalarOpKind::BesselI0:
+  case ScalarOpKind::BesselI0e:
+  case ScalarOpKind::BesselI1:
+  case ScalarOpKind::BesselI1e:
+  case ScalarOpKind::BesselK0:
+  case ScalarOpKind::BesselK0e:
+  case ScalarOpKind::BesselK1:
+  case ScalarOpKind::BesselK1e:
+  case ScalarOpKind::BesselJ0:
+  case ScalarOpKind::BesselJ1:
+  case ScalarOpKind::BesselY0:
+  case ScalarOpKind::BesselY1:
+  case ScalarOpKind::SphericalBesselJ0:
+  case ScalarOpKind::AiryAi:
+  case ScalarOpKind::Igamma:
+  case ScalarOpKind::Igammac:
+    return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op))).c_str(), a));
+  case ScalarOpKind::Polygamma:
+  case ScalarOpKind::Erfcx:
+  case ScalarOpKind::ChebyshevT:
+  case ScalarOpKind::ChebyshevU:
+  case ScalarOpKind::ChebyshevV:
+  case ScalarOpKind::ChebyshevW:
+  case ScalarOpKind::ShiftedChebyshevT:
+  case ScalarOpKind::ShiftedChebyshevU:
+  case ScalarOpKind::ShiftedChebyshevV:
+  case ScalarOpKind::ShiftedChebyshevW:
+  case ScalarOpKind::HermiteH:
+  case ScalarOpKind::HermiteHe:
+  case ScalarOpKind::LaguerreL:
+  case ScalarOpKind::LegendreP:
+    return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op)) + "<" + ctype(t) + ">").c_str(), a));
   }
   BRAZE_UNREACHABLE("bad scalar op");
 }

@@ -10,6 +10,7 @@
 
 #include "braze/codegen/CFamily.h"
 #include "braze/codegen/KernelBody.h"
+#include "braze/codegen/SpecialMath.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -38,10 +39,15 @@ public:
     std::string out = cPrelude();
     out += "#include <omp.h>\n\n";
     bool blas = false;
+    std::string kernels;
     for (const Kernel &k : s_.kernels) {
       blas |= usesBlas(k);
-      out += usesBlas(k) ? emitGemmKernel(k) : emitKernel(k, k.name);
+      kernels += usesBlas(k) ? emitGemmKernel(k) : emitKernel(k, k.name);
     }
+    // The special functions are long; only modules that call one of them get them.
+    if (kernels.find(kSpecialMathPrefix) != std::string::npos)
+      out += specialMathPrelude();
+    out += kernels;
     out += emitAbi();
     return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas};
   }

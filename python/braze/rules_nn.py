@@ -1,0 +1,283 @@
+"""FX rules for neural-network layers built from braze graph ops: transposed and 3-d
+convolution, N-d max and average pooling (integer averages included), adaptive pooling and the
+max-pooling backward formula.
+
+Windows are index remaps: a pooled dim is padded and unfolded (regular windows) or taken through
+an index tensor of shape [out, window] (adaptive windows, whose length varies with the output
+position). Max-pooling indices are found by taking the same windows of a tensor that holds each
+input position's flat index, and picking the entry the argmax chose."""
+import math
+
+import torch
+
+from braze.fx_import import rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+
+_INT_MAX = 2**63 - 1
+_HALF = ("f16", "bf16")
+
+
+def _as_list(v, n):
+    """A per-dim parameter given once or per dim, as a list of n ints."""
+    if isinstance(v, (list, tuple)):
+        v = list(v)
+        if len(v) == 1:
+            v = v * n
+    else:
+        v = [v] * n
+    if len(v) != n or not all(isinstance(e, int) for e in v):
+        raise Unsupported(f"parameter {v!r} for {n} spatial dims")
+    return v
+
+
+def _static_sizes(t, h, dims):
+    out = []
+    for d in dims:
+        n = t.g.sym_str(t.g.shape(h)[d])
+        if not n.lstrip("-").isdigit():
+            raise Unsupported("dynamic spatial sizes")
+        out.append(int(n))
+    return out
+
+
+def _pad(t, h, dim, lo, hi, value):
+    """h padded along dim with `value` (lo before, hi after); a negative amount trims."""
+    if lo < 0 or hi < 0:
+        h = t.g.slice(h, dim, max(-lo, 0), hi if hi < 0 else _INT_MAX, 1)
+    pieces = []
+    for amount in (lo, hi):
+        if amount > 0:
+            shape = list(t.g.shape(h))
+            shape[dim] = t.g.sym_const(amount)
+            pieces.append(t.g.full(float(value), t.g.dtype(h), shape))
+        else:
+            pieces.append(None)
+    parts = [p for p in (pieces[0], h, pieces[1]) if p is not None]
+    return t.g.concat(parts, dim) if len(parts) > 1 else h
+
+
+def _i64(t, v):
+    return t.g.full(float(v), "i64", [])
+
+
+def _ew(t, op, *xs):
+    return t.g.elementwise(op, list(xs))
+
+
+def _lowest(dt):
+    if dt in ("f16", "bf16", "f32", "f64"):
+        return -math.inf
+    return {"bool": 0, "u8": 0, "i8": -2**7, "i16": -2**15, "i32": -2**31, "i64": -2**63}[dt]
+
+
+# ---- convolution ----------------------------------------------------------------------------
+
+@rule(aten.convolution.default)
+def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    xh, wh = t.arg(x), t.arg(w)
+    b = t.arg(bias) if bias is not None else None
+    if not transposed:
+        return t.g.convolution(xh, wh, b, list(stride), list(padding), list(dilation), groups)
+    return _conv_transpose(t, xh, wh, b, stride, padding, dilation, output_padding, groups)
+
+
+def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, groups):
+    """A transposed convolution is the plain convolution of the input dilated by the stride
+    (stride - 1 zeros between elements) and padded by dilation * (k - 1) - padding on the left
+    (plus output_padding on the right), with the weight's in/out channels swapped per group and
+    its kernel flipped; stride 1, same dilation and groups."""
+    dt = t.g.dtype(x)
+    if dt not in ("f16", "bf16", "f32", "f64", "i64"):
+        raise Unsupported(f"transposed convolution in {dt} (eager has no such kernel)")
+    rank = len(t.g.shape(x))
+    spatial = rank - 2
+    if spatial < 1 or spatial > 3 or len(t.g.shape(w)) != rank:
+        raise Unsupported(f"transposed convolution of rank {rank}")
+    stride, padding = _as_list(stride, spatial), _as_list(padding, spatial)
+    dilation, output_padding = _as_list(dilation, spatial), _as_list(output_padding, spatial)
+    sizes = _static_sizes(t, x, range(2, rank))
+    cin, cout_g, *kernel = _static_sizes(t, w, range(rank))
+    if groups < 1 or cin % groups:
+        raise Unsupported("transposed convolution with channels not divisible by groups")
+    for i in range(spatial):
+        d = 2 + i
+        if stride[i] > 1:
+            # Interleave zeros: [.., L, 1] ++ zeros [.., L, s - 1] -> [.., L * s], minus the tail.
+            h = t.g.unsqueeze(x, d + 1)
+            shape = list(t.g.shape(h))
+            shape[d + 1] = t.g.sym_const(stride[i] - 1)
+            h = t.g.concat([h, t.g.full(0.0, dt, shape)], d + 1)
+            shape = list(t.g.shape(x))
+            shape[d] = t.g.sym_const(sizes[i] * stride[i])
+            x = t.g.reshape(h, shape)
+            x = t.g.slice(x, d, 0, (sizes[i] - 1) * stride[i] + 1, 1)
+        reach = dilation[i] * (kernel[i] - 1) - padding[i]
+        x = _pad(t, x, d, reach, reach + output_padding[i], 0)
+    # [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
+    k = [t.g.sym_const(n) for n in kernel]
+    ws = t.g.reshape(w, [t.g.sym_const(n) for n in (groups, cin // groups, cout_g)] + k)
+    ws = t.g.permute(ws, [0, 2, 1] + list(range(3, 3 + spatial)))
+    ws = t.g.reshape(ws, [t.g.sym_const(n) for n in (groups * cout_g, cin // groups)] + k)
+    ws = t.g.flip(ws, list(range(2, rank)))
+    return t.g.convolution(x, ws, bias, [1] * spatial, [0] * spatial, dilation, groups)
+
+
+# ---- regular pooling windows ----------------------------------------------------------------
+
+def _pool_out(n, k, s, p, d, ceil_mode):
+    """PyTorch's pooled size of a dim of n elements."""
+    span = d * (k - 1) + 1
+    out = (n + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+class _Pool:
+    """Window geometry of a pooling over the last `spatial` dims of an input."""
+
+    def __init__(self, t, h, spatial, kernel, stride, padding, dilation, ceil_mode, op):
+        rank = len(t.g.shape(h))
+        if rank not in (spatial + 1, spatial + 2):
+            raise Unsupported(f"{op} of a rank-{rank} input")
+        self.spatial, self.rank = spatial, rank
+        self.kernel = _as_list(kernel, spatial)
+        self.stride = _as_list(stride if stride not in (None, [], ()) else self.kernel, spatial)
+        self.padding = _as_list(padding, spatial)
+        self.dilation = _as_list(dilation, spatial)
+        self.sizes = _static_sizes(t, h, range(rank - spatial, rank))
+        self.out = []
+        for n, k, s, p, d in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation):
+            if k <= 0 or s <= 0 or d <= 0 or p < 0 or 2 * p > k:
+                raise Unsupported(f"{op} with kernel {k}, stride {s}, padding {p}, dilation {d}")
+            o = _pool_out(n, k, s, p, d, ceil_mode)
+            if o <= 0:
+                raise Unsupported(f"{op} with an empty output")
+            self.out.append(o)
+
+    def windows(self, t, h, pad_value, extra_value):
+        """h's windows as [.., O1.., k1 * k2 * ..]: the declared padding is `pad_value`, the
+        extra right padding ceil mode needs `extra_value`."""
+        lead = len(t.g.shape(h)) - self.spatial
+        for i in range(self.spatial):
+            d = lead + i
+            n, k, s, p, dl, o = (self.sizes[i], self.kernel[i], self.stride[i], self.padding[i],
+                                 self.dilation[i], self.out[i])
+            right = max(0, (o - 1) * s + dl * (k - 1) + 1 - (n + p))
+            h = _pad(t, h, d, p, p, pad_value)
+            h = _pad(t, h, d, 0, right - min(right, p), extra_value)
+            if right < p:  # the declared right padding is more than the windows reach
+                h = t.g.slice(h, d, 0, n + p + right, 1)
+            h = t.g.unfold(h, d, k, s) if dl == 1 else _dilated_unfold(t, h, d, k, s, dl)
+        # [.., O1, .., On, k1, .., kn] -> [.., O1, .., On, k1 * .. * kn]
+        shape = list(t.g.shape(h))[:lead + self.spatial]
+        shape.append(t.g.sym_const(math.prod(self.kernel)))
+        return t.g.reshape(h, shape)
+
+    def counts(self, t, dtype, count_include_pad):
+        """How many positions each window covers inside the input (and inside the declared
+        padding with count_include_pad), as a tensor [O1, .., On]: the product of the per-dim
+        counts, since a window is the product of its per-dim ranges."""
+        total = None
+        for i in range(self.spatial):
+            one = _Pool.__new__(_Pool)
+            one.spatial, one.sizes, one.out = 1, [self.sizes[i]], [self.out[i]]
+            one.kernel, one.stride = [self.kernel[i]], [self.stride[i]]
+            one.padding, one.dilation = [self.padding[i]], [self.dilation[i]]
+            ones = t.g.full(1.0, dtype, [t.g.sym_const(self.sizes[i])])
+            c = t.g.reduce("sum", one.windows(t, ones, 1 if count_include_pad else 0, 0), [1],
+                           False, dtype)
+            shape = [t.g.sym_const(1)] * self.spatial
+            shape[i] = t.g.sym_const(self.out[i])
+            c = t.g.reshape(c, shape)
+            total = c if total is None else _ew(t, "mul", total, c)
+        return total
+
+    def plane_index(self, t):
+        """An i64 tensor [n1, .., nn] holding each position's flat index in the pooled plane."""
+        total = math.prod(self.sizes)
+        flat = t.g.iota("i64", [t.g.sym_const(total)], 0)
+        return t.g.reshape(flat, [t.g.sym_const(n) for n in self.sizes])
+
+
+def _dilated_unfold(t, h, d, k, s, dl):
+    """unfold with dilation: the k taps of each window are `dl` apart. Unfolding windows of the
+    full span and keeping every dl-th tap is the same index remap."""
+    span = dl * (k - 1) + 1
+    h = t.g.unfold(h, d, span, s)
+    return t.g.slice(h, len(t.g.shape(h)) - 1, 0, _INT_MAX, dl)
+
+
+def _pick_index(t, windowed_index, choice):
+    """The flat input index the window position `choice` (argmax over the last dim) stands for."""
+    shape = t.g.shape(choice)
+    idx = t.g.expand(windowed_index, list(shape) + [t.g.shape(windowed_index)[-1]])
+    picked = t.g.gather(idx, len(shape), t.g.unsqueeze(choice, len(shape)))
+    return t.g.squeeze(picked, [len(shape)])
+
+
+def _max_pool(t, node, x, spatial, kernel, stride, padding, dilation, ceil_mode, op):
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt == "bool":
+        raise Unsupported(f"{op} of bool")
+    pool = _Pool(t, h, spatial, kernel, stride, padding, dilation, ceil_mode, op)
+    lowest = _lowest(dt)
+    win = pool.windows(t, h, lowest, lowest)
+    last = len(t.g.shape(win)) - 1
+    values = t.g.reduce("amax", win, [last], False, None)
+    choice = t.g.reduce("argmax", win, [last], False, None)
+    index = pool.windows(t, pool.plane_index(t), -1, -1)
+    return values, _pick_index(t, index, choice)
+
+
+@rule(aten.max_pool3d_with_indices.default)
+def _max_pool3d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(t, node, x, 3, kernel_size, stride, padding, dilation, ceil_mode,
+                     "max_pool3d")
+
+
+def _trunc_div(t, a, b):
+    """Integer division rounding toward zero (C's `/`, what eager's integer kernels do)."""
+    q = _ew(t, "floordiv", a, b)
+    r = _ew(t, "remainder", a, b)
+    zero = _i64(t, 0)
+    inexact = _ew(t, "ne", r, zero)
+    negative = _ew(t, "ne", _ew(t, "lt", a, zero), _ew(t, "lt", b, zero))
+    return _ew(t, "where", _ew(t, "logical_and", inexact, negative), _ew(t, "add", q, _i64(t, 1)), q)
+
+
+def _avg_pool(t, node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad,
+              divisor_override, op):
+    """sum(window) / divisor: divisor_override, or the number of window positions inside the
+    input (and inside the declared padding with count_include_pad). Half precision sums and
+    divides in f32 and rounds once, as eager's kernel; i64 divides rounding toward zero."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt not in ("f16", "bf16", "f32", "f64", "i64"):
+        raise Unsupported(f"{op} of {dt} (eager has no such kernel)")
+    pool = _Pool(t, h, spatial, kernel, stride, padding, 1, ceil_mode, op)
+    work = "f32" if dt in _HALF else dt
+    win = pool.windows(t, t.g.convert(h, work), 0, 0)
+    last = len(t.g.shape(win)) - 1
+    total = t.g.reduce("sum", win, [last], False, work)
+    if divisor_override:
+        count = t.g.full(float(divisor_override), work, [])
+    else:
+        count = pool.counts(t, work, count_include_pad)
+    out = _trunc_div(t, total, count) if dt == "i64" else _ew(t, "div", total, count)
+    return t.g.convert(out, dt)
+
+
+@rule(aten.avg_pool2d.default)
+def _avg_pool2d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    return _avg_pool(t, node, x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, "avg_pool2d")
+
+
+@rule(aten.avg_pool3d.default)
+def _avg_pool3d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    return _avg_pool(t, node, x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, "avg_pool3d")

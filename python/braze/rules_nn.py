@@ -281,3 +281,168 @@ def _avg_pool3d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
     return _avg_pool(t, node, x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override, "avg_pool3d")
+
+
+# ---- adaptive pooling -----------------------------------------------------------------------
+
+def _adaptive_bounds(n, o):
+    """Window j of an adaptive pooling of n elements into o covers [start(j), end(j))."""
+    return [(j * n // o, -(-(j + 1) * n // o)) for j in range(o)]
+
+
+def _window_index(t, n, o, k, first, step):
+    """i64 tensors [o, k]: for window j and tap i, the position first(j) + step * i clamped to
+    the window's last position, and whether that tap lies inside the window. `first` and the
+    window length are given as (multiplier a, divisor b, offset c): (a * j + c) // b."""
+    rows = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 0)
+    taps = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 1)
+    start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+    end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)), _i64(t, n + o - 1)),
+              _i64(t, o))
+    pos = _ew(t, "add", start, taps)
+    inside = _ew(t, "lt", pos, end)
+    return _ew(t, "minimum", pos, _ew(t, "sub", end, _i64(t, 1))), inside
+
+
+class _Adaptive:
+    """Adaptive pooling of the last `spatial` dims of an input to `out` sizes."""
+
+    def __init__(self, t, h, spatial, output_size, op):
+        rank = len(t.g.shape(h))
+        if rank not in (spatial + 1, spatial + 2):
+            raise Unsupported(f"{op} of a rank-{rank} input")
+        self.spatial, self.lead = spatial, rank - spatial
+        self.out = _as_list(output_size, spatial)
+        self.sizes = _static_sizes(t, h, range(self.lead, rank))
+        if min(self.sizes) <= 0 or min(self.out) <= 0:
+            raise Unsupported(f"{op} with an empty input or output")
+        self.taps = [max(e - s for s, e in _adaptive_bounds(n, o))
+                     for n, o in zip(self.sizes, self.out)]
+
+    def windows(self, t, h, fill=None):
+        """h's windows as [.., O1, .., On, K1 * .. * Kn] (Ki the longest window of dim i). Taps
+        past a shorter window repeat its last element, or are `fill` when given."""
+        lead = len(t.g.shape(h)) - self.spatial
+        for i in range(self.spatial):
+            d = lead + 2 * i
+            idx, inside = _window_index(t, self.sizes[i], self.out[i], self.taps[i], None, 1)
+            h = t.g.take(h, d, idx)
+            if fill is not None:
+                rank = len(t.g.shape(h))
+                mask = t.g.reshape(inside, [t.g.sym_const(self.out[i]), t.g.sym_const(self.taps[i])]
+                                   + [t.g.sym_const(1)] * (rank - d - 2))
+                h = _ew(t, "where", mask, h, t.g.full(float(fill), t.g.dtype(h), []))
+        perm = list(range(lead)) + [lead + 2 * i for i in range(self.spatial)] + \
+            [lead + 2 * i + 1 for i in range(self.spatial)]
+        h = t.g.permute(h, perm)
+        shape = list(t.g.shape(h))[:lead + self.spatial]
+        return t.g.reshape(h, shape + [t.g.sym_const(math.prod(self.taps))])
+
+    def counts(self, t, dtype):
+        """Each window's element count, [O1, .., On]."""
+        total = None
+        for i, (n, o) in enumerate(zip(self.sizes, self.out)):
+            rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
+            start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+            end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)),
+                                           _i64(t, n + o - 1)), _i64(t, o))
+            shape = [t.g.sym_const(1)] * self.spatial
+            shape[i] = t.g.sym_const(o)
+            c = t.g.reshape(t.g.convert(_ew(t, "sub", end, start), dtype), shape)
+            total = c if total is None else _ew(t, "mul", total, c)
+        return total
+
+    def plane_index(self, t):
+        flat = t.g.iota("i64", [t.g.sym_const(math.prod(self.sizes))], 0)
+        return t.g.reshape(flat, [t.g.sym_const(n) for n in self.sizes])
+
+
+def _adaptive_max(t, node, x, output_size, spatial, op):
+    h = t.arg(x)
+    if t.g.dtype(h) not in ("f16", "bf16", "f32", "f64"):
+        raise Unsupported(f"{op} of {t.g.dtype(h)} (eager has no such kernel)")
+    pool = _Adaptive(t, h, spatial, output_size, op)
+    win = pool.windows(t, h)
+    last = len(t.g.shape(win)) - 1
+    values = t.g.reduce("amax", win, [last], False, None)
+    choice = t.g.reduce("argmax", win, [last], False, None)
+    return values, _pick_index(t, pool.windows(t, pool.plane_index(t)), choice)
+
+
+@rule(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(t, node, x, output_size):
+    return _adaptive_max(t, node, x, output_size, 2, "adaptive_max_pool2d")
+
+
+@rule(aten.adaptive_max_pool3d.default)
+def _adaptive_max_pool3d(t, node, x, output_size):
+    return _adaptive_max(t, node, x, output_size, 3, "adaptive_max_pool3d")
+
+
+def _adaptive_avg(t, node, x, output_size, spatial, op):
+    """Window sums over window counts; half precision sums and divides in f32."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt not in ("f16", "bf16", "f32", "f64"):
+        raise Unsupported(f"{op} of {dt}")
+    pool = _Adaptive(t, h, spatial, output_size, op)
+    work = "f32" if dt in _HALF else dt
+    win = pool.windows(t, t.g.convert(h, work), fill=0)
+    total = t.g.reduce("sum", win, [len(t.g.shape(win)) - 1], False, work)
+    return t.g.convert(_ew(t, "div", total, pool.counts(t, work)), dt)
+
+
+@rule(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(t, node, x, output_size):
+    return _adaptive_avg(t, node, x, output_size, 2, "adaptive_avg_pool2d")
+
+
+@rule(aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool3d(t, node, x, output_size):
+    return _adaptive_avg(t, node, x, output_size, 3, "adaptive_avg_pool3d")
+
+
+# ---- max pooling backward -------------------------------------------------------------------
+
+@rule(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(t, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
+                         indices):
+    """grad_input[h, w] = sum of grad[oh, ow] over the windows containing (h, w) whose max was
+    at (h, w). Input position h lies in windows oh = (h + p) // s - j, j < ceil(span / s), that
+    exist (0 <= oh < OH); the candidates are taken as a [H, J] index, like adaptive windows."""
+    gh, xh, ih = t.arg(grad), t.arg(x), t.arg(indices)
+    dt = t.g.dtype(gh)
+    if dt not in ("f16", "bf16", "f32", "f64"):
+        raise Unsupported(f"max_pool2d backward of {dt}")
+    pool = _Pool(t, xh, 2, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d_backward")
+    lead = len(t.g.shape(xh)) - 2
+    if [t.g.sym_str(d) for d in t.g.shape(gh)[lead:]] != [str(o) for o in pool.out]:
+        raise Unsupported("max_pool2d backward with a gradient of another shape")
+    work = "f32" if dt in _HALF else dt
+    g, ind = t.g.convert(gh, work), ih
+    valid = None
+    for i in range(2):
+        d = lead + 2 * i
+        n, s, p, o = pool.sizes[i], pool.stride[i], pool.padding[i], pool.out[i]
+        span = pool.dilation[i] * (pool.kernel[i] - 1) + 1
+        taps = -(-span // s)
+        shape = [t.g.sym_const(n), t.g.sym_const(taps)]
+        rows, js = t.g.iota("i64", shape, 0), t.g.iota("i64", shape, 1)
+        cand = _ew(t, "sub", _ew(t, "floordiv", _ew(t, "add", rows, _i64(t, p)), _i64(t, s)), js)
+        ok = _ew(t, "logical_and", _ew(t, "ge", cand, _i64(t, 0)), _ew(t, "lt", cand, _i64(t, o)))
+        cand = _ew(t, "minimum", _ew(t, "maximum", cand, _i64(t, 0)), _i64(t, o - 1))
+        g, ind = t.g.take(g, d, cand), t.g.take(ind, d, cand)
+        # ok as [H, J, 1, 1] for the first dim, [W, J] for the second: broadcast into the
+        # [.., H, J1, W, J2] layout.
+        okb = t.g.reshape(ok, shape + [t.g.sym_const(1)] * (2 - 2 * i))
+        valid = okb if valid is None else _ew(t, "logical_and", valid, okb)
+    h_, w_ = pool.sizes
+    flat = _ew(t, "add", _ew(t, "mul", t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1),
+                                                         t.g.sym_const(w_), t.g.sym_const(1)], 0),
+                              _i64(t, w_)),
+               t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1), t.g.sym_const(w_),
+                                t.g.sym_const(1)], 2))
+    hit = _ew(t, "logical_and", valid, _ew(t, "eq", ind, flat))
+    picked = _ew(t, "where", hit, g, t.g.full(0.0, work, []))
+    total = t.g.reduce("sum", picked, [lead + 1, lead + 3], False, work)
+    return t.g.convert(total, dt)

@@ -81,11 +81,37 @@ def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, out
     return _conv_transpose(t, xh, wh, b, stride, padding, dilation, output_padding, groups)
 
 
+def _dilate(t, x, d, stride, size):
+    """x with stride - 1 zeros between neighbours along dim d (of static size `size`):
+    [.., L, 1] ++ zeros [.., L, s - 1] -> [.., L * s], less the trailing zeros."""
+    if stride == 1:
+        return x
+    h = t.g.unsqueeze(x, d + 1)
+    shape = list(t.g.shape(h))
+    shape[d + 1] = t.g.sym_const(stride - 1)
+    h = t.g.concat([h, t.g.full(0.0, t.g.dtype(x), shape)], d + 1)
+    shape = list(t.g.shape(x))
+    shape[d] = t.g.sym_const(size * stride)
+    return t.g.slice(t.g.reshape(h, shape), d, 0, (size - 1) * stride + 1, 1)
+
+
+def _eager_uses_mkldnn(dt, stride, output_padding):
+    """Whether eager runs a half-precision transposed convolution through oneDNN (which
+    accumulates in f32 and rounds once) rather than its gemm + col2im kernel (which rounds
+    after the gemm and after each kernel tap's addition)."""
+    if any(o >= s for o, s in zip(output_padding, stride)):
+        return False
+    if dt == "bf16":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+
+
 def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, groups):
     """A transposed convolution is the plain convolution of the input dilated by the stride
     (stride - 1 zeros between elements) and padded by dilation * (k - 1) - padding on the left
     (plus output_padding on the right), with the weight's in/out channels swapped per group and
-    its kernel flipped; stride 1, same dilation and groups."""
+    its kernel flipped; stride 1, same dilation and groups. Half precision follows eager's
+    rounding: f32 throughout where eager uses oneDNN, else gemm + per-tap sums (_col2im)."""
     dt = t.g.dtype(x)
     if dt not in ("f16", "bf16", "f32", "f64", "i64"):
         raise Unsupported(f"transposed convolution in {dt} (eager has no such kernel)")
@@ -99,18 +125,17 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
     cin, cout_g, *kernel = _static_sizes(t, w, range(rank))
     if groups < 1 or cin % groups:
         raise Unsupported("transposed convolution with channels not divisible by groups")
+    if dt in _HALF:
+        if not _eager_uses_mkldnn(dt, stride, output_padding):
+            return _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups,
+                           sizes, cin, cout_g, kernel)
+        out = _conv_transpose(t, t.g.convert(x, "f32"), t.g.convert(w, "f32"),
+                              None if bias is None else t.g.convert(bias, "f32"), stride,
+                              padding, dilation, output_padding, groups)
+        return t.g.convert(out, dt)
     for i in range(spatial):
         d = 2 + i
-        if stride[i] > 1:
-            # Interleave zeros: [.., L, 1] ++ zeros [.., L, s - 1] -> [.., L * s], minus the tail.
-            h = t.g.unsqueeze(x, d + 1)
-            shape = list(t.g.shape(h))
-            shape[d + 1] = t.g.sym_const(stride[i] - 1)
-            h = t.g.concat([h, t.g.full(0.0, dt, shape)], d + 1)
-            shape = list(t.g.shape(x))
-            shape[d] = t.g.sym_const(sizes[i] * stride[i])
-            x = t.g.reshape(h, shape)
-            x = t.g.slice(x, d, 0, (sizes[i] - 1) * stride[i] + 1, 1)
+        x = _dilate(t, x, d, stride[i], sizes[i])
         reach = dilation[i] * (kernel[i] - 1) - padding[i]
         x = _pad(t, x, d, reach, reach + output_padding[i], 0)
     # [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
@@ -120,6 +145,57 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
     ws = t.g.reshape(ws, [t.g.sym_const(n) for n in (groups * cout_g, cin // groups)] + k)
     ws = t.g.flip(ws, list(range(2, rank)))
     return t.g.convolution(x, ws, bias, [1] * spatial, [0] * spatial, dilation, groups)
+
+
+_MAX_COL2IM_TAPS = 125
+
+
+def _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups, sizes, cin,
+            cout_g, kernel):
+    """Eager's gemm + col2im transposed convolution, rounding where it rounds:
+    1. cols[n, o, k.., s..] = sum_c w[c, o, k..] * x[n, c, s..] (one rounding, per group);
+    2. out = sum over kernel taps k (row-major) of cols[:, :, k] placed at
+       s * stride - padding + k * dilation, each addition rounded;
+    3. out + bias."""
+    spatial = len(sizes)
+    taps = math.prod(kernel)
+    if taps > _MAX_COL2IM_TAPS:
+        raise Unsupported(f"half-precision transposed convolution with {taps} kernel taps")
+    c = lambda n: t.g.sym_const(n)
+    n = t.g.shape(x)[0]
+    points = math.prod(sizes)
+    xs = t.g.reshape(x, [n, c(groups), c(cin // groups), c(points)])
+    ws = t.g.reshape(w, [c(groups), c(cin // groups), c(cout_g * taps)])
+    cols = t.g.matmul(t.g.permute(ws, [0, 2, 1]), xs)  # [N, g, Cout/g * taps, P]
+    cols = t.g.reshape(cols, [n, c(groups * cout_g)] + [c(k) for k in kernel] +
+                       [c(s) for s in sizes])
+    outs = [(s - 1) * st - 2 * p + dl * (k - 1) + op + 1 for s, st, p, dl, k, op in
+            zip(sizes, stride, padding, dilation, kernel, output_padding)]
+    out = None
+    for tap in range(taps):
+        pos, rest = [], tap
+        for k in reversed(kernel):
+            pos.append(rest % k)
+            rest //= k
+        pos.reverse()
+        first = [p * dl - pd for p, dl, pd in zip(pos, dilation, padding)]
+        if any(lo + (n - 1) * st < 0 or lo >= o
+               for lo, n, st, o in zip(first, sizes, stride, outs)):
+            continue  # every element of this tap lands outside the output
+        h = cols
+        for i in range(spatial):
+            h = t.g.select(h, 2, pos[i])
+        for i in range(spatial):
+            d = 2 + i
+            h = _dilate(t, h, d, stride[i], sizes[i])
+            lo = first[i]
+            h = _pad(t, h, d, lo, outs[i] - lo - ((sizes[i] - 1) * stride[i] + 1), 0)
+        out = h if out is None else _ew(t, "add", out, h)
+    if out is None:
+        out = t.g.full(0.0, t.g.dtype(x), [n, c(groups * cout_g)] + [c(o) for o in outs])
+    if bias is not None:
+        out = _ew(t, "add", out, t.g.reshape(bias, [c(1), c(groups * cout_g)] + [c(1)] * spatial))
+    return out
 
 
 # ---- regular pooling windows ----------------------------------------------------------------
@@ -446,3 +522,197 @@ def _max_pool2d_backward(t, node, grad, x, kernel_size, stride, padding, dilatio
     picked = _ew(t, "where", hit, g, t.g.full(0.0, work, []))
     total = t.g.reduce("sum", picked, [lead + 1, lead + 3], False, work)
     return t.g.convert(total, dt)
+
+
+# ---- losses ---------------------------------------------------------------------------------
+
+@rule(aten.soft_margin_loss.default)
+def _soft_margin_loss(t, node, x, y, reduction=1):
+    """log1p(exp(-x * y)), op by op as eager's kernel (each half-precision step rounds); the
+    backend keeps this op whole only for half precision (PyTorch's decomposition computes in
+    f32 there)."""
+    xh, yh = t.arg(x), t.arg(y)
+    if t.g.dtype(xh) != t.g.dtype(yh) or reduction not in (0, 1, 2):
+        raise Unsupported("soft_margin_loss of mixed dtypes or an unknown reduction")
+    loss = _ew(t, "log1p", _ew(t, "exp", _ew(t, "mul", _ew(t, "neg", xh), yh)))
+    if reduction == 0:
+        return loss
+    dims = list(range(len(t.g.shape(loss))))
+    return t.g.mean(loss, dims, False) if reduction == 1 else t.g.reduce("sum", loss, dims, False, None)
+
+
+# ---- grid sampling --------------------------------------------------------------------------
+
+def _f(t, v, dt):
+    return t.g.full(float(v), dt, [])
+
+
+def _unnormalize(t, g, size, align_corners, dt):
+    """Grid coordinate in [-1, 1] -> input position (PyTorch's convention)."""
+    one = _f(t, 1, dt)
+    if align_corners:
+        return _ew(t, "mul", _ew(t, "div", _ew(t, "add", g, one), _f(t, 2, dt)), _f(t, size - 1, dt))
+    return _ew(t, "div", _ew(t, "sub", _ew(t, "mul", _ew(t, "add", g, one), _f(t, size, dt)), one),
+               _f(t, 2, dt))
+
+
+def _clip(t, c, size, dt):
+    return _ew(t, "minimum", _ew(t, "maximum", c, _f(t, 0, dt)), _f(t, size - 1, dt))
+
+
+def _reflect(t, c, twice_low, twice_high, dt):
+    """c reflected into [twice_low / 2, twice_high / 2] by the interval's edges."""
+    if twice_low == twice_high:
+        return _ew(t, "mul", c, _f(t, 0, dt))
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    c = _ew(t, "abs", _ew(t, "sub", c, _f(t, low, dt)))
+    extra = _ew(t, "fmod", c, _f(t, span, dt))
+    flips = _ew(t, "floor", _ew(t, "div", c, _f(t, span, dt)))
+    even = _ew(t, "eq", _ew(t, "fmod", flips, _f(t, 2, dt)), _f(t, 0, dt))
+    return _ew(t, "where", even, _ew(t, "add", extra, _f(t, low, dt)),
+               _ew(t, "add", _ew(t, "sub", _f(t, span, dt), extra), _f(t, low, dt)))
+
+
+def _apply_padding(t, c, size, padding_mode, align_corners, dt):
+    if padding_mode == 1:  # border
+        return _clip(t, c, size, dt)
+    if padding_mode == 2:  # reflection
+        if align_corners:
+            c = _reflect(t, c, 0, 2 * (size - 1), dt)
+        else:
+            c = _reflect(t, c, -1, 2 * size - 1, dt)
+        return _clip(t, c, size, dt)
+    return c
+
+
+class _Sampler:
+    """Reads input values at integer positions: x [N, C, *sizes] flattened to [N, C, P], the
+    positions (one i64 tensor [N, *out] per spatial dim, x's dims in order) turned into flat
+    indices; positions outside the input read 0."""
+
+    def __init__(self, t, x, sizes, out_shape):
+        self.t, self.sizes, self.out_shape = t, sizes, out_shape
+        shape = t.g.shape(x)
+        self.nc = list(shape[:2])
+        self.flat = t.g.reshape(x, self.nc + [t.g.sym_const(math.prod(sizes))])
+        out = [t.g.sym_str(d) for d in out_shape[1:]]
+        if not all(d.isdigit() for d in out):
+            raise Unsupported("grid_sampler with a dynamic grid size")
+        self.points = math.prod(int(d) for d in out)
+
+    def read(self, positions):
+        t = self.t
+        valid, flat = None, None
+        for p, n in zip(positions, self.sizes):
+            ok = _ew(t, "logical_and", _ew(t, "ge", p, _i64(t, 0)), _ew(t, "lt", p, _i64(t, n)))
+            valid = ok if valid is None else _ew(t, "logical_and", valid, ok)
+            p = _ew(t, "minimum", _ew(t, "maximum", p, _i64(t, 0)), _i64(t, n - 1))
+            flat = p if flat is None else _ew(t, "add", _ew(t, "mul", flat, _i64(t, n)), p)
+        n = self.out_shape[0]
+        idx = t.g.reshape(flat, [n, t.g.sym_const(1), t.g.sym_const(self.points)])
+        idx = t.g.expand(idx, self.nc + [t.g.sym_const(self.points)])
+        v = t.g.gather(self.flat, 2, idx)
+        v = t.g.reshape(v, self.nc + list(self.out_shape[1:]))
+        valid = t.g.unsqueeze(valid, 1)
+        return _ew(t, "where", valid, v, t.g.full(0.0, t.g.dtype(v), []))
+
+
+def _cubic_coefficients(t, frac, dt):
+    """The four taps' weights of cubic convolution (A = -0.75) at fractional offset frac."""
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return _ew(t, "add", _ew(t, "mul", _ew(t, "mul", _ew(t, "sub", _ew(t, "mul", _f(t, a + 2, dt), x),
+                                                                   _f(t, a + 3, dt)), x), x), _f(t, 1, dt))
+
+    def far(x):  # 1 < |x| < 2
+        r = _ew(t, "sub", _ew(t, "mul", _f(t, a, dt), x), _f(t, 5 * a, dt))
+        r = _ew(t, "add", _ew(t, "mul", r, x), _f(t, 8 * a, dt))
+        return _ew(t, "sub", _ew(t, "mul", r, x), _f(t, 4 * a, dt))
+
+    rest = _ew(t, "sub", _f(t, 1, dt), frac)
+    return [far(_ew(t, "add", frac, _f(t, 1, dt))), near(frac), near(rest),
+            far(_ew(t, "add", rest, _f(t, 1, dt)))]
+
+
+def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
+    """grid_sampler: bilinear (trilinear), nearest and (2-d) bicubic interpolation with zeros,
+    border and reflection padding, computed in f32 for half precision."""
+    xh, gh = t.arg(x), t.arg(grid)
+    dt = t.g.dtype(xh)
+    if dt not in ("f16", "bf16", "f32", "f64") or t.g.dtype(gh) != dt:
+        raise Unsupported(f"grid_sampler of {dt}")
+    if mode not in (0, 1, 2) or padding_mode not in (0, 1, 2) or (mode == 2 and spatial != 2):
+        raise Unsupported(f"grid_sampler mode {mode} padding {padding_mode}")
+    if len(t.g.shape(xh)) != spatial + 2 or len(t.g.shape(gh)) != spatial + 2:
+        raise Unsupported("grid_sampler of unexpected ranks")
+    sizes = _static_sizes(t, xh, range(2, spatial + 2))
+    if min(sizes) <= 0:
+        raise Unsupported("grid_sampler of an empty input")
+    work = "f32" if dt in _HALF else dt
+    xw, gw = t.g.convert(xh, work), t.g.convert(gh, work)
+    out_shape = list(t.g.shape(gh))[:-1]  # [N, *out]
+    sampler = _Sampler(t, xw, sizes, out_shape)
+    # Grid component i addresses input dim spatial - 1 - i (x is the last dim).
+    coords = []
+    for i in range(spatial):
+        size = sizes[spatial - 1 - i]
+        c = _unnormalize(t, t.g.select(gw, -1, i), size, align_corners, work)
+        if mode != 2:
+            c = _apply_padding(t, c, size, padding_mode, align_corners, work)
+        coords.append(c)  # coords[i]: grid order (x, y, z)
+
+    def read(grid_order_positions):
+        return sampler.read(list(reversed(grid_order_positions)))
+
+    if mode == 1:
+        return t.g.convert(read([t.g.convert(_ew(t, "round", c), "i64") for c in coords]), dt)
+    floors = [_ew(t, "floor", c) for c in coords]
+    if mode == 0:
+        # Corners in eager's order (the last grid component outermost), weights multiplied
+        # x first.
+        out = None
+        for corner in range(2 ** spatial):
+            bits = [(corner >> (spatial - 1 - i)) & 1 for i in range(spatial)]
+            bits = list(reversed(bits))  # bits[i] for grid component i; x varies fastest
+            pos, w = [], None
+            for i, b in enumerate(bits):
+                frac = _ew(t, "sub", coords[i], floors[i])
+                wi = frac if b else _ew(t, "sub", _f(t, 1, work), frac)
+                w = wi if w is None else _ew(t, "mul", w, wi)
+                p = t.g.convert(floors[i], "i64")
+                pos.append(_ew(t, "add", p, _i64(t, 1)) if b else p)
+            term = _ew(t, "mul", read(pos), t.g.unsqueeze(w, 1))
+            out = term if out is None else _ew(t, "add", out, term)
+        return t.g.convert(out, dt)
+    # Bicubic: 4 x 4 taps around the floor, each tap's position padded on its own.
+    fx, fy = (_ew(t, "sub", coords[i], floors[i]) for i in range(2))
+    cx, cy = _cubic_coefficients(t, fx, work), _cubic_coefficients(t, fy, work)
+    rows = []
+    for r in range(4):
+        row = None
+        for c in range(4):
+            pos = []
+            for i, off in ((0, c - 1), (1, r - 1)):
+                size = sizes[spatial - 1 - i]
+                p = _ew(t, "add", floors[i], _f(t, off, work))
+                p = _apply_padding(t, p, size, padding_mode, align_corners, work)
+                pos.append(t.g.convert(p, "i64"))
+            term = _ew(t, "mul", read(pos), t.g.unsqueeze(cx[c], 1))
+            row = term if row is None else _ew(t, "add", row, term)
+        rows.append(row)
+    out = None
+    for r in range(4):
+        term = _ew(t, "mul", rows[r], t.g.unsqueeze(cy[r], 1))
+        out = term if out is None else _ew(t, "add", out, term)
+    return t.g.convert(out, dt)
+
+
+@rule(aten.grid_sampler_2d.default)
+def _grid_sampler_2d(t, node, x, grid, mode, padding_mode, align_corners):
+    return _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, 2)
+
+
+@rule(aten.grid_sampler_3d.default)
+def _grid_sampler_3d(t, node, x, grid, mode, padding_mode, align_corners):
+    return _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, 3)

@@ -462,10 +462,33 @@ def _adaptive_avg(t, node, x, output_size, spatial, op):
     if dt not in ("f16", "bf16", "f32", "f64"):
         raise Unsupported(f"{op} of {dt}")
     pool = _Adaptive(t, h, spatial, output_size, op)
+    if spatial == 3 and dt in _HALF:
+        return _adaptive_avg3d_half(t, h, pool)
     work = "f32" if dt in _HALF else dt
     win = pool.windows(t, t.g.convert(h, work), fill=0)
     total = t.g.reduce("sum", win, [len(t.g.shape(win)) - 1], False, work)
     return t.g.convert(_ew(t, "div", total, pool.counts(t, work)), dt)
+
+
+def _adaptive_avg3d_half(t, h, pool):
+    """Eager's 3-d kernel in half precision sums a window's elements one by one in the dtype
+    (rounding each addition, taps in row-major order) and divides by the window's depth,
+    height and width in turn, rounding each division."""
+    win = pool.windows(t, h, fill=0)
+    last = len(t.g.shape(win)) - 1
+    total = t.g.select(win, last, 0)
+    for k in range(1, math.prod(pool.taps)):
+        total = _ew(t, "add", total, t.g.select(win, last, k))
+    for i, (n, o) in enumerate(zip(pool.sizes, pool.out)):
+        rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
+        start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+        end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)),
+                                       _i64(t, n + o - 1)), _i64(t, o))
+        shape = [t.g.sym_const(1)] * pool.spatial
+        shape[i] = t.g.sym_const(o)
+        count = t.g.reshape(t.g.convert(_ew(t, "sub", end, start), t.g.dtype(h)), shape)
+        total = _ew(t, "div", total, count)
+    return total
 
 
 @rule(aten._adaptive_avg_pool2d.default)

@@ -660,7 +660,7 @@ def _cubic_coefficients(t, frac, dt):
 
 def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
     """grid_sampler: bilinear (trilinear), nearest and (2-d) bicubic interpolation with zeros,
-    border and reflection padding, computed in f32 for half precision."""
+    border and reflection padding."""
     xh, gh = t.arg(x), t.arg(grid)
     dt = t.g.dtype(xh)
     if dt not in ("f16", "bf16", "f32", "f64") or t.g.dtype(gh) != dt:
@@ -672,8 +672,10 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
     sizes = _static_sizes(t, xh, range(2, spatial + 2))
     if min(sizes) <= 0:
         raise Unsupported("grid_sampler of an empty input")
-    work = "f32" if dt in _HALF else dt
-    xw, gw = t.g.convert(xh, work), t.g.convert(gh, work)
+    # Eager's kernels compute in the input dtype, rounding half precision after every
+    # operation; braze does the same, in the same order of operations.
+    work = dt
+    xw, gw = xh, gh
     out_shape = list(t.g.shape(gh))[:-1]  # [N, *out]
     sampler = _Sampler(t, xw, sizes, out_shape)
     # Grid component i addresses input dim spatial - 1 - i (x is the last dim).
@@ -700,8 +702,11 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
             bits = list(reversed(bits))  # bits[i] for grid component i; x varies fastest
             pos, w = [], None
             for i, b in enumerate(bits):
-                frac = _ew(t, "sub", coords[i], floors[i])
-                wi = frac if b else _ew(t, "sub", _f(t, 1, work), frac)
+                # Eager's weights: (floor + 1) - c for the lower corner, c - floor for the upper.
+                if b:
+                    wi = _ew(t, "sub", coords[i], floors[i])
+                else:
+                    wi = _ew(t, "sub", _ew(t, "add", floors[i], _f(t, 1, work)), coords[i])
                 w = wi if w is None else _ew(t, "mul", w, wi)
                 p = t.g.convert(floors[i], "i64")
                 pos.append(_ew(t, "add", p, _i64(t, 1)) if b else p)

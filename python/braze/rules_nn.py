@@ -7,6 +7,7 @@ an index tensor of shape [out, window] (adaptive windows, whose length varies wi
 position). Max-pooling indices are found by taking the same windows of a tensor that holds each
 input position's flat index, and picking the entry the argmax chose."""
 import math
+import operator
 
 import torch
 
@@ -147,7 +148,7 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
     return t.g.convolution(x, ws, bias, [1] * spatial, [0] * spatial, dilation, groups)
 
 
-_MAX_COL2IM_TAPS = 125
+_MAX_COL2IM_TAPS = 27  # each tap is a few graph ops; larger kernels compile too slowly
 
 
 def _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups, sizes, cin,
@@ -744,3 +745,152 @@ def _grid_sampler_2d(t, node, x, grid, mode, padding_mode, align_corners):
 @rule(aten.grid_sampler_3d.default)
 def _grid_sampler_3d(t, node, x, grid, mode, padding_mode, align_corners):
     return _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, 3)
+
+
+# ---- distances ------------------------------------------------------------------------------
+
+def _pairwise(t, a, b, p):
+    """||a_i - b_j||_p over the last dim, a [.., P, 1, M] and b [.., 1, R, M] broadcast."""
+    diff = _ew(t, "sub", a, b)
+    last = len(t.g.shape(diff)) - 1
+    dt = t.g.dtype(diff)
+    if p == 0:
+        nz = t.g.convert(_ew(t, "ne", diff, t.g.full(0.0, dt, [])), dt)
+        return t.g.reduce("sum", nz, [last], False, None)
+    mag = _ew(t, "abs", diff)
+    if p == 1:
+        return t.g.reduce("sum", mag, [last], False, None)
+    if p == 2:
+        return _ew(t, "sqrt", t.g.reduce("sum", _ew(t, "mul", diff, diff), [last], False, None))
+    if math.isinf(p):
+        return t.g.reduce("amax", mag, [last], False, None)
+    powered = _ew(t, "pow", mag, t.g.full(float(p), dt, []))
+    return _ew(t, "pow", t.g.reduce("sum", powered, [last], False, None),
+               t.g.full(1.0 / p, dt, []))
+
+
+@rule(aten._cdist_forward.default)
+def _cdist_forward(t, node, x1, x2, p, compute_mode=None):
+    """Eager's choice of method: for p = 2 with compute_mode 1, or compute_mode 0/None and more
+    than 25 rows on a side, the matrix-product form sqrt(max(|a|^2 - 2ab + |b|^2, 0)) laid out
+    as eager lays it out; else the direct sum over the feature dim."""
+    a, b = t.arg(x1), t.arg(x2)
+    dt = t.g.dtype(a)
+    if dt not in ("f32", "f64") or t.g.dtype(b) != dt:
+        raise Unsupported(f"cdist of {dt}")
+    ra, rb = len(t.g.shape(a)), len(t.g.shape(b))
+    if ra < 2 or rb < 2 or p < 0:
+        raise Unsupported("cdist of rank < 2 or negative p")
+    r1, m = _static_sizes(t, a, [ra - 2, ra - 1])
+    r2, m2 = _static_sizes(t, b, [rb - 2, rb - 1])
+    if m != m2 or min(r1, r2, m) == 0:
+        raise Unsupported("cdist of empty or mismatched inputs")
+    mode = 0 if compute_mode is None else compute_mode
+    if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
+        two = t.g.full(-2.0, dt, [])
+        an = t.g.reduce("sum", _ew(t, "mul", a, a), [ra - 1], True, None)
+        bn = t.g.reduce("sum", _ew(t, "mul", b, b), [rb - 1], True, None)
+        a_ = t.g.concat([_ew(t, "mul", a, two), an, t.g.full(1.0, dt, t.g.shape(an))], ra - 1)
+        b_ = t.g.concat([b, t.g.full(1.0, dt, t.g.shape(bn)), bn], rb - 1)
+        perm = list(range(rb - 2)) + [rb - 1, rb - 2]
+        r = t.g.matmul(a_, t.g.permute(b_, perm))
+        return _ew(t, "sqrt", _ew(t, "maximum", r, t.g.full(0.0, dt, [])))
+    return _pairwise(t, t.g.unsqueeze(a, ra - 1), t.g.unsqueeze(b, rb - 2), p)
+
+
+_MAX_PDIST_ROWS = 128
+
+
+@rule(aten._pdist_forward.default)
+def _pdist_forward(t, node, x, p=2.0):
+    """The upper triangle (row-major) of the pairwise distance matrix, row by row."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt not in ("f32", "f64") or len(t.g.shape(h)) != 2 or p < 0:
+        raise Unsupported(f"pdist of {dt}")
+    n, m = _static_sizes(t, h, [0, 1])
+    if n < 2 or m == 0 or n > _MAX_PDIST_ROWS:
+        raise Unsupported(f"pdist of {n} rows of {m}")
+    full = _pairwise(t, t.g.unsqueeze(h, 1), t.g.unsqueeze(h, 0), p)  # [n, n]
+    rows = [t.g.slice(t.g.select(full, 0, i), 0, i + 1, n, 1) for i in range(n - 1)]
+    return t.g.concat(rows, 0) if len(rows) > 1 else rows[0]
+
+
+# ---- embedding bags -------------------------------------------------------------------------
+
+@rule(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+def _embedding_bag(t, node, weight, indices, offsets, scale_grad_by_freq=False, mode=0,
+                   sparse=False, per_sample_weights=None, include_last_offset=False,
+                   padding_idx=-1):
+    """Bag b of a 1-d `indices` holds the positions i with offsets[b] <= i < offsets[b + 1];
+    its rows are weight[indices[i]] (times per_sample_weights), less those equal to
+    padding_idx, reduced by sum, mean or max (an empty bag gives zeros). Only the output is
+    computed: reading offset2bag, bag_size or max_indices falls back."""
+    for user in node.users:
+        if not (user.target is operator.getitem and user.args[1] == 0):
+            raise Unsupported("embedding_bag's auxiliary outputs")
+    w, idx, off = t.arg(weight), t.arg(indices), t.arg(offsets)
+    dt = t.g.dtype(w)
+    if dt not in ("f16", "bf16", "f32", "f64") or mode not in (0, 1, 2):
+        raise Unsupported(f"embedding_bag of {dt} mode {mode}")
+    if len(t.g.shape(w)) != 2 or len(t.g.shape(idx)) not in (1, 2):
+        raise Unsupported("embedding_bag of unexpected ranks")
+    if include_last_offset and padding_idx is not None and padding_idx >= 0:
+        # Eager then lets the last bag run to the end of `indices`, unlike without padding_idx.
+        raise Unsupported("embedding_bag with include_last_offset and padding_idx")
+    work = "f32" if dt in _HALF else dt
+    rows_w = _static_sizes(t, w, [0])[0]
+    if len(t.g.shape(idx)) == 2:
+        nb, per = _static_sizes(t, idx, [0, 1])
+        idx = t.g.reshape(idx, [t.g.sym_const(nb * per)])
+        length = nb * per
+        pos = t.g.iota("i64", [t.g.sym_const(length)], 0)
+        bag = _ew(t, "floordiv", pos, _i64(t, max(per, 1)))
+        end_ok = None
+    else:
+        length = _static_sizes(t, idx, [0])[0]
+        noff = _static_sizes(t, off, [0])[0]
+        nb = noff - 1 if include_last_offset else noff
+        if nb <= 0:
+            raise Unsupported("embedding_bag without bags")
+        pos = t.g.iota("i64", [t.g.sym_const(length)], 0)
+        offs = t.g.convert(off, "i64")
+        starts = t.g.slice(offs, 0, 0, nb, 1)
+        # bag(i) = #{b : offsets[b] <= i} - 1
+        le = _ew(t, "le", t.g.reshape(starts, [t.g.sym_const(1), t.g.sym_const(nb)]),
+                 t.g.reshape(pos, [t.g.sym_const(length), t.g.sym_const(1)]))
+        bag = _ew(t, "sub", t.g.reduce("sum", t.g.convert(le, "i64"), [1], False, None), _i64(t, 1))
+        end_ok = None
+        if include_last_offset:
+            end_ok = _ew(t, "lt", pos, t.g.select(offs, 0, nb))
+    idx = t.g.convert(idx, "i64")
+    bags = t.g.iota("i64", [t.g.sym_const(nb), t.g.sym_const(1)], 0)
+    member = _ew(t, "eq", t.g.reshape(bag, [t.g.sym_const(1), t.g.sym_const(length)]), bags)
+    if end_ok is not None:
+        member = _ew(t, "logical_and", member, end_ok)
+    if padding_idx is not None and padding_idx >= 0:
+        member = _ew(t, "logical_and", member, _ew(t, "ne", idx, _i64(t, padding_idx)))
+    elif padding_idx is not None and padding_idx < -1:
+        member = _ew(t, "logical_and", member, _ew(t, "ne", idx, _i64(t, padding_idx + rows_w)))
+    rows = t.g.convert(t.g.take(w, 0, idx), work)  # [L, D]
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise Unsupported("per_sample_weights with a mode other than sum")
+        psw = t.g.convert(t.g.reshape(t.arg(per_sample_weights), [t.g.sym_const(length)]), work)
+        rows = _ew(t, "mul", rows, t.g.unsqueeze(psw, 1))
+    m3 = t.g.unsqueeze(member, 2)  # [B, L, 1]
+    rows3 = t.g.unsqueeze(rows, 0)  # [1, L, D]
+    zero = t.g.full(0.0, work, [])
+    if mode == 2:
+        picked = _ew(t, "where", m3, rows3, t.g.full(-math.inf, work, []))
+        out = t.g.reduce("amax", picked, [1], False, None)
+        nonempty = t.g.reduce("any", member, [1], True, None)
+        out = _ew(t, "where", nonempty, out, zero)
+    else:
+        out = t.g.reduce("sum", _ew(t, "where", m3, rows3, zero), [1], False, None)
+        if mode == 1:
+            count = t.g.reduce("sum", t.g.convert(member, work), [1], True, None)
+            out = _ew(t, "div", out, _ew(t, "maximum", count, t.g.full(1.0, work, [])))
+    # The auxiliary outputs are never read (checked above); empty i64 stand-ins fill the tuple.
+    unused = t.g.full(0.0, "i64", [t.g.sym_const(0)])
+    return (t.g.convert(out, dt), unused, unused, unused)

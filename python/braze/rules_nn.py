@@ -835,9 +835,10 @@ def _embedding_bag(t, node, weight, indices, offsets, scale_grad_by_freq=False, 
         raise Unsupported(f"embedding_bag of {dt} mode {mode}")
     if len(t.g.shape(w)) != 2 or len(t.g.shape(idx)) not in (1, 2):
         raise Unsupported("embedding_bag of unexpected ranks")
-    if include_last_offset and padding_idx is not None and padding_idx >= 0:
-        # Eager then lets the last bag run to the end of `indices`, unlike without padding_idx.
-        raise Unsupported("embedding_bag with include_last_offset and padding_idx")
+    if include_last_offset and (mode != 0 or (padding_idx is not None and padding_idx >= 0)):
+        # Eager's mean and max (and its sum with padding_idx) then let the last bag run to the
+        # end of `indices`, while its plain sum stops at the last offset.
+        raise Unsupported("embedding_bag with include_last_offset, except a plain sum")
     work = "f32" if dt in _HALF else dt
     rows_w = _static_sizes(t, w, [0])[0]
     if len(t.g.shape(idx)) == 2:

@@ -809,8 +809,10 @@ def _pdist_forward(t, node, x, p=2.0):
     if dt not in ("f32", "f64") or len(t.g.shape(h)) != 2 or p < 0:
         raise Unsupported(f"pdist of {dt}")
     n, m = _static_sizes(t, h, [0, 1])
-    if n < 2 or m == 0 or n > _MAX_PDIST_ROWS:
-        raise Unsupported(f"pdist of {n} rows of {m}")
+    if n < 2 or m == 0:  # no pairs, or every distance between empty vectors: zeros
+        return t.g.full(0.0, dt, [t.g.sym_const(n * (n - 1) // 2)])
+    if n > _MAX_PDIST_ROWS:
+        raise Unsupported(f"pdist of {n} rows (braze concatenates at most {_MAX_PDIST_ROWS})")
     full = _pairwise(t, t.g.unsqueeze(h, 1), t.g.unsqueeze(h, 0), p)  # [n, n]
     rows = [t.g.slice(t.g.select(full, 0, i), 0, i + 1, n, 1) for i in range(n - 1)]
     return t.g.concat(rows, 0) if len(rows) > 1 else rows[0]

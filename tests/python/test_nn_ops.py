@@ -119,7 +119,7 @@ def test_distances():
         torch.cdist(a, b),  # matrix-product form (more than 25 rows)
         torch.cdist(a[:, :5], b, p=1), torch.cdist(a[:, :5], b, p=0),
         torch.cdist(a[:, :5], b, p=float("inf")), torch.cdist(a[:, :5], b, p=3.5),
-        F.pdist(a[0, :9]), F.pdist(a[0, :9], p=1)), a, b)
+        F.pdist(a[0, :9]), F.pdist(a[0, :9], p=1), F.pdist(a[0, :1])), a, b)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -1,11 +1,15 @@
 """FX rules for neural-network layers built from braze graph ops: transposed and 3-d
-convolution, N-d max and average pooling (integer averages included), adaptive pooling and the
-max-pooling backward formula.
+convolution, N-d max and average pooling (integer averages included), adaptive pooling, the
+max-pooling backward formula, grid sampling, distances (cdist, pdist), embedding bags and the
+half-precision soft-margin loss.
 
 Windows are index remaps: a pooled dim is padded and unfolded (regular windows) or taken through
 an index tensor of shape [out, window] (adaptive windows, whose length varies with the output
 position). Max-pooling indices are found by taking the same windows of a tensor that holds each
-input position's flat index, and picking the entry the argmax chose."""
+input position's flat index, and picking the entry the argmax chose.
+
+The file is longer than braze's usual 800 lines because it holds the whole family's FX rules
+(one module per op family); its sections are independent."""
 import math
 import operator
 
@@ -367,10 +371,10 @@ def _adaptive_bounds(n, o):
     return [(j * n // o, -(-(j + 1) * n // o)) for j in range(o)]
 
 
-def _window_index(t, n, o, k, first, step):
-    """i64 tensors [o, k]: for window j and tap i, the position first(j) + step * i clamped to
-    the window's last position, and whether that tap lies inside the window. `first` and the
-    window length are given as (multiplier a, divisor b, offset c): (a * j + c) // b."""
+def _window_index(t, n, o, k):
+    """i64 tensors [o, k] for an adaptive pooling of n elements into o windows of at most k
+    taps: tap i of window j is at start(j) + i, clamped to the window's last position, and
+    whether that tap lies inside the window."""
     rows = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 0)
     taps = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 1)
     start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
@@ -402,7 +406,7 @@ class _Adaptive:
         lead = len(t.g.shape(h)) - self.spatial
         for i in range(self.spatial):
             d = lead + 2 * i
-            idx, inside = _window_index(t, self.sizes[i], self.out[i], self.taps[i], None, 1)
+            idx, inside = _window_index(t, self.sizes[i], self.out[i], self.taps[i])
             h = t.g.take(h, d, idx)
             if fill is not None:
                 rank = len(t.g.shape(h))

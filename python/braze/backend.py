@@ -290,7 +290,6 @@ _EXTRA_DECOMPOSITIONS = [
     "new_ones", "zeros_like", "ones_like", "empty_like", "native_dropout", "nll_loss_forward",
     "nll_loss_backward", "select_scatter", "slice_scatter", "_native_batch_norm_legit_no_training",
     "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "native_batch_norm",
-    "_adaptive_avg_pool2d",
 ]
 
 

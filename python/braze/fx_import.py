@@ -485,16 +485,6 @@ def _addmm(t, node, bias, a, b, beta=1, alpha=1):
     return t.g.elementwise("add", [bh, h])
 
 
-@rule(aten.convolution.default)
-def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
-                 groups):
-    if transposed:
-        raise Unsupported("transposed convolution")
-    b = t.arg(bias) if bias is not None else None
-    return t.g.convolution(t.arg(x), t.arg(w), b, list(stride), list(padding), list(dilation),
-                           groups)
-
-
 @rule(aten.max_pool2d_with_indices.default)
 def _max_pool2d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
@@ -544,14 +534,6 @@ def _bernoulli(t, node, x, p=0.5, generator=None):
     u = _random(t, node, "uniform")
     keep = t.g.elementwise("lt", [u, t.g.full(float(p), t.g.dtype(u), [])])
     return t.g.convert(keep, dtype_name(node.meta["val"].dtype))
-
-
-@rule(aten.avg_pool2d.default)
-def _avg_pool2d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
-                count_include_pad=True, divisor_override=None):
-    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
-    return t.g.avg_pool(t.arg(x), as_list(kernel_size), as_list(stride), as_list(padding),
-                        ceil_mode, count_include_pad, divisor_override or 0)
 
 
 @rule(aten.diagonal.default)
@@ -621,5 +603,6 @@ def supported_targets():
     return set(_RULES)
 from braze import rules_scatter  # noqa: E402,F401
 from braze import rules_special  # noqa: E402,F401
+from braze import rules_nn  # noqa: E402,F401
 from braze import rules_sort  # noqa: E402,F401
 from braze import rules_complex  # noqa: E402,F401

@@ -72,7 +72,7 @@ public:
   Node *unfold(Node *x, int64_t dim, int64_t size, int64_t step, int64_t dilation);
   /// Pads `dim` with `lo` / `hi` copies of `value` (negative amounts trim).
   Node *pad(Node *x, int64_t dim, int64_t lo, int64_t hi, double value);
-  /// N-d convolution (1-d or 2-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
+  /// N-d convolution (1-d, 2-d or 3-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
   Node *convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                     IntList dilation, int64_t groups);
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.

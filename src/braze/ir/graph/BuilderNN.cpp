@@ -90,14 +90,15 @@ Node *GraphBuilder::pad(Node *x, int64_t d, int64_t lo, int64_t hi, double value
 Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                                 IntList dilation, int64_t groups) {
   int64_t spatial = x->rank() - 2;
-  if (spatial < 1 || spatial > 2)
-    BRAZE_USER_ERROR("convolution", name_) << "supports 1-d and 2-d inputs [N, C, ...], got rank "
+  if (spatial < 1 || spatial > 3)
+    BRAZE_USER_ERROR("convolution", name_) << "supports 1-d, 2-d and 3-d inputs [N, C, ...], got rank "
                                            << x->rank();
   if (w->rank() != x->rank())
     BRAZE_USER_ERROR("convolution", name_) << "weight has rank " << w->rank()
                                            << " but the input has rank " << x->rank();
-  if (!isFloating(x->dtype()) || x->dtype() != w->dtype())
-    BRAZE_USER_ERROR("convolution", name_) << "needs floating-point input and weight of one dtype, got "
+  // Integer convolutions wrap around like eager PyTorch's (the matmul accumulates in the dtype).
+  if (x->dtype() == DType::Bool || x->dtype() != w->dtype())
+    BRAZE_USER_ERROR("convolution", name_) << "needs numeric (non-bool) input and weight of one dtype, got "
                                            << dtypeName(x->dtype()) << " and " << dtypeName(w->dtype());
   stride = perDim(stride, spatial, 1);
   padding = perDim(padding, spatial, 0);

@@ -53,10 +53,30 @@ Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
   int64_t divisor = n->attrs().getInt("divisor");
   if (divisor != 0)
     return b.div(sum, b.scalar(static_cast<double>(divisor), n->dtype()));
-  std::vector<SymExpr> plane(x->shape().end() - 2, x->shape().end());
-  Node *ones = b.full(1.0, n->dtype(), plane);
-  double padded = n->attrs().getBool("count_include_pad") ? 1.0 : 0.0;
-  Node *count = b.reduce(OpKind::Sum, windows(b, n, ones, padded, 0.0), {-1}, false);
+  // A window covers a rectangle, so its count is the product of per-dim counts: with
+  // start = o * stride - padding, [start, min(start + k, size + padding)) with the declared
+  // padding counted, else that range clipped to [0, size).
+  const AttrMap &a = n->attrs();
+  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding");
+  bool includePad = a.getBool("count_include_pad");
+  int64_t r = n->rank();
+  auto scalar = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };
+  Node *count = nullptr;
+  for (int i = 0; i < 2; ++i) {
+    int64_t size, out;
+    b.sym().constValue(x->shape()[r - 2 + i], size);
+    b.sym().constValue(n->shape()[r - 2 + i], out);
+    std::vector<SymExpr> shape(2, b.dim(1));
+    shape[i] = b.dim(out);
+    Node *start = b.sub(b.mul(b.iota(DType::Int64, shape, i), scalar(st[i])), scalar(p[i]));
+    Node *end = b.binary(OpKind::Minimum, b.add(start, scalar(k[i])), scalar(size + p[i]));
+    if (!includePad) {
+      start = b.binary(OpKind::Maximum, start, scalar(0));
+      end = b.binary(OpKind::Minimum, end, scalar(size));
+    }
+    Node *c = b.convert(b.sub(end, start), n->dtype());
+    count = count ? b.mul(count, c) : c;
+  }
   return b.div(sum, count);
 }
 

@@ -615,3 +615,4 @@ def _full_like(t, node, x, value, dtype=None, **_):
 
 def supported_targets():
     return set(_RULES)
+from braze import rules_misc  # noqa: E402,F401

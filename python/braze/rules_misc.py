@@ -209,3 +209,242 @@ def _angle(t, node, x):
     zero = _scalar(t, 0.0, dt)
     r = t.g.elementwise("where", [t.g.elementwise("lt", [h, zero]), _scalar(t, math.pi, dt), zero])
     return t.g.elementwise("where", [t.g.elementwise("isnan", [h]), h, r])
+
+
+# ---- small composites ----------------------------------------------------------------------
+
+@rule(aten.addbmm.default)
+def _addbmm(t, node, bias, b1, b2, beta=1, alpha=1):
+    """beta * bias + alpha * sum over the batch of b1[i] @ b2[i]; beta == 0 ignores bias."""
+    val = _meta(node)
+    dt = dtype_name(val.dtype)
+    if any(d == 0 for d in node.args[1].meta["val"].shape[:1]):
+        raise Unsupported("addbmm over an empty batch")
+    if dt in _HALVES:
+        return _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt)
+    h = t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt)
+    if alpha != 1:
+        h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
+    if beta == 0:
+        return h
+    bh = t.arg(bias)
+    if beta != 1:
+        bh = t.g.elementwise("mul", [bh, t.arg(beta, bh)])
+    return t.g.elementwise("add", [bh, h])
+
+
+# Half-precision addbmm is unrolled over at most this many batches.
+_MAX_UNROLLED_BATCHES = 64
+
+
+def _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt):
+    """Eager accumulates one addmm per batch, each computed in f32 and rounded to dt."""
+    batches = node.args[1].meta["val"].shape[0]
+    if not isinstance(batches, int) or batches > _MAX_UNROLLED_BATCHES:
+        raise Unsupported(f"half-precision addbmm over {batches} batches")
+    prods = t.g.matmul(t.g.convert(t.arg(b1), "f32"), t.g.convert(t.arg(b2), "f32"))
+    acc = None
+    for k in range(batches):
+        term = t.g.select(prods, 0, k)
+        if alpha != 1:
+            term = t.g.elementwise("mul", [term, _scalar(t, alpha, "f32")])
+        if acc is not None:
+            term = t.g.elementwise("add", [t.g.convert(acc, "f32"), term])
+        elif beta != 0:
+            bh = t.g.convert(t.arg(bias), "f32")
+            if beta != 1:
+                bh = t.g.elementwise("mul", [bh, _scalar(t, beta, "f32")])
+            term = t.g.elementwise("add", [bh, term])
+        acc = t.g.convert(term, dt)
+    return acc
+
+
+@rule(aten._trilinear.default)
+def _trilinear(t, node, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """The product of the three inputs, each unsqueezed at its expand dims, summed over sumdim.
+    As eager: i1 * i2 summed first over the sum dims that i3 lacks, then times i3 summed over
+    the rest; each stage accumulates in f32 for half precision and rounds once."""
+    dt = dtype_name(_meta(node).dtype)
+    ct = "f32" if dt in _HALVES else dt
+
+    def expanded(x, dims):
+        h = t.g.convert(t.arg(x), ct)
+        for d in sorted(dims):
+            h = t.g.unsqueeze(h, d)
+        return h
+    first = sorted(d for d in sumdim if d in expand3)
+    rest = sorted(d for d in sumdim if d not in expand3)
+    h = t.g.elementwise("mul", [expanded(i1, expand1), expanded(i2, expand2)])
+    if first:
+        h = t.g.convert(t.g.reduce("sum", h, first, True, ct), dt)
+        h = t.g.convert(h, ct)
+    h = t.g.elementwise("mul", [h, expanded(i3, expand3)])
+    if rest:
+        h = t.g.reduce("sum", h, rest, True, ct)
+    keep = [t.sym(s) for s in node.meta["val"].shape]
+    return t.g.reshape(t.g.convert(h, dt), keep)
+
+
+# ---- random distributions ------------------------------------------------------------------
+# Built on braze's Philox streams: uniform u in [0, 1) and standard normal z.
+
+def _draw(t, node, distribution, dt):
+    val = _meta(node)
+    if node.kwargs.get("generator") is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    if t.seed is None:
+        t.seed = t.g.input("seed", "i64", [], [])
+    return t.g.random(distribution, dt, t.shape(val.shape), t.seed)
+
+
+def _uniform48(t, node):
+    """A uniform f64 in [0, 1) with 48 random bits, from two 24-bit draws."""
+    hi = _draw(t, node, "uniform", "f64")
+    lo = _draw(t, node, "uniform", "f64")
+    return t.g.elementwise("add", [hi, t.g.elementwise("mul", [lo, _scalar(t, 2.0 ** -24, "f64")])])
+
+
+@rule(aten.randint.default, aten.randint.low, aten.randint_like.default,
+      aten.randint_like.low_dtype)
+def _randint(t, node, *args, **kwargs):
+    """low + floor(u * (high - low)), an integer in [low, high)."""
+    if node.target in (aten.randint.default, aten.randint_like.default):
+        low, high = 0, args[1] if node.target == aten.randint_like.default else args[0]
+    else:
+        low, high = (args[1], args[2]) if node.target == aten.randint_like.low_dtype else args[:2]
+    if not isinstance(low, int) or not isinstance(high, int):
+        raise Unsupported("randint with symbolic bounds")
+    span = high - low
+    if span <= 0 or span > 2 ** 62:
+        raise Unsupported(f"randint over [{low}, {high})")
+    dt = dtype_name(_meta(node).dtype)
+    u = _uniform48(t, node)
+    off = t.g.convert(t.g.elementwise("floor", [t.g.elementwise("mul", [u, _scalar(t, span, "f64")])]),
+                      "i64")
+    off = t.g.elementwise("minimum", [off, _scalar(t, span - 1, "i64")])
+    return t.g.convert(t.g.elementwise("add", [off, _scalar(t, low, "i64")]), dt)
+
+
+@rule(aten.uniform.default)
+def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
+    if generator is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    dt = dtype_name(_meta(node).dtype)
+    if dt not in _FLOATS:
+        raise Unsupported(f"uniform on {dt}")
+    ct = "f32" if dt in _HALVES else dt
+    u = _draw(t, node, "uniform", ct)
+    r = t.g.elementwise("add", [_scalar(t, low, ct),
+                                t.g.elementwise("mul", [u, _scalar(t, float(high) - float(low), ct)])])
+    return t.g.convert(r, dt)
+
+
+@rule(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor,
+      aten.normal.float_float, aten.normal_functional.default)
+def _normal(t, node, *args, **kwargs):
+    """mean + std * z; mean and std are tensors or numbers."""
+    if kwargs.get("generator") is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    dt = dtype_name(_meta(node).dtype)
+    if dt not in _FLOATS:
+        raise Unsupported(f"normal on {dt}")
+    ct = "f32" if dt in _HALVES else dt
+    if node.target == aten.normal_functional.default:
+        mean, std = (list(args[1:3]) + [0.0, 1.0][len(args) - 1:])[:2]
+        mean, std = kwargs.get("mean", mean), kwargs.get("std", std)
+    elif node.target == aten.normal.Tensor_float:
+        mean, std = args[0], args[1] if len(args) > 1 else kwargs.get("std", 1.0)
+    else:
+        mean, std = args[0], args[1]
+    z = _draw(t, node, "normal", ct)
+
+    def operand(v):
+        if isinstance(v, torch.fx.Node):
+            return t.g.convert(t.arg(v), ct)
+        return _scalar(t, v, ct)
+    r = t.g.elementwise("add", [operand(mean), t.g.elementwise("mul", [operand(std), z])])
+    return t.g.convert(r, dt)
+
+
+# ---- searching and scans -------------------------------------------------------------------
+# Counting comparisons does numel(values) * len(boundaries) work; larger cases stay in eager.
+_MAX_COMPARISONS = 1 << 24
+
+
+def _count_below(t, node, seq, values, right, out_int32, sorter=None):
+    """For each value, the number of boundaries b with !(b >= v) (left) or !(b > v) (right):
+    the index binary search returns for a sorted sequence."""
+    s, v = t.arg(seq), t.arg(values)
+    s_shape, v_shape = seq.meta["val"].shape, values.meta["val"].shape
+    sizes = list(s_shape) + list(v_shape)
+    if all(isinstance(d, int) for d in sizes):
+        if math.prod(v_shape) * (s_shape[-1] if len(s_shape) else 1) > _MAX_COMPARISONS:
+            raise Unsupported("searchsorted with too many comparisons for counting")
+    if len(s_shape) == 0:
+        raise Unsupported("searchsorted with a 0-d sequence")
+    if sorter is not None:
+        s = t.g.gather(s, len(s_shape) - 1, t.arg(sorter))
+    ve = t.g.unsqueeze(v, len(v_shape))
+    se = s if len(s_shape) == 1 else t.g.unsqueeze(s, len(s_shape) - 1)
+    hit = t.g.elementwise("gt" if right else "ge", [se, ve])
+    below = t.g.elementwise("logical_not", [hit])
+    return t.g.reduce("sum", below, [len(v_shape)], False, "i32" if out_int32 else "i64")
+
+
+@rule(aten.searchsorted.Tensor)
+def _searchsorted(t, node, seq, values, out_int32=False, right=False, side=None, sorter=None):
+    if side is not None:
+        right = side == "right"
+    return _count_below(t, node, seq, values, right, out_int32, sorter)
+
+
+@rule(aten.bucketize.Tensor)
+def _bucketize(t, node, values, boundaries, out_int32=False, right=False):
+    if len(boundaries.meta["val"].shape) != 1:
+        raise Unsupported("bucketize with boundaries that are not 1-D")
+    return _count_below(t, node, boundaries, values, right, out_int32)
+
+
+# Scans as masked reductions (quadratic work), as for cumsum in fx_import.
+_MAX_SCAN = 4096
+
+
+@rule(aten.cummax.default, aten.cummin.default)
+def _cummax(t, node, x, dim):
+    """values[i] = max (min) of x[:i+1]; indices[i] = the last j <= i where x[j] equals it (the
+    last NaN once a NaN is seen), as eager's running update with >= (<=) gives."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    shape = list(node.meta["val"][0].shape)
+    rank = len(shape)
+    if rank == 0:
+        return (h, t.g.full(0.0, "i64", []))
+    d = dim % rank
+    n = shape[d]
+    if not isinstance(n, int) or n > _MAX_SCAN:
+        raise Unsupported(f"cummax over a dim of {n} elements (braze scans dims up to {_MAX_SCAN})")
+    if any(s == 0 for s in shape):
+        return (t.g.full(0.0, dt, t.shape(shape)), t.g.full(0.0, "i64", t.shape(shape)))
+    is_max = node.target == aten.cummax.default
+    ct = "u8" if dt == "bool" else dt
+    perm = [i for i in range(rank) if i != d] + [d]
+    inverse = [perm.index(i) for i in range(rank)]
+    xt = t.g.permute(t.g.convert(h, ct), perm)                 # [..., n]
+    xj = t.g.unsqueeze(xt, rank - 1)                           # [..., 1, n]: j on the last axis
+    nn_ = [t.sym(n), t.sym(n)]
+    ii, jj = t.g.iota("i64", nn_, 0), t.g.iota("i64", nn_, 1)
+    mask = t.g.elementwise("le", [jj, ii])                     # j <= i
+    # Entries j > i take x[0], which every prefix holds: the max (min) is unchanged.
+    first = t.g.unsqueeze(t.g.slice(xt, rank - 1, 0, 1, 1), rank - 1)   # [..., 1, 1]
+    masked = t.g.elementwise("where", [mask, xj, first])
+    vals = t.g.reduce("amax" if is_max else "amin", masked, [rank], False, None)   # [..., n]
+    ve = t.g.unsqueeze(vals, rank)                              # [..., n, 1]
+    hit = t.g.elementwise("eq", [xj, ve])
+    if ct in _FLOATS:
+        both_nan = t.g.elementwise("logical_and", [t.g.elementwise("isnan", [xj]),
+                                                   t.g.elementwise("isnan", [ve])])
+        hit = t.g.elementwise("logical_or", [hit, both_nan])
+    cand = t.g.elementwise("where", [t.g.elementwise("logical_and", [mask, hit]), jj,
+                                     t.g.full(-1.0, "i64", [])])
+    idx = t.g.reduce("amax", cand, [rank], False, None)
+    return (t.g.convert(t.g.permute(vals, inverse), dt), t.g.permute(idx, inverse))

@@ -276,7 +276,7 @@ _EXTRA_DECOMPOSITIONS = [
     # index creation (each checked against eager in every dtype the op supports)
     "view_copy", "permute_copy", "narrow_copy", "unbind_copy.int", "as_strided_copy", "addmv",
     "native_group_norm", "dist", "linalg_cross", "_batch_norm_with_update_functional",
-    "exponential", "geometric", "cauchy", "log_normal", "tril_indices", "triu_indices",
+    "exponential", "cauchy", "log_normal", "tril_indices", "triu_indices",
 ]
 
 

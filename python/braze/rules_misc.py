@@ -339,6 +339,21 @@ def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
     return t.g.convert(r, dt)
 
 
+@rule(aten.geometric.default)
+def _geometric(t, node, x, p, generator=None):
+    """The number of Bernoulli(p) trials up to the first success: floor(log1p(-u) / log1p(-p))
+    + 1, computed in f64 for every result dtype (integers included)."""
+    if generator is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    if not 0 < p < 1:
+        raise Unsupported(f"geometric with p = {p}")
+    dt = dtype_name(_meta(node).dtype)
+    u = _draw(t, node, "uniform", "f64")
+    k = t.g.elementwise("div", [t.g.elementwise("log1p", [t.g.elementwise("neg", [u])]),
+                                _scalar(t, math.log1p(-p), "f64")])
+    return t.g.convert(t.g.elementwise("add", [t.g.elementwise("floor", [k]), _scalar(t, 1.0, "f64")]), dt)
+
+
 @rule(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor,
       aten.normal.float_float, aten.normal_functional.default)
 def _normal(t, node, *args, **kwargs):
@@ -448,3 +463,42 @@ def _cummax(t, node, x, dim):
                                      t.g.full(-1.0, "i64", [])])
     idx = t.g.reduce("amax", cand, [rank], False, None)
     return (t.g.convert(t.g.permute(vals, inverse), dt), t.g.permute(idx, inverse))
+
+
+# Largest exact count of a histogram bin that eager accumulates in half precision.
+_HALF_EXACT_COUNT = {"f16": 2048, "bf16": 256}
+_TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+                 "f64": torch.float64}
+
+
+@rule(aten.histc.default)
+def _histc(t, node, x, bins=100, min=0, max=0):
+    """Counts per bin of [min, max] split in `bins` equal parts; element e goes to bin
+    trunc((e - min) * bins / (max - min)) computed in x's dtype, the last bin holding max.
+    A range taken from the data (min == max) is left to eager, which checks it is finite."""
+    dt = t.g.dtype(t.arg(x))
+    if dt not in _FLOATS:
+        raise Unsupported(f"histc of {dt}")
+    lo, hi = float(min), float(max)
+    if lo == hi or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise Unsupported("histc with a range from the data, or an invalid range")
+    n = math.prod(_static(node.args[0].meta["val"].shape, "histc"))
+    if n * bins > _MAX_COMPARISONS or n > _HALF_EXACT_COUNT.get(dt, n):
+        raise Unsupported(f"histc of {n} elements into {bins} bins")
+    if n == 0:
+        return t.g.full(0.0, dt, [t.sym(bins)])
+    tdt = _TORCH_DTYPES[dt]
+    left, right = torch.tensor(lo, dtype=tdt), torch.tensor(hi, dtype=tdt)
+    width = (right - left).item()
+    left, right = left.item(), right.item()
+    flat = t.g.reshape(t.arg(x), [t.sym(n)])
+    inside = t.g.elementwise("logical_and", [t.g.elementwise("ge", [flat, _scalar(t, left, dt)]),
+                                             t.g.elementwise("le", [flat, _scalar(t, right, dt)])])
+    scaled = t.g.elementwise("mul", [t.g.elementwise("sub", [flat, _scalar(t, left, dt)]),
+                                     _scalar(t, bins, dt)])
+    pos = t.g.convert(t.g.elementwise("div", [scaled, _scalar(t, width, dt)]), "i64")
+    pos = t.g.elementwise("minimum", [pos, _scalar(t, bins - 1, "i64")])
+    which = t.g.iota("i64", [t.sym(1), t.sym(bins)], 1)
+    hit = t.g.elementwise("logical_and", [t.g.unsqueeze(inside, 1),
+                                          t.g.elementwise("eq", [t.g.unsqueeze(pos, 1), which])])
+    return t.g.convert(t.g.reduce("sum", hit, [0], False, "i64"), dt)

@@ -154,6 +154,23 @@ def test_cummax_cummin(dtype):
     assert_same(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_histc(dtype):
+    def fn(x):
+        return (torch.histc(x, bins=7, min=-3, max=10), torch.histc(x[0], bins=3, min=0, max=10),
+                torch.histc(x[1:12], bins=10, min=-10, max=0))
+    x = (torch.randn(200) * 4).to(dtype)
+    x[0], x[1], x[2], x[3], x[4] = float("nan"), 10, -10, 3, float("inf")  # edges, outside, NaN
+    got, want = run_compiled(fn, x)
+    assert_same(got, want)
+
+
+def test_histc_with_a_range_from_the_data_runs_eagerly():
+    x = torch.tensor([1.0, float("inf")])
+    with pytest.raises(Exception, match="not finite"):
+        compiled(lambda x: torch.histc(x, bins=4))(x)
+
+
 def test_decomposed_composites():
     def fn(b, m, v, x, y, g):
         return (torch.addmv(b, m, v, beta=0.5, alpha=2), torch.dist(x, y, 3),
@@ -193,6 +210,8 @@ def test_continuous_distributions():
     assert abs(n2.mean().item() - 1) < 0.5 * se and abs(n2.std().item() - 0.5) < se
     assert ex.min() >= 0 and abs(ex.mean().item() - 0.25) < 0.25 * se
     assert ge.min() >= 1 and torch.equal(ge, ge.round()) and abs(ge.mean().item() - 4) < 4 * se * 2
+    gi = run_compiled(lambda x: x.geometric_(0.5), torch.zeros(N, dtype=torch.int32))[0]
+    assert gi.dtype == torch.int32 and gi.min() == 1 and abs(gi.double().mean().item() - 2) < 2 * se
     assert abs(ca.median().item() - 1) < 0.05
     assert abs(ln.log().mean().item()) < 0.5 * se and abs(ln.log().std().item() - 0.5) < se
 

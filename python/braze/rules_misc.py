@@ -222,6 +222,8 @@ def _addbmm(t, node, bias, b1, b2, beta=1, alpha=1):
         raise Unsupported("addbmm over an empty batch")
     if dt in _HALVES:
         return _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt)
+    if dt not in _FLOATS:
+        alpha, beta = int(alpha), int(beta)  # eager converts the scalars to the integer type
     h = t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt)
     if alpha != 1:
         h = t.g.elementwise("mul", [h, t.arg(alpha, h)])

@@ -115,7 +115,8 @@ def test_integer_pointwise(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_addbmm_and_bilinear(dtype):
     def fn(bias, b1, b2):
-        return torch.addbmm(bias, b1, b2, beta=2, alpha=3), torch.addbmm(bias[0], b1, b2)
+        return (torch.addbmm(bias, b1, b2, beta=2, alpha=3), torch.addbmm(bias[0], b1, b2),
+                torch.addbmm(bias, b1, b2, beta=0.5, alpha=2.5))  # integers truncate the scalars
     mk = (lambda *s: torch.randn(*s).to(dtype)) if dtype.is_floating_point else \
         (lambda *s: torch.randint(-4, 5, s))
     got, want = run_compiled(fn, mk(3, 5), mk(4, 3, 6), mk(4, 6, 5))

@@ -17,6 +17,8 @@ def _meta(node):
         raise Unsupported("result is not a tensor")
     if val.device.type != "cpu":
         raise Unsupported(f"result on {val.device}")
+    if val.layout != torch.strided:
+        raise Unsupported(f"result with layout {val.layout}")
     return val
 
 

@@ -1,6 +1,6 @@
 """FX rules for a long tail of simpler ops: uninitialized creation, as_strided, whole-tensor
-max/min, single-kernel pointwise ops, random distributions, bucketize / searchsorted,
-cummax / cummin and _trilinear. Each rule either matches eager PyTorch or raises Unsupported."""
+max/min, single-kernel pointwise ops, addbmm and _trilinear, random distributions,
+bucketize / searchsorted, cummax / cummin and histc. Each rule either matches eager PyTorch or raises Unsupported."""
 import math
 
 import torch
@@ -319,7 +319,8 @@ def _randint(t, node, *args, **kwargs):
     if not isinstance(low, int) or not isinstance(high, int):
         raise Unsupported("randint with symbolic bounds")
     span = high - low
-    if span <= 0 or span > 2 ** 62:
+    # Bounds travel as f64 constants: exact up to 2^53.
+    if span <= 0 or max(abs(low), abs(high)) > 2 ** 53:
         raise Unsupported(f"randint over [{low}, {high})")
     dt = dtype_name(_meta(node).dtype)
     u = _uniform48(t, node)

@@ -507,3 +507,24 @@ def _histc(t, node, x, bins=100, min=0, max=0):
     hit = t.g.elementwise("logical_and", [t.g.unsqueeze(inside, 1),
                                           t.g.elementwise("eq", [t.g.unsqueeze(pos, 1), which])])
     return t.g.convert(t.g.reduce("sum", hit, [0], False, "i64"), dt)
+
+
+@rule(aten.linalg_cross.default)
+def _linalg_cross(t, node, a, b, dim=-1):
+    """r[i] = a[i+1] * b[i+2] - a[i+2] * b[i+1] (indices mod 3) along dim, each product and
+    difference rounded in the result dtype as eager's kernel does (PyTorch's decomposition,
+    used for the other dtypes, computes half precision in f32)."""
+    val = _meta(node)
+    dt = dtype_name(val.dtype)
+    rank = len(val.shape)
+    d = dim % rank
+    shape = t.shape(val.shape)
+    x = t.g.expand(t.g.convert(t.arg(a), dt), shape)
+    y = t.g.expand(t.g.convert(t.arg(b), dt), shape)
+    parts = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        ab = t.g.elementwise("mul", [t.g.select(x, d, j), t.g.select(y, d, k)])
+        ba = t.g.elementwise("mul", [t.g.select(x, d, k), t.g.select(y, d, j)])
+        parts.append(t.g.unsqueeze(t.g.elementwise("sub", [ab, ba]), d))
+    return t.g.concat(parts, d)

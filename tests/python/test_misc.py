@@ -183,6 +183,13 @@ def test_decomposed_composites():
     assert_same(got, want)
 
 
+def test_cross_in_half_precision_rounds_each_step():
+    a, b = (torch.randn(2, 5, 3) * 10).bfloat16(), (torch.randn(1, 5, 3) * 10).bfloat16()
+    got, want = run_compiled(lambda a, b: (torch.linalg.cross(a, b), torch.cross(a[0].t(), b[0].t(), dim=0)),
+                             a, b)
+    assert_same(got, want, atol=0, rtol=0)
+
+
 N = 1 << 18
 
 

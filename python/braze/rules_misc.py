@@ -166,9 +166,10 @@ def _hypot(t, node, a, b):
 @rule(aten.nextafter.default)
 def _nextafter(t, node, a, b):
     dt = dtype_name(_meta(node).dtype)
-    if dt not in ("f32", "f64"):
-        raise Unsupported(f"nextafter on {dt} (braze steps in f32 or f64 only)")
-    return t.g.elementwise("nextafter", [t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)])
+    ops = {"f32": "nextafter", "f64": "nextafter", "f16": "nextafter_f16", "bf16": "nextafter_bf16"}
+    if dt not in ops:
+        raise Unsupported(f"nextafter on {dt}")
+    return t.g.elementwise(ops[dt], [t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)])
 
 
 @rule(aten.frexp.Tensor)

@@ -83,18 +83,15 @@ def test_float_pointwise(dtype):
     assert_same(got, want)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_nextafter(dtype):
-    a = torch.tensor([0.0, 1.0, -1.0, float("inf"), 1.0, float("nan")], dtype=dtype)
-    b = torch.tensor([1.0, 0.0, -2.0, 0.0, 1.0, 0.0], dtype=dtype)
+    big = torch.finfo(dtype).max
+    a = torch.tensor([0.0, 1.0, -1.0, float("inf"), 1.0, float("nan"), 0.0, -0.0, big, 3.0], dtype=dtype)
+    b = torch.tensor([1.0, 0.0, -2.0, 0.0, 1.0, 0.0, -1.0, 0.0, float("inf"), -3.0], dtype=dtype)
     got, want = run_compiled(torch.nextafter, a, b)
     assert torch.equal(got.isnan(), want.isnan())
-    assert torch.equal(got[:-1], want[:-1])
-
-
-def test_nextafter_in_half_precision_falls_back_correctly():
-    a, b = torch.randn(5).half(), torch.randn(5).half()
-    assert torch.equal(compiled(torch.nextafter)(a, b), torch.nextafter(a, b))
+    assert torch.equal(got[:5], want[:5]) and torch.equal(got[6:], want[6:])
+    assert torch.equal(got.signbit(), want.signbit())
 
 
 @pytest.mark.parametrize("dtype", INTS)

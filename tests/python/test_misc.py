@@ -109,6 +109,13 @@ def test_integer_pointwise(dtype):
     assert_same(got, want)
 
 
+def test_addmm_on_integers_truncates_the_scalars():
+    b, x, y = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (3, 5)), torch.randint(-5, 5, (5, 4))
+    got, want = run_compiled(lambda b, x, y: (torch.addmm(b, x, y, beta=0.6, alpha=0.2),
+                                              torch.addmm(b, x, y, beta=1.5, alpha=2.7)), b, x, y)
+    assert_same(got, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_addbmm_and_bilinear(dtype):
     def fn(bias, b1, b2):

@@ -475,6 +475,8 @@ def _mm(t, node, a, b):
 def _addmm(t, node, bias, a, b, beta=1, alpha=1):
     """beta * bias + alpha * (a @ b); with beta == 0 the bias is ignored, NaNs included."""
     h = t.g.matmul(t.arg(a), t.arg(b))
+    if t.g.dtype(h) not in ("f16", "bf16", "f32", "f64"):
+        alpha, beta = int(alpha), int(beta)  # eager converts the scalars to the integer type
     if alpha != 1:
         h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
     if beta == 0:
@@ -604,5 +606,6 @@ def supported_targets():
 from braze import rules_scatter  # noqa: E402,F401
 from braze import rules_special  # noqa: E402,F401
 from braze import rules_nn  # noqa: E402,F401
+from braze import rules_misc  # noqa: E402,F401
 from braze import rules_sort  # noqa: E402,F401
 from braze import rules_complex  # noqa: E402,F401

@@ -292,6 +292,27 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::LaguerreL:
   case ScalarOpKind::LegendreP:
     return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op)) + "<" + ctype(t) + ">").c_str(), a));
+  // misc family
+  case ScalarOpKind::Hypot:
+    return call("std::hypot", a);
+  case ScalarOpKind::NextAfter:
+    return call("std::nextafter", a);
+  case ScalarOpKind::Gcd:
+    return wrap(t, call(("braze_gcd<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::Lcm:
+    return wrap(t, call(("braze_lcm<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::ShiftLeft:
+    return wrap(t, call(("braze_shift_left<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::ShiftRight:
+    return wrap(t, call(("braze_shift_right<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::FrexpMantissa:
+    return wrap(t, call(("braze_frexp_mantissa<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::FrexpExponent:
+    return wrap(t, call(("braze_frexp_exponent<" + ctype(t) + ">").c_str(), a));
+  case ScalarOpKind::NextAfterF16:
+    return call("braze_nextafter_f16", a);
+  case ScalarOpKind::NextAfterBF16:
+    return call("braze_nextafter_bf16", a);
   }
   BRAZE_UNREACHABLE("bad scalar op");
 }
@@ -404,6 +425,47 @@ static inline uint16_t braze_f2bf(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
+// misc family: nextafter on 16-bit float patterns: one step away from or toward zero.
+static inline uint16_t braze_nextafter_bits(uint16_t a, uint16_t b) {
+  const uint16_t sign = 0x8000u;
+  if (a == b) return a;
+  uint16_t ma = a & 0x7fffu, mb = b & 0x7fffu;
+  if (ma == 0) return mb == 0 ? b : (uint16_t)((b & sign) | 1u);
+  return (ma > mb || ((a ^ b) & sign)) ? (uint16_t)(a - 1u) : (uint16_t)(a + 1u);
+}
+static inline float braze_nextafter_f16(float x, float y) {
+  if (x != x || y != y) return x + y;
+  return braze_h2f(braze_nextafter_bits(braze_f2h(x), braze_f2h(y)));
+}
+static inline float braze_nextafter_bf16(float x, float y) {
+  if (x != x || y != y) return x + y;
+  return braze_bf2f(braze_nextafter_bits(braze_f2bf(x), braze_f2bf(y)));
+}
+// misc family. gcd and lcm as PyTorch computes them (Euclid on absolute values).
+template <typename T> static inline T braze_gcd(T a, T b) {
+  a = (T)(a < 0 ? -a : a); b = (T)(b < 0 ? -b : b);
+  while (a != 0) { T c = a; a = (T)(b % a); b = c; }
+  return b;
+}
+template <typename T> static inline T braze_lcm(T a, T b) {
+  T g = braze_gcd(a, b);
+  if (g == 0) return 0;
+  int64_t r = (int64_t)(a / g) * (int64_t)b;  // in a wide type, then wrapped, as eager does
+  return (T)(r < 0 ? -r : r);
+}
+// Shift counts outside [0, bits) give 0 (left) or the sign fill (right), as in PyTorch.
+template <typename T> static inline T braze_shift_left(T a, T b) {
+  constexpr int64_t bits = sizeof(T) * 8;
+  if ((int64_t)b < 0 || (int64_t)b >= bits) return 0;
+  return (T)((uint64_t)a << (int)b);
+}
+template <typename T> static inline T braze_shift_right(T a, T b) {
+  constexpr int64_t bits = sizeof(T) * 8 - (std::numeric_limits<T>::is_signed ? 1 : 0);
+  if ((int64_t)b < 0 || (int64_t)b >= bits) return (T)(a >> bits);
+  return (T)(a >> (int)b);
+}
+template <typename T> static inline T braze_frexp_mantissa(T x) { int e; return std::frexp(x, &e); }
+template <typename T> static inline T braze_frexp_exponent(T x) { int e; std::frexp(x, &e); return (T)e; }
 )PRELUDE";
 }
 

@@ -163,7 +163,9 @@ Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
     break;
   }
   // Operands are converted to the promoted type so that every kernel computes in one type.
-  DType operandType = resultKind(op) == ResultKind::Float ? result : promoted;
+  // philox_uniform keeps its i64 seed and counter exact: as floats they would round.
+  DType operandType =
+      resultKind(op) == ResultKind::Float && op != OpKind::PhiloxUniform ? result : promoted;
   for (size_t i = first; i < xs.size(); ++i)
     if (xs[i]->dtype() != operandType)
       xs[i] = convert(xs[i], operandType);

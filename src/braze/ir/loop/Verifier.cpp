@@ -217,6 +217,8 @@ private:
         return fail(what + ": operand dtypes " + dt(t) + " and " + dt(ops[i]->dtype()) +
                     " differ");
     DType result = isPredicate(e->op()) ? DType::Bool : t;
+    if (e->op() == ScalarOpKind::PhiloxUniform)
+      result = DType::Float32; // from integer seed and counter
     if (e->dtype() != result)
       return fail(what + ": result is " + dt(e->dtype()) + " but should be " + dt(result));
     return true;

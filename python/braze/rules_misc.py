@@ -1,0 +1,531 @@
+"""FX rules for a long tail of simpler ops: uninitialized creation, as_strided, whole-tensor
+max/min, single-kernel pointwise ops, addbmm and _trilinear, random distributions,
+bucketize / searchsorted, cummax / cummin and histc. Each rule either matches eager PyTorch or raises Unsupported."""
+import math
+
+import torch
+
+from braze.fx_import import rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+
+_FLOATS = ("f16", "bf16", "f32", "f64")
+_HALVES = ("f16", "bf16")
+
+
+def _meta(node):
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported("result is not a tensor")
+    if val.device.type != "cpu":
+        raise Unsupported(f"result on {val.device}")
+    if val.layout != torch.strided:
+        raise Unsupported(f"result with layout {val.layout}")
+    return val
+
+
+def _static(values, what):
+    """The values as Python ints; Unsupported when one is symbolic."""
+    out = []
+    for v in values:
+        if not isinstance(v, int):
+            raise Unsupported(f"{what} with symbolic sizes")
+        out.append(int(v))
+    return out
+
+
+def _scalar(t, value, dt):
+    return t.g.full(float(value), dt, [])
+
+
+# ---- uninitialized creation ----------------------------------------------------------------
+# Any content is valid for an uninitialized tensor; braze fills zeros. The output layout comes
+# from the node's meta value when it is a graph output (backend._dense_layout).
+
+@rule(aten.empty.memory_format, aten.empty_permuted.default, aten.empty_strided.default,
+      aten.new_empty_strided.default, aten.new_empty.default)
+def _empty(t, node, *args, **kwargs):
+    val = _meta(node)
+    return t.g.full(0.0, dtype_name(val.dtype), t.shape(val.shape))
+
+
+# ---- views as copies ---------------------------------------------------------------------
+
+@rule(aten.as_strided.default)
+def _as_strided(t, node, x, size, stride, storage_offset=None):
+    """A view of x's storage as an index remap: valid when x is contiguous, so that its storage
+    order is its row-major order, and every element the view reads lies inside x."""
+    if not isinstance(x, torch.fx.Node):
+        raise Unsupported("as_strided of a non-tensor")
+    src = x.meta.get("val")
+    if not isinstance(src, torch.Tensor):
+        raise Unsupported("as_strided of an input without a known layout")
+    size, stride = _static(size, "as_strided"), _static(stride, "as_strided")
+    src_shape = _static(src.shape, "as_strided")
+    try:
+        contiguous = bool(src.is_contiguous())
+        base = int(src.storage_offset())
+        offset = base if storage_offset is None else int(storage_offset)
+    except Exception:
+        raise Unsupported("as_strided of a tensor with a symbolic layout")
+    if not contiguous:
+        raise Unsupported("as_strided of a non-contiguous tensor (its storage order is unknown)")
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    shape = [t.sym(s) for s in size]
+    if any(s == 0 for s in size):
+        return t.g.full(0.0, dt, shape)
+    off = offset - base
+    lo = off + sum(min(0, (s - 1) * st) for s, st in zip(size, stride))
+    hi = off + sum(max(0, (s - 1) * st) for s, st in zip(size, stride))
+    n = math.prod(src_shape)
+    if lo < 0 or hi >= n:
+        raise Unsupported("as_strided reads storage outside its input's elements")
+    flat = t.g.reshape(h, [t.sym(n)])
+    idx = _scalar(t, off, "i64")
+    for d, (s, st) in enumerate(zip(size, stride)):
+        if s != 1 and st != 0:
+            term = t.g.iota("i64", shape, d)
+            if st != 1:
+                term = t.g.elementwise("mul", [term, _scalar(t, st, "i64")])
+            idx = t.g.elementwise("add", [idx, term])
+    idx = t.g.expand(idx, shape)
+    if not shape:
+        return t.g.reshape(t.g.take(flat, 0, t.g.reshape(idx, [t.sym(1)])), [])
+    return t.g.take(flat, 0, idx)
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+@rule(aten.max.default, aten.min.default)
+def _max_all(t, node, x):
+    h = t.arg(x)
+    if any(d == 0 for d in node.args[0].meta["val"].shape):
+        raise Unsupported("max/min of an empty tensor (eager raises)")
+    return t.g.reduce("amax" if node.target == aten.max.default else "amin", h, [], False, None)
+
+
+# ---- pointwise -----------------------------------------------------------------------------
+
+@rule(aten.fmax.default, aten.fmin.default)
+def _fmax(t, node, a, b):
+    """maximum / minimum that take the other operand where one is NaN."""
+    dt = dtype_name(_meta(node).dtype)
+    x, y = t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)
+    m = t.g.elementwise("maximum" if node.target == aten.fmax.default else "minimum", [x, y])
+    if dt not in _FLOATS:
+        return m
+    m = t.g.elementwise("where", [t.g.elementwise("isnan", [y]), x, m])
+    return t.g.elementwise("where", [t.g.elementwise("isnan", [x]), y, m])
+
+
+@rule(aten.signbit.default)
+def _signbit(t, node, x):
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt in _FLOATS:
+        # copysign carries the sign bit of -0.0 and of a negative NaN.
+        h = t.g.elementwise("copysign", [_scalar(t, 1.0, dt), h])
+    elif dt == "bool":
+        h = t.g.convert(h, "u8")
+    return t.g.elementwise("lt", [h, _scalar(t, 0, t.g.dtype(h))])
+
+
+@rule(aten.ldexp.Tensor)
+def _ldexp(t, node, x, other):
+    """x * 2 ** other, as eager composes it (pow of the scalar 2, then mul)."""
+    e = t.arg(other)
+    pdt = t.g.dtype(e) if t.g.dtype(e) in _FLOATS else "f32"
+    p = t.g.elementwise("pow", [_scalar(t, 2.0, pdt), t.g.convert(e, pdt)])
+    return t.g.elementwise("mul", [t.arg(x), p])
+
+
+@rule(aten.round.decimals)
+def _round_decimals(t, node, x, decimals=0):
+    """nearbyint(x * 10^d) / 10^d (or x / 10^-d ... * 10^-d), in f32 for half precision and
+    rounded once at the end, as eager's kernel does."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    if dt not in _FLOATS:
+        raise Unsupported(f"round with decimals on {dt}")
+    if decimals == 0:
+        return t.g.elementwise("round", [h])
+    ct = "f32" if dt in _HALVES else dt
+    h = t.g.convert(h, ct)
+    ten = _scalar(t, float(10.0 ** abs(decimals)), ct)
+    if decimals > 0:
+        r = t.g.elementwise("div", [t.g.elementwise("round", [t.g.elementwise("mul", [h, ten])]), ten])
+    else:
+        r = t.g.elementwise("mul", [t.g.elementwise("round", [t.g.elementwise("div", [h, ten])]), ten])
+    return t.g.convert(r, dt)
+
+
+@rule(aten.hypot.default)
+def _hypot(t, node, a, b):
+    return t.g.elementwise("hypot", [t.arg(a), t.arg(b)])
+
+
+@rule(aten.nextafter.default)
+def _nextafter(t, node, a, b):
+    dt = dtype_name(_meta(node).dtype)
+    ops = {"f32": "nextafter", "f64": "nextafter", "f16": "nextafter_f16", "bf16": "nextafter_bf16"}
+    if dt not in ops:
+        raise Unsupported(f"nextafter on {dt}")
+    return t.g.elementwise(ops[dt], [t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)])
+
+
+@rule(aten.frexp.Tensor)
+def _frexp(t, node, x):
+    h = t.arg(x)
+    if t.g.dtype(h) not in _FLOATS:
+        raise Unsupported("frexp of an integer tensor")
+    # A half-precision value's mantissa is exact in its own type, so computing in f32 is exact.
+    mantissa = t.g.elementwise("frexp_mantissa", [h])
+    exponent = t.g.convert(t.g.elementwise("frexp_exponent", [h]), "i32")
+    return (mantissa, exponent)
+
+
+def _integer_binary(op):
+    def fn(t, node, a, b):
+        like = t.first_tensor(a, b)
+        x, y = t.arg(a, like), t.arg(b, like)
+        dt = dtype_name(_meta(node).dtype)
+        if dt in _FLOATS or dt == "bool":
+            raise Unsupported(f"{op} on {dt}")
+        return t.g.elementwise(op, [t.g.convert(x, dt), t.g.convert(y, dt)])
+    return fn
+
+
+rule(aten.gcd.default)(_integer_binary("gcd"))
+rule(aten.lcm.default)(_integer_binary("lcm"))
+rule(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+     aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_integer_binary("shift_left"))
+rule(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+     aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_integer_binary("shift_right"))
+
+
+@rule(aten.angle.default)
+def _angle(t, node, x):
+    """Of a real number: pi for negatives, 0 otherwise, NaN stays NaN."""
+    dt = dtype_name(_meta(node).dtype)
+    if dt not in _FLOATS:
+        raise Unsupported(f"angle giving {dt}")
+    h = t.g.convert(t.arg(x), dt)
+    zero = _scalar(t, 0.0, dt)
+    r = t.g.elementwise("where", [t.g.elementwise("lt", [h, zero]), _scalar(t, math.pi, dt), zero])
+    return t.g.elementwise("where", [t.g.elementwise("isnan", [h]), h, r])
+
+
+# ---- small composites ----------------------------------------------------------------------
+
+@rule(aten.addbmm.default)
+def _addbmm(t, node, bias, b1, b2, beta=1, alpha=1):
+    """beta * bias + alpha * sum over the batch of b1[i] @ b2[i]; beta == 0 ignores bias."""
+    val = _meta(node)
+    dt = dtype_name(val.dtype)
+    if any(d == 0 for d in node.args[1].meta["val"].shape[:1]):
+        raise Unsupported("addbmm over an empty batch")
+    if dt in _HALVES:
+        return _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt)
+    if dt not in _FLOATS:
+        alpha, beta = int(alpha), int(beta)  # eager converts the scalars to the integer type
+    h = t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt)
+    if alpha != 1:
+        h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
+    if beta == 0:
+        return h
+    bh = t.arg(bias)
+    if beta != 1:
+        bh = t.g.elementwise("mul", [bh, t.arg(beta, bh)])
+    return t.g.elementwise("add", [bh, h])
+
+
+# Half-precision addbmm is unrolled over at most this many batches.
+_MAX_UNROLLED_BATCHES = 64
+
+
+def _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt):
+    """Eager accumulates one addmm per batch, each computed in f32 and rounded to dt."""
+    batches = node.args[1].meta["val"].shape[0]
+    if not isinstance(batches, int) or batches > _MAX_UNROLLED_BATCHES:
+        raise Unsupported(f"half-precision addbmm over {batches} batches")
+    prods = t.g.matmul(t.g.convert(t.arg(b1), "f32"), t.g.convert(t.arg(b2), "f32"))
+    acc = None
+    for k in range(batches):
+        term = t.g.select(prods, 0, k)
+        if alpha != 1:
+            term = t.g.elementwise("mul", [term, _scalar(t, alpha, "f32")])
+        if acc is not None:
+            term = t.g.elementwise("add", [t.g.convert(acc, "f32"), term])
+        elif beta != 0:
+            bh = t.g.convert(t.arg(bias), "f32")
+            if beta != 1:
+                bh = t.g.elementwise("mul", [bh, _scalar(t, beta, "f32")])
+            term = t.g.elementwise("add", [bh, term])
+        acc = t.g.convert(term, dt)
+    return acc
+
+
+@rule(aten._trilinear.default)
+def _trilinear(t, node, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """The product of the three inputs, each unsqueezed at its expand dims, summed over sumdim.
+    As eager: i1 * i2 summed first over the sum dims that i3 lacks, then times i3 summed over
+    the rest; each stage accumulates in f32 for half precision and rounds once."""
+    dt = dtype_name(_meta(node).dtype)
+    ct = "f32" if dt in _HALVES else dt
+
+    def expanded(x, dims):
+        h = t.g.convert(t.arg(x), ct)
+        for d in sorted(dims):
+            h = t.g.unsqueeze(h, d)
+        return h
+    first = sorted(d for d in sumdim if d in expand3)
+    rest = sorted(d for d in sumdim if d not in expand3)
+    h = t.g.elementwise("mul", [expanded(i1, expand1), expanded(i2, expand2)])
+    if first:
+        h = t.g.convert(t.g.reduce("sum", h, first, True, ct), dt)
+        h = t.g.convert(h, ct)
+    h = t.g.elementwise("mul", [h, expanded(i3, expand3)])
+    if rest:
+        h = t.g.reduce("sum", h, rest, True, ct)
+    keep = [t.sym(s) for s in node.meta["val"].shape]
+    return t.g.reshape(t.g.convert(h, dt), keep)
+
+
+# ---- random distributions ------------------------------------------------------------------
+# Built on braze's Philox streams: uniform u in [0, 1) and standard normal z.
+
+def _draw(t, node, distribution, dt):
+    val = _meta(node)
+    if node.kwargs.get("generator") is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    if t.seed is None:
+        t.seed = t.g.input("seed", "i64", [], [])
+    return t.g.random(distribution, dt, t.shape(val.shape), t.seed)
+
+
+def _uniform48(t, node):
+    """A uniform f64 in [0, 1) with 48 random bits, from two 24-bit draws."""
+    hi = _draw(t, node, "uniform", "f64")
+    lo = _draw(t, node, "uniform", "f64")
+    return t.g.elementwise("add", [hi, t.g.elementwise("mul", [lo, _scalar(t, 2.0 ** -24, "f64")])])
+
+
+@rule(aten.randint.default, aten.randint.low, aten.randint_like.default,
+      aten.randint_like.low_dtype)
+def _randint(t, node, *args, **kwargs):
+    """low + floor(u * (high - low)), an integer in [low, high)."""
+    if node.target in (aten.randint.default, aten.randint_like.default):
+        low, high = 0, args[1] if node.target == aten.randint_like.default else args[0]
+    else:
+        low, high = (args[1], args[2]) if node.target == aten.randint_like.low_dtype else args[:2]
+    if not isinstance(low, int) or not isinstance(high, int):
+        raise Unsupported("randint with symbolic bounds")
+    span = high - low
+    # Bounds travel as f64 constants: exact up to 2^53.
+    if span <= 0 or max(abs(low), abs(high)) > 2 ** 53:
+        raise Unsupported(f"randint over [{low}, {high})")
+    dt = dtype_name(_meta(node).dtype)
+    u = _uniform48(t, node)
+    off = t.g.convert(t.g.elementwise("floor", [t.g.elementwise("mul", [u, _scalar(t, span, "f64")])]),
+                      "i64")
+    off = t.g.elementwise("minimum", [off, _scalar(t, span - 1, "i64")])
+    return t.g.convert(t.g.elementwise("add", [off, _scalar(t, low, "i64")]), dt)
+
+
+@rule(aten.uniform.default)
+def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
+    if generator is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    dt = dtype_name(_meta(node).dtype)
+    if dt not in _FLOATS:
+        raise Unsupported(f"uniform on {dt}")
+    ct = "f32" if dt in _HALVES else dt
+    u = _draw(t, node, "uniform", ct)
+    r = t.g.elementwise("add", [_scalar(t, low, ct),
+                                t.g.elementwise("mul", [u, _scalar(t, float(high) - float(low), ct)])])
+    return t.g.convert(r, dt)
+
+
+@rule(aten.geometric.default)
+def _geometric(t, node, x, p, generator=None):
+    """The number of Bernoulli(p) trials up to the first success: floor(log1p(-u) / log1p(-p))
+    + 1, computed in f64 for every result dtype (integers included)."""
+    if generator is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    if not 0 < p < 1:
+        raise Unsupported(f"geometric with p = {p}")
+    dt = dtype_name(_meta(node).dtype)
+    u = _draw(t, node, "uniform", "f64")
+    k = t.g.elementwise("div", [t.g.elementwise("log1p", [t.g.elementwise("neg", [u])]),
+                                _scalar(t, math.log1p(-p), "f64")])
+    return t.g.convert(t.g.elementwise("add", [t.g.elementwise("floor", [k]), _scalar(t, 1.0, "f64")]), dt)
+
+
+@rule(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor,
+      aten.normal.float_float, aten.normal_functional.default)
+def _normal(t, node, *args, **kwargs):
+    """mean + std * z; mean and std are tensors or numbers."""
+    if kwargs.get("generator") is not None:
+        raise Unsupported("random numbers from an explicit generator")
+    dt = dtype_name(_meta(node).dtype)
+    if dt not in _FLOATS:
+        raise Unsupported(f"normal on {dt}")
+    ct = "f32" if dt in _HALVES else dt
+    if node.target == aten.normal_functional.default:
+        mean, std = (list(args[1:3]) + [0.0, 1.0][len(args) - 1:])[:2]
+        mean, std = kwargs.get("mean", mean), kwargs.get("std", std)
+    elif node.target == aten.normal.Tensor_float:
+        mean, std = args[0], args[1] if len(args) > 1 else kwargs.get("std", 1.0)
+    else:
+        mean, std = args[0], args[1]
+    z = _draw(t, node, "normal", ct)
+
+    def operand(v):
+        if isinstance(v, torch.fx.Node):
+            return t.g.convert(t.arg(v), ct)
+        return _scalar(t, v, ct)
+    r = t.g.elementwise("add", [operand(mean), t.g.elementwise("mul", [operand(std), z])])
+    return t.g.convert(r, dt)
+
+
+# ---- searching and scans -------------------------------------------------------------------
+# Counting comparisons does numel(values) * len(boundaries) work; larger cases stay in eager.
+_MAX_COMPARISONS = 1 << 24
+
+
+def _count_below(t, node, seq, values, right, out_int32, sorter=None):
+    """For each value, the number of boundaries b with !(b >= v) (left) or !(b > v) (right):
+    the index binary search returns for a sorted sequence."""
+    s, v = t.arg(seq), t.arg(values)
+    s_shape, v_shape = seq.meta["val"].shape, values.meta["val"].shape
+    sizes = list(s_shape) + list(v_shape)
+    if all(isinstance(d, int) for d in sizes):
+        if math.prod(v_shape) * (s_shape[-1] if len(s_shape) else 1) > _MAX_COMPARISONS:
+            raise Unsupported("searchsorted with too many comparisons for counting")
+    if len(s_shape) == 0:
+        raise Unsupported("searchsorted with a 0-d sequence")
+    if sorter is not None:
+        s = t.g.gather(s, len(s_shape) - 1, t.arg(sorter))
+    ve = t.g.unsqueeze(v, len(v_shape))
+    se = s if len(s_shape) == 1 else t.g.unsqueeze(s, len(s_shape) - 1)
+    hit = t.g.elementwise("gt" if right else "ge", [se, ve])
+    below = t.g.elementwise("logical_not", [hit])
+    return t.g.reduce("sum", below, [len(v_shape)], False, "i32" if out_int32 else "i64")
+
+
+@rule(aten.searchsorted.Tensor)
+def _searchsorted(t, node, seq, values, out_int32=False, right=False, side=None, sorter=None):
+    if side is not None:
+        right = side == "right"
+    return _count_below(t, node, seq, values, right, out_int32, sorter)
+
+
+@rule(aten.bucketize.Tensor)
+def _bucketize(t, node, values, boundaries, out_int32=False, right=False):
+    if len(boundaries.meta["val"].shape) != 1:
+        raise Unsupported("bucketize with boundaries that are not 1-D")
+    return _count_below(t, node, boundaries, values, right, out_int32)
+
+
+# Scans as masked reductions (quadratic work), as for cumsum in fx_import.
+_MAX_SCAN = 4096
+
+
+@rule(aten.cummax.default, aten.cummin.default)
+def _cummax(t, node, x, dim):
+    """values[i] = max (min) of x[:i+1]; indices[i] = the last j <= i where x[j] equals it (the
+    last NaN once a NaN is seen), as eager's running update with >= (<=) gives."""
+    h = t.arg(x)
+    dt = t.g.dtype(h)
+    shape = list(node.meta["val"][0].shape)
+    rank = len(shape)
+    if rank == 0:
+        return (h, t.g.full(0.0, "i64", []))
+    d = dim % rank
+    n = shape[d]
+    if not isinstance(n, int) or n > _MAX_SCAN:
+        raise Unsupported(f"cummax over a dim of {n} elements (braze scans dims up to {_MAX_SCAN})")
+    if any(s == 0 for s in shape):
+        return (t.g.full(0.0, dt, t.shape(shape)), t.g.full(0.0, "i64", t.shape(shape)))
+    is_max = node.target == aten.cummax.default
+    ct = "u8" if dt == "bool" else dt
+    perm = [i for i in range(rank) if i != d] + [d]
+    inverse = [perm.index(i) for i in range(rank)]
+    xt = t.g.permute(t.g.convert(h, ct), perm)                 # [..., n]
+    xj = t.g.unsqueeze(xt, rank - 1)                           # [..., 1, n]: j on the last axis
+    nn_ = [t.sym(n), t.sym(n)]
+    ii, jj = t.g.iota("i64", nn_, 0), t.g.iota("i64", nn_, 1)
+    mask = t.g.elementwise("le", [jj, ii])                     # j <= i
+    # Entries j > i take x[0], which every prefix holds: the max (min) is unchanged.
+    first = t.g.unsqueeze(t.g.slice(xt, rank - 1, 0, 1, 1), rank - 1)   # [..., 1, 1]
+    masked = t.g.elementwise("where", [mask, xj, first])
+    vals = t.g.reduce("amax" if is_max else "amin", masked, [rank], False, None)   # [..., n]
+    ve = t.g.unsqueeze(vals, rank)                              # [..., n, 1]
+    hit = t.g.elementwise("eq", [xj, ve])
+    if ct in _FLOATS:
+        both_nan = t.g.elementwise("logical_and", [t.g.elementwise("isnan", [xj]),
+                                                   t.g.elementwise("isnan", [ve])])
+        hit = t.g.elementwise("logical_or", [hit, both_nan])
+    cand = t.g.elementwise("where", [t.g.elementwise("logical_and", [mask, hit]), jj,
+                                     t.g.full(-1.0, "i64", [])])
+    idx = t.g.reduce("amax", cand, [rank], False, None)
+    return (t.g.convert(t.g.permute(vals, inverse), dt), t.g.permute(idx, inverse))
+
+
+# Largest exact count of a histogram bin that eager accumulates in half precision.
+_HALF_EXACT_COUNT = {"f16": 2048, "bf16": 256}
+_TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+                 "f64": torch.float64}
+
+
+@rule(aten.histc.default)
+def _histc(t, node, x, bins=100, min=0, max=0):
+    """Counts per bin of [min, max] split in `bins` equal parts; element e goes to bin
+    trunc((e - min) * bins / (max - min)) computed in x's dtype, the last bin holding max.
+    A range taken from the data (min == max) is left to eager, which checks it is finite."""
+    dt = t.g.dtype(t.arg(x))
+    if dt not in _FLOATS:
+        raise Unsupported(f"histc of {dt}")
+    lo, hi = float(min), float(max)
+    if lo == hi or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise Unsupported("histc with a range from the data, or an invalid range")
+    n = math.prod(_static(node.args[0].meta["val"].shape, "histc"))
+    if n * bins > _MAX_COMPARISONS or n > _HALF_EXACT_COUNT.get(dt, n):
+        raise Unsupported(f"histc of {n} elements into {bins} bins")
+    if n == 0:
+        return t.g.full(0.0, dt, [t.sym(bins)])
+    tdt = _TORCH_DTYPES[dt]
+    left, right = torch.tensor(lo, dtype=tdt), torch.tensor(hi, dtype=tdt)
+    width = (right - left).item()
+    left, right = left.item(), right.item()
+    flat = t.g.reshape(t.arg(x), [t.sym(n)])
+    inside = t.g.elementwise("logical_and", [t.g.elementwise("ge", [flat, _scalar(t, left, dt)]),
+                                             t.g.elementwise("le", [flat, _scalar(t, right, dt)])])
+    scaled = t.g.elementwise("mul", [t.g.elementwise("sub", [flat, _scalar(t, left, dt)]),
+                                     _scalar(t, bins, dt)])
+    pos = t.g.convert(t.g.elementwise("div", [scaled, _scalar(t, width, dt)]), "i64")
+    pos = t.g.elementwise("minimum", [pos, _scalar(t, bins - 1, "i64")])
+    which = t.g.iota("i64", [t.sym(1), t.sym(bins)], 1)
+    hit = t.g.elementwise("logical_and", [t.g.unsqueeze(inside, 1),
+                                          t.g.elementwise("eq", [t.g.unsqueeze(pos, 1), which])])
+    return t.g.convert(t.g.reduce("sum", hit, [0], False, "i64"), dt)
+
+
+@rule(aten.linalg_cross.default)
+def _linalg_cross(t, node, a, b, dim=-1):
+    """r[i] = a[i+1] * b[i+2] - a[i+2] * b[i+1] (indices mod 3) along dim, each product and
+    difference rounded in the result dtype as eager's kernel does (PyTorch's decomposition,
+    used for the other dtypes, computes half precision in f32)."""
+    val = _meta(node)
+    dt = dtype_name(val.dtype)
+    rank = len(val.shape)
+    d = dim % rank
+    shape = t.shape(val.shape)
+    x = t.g.expand(t.g.convert(t.arg(a), dt), shape)
+    y = t.g.expand(t.g.convert(t.arg(b), dt), shape)
+    parts = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        ab = t.g.elementwise("mul", [t.g.select(x, d, j), t.g.select(y, d, k)])
+        ba = t.g.elementwise("mul", [t.g.select(x, d, k), t.g.select(y, d, j)])
+        parts.append(t.g.unsqueeze(t.g.elementwise("sub", [ab, ba]), d))
+    return t.g.concat(parts, d)

@@ -473,10 +473,14 @@ def _mm(t, node, a, b):
 
 @rule(aten.addmm.default, aten.baddbmm.default)
 def _addmm(t, node, bias, a, b, beta=1, alpha=1):
-    """beta * bias + alpha * (a @ b); with beta == 0 the bias is ignored, NaNs included."""
-    h = t.g.matmul(t.arg(a), t.arg(b))
+    return scaled_add(t, bias, t.g.matmul(t.arg(a), t.arg(b)), beta, alpha)
+
+
+def scaled_add(t, bias, h, beta, alpha):
+    """beta * bias + alpha * h; with beta == 0 the bias is ignored, NaNs included. For integer
+    results eager converts the scalars to the integer type first (0.2 becomes 0)."""
     if t.g.dtype(h) not in ("f16", "bf16", "f32", "f64"):
-        alpha, beta = int(alpha), int(beta)  # eager converts the scalars to the integer type
+        alpha, beta = int(alpha), int(beta)
     if alpha != 1:
         h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
     if beta == 0:

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from braze.fx_import import rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+from braze.fx_import import rule, Unsupported, dtype_name, aten, prims, scaled_add  # noqa: F401
 
 _FLOATS = ("f16", "bf16", "f32", "f64")
 _HALVES = ("f16", "bf16")
@@ -225,17 +225,8 @@ def _addbmm(t, node, bias, b1, b2, beta=1, alpha=1):
         raise Unsupported("addbmm over an empty batch")
     if dt in _HALVES:
         return _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt)
-    if dt not in _FLOATS:
-        alpha, beta = int(alpha), int(beta)  # eager converts the scalars to the integer type
-    h = t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt)
-    if alpha != 1:
-        h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
-    if beta == 0:
-        return h
-    bh = t.arg(bias)
-    if beta != 1:
-        bh = t.g.elementwise("mul", [bh, t.arg(beta, bh)])
-    return t.g.elementwise("add", [bh, h])
+    return scaled_add(t, bias, t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt),
+                      beta, alpha)
 
 
 # Half-precision addbmm is unrolled over at most this many batches.

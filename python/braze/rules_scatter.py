@@ -421,14 +421,3 @@ def _nonzero_static(t, node, x, *, size, fill_value=-1):
             t.g.full(float(d), "i64", [])])
         cols.append(t.g.elementwise("where", [found, c, t.g.full(float(fill_value), "i64", [])]))
     return t.g.concat(cols, 1) if len(cols) > 1 else cols[0]
-
-
-@rule(aten.empty_permuted.default)
-def _empty_permuted(t, node, size, physical_layout, dtype=None, layout=None, device=None,
-                    pin_memory=None):
-    """An uninitialized tensor (index_select of a 0-d tensor index_puts into one): its values
-    are unspecified, so zeros serve."""
-    if device is not None and torch.device(device).type != "cpu":
-        raise Unsupported(f"empty_permuted on {device}")
-    val = node.meta["val"]
-    return t.g.full(0.0, dtype_name(val.dtype), t.shape(val.shape))

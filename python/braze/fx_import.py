@@ -21,6 +21,15 @@ _PARTS_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.floa
                      torch.complex128: torch.float64}
 
 
+# Names of the floating-point dtypes in the braze graph.
+FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
+
+
+def ew(t, op, *xs):
+    """The elementwise op `op` of the translator's graph over the handles xs."""
+    return t.g.elementwise(op, list(xs))
+
+
 class Unsupported(Exception):
     """The node cannot be translated; the partitioner leaves it to eager PyTorch."""
 
@@ -115,7 +124,7 @@ class Translator:
         other = self.g.dtype(like) if like is not None else None
         if isinstance(a, int):
             return other if other not in (None, "bool") else "i64"
-        return other if other in ("f16", "bf16", "f32", "f64") else "f32"
+        return other if other in FLOAT_DTYPES else "f32"
 
     def translate(self, node):
         fn = _RULES.get(node.target)
@@ -217,7 +226,7 @@ def _div(t, node, a, b, rounding_mode=None):
         return t.g.elementwise("div", [x, y])
     if rounding_mode == "floor":
         return t.g.elementwise("floordiv", [x, y])
-    if t.g.dtype(x) in ("f16", "bf16", "f32", "f64") or t.g.dtype(y) in ("f16", "bf16", "f32", "f64"):
+    if t.g.dtype(x) in FLOAT_DTYPES or t.g.dtype(y) in FLOAT_DTYPES:
         return t.g.elementwise("trunc", [t.g.elementwise("div", [x, y])])
     # Integers: floor division, plus one where the exact quotient is negative and inexact.
     q = t.g.elementwise("floordiv", [x, y])
@@ -479,7 +488,7 @@ def _addmm(t, node, bias, a, b, beta=1, alpha=1):
 def scaled_add(t, bias, h, beta, alpha):
     """beta * bias + alpha * h; with beta == 0 the bias is ignored, NaNs included. For integer
     results eager converts the scalars to the integer type first (0.2 becomes 0)."""
-    if t.g.dtype(h) not in ("f16", "bf16", "f32", "f64"):
+    if t.g.dtype(h) not in FLOAT_DTYPES:
         alpha, beta = int(alpha), int(beta)
     if alpha != 1:
         h = t.g.elementwise("mul", [h, t.arg(alpha, h)])

@@ -16,7 +16,7 @@ import math
 import torch
 
 from braze import fx_import
-from braze.fx_import import Unsupported, aten, dtype_name, rule
+from braze.fx_import import Unsupported, aten, dtype_name, ew, rule
 
 # Longest transformed dim braze takes (the DFT is quadratic in it).
 _MAX_DFT = 4096
@@ -36,10 +36,6 @@ def _real_dtype(val):
     if val.dtype not in _REAL_OF:
         raise Unsupported(f"dtype {val.dtype}")
     return dtype_name(_REAL_OF[val.dtype])
-
-
-def _ew(t, op, *xs):
-    return t.g.elementwise(op, list(xs))
 
 
 def _unpack(t, h):
@@ -93,7 +89,7 @@ def _conj(t, node, x):
     if not _is_complex(x):
         return h
     re, im = _unpack(t, h)
-    return _pack(t, re, _ew(t, "neg", im))
+    return _pack(t, re, ew(t, "neg", im))
 
 
 @_complex_rule(aten.slice.Tensor)
@@ -131,10 +127,10 @@ def _complex(t, node, re, im):
 def _angles(t, rows, cols, n, row_mod, col_mod):
     """2*pi*((j mod row_mod) * (k mod col_mod) mod n) / n over a [rows, cols] grid (f64)."""
     shape = [t.g.sym_const(rows), t.g.sym_const(cols)]
-    j = _ew(t, "remainder", t.g.iota("i64", shape, 0), t.g.full(float(row_mod), "i64", []))
-    k = _ew(t, "remainder", t.g.iota("i64", shape, 1), t.g.full(float(col_mod), "i64", []))
-    jk = _ew(t, "remainder", _ew(t, "mul", j, k), t.g.full(float(n), "i64", []))
-    return _ew(t, "mul", t.g.convert(jk, "f64"), t.g.full(2 * math.pi / n, "f64", [])), j, k
+    j = ew(t, "remainder", t.g.iota("i64", shape, 0), t.g.full(float(row_mod), "i64", []))
+    k = ew(t, "remainder", t.g.iota("i64", shape, 1), t.g.full(float(col_mod), "i64", []))
+    jk = ew(t, "remainder", ew(t, "mul", j, k), t.g.full(float(n), "i64", []))
+    return ew(t, "mul", t.g.convert(jk, "f64"), t.g.full(2 * math.pi / n, "f64", [])), j, k
 
 
 def _static(t, h):
@@ -176,14 +172,14 @@ def _c2c_dim(t, re, im, dim, forward):
     n = int(_static(t, re)[dim])
     _check_length(n)
     theta, _, _ = _angles(t, 2 * n, 2 * n, n, n, n)
-    c, s = _ew(t, "cos", theta), _ew(t, "sin", theta)
+    c, s = ew(t, "cos", theta), ew(t, "sin", theta)
     if not forward:
-        s = _ew(t, "neg", s)
+        s = ew(t, "neg", s)
     # [re | im] @ [[C, -S], [S, C]]: rows j < n take re, cols k < n give the real part.
-    top_j = _ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 0), t.g.full(float(n), "i64", []))
-    left_k = _ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 1), t.g.full(float(n), "i64", []))
-    same = _ew(t, "eq", top_j, left_k)
-    w = _ew(t, "where", same, c, _ew(t, "where", top_j, _ew(t, "neg", s), s))
+    top_j = ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 0), t.g.full(float(n), "i64", []))
+    left_k = ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 1), t.g.full(float(n), "i64", []))
+    same = ew(t, "eq", top_j, left_k)
+    w = ew(t, "where", same, c, ew(t, "where", top_j, ew(t, "neg", s), s))
     if im is None:
         im = t.g.full(0.0, "f64", t.g.shape(re))
     both = t.g.concat([re, im], dim)
@@ -196,8 +192,8 @@ def _r2c_dim(t, re, dim, onesided):
     _check_length(n)
     m = n // 2 + 1 if onesided else n
     theta, _, _ = _angles(t, n, 2 * m, n, n, m)
-    left_k = _ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 1), t.g.full(float(m), "i64", []))
-    w = _ew(t, "where", left_k, _ew(t, "cos", theta), _ew(t, "neg", _ew(t, "sin", theta)))
+    left_k = ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 1), t.g.full(float(m), "i64", []))
+    w = ew(t, "where", left_k, ew(t, "cos", theta), ew(t, "neg", ew(t, "sin", theta)))
     out = _apply_along(t, re, dim, w, 2 * m)
     return (t.g.slice(out, dim, 0, m, 1), t.g.slice(out, dim, m, 2 * m, 1))
 
@@ -208,14 +204,14 @@ def _c2r_dim(t, re, im, dim, n):
     length = int(_static(t, re)[dim])
     half = n // 2 + 1
     theta, kk, _ = _angles(t, 2 * length, n, n, length, n)
-    weight = _ew(t, "where",
-                 _ew(t, "logical_or", _ew(t, "eq", kk, t.g.full(0.0, "i64", [])),
-                     _ew(t, "eq", _ew(t, "mul", kk, t.g.full(2.0, "i64", [])), t.g.full(float(n), "i64", []))),
+    weight = ew(t, "where",
+                 ew(t, "logical_or", ew(t, "eq", kk, t.g.full(0.0, "i64", [])),
+                     ew(t, "eq", ew(t, "mul", kk, t.g.full(2.0, "i64", [])), t.g.full(float(n), "i64", []))),
                  t.g.full(1.0, "f64", []), t.g.full(2.0, "f64", []))
-    used = _ew(t, "lt", kk, t.g.full(float(half), "i64", []))
-    weight = _ew(t, "where", used, weight, t.g.full(0.0, "f64", []))
-    top = _ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 0), t.g.full(float(length), "i64", []))
-    w = _ew(t, "mul", weight, _ew(t, "where", top, _ew(t, "cos", theta), _ew(t, "neg", _ew(t, "sin", theta))))
+    used = ew(t, "lt", kk, t.g.full(float(half), "i64", []))
+    weight = ew(t, "where", used, weight, t.g.full(0.0, "f64", []))
+    top = ew(t, "lt", t.g.iota("i64", t.g.shape(theta), 0), t.g.full(float(length), "i64", []))
+    w = ew(t, "mul", weight, ew(t, "where", top, ew(t, "cos", theta), ew(t, "neg", ew(t, "sin", theta))))
     return _apply_along(t, t.g.concat([re, im], dim), dim, w, n)
 
 
@@ -224,7 +220,7 @@ def _scale(t, hs, normalization, n):
         return hs
     factor = 1 / math.sqrt(n) if normalization == 1 else 1 / n
     f = t.g.full(factor, "f64", [])
-    return tuple(_ew(t, "mul", h, f) for h in hs)
+    return tuple(ew(t, "mul", h, f) for h in hs)
 
 
 def _dims(x, dims):

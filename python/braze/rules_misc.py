@@ -5,9 +5,8 @@ import math
 
 import torch
 
-from braze.fx_import import rule, Unsupported, dtype_name, aten, prims, scaled_add  # noqa: F401
+from braze.fx_import import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims, scaled_add  # noqa: F401
 
-_FLOATS = ("f16", "bf16", "f32", "f64")
 _HALVES = ("f16", "bf16")
 
 
@@ -111,7 +110,7 @@ def _fmax(t, node, a, b):
     dt = dtype_name(_meta(node).dtype)
     x, y = t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)
     m = t.g.elementwise("maximum" if node.target == aten.fmax.default else "minimum", [x, y])
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         return m
     m = t.g.elementwise("where", [t.g.elementwise("isnan", [y]), x, m])
     return t.g.elementwise("where", [t.g.elementwise("isnan", [x]), y, m])
@@ -121,7 +120,7 @@ def _fmax(t, node, a, b):
 def _signbit(t, node, x):
     h = t.arg(x)
     dt = t.g.dtype(h)
-    if dt in _FLOATS:
+    if dt in FLOAT_DTYPES:
         # copysign carries the sign bit of -0.0 and of a negative NaN.
         h = t.g.elementwise("copysign", [_scalar(t, 1.0, dt), h])
     elif dt == "bool":
@@ -133,7 +132,7 @@ def _signbit(t, node, x):
 def _ldexp(t, node, x, other):
     """x * 2 ** other, as eager composes it (pow of the scalar 2, then mul)."""
     e = t.arg(other)
-    pdt = t.g.dtype(e) if t.g.dtype(e) in _FLOATS else "f32"
+    pdt = t.g.dtype(e) if t.g.dtype(e) in FLOAT_DTYPES else "f32"
     p = t.g.elementwise("pow", [_scalar(t, 2.0, pdt), t.g.convert(e, pdt)])
     return t.g.elementwise("mul", [t.arg(x), p])
 
@@ -144,7 +143,7 @@ def _round_decimals(t, node, x, decimals=0):
     rounded once at the end, as eager's kernel does."""
     h = t.arg(x)
     dt = t.g.dtype(h)
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"round with decimals on {dt}")
     if decimals == 0:
         return t.g.elementwise("round", [h])
@@ -175,7 +174,7 @@ def _nextafter(t, node, a, b):
 @rule(aten.frexp.Tensor)
 def _frexp(t, node, x):
     h = t.arg(x)
-    if t.g.dtype(h) not in _FLOATS:
+    if t.g.dtype(h) not in FLOAT_DTYPES:
         raise Unsupported("frexp of an integer tensor")
     # A half-precision value's mantissa is exact in its own type, so computing in f32 is exact.
     mantissa = t.g.elementwise("frexp_mantissa", [h])
@@ -188,7 +187,7 @@ def _integer_binary(op):
         like = t.first_tensor(a, b)
         x, y = t.arg(a, like), t.arg(b, like)
         dt = dtype_name(_meta(node).dtype)
-        if dt in _FLOATS or dt == "bool":
+        if dt in FLOAT_DTYPES or dt == "bool":
             raise Unsupported(f"{op} on {dt}")
         return t.g.elementwise(op, [t.g.convert(x, dt), t.g.convert(y, dt)])
     return fn
@@ -206,7 +205,7 @@ rule(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
 def _angle(t, node, x):
     """Of a real number: pi for negatives, 0 otherwise, NaN stays NaN."""
     dt = dtype_name(_meta(node).dtype)
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"angle giving {dt}")
     h = t.g.convert(t.arg(x), dt)
     zero = _scalar(t, 0.0, dt)
@@ -327,7 +326,7 @@ def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
     if generator is not None:
         raise Unsupported("random numbers from an explicit generator")
     dt = dtype_name(_meta(node).dtype)
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"uniform on {dt}")
     ct = "f32" if dt in _HALVES else dt
     u = _draw(t, node, "uniform", ct)
@@ -358,7 +357,7 @@ def _normal(t, node, *args, **kwargs):
     if kwargs.get("generator") is not None:
         raise Unsupported("random numbers from an explicit generator")
     dt = dtype_name(_meta(node).dtype)
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"normal on {dt}")
     ct = "f32" if dt in _HALVES else dt
     if node.target == aten.normal_functional.default:
@@ -452,7 +451,7 @@ def _cummax(t, node, x, dim):
     vals = t.g.reduce("amax" if is_max else "amin", masked, [rank], False, None)   # [..., n]
     ve = t.g.unsqueeze(vals, rank)                              # [..., n, 1]
     hit = t.g.elementwise("eq", [xj, ve])
-    if ct in _FLOATS:
+    if ct in FLOAT_DTYPES:
         both_nan = t.g.elementwise("logical_and", [t.g.elementwise("isnan", [xj]),
                                                    t.g.elementwise("isnan", [ve])])
         hit = t.g.elementwise("logical_or", [hit, both_nan])
@@ -474,7 +473,7 @@ def _histc(t, node, x, bins=100, min=0, max=0):
     trunc((e - min) * bins / (max - min)) computed in x's dtype, the last bin holding max.
     A range taken from the data (min == max) is left to eager, which checks it is finite."""
     dt = t.g.dtype(t.arg(x))
-    if dt not in _FLOATS:
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"histc of {dt}")
     lo, hi = float(min), float(max)
     if lo == hi or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:

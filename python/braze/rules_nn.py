@@ -15,7 +15,7 @@ import operator
 
 import torch
 
-from braze.fx_import import rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+from braze.fx_import import FLOAT_DTYPES, ew, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
 
 _INT_MAX = 2**63 - 1
 _HALF = ("f16", "bf16")
@@ -64,12 +64,8 @@ def _i64(t, v):
     return t.g.full(float(v), "i64", [])
 
 
-def _ew(t, op, *xs):
-    return t.g.elementwise(op, list(xs))
-
-
 def _lowest(dt):
-    if dt in ("f16", "bf16", "f32", "f64"):
+    if dt in FLOAT_DTYPES:
         return -math.inf
     return {"bool": 0, "u8": 0, "i8": -2**7, "i16": -2**15, "i32": -2**31, "i64": -2**63}[dt]
 
@@ -118,7 +114,7 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
     its kernel flipped; stride 1, same dilation and groups. Half precision follows eager's
     rounding: f32 throughout where eager uses oneDNN, else gemm + per-tap sums (_col2im)."""
     dt = t.g.dtype(x)
-    if dt not in ("f16", "bf16", "f32", "f64", "i64"):
+    if dt not in FLOAT_DTYPES + ("i64",):
         raise Unsupported(f"transposed convolution in {dt} (eager has no such kernel)")
     rank = len(t.g.shape(x))
     spatial = rank - 2
@@ -195,11 +191,11 @@ def _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups, si
             h = _dilate(t, h, d, stride[i], sizes[i])
             lo = first[i]
             h = _pad(t, h, d, lo, outs[i] - lo - ((sizes[i] - 1) * stride[i] + 1), 0)
-        out = h if out is None else _ew(t, "add", out, h)
+        out = h if out is None else ew(t, "add", out, h)
     if out is None:
         out = t.g.full(0.0, t.g.dtype(x), [n, c(groups * cout_g)] + [c(o) for o in outs])
     if bias is not None:
-        out = _ew(t, "add", out, t.g.reshape(bias, [c(1), c(groups * cout_g)] + [c(1)] * spatial))
+        out = ew(t, "add", out, t.g.reshape(bias, [c(1), c(groups * cout_g)] + [c(1)] * spatial))
     return out
 
 
@@ -271,7 +267,7 @@ class _Pool:
             shape = [t.g.sym_const(1)] * self.spatial
             shape[i] = t.g.sym_const(self.out[i])
             c = t.g.reshape(c, shape)
-            total = c if total is None else _ew(t, "mul", total, c)
+            total = c if total is None else ew(t, "mul", total, c)
         return total
 
     def plane_index(self, t):
@@ -320,12 +316,12 @@ def _max_pool3d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
 
 def _trunc_div(t, a, b):
     """Integer division rounding toward zero (C's `/`, what eager's integer kernels do)."""
-    q = _ew(t, "floordiv", a, b)
-    r = _ew(t, "remainder", a, b)
+    q = ew(t, "floordiv", a, b)
+    r = ew(t, "remainder", a, b)
     zero = _i64(t, 0)
-    inexact = _ew(t, "ne", r, zero)
-    negative = _ew(t, "ne", _ew(t, "lt", a, zero), _ew(t, "lt", b, zero))
-    return _ew(t, "where", _ew(t, "logical_and", inexact, negative), _ew(t, "add", q, _i64(t, 1)), q)
+    inexact = ew(t, "ne", r, zero)
+    negative = ew(t, "ne", ew(t, "lt", a, zero), ew(t, "lt", b, zero))
+    return ew(t, "where", ew(t, "logical_and", inexact, negative), ew(t, "add", q, _i64(t, 1)), q)
 
 
 def _avg_pool(t, node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad,
@@ -335,7 +331,7 @@ def _avg_pool(t, node, x, spatial, kernel, stride, padding, ceil_mode, count_inc
     divides in f32 and rounds once, as eager's kernel; i64 divides rounding toward zero."""
     h = t.arg(x)
     dt = t.g.dtype(h)
-    if dt not in ("f16", "bf16", "f32", "f64", "i64"):
+    if dt not in FLOAT_DTYPES + ("i64",):
         raise Unsupported(f"{op} of {dt} (eager has no such kernel)")
     pool = _Pool(t, h, spatial, kernel, stride, padding, 1, ceil_mode, op)
     work = "f32" if dt in _HALF else dt
@@ -346,7 +342,7 @@ def _avg_pool(t, node, x, spatial, kernel, stride, padding, ceil_mode, count_inc
         count = t.g.full(float(divisor_override), work, [])
     else:
         count = pool.counts(t, work, count_include_pad)
-    out = _trunc_div(t, total, count) if dt == "i64" else _ew(t, "div", total, count)
+    out = _trunc_div(t, total, count) if dt == "i64" else ew(t, "div", total, count)
     return t.g.convert(out, dt)
 
 
@@ -377,12 +373,12 @@ def _window_index(t, n, o, k):
     whether that tap lies inside the window."""
     rows = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 0)
     taps = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 1)
-    start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-    end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)), _i64(t, n + o - 1)),
+    start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+    end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)), _i64(t, n + o - 1)),
               _i64(t, o))
-    pos = _ew(t, "add", start, taps)
-    inside = _ew(t, "lt", pos, end)
-    return _ew(t, "minimum", pos, _ew(t, "sub", end, _i64(t, 1))), inside
+    pos = ew(t, "add", start, taps)
+    inside = ew(t, "lt", pos, end)
+    return ew(t, "minimum", pos, ew(t, "sub", end, _i64(t, 1))), inside
 
 
 class _Adaptive:
@@ -412,7 +408,7 @@ class _Adaptive:
                 rank = len(t.g.shape(h))
                 mask = t.g.reshape(inside, [t.g.sym_const(self.out[i]), t.g.sym_const(self.taps[i])]
                                    + [t.g.sym_const(1)] * (rank - d - 2))
-                h = _ew(t, "where", mask, h, t.g.full(float(fill), t.g.dtype(h), []))
+                h = ew(t, "where", mask, h, t.g.full(float(fill), t.g.dtype(h), []))
         perm = list(range(lead)) + [lead + 2 * i for i in range(self.spatial)] + \
             [lead + 2 * i + 1 for i in range(self.spatial)]
         h = t.g.permute(h, perm)
@@ -424,13 +420,13 @@ class _Adaptive:
         total = None
         for i, (n, o) in enumerate(zip(self.sizes, self.out)):
             rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
-            start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-            end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)),
+            start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+            end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)),
                                            _i64(t, n + o - 1)), _i64(t, o))
             shape = [t.g.sym_const(1)] * self.spatial
             shape[i] = t.g.sym_const(o)
-            c = t.g.reshape(t.g.convert(_ew(t, "sub", end, start), dtype), shape)
-            total = c if total is None else _ew(t, "mul", total, c)
+            c = t.g.reshape(t.g.convert(ew(t, "sub", end, start), dtype), shape)
+            total = c if total is None else ew(t, "mul", total, c)
         return total
 
     def plane_index(self, t):
@@ -440,7 +436,7 @@ class _Adaptive:
 
 def _adaptive_max(t, node, x, output_size, spatial, op):
     h = t.arg(x)
-    if t.g.dtype(h) not in ("f16", "bf16", "f32", "f64"):
+    if t.g.dtype(h) not in FLOAT_DTYPES:
         raise Unsupported(f"{op} of {t.g.dtype(h)} (eager has no such kernel)")
     pool = _Adaptive(t, h, spatial, output_size, op)
     win = pool.windows(t, h)
@@ -464,7 +460,7 @@ def _adaptive_avg(t, node, x, output_size, spatial, op):
     """Window sums over window counts; half precision sums and divides in f32."""
     h = t.arg(x)
     dt = t.g.dtype(h)
-    if dt not in ("f16", "bf16", "f32", "f64"):
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"{op} of {dt}")
     pool = _Adaptive(t, h, spatial, output_size, op)
     if spatial == 3 and dt in _HALF:
@@ -472,7 +468,7 @@ def _adaptive_avg(t, node, x, output_size, spatial, op):
     work = "f32" if dt in _HALF else dt
     win = pool.windows(t, t.g.convert(h, work), fill=0)
     total = t.g.reduce("sum", win, [len(t.g.shape(win)) - 1], False, work)
-    return t.g.convert(_ew(t, "div", total, pool.counts(t, work)), dt)
+    return t.g.convert(ew(t, "div", total, pool.counts(t, work)), dt)
 
 
 def _adaptive_avg3d_half(t, h, pool):
@@ -483,16 +479,16 @@ def _adaptive_avg3d_half(t, h, pool):
     last = len(t.g.shape(win)) - 1
     total = t.g.select(win, last, 0)
     for k in range(1, math.prod(pool.taps)):
-        total = _ew(t, "add", total, t.g.select(win, last, k))
+        total = ew(t, "add", total, t.g.select(win, last, k))
     for i, (n, o) in enumerate(zip(pool.sizes, pool.out)):
         rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
-        start = _ew(t, "floordiv", _ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-        end = _ew(t, "floordiv", _ew(t, "add", _ew(t, "mul", rows, _i64(t, n)),
+        start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
+        end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)),
                                        _i64(t, n + o - 1)), _i64(t, o))
         shape = [t.g.sym_const(1)] * pool.spatial
         shape[i] = t.g.sym_const(o)
-        count = t.g.reshape(t.g.convert(_ew(t, "sub", end, start), t.g.dtype(h)), shape)
-        total = _ew(t, "div", total, count)
+        count = t.g.reshape(t.g.convert(ew(t, "sub", end, start), t.g.dtype(h)), shape)
+        total = ew(t, "div", total, count)
     return total
 
 
@@ -516,7 +512,7 @@ def _max_pool2d_backward(t, node, grad, x, kernel_size, stride, padding, dilatio
     exist (0 <= oh < OH); the candidates are taken as a [H, J] index, like adaptive windows."""
     gh, xh, ih = t.arg(grad), t.arg(x), t.arg(indices)
     dt = t.g.dtype(gh)
-    if dt not in ("f16", "bf16", "f32", "f64"):
+    if dt not in FLOAT_DTYPES:
         raise Unsupported(f"max_pool2d backward of {dt}")
     pool = _Pool(t, xh, 2, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d_backward")
     lead = len(t.g.shape(xh)) - 2
@@ -532,22 +528,22 @@ def _max_pool2d_backward(t, node, grad, x, kernel_size, stride, padding, dilatio
         taps = -(-span // s)
         shape = [t.g.sym_const(n), t.g.sym_const(taps)]
         rows, js = t.g.iota("i64", shape, 0), t.g.iota("i64", shape, 1)
-        cand = _ew(t, "sub", _ew(t, "floordiv", _ew(t, "add", rows, _i64(t, p)), _i64(t, s)), js)
-        ok = _ew(t, "logical_and", _ew(t, "ge", cand, _i64(t, 0)), _ew(t, "lt", cand, _i64(t, o)))
-        cand = _ew(t, "minimum", _ew(t, "maximum", cand, _i64(t, 0)), _i64(t, o - 1))
+        cand = ew(t, "sub", ew(t, "floordiv", ew(t, "add", rows, _i64(t, p)), _i64(t, s)), js)
+        ok = ew(t, "logical_and", ew(t, "ge", cand, _i64(t, 0)), ew(t, "lt", cand, _i64(t, o)))
+        cand = ew(t, "minimum", ew(t, "maximum", cand, _i64(t, 0)), _i64(t, o - 1))
         g, ind = t.g.take(g, d, cand), t.g.take(ind, d, cand)
         # ok as [H, J, 1, 1] for the first dim, [W, J] for the second: broadcast into the
         # [.., H, J1, W, J2] layout.
         okb = t.g.reshape(ok, shape + [t.g.sym_const(1)] * (2 - 2 * i))
-        valid = okb if valid is None else _ew(t, "logical_and", valid, okb)
+        valid = okb if valid is None else ew(t, "logical_and", valid, okb)
     h_, w_ = pool.sizes
-    flat = _ew(t, "add", _ew(t, "mul", t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1),
+    flat = ew(t, "add", ew(t, "mul", t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1),
                                                          t.g.sym_const(w_), t.g.sym_const(1)], 0),
                               _i64(t, w_)),
                t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1), t.g.sym_const(w_),
                                 t.g.sym_const(1)], 2))
-    hit = _ew(t, "logical_and", valid, _ew(t, "eq", ind, flat))
-    picked = _ew(t, "where", hit, g, t.g.full(0.0, work, []))
+    hit = ew(t, "logical_and", valid, ew(t, "eq", ind, flat))
+    picked = ew(t, "where", hit, g, t.g.full(0.0, work, []))
     total = t.g.reduce("sum", picked, [lead + 1, lead + 3], False, work)
     return t.g.convert(total, dt)
 
@@ -562,7 +558,7 @@ def _soft_margin_loss(t, node, x, y, reduction=1):
     xh, yh = t.arg(x), t.arg(y)
     if t.g.dtype(xh) != t.g.dtype(yh) or reduction not in (0, 1, 2):
         raise Unsupported("soft_margin_loss of mixed dtypes or an unknown reduction")
-    loss = _ew(t, "log1p", _ew(t, "exp", _ew(t, "mul", _ew(t, "neg", xh), yh)))
+    loss = ew(t, "log1p", ew(t, "exp", ew(t, "mul", ew(t, "neg", xh), yh)))
     if reduction == 0:
         return loss
     dims = list(range(len(t.g.shape(loss))))
@@ -579,26 +575,26 @@ def _unnormalize(t, g, size, align_corners, dt):
     """Grid coordinate in [-1, 1] -> input position (PyTorch's convention)."""
     one = _f(t, 1, dt)
     if align_corners:
-        return _ew(t, "mul", _ew(t, "div", _ew(t, "add", g, one), _f(t, 2, dt)), _f(t, size - 1, dt))
-    return _ew(t, "div", _ew(t, "sub", _ew(t, "mul", _ew(t, "add", g, one), _f(t, size, dt)), one),
+        return ew(t, "mul", ew(t, "div", ew(t, "add", g, one), _f(t, 2, dt)), _f(t, size - 1, dt))
+    return ew(t, "div", ew(t, "sub", ew(t, "mul", ew(t, "add", g, one), _f(t, size, dt)), one),
                _f(t, 2, dt))
 
 
 def _clip(t, c, size, dt):
-    return _ew(t, "minimum", _ew(t, "maximum", c, _f(t, 0, dt)), _f(t, size - 1, dt))
+    return ew(t, "minimum", ew(t, "maximum", c, _f(t, 0, dt)), _f(t, size - 1, dt))
 
 
 def _reflect(t, c, twice_low, twice_high, dt):
     """c reflected into [twice_low / 2, twice_high / 2] by the interval's edges."""
     if twice_low == twice_high:
-        return _ew(t, "mul", c, _f(t, 0, dt))
+        return ew(t, "mul", c, _f(t, 0, dt))
     low, span = twice_low / 2, (twice_high - twice_low) / 2
-    c = _ew(t, "abs", _ew(t, "sub", c, _f(t, low, dt)))
-    extra = _ew(t, "fmod", c, _f(t, span, dt))
-    flips = _ew(t, "floor", _ew(t, "div", c, _f(t, span, dt)))
-    even = _ew(t, "eq", _ew(t, "fmod", flips, _f(t, 2, dt)), _f(t, 0, dt))
-    return _ew(t, "where", even, _ew(t, "add", extra, _f(t, low, dt)),
-               _ew(t, "add", _ew(t, "sub", _f(t, span, dt), extra), _f(t, low, dt)))
+    c = ew(t, "abs", ew(t, "sub", c, _f(t, low, dt)))
+    extra = ew(t, "fmod", c, _f(t, span, dt))
+    flips = ew(t, "floor", ew(t, "div", c, _f(t, span, dt)))
+    even = ew(t, "eq", ew(t, "fmod", flips, _f(t, 2, dt)), _f(t, 0, dt))
+    return ew(t, "where", even, ew(t, "add", extra, _f(t, low, dt)),
+               ew(t, "add", ew(t, "sub", _f(t, span, dt), extra), _f(t, low, dt)))
 
 
 def _apply_padding(t, c, size, padding_mode, align_corners, dt):
@@ -632,17 +628,17 @@ class _Sampler:
         t = self.t
         valid, flat = None, None
         for p, n in zip(positions, self.sizes):
-            ok = _ew(t, "logical_and", _ew(t, "ge", p, _i64(t, 0)), _ew(t, "lt", p, _i64(t, n)))
-            valid = ok if valid is None else _ew(t, "logical_and", valid, ok)
-            p = _ew(t, "minimum", _ew(t, "maximum", p, _i64(t, 0)), _i64(t, n - 1))
-            flat = p if flat is None else _ew(t, "add", _ew(t, "mul", flat, _i64(t, n)), p)
+            ok = ew(t, "logical_and", ew(t, "ge", p, _i64(t, 0)), ew(t, "lt", p, _i64(t, n)))
+            valid = ok if valid is None else ew(t, "logical_and", valid, ok)
+            p = ew(t, "minimum", ew(t, "maximum", p, _i64(t, 0)), _i64(t, n - 1))
+            flat = p if flat is None else ew(t, "add", ew(t, "mul", flat, _i64(t, n)), p)
         n = self.out_shape[0]
         idx = t.g.reshape(flat, [n, t.g.sym_const(1), t.g.sym_const(self.points)])
         idx = t.g.expand(idx, self.nc + [t.g.sym_const(self.points)])
         v = t.g.gather(self.flat, 2, idx)
         v = t.g.reshape(v, self.nc + list(self.out_shape[1:]))
         valid = t.g.unsqueeze(valid, 1)
-        return _ew(t, "where", valid, v, t.g.full(0.0, t.g.dtype(v), []))
+        return ew(t, "where", valid, v, t.g.full(0.0, t.g.dtype(v), []))
 
 
 def _cubic_coefficients(t, frac, dt):
@@ -650,17 +646,17 @@ def _cubic_coefficients(t, frac, dt):
     a = -0.75
 
     def near(x):  # |x| <= 1
-        return _ew(t, "add", _ew(t, "mul", _ew(t, "mul", _ew(t, "sub", _ew(t, "mul", _f(t, a + 2, dt), x),
+        return ew(t, "add", ew(t, "mul", ew(t, "mul", ew(t, "sub", ew(t, "mul", _f(t, a + 2, dt), x),
                                                                    _f(t, a + 3, dt)), x), x), _f(t, 1, dt))
 
     def far(x):  # 1 < |x| < 2
-        r = _ew(t, "sub", _ew(t, "mul", _f(t, a, dt), x), _f(t, 5 * a, dt))
-        r = _ew(t, "add", _ew(t, "mul", r, x), _f(t, 8 * a, dt))
-        return _ew(t, "sub", _ew(t, "mul", r, x), _f(t, 4 * a, dt))
+        r = ew(t, "sub", ew(t, "mul", _f(t, a, dt), x), _f(t, 5 * a, dt))
+        r = ew(t, "add", ew(t, "mul", r, x), _f(t, 8 * a, dt))
+        return ew(t, "sub", ew(t, "mul", r, x), _f(t, 4 * a, dt))
 
-    rest = _ew(t, "sub", _f(t, 1, dt), frac)
-    return [far(_ew(t, "add", frac, _f(t, 1, dt))), near(frac), near(rest),
-            far(_ew(t, "add", rest, _f(t, 1, dt)))]
+    rest = ew(t, "sub", _f(t, 1, dt), frac)
+    return [far(ew(t, "add", frac, _f(t, 1, dt))), near(frac), near(rest),
+            far(ew(t, "add", rest, _f(t, 1, dt)))]
 
 
 def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
@@ -668,7 +664,7 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
     border and reflection padding."""
     xh, gh = t.arg(x), t.arg(grid)
     dt = t.g.dtype(xh)
-    if dt not in ("f16", "bf16", "f32", "f64") or t.g.dtype(gh) != dt:
+    if dt not in FLOAT_DTYPES or t.g.dtype(gh) != dt:
         raise Unsupported(f"grid_sampler of {dt}")
     if mode not in (0, 1, 2) or padding_mode not in (0, 1, 2) or (mode == 2 and spatial != 2):
         raise Unsupported(f"grid_sampler mode {mode} padding {padding_mode}")
@@ -696,8 +692,8 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
         return sampler.read(list(reversed(grid_order_positions)))
 
     if mode == 1:
-        return t.g.convert(read([t.g.convert(_ew(t, "round", c), "i64") for c in coords]), dt)
-    floors = [_ew(t, "floor", c) for c in coords]
+        return t.g.convert(read([t.g.convert(ew(t, "round", c), "i64") for c in coords]), dt)
+    floors = [ew(t, "floor", c) for c in coords]
     if mode == 0:
         # Corners in eager's order (the last grid component outermost), weights multiplied
         # x first.
@@ -709,17 +705,17 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
             for i, b in enumerate(bits):
                 # Eager's weights: (floor + 1) - c for the lower corner, c - floor for the upper.
                 if b:
-                    wi = _ew(t, "sub", coords[i], floors[i])
+                    wi = ew(t, "sub", coords[i], floors[i])
                 else:
-                    wi = _ew(t, "sub", _ew(t, "add", floors[i], _f(t, 1, work)), coords[i])
-                w = wi if w is None else _ew(t, "mul", w, wi)
+                    wi = ew(t, "sub", ew(t, "add", floors[i], _f(t, 1, work)), coords[i])
+                w = wi if w is None else ew(t, "mul", w, wi)
                 p = t.g.convert(floors[i], "i64")
-                pos.append(_ew(t, "add", p, _i64(t, 1)) if b else p)
-            term = _ew(t, "mul", read(pos), t.g.unsqueeze(w, 1))
-            out = term if out is None else _ew(t, "add", out, term)
+                pos.append(ew(t, "add", p, _i64(t, 1)) if b else p)
+            term = ew(t, "mul", read(pos), t.g.unsqueeze(w, 1))
+            out = term if out is None else ew(t, "add", out, term)
         return t.g.convert(out, dt)
     # Bicubic: 4 x 4 taps around the floor, each tap's position padded on its own.
-    fx, fy = (_ew(t, "sub", coords[i], floors[i]) for i in range(2))
+    fx, fy = (ew(t, "sub", coords[i], floors[i]) for i in range(2))
     cx, cy = _cubic_coefficients(t, fx, work), _cubic_coefficients(t, fy, work)
     rows = []
     for r in range(4):
@@ -728,16 +724,16 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
             pos = []
             for i, off in ((0, c - 1), (1, r - 1)):
                 size = sizes[spatial - 1 - i]
-                p = _ew(t, "add", floors[i], _f(t, off, work))
+                p = ew(t, "add", floors[i], _f(t, off, work))
                 p = _apply_padding(t, p, size, padding_mode, align_corners, work)
                 pos.append(t.g.convert(p, "i64"))
-            term = _ew(t, "mul", read(pos), t.g.unsqueeze(cx[c], 1))
-            row = term if row is None else _ew(t, "add", row, term)
+            term = ew(t, "mul", read(pos), t.g.unsqueeze(cx[c], 1))
+            row = term if row is None else ew(t, "add", row, term)
         rows.append(row)
     out = None
     for r in range(4):
-        term = _ew(t, "mul", rows[r], t.g.unsqueeze(cy[r], 1))
-        out = term if out is None else _ew(t, "add", out, term)
+        term = ew(t, "mul", rows[r], t.g.unsqueeze(cy[r], 1))
+        out = term if out is None else ew(t, "add", out, term)
     return t.g.convert(out, dt)
 
 
@@ -755,21 +751,21 @@ def _grid_sampler_3d(t, node, x, grid, mode, padding_mode, align_corners):
 
 def _pairwise(t, a, b, p):
     """||a_i - b_j||_p over the last dim, a [.., P, 1, M] and b [.., 1, R, M] broadcast."""
-    diff = _ew(t, "sub", a, b)
+    diff = ew(t, "sub", a, b)
     last = len(t.g.shape(diff)) - 1
     dt = t.g.dtype(diff)
     if p == 0:
-        nz = t.g.convert(_ew(t, "ne", diff, t.g.full(0.0, dt, [])), dt)
+        nz = t.g.convert(ew(t, "ne", diff, t.g.full(0.0, dt, [])), dt)
         return t.g.reduce("sum", nz, [last], False, None)
-    mag = _ew(t, "abs", diff)
+    mag = ew(t, "abs", diff)
     if p == 1:
         return t.g.reduce("sum", mag, [last], False, None)
     if p == 2:
-        return _ew(t, "sqrt", t.g.reduce("sum", _ew(t, "mul", diff, diff), [last], False, None))
+        return ew(t, "sqrt", t.g.reduce("sum", ew(t, "mul", diff, diff), [last], False, None))
     if math.isinf(p):
         return t.g.reduce("amax", mag, [last], False, None)
-    powered = _ew(t, "pow", mag, t.g.full(float(p), dt, []))
-    return _ew(t, "pow", t.g.reduce("sum", powered, [last], False, None),
+    powered = ew(t, "pow", mag, t.g.full(float(p), dt, []))
+    return ew(t, "pow", t.g.reduce("sum", powered, [last], False, None),
                t.g.full(1.0 / p, dt, []))
 
 
@@ -792,13 +788,13 @@ def _cdist_forward(t, node, x1, x2, p, compute_mode=None):
     mode = 0 if compute_mode is None else compute_mode
     if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
         two = t.g.full(-2.0, dt, [])
-        an = t.g.reduce("sum", _ew(t, "mul", a, a), [ra - 1], True, None)
-        bn = t.g.reduce("sum", _ew(t, "mul", b, b), [rb - 1], True, None)
-        a_ = t.g.concat([_ew(t, "mul", a, two), an, t.g.full(1.0, dt, t.g.shape(an))], ra - 1)
+        an = t.g.reduce("sum", ew(t, "mul", a, a), [ra - 1], True, None)
+        bn = t.g.reduce("sum", ew(t, "mul", b, b), [rb - 1], True, None)
+        a_ = t.g.concat([ew(t, "mul", a, two), an, t.g.full(1.0, dt, t.g.shape(an))], ra - 1)
         b_ = t.g.concat([b, t.g.full(1.0, dt, t.g.shape(bn)), bn], rb - 1)
         perm = list(range(rb - 2)) + [rb - 1, rb - 2]
         r = t.g.matmul(a_, t.g.permute(b_, perm))
-        return _ew(t, "sqrt", _ew(t, "maximum", r, t.g.full(0.0, dt, [])))
+        return ew(t, "sqrt", ew(t, "maximum", r, t.g.full(0.0, dt, [])))
     return _pairwise(t, t.g.unsqueeze(a, ra - 1), t.g.unsqueeze(b, rb - 2), p)
 
 
@@ -837,7 +833,7 @@ def _embedding_bag(t, node, weight, indices, offsets, scale_grad_by_freq=False, 
             raise Unsupported("embedding_bag's auxiliary outputs")
     w, idx, off = t.arg(weight), t.arg(indices), t.arg(offsets)
     dt = t.g.dtype(w)
-    if dt not in ("f16", "bf16", "f32", "f64") or mode not in (0, 1, 2):
+    if dt not in FLOAT_DTYPES or mode not in (0, 1, 2):
         raise Unsupported(f"embedding_bag of {dt} mode {mode}")
     if len(t.g.shape(w)) != 2 or len(t.g.shape(idx)) not in (1, 2):
         raise Unsupported("embedding_bag of unexpected ranks")
@@ -852,7 +848,7 @@ def _embedding_bag(t, node, weight, indices, offsets, scale_grad_by_freq=False, 
         idx = t.g.reshape(idx, [t.g.sym_const(nb * per)])
         length = nb * per
         pos = t.g.iota("i64", [t.g.sym_const(length)], 0)
-        bag = _ew(t, "floordiv", pos, _i64(t, max(per, 1)))
+        bag = ew(t, "floordiv", pos, _i64(t, max(per, 1)))
         end_ok = None
     else:
         length = _static_sizes(t, idx, [0])[0]
@@ -864,40 +860,40 @@ def _embedding_bag(t, node, weight, indices, offsets, scale_grad_by_freq=False, 
         offs = t.g.convert(off, "i64")
         starts = t.g.slice(offs, 0, 0, nb, 1)
         # bag(i) = #{b : offsets[b] <= i} - 1
-        le = _ew(t, "le", t.g.reshape(starts, [t.g.sym_const(1), t.g.sym_const(nb)]),
+        le = ew(t, "le", t.g.reshape(starts, [t.g.sym_const(1), t.g.sym_const(nb)]),
                  t.g.reshape(pos, [t.g.sym_const(length), t.g.sym_const(1)]))
-        bag = _ew(t, "sub", t.g.reduce("sum", t.g.convert(le, "i64"), [1], False, None), _i64(t, 1))
+        bag = ew(t, "sub", t.g.reduce("sum", t.g.convert(le, "i64"), [1], False, None), _i64(t, 1))
         end_ok = None
         if include_last_offset:
-            end_ok = _ew(t, "lt", pos, t.g.select(offs, 0, nb))
+            end_ok = ew(t, "lt", pos, t.g.select(offs, 0, nb))
     idx = t.g.convert(idx, "i64")
     bags = t.g.iota("i64", [t.g.sym_const(nb), t.g.sym_const(1)], 0)
-    member = _ew(t, "eq", t.g.reshape(bag, [t.g.sym_const(1), t.g.sym_const(length)]), bags)
+    member = ew(t, "eq", t.g.reshape(bag, [t.g.sym_const(1), t.g.sym_const(length)]), bags)
     if end_ok is not None:
-        member = _ew(t, "logical_and", member, end_ok)
+        member = ew(t, "logical_and", member, end_ok)
     if padding_idx is not None and padding_idx >= 0:
-        member = _ew(t, "logical_and", member, _ew(t, "ne", idx, _i64(t, padding_idx)))
+        member = ew(t, "logical_and", member, ew(t, "ne", idx, _i64(t, padding_idx)))
     elif padding_idx is not None and padding_idx < -1:
-        member = _ew(t, "logical_and", member, _ew(t, "ne", idx, _i64(t, padding_idx + rows_w)))
+        member = ew(t, "logical_and", member, ew(t, "ne", idx, _i64(t, padding_idx + rows_w)))
     rows = t.g.convert(t.g.take(w, 0, idx), work)  # [L, D]
     if per_sample_weights is not None:
         if mode != 0:
             raise Unsupported("per_sample_weights with a mode other than sum")
         psw = t.g.convert(t.g.reshape(t.arg(per_sample_weights), [t.g.sym_const(length)]), work)
-        rows = _ew(t, "mul", rows, t.g.unsqueeze(psw, 1))
+        rows = ew(t, "mul", rows, t.g.unsqueeze(psw, 1))
     m3 = t.g.unsqueeze(member, 2)  # [B, L, 1]
     rows3 = t.g.unsqueeze(rows, 0)  # [1, L, D]
     zero = t.g.full(0.0, work, [])
     if mode == 2:
-        picked = _ew(t, "where", m3, rows3, t.g.full(-math.inf, work, []))
+        picked = ew(t, "where", m3, rows3, t.g.full(-math.inf, work, []))
         out = t.g.reduce("amax", picked, [1], False, None)
         nonempty = t.g.reduce("any", member, [1], True, None)
-        out = _ew(t, "where", nonempty, out, zero)
+        out = ew(t, "where", nonempty, out, zero)
     else:
-        out = t.g.reduce("sum", _ew(t, "where", m3, rows3, zero), [1], False, None)
+        out = t.g.reduce("sum", ew(t, "where", m3, rows3, zero), [1], False, None)
         if mode == 1:
             count = t.g.reduce("sum", t.g.convert(member, work), [1], True, None)
-            out = _ew(t, "div", out, _ew(t, "maximum", count, t.g.full(1.0, work, [])))
+            out = ew(t, "div", out, ew(t, "maximum", count, t.g.full(1.0, work, [])))
     # The auxiliary outputs are never read (checked above); empty i64 stand-ins fill the tuple.
     unused = t.g.full(0.0, "i64", [t.g.sym_const(0)])
     return (t.g.convert(out, dt), unused, unused, unused)

@@ -18,7 +18,7 @@ nanmedian with indices for integer inputs (a row of NaNs gets an index that depe
 selection algorithm). topk and kthvalue select among ties differently and are left to eager."""
 import torch
 
-from braze.fx_import import Unsupported, aten, dtype_name, rule
+from braze.fx_import import FLOAT_DTYPES, Unsupported, aten, dtype_name, ew, rule
 
 # Sorted-dim length and total work (elements x sorted length) braze compiles.
 _MAX_SORT_DIM = 16384
@@ -55,24 +55,20 @@ def _pair_views(t, h, dim):
     return xj, xi, t.g.iota("i64", wide, dim), t.g.iota("i64", wide, dim + 1)
 
 
-def _ew(t, op, *xs):
-    return t.g.elementwise(op, list(xs))
-
-
 def _ranks(t, h, dim, descending):
     """Stable rank (i64, x's shape) of every element along dim."""
     xj, xi, j, i = _pair_views(t, h, dim)
-    if t.g.dtype(h) in ("f16", "bf16", "f32", "f64"):
-        nj, ni = _ew(t, "isnan", xj), _ew(t, "isnan", xi)
+    if t.g.dtype(h) in FLOAT_DTYPES:
+        nj, ni = ew(t, "isnan", xj), ew(t, "isnan", xi)
         if descending:
-            less = _ew(t, "logical_or", _ew(t, "gt", xj, xi), _ew(t, "logical_and", nj, _ew(t, "logical_not", ni)))
+            less = ew(t, "logical_or", ew(t, "gt", xj, xi), ew(t, "logical_and", nj, ew(t, "logical_not", ni)))
         else:
-            less = _ew(t, "logical_or", _ew(t, "lt", xj, xi), _ew(t, "logical_and", ni, _ew(t, "logical_not", nj)))
-        same = _ew(t, "logical_or", _ew(t, "eq", xj, xi), _ew(t, "logical_and", nj, ni))
+            less = ew(t, "logical_or", ew(t, "lt", xj, xi), ew(t, "logical_and", ni, ew(t, "logical_not", nj)))
+        same = ew(t, "logical_or", ew(t, "eq", xj, xi), ew(t, "logical_and", nj, ni))
     else:
-        less = _ew(t, "gt" if descending else "lt", xj, xi)
-        same = _ew(t, "eq", xj, xi)
-    before = _ew(t, "logical_or", less, _ew(t, "logical_and", same, _ew(t, "lt", j, i)))
+        less = ew(t, "gt" if descending else "lt", xj, xi)
+        same = ew(t, "eq", xj, xi)
+    before = ew(t, "logical_or", less, ew(t, "logical_and", same, ew(t, "lt", j, i)))
     return t.g.reduce("sum", t.g.convert(before, "i64"), [dim], False, "i64")
 
 
@@ -84,7 +80,7 @@ def _order(t, h, dim, descending):
     ranked = t.g.expand(t.g.unsqueeze(rank, dim), wide)      # [.., r, i, ..] -> rank(i)
     r, i = t.g.iota("i64", wide, dim), t.g.iota("i64", wide, dim + 1)
     zero = t.g.full(0.0, "i64", [])
-    return t.g.reduce("sum", _ew(t, "where", _ew(t, "eq", ranked, r), i, zero), [dim + 1], False, "i64")
+    return t.g.reduce("sum", ew(t, "where", ew(t, "eq", ranked, r), i, zero), [dim + 1], False, "i64")
 
 
 def _indices_used(node):
@@ -126,29 +122,29 @@ def _flat(t, x):
 def _nan_rows(t, h, dim):
     """(any NaN in the row, index of the row's first NaN) with keepdim shapes."""
     n = t.g.shape(h)
-    isnan = _ew(t, "isnan", h)
+    isnan = ew(t, "isnan", h)
     big = t.g.full(float(2**62), "i64", [])
-    pos = _ew(t, "where", isnan, t.g.iota("i64", n, dim), big)
+    pos = ew(t, "where", isnan, t.g.iota("i64", n, dim), big)
     return (t.g.reduce("any", isnan, [dim], True, None), t.g.reduce("amin", pos, [dim], True, None))
 
 
 def _median_index(t, h, dim, n, ignore_nan):
     """Index (keepdim shape) of the lower median along dim (see the module comment)."""
     order = _order(t, h, dim, False)
-    is_float = t.g.dtype(h) in ("f16", "bf16", "f32", "f64")
+    is_float = t.g.dtype(h) in FLOAT_DTYPES
     if ignore_nan and is_float:
-        count = t.g.reduce("sum", t.g.convert(_ew(t, "logical_not", _ew(t, "isnan", h)), "i64"),
+        count = t.g.reduce("sum", t.g.convert(ew(t, "logical_not", ew(t, "isnan", h)), "i64"),
                            [dim], True, "i64")
-        count = _ew(t, "maximum", _ew(t, "sub", count, t.g.full(1.0, "i64", [])),
+        count = ew(t, "maximum", ew(t, "sub", count, t.g.full(1.0, "i64", [])),
                     t.g.full(0.0, "i64", []))
-        k = _ew(t, "floordiv", count, t.g.full(2.0, "i64", []))
+        k = ew(t, "floordiv", count, t.g.full(2.0, "i64", []))
     else:
         shape = list(t.g.shape(h))
         k = t.g.full(float((n - 1) // 2), "i64", shape[:dim] + [t.g.sym_const(1)] + shape[dim + 1:])
     idx = t.g.gather(order, dim, k)
     if not ignore_nan and is_float:
         has_nan, first_nan = _nan_rows(t, h, dim)
-        idx = _ew(t, "where", has_nan, first_nan, idx)
+        idx = ew(t, "where", has_nan, first_nan, idx)
     return idx
 
 
@@ -203,12 +199,12 @@ def _mode(t, node, x, dim=-1, keepdim=False):
         raise Unsupported(f"mode along a dim of {n} elements (the index PyTorch picks among equal "
                           f"values follows its unstable sort)")
     xj, xi, _, _ = _pair_views(t, h, dim)
-    count = t.g.reduce("sum", t.g.convert(_ew(t, "eq", xj, xi), "i64"), [dim], False, "i64")
+    count = t.g.reduce("sum", t.g.convert(ew(t, "eq", xj, xi), "i64"), [dim], False, "i64")
     best = t.g.reduce("amax", count, [dim], True, None)
     wide = t.g.convert(h, "f64")
-    cand = _ew(t, "where", _ew(t, "eq", count, best), wide, t.g.full(float("inf"), "f64", []))
+    cand = ew(t, "where", ew(t, "eq", count, best), wide, t.g.full(float("inf"), "f64", []))
     value = t.g.reduce("amin", cand, [dim], True, None)                    # keepdim, f64
-    pos = _ew(t, "where", _ew(t, "eq", wide, value), t.g.iota("i64", t.g.shape(h), dim),
+    pos = ew(t, "where", ew(t, "eq", wide, value), t.g.iota("i64", t.g.shape(h), dim),
               t.g.full(-1.0, "i64", []))
     idx = t.g.reduce("amax", pos, [dim], True, None)
     values = t.g.convert(value, dtype_name(val.dtype))

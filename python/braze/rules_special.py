@@ -4,9 +4,8 @@ elementwise braze op on operands converted to the result's float dtype (integer 
 inputs promote to the default float dtype, as in eager)."""
 import torch
 
-from braze.fx_import import rule, Unsupported, dtype_name, aten
+from braze.fx_import import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten
 
-_FLOATS = ("f16", "bf16", "f32", "f64")
 
 
 def _result_dtype(node):
@@ -14,7 +13,7 @@ def _result_dtype(node):
     if not isinstance(val, torch.Tensor):
         raise Unsupported(f"{node.target} without a tensor result")
     out = dtype_name(val.dtype)
-    if out not in _FLOATS:
+    if out not in FLOAT_DTYPES:
         raise Unsupported(f"{node.target} with a {out} result")
     return out
 

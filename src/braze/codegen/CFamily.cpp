@@ -83,6 +83,11 @@ std::string call(const char *f, const std::vector<std::string> &a) {
   return s + ")";
 }
 std::string wrap(DType t, const std::string &x) { return "((" + ctype(t) + ")(" + x + "))"; }
+/// prefix + the op's text name, e.g. braze_sp_digamma; with `t`, the template for t's C type.
+std::string named(const char *prefix, ScalarOpKind op) {
+  return prefix + std::string(loop::scalarOpName(op));
+}
+std::string typed(const std::string &f, DType t) { return f + "<" + ctype(t) + ">"; }
 
 /// A small constant exponent that PyTorch special-cases (x*x, x*x*x, sqrt, 1/x...).
 bool constExponent(const loop::Expr *e, double &v) {
@@ -276,7 +281,7 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::AiryAi:
   case ScalarOpKind::Igamma:
   case ScalarOpKind::Igammac:
-    return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op))).c_str(), a));
+    return wrap(t, call(named("braze_sp_", op).c_str(), a));
   case ScalarOpKind::Polygamma:
   case ScalarOpKind::Erfcx:
   case ScalarOpKind::ChebyshevT:
@@ -291,28 +296,22 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::HermiteHe:
   case ScalarOpKind::LaguerreL:
   case ScalarOpKind::LegendreP:
-    return wrap(t, call(("braze_sp_" + std::string(loop::scalarOpName(op)) + "<" + ctype(t) + ">").c_str(), a));
-  // misc family
+    return wrap(t, call(typed(named("braze_sp_", op), t).c_str(), a));
+  // Prelude helpers for integers and float bits: templates over the result's C type.
   case ScalarOpKind::Hypot:
     return call("std::hypot", a);
   case ScalarOpKind::NextAfter:
     return call("std::nextafter", a);
   case ScalarOpKind::Gcd:
-    return wrap(t, call(("braze_gcd<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::Lcm:
-    return wrap(t, call(("braze_lcm<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::ShiftLeft:
-    return wrap(t, call(("braze_shift_left<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::ShiftRight:
-    return wrap(t, call(("braze_shift_right<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::FrexpMantissa:
-    return wrap(t, call(("braze_frexp_mantissa<" + ctype(t) + ">").c_str(), a));
   case ScalarOpKind::FrexpExponent:
-    return wrap(t, call(("braze_frexp_exponent<" + ctype(t) + ">").c_str(), a));
+    return wrap(t, call(typed(named("braze_", op), t).c_str(), a));
   case ScalarOpKind::NextAfterF16:
-    return call("braze_nextafter_f16", a);
   case ScalarOpKind::NextAfterBF16:
-    return call("braze_nextafter_bf16", a);
+    return call(named("braze_", op).c_str(), a);
   }
   BRAZE_UNREACHABLE("bad scalar op");
 }

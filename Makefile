@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu clean
+.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu bench-gpu clean
 
 $(STAMP):
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
@@ -17,6 +17,8 @@ $(STAMP):
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja scipy-openblas64 transformers
+	# NVRTC alone (no GPU needed): the tests compile braze's generated CUDA code with it.
+	$(PIP) install -q nvidia-cuda-nvrtc-cu12
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -43,6 +45,10 @@ test: test-cpp test-python test-conformance
 
 bench-cpu: build
 	$(PY) benchmarks/cpu_suite.py
+
+# On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
+bench-gpu: build
+	$(PY) benchmarks/gpu_suite.py
 
 clean:
 	rm -rf build

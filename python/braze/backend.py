@@ -5,6 +5,7 @@ whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT
 import dataclasses
 import functools
 import operator
+import os
 import sys
 import warnings
 
@@ -13,6 +14,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from braze import _C
+from braze import cuda as cuda_support
 from braze.fx_import import Translator, Unsupported, supported_targets
 
 _fallback_counts = {"fallback_ops": 0, "fallback_graphs": 0}
@@ -27,6 +29,9 @@ class Options:
     log: str = None  # e.g. "graph,loops,output_code"; None reads BRAZE_LOG
     fuse: bool = True
     blas: bool = True  # matrix products through OpenBLAS when installed; False: loop nests
+    # Tests on machines without a GPU: generate each graph's CUDA sources and compile them with
+    # NVRTC and the host compiler (nothing runs on a GPU; the graph itself runs in eager).
+    cuda_codegen_only: bool = False
 
 
 def counters():
@@ -79,8 +84,10 @@ class _BrazeGraph:
     it), that call runs the eager graph instead, with one warning: never a wrong answer."""
 
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
-                 complex_outputs=(), none_slots=()):
+                 complex_outputs=(), none_slots=(), run=None, device=None):
         self.compiled = compiled
+        self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
+        self.device = device  # where the seed of random ops lives
         self.none_slots = none_slots  # output positions that are None (the graph computes the rest)
         self.tensor_positions = tensor_positions
         self.complex_outputs = complex_outputs  # output slots returned as complex views
@@ -92,10 +99,10 @@ class _BrazeGraph:
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
         if self.needs_seed:
-            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64))
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=self.device))
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
-            outs = self.compiled.run(inputs)
+            outs = self.run(inputs)
             for i in self.complex_outputs:
                 outs[i] = torch.view_as_complex(outs[i])
             for i in self.none_slots:
@@ -112,8 +119,9 @@ class _BrazeGraph:
             return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _compile_whole(gm, opts):
-    """Translates and compiles a graph whose every node braze supports."""
+def _compile_whole(gm, opts, device=None):
+    """Translates and compiles a graph whose every node braze supports, for the CPU or for
+    the CUDA `device`."""
     t = Translator()
     positions = []
     for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
@@ -132,7 +140,7 @@ def _compile_whole(gm, opts):
             if not isinstance(value, torch.Tensor):
                 raise Unsupported(f"attribute {node.target} is not a tensor")
             t.input(node, value)
-            constants.append(value)
+            constants.append(value.to(device) if device is not None else value)
     outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
@@ -159,11 +167,63 @@ def _compile_whole(gm, opts):
             val = torch.view_as_real(val.resolve_conj())
         layouts.append(_dense_layout(t, val))
     t.g.output(handles, layouts)
-    compiled = t.g.compile(opts.log, opts.fuse, _blas_library() if opts.blas else None)
+    if opts.cuda_codegen_only:
+        _check_cuda_codegen(t.g)
+        return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
+    blas = _blas_library() if opts.blas else None
+    if device is None:
+        compiled = t.g.compile(opts.log, opts.fuse, blas)
+        run = None
+    else:
+        compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
+        specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t)]
+        dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
+        run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     _last_sources.append(compiled.source)
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
-                        complex_outputs, none_slots),
+                        complex_outputs, none_slots, run, device),
             isinstance(outputs, (tuple, list)))
+
+
+def _as_tuple(out):
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+def _real_dtype(val):
+    """The dtype of an output as braze computes it (complex values as real pairs)."""
+    return torch.view_as_real(val).dtype if val.is_complex() else val.dtype
+
+
+def _input_values(gm, t):
+    """The example values of the compiled graph's tensor inputs, in input order (placeholders,
+    then attributes, then the seed of random ops), complex ones as real pairs."""
+    vals = [n.meta["val"] for n in gm.graph.nodes
+            if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)]
+    vals += [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    if t.seed is not None:
+        vals.append(torch.empty((), dtype=torch.int64))
+    return [torch.view_as_real(v) if v.is_complex() else v for v in vals]
+
+
+def _check_cuda_codegen(graph):
+    """Generates the graph's CUDA sources and compiles them: the kernels with NVRTC for sm_90,
+    the host code with the host compiler (syntax only). Raises on any error."""
+    import subprocess
+    import tempfile
+    nvrtc = cuda_support.nvrtc_library()
+    if nvrtc is None:
+        raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
+    device, host = graph.generate_cuda({"cc": 90, "sms": 132})
+    with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
+        _C.nvrtc_compile(device, nvrtc, 90, tmp)
+        path = os.path.join(tmp, "host.cpp")
+        with open(path, "w") as f:
+            f.write(host)
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-w", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
+    _last_sources.append(device + "\n" + host)
 
 
 def _fetch_attr(gm, target):
@@ -201,12 +261,37 @@ def _dense_layout(t, val):
     return t.shape(val.stride())
 
 
+def _graph_device(gm, example_inputs):
+    """(device, None) for a graph braze can compile: None for the CPU, a torch.device for CUDA;
+    (None, reason) when it cannot. Outputs count too (a graph of factory ops has no inputs)."""
+    devices = {a.device for a in example_inputs if isinstance(a, torch.Tensor)}
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            for o in torch.utils._pytree.tree_leaves(node.args[0]):
+                val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor):
+                    devices.add(val.device)
+    cuda = [d for d in devices if d.type == "cuda"]
+    others = [d for d in devices if d.type not in ("cpu", "cuda")]
+    if others:
+        return None, f"graph on {others[0]}: braze compiles CPU and CUDA graphs"
+    if not cuda:
+        return None, None
+    if len(cuda) > 1 or len(devices) > 1:
+        return None, f"graph mixes devices {sorted(map(str, devices))}"
+    why = cuda_support.unavailable_reason(cuda[0])
+    if why:
+        return None, f"graph on {cuda[0]}: {why}"
+    dev = cuda[0]
+    return torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device()), None
+
+
 def _compile_fx(gm, example_inputs, opts):
-    for a in example_inputs:
-        if isinstance(a, torch.Tensor) and a.device.type != "cpu":
-            _fallback_counts["fallback_graphs"] += 1
-            _log_fallback(f"graph on {a.device}: this build of braze compiles CPU graphs only")
-            return make_boxed_func(gm.forward)
+    device, why = _graph_device(gm, example_inputs)
+    if why:
+        _fallback_counts["fallback_graphs"] += 1
+        _log_fallback(why)
+        return make_boxed_func(gm.forward)
     unsupported = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":
@@ -222,11 +307,11 @@ def _compile_fx(gm, example_inputs, opts):
             unsupported[node] = why
     try:
         if not unsupported:
-            fn, tuple_out = _compile_whole(gm, opts)
+            fn, tuple_out = _compile_whole(gm, opts, device)
             if tuple_out:
                 return make_boxed_func(lambda *args: fn(*args))
             return make_boxed_func(lambda *args: fn(*args)[0])
-        return make_boxed_func(_compile_partitioned(gm, unsupported, opts).forward)
+        return make_boxed_func(_compile_partitioned(gm, unsupported, opts, device).forward)
     except (Unsupported, _C.CompileError) as e:
         if _strict(opts):
             raise
@@ -241,7 +326,7 @@ def _compile_fx(gm, example_inputs, opts):
     return make_boxed_func(gm.forward)
 
 
-def _compile_partitioned(gm, unsupported, opts):
+def _compile_partitioned(gm, unsupported, opts, device=None):
     """Supported nodes are grouped into as few partitions as possible; each partition is
     compiled by braze and the rest runs eagerly."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -261,7 +346,7 @@ def _compile_partitioned(gm, unsupported, opts):
     for name, sub in list(fused.named_children()):
         if not name.startswith("fused_"):
             continue
-        fn, tuple_out = _compile_whole(sub, opts)
+        fn, tuple_out = _compile_whole(sub, opts, device)
         setattr(fused, name, _Partition(fn, tuple_out))
     fused.recompile()
     return fused

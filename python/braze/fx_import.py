@@ -48,6 +48,19 @@ class Translator:
         self.values = {}   # fx node -> graph handle (or tuple of handles)
         self.symbols = {}  # sympy symbol name -> sym handle
         self.seed = None   # the i64 seed input, created by the first random op
+        self.device = None  # the one device (cpu or cuda:N) every tensor of the graph is on
+
+    def on_device(self, device, what):
+        """Accepts a tensor or result on `device`: all of a graph's must share one device."""
+        device = torch.device(device)
+        if device.type not in ("cpu", "cuda"):
+            raise Unsupported(f"{what} on {device}")
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self.device is None:
+            self.device = device
+        elif device != self.device:
+            raise Unsupported(f"{what} on {device} in a graph on {self.device}")
 
     # ---- symbolic sizes -------------------------------------------------------------
     def sym(self, d):
@@ -99,8 +112,7 @@ class Translator:
     def input(self, node, val):
         if not isinstance(val, torch.Tensor):
             raise Unsupported(f"non-tensor input {type(val).__name__}")
-        if val.device.type != "cpu":
-            raise Unsupported(f"device {val.device}")
+        self.on_device(val.device, "input")
         if val.is_complex():
             val = torch.view_as_real(val.resolve_conj())  # (re, im) pairs: see rules_complex
         h = self.g.input(node.name, dtype_name(val.dtype), self.shape(val.shape),
@@ -264,8 +276,8 @@ def _full(t, node, size, value, dtype=None, **_):
 @rule(aten._to_copy.default, prims.convert_element_type.default)
 def _to_copy(t, node, x, dtype=None, **kwargs):
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        raise Unsupported(f"copy to {device}")
+    if device is not None:
+        t.on_device(device, "copy")
     dt = dtype if dtype is not None else node.meta["val"].dtype
     return t.g.convert(t.arg(x), dtype_name(dt))
 
@@ -525,8 +537,7 @@ def _scan(t, node, x, dim, dtype=None):
 
 def _random(t, node, distribution):
     val = node.meta["val"]
-    if val.device.type != "cpu":
-        raise Unsupported(f"random numbers on {val.device}")
+    t.on_device(val.device, "random numbers")
     if t.seed is None:
         t.seed = t.g.input("seed", "i64", [], [])
     return t.g.random(distribution, dtype_name(val.dtype), t.shape(val.shape), t.seed)
@@ -597,8 +608,7 @@ def _rev(t, node, x, dims):
 
 @rule(prims.iota.default)
 def _iota(t, node, length, *, start, step, dtype, device, requires_grad):
-    if torch.device(device).type != "cpu":
-        raise Unsupported(f"iota on {device}")
+    t.on_device(device, "iota")
     dt = dtype_name(dtype)
     h = t.g.iota(dt, [t.sym(length)], 0)
     if step != 1:

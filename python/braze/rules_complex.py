@@ -74,8 +74,8 @@ def _to_copy(t, node, x, dtype=None, **kwargs):
             raise Unsupported("complex to real conversion (drops the imaginary part)")
         return _delegate(node, t, x, dtype, **kwargs)
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        raise Unsupported(f"copy to {device}")
+    if device is not None:
+        t.on_device(device, "copy")
     want = _real_dtype(out)
     h = t.g.convert(t.arg(x), want)
     if _is_complex(x):

@@ -14,7 +14,7 @@ def _meta(node):
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         raise Unsupported("result is not a tensor")
-    if val.device.type != "cpu":
+    if val.device.type not in ("cpu", "cuda"):
         raise Unsupported(f"result on {val.device}")
     if val.layout != torch.strided:
         raise Unsupported(f"result with layout {val.layout}")

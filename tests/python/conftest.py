@@ -9,6 +9,30 @@ os.environ.setdefault("BRAZE_CACHE_DIR", tempfile.mkdtemp(prefix="braze-test-cac
 torch.set_num_threads(2)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cpu_only(reason): the test is about the CPU path and has no CUDA variant")
+
+
+@pytest.fixture(autouse=True, params=["cpu", "cuda"])
+def device(request):
+    """Every test runs once per device: on CUDA with CUDA as torch's default device, so the
+    tensors a test makes live there; skipped where PyTorch sees no GPU."""
+    if request.param == "cpu":
+        yield "cpu"
+        return
+    marker = request.node.get_closest_marker("cpu_only")
+    if marker:
+        pytest.skip(marker.args[0] if marker.args else "a CPU-only test")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.set_default_device("cuda")
+    try:
+        yield "cuda"
+    finally:
+        torch.set_default_device(None)
+
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     torch._dynamo.reset()

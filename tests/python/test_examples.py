@@ -22,7 +22,9 @@ def randn(*shape, dtype=torch.float32, scale=1.0):
 
 
 def kernel_count(source):
-    return source.count("static void kernel")
+    """Kernels in generated C++ (static void kernelN) or CUDA (__global__ ... kernelN)."""
+    import re
+    return len(re.findall(r"\bvoid (?:__launch_bounds__\(\d+\) )?kernel\d+\(", source))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -343,8 +343,10 @@ std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymEx
   BRAZE_UNREACHABLE("bad SymKind");
 }
 
-const char *cPrelude() {
-  return R"PRELUDE(#include <algorithm>
+namespace {
+
+/// The CPU module's header: the C++ library, libmvec declarations, 16-bit float conversions.
+const char *kCpuHeader = R"PRELUDE(#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -370,24 +372,38 @@ BRAZE_SIMD_MATH(erfc)
 #undef BRAZE_SIMD_MATH
 #endif
 
-template <typename T> static inline T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
-template <typename T> static inline T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
-template <typename T> static inline T braze_floordiv_int(T a, T b) {
+#define BRAZE_FN static inline
+static inline float braze_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
+static inline float braze_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t braze_f2bf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+)PRELUDE";
+
+/// Helpers shared by every C-family target; BRAZE_FN is the target's inline-function prefix and
+/// std:: names the target's math library.
+const char *kCommonHelpers = R"PRELUDE(template <typename T> BRAZE_FN T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> BRAZE_FN T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> BRAZE_FN T braze_floordiv_int(T a, T b) {
   if (b == 0) return 0;
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-template <typename T> static inline T braze_remainder_int(T a, T b) {
+template <typename T> BRAZE_FN T braze_remainder_int(T a, T b) {
   if (b == 0) return 0;
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-template <typename T> static inline T braze_fmod_int(T a, T b) { return b == 0 ? 0 : a % b; }
-template <typename T> static inline T braze_remainder_float(T a, T b) {
+template <typename T> BRAZE_FN T braze_fmod_int(T a, T b) { return b == 0 ? 0 : a % b; }
+template <typename T> BRAZE_FN T braze_remainder_float(T a, T b) {
   T r = std::fmod(a, b);
   return (r != 0 && ((b < 0) != (r < 0))) ? r + b : r;
 }
-template <typename T> static inline T braze_floordiv_float(T a, T b) {
+template <typename T> BRAZE_FN T braze_floordiv_float(T a, T b) {
   if (b == 0) return a / b;
   T mod = std::fmod(a, b);
   T div = (a - mod) / b;
@@ -396,7 +412,7 @@ template <typename T> static inline T braze_floordiv_float(T a, T b) {
   T fl = std::floor(div);
   return (div - fl > T(0.5)) ? fl + 1 : fl;
 }
-template <typename T> static inline T braze_pow_int(T a, T b) {
+template <typename T> BRAZE_FN T braze_pow_int(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : ((a == -1) ? ((b % 2) ? -1 : 1) : 0);
   T r = 1;
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
@@ -404,7 +420,7 @@ template <typename T> static inline T braze_pow_int(T a, T b) {
 }
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"): the first
 // output word of the block for `counter`, keyed by `seed`, as a float in [0, 1).
-static inline float braze_philox_uniform(uint64_t seed, uint64_t counter) {
+BRAZE_FN float braze_philox_uniform(uint64_t seed, uint64_t counter) {
   uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   for (int round = 0; round < 10; ++round) {
@@ -415,57 +431,53 @@ static inline float braze_philox_uniform(uint64_t seed, uint64_t counter) {
   }
   return (float)(c0 >> 8) * (1.0f / 16777216.0f);
 }
-static inline float braze_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
-static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
-static inline float braze_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t braze_f2bf(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
 // misc family: nextafter on 16-bit float patterns: one step away from or toward zero.
-static inline uint16_t braze_nextafter_bits(uint16_t a, uint16_t b) {
+BRAZE_FN uint16_t braze_nextafter_bits(uint16_t a, uint16_t b) {
   const uint16_t sign = 0x8000u;
   if (a == b) return a;
   uint16_t ma = a & 0x7fffu, mb = b & 0x7fffu;
   if (ma == 0) return mb == 0 ? b : (uint16_t)((b & sign) | 1u);
   return (ma > mb || ((a ^ b) & sign)) ? (uint16_t)(a - 1u) : (uint16_t)(a + 1u);
 }
-static inline float braze_nextafter_f16(float x, float y) {
+BRAZE_FN float braze_nextafter_f16(float x, float y) {
   if (x != x || y != y) return x + y;
   return braze_h2f(braze_nextafter_bits(braze_f2h(x), braze_f2h(y)));
 }
-static inline float braze_nextafter_bf16(float x, float y) {
+BRAZE_FN float braze_nextafter_bf16(float x, float y) {
   if (x != x || y != y) return x + y;
   return braze_bf2f(braze_nextafter_bits(braze_f2bf(x), braze_f2bf(y)));
 }
 // misc family. gcd and lcm as PyTorch computes them (Euclid on absolute values).
-template <typename T> static inline T braze_gcd(T a, T b) {
+template <typename T> BRAZE_FN T braze_gcd(T a, T b) {
   a = (T)(a < 0 ? -a : a); b = (T)(b < 0 ? -b : b);
   while (a != 0) { T c = a; a = (T)(b % a); b = c; }
   return b;
 }
-template <typename T> static inline T braze_lcm(T a, T b) {
+template <typename T> BRAZE_FN T braze_lcm(T a, T b) {
   T g = braze_gcd(a, b);
   if (g == 0) return 0;
   int64_t r = (int64_t)(a / g) * (int64_t)b;  // in a wide type, then wrapped, as eager does
   return (T)(r < 0 ? -r : r);
 }
 // Shift counts outside [0, bits) give 0 (left) or the sign fill (right), as in PyTorch.
-template <typename T> static inline T braze_shift_left(T a, T b) {
+template <typename T> BRAZE_FN T braze_shift_left(T a, T b) {
   constexpr int64_t bits = sizeof(T) * 8;
   if ((int64_t)b < 0 || (int64_t)b >= bits) return 0;
   return (T)((uint64_t)a << (int)b);
 }
-template <typename T> static inline T braze_shift_right(T a, T b) {
+template <typename T> BRAZE_FN T braze_shift_right(T a, T b) {
   constexpr int64_t bits = sizeof(T) * 8 - (std::numeric_limits<T>::is_signed ? 1 : 0);
   if ((int64_t)b < 0 || (int64_t)b >= bits) return (T)(a >> bits);
   return (T)(a >> (int)b);
 }
-template <typename T> static inline T braze_frexp_mantissa(T x) { int e; return std::frexp(x, &e); }
-template <typename T> static inline T braze_frexp_exponent(T x) { int e; std::frexp(x, &e); return (T)e; }
+template <typename T> BRAZE_FN T braze_frexp_mantissa(T x) { int e; return std::frexp(x, &e); }
+template <typename T> BRAZE_FN T braze_frexp_exponent(T x) { int e; std::frexp(x, &e); return (T)e; }
 )PRELUDE";
-}
+
+} // namespace
+
+std::string cPrelude() { return std::string(kCpuHeader) + kCommonHelpers; }
+
+const char *cCommonHelpers() { return kCommonHelpers; }
 
 } // namespace braze::codegen

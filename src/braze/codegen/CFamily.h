@@ -23,7 +23,10 @@ std::string scalarOp(loop::ScalarOpKind op, DType result, const std::vector<std:
 /// An index expression as C (int64_t arithmetic); `nameOf` names symbols.
 std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf);
 
-/// Helper functions every generated module starts with.
-const char *cPrelude();
+/// Helper functions every generated CPU module starts with.
+std::string cPrelude();
+/// The target-independent part of the helpers (each target defines BRAZE_FN, the 16-bit float
+/// conversions and a std:: math library before it).
+const char *cCommonHelpers();
 
 } // namespace braze::codegen

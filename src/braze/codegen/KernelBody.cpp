@@ -4,6 +4,7 @@
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace braze::codegen {
@@ -77,7 +78,7 @@ std::string ExprWriter::emit(const loop::Expr *e) {
       std::string t = names_.bindIndirect(s);
       w_.line("int64_t " + t + " = " + val + ";");
       w_.line("if (" + t + " < 0 || " + t + " >= " + names_.index(s->extent()) + ") { " +
-              "__atomic_store_n(err, 1, __ATOMIC_RELAXED); " + t + " = 0; }");
+              errorStatement_ + " " + t + " = 0; }");
     }
     text = names_.buffer(*e->buffer()) + "[" + names_.index(e->index()) + "]";
     break;
@@ -99,6 +100,100 @@ std::string ExprWriter::emit(const loop::Expr *e) {
   return name;
 }
 
+void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int> &used,
+                       std::vector<sym::SymExpr> &syms) {
+  auto addSyms = [&](sym::SymExpr e) {
+    std::vector<sym::SymExpr> found;
+    sym::collectSymbols(e, found);
+    for (sym::SymExpr sy : found)
+      if (sy->role() == sym::SymbolRoleKind::Size &&
+          std::find(syms.begin(), syms.end(), sy) == syms.end())
+        syms.push_back(sy);
+  };
+  for (sym::SymExpr v : k.outerVars)
+    addSyms(v->extent());
+  for (sym::SymExpr v : k.innerVars)
+    addSyms(v->extent());
+  for (const sched::Step &st : k.steps)
+    for (const sched::Member &m : st.members) {
+      used.insert(m.comp->out->id);
+      addSyms(m.storeIndex);
+      forEachExpr(m.value, [&](const loop::Expr *e) {
+        if (e->kind() == loop::ExprKind::Load)
+          used.insert(e->buffer()->id);
+        if (e->index())
+          addSyms(e->index());
+        for (const auto &b : e->indirect())
+          addSyms(b.first->extent());
+      });
+    }
+  std::sort(syms.begin(), syms.end(), [&](sym::SymExpr a, sym::SymExpr b) {
+    return names.symbolIndex(a) < names.symbolIndex(b);
+  });
+}
+
+bool isArgReduction(const loop::Computation &c) {
+  return c.reduce == loop::ReduceKind::ArgMax || c.reduce == loop::ReduceKind::ArgMin;
+}
+
+std::string accumulatorInit(const loop::Computation &c) {
+  DType t = c.value->dtype();
+  std::string ty = ctype(t);
+  switch (c.reduce) {
+  case loop::ReduceKind::Sum:
+    return "0";
+  case loop::ReduceKind::Prod:
+    return "1";
+  case loop::ReduceKind::Max:
+  case loop::ReduceKind::ArgMax:
+    return isFloating(t) ? "-std::numeric_limits<" + ty + ">::infinity()"
+                         : "std::numeric_limits<" + ty + ">::lowest()";
+  case loop::ReduceKind::Min:
+  case loop::ReduceKind::ArgMin:
+    return isFloating(t) ? "std::numeric_limits<" + ty + ">::infinity()"
+                         : "std::numeric_limits<" + ty + ">::max()";
+  case loop::ReduceKind::Any:
+    return "false";
+  case loop::ReduceKind::All:
+    return "true";
+  case loop::ReduceKind::None:
+    break;
+  }
+  BRAZE_UNREACHABLE("not a reduction");
+}
+
+std::string accumulatorUpdate(const loop::Computation &c, const std::string &acc,
+                              const std::string &v) {
+  switch (c.reduce) {
+  case loop::ReduceKind::Sum:
+    return acc + " += " + v;
+  case loop::ReduceKind::Prod:
+    return acc + " = (" + ctype(c.value->dtype()) + ")(" + acc + " * " + v + ")";
+  case loop::ReduceKind::Max:
+    return acc + " = braze_max(" + acc + ", " + v + ")";
+  case loop::ReduceKind::Min:
+    return acc + " = braze_min(" + acc + ", " + v + ")";
+  case loop::ReduceKind::Any:
+    return acc + " = " + acc + " || " + v;
+  case loop::ReduceKind::All:
+    return acc + " = " + acc + " && " + v;
+  case loop::ReduceKind::ArgMax:
+  case loop::ReduceKind::ArgMin:
+    break; // combined with their positions by each emitter
+  case loop::ReduceKind::None:
+    break;
+  }
+  BRAZE_UNREACHABLE("not a value reduction");
+}
+
+std::string argBetter(const loop::Computation &c, const std::string &acc, const std::string &v) {
+  std::string cmp = c.reduce == loop::ReduceKind::ArgMax ? " > " : " < ";
+  std::string s = "(" + v + cmp + acc;
+  if (isFloating(c.value->dtype()))
+    s += " || (" + v + " != " + v + " && " + acc + " == " + acc + ")";
+  return s + ")";
+}
+
 void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr *)> &f) {
   std::unordered_set<const loop::Expr *> seen;
   std::function<void(const loop::Expr *)> visit = [&](const loop::Expr *x) {
@@ -114,7 +209,8 @@ void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr 
 }
 
 std::string emitModuleAbi(const sched::Schedule &s, Names &names,
-                          const std::vector<std::string> &kernelCalls) {
+                          const std::vector<std::string> &kernelCalls,
+                          const std::string &runParams) {
   const loop::LoopProgram &p = *s.program;
   std::string out = "extern \"C\" {\n\nint braze_abi_version(void) { return 2; }\n\n";
   // braze_bind: sizes from the first input dim that is exactly the symbol, then checks.
@@ -174,7 +270,7 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
   out += "int64_t braze_arena_bytes(const int64_t* syms) {\n" + unpack + "  return " +
          names.index(s.arenaBytes) + ";\n}\n\n";
   out += "int braze_run(void* const* inputs, void* const* outputs, char* arena, "
-         "const int64_t* syms) {\n" +
+         "const int64_t* syms" + runParams + ") {\n" +
          unpack + "  (void)arena;\n  void* bufs[" +
          std::to_string(std::max<size_t>(1, p.buffers().size())) + "] = {};\n";
   for (const auto &b : p.buffers()) {

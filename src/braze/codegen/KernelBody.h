@@ -68,6 +68,8 @@ public:
       : w_(w), scope_(scope), names_(names), p_(p), next_(counter) {}
   /// Emits e's subexpressions as locals; returns a C expression for e.
   std::string emit(const loop::Expr *e);
+  /// The statement that records an out-of-bounds indirect index (the kernel's `err` flag).
+  void setErrorStatement(std::string s) { errorStatement_ = std::move(s); }
 
 private:
   Writer &w_;
@@ -75,14 +77,31 @@ private:
   Names &names_;
   loop::LoopProgram &p_;
   int &next_;
+  std::string errorStatement_ = "__atomic_store_n(err, 1, __ATOMIC_RELAXED);";
 };
+
+/// The buffers (by id) and size symbols a kernel's members and loops use; symbols in binding order.
+void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int> &used,
+                       std::vector<sym::SymExpr> &syms);
+
+/// Reductions that return a position (argmax/argmin) instead of a value.
+bool isArgReduction(const loop::Computation &c);
+/// The C expression of a reduction's identity, in the value's C type.
+std::string accumulatorInit(const loop::Computation &c);
+/// Folds v (or another partial result) into acc: a statement. Not for argmax/argmin.
+std::string accumulatorUpdate(const loop::Computation &c, const std::string &acc,
+                              const std::string &v);
+/// argmax/argmin: true when candidate v (at a later position) replaces acc.
+std::string argBetter(const loop::Computation &c, const std::string &acc, const std::string &v);
 
 /// Every distinct node of e, operands first.
 void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr *)> &f);
 
 /// The module ABI around the kernels: braze_bind, braze_output_shapes, braze_arena_bytes and
 /// braze_run, which calls `kernelCalls` in order (each a statement that may set `err`).
+/// `runParams` extends braze_run's parameter list (text starting with ", ").
 std::string emitModuleAbi(const sched::Schedule &s, Names &names,
-                          const std::vector<std::string> &kernelCalls);
+                          const std::vector<std::string> &kernelCalls,
+                          const std::string &runParams = "");
 
 } // namespace braze::codegen

@@ -1,8 +1,10 @@
 #include "braze/driver/Compile.h"
 
 #include "braze/codegen/cpu/CppCodegen.h"
+#include "braze/codegen/cuda/CudaCodegen.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/jit/HostCompiler.h"
+#include "braze/jit/Nvrtc.h"
 #include "braze/lowering/decompose/Decompose.h"
 #include "braze/lowering/to_loops/ToLoops.h"
 #include "braze/passes/PassManager.h"
@@ -91,8 +93,16 @@ void simplifyGraph(Graph &g) {
 struct Lowered {
   std::unique_ptr<loop::LoopProgram> program;
   sched::Schedule schedule;
-  codegen::GeneratedSource code;
+  codegen::GeneratedSource code;    ///< CPU
+  codegen::CudaGeneratedSource cuda; ///< CUDA
 };
+
+Target targetFor(const CompileOptions &opts) {
+  if (!opts.cuda)
+    return Target::hostCpu();
+  return Target::cudaDevice(opts.cuda->computeCapability, opts.cuda->multiprocessors,
+                            opts.cuda->registerBytesPerSm);
+}
 
 Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   std::string err = verifyGraph(g);
@@ -111,9 +121,15 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
     logBlock("loops", loop::printProgram(*l.program));
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
-  l.schedule = sched::scheduleProgram(*l.program, Target::hostCpu(), so);
+  l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
   if (opts.log.has(LogStage::Schedule))
     logBlock("schedule", sched::printSchedule(l.schedule));
+  if (opts.cuda) {
+    l.cuda = codegen::generateCuda(l.schedule);
+    if (opts.log.has(LogStage::OutputCode))
+      logBlock("output_code", l.cuda.device + "\n" + l.cuda.host);
+    return l;
+  }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
   l.code = codegen::generateCpu(l.schedule, co);
@@ -122,9 +138,56 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   return l;
 }
 
+void countCompile(int kernels, bool cacheHit) {
+  Counters &c = counters();
+  ++c.graphsCompiled;
+  c.kernelsGenerated += kernels;
+  ++(cacheHit ? c.cacheHits : c.cacheMisses);
+}
+
+/// The host code through the host compiler, the kernels through NVRTC; both cached.
+CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
+                                const jit::HostCompilerOptions &jo,
+                                const CompileOptions::Cuda &cuda) {
+  if (cuda.nvrtcLibrary.empty())
+    BRAZE_USER_ERROR("compile", "") << "compiling for CUDA needs NVRTC, and none was found";
+  if (l.cuda.usesGemm && cuda.cublasLtLibrary.empty())
+    BRAZE_USER_ERROR("compile", "") << "this graph multiplies matrices on CUDA, which needs "
+                                       "cuBLASLt, and none was found";
+  jit::CompiledLibrary host = jit::compileCpp(l.cuda.host, jo);
+  jit::NvrtcOptions no;
+  no.library = cuda.nvrtcLibrary;
+  no.computeCapability = cuda.computeCapability;
+  no.cacheDir = jo.cacheDir;
+  no.logCache = jo.logCache;
+  jit::CompiledCubin cubin = jit::compileCuda(l.cuda.device, no);
+  spec.libraryPath = host.path;
+  spec.cuda = true;
+  spec.cubinPath = cubin.path;
+  spec.kernels = l.cuda.kernels;
+  spec.device = cuda.device;
+  if (l.cuda.usesGemm)
+    spec.cublasLtLibrary = cuda.cublasLtLibrary;
+  CompileResult r;
+  r.executable = runtime::Executable::load(spec);
+  r.source = l.cuda.device + "\n" + l.cuda.host;
+  r.numKernels = l.cuda.numKernels;
+  r.cacheHit = host.cacheHit && cubin.cacheHit;
+  countCompile(r.numKernels, r.cacheHit);
+  return r;
+}
+
 } // namespace
 
 void checkSupported(Graph &g) { lowerAll(g, CompileOptions{}); }
+
+CudaSources generateCudaSources(Graph &g, const CompileOptions &opts) {
+  CompileOptions o = opts;
+  if (!o.cuda)
+    o.cuda = CompileOptions::Cuda{};
+  Lowered l = lowerAll(g, o);
+  return CudaSources{l.cuda.device, l.cuda.host};
+}
 
 CompileResult compile(Graph &g, const CompileOptions &opts) {
   runtime::ModuleSpec spec;
@@ -138,6 +201,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
+  if (opts.cuda)
+    return compileCudaModule(l, spec, jo, *opts.cuda);
   if (l.code.usesBlas) {
     std::string dir = opts.blasLibrary.substr(0, opts.blasLibrary.find_last_of('/'));
     jo.linkFlags = opts.blasLibrary + " -Wl,-rpath," + dir;
@@ -149,10 +214,7 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   r.source = l.code.source;
   r.numKernels = l.code.numKernels;
   r.cacheHit = lib.cacheHit;
-  Counters &c = counters();
-  ++c.graphsCompiled;
-  c.kernelsGenerated += l.code.numKernels;
-  ++(lib.cacheHit ? c.cacheHits : c.cacheMisses);
+  countCompile(r.numKernels, r.cacheHit);
   return r;
 }
 
@@ -167,9 +229,13 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
     return loop::printProgram(*program);
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
-  sched::Schedule s = sched::scheduleProgram(*program, Target::hostCpu(), so);
+  sched::Schedule s = sched::scheduleProgram(*program, targetFor(opts), so);
   if (stage == StageKind::Schedule)
     return sched::printSchedule(s);
+  if (opts.cuda) {
+    codegen::CudaGeneratedSource c = codegen::generateCuda(s);
+    return c.device + "\n" + c.host;
+  }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
   return codegen::generateCpu(s, co).source;

@@ -6,6 +6,7 @@
 #include "braze/support/Log.h"
 
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,18 @@ struct CompileOptions {
   /// derived from the file name: scipy-openblas64 (NumPy's OpenBLAS) or plain cblas_*.
   std::string blasLibrary;
 
+  /// CUDA: set `cuda` to compile for a GPU (the caller describes the device and where NVRTC
+  /// and cuBLASLt are; PyTorch's CUDA wheels ship both).
+  struct Cuda {
+    int device = 0;
+    int computeCapability = 90;
+    int multiprocessors = 132;
+    int64_t registerBytesPerSm = 1 << 18;
+    std::string nvrtcLibrary;
+    std::string cublasLtLibrary;
+  };
+  std::optional<Cuda> cuda;
+
   /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_CXX and BRAZE_BLAS: the one place
   /// braze reads the environment.
   static CompileOptions fromEnvironment();
@@ -28,7 +41,7 @@ struct CompileOptions {
 
 struct CompileResult {
   std::shared_ptr<runtime::Executable> executable;
-  std::string source;
+  std::string source; ///< CPU: the C++; CUDA: the device source, then the host source
   int numKernels = 0;
   bool cacheHit = false;
 };
@@ -43,6 +56,12 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 /// Graph-level lowering only (decompose, passes, to_loops, schedule, codegen) without compiling:
 /// raises a Diagnostic if braze cannot take the graph.
 void checkSupported(Graph &g);
+
+/// The CUDA sources braze generates for `g` (consumed), without compiling them.
+struct CudaSources {
+  std::string device, host;
+};
+CudaSources generateCudaSources(Graph &g, const CompileOptions &opts);
 
 /// Cumulative counts for this process.
 struct Counters {

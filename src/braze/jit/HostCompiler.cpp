@@ -1,5 +1,7 @@
 #include "braze/jit/HostCompiler.h"
 
+#include "braze/jit/CacheFiles.h"
+
 #include "braze/support/Check.h"
 #include "braze/support/Hashing.h"
 #include "braze/support/Log.h"
@@ -17,24 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char *kBrazeVersion = "braze-0.1.0";
-
-std::string readFile(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeFileAtomically(const fs::path &p, const std::string &data) {
-  fs::path tmp = p;
-  tmp += ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << data;
-    BRAZE_CHECK(out.good()) << "cannot write " << tmp.string();
-  }
-  fs::rename(tmp, p);
-}
 
 /// First line of `<compiler> --version`, computed once per compiler.
 std::string compilerIdentity(const std::string &compiler) {
@@ -58,12 +42,6 @@ std::string compilerIdentity(const std::string &compiler) {
   return cached;
 }
 
-bool entryIsValid(const fs::path &lib, const fs::path &sum) {
-  std::error_code ec;
-  if (!fs::exists(lib, ec) || !fs::exists(sum, ec))
-    return false;
-  return readFile(sum) == sha256Hex(readFile(lib));
-}
 } // namespace
 
 /// Libraries come after the source so that --as-needed linkers keep them.
@@ -83,7 +61,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   fs::create_directories(dir);
   fs::path lib = dir / (key + ".so"), sum = dir / (key + ".sha256");
   CompiledLibrary result{lib.string(), key, false};
-  if (entryIsValid(lib, sum)) {
+  if (cacheEntryIsValid(lib, sum)) {
     result.cacheHit = true;
     if (opts.logCache)
       logBlock("cache", "hit " + key + "\n");

@@ -1,6 +1,8 @@
 // braze._C: a thin nanobind layer over the C++ library. Python refers to graph nodes and
 // symbolic sizes by integer handles; all compiler logic stays in C++.
 #include "braze/driver/Compile.h"
+#include "braze/jit/Nvrtc.h"
+#include "braze/runtime/CudaModule.h"
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/support/Check.h"
@@ -19,6 +21,24 @@ using namespace nb::literals;
 
 namespace braze {
 namespace {
+
+/// CompileOptions::Cuda from the Python backend's description of the device.
+CompileOptions::Cuda cudaOptions(const nb::dict &d) {
+  CompileOptions::Cuda c;
+  if (d.contains("device"))
+    c.device = nb::cast<int>(d["device"]);
+  if (d.contains("cc"))
+    c.computeCapability = nb::cast<int>(d["cc"]);
+  if (d.contains("sms"))
+    c.multiprocessors = nb::cast<int>(d["sms"]);
+  if (d.contains("registers"))
+    c.registerBytesPerSm = nb::cast<int64_t>(d["registers"]);
+  if (d.contains("nvrtc"))
+    c.nvrtcLibrary = nb::cast<std::string>(d["nvrtc"]);
+  if (d.contains("cublaslt"))
+    c.cublasLtLibrary = nb::cast<std::string>(d["cublaslt"]);
+  return c;
+}
 
 DType dtypeFromName(const std::string &name) {
   auto t = parseDType(name);
@@ -263,7 +283,7 @@ NB_MODULE(_C, m) {
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
-                         std::optional<std::string> blas) {
+                         std::optional<std::string> blas, std::optional<nb::dict> cuda) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
@@ -272,16 +292,55 @@ NB_MODULE(_C, m) {
         o.fuse = fuse;
         if (blas && o.blasLibrary.empty())
           o.blasLibrary = *blas;
+        if (cuda)
+          o.cuda = cudaOptions(*cuda);
         std::unique_ptr<Graph> graph = g.take();
         CompileResult r = braze::compile(*graph, o);
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit};
-      }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none());
+      }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none())
+      .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
+        if (g.consumed())
+          BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
+        CompileOptions o = CompileOptions::fromEnvironment();
+        o.cuda = cuda ? cudaOptions(*cuda) : CompileOptions::Cuda{};
+        std::unique_ptr<Graph> graph = g.take();
+        CudaSources c = generateCudaSources(*graph, o);
+        return std::make_pair(c.device, c.host);
+      }, "cuda"_a = nb::none());
 
   nb::class_<PyCompiled>(m, "Compiled")
       .def_ro("source", &PyCompiled::source)
       .def_ro("num_kernels", &PyCompiled::numKernels)
       .def_ro("cache_hit", &PyCompiled::cacheHit)
-      .def("run", &runCompiled);
+      .def("run", &runCompiled)
+      // CUDA modules. Pointers are device addresses as ints (torch's data_ptr()); the stream is
+      // a cudaStream_t as an int (0: the legacy default stream).
+      .def("bind_shapes", [](PyCompiled &c, const std::vector<std::vector<int64_t>> &shapes,
+                             const std::vector<std::vector<int64_t>> &strides) {
+        return c.exe->bindShapes(shapes, strides);
+      })
+      .def("output_layouts", [](PyCompiled &c, const std::vector<int64_t> &syms) {
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
+        for (auto &l : c.exe->layoutsFor(syms))
+          out.emplace_back(l.shape, l.strides);
+        return out;
+      })
+      .def("arena_bytes", [](PyCompiled &c, const std::vector<int64_t> &syms) {
+        return c.exe->arenaBytes(syms);
+      })
+      .def("run_cuda", [](PyCompiled &c, const std::vector<uintptr_t> &inputs,
+                          const std::vector<uintptr_t> &outputs, uintptr_t arena,
+                          const std::vector<int64_t> &syms, uintptr_t stream) {
+        std::vector<const void *> in(inputs.size());
+        std::vector<void *> out(outputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i)
+          in[i] = reinterpret_cast<const void *>(inputs[i]);
+        for (size_t i = 0; i < outputs.size(); ++i)
+          out[i] = reinterpret_cast<void *>(outputs[i]);
+        c.exe->runCuda(in, out, reinterpret_cast<void *>(arena), syms,
+                       reinterpret_cast<void *>(stream));
+      })
+      .def("synchronize", [](PyCompiled &c) { c.exe->synchronizeAndCheck(); });
 
   m.def("counters", []() {
     Counters &c = counters();
@@ -292,6 +351,16 @@ NB_MODULE(_C, m) {
     d["cache_misses"] = c.cacheMisses.load();
     return d;
   });
+  m.def("cuda_driver_available", []() { return runtime::cudaDriverAvailable(); });
+  m.def("nvrtc_compile", [](const std::string &source, const std::string &library, int cc,
+                            const std::string &cacheDir) {
+    jit::NvrtcOptions o;
+    o.library = library;
+    o.computeCapability = cc;
+    o.cacheDir = cacheDir;
+    return jit::compileCuda(source, o).path;
+  });
+  m.def("nvrtc_version", [](const std::string &library) { return jit::nvrtcVersion(library); });
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
   m.def("log_fallback_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::Fallback); });

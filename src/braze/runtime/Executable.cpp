@@ -1,5 +1,7 @@
 #include "braze/runtime/Executable.h"
 
+#include "braze/runtime/CudaModule.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -92,6 +94,8 @@ std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
   e->shapes_ = reinterpret_cast<ShapesFn>(sym("braze_output_shapes"));
   e->arena_ = reinterpret_cast<ArenaFn>(sym("braze_arena_bytes"));
   e->run_ = reinterpret_cast<RunFn>(sym("braze_run"));
+  if (spec.cuda)
+    e->cuda_ = CudaModule::load(spec.cubinPath, spec.kernels, spec.device, spec.cublasLtLibrary);
   return e;
 }
 
@@ -109,8 +113,9 @@ std::vector<int64_t> Executable::bind(const std::vector<const DLTensor *> &input
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DLTensor *t = inputs[i];
     const TensorSpec &want = spec_.inputs[i];
-    if (t->device.device_type != kDLCPU)
-      throw RunError("input " + std::to_string(i) + " is not on the CPU");
+    if (t->device.device_type != (spec_.cuda ? kDLCUDA : kDLCPU))
+      throw RunError("input " + std::to_string(i) + " is not on the " +
+                     (spec_.cuda ? "GPU" : "CPU"));
     if (t->ndim != want.rank)
       throw RunError("input " + std::to_string(i) + " has rank " + std::to_string(t->ndim) +
                      ", expected " + std::to_string(want.rank));
@@ -161,8 +166,54 @@ Executable::outputShapes(const std::vector<const DLTensor *> &inputs) {
   return shapes;
 }
 
+std::vector<int64_t> Executable::bindShapes(const std::vector<std::vector<int64_t>> &shapes,
+                                            const std::vector<std::vector<int64_t>> &strides) {
+  if (shapes.size() != spec_.inputs.size() || strides.size() != shapes.size())
+    throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs, got " +
+                   std::to_string(shapes.size()));
+  std::vector<const int64_t *> sp, st;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (static_cast<int>(shapes[i].size()) != spec_.inputs[i].rank ||
+        strides[i].size() != shapes[i].size())
+      throw RunError("input " + std::to_string(i) + " has rank " +
+                     std::to_string(shapes[i].size()) + ", expected " +
+                     std::to_string(spec_.inputs[i].rank));
+    sp.push_back(shapes[i].data());
+    st.push_back(strides[i].data());
+  }
+  std::vector<int64_t> syms(std::max(1, spec_.numSymbols), 0);
+  char msg[512] = {};
+  if (bind_(sp.data(), st.data(), syms.data(), msg, sizeof msg) != 0)
+    throw RunError(msg);
+  return syms;
+}
+
+int64_t Executable::arenaBytes(const std::vector<int64_t> &syms) { return arena_(syms.data()); }
+
+void Executable::runCuda(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+                         void *arena, const std::vector<int64_t> &syms, void *stream) {
+  if (!cuda_)
+    throw RunError("runCuda on a CPU module");
+  if (inputs.size() != spec_.inputs.size() || outputs.size() != spec_.outputs.size())
+    throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs and " +
+                   std::to_string(spec_.outputs.size()) + " outputs");
+  std::vector<int64_t> padded = syms;
+  if (padded.empty())
+    padded.push_back(0);
+  cuda_->run(reinterpret_cast<CudaRunFn>(run_),
+             const_cast<void *const *>(reinterpret_cast<const void *const *>(inputs.data())),
+             outputs.data(), static_cast<char *>(arena), padded.data(), stream);
+}
+
+void Executable::synchronizeAndCheck() {
+  if (cuda_)
+    cuda_->synchronizeAndCheck();
+}
+
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
                         const std::vector<int64_t> &syms) {
+  if (cuda_)
+    throw RunError("this graph was compiled for CUDA: run it with runCuda on device buffers");
   int64_t arenaBytes = arena_(syms.data());
   char *arena = nullptr;
   if (arenaBytes > 0) {

@@ -20,7 +20,15 @@ struct ModuleSpec {
   std::string libraryPath;
   std::vector<TensorSpec> inputs, outputs;
   int numSymbols = 0;
+  // CUDA modules: libraryPath holds the host code, cubinPath the kernels.
+  bool cuda = false;
+  std::string cubinPath;
+  std::vector<std::string> kernels;
+  int device = 0;
+  std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
 };
+
+class CudaModule;
 
 /// A tensor whose memory the runtime allocated (64-byte aligned), handed out through DLPack.
 class OwnedTensor {
@@ -71,13 +79,27 @@ public:
   /// Output shapes for the given input shapes (binds the size symbols).
   std::vector<std::vector<int64_t>> outputShapes(const std::vector<const DLTensor *> &inputs);
 
-private:
-  Executable() = default;
+  /// The size symbols for inputs of these shapes and strides (in elements); throws RunError
+  /// naming the input and dim that the compiled graph does not accept.
+  std::vector<int64_t> bindShapes(const std::vector<std::vector<int64_t>> &shapes,
+                                  const std::vector<std::vector<int64_t>> &strides);
   std::vector<int64_t> bind(const std::vector<const DLTensor *> &inputs);
   struct Layout {
     std::vector<int64_t> shape, strides;
   };
   std::vector<Layout> layoutsFor(const std::vector<int64_t> &syms);
+  int64_t arenaBytes(const std::vector<int64_t> &syms);
+
+  /// CUDA modules: enqueues the graph on `stream` over caller-owned device buffers (outputs
+  /// laid out as layoutsFor(syms), an arena of arenaBytes(syms)); never synchronizes. A kernel's
+  /// run-time error (an index out of bounds) is reported by the next call or by
+  /// synchronizeAndCheck().
+  void runCuda(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+               void *arena, const std::vector<int64_t> &syms, void *stream);
+  void synchronizeAndCheck();
+
+private:
+  Executable() = default;
   void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
               const std::vector<int64_t> &syms);
 
@@ -92,6 +114,7 @@ private:
   ShapesFn shapes_ = nullptr;
   ArenaFn arena_ = nullptr;
   RunFn run_ = nullptr;
+  std::unique_ptr<CudaModule> cuda_;
 };
 
 } // namespace braze::runtime

@@ -63,11 +63,14 @@ public:
       gemm->offA = sym_.substitute(gemm->offA, map);
       gemm->offB = sym_.substitute(gemm->offB, map);
       gemm->offC = sym_.substitute(gemm->offC, map);
+      if (auto it = bias_.find(c.id); it != bias_.end())
+        gemm->bias = it->second;
       k.gemm = std::move(gemm);
     }
   }
 
   const std::unordered_map<const Buffer *, Where> &producers() const { return where_; }
+  void setGemmBias(std::map<int, const loop::Buffer *> bias) { bias_ = std::move(bias); }
 
 private:
   SymExpr freshVar(const char *prefix, size_t i, SymExpr extent) {
@@ -209,6 +212,7 @@ private:
 
   loop::LoopProgram &p_;
   Schedule &s_;
+  std::map<int, const loop::Buffer *> bias_; ///< GEMM bias epilogues, by computation id
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
 };
@@ -243,6 +247,8 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   s.program = &p;
   s.target = target;
   Fuser fuser(p, s);
+  if (target.kind == TargetKind::Cuda)
+    fuser.setGemmBias(absorbGemmBias(p));
   for (const auto &c : p.computations())
     fuser.add(*c, opts.fuse);
   decideStores(s, fuser.producers());

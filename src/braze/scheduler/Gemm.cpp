@@ -1,5 +1,7 @@
 #include "braze/scheduler/Gemm.h"
 
+#include "braze/ir/loop/Rewrite.h"
+
 #include <unordered_map>
 
 namespace braze::sched {
@@ -41,6 +43,16 @@ std::optional<Affine> affineIn(sym::SymContext &s, SymExpr e, const std::vector<
   return a;
 }
 
+bool isHalfStorage(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+/// x = cast(load of a `storage` buffer) to f32: the load; otherwise nullptr.
+const Expr *widenedLoad(const Expr *x, DType storage) {
+  if (x->kind() != ExprKind::Op || x->op() != loop::ScalarOpKind::Cast)
+    return nullptr;
+  const Expr *l = x->operands()[0];
+  return l->kind() == ExprKind::Load && l->dtype() == storage ? l : nullptr;
+}
+
 } // namespace
 
 std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c) {
@@ -52,9 +64,19 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     return std::nullopt;
   const Expr *x = v->operands()[0], *y = v->operands()[1];
   DType t = v->dtype();
+  // f16/bf16 operands are widened to f32 and the sum rounded once when stored, which is what a
+  // half-precision GEMM with f32 accumulation computes.
+  DType storage = t;
+  if (t == DType::Float32 && c.out->dtype != t && isHalfStorage(c.out->dtype)) {
+    storage = c.out->dtype;
+    x = widenedLoad(x, storage);
+    y = widenedLoad(y, storage);
+    if (!x || !y)
+      return std::nullopt;
+  }
   if ((t != DType::Float32 && t != DType::Float64) || x->kind() != ExprKind::Load ||
       y->kind() != ExprKind::Load || !x->indirect().empty() || !y->indirect().empty() ||
-      x->dtype() != t || y->dtype() != t || c.out->dtype != t)
+      x->dtype() != storage || y->dtype() != storage || c.out->dtype != storage)
     return std::nullopt;
   // The output's last two dims are m and n; a unit dim has no variable.
   std::vector<size_t> dims = loop::nonUnitDims(*c.out);
@@ -101,7 +123,7 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   g.a = A->buffer();
   g.b = B->buffer();
   g.c = c.out;
-  g.dtype = t;
+  g.dtype = storage;
   g.m = mVar ? mVar->extent() : s.constant(1);
   g.n = nVar ? nVar->extent() : s.constant(1);
   g.k = kVar->extent();
@@ -136,6 +158,147 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   g.offB = ab.base;
   g.offC = ac->base;
   return g;
+}
+
+namespace {
+
+/// x, or the load under a widening cast of x.
+const Expr *unwiden(const Expr *x) {
+  if (x->kind() == ExprKind::Op && x->op() == loop::ScalarOpKind::Cast &&
+      x->dtype() == DType::Float32)
+    return x->operands()[0];
+  return x;
+}
+
+/// Recognizes round(C[idx] + bias[n]) and rewrites it to a load of C (which then includes the
+/// bias).
+class BiasMatcher {
+public:
+  BiasMatcher(loop::LoopProgram &p, const loop::Buffer *c, SymExpr n)
+      : p_(p), c_(c), n_(n) {}
+
+  /// The load of C that `e` becomes, when e is the pattern.
+  const Expr *match(const Expr *e) {
+    const Expr *sum = e;
+    if (isHalfStorage(c_->dtype)) {
+      if (e->kind() != ExprKind::Op || e->op() != loop::ScalarOpKind::Cast || e->dtype() != c_->dtype)
+        return nullptr;
+      sum = e->operands()[0];
+    } else if (e->dtype() != c_->dtype) {
+      return nullptr;
+    }
+    if (sum->kind() != ExprKind::Op || sum->op() != loop::ScalarOpKind::Add)
+      return nullptr;
+    for (int first = 0; first < 2; ++first) {
+      const Expr *cl = unwiden(sum->operands()[first]), *bl = unwiden(sum->operands()[1 - first]);
+      if (cl->kind() != ExprKind::Load || bl->kind() != ExprKind::Load || cl->buffer() != c_ ||
+          !cl->indirect().empty() || !bl->indirect().empty() || bl->buffer() == c_ ||
+          bl->buffer()->dtype != c_->dtype || bl->buffer()->shape.size() != 1 ||
+          bl->buffer()->shape[0] != n_ || !bl->index()->isSymbol() ||
+          bl->index()->extent() != n_)
+        continue;
+      // The bias index is C's column: one step of it is one step along C's row.
+      sym::SymContext &s = p_.sym();
+      std::unordered_map<SymExpr, SymExpr> next{{bl->index(), s.add(bl->index(), 1)}};
+      if (!s.sub(s.substitute(cl->index(), next), cl->index())->isConst(1))
+        continue;
+      if (bias_ && bias_ != bl->buffer())
+        return nullptr;
+      bias_ = bl->buffer();
+      return cl;
+    }
+    return nullptr;
+  }
+
+  /// Whether every load of C in e is inside the pattern.
+  bool covers(const Expr *e) {
+    if (auto it = covered_.find(e); it != covered_.end())
+      return it->second;
+    bool ok = true;
+    if (match(e)) {
+      ok = true;
+    } else if (e->kind() == ExprKind::Load && e->buffer() == c_) {
+      ok = false;
+    } else {
+      for (const Expr *o : e->operands())
+        ok = ok && covers(o);
+      for (const auto &b : e->indirect())
+        ok = ok && covers(b.second);
+    }
+    return covered_[e] = ok;
+  }
+
+  const Expr *rewrite(const Expr *e) {
+    if (auto it = rewritten_.find(e); it != rewritten_.end())
+      return it->second;
+    const Expr *out = e;
+    if (const Expr *load = match(e)) {
+      out = load;
+    } else if (e->kind() == ExprKind::Op) {
+      std::vector<const Expr *> ops;
+      for (const Expr *o : e->operands())
+        ops.push_back(rewrite(o));
+      out = p_.exprs().op(e->op(), ops, e->dtype());
+    } else if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
+      std::vector<loop::IndirectBinding> bs;
+      for (const auto &[sy, v] : e->indirect())
+        bs.push_back({sy, rewrite(v)});
+      out = p_.exprs().load(e->buffer(), e->index(), bs);
+    }
+    return rewritten_[e] = out;
+  }
+
+  const loop::Buffer *bias() const { return bias_; }
+
+private:
+  loop::LoopProgram &p_;
+  const loop::Buffer *c_;
+  SymExpr n_;
+  const loop::Buffer *bias_ = nullptr;
+  std::unordered_map<const Expr *, bool> covered_;
+  std::unordered_map<const Expr *, const Expr *> rewritten_;
+};
+
+/// The GEMM library always computes g: every size and leading dimension is a constant that
+/// passes the layout checks of the generated call.
+bool layoutFixed(const GemmCall &g) {
+  for (SymExpr e : {g.m, g.n, g.k, g.lda, g.ldb, g.ldc})
+    if (!e->isConst())
+      return false;
+  int64_t m = g.m->value(), n = g.n->value(), k = g.k->value();
+  int64_t lda = g.lda->value(), ldb = g.ldb->value(), ldc = g.ldc->value();
+  return k > 0 && m > 0 && n > 0 && lda >= std::max<int64_t>(1, g.transA ? m : k) &&
+         ldb >= std::max<int64_t>(1, g.transB ? k : n) && ldc >= std::max<int64_t>(1, n) &&
+         g.batchVars.empty() && g.offC->isConst(0);
+}
+
+} // namespace
+
+std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
+  std::map<int, const loop::Buffer *> out;
+  const auto &comps = p.computations();
+  for (size_t ci = 0; ci < comps.size(); ++ci) {
+    loop::Computation &c = *comps[ci];
+    std::optional<GemmCall> g = matchGemm(p, c);
+    if (!g || !layoutFixed(*g) || c.out->kind != loop::BufferKind::Intermediate)
+      continue;
+    BiasMatcher m(p, c.out, g->n);
+    bool readers = false, ok = true;
+    for (size_t di = ci + 1; di < comps.size() && ok; ++di) {
+      bool reads = false;
+      loop::forEachLoad(comps[di]->value, [&](const Expr *l) { reads |= l->buffer() == c.out; });
+      if (!reads)
+        continue;
+      readers = true;
+      ok = comps[di]->value && m.covers(comps[di]->value);
+    }
+    if (!readers || !ok || !m.bias())
+      continue;
+    for (size_t di = ci + 1; di < comps.size(); ++di)
+      comps[di]->value = m.rewrite(comps[di]->value);
+    out[c.id] = m.bias();
+  }
+  return out;
 }
 
 } // namespace braze::sched

@@ -4,22 +4,32 @@
 /// k. Such a computation runs as a BLAS call per batch point instead of a loop nest.
 #include "braze/ir/loop/LoopIR.h"
 
+#include <map>
 #include <optional>
 
 namespace braze::sched {
 
 struct GemmCall {
   const loop::Buffer *a = nullptr, *b = nullptr, *c = nullptr;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32; ///< of A, B and C (f16/bf16 products accumulate in f32)
   sym::SymExpr m = nullptr, n = nullptr, k = nullptr; ///< extents
   bool transA = false, transB = false;
   sym::SymExpr lda = nullptr, ldb = nullptr, ldc = nullptr;
   /// Element offsets of the [0, 0] entries; they depend only on the batch variables.
   sym::SymExpr offA = nullptr, offB = nullptr, offC = nullptr;
   std::vector<sym::SymExpr> batchVars; ///< the computation's other output variables
+  /// A vector added along n before C is rounded and stored (a GEMM epilogue; CUDA only).
+  const loop::Buffer *bias = nullptr;
 };
 
 /// The GEMM form of `c`, or nothing if it is not one (then the loop nest computes it).
 std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c);
+
+/// Bias epilogues (the Linear pattern): where every reader of a matrix product C computes
+/// round(C + bias[n]) with one bias vector along n, and C's layout is fixed at compile time
+/// (so the GEMM library, never the loop nest, computes it), C takes the bias: its buffer then
+/// holds round(A·B + bias) and the readers load it directly — one rounding, as PyTorch's addmm.
+/// Returns each absorbed product's bias, by computation id.
+std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p);
 
 } // namespace braze::sched

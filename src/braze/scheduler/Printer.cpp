@@ -33,7 +33,8 @@ std::string printSchedule(const Schedule &s) {
       out += " inner " + varList(k.innerVars);
     if (k.gemm)
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
-             (k.gemm->transB ? "B^T" : "B") + ")";
+             (k.gemm->transB ? "B^T" : "B") + ")" +
+             (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "");
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";

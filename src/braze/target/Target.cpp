@@ -20,7 +20,22 @@ Target Target::hostCpu() {
   return t;
 }
 
+Target Target::cudaDevice(int cc, int sms, int64_t registerBytesPerSm) {
+  Target t;
+  t.kind = TargetKind::Cuda;
+  t.name = "cuda-sm_" + std::to_string(cc);
+  t.computeCapability = cc;
+  t.cores = sms;
+  t.vectorBytes = 16; // the widest load one thread issues
+  t.registerBytesPerSm = registerBytesPerSm;
+  t.onChipBytes = registerBytesPerSm;
+  t.minParallelWork = 0;
+  return t;
+}
+
 std::string Target::fingerprint() const {
+  if (kind == TargetKind::Cuda)
+    return name + ";sms=" + std::to_string(cores) + ";regs=" + std::to_string(registerBytesPerSm);
   return name + ";vec=" + std::to_string(vectorBytes) + ";l2=" + std::to_string(onChipBytes) +
          ";minwork=" + std::to_string(minParallelWork);
 }

@@ -17,6 +17,16 @@ struct Target {
   /// Below this many elements of work a CPU kernel runs on one thread.
   int64_t minParallelWork = 32768;
 
+  // CUDA devices (kind == Cuda).
+  int computeCapability = 0;          ///< e.g. 90 for sm_90
+  int warpSize = 32;
+  int maxThreadsPerBlock = 1024;
+  int64_t registerBytesPerSm = 1 << 18; ///< the register file: the budget for rows kept on chip
+  int64_t sharedBytesPerBlock = 48 << 10;
+
+  /// A CUDA device of compute capability `cc` with `sms` multiprocessors.
+  static Target cudaDevice(int cc, int sms, int64_t registerBytesPerSm);
+
   /// The machine this process runs on (cores from OpenMP's default or the hardware).
   static Target hostCpu();
   /// Stable text that goes into cache keys.

@@ -54,7 +54,7 @@ public:
 
 private:
   bool usesBlas(const Kernel &k) const {
-    if (!k.gemm)
+    if (!k.gemm || (k.gemm->dtype != DType::Float32 && k.gemm->dtype != DType::Float64))
       return false;
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
   }
@@ -75,7 +75,7 @@ private:
     Writer w(body, 1);
     std::set<int> used;
     std::vector<sym::SymExpr> syms;
-    collectUses(k, used, syms);
+    collectKernelUses(k, names_, used, syms);
     for (sym::SymExpr sy : syms)
       w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
              std::to_string(names_.symbolIndex(sy)) + "];");
@@ -115,7 +115,7 @@ private:
     // 1. Pointers and sizes.
     std::set<int> used;
     std::vector<sym::SymExpr> syms;
-    collectUses(k, used, syms);
+    collectKernelUses(k, names_, used, syms);
     for (int id : used) {
       const Buffer &b = *s_.program->buffers()[id];
       if (s_.placement.at(id).kind == PlacementKind::Local)
@@ -142,37 +142,6 @@ private:
       emitWithOuter(k, w);
     return "static void " + name +
            "(void* const* bufs, const int64_t* syms, int* err) {\n" + body + "}\n\n";
-  }
-
-  void collectUses(const Kernel &k, std::set<int> &used, std::vector<sym::SymExpr> &syms) {
-    auto addSyms = [&](sym::SymExpr e) {
-      std::vector<sym::SymExpr> found;
-      sym::collectSymbols(e, found);
-      for (sym::SymExpr sy : found)
-        if (sy->role() == sym::SymbolRoleKind::Size &&
-            std::find(syms.begin(), syms.end(), sy) == syms.end())
-          syms.push_back(sy);
-    };
-    for (sym::SymExpr v : k.outerVars)
-      addSyms(v->extent());
-    for (sym::SymExpr v : k.innerVars)
-      addSyms(v->extent());
-    for (const Step &st : k.steps)
-      for (const Member &m : st.members) {
-        used.insert(m.comp->out->id);
-        addSyms(m.storeIndex);
-        forEachExpr(m.value, [&](const loop::Expr *e) {
-          if (e->kind() == loop::ExprKind::Load)
-            used.insert(e->buffer()->id);
-          if (e->index())
-            addSyms(e->index());
-          for (const auto &b : e->indirect())
-            addSyms(b.first->extent());
-        });
-      }
-    std::sort(syms.begin(), syms.end(), [&](sym::SymExpr a, sym::SymExpr b) {
-      return names_.symbolIndex(a) < names_.symbolIndex(b);
-    });
   }
 
   std::string loopHead(sym::SymExpr v) {
@@ -227,9 +196,6 @@ private:
   }
   std::string nanFlag(const loop::Computation &c) { return "nan" + std::to_string(c.id); }
 
-  static bool isArg(const loop::Computation &c) {
-    return c.reduce == ReduceKind::ArgMax || c.reduce == ReduceKind::ArgMin;
-  }
   std::string argIndex(const loop::Computation &c) { return names_.acc(c) + "_i"; }
 
   /// Row-major position over the kernel's inner space (what argmax/argmin return).
@@ -240,18 +206,9 @@ private:
     return pos;
   }
 
-  /// `better` is true when candidate (v, at a later position) replaces the accumulator.
-  std::string argBetter(const loop::Computation &c, const std::string &acc, const std::string &v) {
-    std::string cmp = c.reduce == ReduceKind::ArgMax ? " > " : " < ";
-    std::string s = "(" + v + cmp + acc;
-    if (isFloating(c.value->dtype()))
-      s += " || (" + v + " != " + v + " && " + acc + " == " + acc + ")";
-    return s + ")";
-  }
-
   void declareAccumulator(const Member &m, Writer &w) {
-    w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accInit(*m.comp) + ";");
-    if (isArg(*m.comp))
+    w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + " = " + accumulatorInit(*m.comp) + ";");
+    if (isArgReduction(*m.comp))
       w.line("int64_t " + argIndex(*m.comp) + " = 0;");
     if (tracksNan(*m.comp))
       w.line("int " + nanFlag(*m.comp) + " = 0;");
@@ -267,7 +224,7 @@ private:
 
   /// One element folded into an accumulator inside the loop.
   std::string accFold(const loop::Computation &c, const std::string &acc, const std::string &v) {
-    if (isArg(c))
+    if (isArgReduction(c))
       return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) + " = " +
              innerPosition() + "; }";
     if (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) {
@@ -275,7 +232,7 @@ private:
       std::string fold = acc + " = " + v + cmp + acc + " ? " + v + " : " + acc;
       return tracksNan(c) ? fold + "; " + nanFlag(c) + " |= (" + v + " != " + v + ")" : fold;
     }
-    return accUpdate(c, acc, v);
+    return accumulatorUpdate(c, acc, v);
   }
 
   void emitWithOuter(const Kernel &k, Writer &w) {
@@ -332,7 +289,7 @@ private:
       for (const Member &m : st.members)
         if (m.comp->isReduction()) {
           w.line(accType(*m.comp) + " " + names_.acc(*m.comp) + "_part[256];");
-          if (isArg(*m.comp))
+          if (isArgReduction(*m.comp))
             w.line("int64_t " + argIndex(*m.comp) + "_part[256];");
         }
     w.line("#pragma omp parallel num_threads(nthreads)");
@@ -388,7 +345,7 @@ private:
         for (const Member &m : st.members)
           if (m.comp->isReduction()) {
             w.line(names_.acc(*m.comp) + "_part[tid] = " + names_.acc(*m.comp) + ";");
-            if (isArg(*m.comp))
+            if (isArgReduction(*m.comp))
               w.line(argIndex(*m.comp) + "_part[tid] = " + argIndex(*m.comp) + ";");
           }
         w.line("#pragma omp barrier");
@@ -407,15 +364,15 @@ private:
   /// earlier position wins ties because threads own ascending chunks.
   void combinePartials(const loop::Computation &c, Writer &w) {
     std::string acc = names_.acc(c);
-    w.line(acc + " = " + accInit(c) + ";");
-    if (isArg(c)) {
+    w.line(acc + " = " + accumulatorInit(c) + ";");
+    if (isArgReduction(c)) {
       w.line(argIndex(c) + " = 0;");
       w.line("for (int t = 0; t < nthreads; ++t) if " + argBetter(c, acc, acc + "_part[t]") +
              " { " + acc + " = " + acc + "_part[t]; " + argIndex(c) + " = " + argIndex(c) +
              "_part[t]; }");
       return;
     }
-    w.line("for (int t = 0; t < nthreads; ++t) " + accUpdate(c, acc, acc + "_part[t]") + ";");
+    w.line("for (int t = 0; t < nthreads; ++t) " + accumulatorUpdate(c, acc, acc + "_part[t]") + ";");
   }
 
   std::string accType(const loop::Computation &c) {
@@ -423,55 +380,6 @@ private:
     if (c.reduce == ReduceKind::Sum && isFloating(t))
       return "double";
     return ctype(t);
-  }
-
-  std::string accInit(const loop::Computation &c) {
-    DType t = c.value->dtype();
-    std::string ty = ctype(t);
-    switch (c.reduce) {
-    case ReduceKind::Sum:
-      return "0";
-    case ReduceKind::Prod:
-      return "1";
-    case ReduceKind::Max:
-    case ReduceKind::ArgMax:
-      return isFloating(t) ? "-std::numeric_limits<" + ty + ">::infinity()"
-                           : "std::numeric_limits<" + ty + ">::lowest()";
-    case ReduceKind::Min:
-    case ReduceKind::ArgMin:
-      return isFloating(t) ? "std::numeric_limits<" + ty + ">::infinity()"
-                           : "std::numeric_limits<" + ty + ">::max()";
-    case ReduceKind::Any:
-      return "false";
-    case ReduceKind::All:
-      return "true";
-    case ReduceKind::None:
-      break;
-    }
-    BRAZE_UNREACHABLE("not a reduction");
-  }
-
-  std::string accUpdate(const loop::Computation &c, const std::string &acc, const std::string &v) {
-    switch (c.reduce) {
-    case ReduceKind::Sum:
-      return acc + " += " + v;
-    case ReduceKind::Prod:
-      return acc + " = (" + ctype(c.value->dtype()) + ")(" + acc + " * " + v + ")";
-    case ReduceKind::Max:
-      return acc + " = braze_max(" + acc + ", " + v + ")";
-    case ReduceKind::Min:
-      return acc + " = braze_min(" + acc + ", " + v + ")";
-    case ReduceKind::Any:
-      return acc + " = " + acc + " || " + v;
-    case ReduceKind::All:
-      return acc + " = " + acc + " && " + v;
-    case ReduceKind::ArgMax:
-    case ReduceKind::ArgMin:
-      break; // combined with their positions, see combinePartials
-    case ReduceKind::None:
-      break;
-    }
-    BRAZE_UNREACHABLE("not a value reduction");
   }
 
   /// Emits the members of a step at the current point. Reductions fold into their accumulator;
@@ -503,8 +411,8 @@ private:
         continue;
       const Buffer &b = *m.comp->out;
       std::string local = names_.local(b);
-      DType localType = isArg(*m.comp) ? DType::Int64 : m.value->dtype();
-      std::string value = isArg(*m.comp) ? argIndex(*m.comp) : names_.acc(*m.comp);
+      DType localType = isArgReduction(*m.comp) ? DType::Int64 : m.value->dtype();
+      std::string value = isArgReduction(*m.comp) ? argIndex(*m.comp) : names_.acc(*m.comp);
       w.line("const " + ctype(localType) + " " + local + " = (" + ctype(localType) + ")" + value +
              ";");
       scope.defineLocal(&b, local, m.storeIndex);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 
 namespace braze {
@@ -458,14 +459,80 @@ private:
     return bufferValue(out);
   }
 
+  /// e with the indirect binding {t, i} on every load whose index uses t; nullptr when t is
+  /// used outside load indices (an index value), where a binding cannot reach it, or e has
+  /// indirect loads of its own.
+  const Expr *bindIndirect(const Expr *e, SymExpr t, const Expr *i,
+                           std::unordered_map<const Expr *, const Expr *> &done) {
+    if (auto it = done.find(e); it != done.end())
+      return it->second;
+    auto uses = [&](SymExpr x) {
+      std::vector<SymExpr> found;
+      sym::collectSymbols(x, found);
+      return std::find(found.begin(), found.end(), t) != found.end();
+    };
+    const Expr *out = e;
+    switch (e->kind()) {
+    case loop::ExprKind::Const:
+      break;
+    case loop::ExprKind::IndexValue:
+      if (uses(e->index()))
+        out = nullptr;
+      break;
+    case loop::ExprKind::Load:
+      if (!e->indirect().empty())
+        out = nullptr; // an indirect load already: keep to one level of indirection
+      else if (uses(e->index()))
+        out = ex_.load(e->buffer(), e->index(), {{t, i}});
+      break;
+    case loop::ExprKind::Op: {
+      std::vector<const Expr *> ops;
+      for (const Expr *o : e->operands()) {
+        const Expr *no = bindIndirect(o, t, i, done);
+        if (!no)
+          return done[e] = nullptr;
+        ops.push_back(no);
+      }
+      out = ex_.op(e->op(), ops, e->dtype());
+      break;
+    }
+    }
+    return done[e] = out;
+  }
+
+  /// A gather from a cheap value computed nowhere else (log_softmax feeding nll_loss) reads
+  /// the value's inputs at the gathered positions instead of realizing the whole value.
+  std::optional<Value> gatherComputed(Node *n, const Value &xv, const Value &index, size_t dim,
+                                      SymExpr extent, DType compute) {
+    Node *xn = n->operand(0);
+    if (xv.buffer || users_[xn] != 1 || xv.cost > opts_.inlineCostLimit)
+      return std::nullopt;
+    auto build = [this, xv, &index, dim, extent, compute](const Index &idx) -> const Expr * {
+      const Expr *i = ex_.cast(index.load(idx), DType::Int64);
+      SymExpr t = s_.indexSymbol("t", extent);
+      Index in = idx;
+      in[dim] = t;
+      std::unordered_map<const Expr *, const Expr *> done;
+      const Expr *v = bindIndirect(xv.load(in), t, i, done);
+      return v ? ex_.cast(v, compute) : nullptr;
+    };
+    Index probe;
+    freshVars(n->shape(), "p", probe);
+    if (!build(probe))
+      return std::nullopt;
+    return settle(n, lazy(build, index.cost + xv.cost + 1));
+  }
+
   Value lowerGather(Node *n) {
     Node *xn = n->operand(0);
-    Buffer *src = inMemory(xn);
     const Value &index = operandValue(n, 1);
     std::vector<SymExpr> indexShape = n->operand(1)->shape();
     size_t dim = n->attrs().getInt("dim");
     SymExpr extent = xn->shape()[dim];
     DType compute = computeType(n->dtype());
+    if (auto v = gatherComputed(n, values_.at(xn), index, dim, extent, compute))
+      return *v;
+    Buffer *src = inMemory(xn);
     return settle(n, lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {
                     const Expr *i = ex_.cast(index.load(idx), DType::Int64);
                     SymExpr t = s_.indexSymbol("t", extent);

@@ -1,0 +1,122 @@
+"""The CUDA side of the backend: finding NVRTC and cuBLASLt (PyTorch's CUDA wheels install
+both), describing the device to the compiler, and the callable that runs a compiled CUDA graph
+on PyTorch's current stream with outputs PyTorch allocates (and so owns and frees)."""
+import functools
+import glob
+import os
+import site
+import sys
+
+import torch
+
+from braze import _C
+
+
+def _library_dirs():
+    dirs = []
+    roots = list(site.getsitepackages()) + [site.getusersitepackages()]
+    roots += [p for p in sys.path if p.endswith("site-packages")]
+    for root in dict.fromkeys(roots):
+        dirs += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib")))
+        dirs.append(os.path.join(root, "torch", "lib"))
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    dirs += [os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib")]
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _version_key(path):
+    digits = [int(p) for p in os.path.basename(path).split(".so")[-1].split(".") if p.isdigit()]
+    return digits
+
+
+def find_library(stem, env):
+    """The path of lib<stem>.so.N: $env if set, else the newest found beside PyTorch's CUDA
+    wheels or in CUDA_HOME; None when there is none."""
+    if os.environ.get(env):
+        return os.environ[env]
+    found = []
+    for d in _library_dirs():
+        for path in glob.glob(os.path.join(d, f"lib{stem}.so*")):
+            name = os.path.basename(path)
+            if name.startswith(f"lib{stem}.so") and "alt" not in name:
+                found.append(path)
+    if not found:
+        return None
+    want = (torch.version.cuda or "").split(".")[0]
+    matching = [p for p in found if want and os.path.basename(p).startswith(f"lib{stem}.so.{want}")]
+    return max(matching or found, key=_version_key)
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_library():
+    return find_library("nvrtc", "BRAZE_NVRTC")
+
+
+@functools.lru_cache(maxsize=None)
+def cublaslt_library():
+    return find_library("cublasLt", "BRAZE_CUBLASLT")
+
+
+@functools.lru_cache(maxsize=None)
+def device_options(index):
+    """What the compiler needs to know of CUDA device `index`."""
+    props = torch.cuda.get_device_properties(index)
+    return {
+        "device": index,
+        "cc": props.major * 10 + props.minor,
+        "sms": props.multi_processor_count,
+        "registers": 4 * getattr(props, "regs_per_multiprocessor", 65536),
+        "nvrtc": nvrtc_library() or "",
+        "cublaslt": cublaslt_library() or "",
+    }
+
+
+def unavailable_reason(device):
+    """None when braze can compile for `device`, else why not."""
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA device"
+    if nvrtc_library() is None:
+        return "NVRTC (libnvrtc.so) was not found; set BRAZE_NVRTC to its path"
+    if not _C.cuda_driver_available():
+        return "the CUDA driver (libcuda.so.1) cannot be loaded"
+    return None
+
+
+class CudaGraph:
+    """A compiled CUDA graph called with a flat list of device tensors. Static graphs keep their
+    output layouts and arena size; a call whose inputs differ from the compiled shapes or
+    strides goes through bind_shapes, which names what does not match."""
+
+    def __init__(self, compiled, device, input_specs, output_dtypes):
+        self.compiled = compiled
+        self.device = device
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.output_dtypes = output_dtypes
+        self.shapes = [s for s, _ in input_specs]
+        self.strides = [st for _, st in input_specs]
+        self.static = not any(isinstance(d, torch.SymInt) for s in self.shapes for d in s)
+        self.layouts = self.arena = None
+        self.syms = []
+        if self.static:
+            self.syms = list(compiled.bind_shapes([list(s) for s in self.shapes],
+                                                  [list(st) for st in self.strides]))
+            self.layouts = compiled.output_layouts(self.syms)
+            self.arena = compiled.arena_bytes(self.syms)
+
+    def __call__(self, inputs):
+        if self.static and all(t.shape == s and t.stride() == st
+                               for t, s, st in zip(inputs, self.shapes, self.strides)):
+            syms, layouts, arena_bytes = self.syms, self.layouts, self.arena
+        else:
+            syms = list(self.compiled.bind_shapes([list(t.shape) for t in inputs],
+                                                  [list(t.stride()) for t in inputs]))
+            layouts = self.compiled.output_layouts(syms)
+            arena_bytes = self.compiled.arena_bytes(syms)
+        dev = self.device
+        outs = [torch.empty_strided(shape, stride, dtype=dt, device=dev)
+                for (shape, stride), dt in zip(layouts, self.output_dtypes)]
+        arena = torch.empty(arena_bytes, dtype=torch.uint8, device=dev) if arena_bytes else None
+        self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],
+                               arena.data_ptr() if arena is not None else 0, syms,
+                               torch._C._cuda_getCurrentRawStream(self.index))
+        return outs

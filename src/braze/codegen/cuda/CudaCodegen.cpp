@@ -1,0 +1,923 @@
+/// Emits one __global__ function per schedule kernel, in one of two shapes:
+///   1. Pointwise (no inner space): the outer space is flattened; each thread computes VEC
+///      consecutive points of the innermost outer dim ("lanes"), reading and writing operands
+///      that are contiguous along it as whole 16-byte words when they are aligned.
+///   2. Row kernels (an inner space): a group of T threads owns one outer point (a row) and a
+///      block holds BLOCK / T rows. Each Loop step strides over the row VEC elements at a time,
+///      each thread folds its elements, and the group combines the partial results with warp
+///      shuffles (and shared memory across the warps of a group), in a fixed order. When the
+///      row fits the register budget (rows per block x row length x cached operands x element
+///      size <= the target's budget) the loop is unrolled and every operand that more than one
+///      step reads is loaded once into registers ("persistent"); otherwise the loop re-reads.
+/// A kernel that is a matrix product also gets a host-side call of cuBLASLt through the
+/// runtime, with the loop kernel as the fallback for layouts cuBLASLt does not take.
+#include "braze/codegen/cuda/CudaCodegen.h"
+
+#include "braze/codegen/CFamily.h"
+#include "braze/codegen/KernelBody.h"
+#include "braze/codegen/SpecialMath.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+
+namespace braze::codegen {
+
+using loop::Buffer;
+using sched::Kernel;
+using sched::Member;
+using sched::PlacementKind;
+using sched::Step;
+using sched::StepKind;
+using sym::SymExpr;
+
+namespace {
+
+constexpr int kPointwiseBlock = 256;
+constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
+constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
+constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
+
+int knob(const char *name, int dflt) { // TEMPORARY tuning experiments
+  const char *v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+int64_t nextPow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v)
+    p <<= 1;
+  return p;
+}
+
+/// How a row kernel maps rows and row elements to threads.
+struct RowPlan {
+  int threads = 32;      ///< T: threads per row (a power of two)
+  int block = kRowBlock; ///< threads per block
+  int vec = 1;           ///< consecutive elements per thread per iteration
+  bool persistent = false;
+  int64_t iters = 0;     ///< persistent: iterations per thread
+  int64_t length = 0;    ///< persistent: the row length (constant)
+  bool ragged = false;   ///< persistent: the last iteration is partial
+};
+
+/// A load the lanes of a point group share as one vector, or a row operand kept in registers.
+struct VectorLoad {
+  const loop::Expr *load = nullptr; ///< a load, or (row values) any expression
+  std::string array;
+  int step = -1; ///< row values: the Loop step that computes them; -1: loaded before the steps
+};
+
+class CudaEmitter {
+public:
+  explicit CudaEmitter(const sched::Schedule &s) : s_(s), names_(s), sym_(s.program->sym()) {}
+
+  CudaGeneratedSource run() {
+    CudaGeneratedSource out;
+    std::string kernels;
+    std::vector<std::string> calls;
+    for (const Kernel &k : s_.kernels) {
+      int index = static_cast<int>(out.kernels.size());
+      out.kernels.push_back(k.name);
+      kernels += emitKernel(k);
+      std::string launch = launchCall(k, index);
+      if (k.gemm) {
+        out.usesGemm = true;
+        calls.push_back(gemmCall(k, launch));
+      } else {
+        calls.push_back(launch);
+      }
+    }
+    if (kernels.find(kSpecialMathPrefix) != std::string::npos)
+      BRAZE_USER_ERROR("compile", "")
+          << "special functions (digamma, Bessel, zeta...) are not generated for CUDA yet";
+    out.device = cudaPrelude() + kernels;
+    out.host = hostSource(calls);
+    out.numKernels = static_cast<int>(s_.kernels.size());
+    return out;
+  }
+
+private:
+  // ---- Facts about a kernel ------------------------------------------------------------------
+
+  bool inMemory(const Buffer &b) const {
+    return s_.placement.at(b.id).kind != PlacementKind::Local;
+  }
+
+  /// Buffers some member of k writes (their loads must not be hoisted or vectorized).
+  std::set<const Buffer *> written(const Kernel &k) const {
+    std::set<const Buffer *> w;
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members)
+        w.insert(m.comp->out);
+    return w;
+  }
+
+  /// index(var + 1) - index(var) == 1.
+  bool contiguousIn(SymExpr index, SymExpr var) {
+    std::unordered_map<SymExpr, SymExpr> next{{var, sym_.add(var, 1)}};
+    return sym_.sub(sym_.substitute(index, next), index)->isConst(1);
+  }
+
+  bool dependsOn(SymExpr e, const std::vector<SymExpr> &vars) {
+    std::vector<SymExpr> found;
+    sym::collectSymbols(e, found);
+    for (SymExpr f : found)
+      if (std::find(vars.begin(), vars.end(), f) != vars.end())
+        return true;
+    return false;
+  }
+
+  /// Direct loads in members' values, in first-use order, that read memory nobody in k writes.
+  std::vector<const loop::Expr *> plainLoads(const std::vector<const Member *> &members,
+                                             const std::set<const Buffer *> &writes) {
+    std::vector<const loop::Expr *> out;
+    for (const Member *m : members)
+      forEachExpr(m->value, [&](const loop::Expr *e) {
+        if (e->kind() == loop::ExprKind::Load && e->indirect().empty() && inMemory(*e->buffer()) &&
+            !writes.count(e->buffer()) && std::find(out.begin(), out.end(), e) == out.end())
+          out.push_back(e);
+      });
+    return out;
+  }
+
+  /// Elements per thread along `var`: 16 bytes of the narrowest operand contiguous along it,
+  /// when var's extent is a constant multiple of that; else 1.
+  int laneCount(const std::vector<const Member *> &members, SymExpr var,
+                const std::set<const Buffer *> &writes) {
+    if (!var || !var->extent()->isConst())
+      return 1;
+    int narrowest = 0;
+    auto consider = [&](DType t) {
+      int b = static_cast<int>(dtypeSize(t));
+      narrowest = narrowest == 0 ? b : std::min(narrowest, b);
+    };
+    for (const loop::Expr *l : plainLoads(members, writes))
+      if (contiguousIn(l->index(), var))
+        consider(l->buffer()->dtype);
+    for (const Member *m : members)
+      if (m->store && !m->comp->isReduction() && contiguousIn(m->storeIndex, var))
+        consider(m->comp->out->dtype);
+    if (narrowest == 0)
+      return 1;
+    int vec = std::max(1, 16 / narrowest);
+    int64_t extent = var->extent()->value();
+    while (vec > 1 && extent % vec != 0)
+      vec /= 2;
+    return vec;
+  }
+
+  // ---- Kernel text ---------------------------------------------------------------------------
+
+  std::string params(const Kernel &k) {
+    std::set<int> used;
+    std::vector<SymExpr> syms;
+    collectKernelUses(k, names_, used, syms);
+    std::set<const Buffer *> writes = written(k);
+    std::string p;
+    for (int id : used) {
+      const Buffer &b = *s_.program->buffers()[id];
+      if (!inMemory(b))
+        continue;
+      bool readOnly = !writes.count(&b);
+      p += std::string(p.empty() ? "" : ", ") + (readOnly ? "const " : "") + ctype(b.dtype) +
+           "* __restrict__ " + names_.buffer(b);
+    }
+    for (SymExpr sy : syms)
+      p += std::string(p.empty() ? "" : ", ") + "const int64_t " + names_.symbol(sy);
+    return p + std::string(p.empty() ? "" : ", ") + "int* __restrict__ err";
+  }
+
+  /// Arguments of the launch, in the order of params(): pointers to the values.
+  std::string launchArgs(const Kernel &k) {
+    std::set<int> used;
+    std::vector<SymExpr> syms;
+    collectKernelUses(k, names_, used, syms);
+    std::string a;
+    for (int id : used)
+      if (inMemory(*s_.program->buffers()[id]))
+        a += "(void*)&bufs[" + std::to_string(id) + "], ";
+    for (SymExpr sy : syms)
+      a += "(void*)&" + names_.symbol(sy) + ", ";
+    return a + "(void*)&api->err";
+  }
+
+  std::string product(const std::vector<SymExpr> &vars) {
+    std::string p = "INT64_C(1)";
+    for (SymExpr v : vars)
+      p += " * " + names_.index(v->extent());
+    return p;
+  }
+
+  /// Defines vars (row-major) from the linear position `linear`; the last one gets `lastName`.
+  void decompose(Writer &w, const std::vector<SymExpr> &vars, const std::string &linear,
+                 const std::string &lastName) {
+    if (vars.empty())
+      return;
+    std::string rest = "rest" + std::to_string(next_++);
+    w.line("int64_t " + rest + " = " + linear + ";");
+    for (size_t i = vars.size(); i-- > 0;) {
+      std::string name = i + 1 == vars.size() ? lastName : names_.index(vars[i]);
+      std::string ext = names_.index(vars[i]->extent());
+      if (i == 0) {
+        w.line("const int64_t " + name + " = " + rest + ";");
+      } else {
+        w.line("const int64_t " + name + " = " + rest + " % " + ext + ";");
+        w.line(rest + " /= " + ext + ";");
+      }
+    }
+    w.line("(void)" + rest + ";");
+  }
+
+  std::string emitKernel(const Kernel &k) {
+    next_ = 0;
+    kernel_ = &k;
+    std::string body;
+    Writer w(body, 1);
+    int block = k.innerVars.empty() ? kPointwiseBlock : rowPlan(k).block;
+    if (k.innerVars.empty())
+      emitPointwise(k, w);
+    else
+      emitRows(k, w);
+    std::string minb = knob("BRAZE_X_MINB", 0) ? ", " + std::to_string(knob("BRAZE_X_MINB", 0)) : "";
+    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + minb + ") " +
+           k.name + "(" + params(k) + ") {\n" + body + "}\n\n";
+  }
+
+  /// Emits, in `scope`, every subexpression of the members that does not depend on `vars`
+  /// (row statistics, broadcast operands, constants folded with them), so that the loops over
+  /// `vars` find them computed once.
+  void hoistInvariants(Writer &w, Scope &scope, const std::vector<const Member *> &members,
+                       const std::vector<SymExpr> &vars, const std::set<const Buffer *> &writes) {
+    std::map<const loop::Expr *, bool> invariant;
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ex.setErrorStatement("*err = 1;");
+    for (const Member *m : members)
+      forEachExpr(m->value, [&](const loop::Expr *e) {
+        bool inv = true;
+        if (e->index() && dependsOn(e->index(), vars))
+          inv = false;
+        for (const loop::Expr *o : e->operands())
+          inv = inv && invariant[o];
+        for (const auto &b : e->indirect())
+          inv = inv && invariant[b.second];
+        if (e->kind() == loop::ExprKind::Load && writes.count(e->buffer()) &&
+            scope.localFor(e->buffer(), e->index()).empty())
+          inv = false; // written in this kernel and not yet in a local
+        invariant[e] = inv;
+        if (inv && e->kind() == loop::ExprKind::Op)
+          ex.emit(e);
+      });
+  }
+
+  // ---- Shape 1: pointwise --------------------------------------------------------------------
+
+  void emitPointwise(const Kernel &k, Writer &w) {
+    std::vector<const Member *> members;
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members)
+        members.push_back(&m);
+    std::set<const Buffer *> writes = written(k);
+    SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
+    int vec = laneCount(members, var, writes);
+    w.line("const int64_t first = ((int64_t)blockIdx.x * " + std::to_string(kPointwiseBlock) +
+           " + threadIdx.x) * " + std::to_string(vec) + ";");
+    w.line("if (first >= " + product(k.outerVars) + ") return;");
+    std::string base = var ? names_.index(var) + "_base" : "";
+    decompose(w, k.outerVars, "first", base);
+    Scope outer(nullptr);
+    if (var)
+      hoistInvariants(w, outer, members, {var}, writes);
+    emitLanes(w, outer, members, var, base, vec, writes, {}, "", "");
+  }
+
+  /// Emits the members for `vec` consecutive values of var (from `base`), each lane in its own
+  /// block where var = base + j. With vec > 1, operands contiguous along var are read (and
+  /// stored results written) as vectors when every such pointer is aligned; otherwise lane by
+  /// lane. `cached` loads read `array[cacheIndex + j]` instead of memory. Reductions fold into
+  /// their accumulators; `storeGuard` (C condition) limits stores.
+  void emitLanes(Writer &w, Scope &parent, const std::vector<const Member *> &members,
+                 SymExpr var, const std::string &base, int vec,
+                 const std::set<const Buffer *> &writes, const std::vector<VectorLoad> &cached,
+                 const std::string &cacheIndex, const std::string &storeGuard, int step = 0) {
+    // Row values of earlier steps are read from their arrays; this step's are written there.
+    auto useCache = [&](Scope &lane, const std::string &slot) {
+      for (const VectorLoad &c : cached)
+        if (c.step < step)
+          lane.remember(c.load, c.array + "[" + slot + "]");
+    };
+    auto fillCache = [&](Scope &lane, const std::string &slot) {
+      for (const VectorLoad &c : cached)
+        if (c.step == step)
+          if (const std::string *m = lane.memo(c.load))
+            w.line(c.array + "[" + slot + "] = " + *m + ";");
+    };
+    bool anyVector = false;
+    if (var && vec > 1) {
+      for (const loop::Expr *l : plainLoads(members, writes)) {
+        bool isCached = std::any_of(cached.begin(), cached.end(),
+                                    [&](const VectorLoad &c) { return c.load == l && c.step < step; });
+        anyVector |= !isCached && contiguousIn(l->index(), var);
+      }
+      for (const Member *m : members)
+        anyVector |= m->store && !m->comp->isReduction() && inMemory(*m->comp->out) &&
+                     contiguousIn(m->storeIndex, var);
+    }
+    if (!anyVector) {
+      // One lane after another (a single lane when vec == 1).
+      for (int j = 0; j < std::max(vec, 1); ++j) {
+        w.line("{");
+        w.indent();
+        if (var)
+          w.line("const int64_t " + names_.index(var) + " = " + base + " + " + std::to_string(j) +
+                 ";");
+        Scope lane(&parent);
+        std::string slot = cacheIndex + " + " + std::to_string(j);
+        useCache(lane, slot);
+        emitMembers(w, lane, members, storeGuard, {});
+        fillCache(lane, slot);
+        w.dedent();
+        w.line("}");
+      }
+      return;
+    }
+    if (!var || vec == 1) {
+      w.line("{");
+      w.indent();
+      if (var)
+        w.line("const int64_t " + names_.index(var) + " = " + base + ";");
+      Scope lane(&parent);
+      useCache(lane, cacheIndex);
+      emitMembers(w, lane, members, storeGuard, {});
+      fillCache(lane, cacheIndex);
+      w.dedent();
+      w.line("}");
+      return;
+    }
+    // Vectorizable loads and stores.
+    std::vector<VectorLoad> vloads;
+    for (const loop::Expr *l : plainLoads(members, writes)) {
+      bool isCached = std::any_of(cached.begin(), cached.end(),
+                                  [&](const VectorLoad &c) { return c.load == l && c.step < step; });
+      if (!isCached && contiguousIn(l->index(), var))
+        vloads.push_back({l, "vl" + std::to_string(next_++)});
+    }
+    std::map<const Member *, std::string> vstores;
+    for (const Member *m : members)
+      if (m->store && !m->comp->isReduction() && inMemory(*m->comp->out) &&
+          contiguousIn(m->storeIndex, var))
+        vstores[m] = "vs" + std::to_string(next_++);
+    std::string n = std::to_string(vec);
+    std::string varName = names_.index(var);
+    // Pointers at lane 0, for the alignment test and the vector accesses.
+    std::vector<std::string> checks;
+    w.line("{");
+    w.indent();
+    w.line("const int64_t " + varName + " = " + base + ";");
+    for (VectorLoad &v : vloads) {
+      const Buffer &b = *v.load->buffer();
+      w.line("const " + ctype(b.dtype) + "* " + v.array + "_p = " + names_.buffer(b) + " + " +
+             names_.index(v.load->index()) + ";");
+      checks.push_back("braze_aligned<" + n + ">(" + v.array + "_p)");
+    }
+    for (auto &[m, arr] : vstores) {
+      const Buffer &b = *m->comp->out;
+      w.line(ctype(b.dtype) + "* " + arr + "_p = " + names_.buffer(b) + " + " +
+             names_.index(m->storeIndex) + ";");
+      checks.push_back("braze_aligned<" + n + ">(" + arr + "_p)");
+    }
+    std::string aligned = "true";
+    for (const std::string &c : checks)
+      aligned += " && " + c;
+    w.line("if (" + aligned + ") {");
+    w.indent();
+    for (VectorLoad &v : vloads) {
+      std::string t = ctype(v.load->buffer()->dtype);
+      w.line("__align__(16) " + t + " " + v.array + "[" + n + "];");
+      w.line("braze_vload<" + n + ">(" + v.array + ", " + v.array + "_p);");
+    }
+    for (auto &[m, arr] : vstores)
+      w.line("__align__(16) " + ctype(m->comp->out->dtype) + " " + arr + "[" + n + "];");
+    for (int j = 0; j < vec; ++j) {
+      w.line("{");
+      w.indent();
+      w.line("const int64_t " + varName + " = " + base + " + " + std::to_string(j) + ";");
+      Scope lane(&parent);
+      std::string slot = cacheIndex + " + " + std::to_string(j);
+      useCache(lane, slot);
+      for (const VectorLoad &v : vloads)
+        lane.remember(v.load, v.array + "[" + std::to_string(j) + "]");
+      std::map<const Member *, std::string> laneStores;
+      for (auto &[m, arr] : vstores)
+        laneStores[m] = arr + "[" + std::to_string(j) + "]";
+      emitMembers(w, lane, members, storeGuard, laneStores);
+      fillCache(lane, slot);
+      w.dedent();
+      w.line("}");
+    }
+    for (auto &[m, arr] : vstores) {
+      std::string st = "braze_vstore<" + n + ">(" + arr + "_p, " + arr + ");";
+      w.line(storeGuard.empty() ? st : "if (" + storeGuard + ") " + st);
+    }
+    w.dedent();
+    w.line("} else {");
+    w.indent();
+    for (int j = 0; j < vec; ++j) {
+      w.line("{");
+      w.indent();
+      w.line("const int64_t " + varName + " = " + base + " + " + std::to_string(j) + ";");
+      Scope lane(&parent);
+      std::string slot = cacheIndex + " + " + std::to_string(j);
+      useCache(lane, slot);
+      emitMembers(w, lane, members, storeGuard, {});
+      fillCache(lane, slot);
+      w.dedent();
+      w.line("}");
+    }
+    w.dedent();
+    w.line("}");
+    w.dedent();
+    w.line("}");
+  }
+
+  /// One point of every member: reductions fold, pointwise members define locals and store
+  /// (into `laneStores` slots when given, else to memory under `storeGuard`).
+  void emitMembers(Writer &w, Scope &scope, const std::vector<const Member *> &members,
+                   const std::string &storeGuard,
+                   const std::map<const Member *, std::string> &laneStores) {
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ex.setErrorStatement("*err = 1;");
+    for (const Member *m : members) {
+      std::string v = ex.emit(m->value);
+      const Buffer &b = *m->comp->out;
+      if (m->comp->isReduction()) {
+        w.line(foldText(*m->comp, v) + ";");
+        continue;
+      }
+      std::string local = names_.local(b) + "_" + std::to_string(next_++);
+      w.line("const " + ctype(m->value->dtype()) + " " + local + " = " + v + ";");
+      scope.defineLocal(&b, local, m->storeIndex);
+      if (!m->store)
+        continue;
+      std::string value = convert(local, m->value->dtype(), b.dtype);
+      auto slot = laneStores.find(m);
+      if (slot != laneStores.end()) {
+        w.line(slot->second + " = " + value + ";");
+        continue;
+      }
+      std::string st = names_.buffer(b) + "[" + names_.index(m->storeIndex) + "] = " + value + ";";
+      w.line(storeGuard.empty() ? st : "if (" + storeGuard + ") " + st);
+    }
+  }
+
+  // ---- Shape 2: rows -------------------------------------------------------------------------
+
+  std::string accType(const loop::Computation &c) { return ctype(c.value->dtype()); }
+  std::string argIndex(const loop::Computation &c) { return names_.acc(c) + "_i"; }
+
+  std::string innerPosition() {
+    std::string pos = "INT64_C(0)";
+    for (SymExpr v : kernel_->innerVars)
+      pos = "(" + pos + " * " + names_.index(v->extent()) + " + " + names_.index(v) + ")";
+    return pos;
+  }
+
+  std::string foldText(const loop::Computation &c, const std::string &v) {
+    std::string acc = names_.acc(c);
+    if (isArgReduction(c))
+      return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) +
+             " = " + innerPosition() + "; }";
+    return accumulatorUpdate(c, acc, v);
+  }
+
+  /// Loads that more than one Loop step of k reads, and that depend on the inner space.
+  std::vector<const loop::Expr *> rowOperands(const Kernel &k) {
+    std::set<const Buffer *> writes = written(k);
+    std::map<const loop::Expr *, int> steps;
+    for (const Step &st : k.steps) {
+      if (st.kind != StepKind::Loop)
+        continue;
+      std::vector<const Member *> ms;
+      for (const Member &m : st.members)
+        ms.push_back(&m);
+      for (const loop::Expr *l : plainLoads(ms, writes))
+        if (dependsOn(l->index(), k.innerVars))
+          ++steps[l];
+    }
+    std::vector<const loop::Expr *> out;
+    for (const Step &st : k.steps) {
+      if (st.kind != StepKind::Loop)
+        continue;
+      std::vector<const Member *> ms;
+      for (const Member &m : st.members)
+        ms.push_back(&m);
+      for (const loop::Expr *l : plainLoads(ms, writes))
+        if (steps[l] > 1 && std::find(out.begin(), out.end(), l) == out.end())
+          out.push_back(l);
+    }
+    return out;
+  }
+
+  /// Values (not loads) that a later Loop step of k recomputes: each with the first step that
+  /// computes it. Only the outermost such values (a shared value whose every later use is inside
+  /// another shared value is left out), and no bare widening of a load.
+  std::vector<std::pair<const loop::Expr *, int>> rowValues(const Kernel &k) {
+    std::vector<std::set<const loop::Expr *>> dags;
+    std::map<const loop::Expr *, bool> inner;
+    for (const Step &st : k.steps) {
+      if (st.kind != StepKind::Loop)
+        continue;
+      std::set<const loop::Expr *> dag;
+      for (const Member &m : st.members)
+        forEachExpr(m.value, [&](const loop::Expr *e) {
+          dag.insert(e);
+          bool dep = e->index() && dependsOn(e->index(), k.innerVars);
+          for (const loop::Expr *o : e->operands())
+            dep = dep || inner[o];
+          for (const auto &b : e->indirect())
+            dep = dep || inner[b.second];
+          inner[e] = dep;
+        });
+      dags.push_back(std::move(dag));
+    }
+    std::map<const loop::Expr *, int> first, count;
+    for (size_t i = 0; i < dags.size(); ++i)
+      for (const loop::Expr *e : dags[i]) {
+        count[e]++;
+        if (!first.count(e))
+          first[e] = static_cast<int>(i);
+      }
+    auto candidate = [&](const loop::Expr *e) {
+      if (e->kind() != loop::ExprKind::Op || !inner[e] || count[e] < 2 || !e->indirect().empty())
+        return false;
+      return !(e->op() == loop::ScalarOpKind::Cast && e->operands()[0]->kind() == loop::ExprKind::Load);
+    };
+    std::vector<std::pair<const loop::Expr *, int>> out;
+    for (size_t i = 0; i < dags.size(); ++i)
+      for (const loop::Expr *e : dags[i]) {
+        if (first[e] != static_cast<int>(i) || !candidate(e))
+          continue;
+        // Needed unless every use in a later step is under another candidate.
+        bool needed = false;
+        for (size_t j = i + 1; j < dags.size() && !needed; ++j) {
+          if (!dags[j].count(e))
+            continue;
+          for (const Step &st : k.steps)
+            for (const Member &m : st.members)
+              if (m.value == e && dags[j].count(e))
+                needed = true;
+          for (const loop::Expr *p : dags[j])
+            if (!candidate(p) && std::find(p->operands().begin(), p->operands().end(), e) !=
+                                     p->operands().end())
+              needed = true;
+        }
+        if (needed)
+          out.push_back({e, static_cast<int>(i)});
+      }
+    return out;
+  }
+
+  RowPlan rowPlan(const Kernel &k) {
+    RowPlan p;
+    std::vector<const Member *> all;
+    for (const Step &st : k.steps)
+      if (st.kind == StepKind::Loop)
+        for (const Member &m : st.members)
+          all.push_back(&m);
+    std::set<const Buffer *> writes = written(k);
+    p.vec = laneCount(all, k.innerVars.back(), writes);
+    SymExpr length = sym_.product([&] {
+      std::vector<SymExpr> e;
+      for (SymExpr v : k.innerVars)
+        e.push_back(v->extent());
+      return e;
+    }());
+    // Threads per row: about four vectors per thread, within a block's limit.
+    int64_t perThread = knob("BRAZE_X_PER", 4) * p.vec;
+    int64_t guess = length->isConst() ? (length->value() + perThread - 1) / perThread : 1024;
+    p.threads = static_cast<int>(std::clamp<int64_t>(nextPow2(guess), 1, s_.target.maxThreadsPerBlock));
+    p.block = std::max(p.threads, kRowBlock);
+    if (!length->isConst())
+      return p;
+    p.length = length->value();
+    int64_t chunk = static_cast<int64_t>(p.threads) * p.vec;
+    p.iters = (p.length + chunk - 1) / chunk;
+    size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
+    int64_t rows = p.block / p.threads;
+    int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
+    p.persistent = !knob("BRAZE_X_NOPERSIST", 0) && p.iters * p.vec <= kMaxPerThread &&
+                   bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
+    p.ragged = p.length % chunk != 0;
+    return p;
+  }
+
+  void emitRows(const Kernel &k, Writer &w) {
+    RowPlan plan = rowPlan(k);
+    std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
+    std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
+    std::string rows = product(k.outerVars);
+    w.line("const int64_t row_raw = (int64_t)blockIdx.x * " + rowsPerBlock + " + threadIdx.x / " +
+           T + ";");
+    w.line("const bool row_ok = row_raw < " + rows + ";");
+    w.line("const int64_t row = row_ok ? row_raw : 0;");
+    w.line("const int lr = threadIdx.x % " + T + ";");
+    w.line("(void)row; (void)lr;");
+    if (!k.outerVars.empty())
+      decompose(w, k.outerVars, "row", names_.index(k.outerVars.back()));
+    std::set<const Buffer *> writes = written(k);
+    SymExpr var = k.innerVars.back();
+    std::string base = names_.index(var) + "_base";
+    Scope outer(nullptr);
+    // Persistent rows: every operand read by more than one step, loaded once.
+    std::vector<VectorLoad> cached;
+    if (plan.persistent && !knob("BRAZE_X_NOCACHE", 0)) {
+      for (const loop::Expr *l : rowOperands(k))
+        cached.push_back({l, "rc" + std::to_string(next_++)});
+      if (!cached.empty()) {
+        std::string n = std::to_string(plan.iters * plan.vec);
+        for (const VectorLoad &c : cached)
+          w.line(ctype(c.load->buffer()->dtype) + " " + c.array + "[" + n + "];");
+        openRowLoop(w, k, plan, base);
+        emitCacheFill(w, cached, var, base, plan.vec);
+        closeRowLoop(w, plan);
+      }
+      std::string n = std::to_string(plan.iters * plan.vec);
+      for (auto [e, step] : rowValues(k)) {
+        cached.push_back({e, "rv" + std::to_string(next_++), step});
+        w.line(ctype(e->dtype()) + " " + cached.back().array + "[" + n + "];");
+      }
+    }
+    std::string guard = "row_ok && lr == 0";
+    int loopStep = 0;
+    for (const Step &st : k.steps) {
+      std::vector<const Member *> members;
+      for (const Member &m : st.members)
+        members.push_back(&m);
+      if (st.kind == StepKind::Scalar) {
+        emitMembers(w, outer, members, guard, {});
+        continue;
+      }
+      for (const Member *m : members)
+        if (m->comp->isReduction()) {
+          w.line(accType(*m->comp) + " " + names_.acc(*m->comp) + " = " +
+                 accumulatorInit(*m->comp) + ";");
+          if (isArgReduction(*m->comp))
+            w.line("int64_t " + argIndex(*m->comp) + " = 0;");
+        }
+      hoistInvariants(w, outer, members, k.innerVars, writes);
+      openRowLoop(w, k, plan, base);
+      std::string cacheIndex = plan.persistent ? "it * " + V : "";
+      emitLanes(w, outer, members, var, base, plan.vec, writes, cached, cacheIndex, "row_ok",
+                loopStep++);
+      closeRowLoop(w, plan);
+      for (const Member *m : members)
+        if (m->comp->isReduction())
+          emitCombine(w, *m->comp, plan);
+      finishReductions(w, outer, members, guard);
+    }
+  }
+
+  /// Opens the loop over this thread's part of the row and defines the inner vars but the
+  /// last, whose lane-0 value is `base`.
+  void openRowLoop(Writer &w, const Kernel &k, const RowPlan &plan, const std::string &base) {
+    std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
+    std::string length = product(k.innerVars);
+    if (plan.persistent) {
+      w.line("#pragma unroll");
+      w.line("for (int it = 0; it < " + std::to_string(plan.iters) + "; ++it) {");
+      w.indent();
+      w.line("const int64_t rb = ((int64_t)it * " + T + " + lr) * " + V + ";");
+      w.line(std::string("if (") + (plan.ragged ? "rb < " + length : "true") + ") {");
+    } else {
+      w.line("for (int64_t rb = (int64_t)lr * " + V + "; rb < " + length + "; rb += (int64_t)" +
+             T + " * " + V + ") {");
+      w.indent();
+      w.line("{");
+    }
+    w.indent();
+    decompose(w, k.innerVars, "rb", base);
+  }
+
+  void closeRowLoop(Writer &w, const RowPlan &) {
+    w.dedent();
+    w.line("}");
+    w.dedent();
+    w.line("}");
+  }
+
+  /// Loads each cached row operand for this iteration's lanes into its register array.
+  void emitCacheFill(Writer &w, const std::vector<VectorLoad> &cached, SymExpr var,
+                     const std::string &base, int vec) {
+    std::string n = std::to_string(vec), varName = names_.index(var);
+    for (const VectorLoad &c : cached) {
+      if (c.step >= 0)
+        continue;
+      const Buffer &b = *c.load->buffer();
+      w.line("{");
+      w.indent();
+      if (vec > 1 && contiguousIn(c.load->index(), var)) {
+        w.line("const int64_t " + varName + " = " + base + ";");
+        w.line("const " + ctype(b.dtype) + "* p = " + names_.buffer(b) + " + " +
+               names_.index(c.load->index()) + ";");
+        w.line("if (braze_aligned<" + n + ">(p)) braze_vload<" + n + ">(" + c.array + " + it * " +
+               n + ", p);");
+        w.line("else for (int j = 0; j < " + n + "; ++j) " + c.array + "[it * " + n +
+               " + j] = p[j];");
+      } else {
+        for (int j = 0; j < vec; ++j) {
+          w.line("{");
+          w.line("  const int64_t " + varName + " = " + base + " + " + std::to_string(j) + ";");
+          w.line("  " + c.array + "[it * " + n + " + " + std::to_string(j) + "] = " +
+                 names_.buffer(b) + "[" + names_.index(c.load->index()) + "];");
+          w.line("}");
+        }
+      }
+      w.dedent();
+      w.line("}");
+    }
+  }
+
+  /// Combines every thread's partial result of a reduction over its row group; afterwards
+  /// every thread of the group holds the row's result.
+  void emitCombine(Writer &w, const loop::Computation &c, const RowPlan &plan) {
+    std::string acc = names_.acc(c), ai = argIndex(c), ty = accType(c);
+    bool arg = isArgReduction(c);
+    std::string isMax = c.reduce == loop::ReduceKind::ArgMax ? "true" : "false";
+    auto merge = [&](const std::string &ov, const std::string &oi) {
+      if (arg)
+        return "if (braze_arg_takes<" + isMax + ">(" + acc + ", " + ai + ", " + ov + ", " + oi +
+               ")) { " + acc + " = " + ov + "; " + ai + " = " + oi + "; }";
+      return accumulatorUpdate(c, acc, ov) + ";";
+    };
+    int warpLanes = std::min(plan.threads, 32);
+    if (warpLanes > 1) {
+      w.line("#pragma unroll");
+      w.line("for (int o = " + std::to_string(warpLanes / 2) + "; o > 0; o >>= 1) {");
+      w.indent();
+      w.line("const " + ty + " ov = braze_shfl_xor(" + acc + ", o);");
+      if (arg)
+        w.line("const int64_t oi = braze_shfl_xor(" + ai + ", o);");
+      w.line(merge("ov", arg ? "oi" : ""));
+      w.dedent();
+      w.line("}");
+    }
+    if (plan.threads <= 32)
+      return;
+    int warps = plan.block / 32, perRow = plan.threads / 32;
+    std::string sm = "sm_" + acc;
+    w.line("__shared__ " + ty + " " + sm + "[" + std::to_string(warps) + "];");
+    if (arg)
+      w.line("__shared__ int64_t " + sm + "_i[" + std::to_string(warps) + "];");
+    w.line("if ((threadIdx.x & 31) == 0) { " + sm + "[threadIdx.x >> 5] = " + acc + ";" +
+           (arg ? " " + sm + "_i[threadIdx.x >> 5] = " + ai + ";" : "") + " }");
+    w.line("__syncthreads();");
+    w.line("{");
+    w.indent();
+    w.line("const int g0 = (threadIdx.x / " + std::to_string(plan.threads) + ") * " +
+           std::to_string(perRow) + ";");
+    w.line(acc + " = " + sm + "[g0];");
+    if (arg)
+      w.line(ai + " = " + sm + "_i[g0];");
+    w.line("for (int g = 1; g < " + std::to_string(perRow) + "; ++g) {");
+    w.line("  " + merge(sm + "[g0 + g]", sm + "_i[g0 + g]"));
+    w.line("}");
+    w.dedent();
+    w.line("}");
+  }
+
+  void finishReductions(Writer &w, Scope &scope, const std::vector<const Member *> &members,
+                        const std::string &guard) {
+    for (const Member *m : members) {
+      if (!m->comp->isReduction())
+        continue;
+      const Buffer &b = *m->comp->out;
+      bool arg = isArgReduction(*m->comp);
+      DType t = arg ? DType::Int64 : m->value->dtype();
+      std::string local = names_.local(b);
+      w.line("const " + ctype(t) + " " + local + " = (" + ctype(t) + ")" +
+             (arg ? argIndex(*m->comp) : names_.acc(*m->comp)) + ";");
+      scope.defineLocal(&b, local, m->storeIndex);
+      if (m->store && inMemory(b))
+        w.line("if (" + guard + ") " + names_.buffer(b) + "[" + names_.index(m->storeIndex) +
+               "] = " + convert(local, t, b.dtype) + ";");
+    }
+  }
+
+  // ---- Host side -----------------------------------------------------------------------------
+
+  /// A statement that launches k's kernel (setting `err`).
+  std::string launchCall(const Kernel &k, int index) {
+    std::string blocks, threads;
+    if (k.innerVars.empty()) {
+      std::string per = std::to_string(kPointwiseBlock) + " * " +
+                        std::to_string(laneCountForLaunch(k));
+      blocks = "(" + product(k.outerVars) + " + " + per + " - 1) / (" + per + ")";
+      threads = std::to_string(kPointwiseBlock);
+    } else {
+      RowPlan plan = rowPlan(k);
+      std::string rpb = std::to_string(plan.block / plan.threads);
+      blocks = "(" + product(k.outerVars) + " + " + rpb + " - 1) / " + rpb;
+      threads = std::to_string(plan.block);
+    }
+    return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" +
+           launchArgs(k) + "}; err = api->launch(api->ctx, " + std::to_string(index) +
+           ", blocks, " + threads + ", args); } }";
+  }
+
+  int laneCountForLaunch(const Kernel &k) {
+    std::vector<const Member *> members;
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members)
+        members.push_back(&m);
+    SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
+    return laneCount(members, var, written(k));
+  }
+
+  /// The cuBLASLt call for a matrix-product kernel: one per batch point, or the loop kernel
+  /// (`fallback`) when the layout is not one cuBLASLt takes.
+  std::string gemmCall(const Kernel &k, const std::string &fallback) {
+    const sched::GemmCall &g = *k.gemm;
+    auto ix = [&](SymExpr e) { return names_.index(e); };
+    int code = g.dtype == DType::Float32 ? 0 : g.dtype == DType::Float64 ? 1
+             : g.dtype == DType::Float16 ? 2 : 3;
+    std::string out;
+    Writer w(out, 1);
+    w.line("{");
+    w.indent();
+    w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
+    w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
+           ";");
+    std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
+    std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
+    w.line("if (!(K > 0 && " + okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N))) {");
+    w.line("  " + fallback);
+    w.line("} else if (M > 0 && N > 0) {");
+    w.indent();
+    std::string esz = std::to_string(dtypeSize(g.dtype));
+    for (SymExpr v : g.batchVars) {
+      w.line("for (int64_t " + ix(v) + " = 0; " + ix(v) + " < " + ix(v->extent()) + " && !err; ++" +
+             ix(v) + ") {");
+      w.indent();
+    }
+    w.line("BrazeGemm g = {" + std::to_string(code) + ", " + (g.transA ? "1" : "0") + ", " +
+           (g.transB ? "1" : "0") + ", M, N, K, (const char*)bufs[" + std::to_string(g.a->id) +
+           "] + (" + ix(g.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
+           std::to_string(g.b->id) + "] + (" + ix(g.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
+           std::to_string(g.c->id) + "] + (" + ix(g.offC) + ") * " + esz + ", ldc, " +
+           (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) + "};");
+    w.line("err = api->gemm(api->ctx, &g);");
+    for (size_t i = 0; i < g.batchVars.size(); ++i) {
+      w.dedent();
+      w.line("}");
+    }
+    w.dedent();
+    w.line("}");
+    w.dedent();
+    w.line("}");
+    return out;
+  }
+
+  std::string hostSource(const std::vector<std::string> &calls) {
+    std::string out = R"HOST(#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+// The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index and
+// GEMMs through cuBLASLt, on the stream of the current call.
+struct BrazeGemm {
+  int dtype; // 0 f32, 1 f64, 2 f16, 3 bf16
+  int transA, transB;
+  int64_t m, n, k;
+  const void* a; int64_t lda;
+  const void* b; int64_t ldb;
+  void* c; int64_t ldc;
+  const void* bias; // [n], added before C is rounded; or null
+};
+struct BrazeCudaApi {
+  void* ctx;
+  int (*launch)(void* ctx, int kernel, int64_t blocks, int threads, void** args);
+  int (*gemm)(void* ctx, const BrazeGemm* g);
+  int* err; // device-visible error flag of the kernels
+};
+
+)HOST";
+    return out + emitModuleAbi(s_, names_, calls, ", const BrazeCudaApi* api");
+  }
+
+  const sched::Schedule &s_;
+  Names names_;
+  sym::SymContext &sym_;
+  int next_ = 0;
+  const Kernel *kernel_ = nullptr;
+};
+
+} // namespace
+
+CudaGeneratedSource generateCuda(const sched::Schedule &s) {
+  BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "generateCuda needs a CUDA target";
+  return CudaEmitter(s).run();
+}
+
+} // namespace braze::codegen

@@ -1,0 +1,27 @@
+#pragma once
+/// CUDA code generation for a Schedule: one device source per graph (compiled at run time by
+/// NVRTC) and one host source with the module ABI (braze_bind, braze_output_shapes,
+/// braze_arena_bytes, braze_run), whose braze_run computes launch sizes and calls back into the
+/// runtime to launch each kernel or GEMM on the caller's stream (runtime/CudaModule.h).
+#include "braze/scheduler/Schedule.h"
+
+#include <string>
+#include <vector>
+
+namespace braze::codegen {
+
+struct CudaGeneratedSource {
+  std::string device;               ///< CUDA C++ for NVRTC
+  std::string host;                 ///< C++ for the host compiler
+  std::vector<std::string> kernels; ///< __global__ names, indexed by the launch calls
+  int numKernels = 0;               ///< schedule kernels (a GEMM with its fallback counts once)
+  bool usesGemm = false;            ///< some kernel calls cuBLASLt
+};
+
+/// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).
+CudaGeneratedSource generateCuda(const sched::Schedule &s);
+
+/// Helper functions every CUDA module starts with (exposed for the NVRTC tests).
+std::string cudaPrelude();
+
+} // namespace braze::codegen

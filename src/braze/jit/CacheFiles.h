@@ -1,0 +1,14 @@
+#pragma once
+/// File helpers of the on-disk compile caches: whole-file reads, atomic writes (temporary name
+/// + rename) and the checksum test that decides whether an entry can be used.
+#include <filesystem>
+#include <string>
+
+namespace braze::jit {
+
+std::string readFile(const std::filesystem::path &p);
+void writeFileAtomically(const std::filesystem::path &p, const std::string &data);
+/// Both files exist and `sum` holds the SHA-256 of `entry`.
+bool cacheEntryIsValid(const std::filesystem::path &entry, const std::filesystem::path &sum);
+
+} // namespace braze::jit

@@ -1,0 +1,121 @@
+#include "braze/jit/Nvrtc.h"
+
+#include "braze/jit/CacheFiles.h"
+#include "braze/support/Check.h"
+#include "braze/support/Hashing.h"
+#include "braze/support/Log.h"
+
+#include <dlfcn.h>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace braze::jit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char *kBrazeVersion = "braze-0.1.0";
+
+/// NVRTC's C API (nvrtcResult is an int, 0 = NVRTC_SUCCESS; nvrtcProgram an opaque pointer).
+struct Nvrtc {
+  int (*version)(int *, int *);
+  int (*create)(void **, const char *, const char *, int, const char *const *, const char *const *);
+  int (*compile)(void *, int, const char *const *);
+  int (*logSize)(void *, size_t *);
+  int (*log)(void *, char *);
+  int (*cubinSize)(void *, size_t *);
+  int (*cubin)(void *, char *);
+  int (*destroy)(void **);
+  std::string version_;
+};
+
+const Nvrtc &nvrtc(const std::string &library) {
+  static std::mutex mu;
+  static std::map<std::string, Nvrtc> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded.find(library);
+  if (it != loaded.end())
+    return it->second;
+  void *h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  BRAZE_CHECK(h) << "cannot load NVRTC from " << library << ": " << dlerror();
+  Nvrtc n;
+  auto get = [&](auto &fn, const char *name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    BRAZE_CHECK(fn) << library << " lacks " << name;
+  };
+  get(n.version, "nvrtcVersion");
+  get(n.create, "nvrtcCreateProgram");
+  get(n.compile, "nvrtcCompileProgram");
+  get(n.logSize, "nvrtcGetProgramLogSize");
+  get(n.log, "nvrtcGetProgramLog");
+  get(n.cubinSize, "nvrtcGetCUBINSize");
+  get(n.cubin, "nvrtcGetCUBIN");
+  get(n.destroy, "nvrtcDestroyProgram");
+  int major = 0, minor = 0;
+  n.version(&major, &minor);
+  n.version_ = std::to_string(major) + "." + std::to_string(minor);
+  return loaded.emplace(library, n).first->second;
+}
+
+std::vector<std::string> nvrtcFlags(int cc) {
+  return {"--gpu-architecture=sm_" + std::to_string(cc), "--std=c++17", "-w"};
+}
+
+} // namespace
+
+std::string nvrtcVersion(const std::string &library) { return nvrtc(library).version_; }
+
+CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
+  BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
+  const Nvrtc &n = nvrtc(opts.library);
+  std::vector<std::string> flags = nvrtcFlags(opts.computeCapability);
+  std::string flagText;
+  for (const std::string &f : flags)
+    flagText += f + " ";
+  std::string key = sha256Hex(source + "\n//nvrtc " + n.version_ + "\n//" + flagText + "\n//" +
+                              kBrazeVersion);
+  fs::path dir = fs::path(opts.cacheDir) / key.substr(0, 2);
+  fs::create_directories(dir);
+  fs::path cubin = dir / (key + ".cubin"), sum = dir / (key + ".cubin.sha256");
+  CompiledCubin result{cubin.string(), false};
+  if (cacheEntryIsValid(cubin, sum)) {
+    result.cacheHit = true;
+    if (opts.logCache)
+      logBlock("cache", "hit " + key + " (cubin)\n");
+    return result;
+  }
+  if (opts.logCache)
+    logBlock("cache", "miss " + key + " (cubin)\n");
+  void *prog = nullptr;
+  BRAZE_CHECK(n.create(&prog, source.c_str(), "braze.cu", 0, nullptr, nullptr) == 0)
+      << "nvrtcCreateProgram failed";
+  std::vector<const char *> argv;
+  for (const std::string &f : flags)
+    argv.push_back(f.c_str());
+  int rc = n.compile(prog, static_cast<int>(argv.size()), argv.data());
+  size_t logSize = 0;
+  n.logSize(prog, &logSize);
+  std::string log(logSize, '\0');
+  if (logSize)
+    n.log(prog, log.data());
+  if (rc != 0) {
+    n.destroy(&prog);
+    fs::path src = dir / (key + ".failed.cu");
+    writeFileAtomically(src, source);
+    BRAZE_UNREACHABLE("generated CUDA code failed to compile (" << src.string() << "):\n"
+                                                                << log.substr(0, 4000));
+  }
+  size_t size = 0;
+  n.cubinSize(prog, &size);
+  std::string image(size, '\0');
+  n.cubin(prog, image.data());
+  n.destroy(&prog);
+  writeFileAtomically(sum, sha256Hex(image));
+  writeFileAtomically(cubin, image);
+  return result;
+}
+
+} // namespace braze::jit

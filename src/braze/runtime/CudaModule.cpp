@@ -1,0 +1,265 @@
+#include "braze/runtime/CudaModule.h"
+
+#include "braze/runtime/CublasLt.h"
+#include "braze/runtime/Executable.h"
+
+#include <dlfcn.h>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+namespace braze::runtime {
+
+namespace {
+
+// The few CUDA driver API entry points braze uses, with the driver's ABI: handles are opaque
+// pointers, CUresult an int (0 = CUDA_SUCCESS), CUdevice an int.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void *;
+using CUmodule = void *;
+using CUfunction = void *;
+using CUstream = void *;
+using CUdeviceptr = unsigned long long;
+constexpr unsigned kHostAllocDeviceMap = 0x02; // CU_MEMHOSTALLOC_DEVICEMAP
+
+struct Driver {
+  CUresult (*init)(unsigned);
+  CUresult (*deviceGet)(CUdevice *, int);
+  CUresult (*deviceGetCount)(int *);
+  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*ctxGetCurrent)(CUcontext *);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*ctxSynchronize)();
+  CUresult (*moduleLoadData)(CUmodule *, const void *);
+  CUresult (*moduleUnload)(CUmodule);
+  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void **, void **);
+  CUresult (*memHostAlloc)(void **, size_t, unsigned);
+  CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+  CUresult (*memFreeHost)(void *);
+  CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*getErrorString)(CUresult, const char **);
+  bool ok = false;
+  std::string why;
+};
+
+const Driver &driver() {
+  static Driver d = [] {
+    Driver d;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      d.why = std::string("cannot load the CUDA driver (libcuda.so.1): ") + dlerror();
+      return d;
+    }
+    bool missing = false;
+    auto get = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn && !missing) {
+        missing = true;
+        d.why = std::string("the CUDA driver lacks ") + name;
+      }
+    };
+    get(d.init, "cuInit");
+    get(d.deviceGet, "cuDeviceGet");
+    get(d.deviceGetCount, "cuDeviceGetCount");
+    get(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    get(d.ctxGetCurrent, "cuCtxGetCurrent");
+    get(d.ctxSetCurrent, "cuCtxSetCurrent");
+    get(d.ctxSynchronize, "cuCtxSynchronize");
+    get(d.moduleLoadData, "cuModuleLoadData");
+    get(d.moduleUnload, "cuModuleUnload");
+    get(d.moduleGetFunction, "cuModuleGetFunction");
+    get(d.launchKernel, "cuLaunchKernel");
+    get(d.memHostAlloc, "cuMemHostAlloc");
+    get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    get(d.memFreeHost, "cuMemFreeHost");
+    get(d.memAlloc, "cuMemAlloc_v2");
+    get(d.getErrorString, "cuGetErrorString");
+    if (missing)
+      return d;
+    if (CUresult r = d.init(0); r != 0) {
+      d.why = "cuInit failed with CUresult " + std::to_string(r);
+      return d;
+    }
+    d.ok = true;
+    return d;
+  }();
+  return d;
+}
+
+std::string errorText(CUresult r) {
+  const char *s = nullptr;
+  if (driver().getErrorString)
+    driver().getErrorString(r, &s);
+  return std::to_string(r) + (s ? std::string(" (") + s + ")" : "");
+}
+
+void check(CUresult r, const std::string &what) {
+  if (r != 0)
+    throw RunError(what + " failed: CUresult " + errorText(r));
+}
+
+std::string readBinary(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw RunError("cannot read CUDA module " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// One cuBLASLt workspace per device for the process (launches are stream-ordered on it).
+void *gemmWorkspace(int device) {
+  static std::mutex mu;
+  static std::vector<CUdeviceptr> spaces;
+  std::lock_guard<std::mutex> lock(mu);
+  if (spaces.size() <= static_cast<size_t>(device))
+    spaces.resize(device + 1, 0);
+  if (!spaces[device])
+    check(driver().memAlloc(&spaces[device], CublasLt::recommendedWorkspaceBytes()),
+          "allocating the cuBLASLt workspace");
+  return reinterpret_cast<void *>(spaces[device]);
+}
+
+} // namespace
+
+struct CudaModule::State {
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;
+  int *errHost = nullptr; ///< mapped host memory the kernels write
+  CudaApi api{};
+  CUstream stream = nullptr; ///< of the call in progress
+  CublasLt *lt = nullptr;
+  void *workspace = nullptr;
+  std::string failure; ///< message of a failed launch or GEMM
+  std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
+};
+
+bool cudaDriverAvailable() {
+  const Driver &d = driver();
+  int n = 0;
+  return d.ok && d.deviceGetCount(&n) == 0 && n > 0;
+}
+
+std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
+                                             const std::vector<std::string> &kernels, int device,
+                                             const std::string &cublasLtLibrary) {
+  const Driver &d = driver();
+  if (!d.ok)
+    throw RunError(d.why);
+  std::unique_ptr<CudaModule> m(new CudaModule());
+  m->state_ = std::make_unique<State>();
+  State &s = *m->state_;
+  CUdevice dev = 0;
+  check(d.deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
+  check(d.primaryCtxRetain(&s.ctx, dev), "retaining the primary context");
+  CUcontext current = nullptr;
+  d.ctxGetCurrent(&current);
+  if (current != s.ctx)
+    check(d.ctxSetCurrent(s.ctx), "cuCtxSetCurrent");
+  std::string image = readBinary(cubinPath);
+  check(d.moduleLoadData(&s.module, image.data()), "loading CUDA module " + cubinPath);
+  for (const std::string &k : kernels) {
+    CUfunction f = nullptr;
+    check(d.moduleGetFunction(&f, s.module, k.c_str()), "looking up kernel " + k);
+    s.functions.push_back(f);
+  }
+  check(d.memHostAlloc(reinterpret_cast<void **>(&s.errHost), sizeof(int), kHostAllocDeviceMap),
+        "allocating the kernel error flag");
+  *s.errHost = 0;
+  CUdeviceptr errDev = 0;
+  check(d.memHostGetDevicePointer(&errDev, s.errHost, 0), "mapping the kernel error flag");
+  if (!cublasLtLibrary.empty()) {
+    s.lt = &CublasLt::load(cublasLtLibrary);
+    s.workspace = gemmWorkspace(device);
+  }
+  s.api.ctx = &s;
+  s.api.err = reinterpret_cast<int *>(errDev);
+  s.api.launch = [](void *ctx, int kernel, int64_t blocks, int threads, void **args) -> int {
+    State &st = *static_cast<State *>(ctx);
+    if (blocks > 0x7fffffff) {
+      st.failure = "a launch needs " + std::to_string(blocks) + " blocks, more than CUDA allows";
+      return 2;
+    }
+    CUresult r = driver().launchKernel(st.functions[kernel], static_cast<unsigned>(blocks), 1, 1,
+                                       static_cast<unsigned>(threads), 1, 1, 0, st.stream, args,
+                                       nullptr);
+    if (r != 0) {
+      st.failure = "launching kernel " + std::to_string(kernel) + " failed: CUresult " + errorText(r);
+      return 2;
+    }
+    return 0;
+  };
+  s.api.gemm = [](void *ctx, const CudaGemmCall *g) -> int {
+    State &st = *static_cast<State *>(ctx);
+    if (!st.lt) {
+      st.failure = "this module calls cuBLASLt but none was loaded";
+      return 2;
+    }
+    static const GemmDType types[] = {GemmDType::Float32, GemmDType::Float64, GemmDType::Float16,
+                                      GemmDType::BFloat16};
+    GemmProblem p;
+    p.dtype = types[g->dtype];
+    p.m = g->m, p.n = g->n, p.k = g->k;
+    p.transA = g->transA != 0, p.transB = g->transB != 0;
+    p.a = g->a, p.lda = g->lda, p.b = g->b, p.ldb = g->ldb, p.c = g->c, p.ldc = g->ldc;
+    p.bias = g->bias;
+    std::string e = st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());
+    if (!e.empty()) {
+      st.failure = e;
+      return 2;
+    }
+    return 0;
+  };
+  return m;
+}
+
+CudaModule::~CudaModule() {
+  if (!state_ || !driver().ok)
+    return;
+  if (state_->module)
+    driver().moduleUnload(state_->module);
+  if (state_->errHost)
+    driver().memFreeHost(state_->errHost);
+}
+
+namespace {
+std::string kernelErrorText(int code) {
+  if (code == 1)
+    return "an index is out of bounds (gather/indexing/scatter with an index outside the dim)";
+  return "kernel error code " + std::to_string(code);
+}
+} // namespace
+
+void CudaModule::run(CudaRunFn run, void *const *inputs, void *const *outputs, char *arena,
+                     const int64_t *syms, void *stream) {
+  State &s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (int e = *static_cast<volatile int *>(s.errHost)) {
+    *s.errHost = 0;
+    throw RunError("a kernel of an earlier call of this graph failed: " + kernelErrorText(e));
+  }
+  CUcontext current = nullptr;
+  driver().ctxGetCurrent(&current);
+  if (current != s.ctx)
+    check(driver().ctxSetCurrent(s.ctx), "cuCtxSetCurrent");
+  s.stream = stream;
+  s.failure.clear();
+  int code = run(inputs, outputs, arena, syms, &s.api);
+  if (code != 0)
+    throw RunError(s.failure.empty() ? kernelErrorText(code) : s.failure);
+}
+
+void CudaModule::synchronizeAndCheck() {
+  State &s = *state_;
+  check(driver().ctxSynchronize(), "cuCtxSynchronize");
+  if (int e = *static_cast<volatile int *>(s.errHost)) {
+    *s.errHost = 0;
+    throw RunError(kernelErrorText(e));
+  }
+}
+
+} // namespace braze::runtime

@@ -1,0 +1,62 @@
+#pragma once
+/// The CUDA side of a compiled graph: the CUDA driver (loaded at run time, so braze builds and
+/// runs without the toolkit), the NVRTC-compiled module and its kernels, the error flag kernels
+/// set, and the launch and GEMM callbacks that a module's host code (braze_run) calls. Every
+/// launch goes to the caller's stream; nothing here synchronizes.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braze::runtime {
+
+/// The callbacks a CUDA module's braze_run receives (layout shared with the generated code).
+struct CudaGemmCall {
+  int dtype; ///< 0 f32, 1 f64, 2 f16, 3 bf16
+  int transA, transB;
+  int64_t m, n, k;
+  const void *a;
+  int64_t lda;
+  const void *b;
+  int64_t ldb;
+  void *c;
+  int64_t ldc;
+  const void *bias; ///< [n] or nullptr
+};
+struct CudaApi {
+  void *ctx;
+  int (*launch)(void *ctx, int kernel, int64_t blocks, int threads, void **args);
+  int (*gemm)(void *ctx, const CudaGemmCall *g);
+  int *err;
+};
+
+/// The module's host entry point: braze_run with the callbacks.
+using CudaRunFn = int (*)(void *const *, void *const *, char *, const int64_t *, const CudaApi *);
+
+class CudaModule {
+public:
+  /// Loads `cubinPath` on `device` (its primary context) and looks up `kernels`; cuBLASLt is
+  /// loaded from `cublasLtLibrary` when non-empty. Throws RunError naming what failed.
+  static std::unique_ptr<CudaModule> load(const std::string &cubinPath,
+                                          const std::vector<std::string> &kernels, int device,
+                                          const std::string &cublasLtLibrary);
+  ~CudaModule();
+
+  /// Calls `run` with the callbacks bound to `stream`; throws RunError if a launch or GEMM
+  /// fails, or if a kernel of an earlier call on this module reported an error.
+  void run(CudaRunFn run, void *const *inputs, void *const *outputs, char *arena,
+           const int64_t *syms, void *stream);
+
+  /// Waits for the device and reports an error a kernel recorded (tests; never on the hot path).
+  void synchronizeAndCheck();
+
+private:
+  CudaModule() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// True when libcuda can be loaded and reports at least one device.
+bool cudaDriverAvailable();
+
+} // namespace braze::runtime

@@ -1,0 +1,108 @@
+"""The CUDA path. Where NVRTC is installed (CI installs it, with no GPU), every workload's
+generated CUDA sources are compiled by NVRTC for sm_90 and the host code by the host compiler,
+so codegen that does not compile fails here. With a GPU, the rest of the suite also runs on
+CUDA (conftest.py); the tests below check what is particular to the CUDA runtime."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import braze
+from braze import cuda as cuda_support
+from braze.backend import Options
+
+pytestmark = pytest.mark.cpu_only("checks of the CUDA path itself; they pick their devices")
+
+needs_nvrtc = pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def seed(a, b):
+    return ((a.ceil() + b.floor()).sum(-1).softmax(-1) * 10) ** 3
+
+
+def rmsnorm(x, w):
+    v = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(v + 1e-6)).to(x.dtype) * w
+
+
+WORKLOADS = {
+    "seed": (seed, lambda dt: (torch.randn(64, 128, dtype=dt), torch.randn(64, 128, dtype=dt))),
+    "pointwise": (lambda x: ((x + 1) * 2).sin(), lambda dt: (torch.randn(4096, dtype=dt),)),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda dt: (torch.randn(16, 8192, dtype=dt),)),
+    "layer_norm_gelu": (lambda x, w, b: F.gelu(F.layer_norm(x, (768,), w, b)),
+                        lambda dt: (torch.randn(32, 768, dtype=dt), torch.randn(768, dtype=dt),
+                                    torch.randn(768, dtype=dt))),
+    "rmsnorm": (rmsnorm, lambda dt: (torch.randn(8, 4096, dtype=dt), torch.randn(4096, dtype=dt))),
+    "cross_entropy": (lambda x, t: F.cross_entropy(x, t),
+                      lambda dt: (torch.randn(8, 32000, dtype=dt), torch.randint(0, 32000, (8,)))),
+    "argmax": (lambda x: x.argmax(-1), lambda dt: (torch.randn(7, 33, dtype=dt),)),
+    "matmul_bias_gelu": (lambda x, w, b: F.gelu(x @ w.t() + b),
+                         lambda dt: (torch.randn(64, 32, dtype=dt), torch.randn(16, 32, dtype=dt),
+                                     torch.randn(16, dtype=dt))),
+    "gather_sum": (lambda x, i: x[i].sum(0),
+                   lambda dt: (torch.randn(10, 8, dtype=dt), torch.randint(0, 10, (5,)))),
+    "integers": (lambda x: (x // 3) % 5 + x.max() + (x > 2).sum(),
+                 lambda dt: (torch.randint(-100, 100, (1000,)),)),
+    "full_sum": (lambda x: x.sum() + x.amax(), lambda dt: (torch.randn(1 << 16, dtype=dt),)),
+    "random": (lambda x: x + torch.rand_like(x) * 0, lambda dt: (torch.randn(100, dtype=dt),)),
+    "cumsum": (lambda x: x.cumsum(-1), lambda dt: (torch.randn(4, 100, dtype=dt),)),
+}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_generated_cuda_compiles(name, dtype):
+    fn, make = WORKLOADS[name]
+    torch.manual_seed(0)
+    args = make(dtype)
+    compiled = torch.compile(fn, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, Options(cuda_codegen_only=True, strict=True)))
+    out, sources = braze.run_and_get_code(compiled, *args)
+    assert sources, "nothing was generated"
+    assert all("__global__" in s for s in sources)
+    torch.testing.assert_close(out, fn(*args))  # the graph itself ran in eager
+
+
+@needs_nvrtc
+def test_nvrtc_reports_errors_with_the_log(tmp_path):
+    with pytest.raises(braze.InternalError, match="(?s)failed to compile.*undefined_name"):
+        braze._C.nvrtc_compile('extern "C" __global__ void k() { undefined_name(); }',
+                               cuda_support.nvrtc_library(), 90, str(tmp_path))
+
+
+@needs_gpu
+def test_runs_on_the_current_stream():
+    x = torch.randn(1 << 20, device="cuda")
+    f = torch.compile(lambda x: (x * 2).sin(), backend="braze")
+    f(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = f(x)  # queued behind nothing else on s; read on s
+        z = y.clone()
+    s.synchronize()
+    torch.testing.assert_close(z, (x * 2).sin())
+
+
+@needs_gpu
+def test_out_of_bounds_index_is_reported():
+    x = torch.randn(10, device="cuda")
+    f = torch.compile(lambda x, i: x[i] * 2, backend="braze")
+    f(x, torch.tensor([1, 2], device="cuda"))
+    f(x, torch.tensor([1, 12], device="cuda"))  # bad: reported by the next call
+    torch.cuda.synchronize()
+    with pytest.raises(braze.RunError, match="out of bounds"):
+        f(x, torch.tensor([1, 2], device="cuda"))
+    torch.testing.assert_close(f(x, torch.tensor([3], device="cuda")), x[[3]] * 2)
+
+
+@needs_gpu
+def test_outputs_are_owned_by_pytorch():
+    x = torch.randn(1000, 1000, device="cuda")
+    f = torch.compile(lambda x: torch.softmax(x, -1), backend="braze")
+    before = torch.cuda.memory_allocated()
+    y = f(x)
+    assert y.device.type == "cuda" and y.is_contiguous()
+    assert torch.cuda.memory_allocated() >= before + y.numel() * 4
+    del y
+    assert torch.cuda.memory_allocated() == before

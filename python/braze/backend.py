@@ -96,6 +96,32 @@ class _BrazeGraph:
         self.eager = eager
         self.warned = False
 
+    def fast(self):
+        """A leaner callable for calls whose inputs Dynamo's guards have already checked (a
+        static CUDA graph with plain inputs and outputs); self otherwise."""
+        run = self.run
+        if (not isinstance(run, cuda_support.CudaGraph) or not run.static or self.needs_seed
+                or self.complex_outputs or self.none_slots
+                or any(c.is_complex() for c in self.constants)):
+            return self
+        positions, device, index = self.tensor_positions, run.device, run.index
+        const_ptrs = [c.data_ptr() for c in self.constants]
+        keep = self.constants  # the pointers above stay valid while the closure holds these
+        layouts = [(tuple(shape), tuple(stride), dt)
+                   for (shape, stride), dt in zip(run.layouts, run.output_dtypes)]
+        arena_bytes, syms, run_cuda = run.arena, run.syms, self.compiled.run_cuda
+        empty_strided, empty, stream = torch.empty_strided, torch.empty, torch._C._cuda_getCurrentRawStream
+
+        def call(*args):
+            outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
+            arena = empty(arena_bytes, dtype=torch.uint8, device=device) if arena_bytes else None
+            run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
+                     [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,
+                     stream(index))
+            return outs
+        call.constants = keep
+        return call
+
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
         if self.needs_seed:
@@ -286,7 +312,26 @@ def _graph_device(gm, example_inputs):
     return torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device()), None
 
 
-def _compile_fx(gm, example_inputs, opts):
+def _plain_inference():
+    """True when AOTAutograd's runtime wrapper has nothing to do for the graph being compiled
+    (no input mutation, no output aliasing an input or another output, no effect tokens), so
+    an inference call may skip it."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return False
+    try:
+        return (not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+                and all(o.output_type == OutputType.non_alias for o in meta.output_info)
+                and not meta.num_intermediate_bases and not getattr(meta, "tokens", None))
+    except AttributeError:  # another PyTorch's metadata: keep its wrapper
+        return False
+
+
+def _compile_fx(gm, example_inputs, opts, direct=None):
+    """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
+    may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one."""
     device, why = _graph_device(gm, example_inputs)
     if why:
         _fallback_counts["fallback_graphs"] += 1
@@ -308,6 +353,10 @@ def _compile_fx(gm, example_inputs, opts):
     try:
         if not unsupported:
             fn, tuple_out = _compile_whole(gm, opts, device)
+            placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+            if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
+                    and placeholders == direct["inputs"] and _plain_inference()):
+                direct["fn"] = fn.fast()
             if tuple_out:
                 return make_boxed_func(lambda *args: fn(*args))
             return make_boxed_func(lambda *args: fn(*args)[0])
@@ -451,6 +500,13 @@ def braze_backend(gm, example_inputs, options=None):
         opts = options
     else:
         opts = Options()
-    compiler = functools.partial(_compile_fx, opts=opts)
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=_decompositions())(gm, example_inputs)
+    # Inference (grad mode off, which Dynamo guards on): if the forward graph compiles whole and
+    # AOTAutograd's runtime wrapper would do nothing for it, Dynamo calls braze directly.
+    plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
+                for a in example_inputs)
+    direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
+    fw = functools.partial(_compile_fx, opts=opts, direct=direct)
+    bw = functools.partial(_compile_fx, opts=opts)
+    compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
+                            decompositions=_decompositions())(gm, example_inputs)
+    return direct["fn"] if direct is not None and "fn" in direct else compiled

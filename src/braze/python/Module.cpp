@@ -138,9 +138,24 @@ NB_MODULE(_C, m) {
   using namespace braze;
   // Compiled graphs stay referenced from torch.compile caches until interpreter exit.
   nb::set_leak_warnings(false);
-  nb::exception<Diagnostic>(m, "CompileError");
-  nb::exception<InternalError>(m, "InternalError");
-  nb::exception<runtime::RunError>(m, "RunError");
+  // One translator for braze's three error kinds, with the Python types owned by the module.
+  static PyObject *compileError = PyErr_NewException("braze._C.CompileError", nullptr, nullptr);
+  static PyObject *internalError = PyErr_NewException("braze._C.InternalError", nullptr, nullptr);
+  static PyObject *runError = PyErr_NewException("braze._C.RunError", nullptr, nullptr);
+  m.attr("CompileError") = nb::borrow(compileError);
+  m.attr("InternalError") = nb::borrow(internalError);
+  m.attr("RunError") = nb::borrow(runError);
+  nb::register_exception_translator([](const std::exception_ptr &p, void *) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Diagnostic &e) {
+      PyErr_SetString(compileError, e.what());
+    } catch (const InternalError &e) {
+      PyErr_SetString(internalError, e.what());
+    } catch (const runtime::RunError &e) {
+      PyErr_SetString(runError, e.what());
+    }
+  });
 
   nb::class_<PyGraph>(m, "Graph")
       .def(nb::init<>())

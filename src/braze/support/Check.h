@@ -14,7 +14,7 @@ public:
 };
 
 namespace detail {
-/// Collects the streamed message and throws when destroyed at the end of the statement.
+/// Collects the streamed message; CheckThrower throws it once the statement has built it.
 class CheckFailure {
 public:
   CheckFailure(const char *file, int line, const char *cond) {
@@ -28,11 +28,16 @@ public:
     os_ << v;
     return *this;
   }
-  [[noreturn]] ~CheckFailure() noexcept(false) { throw InternalError(os_.str()); }
+  std::string message() const { return os_.str(); }
 
 private:
   std::ostringstream os_;
   bool hasDetail_ = false;
+};
+
+/// Throws from an operator (precedence below <<), never from a destructor.
+struct CheckThrower {
+  [[noreturn]] void operator&(const CheckFailure &f) const { throw InternalError(f.message()); }
 };
 } // namespace detail
 
@@ -41,7 +46,8 @@ private:
 #define BRAZE_CHECK(cond)                                                      \
   if (cond) {                                                                  \
   } else                                                                       \
-    ::braze::detail::CheckFailure(__FILE__, __LINE__, #cond)
+    ::braze::detail::CheckThrower() & ::braze::detail::CheckFailure(__FILE__, __LINE__, #cond)
 
 #define BRAZE_UNREACHABLE(msg)                                                 \
-  ::braze::detail::CheckFailure(__FILE__, __LINE__, "unreachable") << msg
+  ::braze::detail::CheckThrower() &                                            \
+      (::braze::detail::CheckFailure(__FILE__, __LINE__, "unreachable") << msg)

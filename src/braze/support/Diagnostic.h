@@ -39,13 +39,23 @@ public:
     os_ << v;
     return *this;
   }
-  [[noreturn]] ~DiagnosticBuilder() noexcept(false) { throw Diagnostic(op_, node_, os_.str()); }
+  Diagnostic build() const { return Diagnostic(op_, node_, os_.str()); }
 
 private:
   std::string op_, node_;
   std::ostringstream os_;
 };
 
+namespace detail {
+/// Throws the built Diagnostic. An operator of lower precedence than << so that the whole
+/// streamed message is built first; throwing from here, not from a destructor, keeps unwinding
+/// ordinary on every compiler.
+struct DiagnosticThrower {
+  [[noreturn]] void operator&(const DiagnosticBuilder &b) const { throw b.build(); }
+};
+} // namespace detail
+
 } // namespace braze
 
-#define BRAZE_USER_ERROR(op, node) ::braze::DiagnosticBuilder((op), (node))
+#define BRAZE_USER_ERROR(op, node)                                             \
+  ::braze::detail::DiagnosticThrower() & ::braze::DiagnosticBuilder((op), (node))

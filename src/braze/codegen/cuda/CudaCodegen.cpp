@@ -20,7 +20,6 @@
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 
 namespace braze::codegen {
@@ -39,11 +38,6 @@ constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
-
-int knob(const char *name, int dflt) { // TEMPORARY tuning experiments
-  const char *v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
-}
 
 int64_t nextPow2(int64_t v) {
   int64_t p = 1;
@@ -241,8 +235,7 @@ private:
       emitPointwise(k, w);
     else
       emitRows(k, w);
-    std::string minb = knob("BRAZE_X_MINB", 0) ? ", " + std::to_string(knob("BRAZE_X_MINB", 0)) : "";
-    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + minb + ") " +
+    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + ") " +
            k.name + "(" + params(k) + ") {\n" + body + "}\n\n";
   }
 
@@ -595,7 +588,7 @@ private:
       return e;
     }());
     // Threads per row: about four vectors per thread, within a block's limit.
-    int64_t perThread = knob("BRAZE_X_PER", 4) * p.vec;
+    int64_t perThread = 4 * p.vec;
     int64_t guess = length->isConst() ? (length->value() + perThread - 1) / perThread : 1024;
     p.threads = static_cast<int>(std::clamp<int64_t>(nextPow2(guess), 1, s_.target.maxThreadsPerBlock));
     p.block = std::max(p.threads, kRowBlock);
@@ -607,7 +600,7 @@ private:
     size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
     int64_t rows = p.block / p.threads;
     int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
-    p.persistent = !knob("BRAZE_X_NOPERSIST", 0) && p.iters * p.vec <= kMaxPerThread &&
+    p.persistent = p.iters * p.vec <= kMaxPerThread &&
                    bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
     p.ragged = p.length % chunk != 0;
     return p;
@@ -630,9 +623,10 @@ private:
     SymExpr var = k.innerVars.back();
     std::string base = names_.index(var) + "_base";
     Scope outer(nullptr);
-    // Persistent rows: every operand read by more than one step, loaded once.
+    // Persistent rows: every operand read by more than one step, loaded once, and every value
+    // a later step would recompute, kept from the step that computes it first.
     std::vector<VectorLoad> cached;
-    if (plan.persistent && !knob("BRAZE_X_NOCACHE", 0)) {
+    if (plan.persistent) {
       for (const loop::Expr *l : rowOperands(k))
         cached.push_back({l, "rc" + std::to_string(next_++)});
       if (!cached.empty()) {

@@ -2,7 +2,7 @@
 /// the pipeline, and writes the result to stdout. The text tests (tests/lit) drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--help]
+///             [--no-fuse] [--cuda] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the graph.
@@ -37,6 +37,7 @@ struct ToolOptions {
   braze::StageKind stage = braze::StageKind::Graph;
   std::vector<std::string> passes;
   bool fuse = true;
+  bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool help = false;
 };
 
@@ -73,7 +74,7 @@ std::vector<std::string> splitCommas(std::string_view list) {
 std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
-     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse]"
+     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
         " [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
@@ -83,6 +84,7 @@ std::string usageText() {
         "  --print=STAGE   graph (default), decomposed, loops, schedule or code\n"
         "  --passes=LIST   graph passes to run in order, comma-separated, before printing\n"
         "  --no-fuse       schedule one kernel per computation\n"
+        "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --help          show this message\n"
         "\n"
         "passes:\n";
@@ -118,6 +120,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       }
     } else if (arg == "--no-fuse") {
       o.fuse = false;
+    } else if (arg == "--cuda") {
+      o.cuda = true;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {
@@ -164,6 +168,8 @@ int run(int argc, char **argv) {
   braze::runPasses(*g, tool.passes);
   braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
   opts.fuse = tool.fuse;
+  if (tool.cuda)
+    opts.cuda = braze::CompileOptions::Cuda{};
   std::cout << braze::printStage(*g, tool.stage, opts);
   std::cout.flush();
   return std::cout ? 0 : 1;

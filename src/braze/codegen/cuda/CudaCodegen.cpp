@@ -318,8 +318,8 @@ private:
         anyVector |= m->store && !m->comp->isReduction() && inMemory(*m->comp->out) &&
                      contiguousIn(m->storeIndex, var);
     }
-    if (!anyVector) {
-      // One lane after another (a single lane when vec == 1).
+    // One lane after another, each reading memory itself (a single lane when vec == 1).
+    auto scalarLanes = [&] {
       for (int j = 0; j < std::max(vec, 1); ++j) {
         w.line("{");
         w.indent();
@@ -334,19 +334,9 @@ private:
         w.dedent();
         w.line("}");
       }
-      return;
-    }
-    if (!var || vec == 1) {
-      w.line("{");
-      w.indent();
-      if (var)
-        w.line("const int64_t " + names_.index(var) + " = " + base + ";");
-      Scope lane(&parent);
-      useCache(lane, cacheIndex);
-      emitMembers(w, lane, members, storeGuard, {});
-      fillCache(lane, cacheIndex);
-      w.dedent();
-      w.line("}");
+    };
+    if (!anyVector) {
+      scalarLanes();
       return;
     }
     // Vectorizable loads and stores.
@@ -389,7 +379,7 @@ private:
     for (VectorLoad &v : vloads) {
       std::string t = ctype(v.load->buffer()->dtype);
       w.line("__align__(16) " + t + " " + v.array + "[" + n + "];");
-      w.line("braze_vload<" + n + ">(" + v.array + ", " + v.array + "_p);");
+      w.line("braze_vcopy<" + n + ">(" + v.array + ", " + v.array + "_p);");
     }
     for (auto &[m, arr] : vstores)
       w.line("__align__(16) " + ctype(m->comp->out->dtype) + " " + arr + "[" + n + "];");
@@ -411,24 +401,13 @@ private:
       w.line("}");
     }
     for (auto &[m, arr] : vstores) {
-      std::string st = "braze_vstore<" + n + ">(" + arr + "_p, " + arr + ");";
+      std::string st = "braze_vcopy<" + n + ">(" + arr + "_p, " + arr + ");";
       w.line(storeGuard.empty() ? st : "if (" + storeGuard + ") " + st);
     }
     w.dedent();
     w.line("} else {");
     w.indent();
-    for (int j = 0; j < vec; ++j) {
-      w.line("{");
-      w.indent();
-      w.line("const int64_t " + varName + " = " + base + " + " + std::to_string(j) + ";");
-      Scope lane(&parent);
-      std::string slot = cacheIndex + " + " + std::to_string(j);
-      useCache(lane, slot);
-      emitMembers(w, lane, members, storeGuard, {});
-      fillCache(lane, slot);
-      w.dedent();
-      w.line("}");
-    }
+    scalarLanes();
     w.dedent();
     w.line("}");
     w.dedent();
@@ -715,7 +694,7 @@ private:
         w.line("const int64_t " + varName + " = " + base + ";");
         w.line("const " + ctype(b.dtype) + "* p = " + names_.buffer(b) + " + " +
                names_.index(c.load->index()) + ";");
-        w.line("if (braze_aligned<" + n + ">(p)) braze_vload<" + n + ">(" + c.array + " + it * " +
+        w.line("if (braze_aligned<" + n + ">(p)) braze_vcopy<" + n + ">(" + c.array + " + it * " +
                n + ", p);");
         w.line("else for (int j = 0; j < " + n + "; ++j) " + c.array + "[it * " + n +
                " + j] = p[j];");

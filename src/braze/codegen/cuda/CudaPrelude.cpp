@@ -84,17 +84,7 @@ template <> struct braze_word<2> { typedef unsigned short type; };
 template <> struct braze_word<4> { typedef unsigned int type; };
 template <> struct braze_word<8> { typedef uint2 type; };
 template <> struct braze_word<16> { typedef uint4 type; };
-template <int N, typename T> BRAZE_FN void braze_vload(T* dst, const T* src) {
-  constexpr int B = N * (int)sizeof(T);
-  if constexpr (B <= 16) {
-    typedef typename braze_word<B>::type W;
-    *reinterpret_cast<W*>(dst) = *reinterpret_cast<const W*>(src);
-  } else {
-#pragma unroll
-    for (int i = 0; i < B / 16; ++i) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-  }
-}
-template <int N, typename T> BRAZE_FN void braze_vstore(T* dst, const T* src) {
+template <int N, typename T> BRAZE_FN void braze_vcopy(T* dst, const T* src) {
   constexpr int B = N * (int)sizeof(T);
   if constexpr (B <= 16) {
     typedef typename braze_word<B>::type W;

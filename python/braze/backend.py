@@ -101,6 +101,7 @@ class _BrazeGraph:
         static CUDA graph with plain inputs and outputs); self otherwise."""
         run = self.run
         if (not isinstance(run, cuda_support.CudaGraph) or not run.static or self.needs_seed
+                or run.checks
                 or self.complex_outputs or self.none_slots
                 or any(c.is_complex() for c in self.constants)):
             return self

@@ -85,13 +85,17 @@ def unavailable_reason(device):
 class CudaGraph:
     """A compiled CUDA graph called with a flat list of device tensors. Static graphs keep their
     output layouts and arena size; a call whose inputs differ from the compiled shapes or
-    strides goes through bind_shapes, which names what does not match."""
+    strides goes through bind_shapes, which names what does not match. Graphs whose kernels
+    check indices (gather, indexing, scatter) wait for them and raise a bad index at once."""
 
     def __init__(self, compiled, device, input_specs, output_dtypes):
         self.compiled = compiled
         self.device = device
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.output_dtypes = output_dtypes
+        # Kernels that bounds-check indices report through a flag; such graphs wait for their
+        # kernels so that a bad index raises from the call that had it (never a silent answer).
+        self.checks = compiled.checks_indices
         self.shapes = [s for s, _ in input_specs]
         self.strides = [st for _, st in input_specs]
         self.static = not any(isinstance(d, torch.SymInt) for s in self.shapes for d in s)
@@ -116,7 +120,9 @@ class CudaGraph:
         outs = [torch.empty_strided(shape, stride, dtype=dt, device=dev)
                 for (shape, stride), dt in zip(layouts, self.output_dtypes)]
         arena = torch.empty(arena_bytes, dtype=torch.uint8, device=dev) if arena_bytes else None
+        stream = torch._C._cuda_getCurrentRawStream(self.index)
         self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],
-                               arena.data_ptr() if arena is not None else 0, syms,
-                               torch._C._cuda_getCurrentRawStream(self.index))
+                               arena.data_ptr() if arena is not None else 0, syms, stream)
+        if self.checks:
+            self.compiled.synchronize(stream)  # a bad index is an error of this call
         return outs

@@ -27,10 +27,14 @@ def device(request):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     torch.set_default_device("cuda")
+    # Eager references in full precision: PyTorch lets cuDNN convolutions use TF32 by default.
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
     try:
         yield "cuda"
     finally:
         torch.set_default_device(None)
+        torch.backends.cudnn.allow_tf32 = tf32
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,12 @@ import torch.nn.functional as F
 import braze
 
 torch.manual_seed(0)
-X = torch.randn(2, 6, 11, 13)
+_X = torch.randn(2, 6, 11, 13)
+
+
+def _x():
+    """The shared input, on the device the test runs on (conftest.py)."""
+    return _X.to(torch.get_default_device())
 W1, W2, B2 = torch.randn(4, 6, 3, 3), torch.randn(4, 3, 3, 2), torch.randn(4)
 W3, W4 = torch.randn(6, 1, 3, 3), torch.randn(5, 6, 3)
 
@@ -35,8 +40,8 @@ CASES = {
 def test_layer_compiles(name):
     fn = CASES[name]
     before = braze.counters()["fallback_ops"]
-    out = torch.compile(fn, backend="braze", dynamic=False)(X)
-    torch.testing.assert_close(out, fn(X), rtol=1e-4, atol=1e-4)
+    out = torch.compile(fn, backend="braze", dynamic=False)(_x())
+    torch.testing.assert_close(out, fn(_x()), rtol=1e-4, atol=1e-4)
     assert braze.counters()["fallback_ops"] == before
 
 

@@ -6,7 +6,12 @@ import torch.nn.functional as F
 import braze
 
 torch.manual_seed(0)
-X = torch.randn(6, 5)
+_X = torch.randn(6, 5)
+
+
+def _x():
+    """The shared input, on the device the test runs on (conftest.py)."""
+    return _X.to(torch.get_default_device())
 
 COMPILED = {
     "cat": lambda x: torch.cat([x, x * 2, x[:2]], 0),
@@ -38,8 +43,8 @@ COMPILED = {
 def test_compiles_without_fallback(name):
     fn = COMPILED[name]
     before = braze.counters()
-    out = torch.compile(fn, backend="braze", dynamic=False)(X)
-    torch.testing.assert_close(out, fn(X))
+    out = torch.compile(fn, backend="braze", dynamic=False)(_x())
+    torch.testing.assert_close(out, fn(_x()))
     after = braze.counters()
     assert after["fallback_ops"] == before["fallback_ops"], "an op fell back to eager"
     assert after["fallback_graphs"] == before["fallback_graphs"]
@@ -73,16 +78,16 @@ def test_indexing_compiles(name):
     fn = INDEXING[name]
     i = torch.tensor([3, 0, 5, 1])
     before = braze.counters()["fallback_ops"]
-    out = torch.compile(fn, backend="braze", dynamic=False)(X, i)
-    torch.testing.assert_close(out, fn(X, i))
+    out = torch.compile(fn, backend="braze", dynamic=False)(_x(), i)
+    torch.testing.assert_close(out, fn(_x(), i))
     assert braze.counters()["fallback_ops"] == before
 
 
 def test_index_out_of_range_raises():
     fn = torch.compile(lambda x, i: x.index_select(0, i), backend="braze", dynamic=False)
-    fn(X, torch.tensor([0, 1]))
+    fn(_x(), torch.tensor([0, 1]))
     with pytest.raises(Exception, match="out of bounds"):
-        fn(X, torch.tensor([0, 6]))
+        fn(_x(), torch.tensor([0, 6]))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.uint8])
@@ -184,8 +189,8 @@ MORE = {
 def test_more_ops_compile(name):
     fn = MORE[name]
     before = braze.counters()["fallback_ops"]
-    out = torch.compile(fn, backend="braze", dynamic=False)(X)
-    torch.testing.assert_close(out, fn(X))
+    out = torch.compile(fn, backend="braze", dynamic=False)(_x())
+    torch.testing.assert_close(out, fn(_x()))
     assert braze.counters()["fallback_ops"] == before
 
 

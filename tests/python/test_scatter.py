@@ -41,7 +41,7 @@ def _index_several(x, i, j):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
 def test_index_several_tensors(dtype):
     """Adjacent index dims stay in place, separated ones go first; indices broadcast."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(torch.get_default_device()).manual_seed(0)
     x = _make((4, 5, 6), dtype, g)
     i = torch.tensor([[0, 3], [-1, 2]])
     j = torch.tensor([1, -2])
@@ -68,7 +68,7 @@ def test_index_each_component_is_checked():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scatter_and_scatter_add(dtype):
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(torch.get_default_device()).manual_seed(1)
     x = _make((3, 5), dtype, g)
     src = _make((2, 6), dtype, g)
     index = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 0]])
@@ -88,7 +88,7 @@ def test_scatter_duplicates_last_write_wins():
 def test_scatter_reduce(reduce, dtype):
     if dtype == torch.bool and reduce == "mean":
         pytest.skip("eager has no mean of bools")
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator(torch.get_default_device()).manual_seed(2)
     x = _make((4, 3), dtype, g)
     src = _make((4, 3), dtype, g)
     index = torch.tensor([[0, 1, 0], [2, 1, 0], [0, 0, 0], [2, 2, 1]])
@@ -117,7 +117,7 @@ def test_scatter_legacy_reduce_and_scalar_self():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int16, torch.bool])
 def test_index_put(dtype):
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(torch.get_default_device()).manual_seed(3)
     x = _make((3, 5, 2), dtype, g)
     i = torch.tensor([0, 2, -1])
     j = torch.tensor([4, 0, 1])
@@ -132,7 +132,7 @@ def test_index_put(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
 def test_index_add_copy_fill(dtype):
-    g = torch.Generator().manual_seed(4)
+    g = torch.Generator(torch.get_default_device()).manual_seed(4)
     x = _make((4, 6), dtype, g)
     src = _make((4, 3), dtype, g)
     index = torch.tensor([5, 0, 2])
@@ -143,7 +143,7 @@ def test_index_add_copy_fill(dtype):
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32])
 def test_index_reduce(reduce, dtype):
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator(torch.get_default_device()).manual_seed(5)
     x = _make((3, 4), dtype, g)
     src = _make((4, 4), dtype, g)
     index = torch.tensor([0, 2, 0, 2])
@@ -154,7 +154,7 @@ def test_index_reduce(reduce, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool])
 def test_put(dtype):
-    g = torch.Generator().manual_seed(6)
+    g = torch.Generator(torch.get_default_device()).manual_seed(6)
     x = _make((3, 4), dtype, g)
     src = _make((2, 2), dtype, g)
     index = torch.tensor([[0, -1], [11, 5]])
@@ -177,7 +177,7 @@ def test_scatter_errors_name_the_problem():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8, torch.bool])
 def test_masked_diagonal_as_strided_scatter(dtype):
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator(torch.get_default_device()).manual_seed(7)
     x = _make((3, 4), dtype, g)
     mask = torch.rand(3, 4, generator=g) > 0.5
     src = _make((3, 4), dtype, g)
@@ -197,7 +197,7 @@ def test_masked_scatter_too_few_source_elements_raises():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
 def test_nonzero_static(dtype):
-    g = torch.Generator().manual_seed(8)
+    g = torch.Generator(torch.get_default_device()).manual_seed(8)
     x = _make((3, 5), dtype, g) * (torch.rand(3, 5, generator=g) > 0.4).to(dtype)
     _compiled_matches(lambda x: (torch.nonzero_static(x, size=0), torch.nonzero_static(x, size=2),
                                  torch.nonzero_static(x, size=20),
@@ -210,7 +210,7 @@ def test_half_precision_sums_round_as_eager(dtype):
     """scatter kernels accumulate a half-precision sum or product in f32 and round once (mean
     divides that rounded sum); index_put and index_reduce round after every element in source
     order: braze matches both exactly."""
-    g = torch.Generator().manual_seed(10)
+    g = torch.Generator(torch.get_default_device()).manual_seed(10)
     x = (torch.randn(4, 3, generator=g) * 3).to(dtype)
     src = (torch.randn(10, 3, generator=g) * 7).to(dtype)
     index = torch.randint(0, 4, (10, 3), generator=g)

@@ -14,7 +14,7 @@ SHAPES = (((7,), 0), ((3, 9), 1), ((4, 6, 3), 0))
 
 def sample(dtype, shape, nan=True):
     """Few distinct values (many ties), NaNs in float inputs."""
-    g = torch.Generator().manual_seed(hash((str(dtype), shape)) % 2**31)
+    g = torch.Generator(torch.get_default_device()).manual_seed(hash((str(dtype), shape)) % 2**31)
     x = torch.randint(-3, 4, shape, generator=g)
     if dtype == torch.bool:
         return x > 0

@@ -30,7 +30,7 @@ def check(fn, *args, dtype=torch.float32, fallback=False):
 
 
 def uniform(shape, lo, hi, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(torch.get_default_device()).manual_seed(seed)
     return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
 
 

@@ -168,6 +168,7 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   spec.device = cuda.device;
   if (l.cuda.usesGemm)
     spec.cublasLtLibrary = cuda.cublasLtLibrary;
+  spec.checksIndices = l.cuda.checksIndices;
   CompileResult r;
   r.executable = runtime::Executable::load(spec);
   r.source = l.cuda.device + "\n" + l.cuda.host;

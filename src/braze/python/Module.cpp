@@ -355,7 +355,11 @@ NB_MODULE(_C, m) {
         c.exe->runCuda(in, out, reinterpret_cast<void *>(arena), syms,
                        reinterpret_cast<void *>(stream));
       })
-      .def("synchronize", [](PyCompiled &c) { c.exe->synchronizeAndCheck(); });
+      .def("synchronize", [](PyCompiled &c, uintptr_t stream) {
+        nb::gil_scoped_release release;
+        c.exe->synchronizeAndCheck(reinterpret_cast<void *>(stream));
+      }, "stream"_a = 0)
+      .def_prop_ro("checks_indices", [](PyCompiled &c) { return c.exe->spec().checksIndices; });
 
   m.def("counters", []() {
     Counters &c = counters();

@@ -31,6 +31,7 @@ struct Driver {
   CUresult (*ctxGetCurrent)(CUcontext *);
   CUresult (*ctxSetCurrent)(CUcontext);
   CUresult (*ctxSynchronize)();
+  CUresult (*streamSynchronize)(CUstream);
   CUresult (*moduleLoadData)(CUmodule *, const void *);
   CUresult (*moduleUnload)(CUmodule);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -68,6 +69,7 @@ const Driver &driver() {
     get(d.ctxGetCurrent, "cuCtxGetCurrent");
     get(d.ctxSetCurrent, "cuCtxSetCurrent");
     get(d.ctxSynchronize, "cuCtxSynchronize");
+    get(d.streamSynchronize, "cuStreamSynchronize");
     get(d.moduleLoadData, "cuModuleLoadData");
     get(d.moduleUnload, "cuModuleUnload");
     get(d.moduleGetFunction, "cuModuleGetFunction");
@@ -253,9 +255,10 @@ void CudaModule::run(CudaRunFn run, void *const *inputs, void *const *outputs, c
     throw RunError(s.failure.empty() ? kernelErrorText(code) : s.failure);
 }
 
-void CudaModule::synchronizeAndCheck() {
+void CudaModule::synchronizeAndCheck(void *stream) {
   State &s = *state_;
-  check(driver().ctxSynchronize(), "cuCtxSynchronize");
+  check(stream ? driver().streamSynchronize(stream) : driver().ctxSynchronize(),
+        "waiting for the kernels");
   if (int e = *static_cast<volatile int *>(s.errHost)) {
     *s.errHost = 0;
     throw RunError(kernelErrorText(e));

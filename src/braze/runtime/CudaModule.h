@@ -47,8 +47,9 @@ public:
   void run(CudaRunFn run, void *const *inputs, void *const *outputs, char *arena,
            const int64_t *syms, void *stream);
 
-  /// Waits for the device and reports an error a kernel recorded (tests; never on the hot path).
-  void synchronizeAndCheck();
+  /// Waits for `stream` and raises the error a kernel recorded, if any. Graphs whose kernels
+  /// check indices call it after each run, so that a bad index is an error of that call.
+  void synchronizeAndCheck(void *stream);
 
 private:
   CudaModule() = default;

@@ -205,9 +205,9 @@ void Executable::runCuda(const std::vector<const void *> &inputs, const std::vec
              outputs.data(), static_cast<char *>(arena), padded.data(), stream);
 }
 
-void Executable::synchronizeAndCheck() {
+void Executable::synchronizeAndCheck(void *stream) {
   if (cuda_)
-    cuda_->synchronizeAndCheck();
+    cuda_->synchronizeAndCheck(stream);
 }
 
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,

@@ -26,6 +26,7 @@ struct ModuleSpec {
   std::vector<std::string> kernels;
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
+  bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)
 };
 
 class CudaModule;
@@ -96,7 +97,7 @@ public:
   /// synchronizeAndCheck().
   void runCuda(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
                void *arena, const std::vector<int64_t> &syms, void *stream);
-  void synchronizeAndCheck();
+  void synchronizeAndCheck(void *stream = nullptr);
 
 private:
   Executable() = default;

@@ -88,6 +88,7 @@ public:
       BRAZE_USER_ERROR("compile", "")
           << "special functions (digamma, Bessel, zeta...) are not generated for CUDA yet";
     out.device = cudaPrelude() + kernels;
+    out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
     out.host = hostSource(calls);
     out.numKernels = static_cast<int>(s_.kernels.size());
     return out;

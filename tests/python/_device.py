@@ -1,0 +1,21 @@
+"""Helpers for tests that run once per device (see conftest.py)."""
+import torch
+from torch.utils._pytree import tree_map
+
+
+def on_cuda(*args):
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+
+def eager(fn, *args):
+    """fn's eager result. Where eager PyTorch has no CUDA kernel for a dtype (integer addmm,
+    half-precision angle...), the reference is computed on the CPU and moved to the GPU."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, RuntimeError) as e:
+        text = str(e)
+        if not on_cuda(*args) or not ("not implemented" in text or "not supported" in text):
+            raise
+    with torch.device("cpu"):
+        out = fn(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+    return tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, out)

@@ -19,3 +19,14 @@ def eager(fn, *args):
     with torch.device("cpu"):
         out = fn(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
     return tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, out)
+
+
+def eager_cpu(fn, *args):
+    """fn's result from eager PyTorch's CPU kernels, on the arguments' device. For ops whose
+    result depends on an order eager CUDA leaves open (ties of an unstable sort, duplicate
+    scatter targets), braze follows the CPU kernels' order on every device."""
+    with torch.device("cpu"):
+        out = fn(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+    if not on_cuda(*args):
+        return out
+    return tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, out)

@@ -33,9 +33,10 @@ def assert_same(got, want, **tol):
 
 def test_uninitialized_creation_has_eager_shape_dtype_and_layout():
     def fn(x):
-        return (torch.empty(2, 3, dtype=torch.int16), torch.empty_like(x),
-                torch.empty_strided((3, 4), (1, 3)), x.new_empty_strided((2, 5), (5, 1)),
-                torch.empty_permuted((2, 3, 4), (0, 2, 1)), x.new_empty((0, 2)))
+        d = x.device
+        return (torch.empty(2, 3, dtype=torch.int16, device=d), torch.empty_like(x),
+                torch.empty_strided((3, 4), (1, 3), device=d), x.new_empty_strided((2, 5), (5, 1)),
+                torch.empty_permuted((2, 3, 4), (0, 2, 1), device=d), x.new_empty((0, 2)))
     got, want = run_compiled(fn, torch.randn(4, 3).t())
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype

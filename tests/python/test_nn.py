@@ -16,11 +16,17 @@ def _x():
 W1, W2, B2 = torch.randn(4, 6, 3, 3), torch.randn(4, 3, 3, 2), torch.randn(4)
 W3, W4 = torch.randn(6, 1, 3, 3), torch.randn(5, 6, 3)
 
+def _d(t):
+    """A module-level tensor on the device the test runs on."""
+    return t.to(torch.get_default_device())
+
+
 CASES = {
-    "conv2d": lambda x: F.conv2d(x, W1),
-    "conv2d_stride_pad_groups_bias": lambda x: F.conv2d(x, W2, B2, stride=2, padding=1, groups=2),
-    "conv2d_depthwise_dilated": lambda x: F.conv2d(x, W3, padding=2, dilation=2, groups=6),
-    "conv1d": lambda x: F.conv1d(x[:, :, 0], W4, padding=1),
+    "conv2d": lambda x: F.conv2d(x, _d(W1)),
+    "conv2d_stride_pad_groups_bias": lambda x: F.conv2d(x, _d(W2), _d(B2), stride=2, padding=1,
+                                                        groups=2),
+    "conv2d_depthwise_dilated": lambda x: F.conv2d(x, _d(W3), padding=2, dilation=2, groups=6),
+    "conv1d": lambda x: F.conv1d(x[:, :, 0], _d(W4), padding=1),
     "max_pool": lambda x: F.max_pool2d(x, 3, 2, 1),
     "max_pool_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
     "max_pool_indices": lambda x: F.max_pool2d_with_indices(x, 3, 2, 1)[1],
@@ -31,8 +37,10 @@ CASES = {
     "avg_pool_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
                                                         count_include_pad=False),
     "avg_pool_divisor": lambda x: F.avg_pool2d(x, (2, 3), divisor_override=5),
-    "batch_norm_eval": lambda x: F.batch_norm(x, torch.arange(6.0), torch.arange(1.0, 7.0),
-                                              torch.ones(6) * 2, torch.zeros(6), False),
+    "batch_norm_eval": lambda x: F.batch_norm(x, torch.arange(6.0, device=x.device),
+                                              torch.arange(1.0, 7.0, device=x.device),
+                                              torch.ones(6, device=x.device) * 2,
+                                              torch.zeros(6, device=x.device), False),
 }
 
 

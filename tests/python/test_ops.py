@@ -19,8 +19,8 @@ COMPILED = {
     "stack": lambda x: torch.stack([x, x + 1], 1),
     "pad": lambda x: F.pad(x, (1, 2, 0, 3), value=0.5),
     "flip": lambda x: x.flip(0, 1) - x,
-    "arange": lambda x: torch.arange(x.shape[0]) * x[:, 0],
-    "arange_float": lambda x: torch.arange(0.5, 3.0, 0.5) + x[0, 0],
+    "arange": lambda x: torch.arange(x.shape[0], device=x.device) * x[:, 0],
+    "arange_float": lambda x: torch.arange(0.5, 3.0, 0.5, device=x.device) + x[0, 0],
     "tril": lambda x: torch.tril(x) + torch.triu(x, 1) * 2,
     "masked_fill": lambda x: x.masked_fill(x > 0, -1.0),
     "zeros_like": lambda x: torch.zeros_like(x) + x,
@@ -34,7 +34,7 @@ COMPILED = {
     "activations": lambda x: F.elu(x) + F.hardtanh(x) + F.leaky_relu(x) + F.softplus(x),
     "clamp_tensor": lambda x: x.clamp(min=x[0], max=x[0] + 1),
     "where_scalar": lambda x: torch.where(x > 0, x, 0.0),
-    "eye": lambda x: torch.eye(6, 5) + x,
+    "eye": lambda x: torch.eye(6, 5, device=x.device) + x,
     "lerp_addcmul": lambda x: torch.lerp(x, x * 2, 0.3) + torch.addcmul(x, x, x, value=0.5),
 }
 

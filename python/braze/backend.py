@@ -125,6 +125,10 @@ class _BrazeGraph:
 
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
+        where = self.device.type if self.device is not None else "cpu"
+        if any(x.device.type != where for x in inputs):
+            return self._eager(args, f"an input is not on {self.device or 'cpu'}, where this "
+                                     "graph was compiled")
         if self.needs_seed:
             inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=self.device))
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
@@ -138,12 +142,15 @@ class _BrazeGraph:
         except _C.RunError as e:
             if "compiled graph expects" not in str(e) and "expected" not in str(e):
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
-            if not self.warned:
-                warnings.warn(f"braze: {e}; running this call in eager PyTorch")
-                self.warned = True
-            _fallback_counts["fallback_graphs"] += 1
-            out = self.eager(*args)
-            return list(out) if isinstance(out, (tuple, list)) else [out]
+            return self._eager(args, str(e))
+
+    def _eager(self, args, reason):
+        if not self.warned:
+            warnings.warn(f"braze: {reason}; running this call in eager PyTorch")
+            self.warned = True
+        _fallback_counts["fallback_graphs"] += 1
+        out = self.eager(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _compile_whole(gm, opts, device=None):

@@ -465,31 +465,29 @@ private:
     return accumulatorUpdate(c, acc, v);
   }
 
+  static std::vector<const Member *> membersOf(const Step &st) {
+    std::vector<const Member *> ms;
+    for (const Member &m : st.members)
+      ms.push_back(&m);
+    return ms;
+  }
+
   /// Loads that more than one Loop step of k reads, and that depend on the inner space.
   std::vector<const loop::Expr *> rowOperands(const Kernel &k) {
     std::set<const Buffer *> writes = written(k);
+    std::vector<std::vector<const loop::Expr *>> perStep;
     std::map<const loop::Expr *, int> steps;
-    for (const Step &st : k.steps) {
-      if (st.kind != StepKind::Loop)
-        continue;
-      std::vector<const Member *> ms;
-      for (const Member &m : st.members)
-        ms.push_back(&m);
-      for (const loop::Expr *l : plainLoads(ms, writes))
-        if (dependsOn(l->index(), k.innerVars))
-          ++steps[l];
-    }
+    for (const Step &st : k.steps)
+      if (st.kind == StepKind::Loop) {
+        perStep.push_back(plainLoads(membersOf(st), writes));
+        for (const loop::Expr *l : perStep.back())
+          steps[l] += dependsOn(l->index(), k.innerVars) ? 1 : 0;
+      }
     std::vector<const loop::Expr *> out;
-    for (const Step &st : k.steps) {
-      if (st.kind != StepKind::Loop)
-        continue;
-      std::vector<const Member *> ms;
-      for (const Member &m : st.members)
-        ms.push_back(&m);
-      for (const loop::Expr *l : plainLoads(ms, writes))
+    for (const auto &loads : perStep)
+      for (const loop::Expr *l : loads)
         if (steps[l] > 1 && std::find(out.begin(), out.end(), l) == out.end())
           out.push_back(l);
-    }
     return out;
   }
 
@@ -626,9 +624,7 @@ private:
     std::string guard = "row_ok && lr == 0";
     int loopStep = 0;
     for (const Step &st : k.steps) {
-      std::vector<const Member *> members;
-      for (const Member &m : st.members)
-        members.push_back(&m);
+      std::vector<const Member *> members = membersOf(st);
       if (st.kind == StepKind::Scalar) {
         emitMembers(w, outer, members, guard, {});
         continue;

@@ -132,6 +132,16 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
   });
 }
 
+std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &names) {
+  auto ix = [&](sym::SymExpr e) { return names.index(e); };
+  w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
+  w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
+         ";");
+  std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
+  std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
+  return okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N)";
+}
+
 bool isArgReduction(const loop::Computation &c) {
   return c.reduce == loop::ReduceKind::ArgMax || c.reduce == loop::ReduceKind::ArgMin;
 }

@@ -84,6 +84,11 @@ private:
 void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int> &used,
                        std::vector<sym::SymExpr> &syms);
 
+/// Defines M, N, K, lda, ldb and ldc of a matrix-product kernel as int64 locals and returns the
+/// C condition under which a GEMM library takes that layout (each leading dimension at least
+/// the row length it spans); the kernel's loop nest computes the product otherwise.
+std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &names);
+
 /// Reductions that return a position (argmax/argmin) instead of a value.
 bool isArgReduction(const loop::Computation &c);
 /// The C expression of a reduction's identity, in the value's C type.

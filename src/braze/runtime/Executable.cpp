@@ -135,9 +135,14 @@ std::vector<int64_t> Executable::bind(const std::vector<const DLTensor *> &input
       strides.push_back(rowMajor[i].data());
     }
   }
+  return bindPointers(shapes.data(), strides.data());
+}
+
+std::vector<int64_t> Executable::bindPointers(const int64_t *const *shapes,
+                                              const int64_t *const *strides) {
   std::vector<int64_t> syms(std::max(1, spec_.numSymbols), 0);
   char msg[512] = {};
-  if (bind_(shapes.data(), strides.data(), syms.data(), msg, sizeof msg) != 0)
+  if (bind_(shapes, strides, syms.data(), msg, sizeof msg) != 0)
     throw RunError(msg);
   return syms;
 }
@@ -181,11 +186,7 @@ std::vector<int64_t> Executable::bindShapes(const std::vector<std::vector<int64_
     sp.push_back(shapes[i].data());
     st.push_back(strides[i].data());
   }
-  std::vector<int64_t> syms(std::max(1, spec_.numSymbols), 0);
-  char msg[512] = {};
-  if (bind_(sp.data(), st.data(), syms.data(), msg, sizeof msg) != 0)
-    throw RunError(msg);
-  return syms;
+  return bindPointers(sp.data(), st.data());
 }
 
 int64_t Executable::arenaBytes(const std::vector<int64_t> &syms) { return arena_(syms.data()); }

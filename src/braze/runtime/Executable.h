@@ -101,6 +101,8 @@ public:
 
 private:
   Executable() = default;
+  /// braze_bind over per-input shape and stride arrays (ranks already checked).
+  std::vector<int64_t> bindPointers(const int64_t *const *shapes, const int64_t *const *strides);
   void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
               const std::vector<int64_t> &syms);
 

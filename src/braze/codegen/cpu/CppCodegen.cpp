@@ -80,12 +80,7 @@ private:
       w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
              std::to_string(names_.symbolIndex(sy)) + "];");
     auto ix = [&](sym::SymExpr e) { return names_.index(e); };
-    w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
-    w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
-           ";");
-    std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
-    std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
-    w.line("if (!(" + okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N))) {");
+    w.line("if (!(" + emitGemmLayout(w, g, names_) + ")) {");
     w.line("  " + k.name + "_loops(bufs, syms, err);");
     w.line("  return;");
     w.line("}");

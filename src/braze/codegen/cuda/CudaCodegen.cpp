@@ -46,15 +46,19 @@ int64_t nextPow2(int64_t v) {
   return p;
 }
 
-/// How a row kernel maps rows and row elements to threads.
-struct RowPlan {
-  int threads = 32;      ///< T: threads per row (a power of two)
+/// How a kernel maps its points to threads, decided once and read by the kernel's text and its
+/// launch. Pointwise kernels use block and vec; row kernels all of it.
+struct KernelPlan {
+  int threads = 32;      ///< rows: T, threads per row (a power of two)
   int block = kRowBlock; ///< threads per block
   int vec = 1;           ///< consecutive elements per thread per iteration
   bool persistent = false;
   int64_t iters = 0;     ///< persistent: iterations per thread
   int64_t length = 0;    ///< persistent: the row length (constant)
   bool ragged = false;   ///< persistent: the last iteration is partial
+  /// Persistent rows: the operands loaded once and the values kept between steps.
+  std::vector<const loop::Expr *> rowLoads;
+  std::vector<std::pair<const loop::Expr *, int>> rowValues;
 };
 
 /// A load the lanes of a point group share as one vector, or a row operand kept in registers.
@@ -75,8 +79,9 @@ public:
     for (const Kernel &k : s_.kernels) {
       int index = static_cast<int>(out.kernels.size());
       out.kernels.push_back(k.name);
-      kernels += emitKernel(k);
-      std::string launch = launchCall(k, index);
+      KernelPlan plan = planKernel(k);
+      kernels += emitKernel(k, plan);
+      std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
         out.usesGemm = true;
         calls.push_back(gemmCall(k, launch));
@@ -226,17 +231,16 @@ private:
     w.line("(void)" + rest + ";");
   }
 
-  std::string emitKernel(const Kernel &k) {
+  std::string emitKernel(const Kernel &k, const KernelPlan &plan) {
     next_ = 0;
     kernel_ = &k;
     std::string body;
     Writer w(body, 1);
-    int block = k.innerVars.empty() ? kPointwiseBlock : rowPlan(k).block;
     if (k.innerVars.empty())
-      emitPointwise(k, w);
+      emitPointwise(k, plan, w);
     else
-      emitRows(k, w);
-    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + ") " +
+      emitRows(k, plan, w);
+    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(plan.block) + ") " +
            k.name + "(" + params(k) + ") {\n" + body + "}\n\n";
   }
 
@@ -268,14 +272,19 @@ private:
 
   // ---- Shape 1: pointwise --------------------------------------------------------------------
 
-  void emitPointwise(const Kernel &k, Writer &w) {
+  std::vector<const Member *> allMembers(const Kernel &k) {
     std::vector<const Member *> members;
     for (const Step &st : k.steps)
       for (const Member &m : st.members)
         members.push_back(&m);
+    return members;
+  }
+
+  void emitPointwise(const Kernel &k, const KernelPlan &plan, Writer &w) {
+    std::vector<const Member *> members = allMembers(k);
     std::set<const Buffer *> writes = written(k);
     SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
-    int vec = laneCount(members, var, writes);
+    int vec = plan.vec;
     w.line("const int64_t first = ((int64_t)blockIdx.x * " + std::to_string(kPointwiseBlock) +
            " + threadIdx.x) * " + std::to_string(vec) + ";");
     w.line("if (first >= " + product(k.outerVars) + ") return;");
@@ -550,14 +559,19 @@ private:
     return out;
   }
 
-  RowPlan rowPlan(const Kernel &k) {
-    RowPlan p;
+  KernelPlan planKernel(const Kernel &k) {
+    KernelPlan p;
+    std::set<const Buffer *> writes = written(k);
+    if (k.innerVars.empty()) {
+      p.block = kPointwiseBlock;
+      p.vec = laneCount(allMembers(k), k.outerVars.empty() ? nullptr : k.outerVars.back(), writes);
+      return p;
+    }
     std::vector<const Member *> all;
     for (const Step &st : k.steps)
       if (st.kind == StepKind::Loop)
         for (const Member &m : st.members)
           all.push_back(&m);
-    std::set<const Buffer *> writes = written(k);
     p.vec = laneCount(all, k.innerVars.back(), writes);
     SymExpr length = sym_.product([&] {
       std::vector<SymExpr> e;
@@ -575,17 +589,22 @@ private:
     p.length = length->value();
     int64_t chunk = static_cast<int64_t>(p.threads) * p.vec;
     p.iters = (p.length + chunk - 1) / chunk;
-    size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
+    std::vector<const loop::Expr *> loads = rowOperands(k);
+    std::vector<std::pair<const loop::Expr *, int>> values = rowValues(k);
+    size_t live = std::max<size_t>(1, loads.size() + values.size());
     int64_t rows = p.block / p.threads;
     int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
     p.persistent = p.iters * p.vec <= kMaxPerThread &&
                    bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
     p.ragged = p.length % chunk != 0;
+    if (p.persistent) {
+      p.rowLoads = std::move(loads);
+      p.rowValues = std::move(values);
+    }
     return p;
   }
 
-  void emitRows(const Kernel &k, Writer &w) {
-    RowPlan plan = rowPlan(k);
+  void emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
     std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
     std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
     std::string rows = product(k.outerVars);
@@ -605,7 +624,7 @@ private:
     // a later step would recompute, kept from the step that computes it first.
     std::vector<VectorLoad> cached;
     if (plan.persistent) {
-      for (const loop::Expr *l : rowOperands(k))
+      for (const loop::Expr *l : plan.rowLoads)
         cached.push_back({l, "rc" + std::to_string(next_++)});
       if (!cached.empty()) {
         std::string n = std::to_string(plan.iters * plan.vec);
@@ -616,7 +635,7 @@ private:
         closeRowLoop(w, plan);
       }
       std::string n = std::to_string(plan.iters * plan.vec);
-      for (auto [e, step] : rowValues(k)) {
+      for (auto [e, step] : plan.rowValues) {
         cached.push_back({e, "rv" + std::to_string(next_++), step});
         w.line(ctype(e->dtype()) + " " + cached.back().array + "[" + n + "];");
       }
@@ -651,7 +670,7 @@ private:
 
   /// Opens the loop over this thread's part of the row and defines the inner vars but the
   /// last, whose lane-0 value is `base`.
-  void openRowLoop(Writer &w, const Kernel &k, const RowPlan &plan, const std::string &base) {
+  void openRowLoop(Writer &w, const Kernel &k, const KernelPlan &plan, const std::string &base) {
     std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
     std::string length = product(k.innerVars);
     if (plan.persistent) {
@@ -670,7 +689,7 @@ private:
     decompose(w, k.innerVars, "rb", base);
   }
 
-  void closeRowLoop(Writer &w, const RowPlan &) {
+  void closeRowLoop(Writer &w, const KernelPlan &) {
     w.dedent();
     w.line("}");
     w.dedent();
@@ -711,7 +730,7 @@ private:
 
   /// Combines every thread's partial result of a reduction over its row group; afterwards
   /// every thread of the group holds the row's result.
-  void emitCombine(Writer &w, const loop::Computation &c, const RowPlan &plan) {
+  void emitCombine(Writer &w, const loop::Computation &c, const KernelPlan &plan) {
     std::string acc = names_.acc(c), ai = argIndex(c), ty = accType(c);
     bool arg = isArgReduction(c);
     std::string isMax = c.reduce == loop::ReduceKind::ArgMax ? "true" : "false";
@@ -778,31 +797,15 @@ private:
   // ---- Host side -----------------------------------------------------------------------------
 
   /// A statement that launches k's kernel (setting `err`).
-  std::string launchCall(const Kernel &k, int index) {
-    std::string blocks, threads;
-    if (k.innerVars.empty()) {
-      std::string per = std::to_string(kPointwiseBlock) + " * " +
-                        std::to_string(laneCountForLaunch(k));
-      blocks = "(" + product(k.outerVars) + " + " + per + " - 1) / (" + per + ")";
-      threads = std::to_string(kPointwiseBlock);
-    } else {
-      RowPlan plan = rowPlan(k);
-      std::string rpb = std::to_string(plan.block / plan.threads);
-      blocks = "(" + product(k.outerVars) + " + " + rpb + " - 1) / " + rpb;
-      threads = std::to_string(plan.block);
-    }
+  std::string launchCall(const Kernel &k, const KernelPlan &plan, int index) {
+    // Points per block: VEC per thread (pointwise), or one row per group of T threads.
+    std::string per = k.innerVars.empty()
+                          ? std::to_string(plan.block) + " * " + std::to_string(plan.vec)
+                          : std::to_string(plan.block / plan.threads);
+    std::string blocks = "(" + product(k.outerVars) + " + " + per + " - 1) / (" + per + ")";
     return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" +
            launchArgs(k) + "}; err = api->launch(api->ctx, " + std::to_string(index) +
-           ", blocks, " + threads + ", args); } }";
-  }
-
-  int laneCountForLaunch(const Kernel &k) {
-    std::vector<const Member *> members;
-    for (const Step &st : k.steps)
-      for (const Member &m : st.members)
-        members.push_back(&m);
-    SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
-    return laneCount(members, var, written(k));
+           ", blocks, " + std::to_string(plan.block) + ", args); } }";
   }
 
   /// The cuBLASLt call for a matrix-product kernel: one per batch point, or the loop kernel
@@ -816,12 +819,8 @@ private:
     Writer w(out, 1);
     w.line("{");
     w.indent();
-    w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
-    w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
-           ";");
-    std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
-    std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
-    w.line("if (!(K > 0 && " + okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N))) {");
+    // cuBLASLt does not define k == 0: the loop kernel writes the zeros.
+    w.line("if (!(K > 0 && " + emitGemmLayout(w, g, names_) + ")) {");
     w.line("  " + fallback);
     w.line("} else if (M > 0 && N > 0) {");
     w.indent();

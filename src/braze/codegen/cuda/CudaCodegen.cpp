@@ -1,3 +1,6 @@
+/// (This file is over 800 lines: both kernel shapes share the emitter's lane, cache and scope state; the
+/// prelude and the host text are already in files of their own.)
+///
 /// Emits one __global__ function per schedule kernel, in one of two shapes:
 ///   1. Pointwise (no inner space): the outer space is flattened; each thread computes VEC
 ///      consecutive points of the innermost outer dim ("lanes"), reading and writing operands
@@ -10,10 +13,12 @@
 ///      size <= the target's budget) the loop is unrolled and every operand that more than one
 ///      step reads is loaded once into registers ("persistent"); otherwise the loop re-reads.
 /// A kernel that is a matrix product also gets a host-side call of cuBLASLt through the
-/// runtime, with the loop kernel as the fallback for layouts cuBLASLt does not take.
+/// runtime, with the loop kernel as the fallback for layouts cuBLASLt does not take (the host
+/// text is in CudaHost.cpp).
 #include "braze/codegen/cuda/CudaCodegen.h"
 
 #include "braze/codegen/CFamily.h"
+#include "braze/codegen/cuda/CudaHost.h"
 #include "braze/codegen/KernelBody.h"
 #include "braze/codegen/SpecialMath.h"
 #include "braze/support/Check.h"
@@ -84,7 +89,7 @@ public:
       std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
         out.usesGemm = true;
-        calls.push_back(gemmCall(k, launch));
+        calls.push_back(gemmStatement(names_, k, launch));
       } else {
         calls.push_back(launch);
       }
@@ -94,7 +99,7 @@ public:
           << "special functions (digamma, Bessel, zeta...) are not generated for CUDA yet";
     out.device = cudaPrelude() + kernels;
     out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
-    out.host = hostSource(calls);
+    out.host = hostSource(s_, names_, calls);
     out.numKernels = static_cast<int>(s_.kernels.size());
     return out;
   }
@@ -190,26 +195,7 @@ private:
     return p + std::string(p.empty() ? "" : ", ") + "int* __restrict__ err";
   }
 
-  /// Arguments of the launch, in the order of params(): pointers to the values.
-  std::string launchArgs(const Kernel &k) {
-    std::set<int> used;
-    std::vector<SymExpr> syms;
-    collectKernelUses(k, names_, used, syms);
-    std::string a;
-    for (int id : used)
-      if (inMemory(*s_.program->buffers()[id]))
-        a += "(void*)&bufs[" + std::to_string(id) + "], ";
-    for (SymExpr sy : syms)
-      a += "(void*)&" + names_.symbol(sy) + ", ";
-    return a + "(void*)&api->err";
-  }
-
-  std::string product(const std::vector<SymExpr> &vars) {
-    std::string p = "INT64_C(1)";
-    for (SymExpr v : vars)
-      p += " * " + names_.index(v->extent());
-    return p;
-  }
+  std::string product(const std::vector<SymExpr> &vars) { return extentProduct(names_, vars); }
 
   /// Defines vars (row-major) from the linear position `linear`; the last one gets `lastName`.
   void decompose(Writer &w, const std::vector<SymExpr> &vars, const std::string &linear,
@@ -802,77 +788,7 @@ private:
     std::string per = k.innerVars.empty()
                           ? std::to_string(plan.block) + " * " + std::to_string(plan.vec)
                           : std::to_string(plan.block / plan.threads);
-    std::string blocks = "(" + product(k.outerVars) + " + " + per + " - 1) / (" + per + ")";
-    return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" +
-           launchArgs(k) + "}; err = api->launch(api->ctx, " + std::to_string(index) +
-           ", blocks, " + std::to_string(plan.block) + ", args); } }";
-  }
-
-  /// The cuBLASLt call for a matrix-product kernel: one per batch point, or the loop kernel
-  /// (`fallback`) when the layout is not one cuBLASLt takes.
-  std::string gemmCall(const Kernel &k, const std::string &fallback) {
-    const sched::GemmCall &g = *k.gemm;
-    auto ix = [&](SymExpr e) { return names_.index(e); };
-    int code = g.dtype == DType::Float32 ? 0 : g.dtype == DType::Float64 ? 1
-             : g.dtype == DType::Float16 ? 2 : 3;
-    std::string out;
-    Writer w(out, 1);
-    w.line("{");
-    w.indent();
-    // cuBLASLt does not define k == 0: the loop kernel writes the zeros.
-    w.line("if (!(K > 0 && " + emitGemmLayout(w, g, names_) + ")) {");
-    w.line("  " + fallback);
-    w.line("} else if (M > 0 && N > 0) {");
-    w.indent();
-    std::string esz = std::to_string(dtypeSize(g.dtype));
-    for (SymExpr v : g.batchVars) {
-      w.line("for (int64_t " + ix(v) + " = 0; " + ix(v) + " < " + ix(v->extent()) + " && !err; ++" +
-             ix(v) + ") {");
-      w.indent();
-    }
-    w.line("BrazeGemm g = {" + std::to_string(code) + ", " + (g.transA ? "1" : "0") + ", " +
-           (g.transB ? "1" : "0") + ", M, N, K, (const char*)bufs[" + std::to_string(g.a->id) +
-           "] + (" + ix(g.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
-           std::to_string(g.b->id) + "] + (" + ix(g.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
-           std::to_string(g.c->id) + "] + (" + ix(g.offC) + ") * " + esz + ", ldc, " +
-           (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) + "};");
-    w.line("err = api->gemm(api->ctx, &g);");
-    for (size_t i = 0; i < g.batchVars.size(); ++i) {
-      w.dedent();
-      w.line("}");
-    }
-    w.dedent();
-    w.line("}");
-    w.dedent();
-    w.line("}");
-    return out;
-  }
-
-  std::string hostSource(const std::vector<std::string> &calls) {
-    std::string out = R"HOST(#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-
-// The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index and
-// GEMMs through cuBLASLt, on the stream of the current call.
-struct BrazeGemm {
-  int dtype; // 0 f32, 1 f64, 2 f16, 3 bf16
-  int transA, transB;
-  int64_t m, n, k;
-  const void* a; int64_t lda;
-  const void* b; int64_t ldb;
-  void* c; int64_t ldc;
-  const void* bias; // [n], added before C is rounded; or null
-};
-struct BrazeCudaApi {
-  void* ctx;
-  int (*launch)(void* ctx, int kernel, int64_t blocks, int threads, void** args);
-  int (*gemm)(void* ctx, const BrazeGemm* g);
-  int* err; // device-visible error flag of the kernels
-};
-
-)HOST";
-    return out + emitModuleAbi(s_, names_, calls, ", const BrazeCudaApi* api");
+    return launchStatement(s_, names_, k, index, plan.block, per);
   }
 
   const sched::Schedule &s_;

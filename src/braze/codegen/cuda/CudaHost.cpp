@@ -1,0 +1,101 @@
+#include "braze/codegen/cuda/CudaHost.h"
+
+#include "braze/codegen/CFamily.h"
+
+namespace braze::codegen {
+
+std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &vars) {
+  std::string p = "INT64_C(1)";
+  for (sym::SymExpr v : vars)
+    p += " * " + names.index(v->extent());
+  return p;
+}
+
+std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
+                            int index, int threads, const std::string &pointsPerBlock) {
+  // Arguments in the order of the kernel's parameters: buffers in memory, then sizes, then the
+  // error flag; each a pointer to the value.
+  std::set<int> used;
+  std::vector<sym::SymExpr> syms;
+  collectKernelUses(k, names, used, syms);
+  std::string args;
+  for (int id : used)
+    if (s.placement.at(id).kind != sched::PlacementKind::Local)
+      args += "(void*)&bufs[" + std::to_string(id) + "], ";
+  for (sym::SymExpr sy : syms)
+    args += "(void*)&" + names.symbol(sy) + ", ";
+  args += "(void*)&api->err";
+  std::string blocks = "(" + extentProduct(names, k.outerVars) + " + " + pointsPerBlock +
+                       " - 1) / (" + pointsPerBlock + ")";
+  return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" + args +
+         "}; err = api->launch(api->ctx, " + std::to_string(index) + ", blocks, " +
+         std::to_string(threads) + ", args); } }";
+}
+
+std::string gemmStatement(const Names &names, const sched::Kernel &k, const std::string &fallback) {
+  const sched::GemmCall &g = *k.gemm;
+  auto ix = [&](sym::SymExpr e) { return names.index(e); };
+  int code = g.dtype == DType::Float32 ? 0 : g.dtype == DType::Float64 ? 1
+           : g.dtype == DType::Float16 ? 2 : 3;
+  std::string out;
+  Writer w(out, 1);
+  w.line("{");
+  w.indent();
+  // cuBLASLt does not define k == 0: the loop kernel writes the zeros.
+  w.line("if (!(K > 0 && " + emitGemmLayout(w, g, names) + ")) {");
+  w.line("  " + fallback);
+  w.line("} else if (M > 0 && N > 0) {");
+  w.indent();
+  std::string esz = std::to_string(dtypeSize(g.dtype));
+  for (sym::SymExpr v : g.batchVars) {
+    w.line("for (int64_t " + ix(v) + " = 0; " + ix(v) + " < " + ix(v->extent()) + " && !err; ++" +
+           ix(v) + ") {");
+    w.indent();
+  }
+  w.line("BrazeGemm g = {" + std::to_string(code) + ", " + (g.transA ? "1" : "0") + ", " +
+         (g.transB ? "1" : "0") + ", M, N, K, (const char*)bufs[" + std::to_string(g.a->id) +
+         "] + (" + ix(g.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
+         std::to_string(g.b->id) + "] + (" + ix(g.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
+         std::to_string(g.c->id) + "] + (" + ix(g.offC) + ") * " + esz + ", ldc, " +
+         (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) + "};");
+  w.line("err = api->gemm(api->ctx, &g);");
+  for (size_t i = 0; i < g.batchVars.size(); ++i) {
+    w.dedent();
+    w.line("}");
+  }
+  w.dedent();
+  w.line("}");
+  w.dedent();
+  w.line("}");
+  return out;
+}
+
+  std::string hostSource(const sched::Schedule &s, Names &names,
+                       const std::vector<std::string> &calls) {
+    std::string out = R"HOST(#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+// The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index and
+// GEMMs through cuBLASLt, on the stream of the current call.
+struct BrazeGemm {
+  int dtype; // 0 f32, 1 f64, 2 f16, 3 bf16
+  int transA, transB;
+  int64_t m, n, k;
+  const void* a; int64_t lda;
+  const void* b; int64_t ldb;
+  void* c; int64_t ldc;
+  const void* bias; // [n], added before C is rounded; or null
+};
+struct BrazeCudaApi {
+  void* ctx;
+  int (*launch)(void* ctx, int kernel, int64_t blocks, int threads, void** args);
+  int (*gemm)(void* ctx, const BrazeGemm* g);
+  int* err; // device-visible error flag of the kernels
+};
+
+)HOST";
+    return out + emitModuleAbi(s, names, calls, ", const BrazeCudaApi* api");
+  }
+
+} // namespace braze::codegen

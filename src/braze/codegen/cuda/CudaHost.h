@@ -1,0 +1,28 @@
+#pragma once
+/// The host side of a CUDA module (internal to codegen/cuda): the statements of braze_run that
+/// launch kernels and call cuBLASLt through the runtime's callbacks, and the module's host
+/// source around them.
+#include "braze/codegen/KernelBody.h"
+
+#include <string>
+#include <vector>
+
+namespace braze::codegen {
+
+/// "INT64_C(1) * e0 * e1 ...": the number of points of `vars`, as C.
+std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &vars);
+
+/// Launches kernel `index` (k's __global__) with `threads` per block and enough blocks for k's
+/// outer space at `pointsPerBlock` (C text) each; sets `err`.
+std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
+                            int index, int threads, const std::string &pointsPerBlock);
+
+/// The cuBLASLt call for a matrix-product kernel, one per batch point, or `fallback` (the loop
+/// kernel's launch) when the layout is not one cuBLASLt takes.
+std::string gemmStatement(const Names &names, const sched::Kernel &k, const std::string &fallback);
+
+/// The module's host source: the callback types, then the module ABI with `calls` in braze_run.
+std::string hostSource(const sched::Schedule &s, Names &names,
+                       const std::vector<std::string> &calls);
+
+} // namespace braze::codegen

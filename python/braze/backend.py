@@ -105,23 +105,7 @@ class _BrazeGraph:
                 or self.complex_outputs or self.none_slots
                 or any(c.is_complex() for c in self.constants)):
             return self
-        positions, device, index = self.tensor_positions, run.device, run.index
-        const_ptrs = [c.data_ptr() for c in self.constants]
-        keep = self.constants  # the pointers above stay valid while the closure holds these
-        layouts = [(tuple(shape), tuple(stride), dt)
-                   for (shape, stride), dt in zip(run.layouts, run.output_dtypes)]
-        arena_bytes, syms, run_cuda = run.arena, run.syms, self.compiled.run_cuda
-        empty_strided, empty, stream = torch.empty_strided, torch.empty, torch._C._cuda_getCurrentRawStream
-
-        def call(*args):
-            outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
-            arena = empty(arena_bytes, dtype=torch.uint8, device=device) if arena_bytes else None
-            run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
-                     [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,
-                     stream(index))
-            return outs
-        call.constants = keep
-        return call
+        return run.guarded_call(self.tensor_positions, self.constants)
 
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants

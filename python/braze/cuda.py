@@ -126,3 +126,25 @@ class CudaGraph:
         if self.checks:
             self.compiled.synchronize(stream)  # a bad index is an error of this call
         return outs
+
+    def guarded_call(self, positions, constants):
+        """For a static graph whose inputs Dynamo's guards have already checked: a callable taking
+        the graph's positional arguments (tensor inputs at `positions`, then `constants`) that
+        skips the checks of __call__ and precomputes what it can."""
+        device, index = self.device, self.index
+        const_ptrs = [c.data_ptr() for c in constants]
+        layouts = [(tuple(shape), tuple(stride), dt)
+                   for (shape, stride), dt in zip(self.layouts, self.output_dtypes)]
+        arena_bytes, syms, run_cuda = self.arena, self.syms, self.compiled.run_cuda
+        empty_strided, empty = torch.empty_strided, torch.empty
+        stream = torch._C._cuda_getCurrentRawStream
+
+        def call(*args):
+            outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
+            arena = empty(arena_bytes, dtype=torch.uint8, device=device) if arena_bytes else None
+            run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
+                     [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,
+                     stream(index))
+            return outs
+        call.constants = constants  # const_ptrs stay valid while the closure holds these
+        return call

@@ -1,5 +1,5 @@
-/// (This file is over 800 lines: both kernel shapes share the emitter's lane, cache and scope state; the
-/// prelude and the host text are already in files of their own.)
+/// (This file is over 800 lines: both kernel shapes share the emitter's lane, cache and scope
+/// state; the prelude and the host text are already in files of their own.)
 ///
 /// Emits one __global__ function per schedule kernel, in one of two shapes:
 ///   1. Pointwise (no inner space): the outer space is flattened; each thread computes VEC

@@ -6,6 +6,9 @@
 
 namespace braze::jit {
 
+/// Part of every cache key: a new braze never reuses an old one's entries.
+inline constexpr const char *kBrazeVersion = "braze-0.1.0";
+
 std::string readFile(const std::filesystem::path &p);
 void writeFileAtomically(const std::filesystem::path &p, const std::string &data);
 /// Both files exist and `sum` holds the SHA-256 of `entry`.

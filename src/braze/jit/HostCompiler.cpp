@@ -18,8 +18,6 @@ namespace braze::jit {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr const char *kBrazeVersion = "braze-0.1.0";
-
 /// First line of `<compiler> --version`, computed once per compiler.
 std::string compilerIdentity(const std::string &compiler) {
   static std::mutex mu;

@@ -17,8 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char *kBrazeVersion = "braze-0.1.0";
-
 /// NVRTC's C API (nvrtcResult is an int, 0 = NVRTC_SUCCESS; nvrtcProgram an opaque pointer).
 struct Nvrtc {
   int (*version)(int *, int *);

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu bench-gpu clean
+.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu bench-gpu zoo clean
 
 $(STAMP):
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
@@ -16,9 +16,12 @@ $(STAMP):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q numpy pytest expecttest nanobind scikit-build-core cmake ninja scipy-openblas64 transformers
+	# Every version pinned to the one tested (an unpinned package changes under CI).
+	$(PIP) install -q numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0 nanobind==3.1.0 \
+	    scikit-build-core==1.1.2 cmake==4.4.4 ninja==1.13.2 scipy-openblas64==0.3.34.481.3 \
+	    transformers==5.23.0
 	# NVRTC alone (no GPU needed): the tests compile braze's generated CUDA code with it.
-	$(PIP) install -q nvidia-cuda-nvrtc-cu12
+	$(PIP) install -q nvidia-cuda-nvrtc-cu12==12.9.86
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -42,6 +45,11 @@ test-conformance: build
 	$(PY) tests/conformance/op_db_sweep.py --subset --quiet
 
 test: test-cpp test-python test-conformance
+
+# The whole model zoo (tests/python/zoo.py) on the CPU; ZOO_DEVICE=cuda on a machine with a GPU.
+ZOO_DEVICE ?= cpu
+zoo: build
+	$(PY) tests/python/zoo.py --device $(ZOO_DEVICE)
 
 bench-cpu: build
 	$(PY) benchmarks/cpu_suite.py

@@ -2,6 +2,7 @@
 translated into a braze graph, compiled in C++, and wrapped in a callable. Ops braze cannot take
 run in eager PyTorch between compiled partitions; an internal error falls back to eager for the
 whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT=1)."""
+import collections
 import dataclasses
 import functools
 import operator
@@ -16,8 +17,15 @@ from torch._functorch.aot_autograd import make_boxed_func
 from braze import _C
 from braze import cuda as cuda_support
 from braze.fx_import import Translator, Unsupported, supported_targets
+from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
 
-_fallback_counts = {"fallback_ops": 0, "fallback_graphs": 0}
+# graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole graph
+# or one partition each); recompiles: variants compiled for inputs laid out otherwise than the
+# graph's example inputs; fallback_ops: FX nodes left to eager; fallback_graphs: graphs, or
+# calls of a compiled graph, that ran in eager PyTorch.
+_fallback_counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
+                    "fallback_graphs": 0}
+_fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
 _last_sources = []  # generated source per compiled graph, for run_and_get_code
 
 
@@ -39,6 +47,11 @@ def counters():
     d = dict(_C.counters())
     d.update(_fallback_counts)
     return d
+
+
+def fallback_ops_by_op():
+    """How many FX nodes of each op braze has left to eager PyTorch in this process."""
+    return dict(_fallback_ops_by_op)
 
 
 def run_and_get_code(fn, *args, **kwargs):
@@ -78,13 +91,25 @@ def _node_support(node):
         return False, str(e)
 
 
+def _layout_error(e):
+    """True for a RunError saying the inputs are not laid out as the compiled graph expects
+    (as opposed to an error of the computation itself, such as an index out of range)."""
+    return "compiled graph expects" in str(e) or "expected" in str(e)
+
+
 class _BrazeGraph:
-    """A compiled braze graph called with the FX graph's positional arguments. If a call brings
-    inputs whose shapes or strides the compiled graph does not accept (guards should prevent
-    it), that call runs the eager graph instead, with one warning: never a wrong answer."""
+    """A compiled braze graph called with the FX graph's positional arguments.
+
+    Inputs are taken as they come: a call whose inputs are laid out otherwise than the graph was
+    compiled for (an eager kernel's output, a view) runs a variant compiled for those layouts,
+    kept and counted in counters()["recompiles"]. Outputs that the FX graph declares with a
+    layout braze does not produce directly (strided or expanded) are laid out as declared. If
+    braze's own call path fails, that call runs the eager graph on inputs laid out as the graph
+    declares them, with one warning: never a wrong answer and never a broken program."""
 
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
-                 complex_outputs=(), none_slots=(), run=None, device=None):
+                 complex_outputs=(), none_slots=(), run=None, device=None, *,
+                 input_layouts=(), output_layouts=(), recompile=None, strict=False):
         self.compiled = compiled
         self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
@@ -94,6 +119,14 @@ class _BrazeGraph:
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
         self.needs_seed = needs_seed  # random ops: a fresh seed from torch's generator per call
         self.eager = eager
+        # (argument position, sizes, strides) of each tensor argument with a static layout
+        self.input_layouts = input_layouts
+        # (output slot, sizes, strides) of each output braze computes row-major but the graph
+        # declares with other strides
+        self.output_layouts = output_layouts
+        self.recompile = recompile  # args -> the run callable of a variant for their layouts
+        self.strict = strict
+        self.variants = {}  # ((sizes, strides) per input) -> run callable
         self.warned = False
 
     def fast(self):
@@ -102,7 +135,7 @@ class _BrazeGraph:
         run = self.run
         if (not isinstance(run, cuda_support.CudaGraph) or not run.static or self.needs_seed
                 or run.checks
-                or self.complex_outputs or self.none_slots
+                or self.complex_outputs or self.none_slots or self.output_layouts
                 or any(c.is_complex() for c in self.constants)):
             return self
         return run.guarded_call(self.tensor_positions, self.constants)
@@ -117,36 +150,88 @@ class _BrazeGraph:
             inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=self.device))
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
-            outs = self.run(inputs)
+            outs = self._run(args, inputs)
             for i in self.complex_outputs:
                 outs[i] = torch.view_as_complex(outs[i])
+            for i, shape, stride in self.output_layouts:
+                outs[i] = as_layout(outs[i], shape, stride)
             for i in self.none_slots:
                 outs.insert(i, None)
             return outs
         except _C.RunError as e:
-            if "compiled graph expects" not in str(e) and "expected" not in str(e):
+            if not _layout_error(e):
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
-            return self._eager(args, str(e))
+            reason = str(e)
+        except (Unsupported, _C.CompileError) as e:
+            if self.strict:
+                raise
+            reason = f"braze cannot compile a variant for these inputs: {e}"
+        except Exception as e:  # braze's call path must never break the user's program
+            if self.strict:
+                raise
+            reason = f"internal error in braze's call ({type(e).__name__}: {e})"
+        return self._eager(args, reason)
+
+    def _run(self, args, inputs):
+        try:
+            return self.run(inputs)
+        except _C.RunError as e:
+            if self.recompile is None or not _layout_error(e):
+                raise
+        key = tuple((tuple(x.shape), tuple(x.stride())) for x in inputs)
+        run = self.variants.get(key)
+        if run is None:
+            _fallback_counts["recompiles"] += 1
+            _log_fallback(f"recompiling a graph for inputs laid out as {key}")
+            run = self.variants[key] = self.recompile(args)
+        self.run = run  # the layouts most recently seen are tried first
+        return run(inputs)
 
     def _eager(self, args, reason):
         if not self.warned:
             warnings.warn(f"braze: {reason}; running this call in eager PyTorch")
             self.warned = True
         _fallback_counts["fallback_graphs"] += 1
+        _log_fallback(f"{reason}; running this call in eager PyTorch")
+        args = list(args)
+        for i, shape, stride in self.input_layouts:  # eager gets the layouts it was traced with
+            if isinstance(args[i], torch.Tensor):
+                args[i] = as_layout(args[i], shape, stride)
         out = self.eager(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _compile_whole(gm, opts, device=None):
+def _bindings(gm, args):
+    """Size symbols -> values, read from the arguments of one call (a variant for their
+    layouts is compiled with every size fixed)."""
+    import sympy
+    out = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            out[val.node.expr.name] = int(arg)
+        elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            for d, n in zip(val.shape, arg.shape):
+                if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+                    out[d.node.expr.name] = int(n)
+    return out
+
+
+def _compile_whole(gm, opts, device=None, args=None):
     """Translates and compiles a graph whose every node braze supports, for the CPU or for
-    the CUDA `device`."""
-    t = Translator()
-    positions = []
+    the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
+    their sizes and strides: a variant for inputs laid out otherwise than the example inputs."""
+    t = Translator(_bindings(gm, args) if args is not None else None)
+    positions, input_layouts = [], []
     for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            t.input(node, val)
+            t.input(node, args[i] if args is not None else val)
             positions.append(i)
+            layout = concrete_layout(val)
+            if layout is not None:
+                input_layouts.append((i, *layout))
         elif isinstance(val, (torch.SymInt, int)):
             continue  # sizes are bound from the tensors' shapes
         else:
@@ -172,7 +257,7 @@ def _compile_whole(gm, opts, device=None):
     none_slots = [i for i, o in enumerate(flat) if o is None]  # e.g. no gradient for an input
     if len(none_slots) == len(flat):
         return (lambda *args: [None] * len(flat)), True
-    handles, layouts, complex_outputs = [], [], []
+    handles, layouts, complex_outputs, output_layouts = [], [], [], []
     for o in flat:
         if o is None:
             continue
@@ -182,8 +267,14 @@ def _compile_whole(gm, opts, device=None):
         val = o.meta.get("val")
         if isinstance(val, torch.Tensor) and val.is_complex():
             complex_outputs.append(len(handles) - 1)
+            declared = concrete_layout(val)
             val = torch.view_as_real(val.resolve_conj())
-        layouts.append(_dense_layout(t, val))
+        else:
+            declared = concrete_layout(val)
+        dense = _dense_layout(t, val)
+        layouts.append(dense)
+        if declared is not None and not dense and not _is_row_major(*declared):
+            output_layouts.append((len(handles) - 1, *declared))
     t.g.output(handles, layouts)
     if opts.cuda_codegen_only:
         _check_cuda_codegen(t.g)
@@ -194,13 +285,30 @@ def _compile_whole(gm, opts, device=None):
         run = None
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
-        specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t)]
+        specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
         dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     _last_sources.append(compiled.source)
+    _fallback_counts["partitions"] += args is None
+    recompile = None
+    if args is None:
+        def recompile(call_args):
+            variant, _ = _compile_whole(gm, opts, device, call_args)
+            return variant.run
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
-                        complex_outputs, none_slots, run, device),
+                        complex_outputs, none_slots, run, device, input_layouts=input_layouts,
+                        output_layouts=output_layouts, recompile=recompile,
+                        strict=_strict(opts)),
             isinstance(outputs, (tuple, list)))
+
+
+def _is_row_major(shape, stride):
+    expect = 1
+    for n, s in reversed(list(zip(shape, stride))):
+        if n > 1 and s != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _as_tuple(out):
@@ -212,11 +320,13 @@ def _real_dtype(val):
     return torch.view_as_real(val).dtype if val.is_complex() else val.dtype
 
 
-def _input_values(gm, t):
-    """The example values of the compiled graph's tensor inputs, in input order (placeholders,
-    then attributes, then the seed of random ops), complex ones as real pairs."""
-    vals = [n.meta["val"] for n in gm.graph.nodes
-            if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)]
+def _input_values(gm, t, args=None):
+    """The values of the compiled graph's tensor inputs, in input order (placeholders, then
+    attributes, then the seed of random ops), complex ones as real pairs: the example values,
+    or those of `args` (one call's arguments) when given."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [args[i] if args is not None else n.meta["val"] for i, n in enumerate(placeholders)
+            if isinstance(n.meta.get("val"), torch.Tensor)]
     vals += [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
@@ -324,6 +434,7 @@ def _plain_inference():
 def _compile_fx(gm, example_inputs, opts, direct=None):
     """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
     may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one."""
+    _fallback_counts["graphs"] += 1
     device, why = _graph_device(gm, example_inputs)
     if why:
         _fallback_counts["fallback_graphs"] += 1
@@ -374,7 +485,10 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     for node, why in unsupported.items():
+        if node.target is operator.getitem:
+            continue  # one result of an op counted already
         _fallback_counts["fallback_ops"] += 1
+        _fallback_ops_by_op[str(node.target)] += 1
         _log_fallback(f"{node.name} ({node.target}): {why}")
 
     class Support(OperatorSupportBase):
@@ -384,11 +498,15 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
+    names = set()
     for name, sub in list(fused.named_children()):
         if not name.startswith("fused_"):
             continue
         fn, tuple_out = _compile_whole(sub, opts, device)
         setattr(fused, name, _Partition(fn, tuple_out))
+        names.add(name)
+    # Eager results reach eager ops and the caller laid out as their meta values say.
+    guard_eager_layouts(fused, names)
     fused.recompile()
     return fused
 
@@ -443,9 +561,14 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
-def _decompositions():
+def _decompositions(training=False):
+    """The decomposition table AOTAutograd applies. For training graphs it keeps CPU flash
+    attention whole: PyTorch's decomposition of it returns the attention weights where the op
+    returns the log-sum-exp, which its backward reads (wrong gradients)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
+    if training:
+        table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     aten = torch.ops.aten
     extra = []
     for name in _EXTRA_DECOMPOSITIONS:
@@ -497,8 +620,10 @@ def braze_backend(gm, example_inputs, options=None):
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
+    training = torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts)
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
-                            decompositions=_decompositions())(gm, example_inputs)
+                            decompositions=_decompositions(training))(gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

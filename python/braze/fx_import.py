@@ -43,8 +43,11 @@ def dtype_name(dt):
 class Translator:
     """Builds one braze graph from FX nodes."""
 
-    def __init__(self):
+    def __init__(self, bindings=None):
         self.g = _C.Graph()
+        # Size symbols fixed to values (a variant compiled for the layouts of one call's
+        # inputs): each becomes a constant wherever it appears.
+        self.bindings = bindings or {}
         self.values = {}   # fx node -> graph handle (or tuple of handles)
         self.symbols = {}  # sympy symbol name -> sym handle
         self.seed = None   # the i64 seed input, created by the first random op
@@ -75,6 +78,8 @@ class Translator:
         if isinstance(e, sympy.Integer):
             return self.g.sym_const(int(e))
         if isinstance(e, sympy.Symbol):
+            if e.name in self.bindings:
+                return self.g.sym_const(self.bindings[e.name])
             if e.name not in self.symbols:
                 self.symbols[e.name] = self.g.size_symbol(e.name)
             return self.symbols[e.name]

@@ -1,0 +1,217 @@
+"""Partition boundaries: layouts that eager kernels really produce, outputs laid out as the graph
+declares, and a call path that never breaks the user's program.
+
+The ops below are custom ops braze cannot compile (so they run in eager between partitions) whose
+fake (meta) functions promise another layout than their kernels return, as PyTorch's attention
+kernels do on CUDA."""
+import operator
+import warnings
+
+import pytest
+import torch
+
+import braze
+from braze import layouts
+
+warnings.filterwarnings("ignore", message=".*braze cannot compile.*")
+
+
+@torch.library.custom_op("braze_test::row_major_but_fake_column_major", mutates_args=())
+def row_major_but_fake_column_major(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@row_major_but_fake_column_major.register_fake
+def _(x):
+    return torch.empty_strided(x.shape, (1, x.shape[0]), dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("braze_test::dense_but_fake_expanded", mutates_args=())
+def dense_but_fake_expanded(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x.expand(n, *x.shape[1:]).contiguous()
+
+
+@dense_but_fake_expanded.register_fake
+def _(x, n):
+    return x.expand(n, *x.shape[1:])
+
+
+def _delta(before, after, *keys):
+    return {k: after[k] - before[k] for k in keys}
+
+
+def test_view_after_an_eager_op_whose_layout_differs_from_its_meta():
+    """GPT-2 on CUDA: the graph's `view` was traced against the meta layout of an eager op's
+    result; the real result is laid out otherwise. braze compiles a variant for the layout it
+    receives, once, and never runs the partition in eager."""
+    def fn(x):
+        y = row_major_but_fake_column_major(x + 1)
+        return y.t().reshape(-1) * 3  # a view for the meta layout, not for the real one
+
+    x = torch.randn(6, 5)
+    want = fn(x)
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), want)
+    moved = _delta(before, braze.counters(), "recompiles", "fallback_graphs", "fallback_ops")
+    assert moved == {"recompiles": 1, "fallback_graphs": 0, "fallback_ops": 1}
+
+
+def test_input_materialized_where_the_graph_expected_an_expansion():
+    """LLaMA on CUDA: an input of a partition has stride 262144 where the compiled graph
+    expected 0 (an expanded mask that an eager kernel materialized)."""
+    def fn(x):
+        return dense_but_fake_expanded(x, 4).sin() + 1
+
+    x = torch.randn(1, 3, 8)
+    want = fn(x)
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), want)
+    moved = _delta(before, braze.counters(), "recompiles", "fallback_graphs")
+    assert moved == {"recompiles": 1, "fallback_graphs": 0}
+
+
+def test_each_layout_seen_is_compiled_once():
+    def fn(x):
+        return row_major_but_fake_column_major(x).t().reshape(-1) + 1
+
+    compiled = torch.compile(fn, backend="braze", dynamic=False)
+    a, b = torch.randn(4, 7), torch.randn(4, 7)
+    before = braze.counters()
+    for x in (a, b, a, b):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert braze.counters()["recompiles"] - before["recompiles"] == 1
+
+
+@pytest.mark.parametrize("case", ["strided", "expanded", "transposed", "column"])
+def test_outputs_have_the_declared_layout(case):
+    fns = {
+        "strided": lambda x: (x + 1)[:, :3],
+        "expanded": lambda x: (x.sum(1, keepdim=True) + 1).expand(-1, 4),
+        "transposed": lambda x: (x * 2).t(),
+        "column": lambda x: (x * 2).t()[1:, ::2],
+    }
+    x = torch.randn(5, 6)
+    fn = fns[case]
+    want = fn(x)
+    got = torch.compile(fn, backend="braze")(x)
+    assert got.shape == want.shape and got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
+
+
+def test_a_strided_output_can_be_viewed_as_in_eager():
+    def fn(x):
+        return (x + 1)[:, :4], (x * 3).t()
+
+    x = torch.randn(4, 6)
+    got = torch.compile(fn, backend="braze")(x)
+    want = fn(x)
+    for g, w in zip(got, want):
+        assert g.stride() == w.stride()
+    torch.testing.assert_close(got[1].reshape(-1), want[1].reshape(-1))
+    torch.testing.assert_close(got[0].view(4, 2, 2), want[0].view(4, 2, 2))
+
+
+def _break_variants(monkeypatch, exc):
+    real = braze.backend._compile_whole
+
+    def compile_whole(gm, opts, device=None, args=None):
+        if args is not None:
+            raise exc
+        return real(gm, opts, device, args)
+    monkeypatch.setattr(braze.backend, "_compile_whole", compile_whole)
+
+
+def test_eager_fallback_receives_the_layouts_it_was_traced_with(monkeypatch):
+    """The last resort: when no variant can be compiled, the partition's call runs in eager on
+    inputs laid out as its meta values say (so its `view` holds), with one warning."""
+    _break_variants(monkeypatch, braze.CompileError("no variant in this test"))
+
+    def fn(x):
+        y = row_major_but_fake_column_major(x + 1)
+        return y.t().reshape(-1) * 3
+
+    x = torch.randn(6, 5)
+    want = fn(x)
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), want)
+    mine = [w for w in caught if "running this call in eager PyTorch" in str(w.message)]
+    assert len(mine) == 1 and "no variant in this test" in str(mine[0].message)
+    assert braze.counters()["fallback_graphs"] - before["fallback_graphs"] == 2
+
+
+def test_an_internal_error_in_the_call_path_runs_eager(monkeypatch):
+    _break_variants(monkeypatch, RuntimeError("internal failure in this test"))
+
+    def fn(x):
+        return row_major_but_fake_column_major(x).t().reshape(-1) + 1
+
+    x = torch.randn(3, 4)
+    with pytest.warns(UserWarning, match="internal error in braze's call .*internal failure"):
+        torch.testing.assert_close(torch.compile(fn, backend="braze")(x), fn(x))
+
+
+def test_strict_raises_instead_of_running_eager(monkeypatch):
+    _break_variants(monkeypatch, RuntimeError("internal failure in this test"))
+
+    def fn(x):
+        return row_major_but_fake_column_major(x).t().reshape(-1) + 1
+
+    compiled = torch.compile(fn, backend="braze", options={"strict": True})
+    with pytest.raises(Exception, match="internal failure in this test"):
+        compiled(torch.randn(3, 4))
+
+
+def test_an_index_out_of_range_still_raises():
+    def fn(x, i):
+        return row_major_but_fake_column_major(x).t()[i] + 1
+
+    x, i = torch.randn(3, 4), torch.tensor([0, 9])
+    with pytest.raises(Exception, match="out of|index"):
+        torch.compile(fn, backend="braze")(x, i)
+
+
+# ---- the boundary after eager ops -----------------------------------------------------------
+def test_match_layout_copies_only_when_the_layout_differs():
+    x = torch.randn(3, 4)
+    assert layouts.match_layout(x, (3, 4), (4, 1)) is x
+    assert layouts.match_layout(x[:1], (1, 4), (99, 1)) is not None  # size-1 dims: any stride
+    y = layouts.match_layout(x, (3, 4), (1, 3))
+    assert y.stride() == (1, 3)
+    torch.testing.assert_close(y, x)
+    z = layouts.match_layout(x[:, :1].expand(3, 4).contiguous(), (3, 4), (1, 0))
+    assert z.stride() == (1, 0)
+    torch.testing.assert_close(z, x[:, :1].expand(3, 4))
+
+
+def test_eager_results_read_by_eager_ops_are_laid_out_as_declared():
+    """A boundary is placed after an eager op exactly where its result reaches another eager op;
+    a result only compiled partitions read keeps its real layout (they take any layout)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.ops.aten.sin.default, (x,))
+    b = graph.call_function(torch.ops.aten.cos.default, (a,))
+    p = graph.call_module("fused_0", (a,))
+    q = graph.call_function(operator.getitem, (p, 0))
+    graph.output((b, q))
+    val = torch.empty_strided((2, 3), (1, 2))
+    a.meta["val"] = val
+    b.meta["val"] = torch.empty(2, 3)
+
+    class Root(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fused_0 = torch.nn.Identity()
+
+    gm = torch.fx.GraphModule(Root(), graph)
+    assert layouts.guard_eager_layouts(gm, {"fused_0"}) == 1
+    guards = [n for n in gm.graph.nodes if n.target is layouts.match_layout]
+    assert len(guards) == 1 and guards[0].args == (a, (2, 3), (1, 2))
+    assert b.args[0] is guards[0] and p.args[0] is a  # the partition reads the real result

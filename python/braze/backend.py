@@ -317,7 +317,7 @@ def _as_tuple(out):
 
 def _real_dtype(val):
     """The dtype of an output as braze computes it (complex values as real pairs)."""
-    return torch.view_as_real(val).dtype if val.is_complex() else val.dtype
+    return torch.view_as_real(val.resolve_conj()).dtype if val.is_complex() else val.dtype
 
 
 def _input_values(gm, t, args=None):
@@ -330,7 +330,7 @@ def _input_values(gm, t, args=None):
     vals += [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
-    return [torch.view_as_real(v) if v.is_complex() else v for v in vals]
+    return [torch.view_as_real(v.resolve_conj()) if v.is_complex() else v for v in vals]
 
 
 def _check_cuda_codegen(graph):

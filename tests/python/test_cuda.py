@@ -65,6 +65,18 @@ def test_generated_cuda_compiles(name, dtype):
 
 
 @needs_nvrtc
+def test_generated_cuda_compiles_with_dynamic_sizes():
+    """The host code of a graph whose arena size depends on a size symbol divides it (floor
+    division of index expressions), which the host side must declare."""
+    compiled = torch.compile(seed, dynamic=True, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, Options(cuda_codegen_only=True, strict=True)))
+    a, b = torch.randn(33, 13), torch.randn(33, 13)
+    out, sources = braze.run_and_get_code(compiled, a, b)
+    assert sources
+    torch.testing.assert_close(out, seed(a, b))
+
+
+@needs_nvrtc
 def test_nvrtc_reports_errors_with_the_log(tmp_path):
     with pytest.raises(braze.InternalError, match="(?s)failed to compile.*undefined_name"):
         braze._C.nvrtc_compile('extern "C" __global__ void k() { undefined_name(); }',

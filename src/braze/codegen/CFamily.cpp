@@ -386,9 +386,9 @@ static inline uint16_t braze_f2bf(float f) {
 
 /// Helpers shared by every C-family target; BRAZE_FN is the target's inline-function prefix and
 /// std:: names the target's math library.
-const char *kCommonHelpers = R"PRELUDE(template <typename T> BRAZE_FN T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
-template <typename T> BRAZE_FN T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
-template <typename T> BRAZE_FN T braze_floordiv_int(T a, T b) {
+/// Integer floor division and remainder: what index expressions (indexExpr) call, in kernels and
+/// in host code alike.
+const char *kIndexHelpers = R"PRELUDE(template <typename T> BRAZE_FN T braze_floordiv_int(T a, T b) {
   if (b == 0) return 0;
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -398,6 +398,10 @@ template <typename T> BRAZE_FN T braze_remainder_int(T a, T b) {
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+)PRELUDE";
+
+const char *kCommonHelpers = R"PRELUDE(template <typename T> BRAZE_FN T braze_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> BRAZE_FN T braze_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> BRAZE_FN T braze_fmod_int(T a, T b) { return b == 0 ? 0 : a % b; }
 template <typename T> BRAZE_FN T braze_remainder_float(T a, T b) {
   T r = std::fmod(a, b);
@@ -476,8 +480,10 @@ template <typename T> BRAZE_FN T braze_frexp_exponent(T x) { int e; std::frexp(x
 
 } // namespace
 
-std::string cPrelude() { return std::string(kCpuHeader) + kCommonHelpers; }
+std::string cPrelude() { return std::string(kCpuHeader) + kIndexHelpers + kCommonHelpers; }
 
-const char *cCommonHelpers() { return kCommonHelpers; }
+std::string cCommonHelpers() { return std::string(kIndexHelpers) + kCommonHelpers; }
+
+const char *cIndexHelpers() { return kIndexHelpers; }
 
 } // namespace braze::codegen

@@ -27,6 +27,9 @@ std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymEx
 std::string cPrelude();
 /// The target-independent part of the helpers (each target defines BRAZE_FN, the 16-bit float
 /// conversions and a std:: math library before it).
-const char *cCommonHelpers();
+std::string cCommonHelpers();
+/// braze_floordiv_int and braze_remainder_int alone (BRAZE_FN defined by the includer): what
+/// index expressions need, in host code too.
+const char *cIndexHelpers();
 
 } // namespace braze::codegen

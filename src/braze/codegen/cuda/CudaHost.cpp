@@ -94,8 +94,9 @@ struct BrazeCudaApi {
   int* err; // device-visible error flag of the kernels
 };
 
+#define BRAZE_FN static inline
 )HOST";
-    return out + emitModuleAbi(s, names, calls, ", const BrazeCudaApi* api");
+    return out + cIndexHelpers() + "\n" + emitModuleAbi(s, names, calls, ", const BrazeCudaApi* api");
   }
 
 } // namespace braze::codegen

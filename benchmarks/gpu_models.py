@@ -1,0 +1,254 @@
+"""Whole models on the GPU: eager PyTorch, TorchInductor and braze in one process.
+
+    python benchmarks/gpu_models.py                        # every model, every backend
+    python benchmarks/gpu_models.py --only gpt2,bert --backends eager,braze --calls 10
+    python benchmarks/gpu_models.py --json models.json
+
+Models (names for --only; random weights, built offline from configs):
+  gpt2        GPT2LMHeadModel(GPT2Config()), ids 8×512, bf16, logits
+  bert        BertModel(BertConfig()) (BERT-base), ids 16×256, bf16
+  llama       LLaMA-style: 8 layers, hidden 1024, 16 heads (4 KV heads), ids 4×512, bf16
+  resnet50    torchvision resnet50, batch 32, 224×224, f16, channels-last
+  gpt2_train  a GPT-2 6-layer training step (forward, loss, backward), ids 4×256, f32
+  attention   softmax(q@kᵀ/√d)@v, 8×16×1024×64, bf16
+
+For each model and backend: every one of --calls calls is compared with eager (max abs error,
+and relative to eager's largest magnitude; training compares the loss and every gradient),
+braze.counters() deltas over them (fallback_graphs must stay 0), the compile time (first call
+minus one eager call, cold caches), GPU time (CUDA events around each call, median of --repeats
+samples, backends interleaved within every repeat) and peak memory during one call.
+Backends: eager, inductor (default mode), inductor_ro (mode="reduce-overhead"), braze.
+The exit status is 1 when braze raised, ran a graph in eager, or differs from eager beyond the
+tolerance (relative error 5e-2 in bf16/f16, 1e-3 in f32).
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+P = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+P.add_argument("--only", default="", help="comma-separated model names (default: all)")
+P.add_argument("--backends", default="eager,inductor,inductor_ro,braze")
+P.add_argument("--calls", type=int, default=10, help="checked calls per compiled backend")
+P.add_argument("--repeats", type=int, default=20, help="timed samples per backend")
+P.add_argument("--json", help="write every number here")
+P.add_argument("--warm-cache", action="store_true", help="keep the usual on-disk caches")
+ARGS = P.parse_args()
+
+if not ARGS.warm_cache:
+    _TMP = tempfile.mkdtemp(prefix="braze-gpu-models-")
+    os.environ["BRAZE_CACHE_DIR"] = os.path.join(_TMP, "braze")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_TMP, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_TMP, "triton")
+
+import torch  # noqa: E402
+
+import braze  # noqa: E402
+
+DEV = torch.device("cuda")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "attention")
+REL_TOL = {torch.bfloat16: 5e-2, torch.float16: 5e-2, torch.float32: 1e-3}
+
+
+def _transformers():
+    import transformers
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def build(name):
+    """(model, call, dtype, train): call(f) runs the model through f (the model itself or its
+    compiled form) and returns the tensors to compare."""
+    bf = torch.bfloat16
+    torch.manual_seed(0)
+    if name == "gpt2":
+        t = _transformers()
+        m = t.GPT2LMHeadModel(t.GPT2Config()).to(DEV, bf).eval()
+        ids = torch.randint(0, 50257, (8, 512), device=DEV)
+        return m, (lambda f: [f(ids).logits]), bf, False
+    if name == "bert":
+        t = _transformers()
+        m = t.BertModel(t.BertConfig()).to(DEV, bf).eval()
+        ids = torch.randint(0, 30522, (16, 256), device=DEV)
+        return m, (lambda f: [f(ids).last_hidden_state]), bf, False
+    if name == "llama":
+        t = _transformers()
+        cfg = t.LlamaConfig(num_hidden_layers=8, hidden_size=1024, num_attention_heads=16,
+                            num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                            max_position_embeddings=1024)
+        m = t.LlamaModel(cfg).to(DEV, bf).eval()
+        ids = torch.randint(0, 32000, (4, 512), device=DEV)
+        return m, (lambda f: [f(ids).last_hidden_state]), bf, False
+    if name == "resnet50":
+        import torchvision
+        m = torchvision.models.resnet50().to(DEV, torch.float16).eval()
+        m = m.to(memory_format=torch.channels_last)
+        x = torch.randn(32, 3, 224, 224, device=DEV, dtype=torch.float16)
+        x = x.contiguous(memory_format=torch.channels_last)
+        return m, (lambda f: [f(x)]), torch.float16, False
+    if name == "gpt2_train":
+        t = _transformers()
+        cfg = t.GPT2Config(n_layer=6, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        m = t.GPT2LMHeadModel(cfg).to(DEV).train()
+        ids = torch.randint(0, 50257, (4, 256), device=DEV)
+
+        def step(f):
+            m.zero_grad(set_to_none=True)
+            loss = f(ids, labels=ids).loss
+            loss.backward()
+            return [loss.detach()] + [p.grad for p in m.parameters() if p.grad is not None]
+        return m, step, torch.float32, True
+    if name == "attention":
+        q, k, v = (torch.randn(8, 16, 1024, 64, device=DEV, dtype=bf) for _ in range(3))
+
+        def attention(q, k, v):
+            return torch.softmax(q @ k.transpose(-1, -2) / 8.0, -1) @ v
+        return attention, (lambda f: [f(q, k, v)]), bf, False
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
+def compiled(model, backend):
+    torch._dynamo.reset()
+    if backend == "eager":
+        return model
+    if backend == "inductor":
+        return torch.compile(model)
+    if backend == "inductor_ro":
+        return torch.compile(model, mode="reduce-overhead")
+    if backend == "braze":
+        return torch.compile(model, backend="braze")
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def errors(got, want):
+    """(max abs error, max abs error / max |eager|) over all compared tensors."""
+    worst, scale = 0.0, 0.0
+    for g, w in zip(got, want):
+        worst = max(worst, float((g.double() - w.double()).abs().max()))
+        scale = max(scale, float(w.double().abs().max()))
+    return worst, worst / max(scale, 1e-30)
+
+
+def gpu_ms(call):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def run_model(name, backends):
+    model, call, dtype, train = build(name)
+    grad = torch.enable_grad() if train else torch.no_grad()
+    rows = {}
+    with grad:
+        want = [w.detach().clone() for w in call(model)]
+        torch.cuda.synchronize()
+        eager_s = min(_wall(lambda: call(model)) for _ in range(3))
+        fns = {}
+        for b in backends:
+            row = rows[b] = {"model": name, "backend": b}
+            try:
+                before = braze.counters()
+                fn = compiled(model, b)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    first = _wall(lambda: call(fn))
+                    row["compile_s"] = max(0.0, first - eager_s) if b != "eager" else 0.0
+                    errs = []
+                    for _ in range(ARGS.calls):
+                        got = [g.detach().clone() for g in call(fn)]
+                        if len(got) != len(want):
+                            raise AssertionError(f"{len(got)} results, eager has {len(want)}")
+                        errs.append(errors(got, want))
+                after = braze.counters()
+                row["max_abs_error"] = max(e[0] for e in errs)
+                row["rel_error"] = max(e[1] for e in errs)
+                row["ok"] = row["rel_error"] <= REL_TOL[dtype]
+                if b == "braze":
+                    for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs",
+                              "recompiles"):
+                        row[k] = after[k] - before[k]
+                    row["ok"] = row["ok"] and row["fallback_graphs"] == 0
+                    row["warnings"] = sorted({str(w.message)[:200] for w in caught
+                                              if "braze" in str(w.message)})
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                call(fn)
+                torch.cuda.synchronize()
+                row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+                fns[b] = fn
+            except Exception as e:
+                row["ok"] = False
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                traceback.print_exc(file=sys.stderr)
+        samples = {b: [] for b in fns}
+        for _ in range(ARGS.repeats):
+            for b, fn in fns.items():
+                samples[b].append(gpu_ms(lambda: call(fn)))
+        for b, s in samples.items():
+            rows[b]["ms"] = statistics.median(s)
+    return list(rows.values())
+
+
+def _wall(fn):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def table(rows):
+    eager = {r["model"]: r.get("ms") for r in rows if r["backend"] == "eager"}
+    out = ["| model | backend | ok | ms | × eager | compile s | peak MiB | rel error | "
+           "partitions | fallback ops | fallback graphs | recompiles |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ms = r.get("ms")
+        speed = eager.get(r["model"]) / ms if ms and eager.get(r["model"]) else float("nan")
+        ok = "ok" if r.get("ok") else ("FAIL " + r.get("error", ""))[:120]
+        out.append(f"| {r['model']} | {r['backend']} | {ok} | {_f(ms, 3)} | {_f(speed, 2)} | "
+                   f"{_f(r.get('compile_s'), 1)} | {_f(r.get('peak_mib'), 0)} | "
+                   f"{_f(r.get('rel_error'), 4, 'e')} | {r.get('partitions', '')} | "
+                   f"{r.get('fallback_ops', '')} | {r.get('fallback_graphs', '')} | "
+                   f"{r.get('recompiles', '')} |")
+    return "\n".join(out)
+
+
+def _f(x, digits, kind="f"):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}{kind}}"
+
+
+def main():
+    names = [n for n in ARGS.only.split(",") if n] or list(MODELS)
+    backends = [b for b in ARGS.backends.split(",") if b]
+    print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__}", flush=True)
+    rows = []
+    for n in names:
+        t = time.perf_counter()
+        rows += run_model(n, backends)
+        print(f"{n}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        torch.cuda.empty_cache()
+    print(table(rows))
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not ARGS.warm_cache:
+        shutil.rmtree(_TMP, ignore_errors=True)
+    bad = [r for r in rows if r["backend"] == "braze" and not r.get("ok")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,14 +71,23 @@ def _strict(opts):
     return opts.strict or _C.strict_from_environment()
 
 
-def _node_support(node):
-    """(True, "") if braze can compile this call_function node alone, else (False, reason)."""
+def _node_support(node, device=None):
+    """(True, "") if braze can compile this call_function node alone in a graph on `device`
+    (None: the CPU), else (False, reason)."""
     if node.target not in supported_targets():
         return False, f"no braze rule for {node.target}"
+    if device is not None:
+        for n in [node, *node.all_input_nodes]:
+            for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
+                if isinstance(v, torch.Tensor) and v.device != device and n.op != "get_attr":
+                    return False, f"{n.name} is on {v.device} in a graph on {device}"
     t = Translator()
     try:
         for a in node.all_input_nodes:
-            val = _fetch_attr(node.graph.owning_module, a.target) if a.op == "get_attr" else a.meta.get("val")
+            if a.op == "get_attr":
+                val = _constant(node.graph.owning_module, a.target, device)
+            else:
+                val = a.meta.get("val")
             if isinstance(val, tuple):
                 return False, "operand is a tuple"
             t.input(a, val)
@@ -239,11 +248,11 @@ def _compile_whole(gm, opts, device=None, args=None):
     constants = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            value = _fetch_attr(gm, node.target)
+            value = _constant(gm, node.target, device)
             if not isinstance(value, torch.Tensor):
                 raise Unsupported(f"attribute {node.target} is not a tensor")
             t.input(node, value)
-            constants.append(value.to(device) if device is not None else value)
+            constants.append(value)
     outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
@@ -354,6 +363,16 @@ def _check_cuda_codegen(graph):
     _last_sources.append(device + "\n" + host)
 
 
+def _constant(gm, target, device):
+    """A tensor the graph holds as an attribute, on the graph's device: a constant that Dynamo
+    made on the CPU (an index tensor built in the user's function) moves with the graph, as
+    eager's ops take a CPU index for a CUDA tensor."""
+    value = _fetch_attr(gm, target)
+    if isinstance(value, torch.Tensor) and device is not None and value.device != device:
+        value = value.to(device)
+    return value
+
+
 def _fetch_attr(gm, target):
     obj = gm
     for part in target.split("."):
@@ -450,7 +469,7 @@ def _compile_fx(gm, example_inputs, opts, direct=None):
             if src in unsupported:
                 unsupported[node] = f"result of unsupported {src.name}"
             continue
-        ok, why = _node_support(node)
+        ok, why = _node_support(node, device)
         if not ok:
             unsupported[node] = why
     try:
@@ -502,7 +521,18 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     for name, sub in list(fused.named_children()):
         if not name.startswith("fused_"):
             continue
-        fn, tuple_out = _compile_whole(sub, opts, device)
+        try:
+            fn, tuple_out = _compile_whole(sub, opts, device)
+        except (Unsupported, _C.CompileError) as e:
+            if _strict(opts):
+                raise
+            # This partition's ops run in eager PyTorch; the other partitions stay compiled.
+            for node in sub.graph.nodes:
+                if node.op == "call_function" and node.target is not operator.getitem:
+                    _fallback_counts["fallback_ops"] += 1
+                    _fallback_ops_by_op[str(node.target)] += 1
+            _log_fallback(f"partition {name} runs in eager PyTorch: {e}")
+            continue
         setattr(fused, name, _Partition(fn, tuple_out))
         names.add(name)
     # Eager results reach eager ops and the caller laid out as their meta values say.

@@ -135,6 +135,25 @@ class Translator:
             return self.g.full(float(a), self.scalar_dtype(a, like), [])
         raise Unsupported(f"operand {a!r}")
 
+    def operands(self, *args):
+        """The translated operands of an elementwise op. On CUDA, eager computes a half-precision
+        tensor with a Python scalar in f32 (its opmath type) and rounds once, where its CPU
+        kernels round the scalar to half first: there the half operands are widened to f32 and
+        the scalar kept in f32 (translate() rounds the result to the node's dtype)."""
+        like = self.first_tensor(*args)
+        if (self.device is not None and self.device.type == "cuda" and like is not None
+                and self.g.dtype(like) in ("f16", "bf16")
+                and any(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
+            out = []
+            for a in args:
+                if isinstance(a, torch.fx.Node):
+                    h = self.arg(a)
+                    out.append(self.g.convert(h, "f32") if self.g.dtype(h) in ("f16", "bf16") else h)
+                else:
+                    out.append(self.arg(a) if isinstance(a, bool) else self.g.full(float(a), "f32", []))
+            return out
+        return [self.arg(a, like) for a in args]
+
     def scalar_dtype(self, a, like):
         if isinstance(a, bool):
             return "bool"
@@ -187,8 +206,7 @@ def rule(*targets):
 
 def _elementwise(op):
     def fn(t, node, *args, **kwargs):
-        like = t.first_tensor(*args)
-        return t.g.elementwise(op, [t.arg(a, like) for a in args])
+        return t.g.elementwise(op, t.operands(*args))
     return fn
 
 
@@ -227,8 +245,7 @@ for _op, _targets in {
 
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(t, node, a, b, alpha=1):
-    like = t.first_tensor(a, b)
-    x, y = t.arg(a, like), t.arg(b, like)
+    x, y = t.operands(a, b)
     if alpha != 1:
         y = t.g.elementwise("mul", [y, t.arg(alpha, y)])
     op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
@@ -237,8 +254,7 @@ def _add_sub(t, node, a, b, alpha=1):
 
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div(t, node, a, b, rounding_mode=None):
-    like = t.first_tensor(a, b)
-    x, y = t.arg(a, like), t.arg(b, like)
+    x, y = t.operands(a, b)
     if rounding_mode is None:
         return t.g.elementwise("div", [x, y])
     if rounding_mode == "floor":

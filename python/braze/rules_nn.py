@@ -673,10 +673,11 @@ def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
     sizes = _static_sizes(t, xh, range(2, spatial + 2))
     if min(sizes) <= 0:
         raise Unsupported("grid_sampler of an empty input")
-    # Eager's kernels compute in the input dtype, rounding half precision after every
-    # operation; braze does the same, in the same order of operations.
-    work = dt
-    xw, gw = xh, gh
+    # Eager's CPU kernels compute in the input dtype, rounding half precision after every
+    # operation; its CUDA kernels compute in f32 and round once. braze does the same as the
+    # kernels of its device, in the same order of operations.
+    work = "f32" if t.device is not None and t.device.type == "cuda" and dt in ("f16", "bf16") else dt
+    xw, gw = (xh, gh) if work == dt else (t.g.convert(xh, work), t.g.convert(gh, work))
     out_shape = list(t.g.shape(gh))[:-1]  # [N, *out]
     sampler = _Sampler(t, xw, sizes, out_shape)
     # Grid component i addresses input dim spatial - 1 - i (x is the last dim).

@@ -9,12 +9,15 @@ def on_cuda(*args):
 
 def eager(fn, *args):
     """fn's eager result. Where eager PyTorch has no CUDA kernel for a dtype (integer addmm,
-    half-precision angle...), the reference is computed on the CPU and moved to the GPU."""
+    half-precision angle, integer convolution...), the reference is computed on the CPU and
+    moved to the GPU."""
     try:
         return fn(*args)
     except (NotImplementedError, RuntimeError) as e:
         text = str(e)
-        if not on_cuda(*args) or not ("not implemented" in text or "not supported" in text):
+        unavailable = ("not implemented" in text or "not supported" in text
+                       or "unable to find an engine" in text)  # cuDNN: no integer convolution
+        if not on_cuda(*args) or not unavailable:
             raise
     with torch.device("cpu"):
         out = fn(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])

@@ -215,3 +215,30 @@ def test_eager_results_read_by_eager_ops_are_laid_out_as_declared():
     guards = [n for n in gm.graph.nodes if n.target is layouts.match_layout]
     assert len(guards) == 1 and guards[0].args == (a, (2, 3), (1, 2))
     assert b.args[0] is guards[0] and p.args[0] is a  # the partition reads the real result
+
+
+def test_a_partition_braze_cannot_compile_runs_in_eager_alone(monkeypatch):
+    """One partition that fails to compile leaves its own ops to eager; the graph's other
+    partitions stay compiled and no call runs the whole graph in eager."""
+    real = braze.backend._compile_whole
+
+    def compile_whole(gm, opts, device=None, args=None):
+        if any(n.target is torch.ops.aten.exp.default for n in gm.graph.nodes):
+            raise braze.CompileError("not this partition, in this test")
+        return real(gm, opts, device, args)
+    monkeypatch.setattr(braze.backend, "_compile_whole", compile_whole)
+
+    def fn(x):
+        y = row_major_but_fake_column_major(x.exp() + 1)
+        return (y * 3).sum(0), y.cos()
+
+    x = torch.randn(5, 4)
+    before, ops_before = braze.counters(), braze.fallback_ops_by_op()
+    got = torch.compile(fn, backend="braze")(x)
+    torch.testing.assert_close(got, fn(x))
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["partitions"] - before["partitions"] == 1
+    moved = {op for op, n in braze.fallback_ops_by_op().items() if n != ops_before.get(op, 0)}
+    assert moved == {"braze_test.row_major_but_fake_column_major.default",
+                     "aten.exp.default", "aten.add.Tensor"}

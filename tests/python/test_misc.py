@@ -182,7 +182,8 @@ def test_decomposed_composites():
     def fn(b, m, v, x, y, g):
         return (torch.addmv(b, m, v, beta=0.5, alpha=2), torch.dist(x, y, 3),
                 torch.linalg.cross(x[:, :3], y[:, :3]), F.group_norm(g, 2, g.new_ones(4), None),
-                torch.tril_indices(4, 5, 1), torch.triu_indices(3, 3, -1))
+                torch.tril_indices(4, 5, 1, device=b.device),
+                torch.triu_indices(3, 3, -1, device=b.device))
     args = (torch.randn(3), torch.randn(3, 4), torch.randn(4), torch.randn(5, 3), torch.randn(5, 3),
             torch.randn(2, 4, 3))
     got, want = run_compiled(fn, *args)

@@ -162,8 +162,15 @@ def test_matches_eager_where_pytorch_decompositions_would_upcast_half():
                      (lambda x, y: F.soft_margin_loss(x, y), (x, y)),
                      (lambda x: F.interpolate(x, size=(13, 13), mode="bilinear"), (u8,))]:
         torch._dynamo.reset()
-        out = torch.compile(fn, backend="braze", dynamic=False)(*args)
-        assert torch.equal(out, fn(*args))
+        compiled = torch.compile(fn, backend="braze", dynamic=False)
+        if args[0].is_cuda and args[0].dtype == torch.uint8:
+            # Eager CUDA has no uint8 bilinear kernel: the compiled call raises eager's error.
+            with pytest.raises(NotImplementedError, match="not implemented for 'Byte'"):
+                fn(*args)
+            with pytest.raises(NotImplementedError, match="not implemented for 'Byte'"):
+                compiled(*args)
+            continue
+        assert torch.equal(compiled(*args), fn(*args))
 
 
 def test_half_precision_ops_round_each_step_like_eager():

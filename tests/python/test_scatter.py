@@ -227,7 +227,12 @@ def test_half_precision_sums_round_as_eager(dtype):
     out = torch.compile(fn, backend="braze", dynamic=False)(x, index, src, rows)
     assert braze.counters()["fallback_ops"] == before
     for a, e in zip(out, fn(x, index, src, rows)):
-        assert torch.equal(a, e)
+        if x.is_cuda:
+            # Eager's CUDA kernels add half-precision values with atomics, rounding after each
+            # add in an order that varies from run to run: no order to match bit for bit.
+            torch.testing.assert_close(a, e, atol=2e-2, rtol=2e-2)
+        else:
+            assert torch.equal(a, e)
 
 
 def test_half_precision_accumulation_with_many_duplicates_falls_back():

@@ -31,7 +31,8 @@ def check(fn, x, fallbacks=False):
     before = braze.counters()["fallback_ops"]
     torch._dynamo.reset()
     got = torch.compile(fn, backend="braze", dynamic=False)(x)
-    want = eager_cpu(fn, x)
+    # An op left to eager runs eager's kernel of the device, whose order among ties is its own.
+    want = fn(x) if fallbacks else eager_cpu(fn, x)
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
     for g, w in zip(got, want):

@@ -78,8 +78,10 @@ def _node_support(node, device=None):
         return False, f"no braze rule for {node.target}"
     if device is not None:
         for n in [node, *node.all_input_nodes]:
+            if _is_constant(n):
+                continue  # moves with the graph (_constant)
             for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
-                if isinstance(v, torch.Tensor) and v.device != device and n.op != "get_attr":
+                if isinstance(v, torch.Tensor) and v.device != device:
                     return False, f"{n.name} is on {v.device} in a graph on {device}"
     t = Translator()
     try:
@@ -101,9 +103,16 @@ def _node_support(node, device=None):
 
 
 def _layout_error(e):
-    """True for a RunError saying the inputs are not laid out as the compiled graph expects
-    (as opposed to an error of the computation itself, such as an index out of range)."""
-    return "compiled graph expects" in str(e) or "expected" in str(e)
+    """True for a RunError saying the inputs' sizes or strides are not those the compiled graph
+    was compiled for (a variant for them can be compiled)."""
+    return "compiled graph expects" in str(e)
+
+
+def _kernel_error(e):
+    """True for a RunError of the computation itself (an index out of range), which eager
+    raises too; other RunErrors are braze's own (a module that fails to load, a launch)."""
+    text = str(e)
+    return "out of bounds" in text or "kernel failed with code" in text or "kernel error code" in text
 
 
 class _BrazeGraph:
@@ -168,7 +177,7 @@ class _BrazeGraph:
                 outs.insert(i, None)
             return outs
         except _C.RunError as e:
-            if not _layout_error(e):
+            if _kernel_error(e) or self.strict:
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
             reason = str(e)
         except (Unsupported, _C.CompileError) as e:
@@ -361,6 +370,14 @@ def _check_cuda_codegen(graph):
         if r.returncode != 0:
             raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
     _last_sources.append(device + "\n" + host)
+
+
+def _is_constant(node):
+    """A tensor the graph holds (an attribute), or the fresh copy Dynamo makes of one."""
+    if node.op == "get_attr":
+        return True
+    return (node.op == "call_function" and node.target is torch.ops.aten.lift_fresh_copy.default
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "get_attr")
 
 
 def _constant(gm, target, device):

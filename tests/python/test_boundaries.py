@@ -36,6 +36,16 @@ def _(x, n):
     return x.expand(n, *x.shape[1:])
 
 
+@torch.library.custom_op("braze_test::plain_eager", mutates_args=())
+def plain_eager(x: torch.Tensor) -> torch.Tensor:
+    return x + 0.5
+
+
+@plain_eager.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 def _delta(before, after, *keys):
     return {k: after[k] - before[k] for k in keys}
 
@@ -72,6 +82,25 @@ def test_input_materialized_where_the_graph_expected_an_expansion():
         torch.testing.assert_close(compiled(x), want)
     moved = _delta(before, braze.counters(), "recompiles", "fallback_graphs")
     assert moved == {"recompiles": 1, "fallback_graphs": 0}
+
+
+def test_an_expanded_result_reaches_the_next_partition_expanded():
+    """LLaMA on CUDA, the other way round: a partition's result that the graph declares expanded
+    (stride 0, a broadcast mask) reaches the next partition, across an eager op, with stride 0,
+    as that partition was compiled for: no variant, no eager call."""
+    def fn(x, w):
+        mask = (w.sum(-1, keepdim=True) > 0).float().expand(-1, 8)
+        y = plain_eager(x * mask)
+        return y * mask
+
+    x, w = torch.randn(6, 8), torch.randn(6, 3)
+    want = fn(x, w)
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, w), want)
+    moved = _delta(before, braze.counters(), "recompiles", "fallback_graphs", "partitions")
+    assert moved == {"recompiles": 0, "fallback_graphs": 0, "partitions": 2}
 
 
 def test_each_layout_seen_is_compiled_once():

@@ -48,7 +48,15 @@ def test_gamma_family(dtype):
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_incomplete_gamma(dtype):
     a, x = uniform((8, 5), 0.01, 20, dtype), uniform((8, 5), 0, 25, dtype, seed=1)
-    check(lambda a, x: (torch.igamma(a, x), torch.igammac(a, x)), a, x, dtype=dtype)
+    fn = lambda a, x: (torch.igamma(a, x), torch.igammac(a, x))
+    if a.is_cuda and dtype in (torch.float16, torch.bfloat16):
+        # Eager CUDA has no half-precision igamma kernel; the compiled call raises its error.
+        with pytest.raises(NotImplementedError, match="igamma_cuda"):
+            fn(a, x)
+        with pytest.raises(NotImplementedError, match="igamma_cuda"):
+            torch.compile(fn, backend="braze", dynamic=False)(a, x)
+        return
+    check(fn, a, x, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32, torch.bool])

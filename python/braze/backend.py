@@ -78,8 +78,6 @@ def _node_support(node, device=None):
         return False, f"no braze rule for {node.target}"
     if device is not None:
         for n in [node, *node.all_input_nodes]:
-            if _is_constant(n):
-                continue  # moves with the graph (_constant)
             for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
                 if isinstance(v, torch.Tensor) and v.device != device:
                     return False, f"{n.name} is on {v.device} in a graph on {device}"
@@ -87,7 +85,7 @@ def _node_support(node, device=None):
     try:
         for a in node.all_input_nodes:
             if a.op == "get_attr":
-                val = _constant(node.graph.owning_module, a.target, device)
+                val = _fetch_attr(node.graph.owning_module, a.target)
             else:
                 val = a.meta.get("val")
             if isinstance(val, tuple):
@@ -257,7 +255,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     constants = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            value = _constant(gm, node.target, device)
+            value = _fetch_attr(gm, node.target)
             if not isinstance(value, torch.Tensor):
                 raise Unsupported(f"attribute {node.target} is not a tensor")
             t.input(node, value)
@@ -372,22 +370,32 @@ def _check_cuda_codegen(graph):
     _last_sources.append(device + "\n" + host)
 
 
-def _is_constant(node):
-    """A tensor the graph holds (an attribute), or the fresh copy Dynamo makes of one."""
-    if node.op == "get_attr":
-        return True
-    return (node.op == "call_function" and node.target is torch.ops.aten.lift_fresh_copy.default
-            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "get_attr")
-
-
-def _constant(gm, target, device):
-    """A tensor the graph holds as an attribute, on the graph's device: a constant that Dynamo
-    made on the CPU (an index tensor built in the user's function) moves with the graph, as
-    eager's ops take a CPU index for a CUDA tensor."""
-    value = _fetch_attr(gm, target)
-    if isinstance(value, torch.Tensor) and device is not None and value.device != device:
-        value = value.to(device)
-    return value
+def _constants_to_device(gm, device):
+    """Moves the tensors graph `gm` holds as attributes onto the graph's `device`, with the
+    meta values of their get_attr nodes and of the fresh copies Dynamo makes of them: a constant
+    that Dynamo made on the CPU (an index tensor built in the user's function) goes with the
+    graph, as eager's CUDA ops take a CPU index. Returns how many moved."""
+    moved = 0
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = _fetch_attr(gm, node.target)
+        if not isinstance(value, torch.Tensor) or value.device == device:
+            continue
+        on_device = value.to(device)
+        if isinstance(value, torch.nn.Parameter):
+            on_device = torch.nn.Parameter(on_device, requires_grad=value.requires_grad)
+        *path, name = node.target.split(".")
+        owner = gm
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, name, on_device)
+        node.meta["val"] = on_device
+        for user in node.users:
+            if user.target is torch.ops.aten.lift_fresh_copy.default:
+                user.meta["val"] = on_device
+        moved += 1
+    return moved
 
 
 def _fetch_attr(gm, target):
@@ -476,6 +484,8 @@ def _compile_fx(gm, example_inputs, opts, direct=None):
         _fallback_counts["fallback_graphs"] += 1
         _log_fallback(why)
         return make_boxed_func(gm.forward)
+    if device is not None:
+        _constants_to_device(gm, device)
     unsupported = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":

@@ -271,3 +271,24 @@ def test_a_partition_braze_cannot_compile_runs_in_eager_alone(monkeypatch):
     moved = {op for op, n in braze.fallback_ops_by_op().items() if n != ops_before.get(op, 0)}
     assert moved == {"braze_test.row_major_but_fake_column_major.default",
                      "aten.exp.default", "aten.add.Tensor"}
+
+
+def test_cpu_constants_move_with_the_graph_to_its_device():
+    """A constant Dynamo made on the CPU (an index tensor built inside the user's function) in
+    a graph on another device moves there, with its meta values, so that the ops reading it
+    compile instead of running in eager (the meta device stands in for CUDA here)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    const = graph.get_attr("consts.index")
+    copy = graph.call_function(torch.ops.aten.lift_fresh_copy.default, (const,))
+    graph.output(graph.call_function(torch.ops.aten.index.Tensor, (x, [copy])))
+    root = torch.nn.Module()
+    root.consts = torch.nn.Module()
+    root.consts.index = torch.tensor([1, 0])
+    const.meta["val"] = copy.meta["val"] = root.consts.index
+    gm = torch.fx.GraphModule(root, graph)
+    meta = torch.device("meta")
+    assert braze.backend._constants_to_device(gm, meta) == 1
+    assert gm.consts.index.device == meta
+    assert const.meta["val"].device == meta and copy.meta["val"].device == meta
+    assert braze.backend._constants_to_device(gm, meta) == 0

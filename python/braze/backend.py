@@ -382,9 +382,12 @@ def _constants_to_device(gm, device):
         value = _fetch_attr(gm, node.target)
         if not isinstance(value, torch.Tensor) or value.device == device:
             continue
-        on_device = value.to(device)
-        if isinstance(value, torch.nn.Parameter):
-            on_device = torch.nn.Parameter(on_device, requires_grad=value.requires_grad)
+        # A real copy, also while AOTAutograd's fake mode is active around the compiler.
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():
+            on_device = value.to(device)
+            if isinstance(value, torch.nn.Parameter):
+                on_device = torch.nn.Parameter(on_device, requires_grad=value.requires_grad)
         *path, name = node.target.split(".")
         owner = gm
         for part in path:

@@ -22,6 +22,15 @@ CASES = {
     "int64": (lambda a, b: a @ b, lambda: (torch.randint(-5, 5, (4, 6)), torch.randint(-5, 5, (6, 3)))),
     "mlp_two_layers": (lambda x, w1, w2: F.linear(torch.relu(F.linear(x, w1)), w2),
                        lambda: (torch.randn(16, 24), torch.randn(40, 24), torch.randn(8, 40))),
+    # Products big enough to be split over the threads: in row blocks, in column blocks (few
+    # rows), over a batch smaller than the thread count, and with transposed operands.
+    "split_rows": (lambda a, b: a @ b, lambda: (torch.randn(203, 64), torch.randn(64, 37))),
+    "split_columns_transposed": (lambda a, b: a.t() @ b.t(),
+                                 lambda: (torch.randn(512, 3), torch.randn(301, 512))),
+    "split_batch": (lambda a, b: torch.bmm(a, b.transpose(1, 2)),
+                    lambda: (torch.randn(3, 45, 64), torch.randn(3, 50, 64))),
+    "split_f64": (lambda a, b: a @ b, lambda: (torch.randn(129, 70, dtype=torch.float64),
+                                               torch.randn(70, 61, dtype=torch.float64))),
 }
 
 

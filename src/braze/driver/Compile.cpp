@@ -50,10 +50,13 @@ codegen::BlasSymbols blasSymbolsFor(const std::string &library) {
   if (library.find("scipy_openblas64") != std::string::npos) {
     b.sgemm = "scipy_cblas_sgemm64_";
     b.dgemm = "scipy_cblas_dgemm64_";
+    b.setThreads = "scipy_openblas_set_num_threads64_";
     b.indexBits = 64;
   } else {
     b.sgemm = "cblas_sgemm";
     b.dgemm = "cblas_dgemm";
+    if (library.find("openblas") != std::string::npos)
+      b.setThreads = "openblas_set_num_threads";
     b.indexBits = 32;
   }
   return b;

@@ -59,8 +59,15 @@ private:
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
   }
 
-  /// A matrix product: checks the layout BLAS needs once, then one gemm call per batch point;
-  /// a layout BLAS rejects (e.g. a zero stride from broadcasting) runs the loop nest instead.
+  /// A matrix product through a single-threaded BLAS, spread over the OpenMP threads braze's
+  /// kernels and PyTorch share (one pool: BLAS's own threads are set to one).
+  ///   1. The layout BLAS needs is checked once; one it rejects (a zero stride from
+  ///      broadcasting) runs the loop nest instead.
+  ///   2. The work is cut into tasks: batch points, each split into row blocks (or column blocks
+  ///      when rows are few) until there are as many tasks as threads. Small products run on
+  ///      the calling thread.
+  ///   3. Each task makes one gemm call on its block; blocks never overlap, so any assignment of
+  ///      tasks to threads gives the same bits.
   std::string emitGemmKernel(const Kernel &k) {
     const sched::GemmCall &g = *k.gemm;
     std::string out = emitKernel(k, k.name + "_loops");
@@ -73,6 +80,11 @@ private:
            ty + "*, " + idx + ");\n";
     std::string body;
     Writer w(body, 1);
+    if (!opts_.blas.setThreads.empty()) {
+      out += "extern \"C\" void " + opts_.blas.setThreads + "(int);\n";
+      w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
+      w.line("(void)blas_single_threaded;");
+    }
     std::set<int> used;
     std::vector<sym::SymExpr> syms;
     collectKernelUses(k, names_, used, syms);
@@ -87,17 +99,42 @@ private:
     w.line("const " + ty + "* __restrict A = (const " + ty + "*)bufs[" + std::to_string(g.a->id) + "];");
     w.line("const " + ty + "* __restrict B = (const " + ty + "*)bufs[" + std::to_string(g.b->id) + "];");
     w.line(ty + "* __restrict C = (" + ty + "*)bufs[" + std::to_string(g.c->id) + "];");
-    for (sym::SymExpr v : g.batchVars) {
-      w.line(loopHead(v) + " {");
-      w.indent();
+    std::string batch = "INT64_C(1)";
+    for (sym::SymExpr v : g.batchVars)
+      batch += " * " + ix(v->extent());
+    w.line("const int64_t batch = " + batch + ";");
+    w.line("int64_t split = 1;");
+    w.line("bool by_rows = true;");
+    w.line("const int threads = (double)batch * M * N * K < 4.0e5 ? 1 : omp_get_max_threads();");
+    w.line("if (batch < threads) {");
+    w.line("  split = (threads + batch - 1) / batch;");
+    w.line("  by_rows = M >= 8 * split || M >= N;");
+    w.line("  split = std::max<int64_t>(1, std::min<int64_t>(split, (by_rows ? M : N) / 8));");
+    w.line("}");
+    w.line("const int64_t tasks = batch * split;");
+    w.line("#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && tasks > 1)");
+    w.line("for (int64_t task = 0; task < tasks; ++task) {");
+    w.indent();
+    w.line("int64_t rest = task / split;");
+    for (size_t i = g.batchVars.size(); i-- > 0;) {
+      sym::SymExpr v = g.batchVars[i];
+      w.line("const int64_t " + ix(v) + " = rest % " + ix(v->extent()) + ";");
+      w.line("rest /= " + ix(v->extent()) + ";");
     }
+    w.line("(void)rest;");
+    w.line("const int64_t part = task % split, extent = by_rows ? M : N;");
+    w.line("const int64_t lo = extent * part / split, hi = extent * (part + 1) / split;");
+    w.line("const int64_t rows = by_rows ? hi - lo : M, cols = by_rows ? N : hi - lo;");
+    w.line("if (rows == 0 || cols == 0) continue;");
+    // Row block [lo, hi) of op(A) and C, or column block of op(B) and C.
+    std::string aOff = "(by_rows ? lo * " + std::string(g.transA ? "INT64_C(1)" : "lda") + " : 0)";
+    std::string bOff = "(by_rows ? 0 : lo * " + std::string(g.transB ? "ldb" : "INT64_C(1)") + ")";
+    std::string cOff = "(by_rows ? lo * ldc : lo)";
     w.line(fn + "(101, " + (g.transA ? "112" : "111") + ", " + (g.transB ? "112" : "111") +
-           ", M, N, K, 1, A + " + ix(g.offA) + ", lda, B + " + ix(g.offB) + ", ldb, 0, C + " +
-           ix(g.offC) + ", ldc);");
-    for (size_t i = 0; i < g.batchVars.size(); ++i) {
-      w.dedent();
-      w.line("}");
-    }
+           ", rows, cols, K, 1, A + " + ix(g.offA) + " + " + aOff + ", lda, B + " + ix(g.offB) +
+           " + " + bOff + ", ldb, 0, C + " + ix(g.offC) + " + " + cOff + ", ldc);");
+    w.dedent();
+    w.line("}");
     return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
   }

@@ -18,6 +18,9 @@ struct GeneratedSource {
 struct BlasSymbols {
   std::string sgemm, dgemm;
   int indexBits = 64; ///< 64 for ILP64 builds (int64 sizes), 32 for LP64
+  /// The library's set-thread-count entry point (OpenBLAS's), called once with 1: braze splits
+  /// products over its own OpenMP threads. Empty when the library has none known.
+  std::string setThreads;
 };
 
 struct CpuCodegenOptions {

@@ -239,7 +239,7 @@ private:
   RawPtr pattern(int depth) {
     RawPtr x = expr(depth);
     RawPtr d = divisor(depth);
-    switch (pick(11)) {
+    switch (pick(12)) {
     case 0:
     case 1: { // (i*s + j) // s and (i*s + j) % s, j an index of extent s
       RawPtr s = rawLeaf(indices_[1]->extent());
@@ -265,6 +265,16 @@ private:
                  raw(RawOp::Mul, rawLeaf(sizes_[0]), rawLeaf(sizes_[2])));
     case 6: // min/max of an index and something
       return raw(pick(2) ? RawOp::Min : RawOp::Max, rawLeaf(indices_[pick(indices_.size())]), x);
+    case 7: { // (c*x + j) // (c*m) and % (c*m), j an index of extent c (a reshape's index)
+      bool twelve = pick(2);
+      int64_t cv = twelve ? 12 : 4;
+      RawPtr j = rawLeaf(indices_[twelve ? 3 : 0]);
+      RawPtr sum = raw(RawOp::Add, raw(RawOp::Mul, x, rawLeaf(ctx_.constant(cv))), j);
+      if (pick(2))
+        sum = raw(RawOp::Add, sum, raw(RawOp::Mul, leaf(), rawLeaf(ctx_.constant(cv * 2))));
+      RawPtr div = rawLeaf(ctx_.constant(cv * static_cast<int64_t>(1 + pick(3))));
+      return raw(pick(2) ? RawOp::FloorDiv : RawOp::Mod, sum, div);
+    }
     default: { // a bounded dividend against a nearby bound
       static const RawOp ops[] = {RawOp::FloorDiv, RawOp::Mod, RawOp::Min, RawOp::Max};
       RawPtr bound = pick(3) ? positiveLeaf() : rawLeaf(sizes_[pick(sizes_.size())]);
@@ -401,6 +411,12 @@ TEST_F(SymTest, EveryRuleFires) {
       {"(x // y) // z -> x // (y*z) (y, z > 0)", ctx.floordiv(ctx.floordiv(f, c(2)), s1),
        ctx.makeRaw(SymKind::FloorDiv, {f, ctx.mul(s1, c(2))})},
       {"0 // y -> 0", ctx.floordiv(c(0), s1), c(0)},
+      {"(c*q + r) // (c*m) -> q // m (0 <= r < c)",
+       ctx.floordiv(ctx.add(ctx.mul(s0, c(12)), i3), c(24)),
+       ctx.makeRaw(SymKind::FloorDiv, {s0, c(2)})},
+      {"(c*q + r) % (c*m) -> c*(q % m) + r (0 <= r < c)",
+       ctx.mod(ctx.add(ctx.mul(s0, c(12)), i3), c(24)),
+       ctx.add(ctx.mul(c(12), ctx.makeRaw(SymKind::Mod, {s0, c(2)})), i3)},
       {"c0 % c1 -> fold", ctx.mod(c(-7), c(3)), c(2)},
       {"x % 1 -> 0", ctx.mod(f, c(-1)), c(0)},
       {"x % y -> x (0 <= x < y)", ctx.mod(i1, s1), i1},

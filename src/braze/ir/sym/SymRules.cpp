@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 namespace braze::sym {
 
@@ -175,6 +176,49 @@ void splitMultiples(SymContext &ctx, SymExpr a, SymExpr d, std::vector<SymExpr> 
   }
 }
 
+/// The constant factor of a polynomial term (a constant term is its own factor).
+int64_t coefficientOf(SymExpr t) {
+  if (t->isConst())
+    return t->value();
+  int64_t c = 1;
+  if (t->kind() == SymKind::Mul)
+    for (SymExpr f : t->operands())
+      if (f->isConst())
+        c *= f->value();
+  return c;
+}
+
+/// For a constant divisor D > 0, a split a == c*q + r with c > 1 dividing D and 0 <= r < c
+/// proven: the sum's terms whose constant factors c divides (their quotients summed in q) and
+/// the rest (r). The candidates for c are gcd(D, factor) of each term, largest first. Returns
+/// false when no candidate works.
+bool splitBelowFactor(SymContext &ctx, SymExpr a, SymExpr d, int64_t &c, SymExpr &q, SymExpr &r) {
+  if (!d->isConst() || d->value() <= 1 || a->kind() != SymKind::Add)
+    return false;
+  int64_t dv = d->value();
+  std::vector<int64_t> candidates;
+  for (SymExpr t : termsOf(a)) {
+    int64_t g = std::gcd(dv, coefficientOf(t));
+    if (g > 1 && std::find(candidates.begin(), candidates.end(), g) == candidates.end())
+      candidates.push_back(g);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (int64_t cand : candidates) {
+    std::vector<SymExpr> qs, rest;
+    splitMultiples(ctx, a, ctx.constant(cand), qs, rest);
+    if (qs.empty() || rest.empty())
+      continue;
+    SymExpr rs = sumOf(ctx, rest);
+    if (!provablyInRange(ctx, rs, ctx.constant(cand)))
+      continue;
+    c = cand;
+    q = sumOf(ctx, qs);
+    r = rs;
+    return true;
+  }
+  return false;
+}
+
 const std::vector<Rule> &rules() {
   static const std::vector<Rule> table = {
       // ---- floordiv -------------------------------------------------------------------
@@ -204,6 +248,14 @@ const std::vector<Rule> &rules() {
            return nullptr;
          SymExpr r = sumOf(ctx, rest);
          return ctx.add(sumOf(ctx, qs), ctx.floordiv(r, b));
+       }},
+      {"(c*q + r) // (c*m) -> q // m (0 <= r < c)", SymKind::FloorDiv,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         int64_t c;
+         SymExpr q, r;
+         if (!splitBelowFactor(ctx, a, b, c, q, r))
+           return nullptr;
+         return ctx.floordiv(q, ctx.constant(b->value() / c));
        }},
       {"(x // y) // z -> x // (y*z) (y, z > 0)", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
@@ -236,6 +288,14 @@ const std::vector<Rule> &rules() {
          if (qs.empty())
            return nullptr;
          return ctx.mod(sumOf(ctx, rest), b);
+       }},
+      {"(c*q + r) % (c*m) -> c*(q % m) + r (0 <= r < c)", SymKind::Mod,
+       [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
+         int64_t c;
+         SymExpr q, r;
+         if (!splitBelowFactor(ctx, a, b, c, q, r))
+           return nullptr;
+         return ctx.add(ctx.mul(ctx.constant(c), ctx.mod(q, ctx.constant(b->value() / c))), r);
        }},
       {"(x % (y*q)) % y -> x % y", SymKind::Mod,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {

@@ -15,6 +15,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from braze import _C
+from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze.fx_import import Translator, Unsupported, supported_targets
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
@@ -147,9 +148,10 @@ class _BrazeGraph:
 
     def fast(self):
         """A leaner callable for calls whose inputs Dynamo's guards have already checked (a
-        static CUDA graph with plain inputs and outputs); self otherwise."""
+        static graph with plain inputs and outputs); self otherwise."""
         run = self.run
-        if (not isinstance(run, cuda_support.CudaGraph) or not run.static or self.needs_seed
+        if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
+                or self.needs_seed
                 or run.checks
                 or self.complex_outputs or self.none_slots or self.output_layouts
                 or any(c.is_complex() for c in self.constants)):
@@ -296,13 +298,13 @@ def _compile_whole(gm, opts, device=None, args=None):
         _check_cuda_codegen(t.g)
         return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
     blas = _blas_library() if opts.blas else None
+    specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
+    dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
     if device is None:
         compiled = t.g.compile(opts.log, opts.fuse, blas)
-        run = None
+        run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
-        specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
-        dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     _last_sources.append(compiled.source)
     _fallback_counts["partitions"] += args is None

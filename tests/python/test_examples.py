@@ -143,6 +143,26 @@ def test_gather_out_of_range_raises_not_wrong():
         fn_c(x, torch.full((4, 2), 7))
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "grad-mode"])
+def test_static_calls_return_fresh_outputs_and_raise_bad_indices(grad):
+    """Inference calls of a static graph take the lean path (Dynamo's guards checked the
+    inputs): each call's outputs are new tensors, and a bad index still raises."""
+    def fn(x, i):
+        return (x + 1) * 2, torch.gather(x, 1, i).sum(1)
+
+    x, i = randn(6, 5), torch.randint(0, 5, (6, 3))
+    compiled = torch.compile(fn, backend="braze", dynamic=False)
+    with torch.set_grad_enabled(grad):
+        first = compiled(x, i)
+        kept = [t.clone() for t in first]
+        second = compiled(x * 3, i)
+        for got, want in zip(first + second, kept + list(fn(x * 3, i))):
+            torch.testing.assert_close(got, want)
+        assert first[0].data_ptr() != second[0].data_ptr()
+        with pytest.raises(Exception, match="out of bounds"):
+            compiled(x, torch.full((6, 3), 9))
+
+
 def test_training_step_matches_eager():
     import copy
     torch.manual_seed(0)

@@ -98,6 +98,14 @@ struct PyCompiled {
 using CpuArray = nb::ndarray<nb::device::cpu>;
 using TorchArray = nb::ndarray<nb::pytorch, nb::device::cpu>;
 
+/// Buffer addresses passed from Python as ints (torch's data_ptr()).
+template <typename T> std::vector<T *> addressesOf(const std::vector<uintptr_t> &addresses) {
+  std::vector<T *> out(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i)
+    out[i] = reinterpret_cast<T *>(addresses[i]);
+  return out;
+}
+
 std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs) {
   std::vector<DLTensor> views(inputs.size());
   std::vector<const DLTensor *> ptrs;
@@ -346,14 +354,17 @@ NB_MODULE(_C, m) {
       .def("run_cuda", [](PyCompiled &c, const std::vector<uintptr_t> &inputs,
                           const std::vector<uintptr_t> &outputs, uintptr_t arena,
                           const std::vector<int64_t> &syms, uintptr_t stream) {
-        std::vector<const void *> in(inputs.size());
-        std::vector<void *> out(outputs.size());
-        for (size_t i = 0; i < inputs.size(); ++i)
-          in[i] = reinterpret_cast<const void *>(inputs[i]);
-        for (size_t i = 0; i < outputs.size(); ++i)
-          out[i] = reinterpret_cast<void *>(outputs[i]);
-        c.exe->runCuda(in, out, reinterpret_cast<void *>(arena), syms,
-                       reinterpret_cast<void *>(stream));
+        c.exe->runCuda(addressesOf<const void>(inputs), addressesOf<void>(outputs),
+                       reinterpret_cast<void *>(arena), syms, reinterpret_cast<void *>(stream));
+      })
+      // CPU modules, the lean call: buffers as addresses (torch's data_ptr()), sizes from
+      // bind_shapes, outputs laid out as output_layouts says.
+      .def("run_bound", [](PyCompiled &c, const std::vector<uintptr_t> &inputs,
+                           const std::vector<uintptr_t> &outputs, const std::vector<int64_t> &syms) {
+        std::vector<const void *> in = addressesOf<const void>(inputs);
+        std::vector<void *> out = addressesOf<void>(outputs);
+        nb::gil_scoped_release release;
+        c.exe->runBound(in, out, syms);
       })
       .def("synchronize", [](PyCompiled &c, uintptr_t stream) {
         nb::gil_scoped_release release;

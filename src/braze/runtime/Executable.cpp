@@ -211,6 +211,18 @@ void Executable::synchronizeAndCheck(void *stream) {
     cuda_->synchronizeAndCheck(stream);
 }
 
+void Executable::runBound(const std::vector<const void *> &inputs,
+                          const std::vector<void *> &outputs, const std::vector<int64_t> &syms) {
+  if (inputs.size() != spec_.inputs.size() || outputs.size() != spec_.outputs.size())
+    throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs and " +
+                   std::to_string(spec_.outputs.size()) + " outputs");
+  if (syms.empty()) {
+    launch(inputs, outputs, std::vector<int64_t>(1, 0));
+    return;
+  }
+  launch(inputs, outputs, syms);
+}
+
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
                         const std::vector<int64_t> &syms) {
   if (cuda_)

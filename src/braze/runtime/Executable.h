@@ -91,6 +91,12 @@ public:
   std::vector<Layout> layoutsFor(const std::vector<int64_t> &syms);
   int64_t arenaBytes(const std::vector<int64_t> &syms);
 
+  /// CPU modules: runs over caller-owned buffers whose sizes `syms` came from bindShapes,
+  /// outputs laid out as layoutsFor(syms). Checks only the buffer counts: the lean call of a
+  /// graph whose inputs the caller has already checked.
+  void runBound(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+                const std::vector<int64_t> &syms);
+
   /// CUDA modules: enqueues the graph on `stream` over caller-owned device buffers (outputs
   /// laid out as layoutsFor(syms), an arena of arenaBytes(syms)); never synchronizes. A kernel's
   /// run-time error (an index out of bounds) is reported by the next call or by

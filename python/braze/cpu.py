@@ -1,0 +1,41 @@
+"""The CPU side of the call path: a compiled CPU graph called with a flat list of tensors and,
+for a static graph whose inputs Dynamo's guards have already checked, a lean call that passes
+buffer addresses straight to the module (no DLPack view per tensor, no binding of sizes) with
+outputs allocated by PyTorch."""
+import torch
+
+
+class CpuGraph:
+    """A compiled CPU graph. __call__ checks every input against the compiled shapes and
+    strides (the runtime names what does not match); guarded_call skips those checks."""
+
+    def __init__(self, compiled, input_specs, output_dtypes):
+        self.compiled = compiled
+        self.output_dtypes = output_dtypes
+        shapes = [list(s) for s, _ in input_specs]
+        strides = [list(st) for _, st in input_specs]
+        self.static = not any(isinstance(d, torch.SymInt) for s in shapes + strides for d in s)
+        self.checks = False  # a CPU kernel's bad index comes back as the call's own RunError
+        self.syms, self.layouts = [], None
+        if self.static:
+            self.syms = list(compiled.bind_shapes(shapes, strides))
+            self.layouts = compiled.output_layouts(self.syms)
+
+    def __call__(self, inputs):
+        return self.compiled.run(inputs)
+
+    def guarded_call(self, positions, constants):
+        """A callable taking the graph's positional arguments (tensor inputs at `positions`, then
+        `constants`), for calls whose inputs have the compiled shapes and strides."""
+        layouts = [(tuple(shape), tuple(stride), dt)
+                   for (shape, stride), dt in zip(self.layouts, self.output_dtypes)]
+        const_ptrs = [c.data_ptr() for c in constants]
+        syms, run_bound, empty_strided = self.syms, self.compiled.run_bound, torch.empty_strided
+
+        def call(*args):
+            outs = [empty_strided(s, st, dtype=dt) for s, st, dt in layouts]
+            run_bound([args[i].data_ptr() for i in positions] + const_ptrs,
+                      [o.data_ptr() for o in outs], syms)
+            return outs
+        call.constants = constants  # const_ptrs stay valid while the closure holds these
+        return call

@@ -13,7 +13,7 @@ Methodology (the one in /work/shared/ANCHORS.md):
     per-model tolerances of benchmarks/models.py).
 
 Two sections, each printed as a markdown table: the workloads (single fused expressions), then
-the models (GPT-2, BERT, LLaMA-style, ResNet-18-shaped; benchmarks/models.py: random weights,
+the models (GPT-2, BERT, LLaMA-style, ResNet-18-shaped, MobileNetV2; benchmarks/models.py: random weights,
 float32, eval mode, no_grad), whose rows also give braze's graphs and fallbacks for that model
 (braze.counters() deltas over its compile).
 
@@ -124,6 +124,8 @@ WORKLOADS = {
                       lambda: (_randn(1024, 32000), torch.randint(0, 32000, (1024,)))),
     "seed-64x128": ("seed example 64×128 f32 (overhead)", seed_func,
                     lambda: (_randn(64, 128), _randn(64, 128))),
+    "pointwise-16": ("`(x+1)*2` 16 f32 (per-call overhead)", lambda x: (x + 1) * 2,
+                     lambda: (_randn(16),)),
 }
 
 

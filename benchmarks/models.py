@@ -109,6 +109,22 @@ def resnet18():
     return model, (torch.randn(*IMAGE),)
 
 
+def mobilenet_v2():
+    """MobileNetV2 (transformers' MobileNetV2Model, width 1.0; depthwise 3×3 convolutions), random
+    weights re-drawn He-normal (the config's small init makes the activations vanish), batch-norm
+    statistics that are not 0/1; returns the last hidden state."""
+    t = _quiet_transformers()
+    model = t.MobileNetV2Model(t.MobileNetV2Config(image_size=IMAGE[-1])).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                m.weight.normal_(0, (2.0 / m.weight[0].numel()) ** 0.5)
+            elif isinstance(m, nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return _last_hidden_state(model), (torch.randn(*IMAGE),)
+
+
 # name -> (description, builder, (rtol, atol) for the comparison with eager). Whole models sum
 # thousands of products per output through many layers, so float32 results differ from eager's
 # by more than one op's tolerance; these are the tolerances tests/python/test_models.py and
@@ -118,4 +134,6 @@ MODELS = {
     "bert": ("BERT 4 layers × 768, 12 heads; ids 2×128", bert, (1e-4, 1e-4)),
     "llama": ("LLaMA-style 4 layers × 512, 8 heads / 4 kv, MLP 1408; ids 2×128", llama, (1e-4, 1e-4)),
     "resnet18": ("ResNet-18-shaped CNN, 64 base channels; 4×3×128×128", resnet18, (1e-3, 1e-3)),
+    "mobilenet_v2": ("MobileNetV2 (transformers), width 1.0; 4×3×128×128", mobilenet_v2,
+                     (1e-3, 1e-3)),
 }

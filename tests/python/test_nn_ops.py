@@ -101,6 +101,23 @@ def test_max_pool2d_backward():
         g, x, [3, 2], [2, 1], [1, 1], [1, 2], True, i), rand(*y.shape), x, i)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_depthwise_convolution(dtype):
+    # One channel per group (a fused window sum), 1-3 spatial dims, bias, stride, padding,
+    # dilation; and a channel multiplier of 2 (the grouped-matmul form).
+    torch.manual_seed(0)
+    compiled_matches(lambda x1, w1, b, x2, w2, x3, w3, wm: (
+        F.conv1d(x1, w1, b, stride=2, padding=2, groups=6),
+        F.conv2d(x2, w2, b, padding=1, groups=6),
+        F.conv2d(x2, w2, stride=(2, 1), padding=(0, 2), dilation=2, groups=6),
+        F.conv3d(x3, w3, padding=1, groups=6),
+        F.conv2d(x2, wm, padding=1, groups=6)),
+        rand(2, 6, 11, dtype=dtype), rand(6, 1, 5, dtype=dtype), rand(6, dtype=dtype),
+        rand(2, 6, 9, 8, dtype=dtype), rand(6, 1, 3, 3, dtype=dtype),
+        rand(1, 6, 4, 5, 3, dtype=dtype), rand(6, 1, 3, 3, 3, dtype=dtype),
+        rand(12, 1, 3, 3, dtype=dtype))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grid_sample(dtype):
     # bf16 matches because braze computes in the dtype in eager's order of operations.

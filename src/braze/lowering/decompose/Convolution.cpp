@@ -4,6 +4,10 @@
 ///   2. move channels next to the kernel and flatten: [N, P = prod(O), g, C/g * prod(k)];
 ///   3. batched matmul with the weight as [g, C/g * prod(k), O/g] -> [N, g, P, O/g];
 ///   4. back to [N, O, O1..] and add the bias.
+/// A floating-point depthwise convolution (one input and one output channel per group) skips
+/// 2-3: the windows times the weight [1, C, 1.., k..] summed over the kernel dims, one fused
+/// reduction that reads x through the window remap (no im2col copy, no per-channel products of
+/// width one). Half precision accumulates in f32 and rounds once.
 #include "braze/lowering/decompose/Decompose.h"
 
 namespace braze::decomp {
@@ -22,6 +26,33 @@ Node *decomposeConvolution(GraphBuilder &b, Node *n) {
     int64_t k;
     s.constValue(w->shape()[2 + i], k);
     x = b.unfold(x, 2 + i, k, stride[i], dilation[i]);
+  }
+  int64_t perGroupIn = 0, outChannels = 0;
+  bool depthwise = groups > 1 && isFloating(x->dtype()) &&
+                   s.constValue(w->shape()[1], perGroupIn) && perGroupIn == 1 &&
+                   s.constValue(w->shape()[0], outChannels) && outChannels == groups;
+  if (depthwise) {
+    std::vector<SymExpr> wshape{b.dim(1), w->shape()[0]};
+    std::vector<int64_t> kernelDims;
+    for (int64_t i = 0; i < spatial; ++i)
+      wshape.push_back(b.dim(1));
+    for (int64_t i = 0; i < spatial; ++i) {
+      wshape.push_back(w->shape()[2 + i]);
+      kernelDims.push_back(2 + spatial + i);
+    }
+    DType dt = x->dtype();
+    bool half = dt == DType::Float16 || dt == DType::BFloat16;
+    Node *xs = half ? b.convert(x, DType::Float32) : x;
+    Node *ws = b.reshape(w, wshape);
+    ws = half ? b.convert(ws, DType::Float32) : ws;
+    Node *y = b.reduce(OpKind::Sum, b.mul(xs, ws), kernelDims, false);
+    if (a.getBool("bias")) {
+      std::vector<SymExpr> bshape(n->shape().size(), b.dim(1));
+      bshape[1] = n->shape()[1];
+      Node *bias = b.reshape(n->operand(2), bshape);
+      y = b.add(y, half ? b.convert(bias, DType::Float32) : bias);
+    }
+    return half ? b.convert(y, dt) : y;
   }
   // 2. [N, C, O.., k..] -> [N, O.., C, k..]
   std::vector<int64_t> perm{0};

@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -463,6 +465,29 @@ TEST_F(SymTest, SplitIndexRecombines) {
 }
 
 // ---- provers and evaluation ---------------------------------------------------------------
+
+TEST_F(SymTest, ConstantArithmeticReportsOverflow) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const int64_t small = std::numeric_limits<int64_t>::min();
+  auto message = [](const std::function<void()> &f) -> std::string {
+    try {
+      f();
+    } catch (const braze::Diagnostic &d) {
+      return d.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message([&] { ctx.mul(c(big), c(2)); }),
+            "shape: integer overflow: 9223372036854775807 * 2 does not fit in 64 bits");
+  EXPECT_EQ(message([&] { ctx.add(c(big), c(1)); }),
+            "shape: integer overflow: 9223372036854775807 + 1 does not fit in 64 bits");
+  EXPECT_NE(message([&] { ctx.add(ctx.mul(s0, c(big)), s0); }), "no error");
+  EXPECT_NE(message([&] { ctx.mul(ctx.mul(s0, c(big)), c(3)); }), "no error");
+  EXPECT_NE(message([&] { ctx.neg(c(small)); }), "no error");
+  EXPECT_NE(message([&] { ctx.floordiv(c(small), c(-1)); }), "no error");
+  EXPECT_EQ(ctx.mod(c(small), c(-1)), c(0));
+  EXPECT_EQ(ctx.add(c(big), c(-1)), c(big - 1)); // near the edge, no false alarm
+}
 
 TEST_F(SymTest, ProvablyNonNegative) {
   EXPECT_TRUE(ctx.provablyNonNegative(c(0)));

@@ -79,3 +79,14 @@ def test_gather_index_longer_than_input_is_rejected():
     g.set_name("gather_1")
     with pytest.raises(braze._C.CompileError, match=r"gather \(node 'gather_1'\): index dim 0 is 5"):
         g.gather(x, 1, i)
+
+
+def test_overflowing_sizes_are_a_clear_error():
+    """Size arithmetic that overflows int64 raises, naming the operands, instead of wrapping
+    around to a small or negative size."""
+    g = braze._C.Graph()
+    big = g.sym_const(2**62)
+    with pytest.raises(braze.CompileError,
+                       match=r"integer overflow: 4611686018427387904 \* 4611686018427387904 does "
+                             r"not fit in 64 bits"):
+        g.sym_binary("mul", big, big)

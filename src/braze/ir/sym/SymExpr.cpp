@@ -1,6 +1,7 @@
 #include "braze/ir/sym/SymExpr.h"
 
 #include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
 #include "braze/support/Hashing.h"
 
 #include <algorithm>
@@ -8,15 +9,38 @@
 
 namespace braze::sym {
 
+int64_t checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " + " << b
+                                  << " does not fit in 64 bits";
+  return r;
+}
+
+int64_t checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " * " << b
+                                  << " does not fit in 64 bits";
+  return r;
+}
+
 int64_t floorDiv(int64_t a, int64_t b) {
   BRAZE_CHECK(b != 0) << "division by zero";
+  if (a == INT64_MIN && b == -1)
+    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " // -1 does not fit in 64 bits";
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0)))
     --q;
   return q;
 }
 
-int64_t floorMod(int64_t a, int64_t b) { return a - floorDiv(a, b) * b; }
+int64_t floorMod(int64_t a, int64_t b) {
+  BRAZE_CHECK(b != 0) << "division by zero";
+  if (b == -1)
+    return 0; // a // -1 may overflow; the remainder never does
+  return a - floorDiv(a, b) * b;
+}
 
 int compareSym(SymExpr a, SymExpr b) {
   if (a == b)
@@ -139,7 +163,7 @@ void factorsOf(SymExpr t, int64_t &coef, std::vector<SymExpr> &factors) {
   if (t->kind() == SymKind::Mul) {
     for (SymExpr f : t->operands()) {
       if (f->isConst())
-        coef *= f->value();
+        coef = checkedMul(coef, f->value());
       else
         factors.push_back(f);
     }
@@ -167,7 +191,7 @@ SymExpr SymContext::addTerms(TermMap &terms, int64_t c) {
 
 SymExpr SymContext::add(SymExpr a, SymExpr b) {
   if (a->isConst() && b->isConst())
-    return constant(a->value() + b->value());
+    return constant(checkedAdd(a->value(), b->value()));
   if (a->isConst(0))
     return b;
   if (b->isConst(0))
@@ -179,11 +203,12 @@ SymExpr SymContext::add(SymExpr a, SymExpr b) {
     std::vector<SymExpr> fs;
     factorsOf(t, coef, fs);
     if (fs.empty()) {
-      c += coef;
+      c = checkedAdd(c, coef);
       return;
     }
     SymExpr mono = fs.size() == 1 ? fs[0] : makeRaw(SymKind::Mul, fs);
-    terms[mono] += coef;
+    int64_t &k = terms[mono];
+    k = checkedAdd(k, coef);
   };
   for (SymExpr x : {a, b}) {
     if (x->kind() == SymKind::Add)
@@ -205,7 +230,7 @@ SymExpr SymContext::add(SymExpr a, SymExpr b) {
     factorsOf(mul(div, d), dc, dfs);
     SymExpr partner = dfs.size() == 1 ? dfs[0] : makeRaw(SymKind::Mul, dfs);
     auto it = terms.find(partner);
-    if (it == terms.end() || it->second != k * dc)
+    if (it == terms.end() || it->second != checkedMul(k, dc))
       continue;
     int64_t kk = k;
     k = 0;
@@ -219,7 +244,7 @@ SymExpr SymContext::sub(SymExpr a, SymExpr b) { return add(a, neg(b)); }
 
 SymExpr SymContext::mul(SymExpr a, SymExpr b) {
   if (a->isConst() && b->isConst())
-    return constant(a->value() * b->value());
+    return constant(checkedMul(a->value(), b->value()));
   if (a->isConst(0) || b->isConst(0))
     return constant(0);
   if (a->isConst(1))
@@ -245,7 +270,7 @@ SymExpr SymContext::mul(SymExpr a, SymExpr b) {
   std::vector<SymExpr> fs = fa;
   fs.insert(fs.end(), fb.begin(), fb.end());
   std::sort(fs.begin(), fs.end(), lessSym);
-  int64_t coef = ca * cb;
+  int64_t coef = checkedMul(ca, cb);
   if (fs.empty())
     return constant(coef);
   if (coef == 1 && fs.size() == 1)

@@ -133,6 +133,10 @@ SymExpr applySymRules(SymContext &ctx, SymKind kind, SymExpr a, SymExpr b);
 int64_t evaluate(SymExpr e, const std::unordered_map<SymExpr, int64_t> &values);
 int64_t floorDiv(int64_t a, int64_t b);
 int64_t floorMod(int64_t a, int64_t b);
+/// a + b and a * b; a user error (a Diagnostic naming the operands) when the result does not
+/// fit in int64. Constant folding goes through these, so no symbolic size wraps around.
+int64_t checkedAdd(int64_t a, int64_t b);
+int64_t checkedMul(int64_t a, int64_t b);
 
 /// Infix text: `s0*s1 + i0 // 4`. Symbols print as their hints.
 std::string toString(SymExpr e);

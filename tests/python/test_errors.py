@@ -50,9 +50,10 @@ def test_backend_registered_by_entry_point_once():
 
 def test_counters_have_the_documented_keys():
     c = braze.counters()
-    for key in ("graphs_compiled", "kernels_generated", "cache_hits", "cache_misses",
-                "fallback_ops", "fallback_graphs"):
+    for key in ("graphs", "partitions", "recompiles", "graphs_compiled", "kernels_generated",
+                "cache_hits", "cache_misses", "fallback_ops", "fallback_graphs"):
         assert isinstance(c[key], int)
+    assert all(isinstance(n, int) for n in braze.fallback_ops_by_op().values())
 
 
 def test_cache_hit_in_a_fresh_process(tmp_path):

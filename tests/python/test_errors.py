@@ -91,3 +91,10 @@ def test_overflowing_sizes_are_a_clear_error():
                        match=r"integer overflow: 4611686018427387904 \* 4611686018427387904 does "
                              r"not fit in 64 bits"):
         g.sym_binary("mul", big, big)
+
+
+def test_negative_dims_are_a_clear_error():
+    g = braze._C.Graph()
+    with pytest.raises(braze.CompileError, match=r"input \(node 'x'\): dim 1 is -3; sizes must be "
+                                                 r"non-negative"):
+        g.input("x", "f32", [g.sym_const(2), g.sym_const(-3)], [])

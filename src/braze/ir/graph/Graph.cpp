@@ -1,6 +1,7 @@
 #include "braze/ir/graph/Graph.h"
 
 #include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
 
 #include <algorithm>
 #include <cctype>
@@ -206,6 +207,12 @@ SymExpr Graph::newSizeSymbol(const std::string &hint) {
 
 Node *Graph::addNode(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type,
                      std::string name) {
+  for (size_t i = 0; i < type.shape.size(); ++i) {
+    int64_t v;
+    if (sym_->constValue(type.shape[i], v) && v < 0)
+      BRAZE_USER_ERROR(std::string(opName(op)), name) << "dim " << i << " is " << v
+                                         << "; sizes must be non-negative";
+  }
   auto n = std::make_unique<Node>();
   n->id_ = nextId_++;
   n->op_ = op;

@@ -9,26 +9,27 @@
 
 namespace braze::sym {
 
+namespace {
+[[noreturn]] void overflow(int64_t a, const char *op, int64_t b) {
+  BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " " << op << " " << b
+                                << " does not fit in 64 bits";
+}
+} // namespace
+
 int64_t checkedAdd(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " + " << b
-                                  << " does not fit in 64 bits";
-  return r;
+  return __builtin_add_overflow(a, b, &r) ? (overflow(a, "+", b), 0) : r;
 }
 
 int64_t checkedMul(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " * " << b
-                                  << " does not fit in 64 bits";
-  return r;
+  return __builtin_mul_overflow(a, b, &r) ? (overflow(a, "*", b), 0) : r;
 }
 
 int64_t floorDiv(int64_t a, int64_t b) {
   BRAZE_CHECK(b != 0) << "division by zero";
   if (a == INT64_MIN && b == -1)
-    BRAZE_USER_ERROR("shape", "") << "integer overflow: " << a << " // -1 does not fit in 64 bits";
+    overflow(a, "//", b);
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0)))
     --q;

@@ -24,7 +24,7 @@ from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
 # or one partition each); recompiles: variants compiled for inputs laid out otherwise than the
 # graph's example inputs; fallback_ops: FX nodes left to eager; fallback_graphs: graphs, or
 # calls of a compiled graph, that ran in eager PyTorch.
-_fallback_counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
+_counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
                     "fallback_graphs": 0}
 _fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
 _last_sources = []  # generated source per compiled graph, for run_and_get_code
@@ -46,7 +46,7 @@ class Options:
 def counters():
     """Cumulative counts for this process."""
     d = dict(_C.counters())
-    d.update(_fallback_counts)
+    d.update(_counts)
     return d
 
 
@@ -199,7 +199,7 @@ class _BrazeGraph:
         key = tuple((tuple(x.shape), tuple(x.stride())) for x in inputs)
         run = self.variants.get(key)
         if run is None:
-            _fallback_counts["recompiles"] += 1
+            _counts["recompiles"] += 1
             _log_fallback(f"recompiling a graph for inputs laid out as {key}")
             run = self.variants[key] = self.recompile(args)
         self.run = run  # the layouts most recently seen are tried first
@@ -209,7 +209,7 @@ class _BrazeGraph:
         if not self.warned:
             warnings.warn(f"braze: {reason}; running this call in eager PyTorch")
             self.warned = True
-        _fallback_counts["fallback_graphs"] += 1
+        _counts["fallback_graphs"] += 1
         _log_fallback(f"{reason}; running this call in eager PyTorch")
         args = list(args)
         for i, shape, stride in self.input_layouts:  # eager gets the layouts it was traced with
@@ -291,7 +291,7 @@ def _compile_whole(gm, opts, device=None, args=None):
             declared = concrete_layout(val)
         dense = _dense_layout(t, val)
         layouts.append(dense)
-        if declared is not None and not dense and not _is_row_major(*declared):
+        if declared is not None and not dense and not val.is_contiguous():
             output_layouts.append((len(handles) - 1, *declared))
     t.g.output(handles, layouts)
     if opts.cuda_codegen_only:
@@ -307,7 +307,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     _last_sources.append(compiled.source)
-    _fallback_counts["partitions"] += args is None
+    _counts["partitions"] += args is None
     recompile = None
     if args is None:
         def recompile(call_args):
@@ -318,15 +318,6 @@ def _compile_whole(gm, opts, device=None, args=None):
                         output_layouts=output_layouts, recompile=recompile,
                         strict=_strict(opts)),
             isinstance(outputs, (tuple, list)))
-
-
-def _is_row_major(shape, stride):
-    expect = 1
-    for n, s in reversed(list(zip(shape, stride))):
-        if n > 1 and s != expect:
-            return False
-        expect *= n
-    return True
 
 
 def _as_tuple(out):
@@ -483,10 +474,10 @@ def _plain_inference():
 def _compile_fx(gm, example_inputs, opts, direct=None):
     """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
     may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one."""
-    _fallback_counts["graphs"] += 1
+    _counts["graphs"] += 1
     device, why = _graph_device(gm, example_inputs)
     if why:
-        _fallback_counts["fallback_graphs"] += 1
+        _counts["fallback_graphs"] += 1
         _log_fallback(why)
         return make_boxed_func(gm.forward)
     if device is not None:
@@ -523,10 +514,20 @@ def _compile_fx(gm, example_inputs, opts, direct=None):
         if _strict(opts):
             raise
         reason = f"internal error in braze ({type(e).__name__}: {e})"
-    _fallback_counts["fallback_graphs"] += 1
+    _counts["fallback_graphs"] += 1
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
+
+
+def _count_fallback_op(node):
+    """Counts call_function `node` as left to eager PyTorch, in total and by op; False for a
+    getitem (one result of an op counted already)."""
+    if node.target is operator.getitem:
+        return False
+    _counts["fallback_ops"] += 1
+    _fallback_ops_by_op[str(node.target)] += 1
+    return True
 
 
 def _compile_partitioned(gm, unsupported, opts, device=None):
@@ -536,11 +537,8 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     for node, why in unsupported.items():
-        if node.target is operator.getitem:
-            continue  # one result of an op counted already
-        _fallback_counts["fallback_ops"] += 1
-        _fallback_ops_by_op[str(node.target)] += 1
-        _log_fallback(f"{node.name} ({node.target}): {why}")
+        if _count_fallback_op(node):
+            _log_fallback(f"{node.name} ({node.target}): {why}")
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node):
@@ -560,9 +558,8 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
                 raise
             # This partition's ops run in eager PyTorch; the other partitions stay compiled.
             for node in sub.graph.nodes:
-                if node.op == "call_function" and node.target is not operator.getitem:
-                    _fallback_counts["fallback_ops"] += 1
-                    _fallback_ops_by_op[str(node.target)] += 1
+                if node.op == "call_function":
+                    _count_fallback_op(node)
             _log_fallback(f"partition {name} runs in eager PyTorch: {e}")
             continue
         setattr(fused, name, _Partition(fn, tuple_out))
@@ -667,7 +664,7 @@ def _integer_interpolation(gm):
 def braze_backend(gm, example_inputs, options=None):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
     if _integer_interpolation(gm):
-        _fallback_counts["fallback_graphs"] += 1
+        _counts["fallback_graphs"] += 1
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
                       "differently from its kernel; running this graph in eager PyTorch")
         return gm.forward

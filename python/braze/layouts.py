@@ -1,7 +1,7 @@
 """Layouts at partition boundaries. Every tensor a compiled partition hands to PyTorch, and every
-tensor an eager op hands to another eager op, has the sizes and strides
-of its FX node's meta["val"]: eager kernels (attention among them) may return another layout than
-their meta functions promise, and the ops after them (a `view`) were traced against the meta."""
+tensor an eager op hands to another eager op, has the sizes and strides of its FX node's
+meta["val"]: eager kernels (attention among them) may return another layout than their meta
+functions promise, and the ops after them (a `view`) were traced against the meta."""
 import operator
 
 import torch
@@ -47,9 +47,7 @@ def as_layout(t, shape, stride):
 
 def match_layout(t, shape, stride):
     """The boundary after an eager op: its result with the layout of its meta value."""
-    if not isinstance(t, torch.Tensor) or same_layout(t, shape, stride):
-        return t
-    return as_layout(t, shape, stride)
+    return as_layout(t, shape, stride) if isinstance(t, torch.Tensor) else t
 
 
 def guard_eager_layouts(gm, compiled_names):

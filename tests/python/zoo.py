@@ -48,53 +48,53 @@ def _decoder_common(**extra):
                 intermediate_size=256, vocab_size=VOCAB, max_position_embeddings=128, **extra)
 
 
-def gpt2(use_cache=None):
+def gpt2():
     t = _transformers()
     cfg = t.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
                        bos_token_id=0, eos_token_id=0)
     return t.GPT2LMHeadModel(cfg), {"input_ids": _ids()}, _logits
 
 
-def llama(use_cache=None):
+def llama():
     t = _transformers()
     cfg = t.LlamaConfig(num_key_value_heads=2, **_decoder_common())
     return t.LlamaForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def opt(use_cache=None):
+def opt():
     t = _transformers()
     cfg = t.OPTConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, ffn_dim=256,
                       vocab_size=VOCAB, max_position_embeddings=128, word_embed_proj_dim=128)
     return t.OPTForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def phi3(use_cache=None):
+def phi3():
     t = _transformers()
     cfg = t.Phi3Config(num_key_value_heads=2, pad_token_id=0, **_decoder_common())
     return t.Phi3ForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def gemma2(use_cache=None):
+def gemma2():
     t = _transformers()
     cfg = t.Gemma2Config(num_key_value_heads=2, head_dim=32, sliding_window=16,
                          **_decoder_common())
     return t.Gemma2ForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def gpt_neox(use_cache=None):
+def gpt_neox():
     t = _transformers()
     cfg = t.GPTNeoXConfig(**_decoder_common())
     return t.GPTNeoXForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def falcon(use_cache=None):
+def falcon():
     t = _transformers()
     cfg = t.FalconConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
                          vocab_size=VOCAB, new_decoder_architecture=False, multi_query=True)
     return t.FalconForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
-def mixtral(use_cache=None):
+def mixtral():
     t = _transformers()
     cfg = t.MixtralConfig(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
                           **_decoder_common())

@@ -195,12 +195,7 @@ void Executable::runCuda(const std::vector<const void *> &inputs, const std::vec
                          void *arena, const std::vector<int64_t> &syms, void *stream) {
   if (!cuda_)
     throw RunError("runCuda on a CPU module");
-  if (inputs.size() != spec_.inputs.size() || outputs.size() != spec_.outputs.size())
-    throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs and " +
-                   std::to_string(spec_.outputs.size()) + " outputs");
-  std::vector<int64_t> padded = syms;
-  if (padded.empty())
-    padded.push_back(0);
+  std::vector<int64_t> padded = boundSymbols(inputs.size(), outputs.size(), syms);
   cuda_->run(reinterpret_cast<CudaRunFn>(run_),
              const_cast<void *const *>(reinterpret_cast<const void *const *>(inputs.data())),
              outputs.data(), static_cast<char *>(arena), padded.data(), stream);
@@ -213,14 +208,18 @@ void Executable::synchronizeAndCheck(void *stream) {
 
 void Executable::runBound(const std::vector<const void *> &inputs,
                           const std::vector<void *> &outputs, const std::vector<int64_t> &syms) {
-  if (inputs.size() != spec_.inputs.size() || outputs.size() != spec_.outputs.size())
+  launch(inputs, outputs, boundSymbols(inputs.size(), outputs.size(), syms));
+}
+
+std::vector<int64_t> Executable::boundSymbols(size_t inputs, size_t outputs,
+                                              const std::vector<int64_t> &syms) const {
+  if (inputs != spec_.inputs.size() || outputs != spec_.outputs.size())
     throw RunError("expected " + std::to_string(spec_.inputs.size()) + " inputs and " +
                    std::to_string(spec_.outputs.size()) + " outputs");
-  if (syms.empty()) {
-    launch(inputs, outputs, std::vector<int64_t>(1, 0));
-    return;
-  }
-  launch(inputs, outputs, syms);
+  std::vector<int64_t> padded = syms;
+  if (padded.empty())
+    padded.push_back(0);
+  return padded;
 }
 
 void Executable::launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,

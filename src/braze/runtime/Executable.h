@@ -107,6 +107,11 @@ public:
 
 private:
   Executable() = default;
+  /// The symbols of a call over caller-owned buffers, padded to at least one value (the
+  /// module's functions read a non-null array); throws RunError unless the buffer counts are
+  /// the module's.
+  std::vector<int64_t> boundSymbols(size_t inputs, size_t outputs,
+                                    const std::vector<int64_t> &syms) const;
   /// braze_bind over per-input shape and stride arrays (ranks already checked).
   std::vector<int64_t> bindPointers(const int64_t *const *shapes, const int64_t *const *strides);
   void launch(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,

@@ -210,8 +210,8 @@ Node *Graph::addNode(OpKind op, std::vector<Node *> operands, AttrMap attrs, Ten
   for (size_t i = 0; i < type.shape.size(); ++i) {
     int64_t v;
     if (sym_->constValue(type.shape[i], v) && v < 0)
-      BRAZE_USER_ERROR(std::string(opName(op)), name) << "dim " << i << " is " << v
-                                         << "; sizes must be non-negative";
+      BRAZE_USER_ERROR(std::string(opName(op)), name)
+          << "dim " << i << " is " << v << "; sizes must be non-negative";
   }
   auto n = std::make_unique<Node>();
   n->id_ = nextId_++;

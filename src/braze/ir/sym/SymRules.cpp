@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 
 namespace braze::sym {
 
@@ -188,13 +189,17 @@ int64_t coefficientOf(SymExpr t) {
   return c;
 }
 
-/// For a constant divisor D > 0, a split a == c*q + r with c > 1 dividing D and 0 <= r < c
-/// proven: the sum's terms whose constant factors c divides (their quotients summed in q) and
-/// the rest (r). The candidates for c are gcd(D, factor) of each term, largest first. Returns
-/// false when no candidate works.
-bool splitBelowFactor(SymContext &ctx, SymExpr a, SymExpr d, int64_t &c, SymExpr &q, SymExpr &r) {
+/// a == c*q + r with 0 <= r < c proven, for a constant divisor D == c*m (c > 1).
+struct BelowFactor {
+  SymExpr c, q, r, m;
+};
+
+/// The split of a sum `a` against a constant divisor D > 1: the terms whose constant factors c
+/// divides (their quotients summed in q) and the rest (r). The candidates for c are gcd(D,
+/// factor) of each term, largest first; nullopt when none works.
+std::optional<BelowFactor> splitBelowFactor(SymContext &ctx, SymExpr a, SymExpr d) {
   if (!d->isConst() || d->value() <= 1 || a->kind() != SymKind::Add)
-    return false;
+    return std::nullopt;
   int64_t dv = d->value();
   std::vector<int64_t> candidates;
   for (SymExpr t : termsOf(a)) {
@@ -208,15 +213,11 @@ bool splitBelowFactor(SymContext &ctx, SymExpr a, SymExpr d, int64_t &c, SymExpr
     splitMultiples(ctx, a, ctx.constant(cand), qs, rest);
     if (qs.empty() || rest.empty())
       continue;
-    SymExpr rs = sumOf(ctx, rest);
-    if (!provablyInRange(ctx, rs, ctx.constant(cand)))
-      continue;
-    c = cand;
-    q = sumOf(ctx, qs);
-    r = rs;
-    return true;
+    SymExpr r = sumOf(ctx, rest);
+    if (provablyInRange(ctx, r, ctx.constant(cand)))
+      return BelowFactor{ctx.constant(cand), sumOf(ctx, qs), r, ctx.constant(dv / cand)};
   }
-  return false;
+  return std::nullopt;
 }
 
 const std::vector<Rule> &rules() {
@@ -251,11 +252,8 @@ const std::vector<Rule> &rules() {
        }},
       {"(c*q + r) // (c*m) -> q // m (0 <= r < c)", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
-         int64_t c;
-         SymExpr q, r;
-         if (!splitBelowFactor(ctx, a, b, c, q, r))
-           return nullptr;
-         return ctx.floordiv(q, ctx.constant(b->value() / c));
+         std::optional<BelowFactor> s = splitBelowFactor(ctx, a, b);
+         return s ? ctx.floordiv(s->q, s->m) : nullptr;
        }},
       {"(x // y) // z -> x // (y*z) (y, z > 0)", SymKind::FloorDiv,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
@@ -291,11 +289,8 @@ const std::vector<Rule> &rules() {
        }},
       {"(c*q + r) % (c*m) -> c*(q % m) + r (0 <= r < c)", SymKind::Mod,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {
-         int64_t c;
-         SymExpr q, r;
-         if (!splitBelowFactor(ctx, a, b, c, q, r))
-           return nullptr;
-         return ctx.add(ctx.mul(ctx.constant(c), ctx.mod(q, ctx.constant(b->value() / c))), r);
+         std::optional<BelowFactor> s = splitBelowFactor(ctx, a, b);
+         return s ? ctx.add(ctx.mul(s->c, ctx.mod(s->q, s->m)), s->r) : nullptr;
        }},
       {"(x % (y*q)) % y -> x % y", SymKind::Mod,
        [](SymContext &ctx, SymExpr a, SymExpr b) -> SymExpr {

@@ -56,6 +56,10 @@ constexpr uint32_t kEpilogueReluBias = 6;  // CUBLASLT_EPILOGUE_RELU_BIAS (RELU 
 constexpr uint32_t kEpilogueGelu = 32;     // CUBLASLT_EPILOGUE_GELU (the tanh approximation)
 constexpr uint32_t kEpilogueGeluBias = 36; // CUBLASLT_EPILOGUE_GELU_BIAS (GELU | BIAS)
 
+// cublasLtMatrixLayoutAttribute_t (cublasLt.h).
+constexpr int kLayoutBatchCount = 5;   // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t
+constexpr int kLayoutBatchStride = 6;  // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, int64_t
+
 // cublasLtMatmulPreferenceAttributes_t (cublasLt.h).
 constexpr int kPrefMaxWorkspaceBytes = 1; // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t
 constexpr int kPrefMinAlignmentA = 5;     // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t
@@ -89,6 +93,7 @@ using DescCreateFn = Status (*)(void **desc, int computeType, int scaleType);
 using DescDestroyFn = Status (*)(void *desc);
 using DescSetFn = Status (*)(void *desc, int attr, const void *buf, size_t bytes);
 using LayoutCreateFn = Status (*)(void **layout, int type, uint64_t rows, uint64_t cols, int64_t ld);
+using LayoutSetFn = Status (*)(void *layout, int attr, const void *buf, size_t bytes);
 using LayoutDestroyFn = Status (*)(void *layout);
 using PrefCreateFn = Status (*)(void **pref);
 using PrefSetFn = Status (*)(void *pref, int attr, const void *buf, size_t bytes);
@@ -152,9 +157,11 @@ uint32_t alignmentOf(const void *ptr) {
   return align;
 }
 
-/// One operand as cuBLASLt sees it: a column-major rows x cols matrix with leading dimension ld.
+/// One operand as cuBLASLt sees it: a column-major rows x cols matrix with leading dimension ld,
+/// and the distance between consecutive matrices of a batch.
 struct ColumnMajor {
   int64_t rows, cols, ld;
+  int64_t batchStride = 0;
 };
 
 /// A row-major matrix with `rowLength` elements per row, `numRows` rows and row stride `stride`
@@ -174,7 +181,7 @@ ColumnMajor columnMajorView(int64_t rowLength, int64_t numRows, int64_t stride, 
 /// Everything that decides the descriptors and the algorithm; pointer values enter only through
 /// their alignment.
 struct PlanKey {
-  int64_t m, n, k, lda, ldb, ldc;
+  int64_t m, n, k, lda, ldb, ldc, batch, strideA, strideB, strideC;
   uint64_t workspaceLimit;
   GemmDType dtype;
   GemmEpilogue epilogue;
@@ -186,7 +193,7 @@ struct PlanKey {
 struct PlanKeyHash {
   size_t operator()(const PlanKey &k) const {
     size_t h = 0;
-    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc})
+    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.batch, k.strideA, k.strideB, k.strideC})
       h = hashCombine(h, static_cast<size_t>(v));
     h = hashCombine(h, static_cast<size_t>(k.workspaceLimit));
     size_t flags = static_cast<size_t>(k.dtype) | static_cast<size_t>(k.epilogue) << 4 |
@@ -217,6 +224,7 @@ struct CublasLt::Impl {
   DescDestroyFn descDestroy = nullptr;
   DescSetFn descSet = nullptr;
   LayoutCreateFn layoutCreate = nullptr;
+  LayoutSetFn layoutSet = nullptr;
   LayoutDestroyFn layoutDestroy = nullptr;
   PrefCreateFn prefCreate = nullptr;
   PrefSetFn prefSet = nullptr;
@@ -237,7 +245,8 @@ struct CublasLt::Impl {
 
   static std::string where(const GemmProblem &p) {
     return " for m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) +
-           ", k=" + std::to_string(p.k) + ", dtype=" + dtypeName(p.dtype);
+           ", k=" + std::to_string(p.k) + ", dtype=" + dtypeName(p.dtype) +
+           (p.batch != 1 ? ", batch=" + std::to_string(p.batch) : std::string());
   }
 
   std::string failure(const char *call, Status s, const GemmProblem &p) const {
@@ -290,6 +299,16 @@ struct CublasLt::Impl {
         *slot = nullptr;
         destroy(plan);
         return failure("cublasLtMatrixLayoutCreate", ls, p);
+      }
+      if (p.batch == 1)
+        continue;
+      int32_t count = static_cast<int32_t>(p.batch);
+      Status ls = layoutSet(*slot, kLayoutBatchCount, &count, sizeof count);
+      if (ls == kStatusSuccess)
+        ls = layoutSet(*slot, kLayoutBatchStride, &v.batchStride, sizeof v.batchStride);
+      if (ls != kStatusSuccess) {
+        destroy(plan);
+        return failure("cublasLtMatrixLayoutSetAttribute", ls, p);
       }
     }
 
@@ -361,6 +380,7 @@ CublasLt &CublasLt::load(const std::string &libraryPath) {
   sym(im.descDestroy, "cublasLtMatmulDescDestroy");
   sym(im.descSet, "cublasLtMatmulDescSetAttribute");
   sym(im.layoutCreate, "cublasLtMatrixLayoutCreate");
+  sym(im.layoutSet, "cublasLtMatrixLayoutSetAttribute");
   sym(im.layoutDestroy, "cublasLtMatrixLayoutDestroy");
   sym(im.prefCreate, "cublasLtMatmulPreferenceCreate");
   sym(im.prefSet, "cublasLtMatmulPreferenceSetAttribute");
@@ -395,6 +415,11 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
            Impl::where(p);
   if (!p.a || !p.b || !p.c)
     return "cuBLASLt gemm: null operand pointer" + Impl::where(p);
+  if (p.batch < 1 || p.batch > INT32_MAX || p.strideA < 0 || p.strideB < 0 || p.strideC < 0 ||
+      (p.batch > 1 && p.strideC == 0))
+    return "cuBLASLt gemm: batch " + std::to_string(p.batch) + " with strides " +
+           std::to_string(p.strideA) + ", " + std::to_string(p.strideB) + ", " +
+           std::to_string(p.strideC) + " is not a batch it takes" + Impl::where(p);
   if (!workspace)
     workspaceBytes = 0;
 
@@ -409,6 +434,9 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   ColumnMajor ltB = p.transA ? columnMajorView(p.m, p.k, p.lda, elem)  // A stored [k,m]
                              : columnMajorView(p.k, p.m, p.lda, elem); // A stored [m,k]
   ColumnMajor ltD = columnMajorView(p.n, p.m, p.ldc, elem);
+  ltA.batchStride = p.strideB;
+  ltB.batchStride = p.strideA;
+  ltD.batchStride = p.strideC;
   for (auto [v, name, ld] : {std::tuple{ltA, "ldb", p.ldb}, std::tuple{ltB, "lda", p.lda},
                              std::tuple{ltD, "ldc", p.ldc}})
     if (v.ld < v.rows)
@@ -422,6 +450,10 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   key.lda = p.lda;
   key.ldb = p.ldb;
   key.ldc = p.ldc;
+  key.batch = p.batch;
+  key.strideA = p.strideA;
+  key.strideB = p.strideB;
+  key.strideC = p.strideC;
   key.workspaceLimit = std::min(workspaceBytes, kWorkspaceBytes);
   key.dtype = p.dtype;
   key.epilogue = p.epilogue;

@@ -28,6 +28,11 @@ struct GemmProblem {
   int64_t ldc = 0;
   const void *bias = nullptr; ///< [n] device pointer, or nullptr
   GemmEpilogue epilogue = GemmEpilogue::None;
+  /// `batch` products in one call: matrix i of A, B and C starts stride{A,B,C} * i elements
+  /// after matrix 0 (a stride of 0 reads the same operand for every product; C's must not be 0
+  /// unless batch == 1).
+  int64_t batch = 1;
+  int64_t strideA = 0, strideB = 0, strideC = 0;
   /// Float32 only: let cuBLASLt round inputs to TF32. Off by default, matching PyTorch's default
   /// (torch.backends.cuda.matmul.allow_tf32 = False).
   bool allowTf32 = false;

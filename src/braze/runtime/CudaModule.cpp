@@ -209,6 +209,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     p.transA = g->transA != 0, p.transB = g->transB != 0;
     p.a = g->a, p.lda = g->lda, p.b = g->b, p.ldb = g->ldb, p.c = g->c, p.ldc = g->ldc;
     p.bias = g->bias;
+    p.batch = g->batch;
+    p.strideA = g->strideA, p.strideB = g->strideB, p.strideC = g->strideC;
     std::string e = st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());
     if (!e.empty()) {
       st.failure = e;

@@ -22,6 +22,8 @@ struct CudaGemmCall {
   void *c;
   int64_t ldc;
   const void *bias; ///< [n] or nullptr
+  int64_t batch;    ///< matrices, each stride{A,B,C} elements after the one before
+  int64_t strideA, strideB, strideC;
 };
 struct CudaApi {
   void *ctx;

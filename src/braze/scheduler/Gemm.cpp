@@ -55,6 +55,39 @@ const Expr *widenedLoad(const Expr *x, DType storage) {
 
 } // namespace
 
+StridedBatch stridedBatch(sym::SymContext &s, const GemmCall &g) {
+  StridedBatch r;
+  r.outer = g.batchVars.size();
+  r.count = s.constant(1);
+  r.strideA = r.strideB = r.strideC = s.constant(0);
+  r.offA = g.offA, r.offB = g.offB, r.offC = g.offC;
+  if (g.batchVars.empty())
+    return r;
+  auto aa = affineIn(s, g.offA, g.batchVars), ab = affineIn(s, g.offB, g.batchVars),
+       ac = affineIn(s, g.offC, g.batchVars);
+  if (!aa || !ab || !ac)
+    return r;
+  size_t last = g.batchVars.size() - 1;
+  r.outer = last;
+  r.count = g.batchVars[last]->extent();
+  r.strideA = aa->coef[last], r.strideB = ab->coef[last], r.strideC = ac->coef[last];
+  while (r.outer > 0) {
+    size_t i = r.outer - 1;
+    if (aa->coef[i] != s.mul(r.strideA, r.count) || ab->coef[i] != s.mul(r.strideB, r.count) ||
+        ac->coef[i] != s.mul(r.strideC, r.count))
+      break;
+    r.count = s.mul(r.count, g.batchVars[i]->extent());
+    r.outer = i;
+  }
+  std::unordered_map<SymExpr, SymExpr> zero;
+  for (size_t i = r.outer; i < g.batchVars.size(); ++i)
+    zero[g.batchVars[i]] = s.constant(0);
+  r.offA = s.substitute(g.offA, zero);
+  r.offB = s.substitute(g.offB, zero);
+  r.offC = s.substitute(g.offC, zero);
+  return r;
+}
+
 std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c) {
   sym::SymContext &s = p.sym();
   if (c.reduce != loop::ReduceKind::Sum || c.rvars.size() != 1)

@@ -22,6 +22,23 @@ struct GemmCall {
   const loop::Buffer *bias = nullptr;
 };
 
+/// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and
+/// each of its points makes one library call over `count` matrices, each stride{A,B,C} elements
+/// after the one before (0: every matrix reads the same operand, as an expanded K/V does).
+/// off{A,B,C} are the first matrix's offsets; they depend only on the outer variables.
+struct StridedBatch {
+  size_t outer = 0;
+  sym::SymExpr count = nullptr;
+  sym::SymExpr strideA = nullptr, strideB = nullptr, strideC = nullptr;
+  sym::SymExpr offA = nullptr, offB = nullptr, offC = nullptr;
+};
+
+/// The longest innermost run of g's batch variables whose offsets are affine in them and which
+/// collapse into one stride per operand (outer stride == inner stride * inner extent, for A, B
+/// and C alike). With no such run (no batch variable, or offsets that are not affine) every
+/// point is its own call: outer = batchVars.size(), count = 1.
+StridedBatch stridedBatch(sym::SymContext &s, const GemmCall &g);
+
 /// The GEMM form of `c`, or nothing if it is not one (then the loop nest computes it).
 std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c);
 

@@ -89,7 +89,7 @@ public:
       std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
         out.usesGemm = true;
-        calls.push_back(gemmStatement(names_, k, launch));
+        calls.push_back(gemmStatement(sym_, names_, k, launch));
       } else {
         calls.push_back(launch);
       }

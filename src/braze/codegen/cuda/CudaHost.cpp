@@ -32,8 +32,10 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
          std::to_string(threads) + ", args); } }";
 }
 
-std::string gemmStatement(const Names &names, const sched::Kernel &k, const std::string &fallback) {
+std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::Kernel &k,
+                          const std::string &fallback) {
   const sched::GemmCall &g = *k.gemm;
+  const sched::StridedBatch run = sched::stridedBatch(sc, g);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   int code = g.dtype == DType::Float32 ? 0 : g.dtype == DType::Float64 ? 1
            : g.dtype == DType::Float16 ? 2 : 3;
@@ -41,25 +43,29 @@ std::string gemmStatement(const Names &names, const sched::Kernel &k, const std:
   Writer w(out, 1);
   w.line("{");
   w.indent();
-  // cuBLASLt does not define k == 0: the loop kernel writes the zeros.
-  w.line("if (!(K > 0 && " + emitGemmLayout(w, g, names) + ")) {");
+  // cuBLASLt does not define k == 0: the loop kernel writes the zeros. Nor more than INT32_MAX
+  // matrices in one call.
+  w.line("const int64_t batch = " + ix(run.count) + ";");
+  w.line("if (!(K > 0 && batch <= INT32_MAX && " + emitGemmLayout(w, g, names) + ")) {");
   w.line("  " + fallback);
-  w.line("} else if (M > 0 && N > 0) {");
+  w.line("} else if (M > 0 && N > 0 && batch > 0) {");
   w.indent();
   std::string esz = std::to_string(dtypeSize(g.dtype));
-  for (sym::SymExpr v : g.batchVars) {
+  for (size_t i = 0; i < run.outer; ++i) {
+    sym::SymExpr v = g.batchVars[i];
     w.line("for (int64_t " + ix(v) + " = 0; " + ix(v) + " < " + ix(v->extent()) + " && !err; ++" +
            ix(v) + ") {");
     w.indent();
   }
   w.line("BrazeGemm g = {" + std::to_string(code) + ", " + (g.transA ? "1" : "0") + ", " +
          (g.transB ? "1" : "0") + ", M, N, K, (const char*)bufs[" + std::to_string(g.a->id) +
-         "] + (" + ix(g.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
-         std::to_string(g.b->id) + "] + (" + ix(g.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
-         std::to_string(g.c->id) + "] + (" + ix(g.offC) + ") * " + esz + ", ldc, " +
-         (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) + "};");
+         "] + (" + ix(run.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
+         std::to_string(g.b->id) + "] + (" + ix(run.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
+         std::to_string(g.c->id) + "] + (" + ix(run.offC) + ") * " + esz + ", ldc, " +
+         (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) +
+         ", batch, " + ix(run.strideA) + ", " + ix(run.strideB) + ", " + ix(run.strideC) + "};");
   w.line("err = api->gemm(api->ctx, &g);");
-  for (size_t i = 0; i < g.batchVars.size(); ++i) {
+  for (size_t i = 0; i < run.outer; ++i) {
     w.dedent();
     w.line("}");
   }
@@ -86,6 +92,8 @@ struct BrazeGemm {
   const void* b; int64_t ldb;
   void* c; int64_t ldc;
   const void* bias; // [n], added before C is rounded; or null
+  int64_t batch; // matrices, each stride{A,B,C} elements after the one before
+  int64_t strideA, strideB, strideC;
 };
 struct BrazeCudaApi {
   void* ctx;

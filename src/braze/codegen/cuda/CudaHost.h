@@ -17,9 +17,11 @@ std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &v
 std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
                             int index, int threads, const std::string &pointsPerBlock);
 
-/// The cuBLASLt call for a matrix-product kernel, one per batch point, or `fallback` (the loop
-/// kernel's launch) when the layout is not one cuBLASLt takes.
-std::string gemmStatement(const Names &names, const sched::Kernel &k, const std::string &fallback);
+/// The cuBLASLt calls for a matrix-product kernel: one strided-batched call per point of the
+/// batch variables that do not collapse into one run (sched::stridedBatch), or `fallback` (the
+/// loop kernel's launch) when the layout is not one cuBLASLt takes.
+std::string gemmStatement(sym::SymContext &s, const Names &names, const sched::Kernel &k,
+                          const std::string &fallback);
 
 /// The module's host source: the callback types, then the module ABI with `calls` in braze_run.
 std::string hostSource(const sched::Schedule &s, Names &names,

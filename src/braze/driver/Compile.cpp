@@ -107,6 +107,12 @@ Target targetFor(const CompileOptions &opts) {
                             opts.cuda->registerBytesPerSm);
 }
 
+LoweringOptions loweringFor(const CompileOptions &opts) {
+  LoweringOptions lo;
+  lo.widenedHalfMatMul = opts.cuda.has_value();
+  return lo;
+}
+
 Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   std::string err = verifyGraph(g);
   if (!err.empty())
@@ -117,7 +123,7 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   if (opts.log.has(LogStage::Decomposed))
     logBlock("decomposed", printGraph(g));
   Lowered l;
-  l.program = lowerToLoops(g);
+  l.program = lowerToLoops(g, loweringFor(opts));
   std::string loopErr = loop::verifyProgram(*l.program);
   BRAZE_CHECK(loopErr.empty()) << "lowering produced an invalid loop program: " << loopErr;
   if (opts.log.has(LogStage::Loops))
@@ -228,7 +234,7 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   simplifyGraph(g);
   if (stage == StageKind::Decomposed)
     return printGraph(g);
-  auto program = lowerToLoops(g);
+  auto program = lowerToLoops(g, loweringFor(opts));
   if (stage == StageKind::Loops)
     return loop::printProgram(*program);
   sched::ScheduleOptions so;

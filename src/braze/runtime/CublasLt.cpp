@@ -185,7 +185,7 @@ struct PlanKey {
   uint64_t workspaceLimit;
   GemmDType dtype;
   GemmEpilogue epilogue;
-  bool transA, transB, hasBias, tf32;
+  bool transA, transB, hasBias, tf32, f32Out;
   uint32_t alignA, alignB, alignC, alignBias;
   bool operator==(const PlanKey &) const = default;
 };
@@ -198,7 +198,7 @@ struct PlanKeyHash {
     h = hashCombine(h, static_cast<size_t>(k.workspaceLimit));
     size_t flags = static_cast<size_t>(k.dtype) | static_cast<size_t>(k.epilogue) << 4 |
                    size_t(k.transA) << 8 | size_t(k.transB) << 9 | size_t(k.hasBias) << 10 |
-                   size_t(k.tf32) << 11 | size_t(k.alignA) << 16 | size_t(k.alignB) << 24 |
+                   size_t(k.tf32) << 11 | size_t(k.f32Out) << 12 | size_t(k.alignA) << 16 | size_t(k.alignB) << 24 |
                    size_t(k.alignC) << 32 | size_t(k.alignBias) << 40;
     return hashCombine(h, flags);
   }
@@ -246,6 +246,7 @@ struct CublasLt::Impl {
   static std::string where(const GemmProblem &p) {
     return " for m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) +
            ", k=" + std::to_string(p.k) + ", dtype=" + dtypeName(p.dtype) +
+           (p.f32Out ? " (f32 result)" : "") +
            (p.batch != 1 ? ", batch=" + std::to_string(p.batch) : std::string());
   }
 
@@ -290,9 +291,10 @@ struct CublasLt::Impl {
     }
 
     // 2. The layouts.
-    int type = cudaType(p.dtype);
-    for (auto [slot, v] : {std::pair{&plan.ltA, ltA}, std::pair{&plan.ltB, ltB},
-                           std::pair{&plan.ltD, ltD}}) {
+    int operandType = cudaType(p.dtype), resultType = key.f32Out ? kCudaR32F : operandType;
+    for (auto [slot, v, type] : {std::tuple{&plan.ltA, ltA, operandType},
+                                 std::tuple{&plan.ltB, ltB, operandType},
+                                 std::tuple{&plan.ltD, ltD, resultType}}) {
       if (Status ls = layoutCreate(slot, type, static_cast<uint64_t>(v.rows),
                                    static_cast<uint64_t>(v.cols), v.ld);
           ls != kStatusSuccess) {
@@ -433,7 +435,8 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
                              : columnMajorView(p.n, p.k, p.ldb, elem); // B stored [k,n]
   ColumnMajor ltB = p.transA ? columnMajorView(p.m, p.k, p.lda, elem)  // A stored [k,m]
                              : columnMajorView(p.k, p.m, p.lda, elem); // A stored [m,k]
-  ColumnMajor ltD = columnMajorView(p.n, p.m, p.ldc, elem);
+  bool f32Out = p.f32Out && (p.dtype == GemmDType::Float16 || p.dtype == GemmDType::BFloat16);
+  ColumnMajor ltD = columnMajorView(p.n, p.m, p.ldc, f32Out ? 4 : elem);
   ltA.batchStride = p.strideB;
   ltB.batchStride = p.strideA;
   ltD.batchStride = p.strideC;
@@ -461,6 +464,7 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   key.transB = p.transB;
   key.hasBias = p.bias != nullptr;
   key.tf32 = p.allowTf32 && p.dtype == GemmDType::Float32;
+  key.f32Out = f32Out;
   key.alignA = alignmentOf(p.a);
   key.alignB = alignmentOf(p.b);
   key.alignC = alignmentOf(p.c);

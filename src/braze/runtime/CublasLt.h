@@ -18,6 +18,8 @@ enum class GemmEpilogue { None, Relu, GeluTanh };
 /// elements; all pointers are device pointers.
 struct GemmProblem {
   GemmDType dtype = GemmDType::Float32; ///< of A, B, C and bias; accumulation in f32 (f64 for Float64)
+  /// Float16/BFloat16 only: C (and bias) are f32, the f32 product of the operands.
+  bool f32Out = false;
   int64_t m = 0, n = 0, k = 0;
   bool transA = false, transB = false;
   const void *a = nullptr;

@@ -205,6 +205,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
                                       GemmDType::BFloat16};
     GemmProblem p;
     p.dtype = types[g->dtype];
+    p.f32Out = g->outDtype != g->dtype;
     p.m = g->m, p.n = g->n, p.k = g->k;
     p.transA = g->transA != 0, p.transB = g->transB != 0;
     p.a = g->a, p.lda = g->lda, p.b = g->b, p.ldb = g->ldb, p.c = g->c, p.ldc = g->ldc;

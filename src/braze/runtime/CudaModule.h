@@ -24,6 +24,7 @@ struct CudaGemmCall {
   const void *bias; ///< [n] or nullptr
   int64_t batch;    ///< matrices, each stride{A,B,C} elements after the one before
   int64_t strideA, strideB, strideC;
+  int outDtype; ///< of C: dtype, or 0 (f32) for f16/bf16 operands
 };
 struct CudaApi {
   void *ctx;

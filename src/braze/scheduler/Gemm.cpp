@@ -99,6 +99,7 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   DType t = v->dtype();
   // f16/bf16 operands are widened to f32 and the sum rounded once when stored, which is what a
   // half-precision GEMM with f32 accumulation computes.
+  // Widened operands stored to an f32 C are that product with an f32 result.
   DType storage = t;
   if (t == DType::Float32 && c.out->dtype != t && isHalfStorage(c.out->dtype)) {
     storage = c.out->dtype;
@@ -106,10 +107,20 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     y = widenedLoad(y, storage);
     if (!x || !y)
       return std::nullopt;
+  } else if (t == DType::Float32 && c.out->dtype == t) {
+    for (DType half : {DType::BFloat16, DType::Float16}) {
+      const Expr *wx = widenedLoad(x, half), *wy = widenedLoad(y, half);
+      if (wx && wy) {
+        storage = half;
+        x = wx, y = wy;
+      }
+    }
   }
+  DType outDtype = c.out->dtype;
   if ((t != DType::Float32 && t != DType::Float64) || x->kind() != ExprKind::Load ||
       y->kind() != ExprKind::Load || !x->indirect().empty() || !y->indirect().empty() ||
-      x->dtype() != storage || y->dtype() != storage || c.out->dtype != storage)
+      x->dtype() != storage || y->dtype() != storage ||
+      (outDtype != storage && outDtype != DType::Float32))
     return std::nullopt;
   // The output's last two dims are m and n; a unit dim has no variable.
   std::vector<size_t> dims = loop::nonUnitDims(*c.out);
@@ -157,6 +168,7 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   g.b = B->buffer();
   g.c = c.out;
   g.dtype = storage;
+  g.outDtype = outDtype;
   g.m = mVar ? mVar->extent() : s.constant(1);
   g.n = nVar ? nVar->extent() : s.constant(1);
   g.k = kVar->extent();
@@ -313,7 +325,8 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
   for (size_t ci = 0; ci < comps.size(); ++ci) {
     loop::Computation &c = *comps[ci];
     std::optional<GemmCall> g = matchGemm(p, c);
-    if (!g || !layoutFixed(*g) || c.out->kind != loop::BufferKind::Intermediate)
+    if (!g || !layoutFixed(*g) || g->outDtype != g->dtype ||
+        c.out->kind != loop::BufferKind::Intermediate)
       continue;
     BiasMatcher m(p, c.out, g->n);
     bool readers = false, ok = true;

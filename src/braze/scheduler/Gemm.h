@@ -11,7 +11,10 @@ namespace braze::sched {
 
 struct GemmCall {
   const loop::Buffer *a = nullptr, *b = nullptr, *c = nullptr;
-  DType dtype = DType::Float32; ///< of A, B and C (f16/bf16 products accumulate in f32)
+  DType dtype = DType::Float32; ///< of A and B (f16/bf16 products accumulate in f32)
+  /// Of C: dtype, or Float32 for f16/bf16 operands widened to f32 before the product (the
+  /// product of two halves is exact in f32, so this is the f32 product of the widened values).
+  DType outDtype = DType::Float32;
   sym::SymExpr m = nullptr, n = nullptr, k = nullptr; ///< extents
   bool transA = false, transB = false;
   sym::SymExpr lda = nullptr, ldb = nullptr, ldc = nullptr;

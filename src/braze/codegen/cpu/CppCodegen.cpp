@@ -54,7 +54,8 @@ public:
 
 private:
   bool usesBlas(const Kernel &k) const {
-    if (!k.gemm || (k.gemm->dtype != DType::Float32 && k.gemm->dtype != DType::Float64))
+    if (!k.gemm || (k.gemm->dtype != DType::Float32 && k.gemm->dtype != DType::Float64) ||
+        k.gemm->outDtype != k.gemm->dtype)
       return false;
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
   }

@@ -37,8 +37,10 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
   const sched::GemmCall &g = *k.gemm;
   const sched::StridedBatch run = sched::stridedBatch(sc, g);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
-  int code = g.dtype == DType::Float32 ? 0 : g.dtype == DType::Float64 ? 1
-           : g.dtype == DType::Float16 ? 2 : 3;
+  auto code = [](DType t) {
+    return std::to_string(t == DType::Float32 ? 0 : t == DType::Float64 ? 1
+                          : t == DType::Float16 ? 2 : 3);
+  };
   std::string out;
   Writer w(out, 1);
   w.line("{");
@@ -50,20 +52,20 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
   w.line("  " + fallback);
   w.line("} else if (M > 0 && N > 0 && batch > 0) {");
   w.indent();
-  std::string esz = std::to_string(dtypeSize(g.dtype));
+  std::string esz = std::to_string(dtypeSize(g.dtype)), cesz = std::to_string(dtypeSize(g.outDtype));
   for (size_t i = 0; i < run.outer; ++i) {
     sym::SymExpr v = g.batchVars[i];
     w.line("for (int64_t " + ix(v) + " = 0; " + ix(v) + " < " + ix(v->extent()) + " && !err; ++" +
            ix(v) + ") {");
     w.indent();
   }
-  w.line("BrazeGemm g = {" + std::to_string(code) + ", " + (g.transA ? "1" : "0") + ", " +
+  w.line("BrazeGemm g = {" + code(g.dtype) + ", " + (g.transA ? "1" : "0") + ", " +
          (g.transB ? "1" : "0") + ", M, N, K, (const char*)bufs[" + std::to_string(g.a->id) +
          "] + (" + ix(run.offA) + ") * " + esz + ", lda, (const char*)bufs[" +
          std::to_string(g.b->id) + "] + (" + ix(run.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
-         std::to_string(g.c->id) + "] + (" + ix(run.offC) + ") * " + esz + ", ldc, " +
+         std::to_string(g.c->id) + "] + (" + ix(run.offC) + ") * " + cesz + ", ldc, " +
          (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) +
-         ", batch, " + ix(run.strideA) + ", " + ix(run.strideB) + ", " + ix(run.strideC) + "};");
+         ", batch, " + ix(run.strideA) + ", " + ix(run.strideB) + ", " + ix(run.strideC) + ", " + code(g.outDtype) + "};");
   w.line("err = api->gemm(api->ctx, &g);");
   for (size_t i = 0; i < run.outer; ++i) {
     w.dedent();
@@ -94,6 +96,7 @@ struct BrazeGemm {
   const void* bias; // [n], added before C is rounded; or null
   int64_t batch; // matrices, each stride{A,B,C} elements after the one before
   int64_t strideA, strideB, strideC;
+  int outDtype; // of C, as dtype: dtype, or f32 for f16/bf16 operands
 };
 struct BrazeCudaApi {
   void* ctx;

@@ -5,6 +5,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -435,14 +436,26 @@ private:
   /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always
   /// in memory (a computed operand is realized first, so nothing is recomputed per output),
   /// which the scheduler hands to BLAS when the layouts allow.
+  /// With opts_.widenedHalfMatMul, an f32 product of two f16/bf16 tensors converted to f32 reads
+  /// the half operands and widens each element as it loads it (the product of two widened halves
+  /// is exact in f32).
   Value lowerMatMul(Node *n) {
-    for (size_t i = 0; i < 2; ++i) {
-      Node *o = n->operand(i);
+    std::array<Node *, 2> src{n->operand(0), n->operand(1)};
+    auto widened = [&](Node *o) {
+      return o->op() == OpKind::Convert && o->dtype() == DType::Float32 &&
+             computeType(o->operand(0)->dtype()) == DType::Float32 &&
+             o->operand(0)->dtype() != DType::Float32 && isFloating(o->operand(0)->dtype())
+             ? o->operand(0) : nullptr;
+    };
+    if (Node *wa = widened(src[0]), *wb = widened(src[1]);
+        opts_.widenedHalfMatMul && wa && wb && wa->dtype() == wb->dtype())
+      src = {wa, wb};
+    for (Node *o : src) {
       Value &v = values_.at(o);
       if (!v.affineView)
         v = realize(o, v, BufferKind::Intermediate, -1);
     }
-    const Value &a = operandValue(n, 0), &b = operandValue(n, 1);
+    const Value &a = values_.at(src[0]), &b = values_.at(src[1]);
     Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
     Index outIdx, redIdx;
     std::vector<SymExpr> vars = freshVars(n->shape(), "i", outIdx);

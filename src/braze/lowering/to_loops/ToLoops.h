@@ -17,6 +17,10 @@ namespace braze {
 struct LoweringOptions {
   int inlineCostLimit = 8;
   int maxInlineOps = 64;
+  /// A product of two f16/bf16 tensors converted to f32 reads the half operands and widens each
+  /// element as it loads it, so the GEMM library (cuBLASLt) takes them with an f32 result and
+  /// the f32 copies are never stored. For targets whose GEMM takes half operands.
+  bool widenedHalfMatMul = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

@@ -17,6 +17,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from braze import _C
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
+from braze import cudagraphs
 from braze.fx_import import Translator, Unsupported, supported_targets
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
 
@@ -41,12 +42,16 @@ class Options:
     # Tests on machines without a GPU: generate each graph's CUDA sources and compile them with
     # NVRTC and the host compiler (nothing runs on a GPU; the graph itself runs in eager).
     cuda_codegen_only: bool = False
+    # Replay static CUDA graphs as CUDA graphs (braze/cudagraphs.py); None reads
+    # BRAZE_CUDA_GRAPHS (on unless "0").
+    cuda_graphs: bool = None
 
 
 def counters():
     """Cumulative counts for this process."""
     d = dict(_C.counters())
     d.update(_counts)
+    d.update(cudagraphs.counts)
     return d
 
 
@@ -471,10 +476,19 @@ def _plain_inference():
         return False
 
 
-def _compile_fx(gm, example_inputs, opts, direct=None):
+def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
     """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
-    may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one."""
+    may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one.
+    Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
     _counts["graphs"] += 1
+    name = f"graph {_counts['graphs']} ({'forward' if forward else 'backward'})"
+
+    def replayed(fn, graph=None):
+        checks = graph is not None and getattr(graph.run, "checks", False)
+        return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
+                               "its kernels check indices and the call waits for them"
+                               if checks else None)
+
     device, why = _graph_device(gm, example_inputs)
     if why:
         _counts["fallback_graphs"] += 1
@@ -501,11 +515,10 @@ def _compile_fx(gm, example_inputs, opts, direct=None):
             placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
             if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
                     and placeholders == direct["inputs"] and _plain_inference()):
-                direct["fn"] = fn.fast()
-            if tuple_out:
-                return make_boxed_func(lambda *args: fn(*args))
-            return make_boxed_func(lambda *args: fn(*args)[0])
-        return make_boxed_func(_compile_partitioned(gm, unsupported, opts, device).forward)
+                direct["fn"] = replayed(fn.fast(), fn)
+            return make_boxed_func(replayed(fn if tuple_out else lambda *args: fn(*args)[0],
+                                            fn if isinstance(fn, _BrazeGraph) else None))
+        return make_boxed_func(replayed(_compile_partitioned(gm, unsupported, opts, device).forward))
     except (Unsupported, _C.CompileError) as e:
         if _strict(opts):
             raise
@@ -682,7 +695,7 @@ def braze_backend(gm, example_inputs, options=None):
     training = torch.is_grad_enabled() and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
-    bw = functools.partial(_compile_fx, opts=opts)
+    bw = functools.partial(_compile_fx, opts=opts, forward=False)
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
                             decompositions=_decompositions(training))(gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

@@ -394,4 +394,6 @@ NB_MODULE(_C, m) {
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
   m.def("log_fallback_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::Fallback); });
+  m.def("log_cudagraphs_from_environment",
+        []() { return CompileOptions::fromEnvironment().log.has(LogStage::CudaGraphs); });
 }

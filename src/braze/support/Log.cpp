@@ -13,7 +13,7 @@ LogSet LogSet::parse(std::string_view spec) {
   } kNames[] = {{"graph", LogStage::Graph},       {"decomposed", LogStage::Decomposed},
                 {"loops", LogStage::Loops},       {"schedule", LogStage::Schedule},
                 {"output_code", LogStage::OutputCode}, {"cache", LogStage::Cache},
-                {"fallback", LogStage::Fallback}};
+                {"fallback", LogStage::Fallback}, {"cudagraphs", LogStage::CudaGraphs}};
   LogSet set;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -38,7 +38,8 @@ LogSet LogSet::parse(std::string_view spec) {
       if (!found)
         BRAZE_USER_ERROR("BRAZE_LOG", "")
             << "unknown stage '" << name
-            << "'; expected graph, decomposed, loops, schedule, output_code, cache, fallback or all";
+            << "'; expected graph, decomposed, loops, schedule, output_code, cache, fallback, "
+               "cudagraphs or all";
     }
     pos = end + 1;
   }

@@ -15,6 +15,7 @@ enum class LogStage : uint32_t {
   OutputCode = 1u << 4, ///< generated source
   Cache = 1u << 5,      ///< cache hits and misses
   Fallback = 1u << 6,   ///< ops that fell back to eager (printed by the Python layer)
+  CudaGraphs = 1u << 7, ///< which graphs are replayed as CUDA graphs, and why not (Python layer)
 };
 
 class LogSet {

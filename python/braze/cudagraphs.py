@@ -1,0 +1,174 @@
+"""Compiled CUDA graphs replayed as CUDA graphs: one launch per call instead of one per kernel.
+
+A compiled callable (a whole braze graph, or partitions with eager ops between them) is captured
+on its second call; the first runs as usual, so that compilation, library plans and lazy
+initialization happen outside the capture. Then each call:
+  - copies the inputs whose address may change (everything but parameters and buffers, which
+    AOTAutograd reports as static) into the capture's own input buffers;
+  - replays the graph and returns new tensors on the capture's output memory.
+
+Outputs are never overwritten while anyone still holds them: each capture keeps one reference
+to every output storage, and a capture whose outputs are still referenced elsewhere (by the
+caller, by a view, by autograd's saved tensors) is busy. A call then uses a second capture, and
+when both are busy it runs uncaptured. A capture that fails (an op that synchronizes, an
+unsupported stream operation) is dropped for good and the callable runs uncaptured. Random ops
+draw from PyTorch's CUDA generator, which advances per replay as it does per uncaptured call.
+
+`BRAZE_LOG=cudagraphs` says which graphs are captured and why others are not.
+"""
+import os
+import sys
+
+import torch
+
+from braze import _C
+
+_MAX_CAPTURES = 2  # per compiled callable: one in use by the caller, one to replay
+counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0}
+
+
+def log(msg):
+    if _C.log_cudagraphs_from_environment():
+        print(f"===== braze: cudagraphs =====\n{msg}", file=sys.stderr)
+
+
+def enabled(option):
+    """Options(cuda_graphs=...) when set, otherwise BRAZE_CUDA_GRAPHS (on unless "0")."""
+    if option is not None:
+        return bool(option)
+    return os.environ.get("BRAZE_CUDA_GRAPHS", "1") != "0"
+
+
+def why_not(gm, example_inputs, device):
+    """Why graph `gm` must not be replayed as a CUDA graph, or None."""
+    if device is None or device.type != "cuda":
+        return "not a CUDA graph"
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt) or (
+                isinstance(x, torch.Tensor) and (x.device.type != "cuda" or any(
+                    isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride())))):
+            return "dynamic shapes or an input that is not a CUDA tensor"
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return f"{node.name} ({node.target}) mutates a tensor in place"
+    return None
+
+
+def static_inputs(forward):
+    """Positions of a forward graph's inputs that are parameters or buffers (a fixed address);
+    none for a backward graph."""
+    if not forward:
+        return frozenset()
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    return frozenset(getattr(meta, "static_input_indices", None) or ())
+
+
+class _Capture:
+    def __init__(self, fn, args, static, name):
+        self.graph = torch.cuda.CUDAGraph()
+        self.static = static
+        self.inputs = [a if i in static or not isinstance(a, torch.Tensor)
+                       else torch.empty_strided(a.shape, a.stride(), dtype=a.dtype,
+                                                device=a.device).copy_(a)
+                       for i, a in enumerate(args)]
+        self.static_ptrs = [(i, a.data_ptr()) for i, a in enumerate(args)
+                            if i in static and isinstance(a, torch.Tensor)]
+        torch.cuda.synchronize()
+        with torch.cuda.graph(self.graph, pool=torch.cuda.graph_pool_handle()):
+            outs = fn(*self.inputs)
+        self.is_list = isinstance(outs, (list, tuple))
+        outs = list(outs) if self.is_list else [outs]
+        # One private tensor per output (never given out) and one storage reference each: a
+        # storage whose use count exceeds what this capture holds is still in use elsewhere.
+        self.templates = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
+        self.storages = {}
+        for o in self.templates:
+            if isinstance(o, torch.Tensor):
+                st = o.untyped_storage()
+                key = st.data_ptr()
+                held, _ = self.storages.get(key, (0, st))
+                self.storages[key] = (held + 1, st)
+        input_ptrs = {a.untyped_storage().data_ptr() for a in self.inputs
+                      if isinstance(a, torch.Tensor)}
+        if input_ptrs & set(self.storages):
+            raise _Uncapturable("an output shares memory with an input")
+        log(f"captured {name}: {len(outs)} outputs, "
+            f"{sum(1 for i, a in enumerate(args) if i not in static and isinstance(a, torch.Tensor))} "
+            "inputs copied per call")
+
+    def busy(self):
+        # Each template holds one use of its storage (and the storage object another).
+        return any(torch._C._storage_Use_Count(st._cdata) > held + 1
+                   for held, st in self.storages.values())
+
+    def run(self, args):
+        for i, ptr in self.static_ptrs:
+            if args[i].data_ptr() != ptr:
+                return None
+        for i, (a, mine) in enumerate(zip(args, self.inputs)):
+            if a is not mine and i not in self.static and isinstance(a, torch.Tensor):
+                mine.copy_(a)
+        self.graph.replay()
+        outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in self.templates]
+        return outs if self.is_list else outs[0]
+
+
+class _Uncapturable(Exception):
+    pass
+
+
+class Replayed:
+    """`fn` (called with the graph's positional arguments) replayed as CUDA graphs."""
+
+    def __init__(self, fn, static, name):
+        self.fn = fn
+        self.static = static
+        self.name = name
+        self.calls = 0
+        self.captures = []
+        self.failed = False
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.failed or self.calls == 1 or torch.cuda.is_current_stream_capturing():
+            return self.fn(*args)
+        for c in self.captures:
+            if not c.busy():
+                out = c.run(args)
+                if out is not None:
+                    counts["cuda_graph_replays"] += 1
+                    return out
+                self._drop("a parameter or buffer moved to another address")
+                return self.fn(*args)
+        if len(self.captures) >= _MAX_CAPTURES:
+            counts["cuda_graph_busy"] += 1
+            return self.fn(*args)  # every capture's outputs are still in use
+        try:
+            c = _Capture(self.fn, args, self.static, self.name)
+        except Exception as e:  # any failure to capture: this callable runs uncaptured
+            self._drop(f"capture failed: {type(e).__name__}: {e}")
+            return self.fn(*args)
+        counts["cuda_graphs"] += 1
+        self.captures.append(c)
+        counts["cuda_graph_replays"] += 1
+        return c.run(args)
+
+    def _drop(self, reason):
+        log(f"{self.name} runs without CUDA graphs from now on: {reason}")
+        self.failed = True
+        self.captures = []
+
+
+def wrap(fn, gm, example_inputs, device, option, name, forward=True, refuse=None):
+    """fn replayed as CUDA graphs when that is enabled and safe for `gm` (and `refuse`, a
+    reason the caller knows, is None); fn otherwise."""
+    if not enabled(option):
+        return fn
+    reason = refuse or why_not(gm, example_inputs, device)
+    if reason is not None:
+        if device is not None and device.type == "cuda":
+            log(f"{name} is not captured: {reason}")
+        return fn
+    return Replayed(fn, static_inputs(forward), name)

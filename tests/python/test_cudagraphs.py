@@ -1,0 +1,135 @@
+"""Static CUDA graphs are replayed as CUDA graphs, and the replayed results equal the uncaptured
+ones: with random ops in training, with an eager op between braze partitions, with inputs at new
+addresses, and with outputs still held while the next call runs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import braze
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def cuda_only(device):
+    if device != "cuda":
+        pytest.skip("CUDA graphs exist only on CUDA")
+
+
+def compiled(fn, cuda_graphs=True, **kw):
+    return torch.compile(fn, backend="braze", options={"cuda_graphs": cuda_graphs, "strict": True},
+                         **kw)
+
+
+def delta(before):
+    now = braze.counters()
+    return {k: now[k] - before[k] for k in ("cuda_graphs", "cuda_graph_replays",
+                                            "fallback_graphs")}
+
+
+class DropoutMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 128)
+        self.b = torch.nn.Linear(128, 32)
+
+    def forward(self, x):
+        h = F.dropout(F.gelu(self.a(x)), p=0.3, training=self.training)
+        return F.dropout(self.b(h), p=0.1, training=self.training).square().mean()
+
+
+def _train_steps(cuda_graphs):
+    torch.manual_seed(0)
+    m = DropoutMlp().cuda().train()
+    step = compiled(m, cuda_graphs)
+    x = torch.randn(16, 64, device="cuda")
+    torch.manual_seed(1)
+    history = []
+    for _ in range(4):
+        m.zero_grad(set_to_none=True)
+        loss = step(x)
+        loss.backward()
+        history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
+    return history
+
+
+def test_training_with_dropout_replays_equal_the_uncaptured_run():
+    before = braze.counters()
+    captured = _train_steps(True)
+    d = delta(before)
+    assert d["cuda_graphs"] >= 2 and d["cuda_graph_replays"] >= 4, d  # forward and backward
+    torch._dynamo.reset()
+    plain = _train_steps(False)
+    for step_c, step_p in zip(captured, plain):
+        for c, p in zip(step_c, step_p):
+            torch.testing.assert_close(c, p, rtol=0, atol=0)
+    # dropout drew fresh masks per replay: the steps differ from one another
+    assert not torch.equal(captured[1][0], captured[2][0])
+
+
+def test_an_eager_op_between_partitions_is_captured_with_them():
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def fn(q, k, v):
+        o = F.scaled_dot_product_attention(q * 0.5, k, v, is_causal=True)
+        return (o.float() * 2).relu()
+
+    before = braze.counters()
+    f = compiled(fn)
+    outs = [f(q, k, v) for _ in range(3)]
+    d = delta(before)
+    assert d["cuda_graphs"] == 1 and d["cuda_graph_replays"] == 2, d
+    for o in outs:
+        torch.testing.assert_close(o, fn(q, k, v), rtol=2e-2, atol=2e-2)
+
+
+def test_inputs_at_new_addresses_and_held_outputs():
+    w = torch.randn(32, 32, device="cuda")
+    f = compiled(lambda x: torch.softmax(x @ w, -1) + x.sin())
+    xs = [torch.randn(8, 32, device="cuda") for _ in range(5)]
+    before = braze.counters()
+    held = [f(x) for x in xs]  # every output is still held when the next call runs
+    for x, y in zip(xs, held):
+        torch.testing.assert_close(y, torch.softmax(x @ w, -1) + x.sin())
+    d = delta(before)
+    assert d["cuda_graphs"] == 2, d  # two captures, both busy afterwards: the rest uncaptured
+    del held
+    y = f(xs[0])  # a capture is free again
+    torch.testing.assert_close(y, torch.softmax(xs[0] @ w, -1) + xs[0].sin())
+    assert delta(before)["cuda_graph_replays"] == d["cuda_graph_replays"] + 1
+    # a view of an output keeps its capture busy too
+    before = braze.counters()
+    first = f(xs[1])[:, :4]
+    second = f(xs[2])
+    torch.testing.assert_close(first, (torch.softmax(xs[1] @ w, -1) + xs[1].sin())[:, :4])
+    torch.testing.assert_close(second, torch.softmax(xs[2] @ w, -1) + xs[2].sin())
+
+
+def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):
+    before = braze.counters()
+    f = compiled(lambda x: x.cos() * 3, cuda_graphs=False)
+    for _ in range(3):
+        f(torch.randn(100, device="cuda"))
+    torch._dynamo.reset()
+    monkeypatch.setenv("BRAZE_CUDA_GRAPHS", "0")
+    g = compiled(lambda x: x.cos() * 3, cuda_graphs=None)
+    for _ in range(3):
+        g(torch.randn(100, device="cuda"))
+    monkeypatch.delenv("BRAZE_CUDA_GRAPHS")
+    torch._dynamo.reset()
+    h = compiled(lambda x: x.cos() * 3, dynamic=True)
+    for n in (5, 6, 7, 8):
+        x = torch.randn(n, device="cuda")
+        torch.testing.assert_close(h(x), x.cos() * 3)
+    assert delta(before)["cuda_graphs"] == 0
+
+
+def test_a_graph_that_synchronizes_runs_uncaptured():
+    # bounds-checked indexing waits for its kernels: that cannot be captured
+    x = torch.randn(10, device="cuda")
+    f = compiled(lambda x, i: x[i] * 2)
+    for _ in range(3):
+        i = torch.tensor([1, 2], device="cuda")
+        torch.testing.assert_close(f(x, i), x[[1, 2]] * 2)
+    with pytest.raises(braze.RunError, match="out of bounds"):
+        f(x, torch.tensor([1, 12], device="cuda"))

@@ -483,11 +483,15 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
     _counts["graphs"] += 1
     name = f"graph {_counts['graphs']} ({'forward' if forward else 'backward'})"
 
-    def replayed(fn, graph=None):
-        checks = graph is not None and getattr(graph.run, "checks", False)
+    def replayed(fn, graphs):
+        """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
+        wait for them and raise a bad index, as their uncaptured calls do."""
+        def checks():
+            for g in graphs:
+                if getattr(g.run, "checks", False):
+                    g.run.check()
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               "its kernels check indices and the call waits for them"
-                               if checks else None)
+                               checks)
 
     device, why = _graph_device(gm, example_inputs)
     if why:
@@ -515,10 +519,14 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
             placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
             if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
                     and placeholders == direct["inputs"] and _plain_inference()):
-                direct["fn"] = replayed(fn.fast(), fn)
+                direct["fn"] = replayed(fn.fast(), [fn])
+            graphs = [fn] if isinstance(fn, _BrazeGraph) else []
             return make_boxed_func(replayed(fn if tuple_out else lambda *args: fn(*args)[0],
-                                            fn if isinstance(fn, _BrazeGraph) else None))
-        return make_boxed_func(replayed(_compile_partitioned(gm, unsupported, opts, device).forward))
+                                            graphs))
+        fused = _compile_partitioned(gm, unsupported, opts, device)
+        graphs = [m.fn for m in fused.modules()
+                  if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]
+        return make_boxed_func(replayed(fused.forward, graphs))
     except (Unsupported, _C.CompileError) as e:
         if _strict(opts):
             raise

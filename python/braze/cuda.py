@@ -123,9 +123,14 @@ class CudaGraph:
         stream = torch._C._cuda_getCurrentRawStream(self.index)
         self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],
                                arena.data_ptr() if arena is not None else 0, syms, stream)
-        if self.checks:
-            self.compiled.synchronize(stream)  # a bad index is an error of this call
+        if self.checks and not torch.cuda.is_current_stream_capturing():
+            # A bad index is an error of this call; under capture, the replays check it.
+            self.compiled.synchronize(stream)
         return outs
+
+    def check(self):
+        """Waits for this graph's kernels on the current stream and raises a bad index."""
+        self.compiled.synchronize(torch._C._cuda_getCurrentRawStream(self.index))
 
     def guarded_call(self, positions, constants):
         """For a static graph whose inputs Dynamo's guards have already checked: a callable taking

@@ -119,13 +119,27 @@ class _Uncapturable(Exception):
     pass
 
 
+def _end_generator_capture():
+    """A capture that fails inside the captured code leaves PyTorch's CUDA generators in
+    capture mode (CUDAGraph::capture_end raises before it releases them), and every later
+    random op would fail. A capture that succeeds releases them."""
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            torch.cuda.current_stream()  # nothing to record
+        del g
+    except Exception as e:
+        log(f"releasing the CUDA generators after a failed capture failed too: {e}")
+
+
 class Replayed:
     """`fn` (called with the graph's positional arguments) replayed as CUDA graphs."""
 
-    def __init__(self, fn, static, name):
+    def __init__(self, fn, static, name, after_replay=None):
         self.fn = fn
         self.static = static
         self.name = name
+        self.after_replay = after_replay
         self.calls = 0
         self.captures = []
         self.failed = False
@@ -138,8 +152,7 @@ class Replayed:
             if not c.busy():
                 out = c.run(args)
                 if out is not None:
-                    counts["cuda_graph_replays"] += 1
-                    return out
+                    return self._replayed(out)
                 self._drop("a parameter or buffer moved to another address")
                 return self.fn(*args)
         if len(self.captures) >= _MAX_CAPTURES:
@@ -148,12 +161,18 @@ class Replayed:
         try:
             c = _Capture(self.fn, args, self.static, self.name)
         except Exception as e:  # any failure to capture: this callable runs uncaptured
+            _end_generator_capture()
             self._drop(f"capture failed: {type(e).__name__}: {e}")
             return self.fn(*args)
         counts["cuda_graphs"] += 1
         self.captures.append(c)
+        return self._replayed(c.run(args))
+
+    def _replayed(self, out):
         counts["cuda_graph_replays"] += 1
-        return c.run(args)
+        if self.after_replay is not None:
+            self.after_replay()
+        return out
 
     def _drop(self, reason):
         log(f"{self.name} runs without CUDA graphs from now on: {reason}")
@@ -161,14 +180,14 @@ class Replayed:
         self.captures = []
 
 
-def wrap(fn, gm, example_inputs, device, option, name, forward=True, refuse=None):
-    """fn replayed as CUDA graphs when that is enabled and safe for `gm` (and `refuse`, a
-    reason the caller knows, is None); fn otherwise."""
+def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_replay=None):
+    """fn replayed as CUDA graphs when that is enabled and safe for `gm`; fn otherwise.
+    `after_replay()` runs after each replay (it may raise the errors of that call)."""
     if not enabled(option):
         return fn
-    reason = refuse or why_not(gm, example_inputs, device)
+    reason = why_not(gm, example_inputs, device)
     if reason is not None:
         if device is not None and device.type == "cuda":
             log(f"{name} is not captured: {reason}")
         return fn
-    return Replayed(fn, static_inputs(forward), name)
+    return Replayed(fn, static_inputs(forward), name, after_replay)

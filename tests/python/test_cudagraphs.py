@@ -16,9 +16,11 @@ def cuda_only(device):
         pytest.skip("CUDA graphs exist only on CUDA")
 
 
-def compiled(fn, cuda_graphs=True, **kw):
-    return torch.compile(fn, backend="braze", options={"cuda_graphs": cuda_graphs, "strict": True},
-                         **kw)
+def compiled(fn, cuda_graphs=True, strict=True, **kw):
+    options = {"cuda_graphs": cuda_graphs}
+    if strict:
+        options["strict"] = True
+    return torch.compile(fn, backend="braze", options=options, **kw)
 
 
 def delta(before):
@@ -124,12 +126,41 @@ def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):
     assert delta(before)["cuda_graphs"] == 0
 
 
-def test_a_graph_that_synchronizes_runs_uncaptured():
-    # bounds-checked indexing waits for its kernels: that cannot be captured
+def test_a_bad_index_raises_from_a_replay_too():
+    # bounds-checked indexing: a replay waits for its kernels and raises, as a plain call does
     x = torch.randn(10, device="cuda")
     f = compiled(lambda x, i: x[i] * 2)
+    before = braze.counters()
     for _ in range(3):
         i = torch.tensor([1, 2], device="cuda")
         torch.testing.assert_close(f(x, i), x[[1, 2]] * 2)
+    assert delta(before)["cuda_graphs"] == 1
     with pytest.raises(braze.RunError, match="out of bounds"):
         f(x, torch.tensor([1, 12], device="cuda"))
+    torch.testing.assert_close(f(x, torch.tensor([3, 4], device="cuda")), x[[3, 4]] * 2)
+    assert delta(before)["cuda_graph_replays"] == 4
+
+
+@torch.library.custom_op("braze_test::synchronizing_double", mutates_args=())
+def synchronizing_double(x: torch.Tensor) -> torch.Tensor:
+    torch.cuda.synchronize()  # not allowed while a stream is captured
+    return x * 2
+
+
+@synchronizing_double.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_failed_capture_runs_uncaptured_and_random_ops_still_work():
+    x = torch.randn(1000, device="cuda")
+    f = compiled(lambda x: synchronizing_double(x.sin()).cos() + torch.rand_like(x) * 0,
+                 strict=None)
+    before = braze.counters()
+    for _ in range(3):
+        torch.testing.assert_close(f(x), (x.sin() * 2).cos())
+    assert delta(before)["cuda_graphs"] == 0
+    r = torch.rand(10000, device="cuda")  # the generator left capture mode
+    assert 0.45 < float(r.mean()) < 0.55
+    y = F.dropout(torch.ones(10000, device="cuda"), 0.5)
+    assert 0.4 < float((y == 0).float().mean()) < 0.6

@@ -207,4 +207,5 @@ def test_reductions_propagate_nan(shape):
         for inp in (x, y):
             torch._dynamo.reset()
             out = torch.compile(fn, backend="braze", dynamic=False)(inp)
-            torch.testing.assert_close(out, fn(inp), equal_nan=True)
+            # f32 sums of 100000 terms differ in the last bits with the order of summation
+            torch.testing.assert_close(out, fn(inp), equal_nan=True, rtol=1e-5, atol=1e-4)

@@ -7,8 +7,8 @@ The backend name is registered through the `torch_dynamo_backends` entry point, 
 braze is not needed for `backend="braze"`; importing it does not register the name again.
 """
 from braze._C import CompileError, InternalError, RunError
-from braze.backend import (Options, braze_backend, counters, fallback_ops_by_op,
-                           run_and_get_code)
+from braze.backend import (Options, braze_backend, compile_times, counters,
+                           fallback_ops_by_op, run_and_get_code)
 
 __all__ = [
     "CompileError",
@@ -16,6 +16,7 @@ __all__ = [
     "RunError",
     "Options",
     "braze_backend",
+    "compile_times",
     "counters",
     "fallback_ops_by_op",
     "run_and_get_code",

@@ -8,6 +8,8 @@ import functools
 import operator
 import os
 import sys
+import threading
+import time
 import warnings
 
 import torch
@@ -29,6 +31,11 @@ _counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
                     "fallback_graphs": 0}
 _fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
 _last_sources = []  # generated source per compiled graph, for run_and_get_code
+# Seconds spent compiling, by stage, for this process (compile_times()): support (deciding which
+# FX nodes braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, and
+# python (translation, partitioning and the rest of braze's Python), total (all of it).
+_compile_times = collections.Counter()
+_stats_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +62,12 @@ def counters():
     return d
 
 
+def compile_times():
+    """Seconds braze has spent compiling in this process, by stage (BRAZE_LOG=compile_time
+    prints each graph's split as it is compiled)."""
+    return dict(_compile_times)
+
+
 def fallback_ops_by_op():
     """How many FX nodes of each op braze has left to eager PyTorch in this process."""
     return dict(_fallback_ops_by_op)
@@ -77,6 +90,35 @@ def _strict(opts):
     return opts.strict or _C.strict_from_environment()
 
 
+def _support_key(node):
+    """What decides whether braze compiles `node` alone: its op, its non-tensor arguments and
+    the dtype, sizes and strides of its operands and results. None where a value has no stable
+    text (then the node is tried)."""
+    def describe(x):
+        if isinstance(x, torch.fx.Node):
+            x = x.meta.get("val") if x.op != "get_attr" else _fetch_attr(x.graph.owning_module,
+                                                                          x.target)
+            leaves = torch.utils._pytree.tree_leaves(x)
+            return tuple((str(v.dtype), str(v.device), str(tuple(v.shape)), str(v.stride()))
+                         if isinstance(v, torch.Tensor) else repr(v) for v in leaves)
+        if isinstance(x, (list, tuple)):
+            return tuple(describe(v) for v in x)
+        if isinstance(x, dict):
+            return tuple((k, describe(v)) for k, v in sorted(x.items()))
+        if isinstance(x, torch.Tensor):
+            raise TypeError("a tensor argument")
+        return repr(x)
+    try:
+        return (node.target, describe(node.args), describe(node.kwargs), describe(node))
+    except Exception:
+        return None
+
+
+# (key, device) -> (supported, reason): nodes that repeat (every layer of a transformer) are
+# tried once per process.
+_support_cache = {}
+
+
 def _node_support(node, device=None):
     """(True, "") if braze can compile this call_function node alone in a graph on `device`
     (None: the CPU), else (False, reason)."""
@@ -87,6 +129,17 @@ def _node_support(node, device=None):
             for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
                 if isinstance(v, torch.Tensor) and v.device != device:
                     return False, f"{n.name} is on {v.device} in a graph on {device}"
+    key = _support_key(node)
+    if key is not None and (key, device) in _support_cache:
+        return _support_cache[key, device]
+    result = _try_node(node)
+    if key is not None:
+        _support_cache[key, device] = result
+    return result
+
+
+def _try_node(node):
+    """Translates and lowers `node` alone in a graph: (True, "") or (False, reason)."""
     t = Translator()
     try:
         for a in node.all_input_nodes:
@@ -311,8 +364,10 @@ def _compile_whole(gm, opts, device=None, args=None):
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
-    _last_sources.append(compiled.source)
-    _counts["partitions"] += args is None
+    with _stats_lock:  # partitions compile on several threads
+        _compile_times.update(compiled.times)
+        _last_sources.append(compiled.source)
+        _counts["partitions"] += args is None
     recompile = None
     if args is None:
         def recompile(call_args):
@@ -477,6 +532,27 @@ def _plain_inference():
 
 
 def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
+    """Compiles one AOTAutograd graph (see _compile_graph), timing its stages."""
+    before = collections.Counter(_compile_times)
+    start = time.perf_counter()
+    try:
+        return _compile_graph(gm, example_inputs, opts, direct, forward)
+    finally:
+        total = time.perf_counter() - start
+        spent = collections.Counter(_compile_times)
+        spent.subtract(before)
+        _compile_times["total"] += total
+        _compile_times["python"] += max(0.0, total - sum(spent.values()))
+        if _C.log_compile_time_from_environment():
+            # stage times are summed over the threads that compile partitions
+            split = ", ".join(f"{k} {spent[k]:.3f}" for k in
+                              ("support", "lower", "host_compile", "nvrtc", "load"))
+            print(f"===== braze: compile_time =====\ngraph {_counts['graphs']} "
+                  f"({len(gm.graph.nodes)} FX nodes): {total:.3f} s: {split}, python "
+                  f"{max(0.0, total - sum(spent.values())):.3f}", file=sys.stderr)
+
+
+def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
     may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one.
     Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
@@ -501,6 +577,7 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
     if device is not None:
         _constants_to_device(gm, device)
     unsupported = {}
+    support_start = time.perf_counter()
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -513,6 +590,7 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
         ok, why = _node_support(node, device)
         if not ok:
             unsupported[node] = why
+    _compile_times["support"] += time.perf_counter() - support_start
     try:
         if not unsupported:
             fn, tuple_out = _compile_whole(gm, opts, device)
@@ -569,11 +647,12 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
     names = set()
-    for name, sub in list(fused.named_children()):
-        if not name.startswith("fused_"):
-            continue
+    subs = [(name, sub) for name, sub in fused.named_children() if name.startswith("fused_")]
+    for (name, sub), result in zip(subs, _compile_all(subs, opts, device)):
         try:
-            fn, tuple_out = _compile_whole(sub, opts, device)
+            if isinstance(result, BaseException):
+                raise result
+            fn, tuple_out = result
         except (Unsupported, _C.CompileError) as e:
             if _strict(opts):
                 raise
@@ -589,6 +668,23 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
     guard_eager_layouts(fused, names)
     fused.recompile()
     return fused
+
+
+def _compile_all(subs, opts, device):
+    """_compile_whole of each (name, graph module), on several threads (braze's C++ compile
+    releases the GIL; identical partitions are built once, through the cache): each result,
+    or the exception it raised."""
+    def one(item):
+        try:
+            return _compile_whole(item[1], opts, device)
+        except Exception as e:
+            return e
+    workers = min(len(subs), os.cpu_count() or 1, 8)
+    if workers <= 1:
+        return [one(item) for item in subs]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(workers, thread_name_prefix="braze-compile") as pool:
+        return list(pool.map(one, subs))
 
 
 class _Partition(torch.nn.Module):

@@ -18,6 +18,7 @@ draw from PyTorch's CUDA generator, which advances per replay as it does per unc
 """
 import os
 import sys
+import warnings
 
 import torch
 
@@ -125,8 +126,10 @@ def _end_generator_capture():
     random op would fail. A capture that succeeds releases them."""
     try:
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            torch.cuda.current_stream()  # nothing to record
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "The CUDA Graph is empty": it is meant to be
+            with torch.cuda.graph(g):
+                pass
         del g
     except Exception as e:
         log(f"releasing the CUDA generators after a failed capture failed too: {e}")

@@ -86,3 +86,26 @@ def test_batched_matmul_matches_eager(name, dtype):
     assert got.shape == want.shape
     torch.testing.assert_close(got.float(), fn(*[a.float() for a in args]), rtol=tol, atol=tol * 4)
     assert braze.counters()["fallback_ops"] == before
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_product_with_unaligned_rows(device, dtype, transposed):
+    """On CUDA a large result whose rows are not 16-byte aligned (an odd vocabulary) is computed
+    in row chunks with a padded pitch and copied into place: here in two chunks."""
+    if device != "cuda":
+        pytest.skip("the padded path is CUDA's")
+    torch.manual_seed(0)
+    n = 2051 if dtype == torch.bfloat16 else 1025
+    a = torch.randn(64, 16384).to(dtype) if transposed else torch.randn(16384, 64).to(dtype)
+    w = torch.randn(n, 64).to(dtype)
+    b = torch.randn(n).to(dtype)
+
+    def fn(a, w, b):
+        x = a.t() if transposed else a
+        return F.linear(x, w) * 2 + b
+
+    got = torch.compile(fn, backend="braze", dynamic=False)(a, w, b)
+    want = fn(*[t.float() for t in (a, w, b)])
+    tol = 1e-3 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol * 10)

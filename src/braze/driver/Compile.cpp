@@ -12,6 +12,7 @@
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
+#include <chrono>
 #include <cstdlib>
 
 namespace braze {
@@ -154,22 +155,33 @@ void countCompile(int kernels, bool cacheHit) {
   ++(cacheHit ? c.cacheHits : c.cacheMisses);
 }
 
+/// Seconds since `start`, and restarts it.
+double lap(std::chrono::steady_clock::time_point &start) {
+  auto now = std::chrono::steady_clock::now();
+  double s = std::chrono::duration<double>(now - start).count();
+  start = now;
+  return s;
+}
+
 /// The host code through the host compiler, the kernels through NVRTC; both cached.
 CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
                                 const jit::HostCompilerOptions &jo,
-                                const CompileOptions::Cuda &cuda) {
+                                const CompileOptions::Cuda &cuda, CompileTimes times,
+                                std::chrono::steady_clock::time_point clock) {
   if (cuda.nvrtcLibrary.empty())
     BRAZE_USER_ERROR("compile", "") << "compiling for CUDA needs NVRTC, and none was found";
   if (l.cuda.usesGemm && cuda.cublasLtLibrary.empty())
     BRAZE_USER_ERROR("compile", "") << "this graph multiplies matrices on CUDA, which needs "
                                        "cuBLASLt, and none was found";
   jit::CompiledLibrary host = jit::compileCpp(l.cuda.host, jo);
+  times.hostCompile = lap(clock);
   jit::NvrtcOptions no;
   no.library = cuda.nvrtcLibrary;
   no.computeCapability = cuda.computeCapability;
   no.cacheDir = jo.cacheDir;
   no.logCache = jo.logCache;
   jit::CompiledCubin cubin = jit::compileCuda(l.cuda.device, no);
+  times.nvrtc = lap(clock);
   spec.libraryPath = host.path;
   spec.cuda = true;
   spec.cubinPath = cubin.path;
@@ -180,6 +192,8 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   spec.checksIndices = l.cuda.checksIndices;
   CompileResult r;
   r.executable = runtime::Executable::load(spec);
+  times.load = lap(clock);
+  r.times = times;
   r.source = l.cuda.device + "\n" + l.cuda.host;
   r.numKernels = l.cuda.numKernels;
   r.cacheHit = host.cacheHit && cubin.cacheHit;
@@ -206,21 +220,27 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   for (Node *out : g.outputs())
     spec.outputs.push_back({toDLPack(out->dtype()), out->rank()});
   spec.numSymbols = static_cast<int>(g.sizeSymbols().size());
+  auto clock = std::chrono::steady_clock::now();
+  CompileTimes times;
   Lowered l = lowerAll(g, opts);
+  times.lower = lap(clock);
   jit::HostCompilerOptions jo;
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
   if (opts.cuda)
-    return compileCudaModule(l, spec, jo, *opts.cuda);
+    return compileCudaModule(l, spec, jo, *opts.cuda, times, clock);
   if (l.code.usesBlas) {
     std::string dir = opts.blasLibrary.substr(0, opts.blasLibrary.find_last_of('/'));
     jo.linkFlags = opts.blasLibrary + " -Wl,-rpath," + dir;
   }
   jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
+  times.hostCompile = lap(clock);
   spec.libraryPath = lib.path;
   CompileResult r;
   r.executable = runtime::Executable::load(spec);
+  times.load = lap(clock);
+  r.times = times;
   r.source = l.code.source;
   r.numKernels = l.code.numKernels;
   r.cacheHit = lib.cacheHit;

@@ -39,11 +39,20 @@ struct CompileOptions {
   static CompileOptions fromEnvironment();
 };
 
+/// Where one compile spent its time, in seconds (BRAZE_LOG=compile_time prints it).
+struct CompileTimes {
+  double lower = 0;       ///< verify, decompose, graph passes, to loops, schedule, codegen
+  double hostCompile = 0; ///< the host C++ compiler (or its cache)
+  double nvrtc = 0;       ///< NVRTC (or its cache); CUDA only
+  double load = 0;        ///< loading the module (and the CUDA module)
+};
+
 struct CompileResult {
   std::shared_ptr<runtime::Executable> executable;
   std::string source; ///< CPU: the C++; CUDA: the device source, then the host source
   int numKernels = 0;
   bool cacheHit = false;
+  CompileTimes times;
 };
 
 /// Compiles `g` (which is consumed: passes rewrite it in place).

@@ -3,7 +3,10 @@
 #include "braze/support/Check.h"
 #include "braze/support/Hashing.h"
 
+#include <atomic>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <unistd.h>
 
@@ -18,9 +21,28 @@ std::string readFile(const fs::path &p) {
   return ss.str();
 }
 
+std::string temporaryTag() {
+  static std::atomic<uint64_t> next{0};
+  return ".tmp" + std::to_string(::getpid()) + "." + std::to_string(next++);
+}
+
+std::unique_lock<std::mutex> lockEntry(const std::string &key) {
+  static std::mutex mapMutex;
+  static std::map<std::string, std::unique_ptr<std::mutex>> locks; // one per key, kept
+  std::mutex *m;
+  {
+    std::lock_guard<std::mutex> guard(mapMutex);
+    std::unique_ptr<std::mutex> &slot = locks[key];
+    if (!slot)
+      slot = std::make_unique<std::mutex>();
+    m = slot.get();
+  }
+  return std::unique_lock<std::mutex>(*m);
+}
+
 void writeFileAtomically(const fs::path &p, const std::string &data) {
   fs::path tmp = p;
-  tmp += ".tmp" + std::to_string(::getpid());
+  tmp += temporaryTag();
   {
     std::ofstream out(tmp, std::ios::binary);
     out << data;

@@ -2,12 +2,20 @@
 /// File helpers of the on-disk compile caches: whole-file reads, atomic writes (temporary name
 /// + rename) and the checksum test that decides whether an entry can be used.
 #include <filesystem>
+#include <mutex>
 #include <string>
 
 namespace braze::jit {
 
 /// Part of every cache key: a new braze never reuses an old one's entries.
 inline constexpr const char *kBrazeVersion = "braze-0.1.0";
+
+/// ".tmp<pid>.<n>", a fresh n per call: temporary names no other process or thread uses.
+std::string temporaryTag();
+
+/// Held while this process builds the cache entry `key`: threads that compile the same source
+/// at once build it once, and the others then find it in the cache.
+std::unique_lock<std::mutex> lockEntry(const std::string &key);
 
 std::string readFile(const std::filesystem::path &p);
 void writeFileAtomically(const std::filesystem::path &p, const std::string &data);

@@ -59,6 +59,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   fs::create_directories(dir);
   fs::path lib = dir / (key + ".so"), sum = dir / (key + ".sha256");
   CompiledLibrary result{lib.string(), key, false};
+  std::unique_lock<std::mutex> building = lockEntry(key);
   if (cacheEntryIsValid(lib, sum)) {
     result.cacheHit = true;
     if (opts.logCache)
@@ -68,7 +69,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   if (opts.logCache)
     logBlock("cache", "miss " + key + "\n");
   // Compile into temporary names, then rename into place.
-  std::string tag = ".tmp" + std::to_string(::getpid());
+  std::string tag = temporaryTag();
   fs::path src = dir / (key + tag + ".cpp"), tmpLib = dir / (key + tag + ".so"),
            log = dir / (key + tag + ".log");
   {

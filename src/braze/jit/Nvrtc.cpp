@@ -79,6 +79,7 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   fs::create_directories(dir);
   fs::path cubin = dir / (key + ".cubin"), sum = dir / (key + ".cubin.sha256");
   CompiledCubin result{cubin.string(), false};
+  std::unique_lock<std::mutex> building = lockEntry(key);
   if (cacheEntryIsValid(cubin, sum)) {
     result.cacheHit = true;
     if (opts.logCache)

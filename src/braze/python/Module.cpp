@@ -93,6 +93,7 @@ struct PyCompiled {
   std::string source;
   int numKernels = 0;
   bool cacheHit = false;
+  CompileTimes times;
 };
 
 using CpuArray = nb::ndarray<nb::device::cpu>;
@@ -318,8 +319,13 @@ NB_MODULE(_C, m) {
         if (cuda)
           o.cuda = cudaOptions(*cuda);
         std::unique_ptr<Graph> graph = g.take();
-        CompileResult r = braze::compile(*graph, o);
-        return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit};
+        CompileResult r;
+        {
+          // Compiles of different graphs may run on several threads at once (partitions).
+          nb::gil_scoped_release unlocked;
+          r = braze::compile(*graph, o);
+        }
+        return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit, r.times};
       }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none())
       .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
         if (g.consumed())
@@ -335,6 +341,15 @@ NB_MODULE(_C, m) {
       .def_ro("source", &PyCompiled::source)
       .def_ro("num_kernels", &PyCompiled::numKernels)
       .def_ro("cache_hit", &PyCompiled::cacheHit)
+      .def_prop_ro("times", [](const PyCompiled &c) {
+        // seconds: lower (C++ passes and codegen), host_compile, nvrtc, load
+        nb::dict d;
+        d["lower"] = c.times.lower;
+        d["host_compile"] = c.times.hostCompile;
+        d["nvrtc"] = c.times.nvrtc;
+        d["load"] = c.times.load;
+        return d;
+      })
       .def("run", &runCompiled)
       // CUDA modules. Pointers are device addresses as ints (torch's data_ptr()); the stream is
       // a cudaStream_t as an int (0: the legacy default stream).
@@ -394,6 +409,8 @@ NB_MODULE(_C, m) {
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
   m.def("log_fallback_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::Fallback); });
+  m.def("log_compile_time_from_environment",
+        []() { return CompileOptions::fromEnvironment().log.has(LogStage::CompileTime); });
   m.def("log_cudagraphs_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::CudaGraphs); });
 }

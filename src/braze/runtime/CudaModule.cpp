@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -22,6 +23,24 @@ using CUfunction = void *;
 using CUstream = void *;
 using CUdeviceptr = unsigned long long;
 constexpr unsigned kHostAllocDeviceMap = 0x02; // CU_MEMHOSTALLOC_DEVICEMAP
+
+/// CUDA_MEMCPY2D, with the driver's layout.
+struct Memcpy2D {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  CUdeviceptr srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  CUdeviceptr dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t widthInBytes, height;
+};
+constexpr int kMemoryTypeDevice = 2; // CU_MEMORYTYPE_DEVICE
 
 struct Driver {
   CUresult (*init)(unsigned);
@@ -41,6 +60,7 @@ struct Driver {
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*memFreeHost)(void *);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*memcpy2DAsync)(const struct Memcpy2D *, CUstream);
   CUresult (*getErrorString)(CUresult, const char **);
   bool ok = false;
   std::string why;
@@ -78,6 +98,7 @@ const Driver &driver() {
     get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     get(d.memFreeHost, "cuMemFreeHost");
     get(d.memAlloc, "cuMemAlloc_v2");
+    get(d.memcpy2DAsync, "cuMemcpy2DAsync_v2");
     get(d.getErrorString, "cuGetErrorString");
     if (missing)
       return d;
@@ -112,17 +133,29 @@ std::string readBinary(const std::string &path) {
   return ss.str();
 }
 
-/// One cuBLASLt workspace per device for the process (launches are stream-ordered on it).
-void *gemmWorkspace(int device) {
+/// One buffer of `bytes` per device and `what` for the process (launches are stream-ordered on
+/// it).
+void *deviceBuffer(int device, size_t bytes, const char *what) {
   static std::mutex mu;
-  static std::vector<CUdeviceptr> spaces;
+  static std::map<std::pair<int, std::string>, CUdeviceptr> buffers;
   std::lock_guard<std::mutex> lock(mu);
-  if (spaces.size() <= static_cast<size_t>(device))
-    spaces.resize(device + 1, 0);
-  if (!spaces[device])
-    check(driver().memAlloc(&spaces[device], CublasLt::recommendedWorkspaceBytes()),
-          "allocating the cuBLASLt workspace");
-  return reinterpret_cast<void *>(spaces[device]);
+  CUdeviceptr &b = buffers[{device, what}];
+  if (!b)
+    check(driver().memAlloc(&b, bytes), std::string("allocating the ") + what);
+  return reinterpret_cast<void *>(b);
+}
+
+void *gemmWorkspace(int device) {
+  return deviceBuffer(device, CublasLt::recommendedWorkspaceBytes(), "cuBLASLt workspace");
+}
+
+/// Products whose result rows are not 16-byte aligned (a vocabulary of 50257 columns) run on
+/// cuBLASLt's slowest kernels. Large ones are computed in row chunks into this buffer, with a
+/// padded row pitch, and copied into place.
+constexpr size_t kPaddedResultBytes = size_t(64) << 20;
+
+void *paddedResult(int device) {
+  return deviceBuffer(device, kPaddedResultBytes, "padded GEMM result buffer");
 }
 
 } // namespace
@@ -136,9 +169,61 @@ struct CudaModule::State {
   CUstream stream = nullptr; ///< of the call in progress
   CublasLt *lt = nullptr;
   void *workspace = nullptr;
+  void *padded = nullptr; ///< kPaddedResultBytes of device memory
   std::string failure; ///< message of a failed launch or GEMM
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
 };
+
+namespace {
+
+int64_t resultBytes(const GemmProblem &p) {
+  bool half = p.dtype == GemmDType::Float16 || p.dtype == GemmDType::BFloat16;
+  return p.dtype == GemmDType::Float64 ? 8 : half && !p.f32Out ? 2 : 4;
+}
+
+/// Rows per chunk when p's result should go through the padded buffer (its rows are not
+/// 16-byte aligned and it is large), else 0. Chunks start at multiples of 8 rows, so a chunk's
+/// operand pointers keep the alignment of the whole operand.
+int64_t paddedRows(const void *padded, const GemmProblem &p) {
+  int64_t esz = resultBytes(p);
+  if (!padded || p.batch != 1 || (p.ldc * esz) % 16 == 0 || p.m * p.n * esz < (int64_t(8) << 20))
+    return 0;
+  int64_t pitch = (p.n * esz + 15) / 16 * 16;
+  int64_t rows = static_cast<int64_t>(kPaddedResultBytes) / pitch / 8 * 8;
+  return rows >= 64 ? rows : 0;
+}
+
+/// The product on `stream`, chunk by chunk through `padded`.
+std::string gemmInRowChunks(CublasLt &lt, void *padded, void *workspace, CUstream stream,
+                            const GemmProblem &p) {
+  int64_t esz = resultBytes(p), opsz = p.dtype == GemmDType::Float64 ? 8
+                                      : p.dtype == GemmDType::Float32 ? 4 : 2;
+  int64_t pitch = (p.n * esz + 15) / 16 * 16, rows = paddedRows(padded, p);
+  for (int64_t r0 = 0; r0 < p.m; r0 += rows) {
+    GemmProblem c = p;
+    c.m = std::min(rows, p.m - r0);
+    // A's row r0: row-major [m,k] moves by rows of lda; a transposed [k,m] by columns.
+    c.a = static_cast<const char *>(p.a) + (p.transA ? r0 : r0 * p.lda) * opsz;
+    c.c = padded;
+    c.ldc = pitch / esz;
+    if (std::string e = lt.gemm(c, stream, workspace, CublasLt::recommendedWorkspaceBytes());
+        !e.empty())
+      return e;
+    Memcpy2D m{};
+    m.srcMemoryType = m.dstMemoryType = kMemoryTypeDevice;
+    m.srcDevice = reinterpret_cast<CUdeviceptr>(padded);
+    m.srcPitch = static_cast<size_t>(pitch);
+    m.dstDevice = reinterpret_cast<CUdeviceptr>(static_cast<char *>(p.c) + r0 * p.ldc * esz);
+    m.dstPitch = static_cast<size_t>(p.ldc * esz);
+    m.widthInBytes = static_cast<size_t>(p.n * esz);
+    m.height = static_cast<size_t>(c.m);
+    if (CUresult r = driver().memcpy2DAsync(&m, stream); r != 0)
+      return "copying a padded GEMM result into place failed: CUresult " + errorText(r);
+  }
+  return "";
+}
+
+} // namespace
 
 bool cudaDriverAvailable() {
   const Driver &d = driver();
@@ -177,6 +262,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
   if (!cublasLtLibrary.empty()) {
     s.lt = &CublasLt::load(cublasLtLibrary);
     s.workspace = gemmWorkspace(device);
+    s.padded = paddedResult(device);
   }
   s.api.ctx = &s;
   s.api.err = reinterpret_cast<int *>(errDev);
@@ -212,7 +298,9 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     p.bias = g->bias;
     p.batch = g->batch;
     p.strideA = g->strideA, p.strideB = g->strideB, p.strideC = g->strideC;
-    std::string e = st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());
+    std::string e = paddedRows(st.padded, p)
+                    ? gemmInRowChunks(*st.lt, st.padded, st.workspace, st.stream, p)
+                    : st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());
     if (!e.empty()) {
       st.failure = e;
       return 2;

@@ -13,7 +13,8 @@ LogSet LogSet::parse(std::string_view spec) {
   } kNames[] = {{"graph", LogStage::Graph},       {"decomposed", LogStage::Decomposed},
                 {"loops", LogStage::Loops},       {"schedule", LogStage::Schedule},
                 {"output_code", LogStage::OutputCode}, {"cache", LogStage::Cache},
-                {"fallback", LogStage::Fallback}, {"cudagraphs", LogStage::CudaGraphs}};
+                {"fallback", LogStage::Fallback}, {"cudagraphs", LogStage::CudaGraphs},
+                {"compile_time", LogStage::CompileTime}};
   LogSet set;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -39,7 +40,7 @@ LogSet LogSet::parse(std::string_view spec) {
         BRAZE_USER_ERROR("BRAZE_LOG", "")
             << "unknown stage '" << name
             << "'; expected graph, decomposed, loops, schedule, output_code, cache, fallback, "
-               "cudagraphs or all";
+               "cudagraphs, compile_time or all";
     }
     pos = end + 1;
   }

@@ -16,6 +16,7 @@ enum class LogStage : uint32_t {
   Cache = 1u << 5,      ///< cache hits and misses
   Fallback = 1u << 6,   ///< ops that fell back to eager (printed by the Python layer)
   CudaGraphs = 1u << 7, ///< which graphs are replayed as CUDA graphs, and why not (Python layer)
+  CompileTime = 1u << 8, ///< where each graph's compile spent its time (Python layer)
 };
 
 class LogSet {

@@ -1,0 +1,54 @@
+"""Where compile time goes, and the work braze does not repeat: the per-stage split, support
+decided once per distinct node, partitions compiled on a thread pool."""
+import pytest
+import torch
+
+import braze
+from braze import backend
+
+
+@pytest.mark.cpu_only("the split is the same on every device; this checks its bookkeeping")
+def test_compile_times_split_and_log(monkeypatch, capfd):
+    monkeypatch.setenv("BRAZE_LOG", "compile_time")
+    before = braze.compile_times()
+    f = torch.compile(lambda x: (x * 3).tanh().sum(-1), backend="braze")
+    x = torch.randn(8, 8)
+    torch.testing.assert_close(f(x), (x * 3).tanh().sum(-1))
+    after = braze.compile_times()
+    for stage in ("support", "lower", "host_compile", "load", "python", "total"):
+        assert after.get(stage, 0) >= before.get(stage, 0), stage
+    assert after["total"] > before.get("total", 0)
+    err = capfd.readouterr().err
+    assert "===== braze: compile_time =====" in err and "host_compile" in err
+
+
+@pytest.mark.cpu_only("support is decided before any device code exists")
+def test_repeated_nodes_are_tried_once(monkeypatch):
+    tried = []
+    original = backend._try_node
+    monkeypatch.setattr(backend, "_try_node", lambda node: tried.append(node) or original(node))
+    backend._support_cache.clear()
+
+    def layers(x, w):
+        for _ in range(6):
+            x = torch.relu(x @ w) * 0.5
+        return x
+
+    x, w = torch.randn(4, 16), torch.randn(16, 16)
+    torch.testing.assert_close(torch.compile(layers, backend="braze")(x, w), layers(x, w))
+    # mm, relu and mul, each tried once for the six layers
+    assert len(tried) <= 4, [n.format_node() for n in tried]
+
+
+def test_partitions_compiled_on_threads_match_eager():
+    def f(x, w):
+        for _ in range(3):
+            x = torch.linalg.inv(x @ w + torch.eye(16, device=x.device) * 4)  # eager between
+            x = (x @ w).relu().sin() + x.cos()
+        return x
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16) / 4
+    before = braze.counters()
+    got = torch.compile(f, backend="braze")(x, w)
+    torch.testing.assert_close(got, f(x, w), rtol=1e-4, atol=1e-4)
+    assert braze.counters()["partitions"] - before["partitions"] >= 3

@@ -3,14 +3,16 @@
 A compiled callable (a whole braze graph, or partitions with eager ops between them) is captured
 on its second call; the first runs as usual, so that compilation, library plans and lazy
 initialization happen outside the capture. Then each call:
-  - copies the inputs whose address may change (everything but parameters and buffers, which
-    AOTAutograd reports as static) into the capture's own input buffers;
+  - copies the small inputs whose address may change into the capture's own input buffers;
+    parameters and buffers (which AOTAutograd reports as static), large inputs and expanded
+    ones are read where they were when captured, and the capture serves only calls that pass
+    them there (a parameter moved, or a large input at a new address, takes another capture);
   - replays the graph and returns new tensors on the capture's output memory.
 
 Outputs are never overwritten while anyone still holds them: each capture keeps one reference
 to every output storage, and a capture whose outputs are still referenced elsewhere (by the
-caller, by a view, by autograd's saved tensors) is busy. A call then uses a second capture, and
-when both are busy it runs uncaptured. A capture that fails (an op that synchronizes, an
+caller, by a view, by autograd's saved tensors) is busy. A call then uses or makes another
+capture (at most three), and when none is free it runs uncaptured. A capture that fails (an op that synchronizes, an
 unsupported stream operation) is dropped for good and the callable runs uncaptured. Random ops
 draw from PyTorch's CUDA generator, which advances per replay as it does per uncaptured call.
 
@@ -24,7 +26,9 @@ import torch
 
 from braze import _C
 
-_MAX_CAPTURES = 2  # per compiled callable: one in use by the caller, one to replay
+# Per compiled callable: one whose outputs the caller holds, one to replay, and room for large
+# inputs at a second address (double buffering).
+_MAX_CAPTURES = 3
 counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0}
 
 
@@ -66,19 +70,30 @@ def static_inputs(forward):
     return frozenset(getattr(meta, "static_input_indices", None) or ())
 
 
+# Inputs at least this large, and inputs that overlap themselves (expanded), are not copied: the
+# capture reads them where they were, and is replayed only for calls that pass them there.
+_COPY_LIMIT_BYTES = 32 << 20
+
+
 class _Capture:
     def __init__(self, fn, args, static, name):
         self.graph = torch.cuda.CUDAGraph()
         self.static = static
-        self.inputs = [a if i in static or not isinstance(a, torch.Tensor)
-                       else torch.empty_strided(a.shape, a.stride(), dtype=a.dtype,
-                                                device=a.device).copy_(a)
-                       for i, a in enumerate(args)]
-        self.static_ptrs = [(i, a.data_ptr()) for i, a in enumerate(args)
-                            if i in static and isinstance(a, torch.Tensor)]
+        self.buffers = {}  # position -> this capture's copy of an input that may move
+        self.fixed = []  # (position, address, strides): inputs read where they were captured
+        inputs = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and i not in static and (
+                    a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES
+                    and a.is_non_overlapping_and_dense()):
+                a = self.buffers[i] = torch.empty_strided(
+                    a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+            elif isinstance(a, torch.Tensor):
+                self.fixed.append((i, a.data_ptr(), a.stride()))
+            inputs.append(a)
         torch.cuda.synchronize()
         with torch.cuda.graph(self.graph, pool=torch.cuda.graph_pool_handle()):
-            outs = fn(*self.inputs)
+            outs = fn(*inputs)
         self.is_list = isinstance(outs, (list, tuple))
         outs = list(outs) if self.is_list else [outs]
         # One private tensor per output (never given out) and one storage reference each: a
@@ -91,26 +106,26 @@ class _Capture:
                 key = st.data_ptr()
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
-        input_ptrs = {a.untyped_storage().data_ptr() for a in self.inputs
+        input_ptrs = {a.untyped_storage().data_ptr() for a in inputs
                       if isinstance(a, torch.Tensor)}
         if input_ptrs & set(self.storages):
             raise _Uncapturable("an output shares memory with an input")
-        log(f"captured {name}: {len(outs)} outputs, "
-            f"{sum(1 for i, a in enumerate(args) if i not in static and isinstance(a, torch.Tensor))} "
-            "inputs copied per call")
+        log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
+            f"call, {len(self.fixed)} read in place")
 
     def busy(self):
         # Each template holds one use of its storage (and the storage object another).
         return any(torch._C._storage_Use_Count(st._cdata) > held + 1
                    for held, st in self.storages.values())
 
+    def fits(self, args):
+        """Whether every input read in place is where this capture reads it."""
+        return all(args[i].data_ptr() == ptr and args[i].stride() == stride
+                   for i, ptr, stride in self.fixed)
+
     def run(self, args):
-        for i, ptr in self.static_ptrs:
-            if args[i].data_ptr() != ptr:
-                return None
-        for i, (a, mine) in enumerate(zip(args, self.inputs)):
-            if a is not mine and i not in self.static and isinstance(a, torch.Tensor):
-                mine.copy_(a)
+        for i, buf in self.buffers.items():
+            buf.copy_(args[i])
         self.graph.replay()
         outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in self.templates]
         return outs if self.is_list else outs[0]
@@ -152,12 +167,8 @@ class Replayed:
         if self.failed or self.calls == 1 or torch.cuda.is_current_stream_capturing():
             return self.fn(*args)
         for c in self.captures:
-            if not c.busy():
-                out = c.run(args)
-                if out is not None:
-                    return self._replayed(out)
-                self._drop("a parameter or buffer moved to another address")
-                return self.fn(*args)
+            if not c.busy() and c.fits(args):
+                return self._replayed(c.run(args))
         if len(self.captures) >= _MAX_CAPTURES:
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)  # every capture's outputs are still in use

@@ -2,6 +2,7 @@
 // wrong with an input; the pipeline compiles and runs graphs built from C++.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
+#include "braze/runtime/CublasLt.h"
 #include "braze/support/Diagnostic.h"
 
 #include <gtest/gtest.h>
@@ -101,3 +102,24 @@ TEST(DriverTest, RunsLayerNormAndChecksInputShapes) {
 
 } // namespace
 } // namespace braze
+
+TEST(DriverTest, LinearOverABatchFoldsIntoRows) {
+  using braze::runtime::GemmProblem;
+  GemmProblem p;
+  p.m = 512, p.n = 50257, p.k = 768, p.lda = 768, p.ldb = 768, p.ldc = 50257, p.transB = true;
+  p.batch = 8, p.strideA = 512 * 768, p.strideB = 0, p.strideC = 512 * 50257;
+  GemmProblem q = p;
+  braze::runtime::foldBatchIntoRows(q);
+  EXPECT_EQ(q.m, 4096);
+  EXPECT_EQ(q.batch, 1);
+  // Each of these keeps its batch: B differs per matrix, A transposed, C rows not consecutive.
+  for (auto change : {+[](GemmProblem &g) { g.strideB = 768; },
+                      +[](GemmProblem &g) { g.transA = true; },
+                      +[](GemmProblem &g) { g.strideC += 8; }}) {
+    GemmProblem r = p;
+    change(r);
+    braze::runtime::foldBatchIntoRows(r);
+    EXPECT_EQ(r.batch, 8);
+    EXPECT_EQ(r.m, 512);
+  }
+}

@@ -78,12 +78,12 @@ def test_an_eager_op_between_partitions_is_captured_with_them():
 
     before = braze.counters()
     f = compiled(fn)
-    outs = [f(q, k, v) for _ in range(4)]  # held: calls 2 and 3 capture, call 4 runs uncaptured
+    outs = [f(q, k, v) for _ in range(5)]  # held: calls 2-4 capture, call 5 runs uncaptured
     d = delta(before)
-    assert d["cuda_graphs"] == 2 and d["cuda_graph_replays"] == 2, d
+    assert d["cuda_graphs"] == 3 and d["cuda_graph_replays"] == 3, d
     del outs
     outs = [f(q, k, v)]
-    assert delta(before)["cuda_graph_replays"] == 3
+    assert delta(before)["cuda_graph_replays"] == 4
     for o in outs:
         torch.testing.assert_close(o, fn(q, k, v), rtol=2e-2, atol=2e-2)
 
@@ -91,13 +91,13 @@ def test_an_eager_op_between_partitions_is_captured_with_them():
 def test_inputs_at_new_addresses_and_held_outputs():
     w = torch.randn(32, 32, device="cuda")
     f = compiled(lambda x: torch.softmax(x @ w, -1) + x.sin())
-    xs = [torch.randn(8, 32, device="cuda") for _ in range(5)]
+    xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
     before = braze.counters()
     held = [f(x) for x in xs]  # every output is still held when the next call runs
     for x, y in zip(xs, held):
         torch.testing.assert_close(y, torch.softmax(x @ w, -1) + x.sin())
     d = delta(before)
-    assert d["cuda_graphs"] == 2, d  # two captures, both busy afterwards: the rest uncaptured
+    assert d["cuda_graphs"] == 3, d  # three captures, all busy afterwards: the rest uncaptured
     del held
     y = f(xs[0])  # a capture is free again
     torch.testing.assert_close(y, torch.softmax(xs[0] @ w, -1) + xs[0].sin())
@@ -106,8 +106,24 @@ def test_inputs_at_new_addresses_and_held_outputs():
     before = braze.counters()
     first = f(xs[1])[:, :4]
     second = f(xs[2])
+    third = f(xs[3])
     torch.testing.assert_close(first, (torch.softmax(xs[1] @ w, -1) + xs[1].sin())[:, :4])
     torch.testing.assert_close(second, torch.softmax(xs[2] @ w, -1) + xs[2].sin())
+    torch.testing.assert_close(third, torch.softmax(xs[3] @ w, -1) + xs[3].sin())
+
+
+def test_large_and_expanded_inputs_are_read_in_place():
+    big = torch.randn(4096, 4096, device="cuda")  # 64 MiB: not copied per call
+    row = torch.randn(1, 4096, device="cuda").expand(4096, 4096)  # overlaps itself
+    f = compiled(lambda a, b: (a * 2 + b).relu())
+    before = braze.counters()
+    for _ in range(4):
+        torch.testing.assert_close(f(big, row), (big * 2 + row).relu())
+    assert delta(before)["cuda_graph_replays"] == 3
+    other = torch.randn(4096, 4096, device="cuda")  # a new address: another capture
+    torch.testing.assert_close(f(other, row), (other * 2 + row).relu())
+    torch.testing.assert_close(f(big, row), (big * 2 + row).relu())
+    assert delta(before)["cuda_graphs"] == 2
 
 
 def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):

@@ -347,6 +347,15 @@ struct CublasLt::Impl {
   }
 };
 
+void foldBatchIntoRows(GemmProblem &p) {
+  if (p.batch > 1 && p.strideB == 0 && !p.transA && p.strideA == p.m * p.lda &&
+      p.strideC == p.m * p.ldc) {
+    p.m *= p.batch;
+    p.batch = 1;
+    p.strideA = p.strideC = 0;
+  }
+}
+
 CublasLt::CublasLt() : impl_(std::make_unique<Impl>()) {}
 
 CublasLt::~CublasLt() = default;

@@ -40,6 +40,10 @@ struct GemmProblem {
   bool allowTf32 = false;
 };
 
+/// A batch whose A and C matrices follow one another row after row and share one B (a Linear
+/// over [batch, m, k]) becomes one product of batch * m rows, which cuBLASLt tiles better.
+void foldBatchIntoRows(GemmProblem &p);
+
 /// The process-wide cuBLASLt instance. Thread-safe: gemm() serializes on an internal mutex.
 class CublasLt {
 public:

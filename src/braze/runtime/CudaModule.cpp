@@ -298,6 +298,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     p.bias = g->bias;
     p.batch = g->batch;
     p.strideA = g->strideA, p.strideB = g->strideB, p.strideC = g->strideC;
+    foldBatchIntoRows(p);
     std::string e = paddedRows(st.padded, p)
                     ? gemmInRowChunks(*st.lt, st.padded, st.workspace, st.stream, p)
                     : st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());

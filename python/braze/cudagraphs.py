@@ -75,6 +75,17 @@ def static_inputs(forward):
 _COPY_LIMIT_BYTES = 32 << 20
 
 
+def _dense(t):
+    """Whether t's elements fill its memory once each, in some order of its dims (no expanded
+    dim, no gaps): a copy of it can be made with the same strides."""
+    expect = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
 class _Capture:
     def __init__(self, fn, args, static, name):
         self.graph = torch.cuda.CUDAGraph()

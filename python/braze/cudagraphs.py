@@ -96,7 +96,7 @@ class _Capture:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and i not in static and (
                     a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES
-                    and a.is_non_overlapping_and_dense()):
+                    and _dense(a)):
                 a = self.buffers[i] = torch.empty_strided(
                     a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
             elif isinstance(a, torch.Tensor):

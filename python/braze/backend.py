@@ -49,8 +49,9 @@ class Options:
     # Tests on machines without a GPU: generate each graph's CUDA sources and compile them with
     # NVRTC and the host compiler (nothing runs on a GPU; the graph itself runs in eager).
     cuda_codegen_only: bool = False
-    # Replay static CUDA graphs as CUDA graphs (braze/cudagraphs.py); None reads
-    # BRAZE_CUDA_GRAPHS (on unless "0").
+    # Replay static CUDA graphs as CUDA graphs (braze/cudagraphs.py). None: BRAZE_CUDA_GRAPHS
+    # decides (on unless "0"), and graphs of very few launches are left uncaptured; True: every
+    # graph where it is safe.
     cuda_graphs: bool = None
 
 
@@ -559,15 +560,16 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     _counts["graphs"] += 1
     name = f"graph {_counts['graphs']} ({'forward' if forward else 'backward'})"
 
-    def replayed(fn, graphs):
+    def replayed(fn, graphs, whole=False):
         """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
         wait for them and raise a bad index, as their uncaptured calls do."""
         def checks():
             for g in graphs:
                 if getattr(g.run, "checks", False):
                     g.run.check()
+        launches = graphs[0].compiled.num_kernels if whole and graphs else None
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               checks)
+                               checks, launches)
 
     device, why = _graph_device(gm, example_inputs)
     if why:
@@ -597,10 +599,10 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
             placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
             if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
                     and placeholders == direct["inputs"] and _plain_inference()):
-                direct["fn"] = replayed(fn.fast(), [fn])
+                direct["fn"] = replayed(fn.fast(), [fn], whole=True)
             graphs = [fn] if isinstance(fn, _BrazeGraph) else []
             return make_boxed_func(replayed(fn if tuple_out else lambda *args: fn(*args)[0],
-                                            graphs))
+                                            graphs, whole=True))
         fused = _compile_partitioned(gm, unsupported, opts, device)
         graphs = [m.fn for m in fused.modules()
                   if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]

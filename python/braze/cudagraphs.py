@@ -29,6 +29,7 @@ from braze import _C
 # Per compiled callable: one whose outputs the caller holds, one to replay, and room for large
 # inputs at a second address (double buffering).
 _MAX_CAPTURES = 3
+_MIN_LAUNCHES = 4
 counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0}
 
 
@@ -205,12 +206,17 @@ class Replayed:
         self.captures = []
 
 
-def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_replay=None):
+def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_replay=None,
+         launches=None):
     """fn replayed as CUDA graphs when that is enabled and safe for `gm`; fn otherwise.
-    `after_replay()` runs after each replay (it may raise the errors of that call)."""
+    `after_replay()` runs after each replay (it may raise the errors of that call). By default
+    (option None) a graph of fewer than _MIN_LAUNCHES kernel launches per call is not captured:
+    copying its inputs and replaying costs more than launching; option True captures it too."""
     if not enabled(option):
         return fn
     reason = why_not(gm, example_inputs, device)
+    if reason is None and option is None and launches is not None and launches < _MIN_LAUNCHES:
+        reason = f"{launches} kernel launches per call: a replay would cost more than it saves"
     if reason is not None:
         if device is not None and device.type == "cuda":
             log(f"{name} is not captured: {reason}")

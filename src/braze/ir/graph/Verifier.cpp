@@ -311,10 +311,18 @@ private:
     switch (opCategory(node_->op())) {
     case OpCategoryKind::Input:
       return true;
-    case OpCategoryKind::Full:
-      if (!node_->attrs().has("value"))
+    case OpCategoryKind::Full: {
+      const AttrMap &a = node_->attrs();
+      if (!a.has("value"))
         return fail("needs a 'value' attribute");
+      // Floating results are filled from a float, the others from an integer (true is 1).
+      bool floating = isFloating(node_->dtype());
+      if (floating ? !std::holds_alternative<double>(a.get("value"))
+                   : !std::holds_alternative<int64_t>(a.get("value")))
+        return fail(std::string("'value' must be ") + (floating ? "a float" : "an integer") +
+                    " for a " + std::string(dtypeName(node_->dtype())) + " result");
       return true;
+    }
     case OpCategoryKind::Iota:
       return checkDim("dim", node_->rank());
     case OpCategoryKind::Elementwise:
@@ -401,6 +409,47 @@ private:
                                       : fail("dim " + std::to_string(d) + " is not the sum of the operands'");
   }
 
+  /// Ranks, per-spatial-dim attribute lengths and ranges, channel counts and the result's
+  /// rank of a convolution (input [N, C, *S], weight [O, C / groups, *K], bias [O]).
+  bool checkConvolution() {
+    const AttrMap &a = node_->attrs();
+    const Node *x = node_->operand(0), *w = node_->operand(1);
+    size_t rank = x->rank();
+    if (rank < 3 || rank > 5)
+      return fail("input must have rank 3 to 5 (batch, channels, 1-3 spatial dims), not " +
+                  std::to_string(rank));
+    if (w->rank() != rank || node_->rank() != rank)
+      return fail("weight and result must have the input's rank " + std::to_string(rank) +
+                  ", not " + std::to_string(w->rank()) + " and " +
+                  std::to_string(node_->rank()));
+    size_t spatial = rank - 2;
+    for (const char *name : {"stride", "padding", "dilation"}) {
+      const IntList &v = a.getInts(name);
+      if (v.size() != spatial)
+        return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                    " entries (one per spatial dim), not " + std::to_string(v.size()));
+      int64_t least = std::string(name) == "padding" ? 0 : 1;
+      for (int64_t e : v)
+        if (e < least || e > (int64_t(1) << 40))
+          return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                      " is out of range (at least " + std::to_string(least) + ")");
+    }
+    int64_t groups = a.getInt("groups");
+    if (groups < 1)
+      return fail("'groups' must be at least 1, not " + std::to_string(groups));
+    if (node_->operands().size() == 3 && node_->operand(2)->rank() != 1)
+      return fail("bias must have rank 1");
+    SymExpr c = x->shape()[1], wc = w->shape()[1], o = w->shape()[0];
+    if (c->isConst() && wc->isConst() && c->value() != wc->value() * groups)
+      return fail("input has " + std::to_string(c->value()) + " channels but weight takes " +
+                  std::to_string(wc->value()) + " per group x " + std::to_string(groups) +
+                  " groups");
+    if (o->isConst() && o->value() % groups != 0)
+      return fail("weight has " + std::to_string(o->value()) + " output channels, not a "
+                  "multiple of groups " + std::to_string(groups));
+    return true;
+  }
+
   /// The attributes each composite op's decomposition reads.
   bool checkComposite() {
     const AttrMap &a = node_->attrs();
@@ -442,9 +491,9 @@ private:
           return fail(std::string("needs an integer list attribute '") + name + "'");
       if (!has("groups", int64_t{}) || !has("bias", bool{}))
         return fail("needs attributes 'groups' (int) and 'bias' (bool)");
-      return node_->operands().size() == 2u + a.getBool("bias")
-                 ? true
-                 : fail("operand count does not match the 'bias' attribute");
+      if (node_->operands().size() != 2u + a.getBool("bias"))
+        return fail("operand count does not match the 'bias' attribute");
+      return checkConvolution();
     }
     if (op == OpKind::Random)
       return has("distribution", std::string{}) && has("stream", int64_t{})

@@ -2,6 +2,7 @@
 
 #include "braze/passes/PassManager.h"
 #include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
 
 namespace braze {
 
@@ -48,8 +49,10 @@ void decompose(Graph &g) {
         continue;
       b.setName(n->name());
       Node *r = ruleFor(n->op())(b, n);
-      BRAZE_CHECK(r->shape() == n->shape() && r->dtype() == n->dtype())
-          << "decomposition of " << opName(n->op()) << " changed the type";
+      if (r->shape() != n->shape() || r->dtype() != n->dtype())
+        BRAZE_USER_ERROR(std::string(opName(n->op())), n->name())
+            << "declared " << dtypeName(n->dtype()) << shapeText(n->shape())
+            << " but its operands give " << dtypeName(r->dtype()) << shapeText(r->shape());
       g.replaceAllUses(n, r);
       changed = true;
     }

@@ -98,3 +98,19 @@ def test_negative_dims_are_a_clear_error():
     with pytest.raises(braze.CompileError, match=r"input \(node 'x'\): dim 1 is -3; sizes must be "
                                                  r"non-negative"):
         g.input("x", "f32", [g.sym_const(2), g.sym_const(-3)], [])
+
+
+@pytest.mark.cpu_only("the graph API does not touch a device")
+@pytest.mark.parametrize("use", ["print", "check_supported", "builder", "shape", "output",
+                                 "sym_const"])
+def test_a_compiled_graph_object_raises_on_every_later_use(use):
+    """compile() consumes the graph: a later call raises instead of using freed memory."""
+    g = braze._C.Graph()
+    a = g.input("a", "f32", [g.sym_const(4)], [])
+    g.output([g.elementwise("exp", [a])])
+    g.compile()
+    calls = {"print": lambda: g.print(), "check_supported": lambda: g.check_supported(),
+             "builder": lambda: g.elementwise("exp", [a]), "shape": lambda: g.shape(a),
+             "output": lambda: g.output([a]), "sym_const": lambda: g.sym_const(3)}
+    with pytest.raises(braze.CompileError, match="consumed by compile"):
+        calls[use]()

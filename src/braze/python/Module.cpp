@@ -63,7 +63,10 @@ public:
     syms_.push_back(e);
     return static_cast<int>(syms_.size()) - 1;
   }
-  SymExpr symAt(int h) const { return syms_.at(h); }
+  SymExpr symAt(int h) const {
+    live();
+    return syms_.at(h);
+  }
   std::vector<SymExpr> shape(const std::vector<int> &hs) const {
     std::vector<SymExpr> out;
     for (int h : hs)
@@ -74,14 +77,30 @@ public:
     nodes_.push_back(n);
     return static_cast<int>(nodes_.size()) - 1;
   }
-  Node *at(int h) const { return nodes_.at(h); }
+  Node *at(int h) const {
+    live();
+    return nodes_.at(h);
+  }
 
-  Graph &graph() { return *g_; }
-  GraphBuilder &builder() { return b_; }
+  Graph &graph() {
+    live();
+    return *g_;
+  }
+  GraphBuilder &builder() {
+    live();
+    return b_;
+  }
   std::unique_ptr<Graph> take() { return std::move(g_); }
   bool consumed() const { return !g_; }
 
 private:
+  /// compile() and generate_cuda() consume the graph: every later use is a user error.
+  void live() const {
+    if (!g_)
+      BRAZE_USER_ERROR("graph", "")
+          << "this graph was consumed by compile() or generate_cuda(); build a new Graph";
+  }
+
   std::unique_ptr<Graph> g_;
   GraphBuilder b_;
   std::vector<SymExpr> syms_;

@@ -114,3 +114,21 @@ def test_a_compiled_graph_object_raises_on_every_later_use(use):
              "output": lambda: g.output([a]), "sym_const": lambda: g.sym_const(3)}
     with pytest.raises(braze.CompileError, match="consumed by compile"):
         calls[use]()
+
+
+@pytest.mark.cpu_only("the host-side cache is the same for every device")
+def test_an_unusable_cache_directory_compiles_without_it(monkeypatch, tmp_path, capfd):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(blocker / "cache"))  # cannot be created
+    before = braze.counters()
+    for k, op in enumerate((torch.sin, torch.cos, torch.tanh)):
+        torch._dynamo.reset()
+        x = torch.randn(8)
+        f = torch.compile(lambda x: op(x) * (k + 2), backend="braze")
+        torch.testing.assert_close(f(x), op(x) * (k + 2))
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["graphs_compiled"] - before["graphs_compiled"] == 3
+    err = capfd.readouterr().err
+    assert err.count("cannot be used") == 1, err  # said once, not per graph

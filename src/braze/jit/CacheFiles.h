@@ -10,6 +10,11 @@ namespace braze::jit {
 /// Part of every cache key: a new braze never reuses an old one's entries.
 inline constexpr const char *kBrazeVersion = "braze-0.1.0";
 
+/// The folder of cache entry `key` under `cacheDir`, created. When `cacheDir` cannot be
+/// created or written (read-only, under a file, removed and not re-creatable), braze compiles
+/// into a temporary folder of this process instead and says so once on stderr.
+std::filesystem::path entryDir(const std::string &cacheDir, const std::string &key);
+
 /// ".tmp<pid>.<n>", a fresh n per call: temporary names no other process or thread uses.
 std::string temporaryTag();
 

@@ -55,8 +55,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags() + " " +
                               kLinkFlags + " " + opts.linkFlags + "\n//" +
                               kBrazeVersion);
-  fs::path dir = fs::path(opts.cacheDir) / key.substr(0, 2);
-  fs::create_directories(dir);
+  fs::path dir = entryDir(opts.cacheDir, key);
   fs::path lib = dir / (key + ".so"), sum = dir / (key + ".sha256");
   CompiledLibrary result{lib.string(), key, false};
   std::unique_lock<std::mutex> building = lockEntry(key);

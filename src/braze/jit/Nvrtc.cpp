@@ -75,8 +75,7 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
     flagText += f + " ";
   std::string key = sha256Hex(source + "\n//nvrtc " + n.version_ + "\n//" + flagText + "\n//" +
                               kBrazeVersion);
-  fs::path dir = fs::path(opts.cacheDir) / key.substr(0, 2);
-  fs::create_directories(dir);
+  fs::path dir = entryDir(opts.cacheDir, key);
   fs::path cubin = dir / (key + ".cubin"), sum = dir / (key + ".cubin.sha256");
   CompiledCubin result{cubin.string(), false};
   std::unique_lock<std::mutex> building = lockEntry(key);

@@ -450,6 +450,47 @@ private:
     return true;
   }
 
+  /// Pooling over the last two dims: attribute ranges (kernel, stride, dilation >= 1; padding
+  /// at most half the kernel, as PyTorch requires), constant pooled dims, and a result whose
+  /// leading dims are the input's and whose pooled dims are what the window arithmetic gives
+  /// (rounded down, or up in ceil mode).
+  bool checkPooling() {
+    const AttrMap &a = node_->attrs();
+    const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
+                  &d = a.getInts("dilation");
+    const Node *x = node_->operand(0);
+    size_t r = x->rank();
+    if (r < 2 || node_->rank() != r)
+      return fail("input and result need the same rank of at least 2, not " +
+                  std::to_string(r) + " and " + std::to_string(node_->rank()));
+    for (size_t i = 0; i + 2 < r; ++i)
+      if (node_->shape()[i] != x->shape()[i])
+        return fail("dim " + std::to_string(i) + " is not pooled and must equal the input's");
+    constexpr int64_t kLimit = int64_t(1) << 32;
+    for (int i = 0; i < 2; ++i) {
+      if (k[i] < 1 || st[i] < 1 || d[i] < 1 || k[i] > kLimit || st[i] > kLimit || d[i] > kLimit)
+        return fail("kernel, stride and dilation must be between 1 and 2^32, not " +
+                    std::to_string(k[i]) + ", " + std::to_string(st[i]) + " and " +
+                    std::to_string(d[i]));
+      if (p[i] < 0 || 2 * p[i] > k[i])
+        return fail("padding " + std::to_string(p[i]) + " must be between 0 and half the "
+                    "kernel " + std::to_string(k[i]));
+      SymExpr in = x->shape()[r - 2 + i], out = node_->shape()[r - 2 + i];
+      if (!in->isConst() || !out->isConst())
+        return fail("the pooled dims must be constants");
+      int64_t span = d[i] * (k[i] - 1) + 1, room = in->value() + 2 * p[i] - span;
+      if (room < 0)
+        return fail("the window (" + std::to_string(span) + ") is larger than the padded input (" +
+                    std::to_string(in->value() + 2 * p[i]) + ")");
+      int64_t lo = room / st[i] + 1, hi = (room + st[i] - 1) / st[i] + 1;
+      if (out->value() < lo || out->value() > hi)
+        return fail("pooled dim " + std::to_string(r - 2 + i) + " is " +
+                    std::to_string(out->value()) + " but the windows give " + std::to_string(lo) +
+                    (hi != lo ? " (or " + std::to_string(hi) + " in ceil mode)" : ""));
+    }
+    return true;
+  }
+
   /// The attributes each composite op's decomposition reads.
   bool checkComposite() {
     const AttrMap &a = node_->attrs();
@@ -505,7 +546,7 @@ private:
       for (const char *name : {"kernel", "stride", "padding", "dilation"})
         if (!has(name, IntList{}) || a.getInts(name).size() != 2)
           return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");
-      return true;
+      return checkPooling();
     }
     if (op == OpKind::Scatter) {
       static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};

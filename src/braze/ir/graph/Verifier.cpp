@@ -358,14 +358,24 @@ private:
         if (node_->attrs().getInt("dim") + k > x->rank())
           return fail("take's " + std::to_string(k) + " index tensors do not fit rank " +
                       std::to_string(x->rank()));
-        return node_->rank() == x->rank() - k + index->rank()
-                   ? true
-                   : fail("take's rank must be the input's minus the index count plus the "
-                          "index's");
+        if (node_->rank() != x->rank() - k + index->rank())
+          return fail("take's rank must be the input's minus the index count plus the index's");
+        // result = x.shape[:dim] + index.shape + x.shape[dim + k:]
+        size_t dim = static_cast<size_t>(node_->attrs().getInt("dim"));
+        std::vector<SymExpr> want(x->shape().begin(), x->shape().begin() + dim);
+        want.insert(want.end(), index->shape().begin(), index->shape().end());
+        want.insert(want.end(), x->shape().begin() + dim + k, x->shape().end());
+        return node_->shape() == want ? true
+                                      : fail("shape " + shapeText(node_->shape()) +
+                                             " is not the input's with the indexed dims "
+                                             "replaced by the index's: " + shapeText(want));
       }
       if (index->rank() != x->rank())
         return fail("index rank " + std::to_string(index->rank()) + " differs from rank " +
                     std::to_string(x->rank()));
+      if (node_->shape() != index->shape())
+        return fail("shape " + shapeText(node_->shape()) + " differs from the index's " +
+                    shapeText(index->shape()));
       return checkDim("dim", x->rank());
     }
     case OpCategoryKind::Composite:

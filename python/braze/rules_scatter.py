@@ -8,6 +8,7 @@ gather), then hand (self, targets, source) to the graph op `scatter`.
 """
 import torch
 
+from braze import _C
 from braze.fx_import import rule, Unsupported, dtype_name, aten  # noqa: F401
 
 # scatter's decomposition is quadratic: numel(self) x numel(source) element pairs.
@@ -84,7 +85,7 @@ def _shape(a, what):
 # Eager accumulates half-precision scatters one element at a time in source order, rounding
 # after each. braze follows that order exactly (one reduction per step) for up to this many
 # values per element and leaves larger fan-ins to eager.
-_MAX_ORDERED_HITS = 16
+_MAX_ORDERED_HITS = _C.MAX_SCATTER_HITS  # the graph op's bound
 
 
 def _scatter(t, node, self_h, target, src, src_numel, mode, include_self=True, fan_in=None,

@@ -173,6 +173,7 @@ NB_MODULE(_C, m) {
   m.attr("CompileError") = nb::borrow(compileError);
   m.attr("InternalError") = nb::borrow(internalError);
   m.attr("RunError") = nb::borrow(runError);
+  m.attr("MAX_SCATTER_HITS") = GraphBuilder::kMaxScatterHits;
   nb::register_exception_translator([](const std::exception_ptr &p, void *) {
     try {
       std::rethrow_exception(p);

@@ -120,6 +120,8 @@ public:
   Node *scatter(Node *self, Node *target, Node *src, const std::string &mode, bool includeSelf,
                 int64_t maxHits = 0);
   static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
+  /// The most `maxHits` a scatter may promise (each is one more reduction over the pairs).
+  static constexpr int64_t kMaxScatterHits = 16;
 
   void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }
 

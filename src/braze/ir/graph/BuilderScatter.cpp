@@ -21,8 +21,9 @@ std::optional<int64_t> constNumel(const std::vector<SymExpr> &shape) {
 
 Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::string &mode,
                             bool includeSelf, int64_t maxHits) {
-  if (maxHits < 0)
-    BRAZE_USER_ERROR("scatter", name_) << "max_hits must be non-negative, got " << maxHits;
+  if (maxHits < 0 || maxHits > kMaxScatterHits)
+    BRAZE_USER_ERROR("scatter", name_) << "max_hits must be from 0 to " << kMaxScatterHits
+                                       << ", got " << maxHits;
   if (mode != "overwrite" && mode != "sum" && mode != "prod" && mode != "mean" &&
       mode != "amax" && mode != "amin")
     BRAZE_USER_ERROR("scatter", name_) << "mode must be overwrite, sum, prod, mean, amax or amin, "

@@ -1,5 +1,7 @@
 #include "braze/ir/graph/GraphText.h"
 
+#include "braze/ir/graph/Builder.h"
+
 #include <algorithm>
 #include <optional>
 #include <sstream>
@@ -567,8 +569,11 @@ private:
                     "\"amax\" or \"amin\"");
       if (!has("include_self", bool{}))
         return fail("needs a bool attribute 'include_self'");
-      if (a.has("max_hits") && (!has("max_hits", int64_t{}) || a.getInt("max_hits") < 1))
-        return fail("attribute 'max_hits' must be a positive integer");
+      if (a.has("max_hits") &&
+          (!has("max_hits", int64_t{}) || a.getInt("max_hits") < 1 ||
+           a.getInt("max_hits") > GraphBuilder::kMaxScatterHits))
+        return fail("attribute 'max_hits' must be an integer from 1 to " +
+                    std::to_string(GraphBuilder::kMaxScatterHits));
       const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
       if (!isIntegral(target->dtype()) || target->shape() != src->shape())
         return fail("needs an integer target of the source's shape");

@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 
 .PHONY: env build demo test test-cpp test-python test-conformance bench-cpu bench-gpu zoo clean
 
-$(STAMP):
+$(STAMP): Makefile
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
 	@test -f /usr/include/gtest/gtest.h || (apt-get update && apt-get install -y libgtest-dev)
 	python3 -m venv $(VENV)
@@ -20,6 +20,8 @@ $(STAMP):
 	$(PIP) install -q numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0 nanobind==3.1.0 \
 	    scikit-build-core==1.1.2 cmake==4.4.4 ninja==1.13.2 scipy-openblas64==0.3.34.481.3 \
 	    transformers==5.23.0
+	# oneDNN's GNU OpenMP build: CPU convolutions (it shares PyTorch's libgomp thread pool).
+	$(PIP) install -q onednn-cpu-gomp==2023.2.0
 	# NVRTC alone (no GPU needed): the tests compile braze's generated CUDA code with it.
 	$(PIP) install -q nvidia-cuda-nvrtc-cu12==12.9.86
 	touch $(STAMP)

@@ -2,7 +2,7 @@
 /// the pipeline, and writes the result to stdout. The text tests (tests/lit) drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--help]
+///             [--no-fuse] [--cuda] [--dnnl] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the graph.
@@ -38,6 +38,7 @@ struct ToolOptions {
   std::vector<std::string> passes;
   bool fuse = true;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
+  bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
   bool help = false;
 };
 
@@ -75,7 +76,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--help]\n"
+        " [--dnnl] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline.\n"
@@ -85,6 +86,7 @@ std::string usageText() {
         "  --passes=LIST   graph passes to run in order, comma-separated, before printing\n"
         "  --no-fuse       schedule one kernel per computation\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
+        "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
         "  --help          show this message\n"
         "\n"
         "passes:\n";
@@ -122,6 +124,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.fuse = false;
     } else if (arg == "--cuda") {
       o.cuda = true;
+    } else if (arg == "--dnnl") {
+      o.dnnl = true;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {
@@ -170,6 +174,8 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
+  if (tool.dnnl)
+    opts.dnnlLibrary = "libdnnl.so.3";
   std::cout << braze::printStage(*g, tool.stage, opts);
   std::cout.flush();
   return std::cout ? 0 : 1;

@@ -46,6 +46,9 @@ class Options:
     log: str = None  # e.g. "graph,loops,output_code"; None reads BRAZE_LOG
     fuse: bool = True
     blas: bool = True  # matrix products through OpenBLAS when installed; False: loop nests
+    # CPU f32 convolutions through oneDNN when installed (onednn-cpu-gomp); False: im2col and
+    # matrix products.
+    dnnl: bool = True
     # Tests on machines without a GPU: generate each graph's CUDA sources and compile them with
     # NVRTC and the host compiler (nothing runs on a GPU; the graph itself runs in eager).
     cuda_codegen_only: bool = False
@@ -360,7 +363,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
     if device is None:
-        compiled = t.g.compile(opts.log, opts.fuse, blas)
+        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=_dnnl_library() if opts.dnnl else None)
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
@@ -473,6 +476,23 @@ def _blas_library():
     import os
     path = os.path.join(scipy_openblas64.get_lib_dir(), "lib" + scipy_openblas64.get_library() + ".so")
     return path if os.path.exists(path) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _dnnl_library():
+    """oneDNN's GNU OpenMP build (the onednn-cpu-gomp wheel) when installed; BRAZE_DNNL, read
+    in C++, takes precedence. None: convolutions decompose into im2col and matrix products."""
+    import importlib.metadata
+    try:
+        files = importlib.metadata.files("onednn-cpu-gomp") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == "libdnnl.so.3":
+            path = str(f.locate())
+            if os.path.exists(path):
+                return os.path.realpath(path)
+    return None
 
 
 def _dense_layout(t, val):

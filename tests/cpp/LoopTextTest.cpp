@@ -166,6 +166,69 @@ TEST(LoopText, RoundTripsSizeIndirectSymbolsAndComments) {
   expectRoundTrip(*p);
 }
 
+/// A 1-d grouped convolution (stride 2, padding 1) in the direct form to_loops gives it.
+std::string convProgram(const std::string &spec) {
+  return "buffer %x: f32[2, 4, 9] input 0\n"
+         "buffer %w: f32[6, 2, 3] input 1\n"
+         "buffer %y: f32[2, 6, 5] output 0\n"
+         "compute %y[i0 < 2, i1 < 6, i2 < 5] reduce sum over [r0 < 2, r1 < 3] " + spec + " {\n"
+         "  %0 = index(2*i2 + r1 - 1) : i64\n"
+         "  %1 = const 0 : i64\n"
+         "  %2 = ge(%0, %1) : bool\n"
+         "  %3 = index(9) : i64\n"
+         "  %4 = lt(%0, %3) : bool\n"
+         "  %5 = logical_and(%2, %4) : bool\n"
+         "  %6 = load %x[36*i0 + 9*r0 + 18*(i1 // 3) + max(0, min(8, 2*i2 + r1 - 1))] : f32\n"
+         "  %7 = const 0.0 : f32\n"
+         "  %8 = where(%5, %6, %7) : f32\n"
+         "  %9 = load %w[6*i1 + 3*r0 + r1] : f32\n"
+         "  %10 = mul(%8, %9) : f32\n"
+         "  yield %10\n"
+         "}\n";
+}
+
+TEST(LoopText, RoundTripsAConvolutionSpec) {
+  std::string text =
+      convProgram("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2)");
+  std::unique_ptr<LoopProgram> p = parseProgram(text);
+  ASSERT_EQ(verifyProgram(*p), "");
+  EXPECT_EQ(printProgram(*p), text);
+  const Computation &c = *p->computations()[0];
+  ASSERT_TRUE(c.conv.has_value());
+  EXPECT_EQ(c.conv->input->name, "x");
+  EXPECT_EQ(c.conv->weight->name, "w");
+  EXPECT_EQ(c.conv->groups, 2);
+  expectRoundTrip(*p);
+  EXPECT_NE(parseError(convProgram("conv(%x, %w, stride=[2], padding=[1], groups=2)")).find(
+                "expected 'dilation'"),
+            std::string::npos);
+}
+
+TEST(LoopVerifier, ChecksConvolutionSpecs) {
+  auto error = [](const std::string &spec) {
+    return verifyProgram(*parseProgram(convProgram(spec)));
+  };
+  EXPECT_EQ(error("conv(%x, %w, stride=[2, 1], padding=[1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution stride, padding and dilation need 1 entries each");
+  EXPECT_EQ(error("conv(%x, %w, stride=[0], padding=[1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution stride and dilation must be >= 1 and padding >= 0");
+  EXPECT_EQ(error("conv(%x, %w, stride=[2], padding=[-1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution stride and dilation must be >= 1 and padding >= 0");
+  EXPECT_EQ(error("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=0)"),
+            "compute 0 (%y): convolution groups must be >= 1");
+  EXPECT_EQ(error("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=1)"),
+            "compute 0 (%y): convolution shapes do not agree: input [2, 4, 9], weight [6, 2, 3], "
+            "result [2, 6, 5]");
+  EXPECT_EQ(error("conv(%x, %w, stride=[1], padding=[1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution shapes do not agree: input [2, 4, 9], weight [6, 2, 3], "
+            "result [2, 6, 5]");
+  EXPECT_EQ(error("conv(%w, %x, stride=[2], padding=[1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution shapes do not agree: input [6, 2, 3], weight [2, 4, 9], "
+            "result [2, 6, 5]");
+  EXPECT_EQ(error("conv(%y, %w, stride=[2], padding=[1], dilation=[1], groups=2)"),
+            "compute 0 (%y): convolution operand %y is not read by the value");
+}
+
 TEST(LoopText, PrintExprIsOneLine) {
   LoopProgram p(std::make_shared<sym::SymContext>());
   SymExpr i = p.sym().indexSymbol("i", p.sym().constant(8));

@@ -127,6 +127,15 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
           addSyms(b.first->extent());
       });
     }
+  if (k.conv) // a library call takes the buffers' sizes and strides
+    for (const loop::Buffer *b : {k.conv->conv->input, k.conv->conv->weight,
+                                  static_cast<const loop::Buffer *>(k.conv->out)}) {
+      used.insert(b->id);
+      for (sym::SymExpr e : b->shape)
+        addSyms(e);
+      for (sym::SymExpr e : b->strides)
+        addSyms(e);
+    }
   std::sort(syms.begin(), syms.end(), [&](sym::SymExpr a, sym::SymExpr b) {
     return names.symbolIndex(a) < names.symbolIndex(b);
   });

@@ -34,6 +34,8 @@ CompileOptions CompileOptions::fromEnvironment() {
     o.cxx = v;
   if (const char *v = std::getenv("BRAZE_BLAS"))
     o.blasLibrary = v;
+  if (const char *v = std::getenv("BRAZE_DNNL"))
+    o.dnnlLibrary = v;
   if (o.cacheDir.empty()) {
     const char *xdg = std::getenv("XDG_CACHE_HOME");
     const char *home = std::getenv("HOME");
@@ -89,8 +91,14 @@ DLDataType toDLPack(DType t) {
   BRAZE_UNREACHABLE("bad dtype");
 }
 
-void simplifyGraph(Graph &g) {
-  decompose(g);
+DecomposeOptions decomposeFor(const CompileOptions &opts) {
+  DecomposeOptions d;
+  d.convolutionLibrary = !opts.cuda && !opts.dnnlLibrary.empty();
+  return d;
+}
+
+void simplifyGraph(Graph &g, const CompileOptions &opts) {
+  decompose(g, decomposeFor(opts));
   runPasses(g, {"fold-constants", "cse", "dce"});
 }
 
@@ -120,7 +128,7 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
     BRAZE_USER_ERROR("compile", "") << "invalid graph: " << err;
   if (opts.log.has(LogStage::Graph))
     logBlock("graph", printGraph(g));
-  simplifyGraph(g);
+  simplifyGraph(g, opts);
   if (opts.log.has(LogStage::Decomposed))
     logBlock("decomposed", printGraph(g));
   Lowered l;
@@ -142,6 +150,7 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
+  co.dnnl = !opts.dnnlLibrary.empty();
   l.code = codegen::generateCpu(l.schedule, co);
   if (opts.log.has(LogStage::OutputCode))
     logBlock("output_code", l.code.source);
@@ -230,10 +239,14 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jo.logCache = opts.log.has(LogStage::Cache);
   if (opts.cuda)
     return compileCudaModule(l, spec, jo, *opts.cuda, times, clock);
-  if (l.code.usesBlas) {
-    std::string dir = opts.blasLibrary.substr(0, opts.blasLibrary.find_last_of('/'));
-    jo.linkFlags = opts.blasLibrary + " -Wl,-rpath," + dir;
-  }
+  auto link = [&](const std::string &library) {
+    std::string dir = library.substr(0, library.find_last_of('/'));
+    jo.linkFlags += (jo.linkFlags.empty() ? "" : " ") + library + " -Wl,-rpath," + dir;
+  };
+  if (l.code.usesBlas)
+    link(opts.blasLibrary);
+  if (l.code.usesDnnl)
+    link(opts.dnnlLibrary);
   jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
   times.hostCompile = lap(clock);
   spec.libraryPath = lib.path;
@@ -251,7 +264,7 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   if (stage == StageKind::Graph)
     return printGraph(g);
-  simplifyGraph(g);
+  simplifyGraph(g, opts);
   if (stage == StageKind::Decomposed)
     return printGraph(g);
   auto program = lowerToLoops(g, loweringFor(opts));
@@ -268,6 +281,7 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
+  co.dnnl = !opts.dnnlLibrary.empty();
   return codegen::generateCpu(s, co).source;
 }
 

@@ -21,6 +21,9 @@ struct CompileOptions {
   /// A CBLAS shared library for matrix products (empty: loop nests). Its symbol names are
   /// derived from the file name: scipy-openblas64 (NumPy's OpenBLAS) or plain cblas_*.
   std::string blasLibrary;
+  /// oneDNN's shared library (libdnnl.so.3, GNU OpenMP build): CPU f32 convolutions stay whole
+  /// and run through it (empty: convolutions decompose into im2col and matrix products).
+  std::string dnnlLibrary;
 
   /// CUDA: set `cuda` to compile for a GPU (the caller describes the device and where NVRTC
   /// and cuBLASLt are; PyTorch's CUDA wheels ship both).
@@ -34,7 +37,7 @@ struct CompileOptions {
   };
   std::optional<Cuda> cuda;
 
-  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_CXX and BRAZE_BLAS: the one place
+  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_CXX, BRAZE_BLAS and BRAZE_DNNL: the one place
   /// braze reads the environment.
   static CompileOptions fromEnvironment();
 };

@@ -327,7 +327,8 @@ NB_MODULE(_C, m) {
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
-                         std::optional<std::string> blas, std::optional<nb::dict> cuda) {
+                         std::optional<std::string> blas, std::optional<nb::dict> cuda,
+                         std::optional<std::string> dnnl) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
@@ -336,6 +337,8 @@ NB_MODULE(_C, m) {
         o.fuse = fuse;
         if (blas && o.blasLibrary.empty())
           o.blasLibrary = *blas;
+        if (dnnl && o.dnnlLibrary.empty())
+          o.dnnlLibrary = *dnnl;
         if (cuda)
           o.cuda = cudaOptions(*cuda);
         std::unique_ptr<Graph> graph = g.take();
@@ -346,7 +349,8 @@ NB_MODULE(_C, m) {
           r = braze::compile(*graph, o);
         }
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit, r.times};
-      }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none())
+      }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none(),
+         "dnnl"_a = nb::none())
       .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";

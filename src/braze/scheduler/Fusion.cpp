@@ -47,9 +47,15 @@ public:
   Fuser(loop::LoopProgram &p, Schedule &s) : p_(p), s_(s), sym_(p.sym()) {}
 
   void add(const Computation &c, bool fuse) {
+    if (c.conv) {
+      // A convolution keeps a kernel to itself, like a matrix product.
+      startKernel(c);
+      s_.kernels.back().conv = &c;
+      return;
+    }
     std::optional<GemmCall> gemm = matchGemm(p_, c);
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().gemm &&
-        tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+        !s_.kernels.back().conv && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
     startKernel(c);
     if (gemm) {

@@ -31,6 +31,8 @@ std::string printSchedule(const Schedule &s) {
     out += k.name + " outer " + varList(k.outerVars);
     if (!k.innerVars.empty())
       out += " inner " + varList(k.innerVars);
+    if (k.conv)
+      out += " conv(%" + k.conv->conv->input->name + ", %" + k.conv->conv->weight->name + ")";
     if (k.gemm)
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +

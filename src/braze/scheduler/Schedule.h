@@ -44,6 +44,9 @@ struct Kernel {
   std::vector<Step> steps;
   /// Set when the kernel is one matrix product (in kernel variables): codegen may call BLAS.
   std::optional<GemmCall> gemm;
+  /// Set when the kernel is one convolution (its only computation, which has a ConvSpec):
+  /// codegen may call the convolution library instead of the loop nest.
+  const loop::Computation *conv = nullptr;
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

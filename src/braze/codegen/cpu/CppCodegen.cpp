@@ -7,6 +7,7 @@
 ///   4. stores for members whose value must reach memory.
 /// Values that stay in the kernel live in C++ locals named after their buffer.
 #include "braze/codegen/cpu/CppCodegen.h"
+#include "braze/codegen/cpu/DnnlPrelude.h"
 
 #include "braze/codegen/CFamily.h"
 #include "braze/codegen/KernelBody.h"
@@ -38,18 +39,23 @@ public:
   GeneratedSource run() {
     std::string out = cPrelude();
     out += "#include <omp.h>\n\n";
-    bool blas = false;
+    bool blas = false, dnnl = false;
     std::string kernels;
     for (const Kernel &k : s_.kernels) {
       blas |= usesBlas(k);
-      kernels += usesBlas(k) ? emitGemmKernel(k) : emitKernel(k, k.name);
+      dnnl |= usesDnnl(k);
+      kernels += usesBlas(k)   ? emitGemmKernel(k)
+                 : usesDnnl(k) ? emitConvKernel(k)
+                               : emitKernel(k, k.name);
     }
     // The special functions are long; only modules that call one of them get them.
     if (kernels.find(kSpecialMathPrefix) != std::string::npos)
       out += specialMathPrelude();
+    if (dnnl)
+      out += dnnlPrelude();
     out += kernels;
     out += emitAbi();
-    return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas};
+    return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas, dnnl};
   }
 
 private:
@@ -58,6 +64,58 @@ private:
         k.gemm->outDtype != k.gemm->dtype)
       return false;
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
+  }
+
+  bool usesDnnl(const Kernel &k) const {
+    return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32;
+  }
+
+  /// A convolution through oneDNN (braze_dnnl_conv in the prelude), with the buffers' own
+  /// sizes and strides; where oneDNN declines, the loop nest computes it.
+  std::string emitConvKernel(const Kernel &k) {
+    const loop::Computation &c = *k.conv;
+    const loop::ConvSpec &cv = *c.conv;
+    std::string out = emitKernel(k, k.name + "_loops");
+    std::string body;
+    Writer w(body, 1);
+    std::set<int> used;
+    std::vector<sym::SymExpr> syms;
+    collectKernelUses(k, names_, used, syms);
+    for (sym::SymExpr sy : syms)
+      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
+             std::to_string(names_.symbolIndex(sy)) + "];");
+    auto list = [&](const std::vector<sym::SymExpr> &xs) {
+      std::string s = "{";
+      for (size_t i = 0; i < xs.size(); ++i)
+        s += (i ? ", " : "") + names_.index(xs[i]);
+      return s + "}";
+    };
+    auto ints = [](const std::vector<int64_t> &xs) {
+      std::string s = "{";
+      for (size_t i = 0; i < xs.size(); ++i)
+        s += (i ? ", " : "") + std::string("INT64_C(") + std::to_string(xs[i]) + ")";
+      return s + "}";
+    };
+    size_t rank = c.out->shape.size();
+    std::string n = "[" + std::to_string(rank) + "]", sp = "[" + std::to_string(rank - 2) + "]";
+    w.line("static braze_dnnl_site site;");
+    w.line("const int64_t x_dims" + n + " = " + list(cv.input->shape) + ";");
+    w.line("const int64_t x_strides" + n + " = " + list(cv.input->strides) + ";");
+    w.line("const int64_t w_dims" + n + " = " + list(cv.weight->shape) + ";");
+    w.line("const int64_t w_strides" + n + " = " + list(cv.weight->strides) + ";");
+    w.line("const int64_t y_dims" + n + " = " + list(c.out->shape) + ";");
+    w.line("const int64_t y_strides" + n + " = " + list(c.out->strides) + ";");
+    w.line("const int64_t stride" + sp + " = " + ints(cv.stride) + ";");
+    w.line("const int64_t padding" + sp + " = " + ints(cv.padding) + ";");
+    w.line("const int64_t dilation" + sp + " = " + ints(cv.dilation) + ";");
+    auto ptr = [](const loop::Buffer *b) { return "bufs[" + std::to_string(b->id) + "]"; };
+    w.line("if (!braze_dnnl_conv(site, " + std::to_string(rank) +
+           ", x_dims, x_strides, w_dims, w_strides, y_dims, y_strides, INT64_C(" +
+           std::to_string(cv.groups) + "), stride, padding, dilation, " + ptr(cv.input) + ", " +
+           ptr(cv.weight) + ", " + ptr(c.out) + "))");
+    w.line("  " + k.name + "_loops(bufs, syms, err);");
+    return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
+           body + "}\n\n";
   }
 
   /// A matrix product through a single-threaded BLAS, spread over the OpenMP threads braze's

@@ -11,6 +11,7 @@ struct GeneratedSource {
   std::string source;
   int numKernels = 0;
   bool usesBlas = false; ///< the module must be linked with the BLAS library
+  bool usesDnnl = false; ///< the module must be linked with oneDNN
 };
 
 /// A CBLAS-style library the generated code may call for matrix products (row-major gemm with
@@ -25,6 +26,9 @@ struct BlasSymbols {
 
 struct CpuCodegenOptions {
   BlasSymbols blas;
+  /// Convolution kernels (sched::Kernel::conv) call oneDNN (its C API, version 3), falling
+  /// back to their loop nests where it declines; false: loop nests only.
+  bool dnnl = false;
 };
 
 GeneratedSource generateCpu(const sched::Schedule &s, const CpuCodegenOptions &opts = {});

@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -106,6 +107,19 @@ enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All, ArgMax, ArgMin };
 std::string_view reduceKindName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 
+/// A convolution computed by a Computation (lowered from the graph's convolution op when a
+/// convolution library takes it): out[n, o, p..] = sum over [c, k..] of
+/// input[n, (o / (O/groups))*(C/groups) + c, p*stride + k*dilation - padding] (zero outside)
+/// times weight[o, c, k..]. The Computation's value is exactly that direct form, so the loop
+/// nest computes the same function when the library cannot; the spec lets the scheduler hand
+/// the whole computation to the library. Input, weight and output have rank 2 + spatial dims,
+/// and each list has one entry per spatial dim.
+struct ConvSpec {
+  const Buffer *input = nullptr, *weight = nullptr;
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+};
+
 /// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the
 /// constant 1 (unit dims are always index 0 and get no loop); rvars likewise for the reduced
 /// dims of its input. The store position is therefore implied: see storeIndex().
@@ -116,6 +130,7 @@ struct Computation {
   std::vector<SymExpr> rvars;   ///< reduction index symbols (empty for pointwise)
   ReduceKind reduce = ReduceKind::None;
   const Expr *value = nullptr;  ///< in terms of vars and rvars
+  std::optional<ConvSpec> conv; ///< set when the computation is a convolution
 
   bool isReduction() const { return reduce != ReduceKind::None; }
   std::vector<SymExpr> extents() const;

@@ -210,6 +210,9 @@ private:
       pos_ += 4;
       rvars = indexDecls();
     }
+    std::optional<ConvSpec> conv;
+    if (peekWord() == "conv")
+      conv = convSpec();
     expect('{');
     while (peekWord() != "yield")
       parseStatement();
@@ -218,7 +221,58 @@ private:
     if (peek() == '%')
       value = use();
     expect('}');
-    p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
+    Computation *c = p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
+    c->conv = std::move(conv);
+  }
+
+  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g)`
+  ConvSpec convSpec() {
+    expectWord("conv");
+    expect('(');
+    ConvSpec c;
+    c.input = bufferRef();
+    expect(',');
+    c.weight = bufferRef();
+    expect(',');
+    c.stride = namedInts("stride");
+    expect(',');
+    c.padding = namedInts("padding");
+    expect(',');
+    c.dilation = namedInts("dilation");
+    expect(',');
+    expectWord("groups");
+    expect('=');
+    c.groups = integer();
+    expect(')');
+    return c;
+  }
+
+  /// `name=[i, j, ...]` (possibly empty)
+  std::vector<int64_t> namedInts(std::string_view name) {
+    expectWord(name);
+    expect('=');
+    expect('[');
+    std::vector<int64_t> xs;
+    if (consumeIf(']'))
+      return xs;
+    do
+      xs.push_back(integer());
+    while (consumeIf(','));
+    expect(']');
+    return xs;
+  }
+
+  int64_t integer() {
+    skipSpace();
+    size_t at = pos_;
+    bool negative = consumeIf('-');
+    std::string digits = word("an integer");
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec != std::errc() || end != digits.data() + digits.size() ||
+        v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(at, "expected an integer, found '" + digits + "'");
+    return negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
   }
 
   // ---- statements ---------------------------------------------------------------------------

@@ -126,6 +126,20 @@ void printBody(const Expr *value, std::string &s) {
   s += value ? "  yield " + nameOf(value) + "\n" : "  yield\n";
 }
 
+std::string intList(const std::vector<int64_t> &xs) {
+  std::string s = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(xs[i]);
+  return s + "]";
+}
+
+/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g)`
+std::string convText(const ConvSpec &c) {
+  return "conv(" + bufferName(c.input) + ", " + bufferName(c.weight) + ", stride=" +
+         intList(c.stride) + ", padding=" + intList(c.padding) + ", dilation=" +
+         intList(c.dilation) + ", groups=" + std::to_string(c.groups) + ")";
+}
+
 } // namespace
 
 std::string printProgram(const LoopProgram &p) {
@@ -151,6 +165,8 @@ std::string printProgram(const LoopProgram &p) {
       s += " reduce " + std::string(reduceKindName(c->reduce));
     if (!c->rvars.empty())
       s += " over [" + varList(c->rvars) + "]";
+    if (c->conv)
+      s += " " + convText(*c->conv);
     s += " {\n";
     printBody(c->value, s);
     s += "}\n";

@@ -159,6 +159,55 @@ private:
     for (size_t i = 0; i < order.size(); ++i)
       if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;
+    return !c.conv || checkConv(*c.conv, order);
+  }
+
+  /// A convolution's buffers, ranks, attribute lengths and ranges, and the output shape its
+  /// windows give (see ConvSpec).
+  bool checkConv(const ConvSpec &cv, const std::vector<const Expr *> &order) {
+    const Computation &c = *comp_;
+    if (c.reduce != ReduceKind::Sum)
+      return failHere("is a convolution but not a sum reduction");
+    for (const Buffer *b : {cv.input, cv.weight}) {
+      if (!b || !buffers_.count(b))
+        return failHere("convolution operand is not a buffer of the program");
+      bool read = std::any_of(order.begin(), order.end(), [&](const Expr *e) {
+        return e->kind() == ExprKind::Load && e->buffer() == b;
+      });
+      if (!read)
+        return failHere("convolution operand %" + b->name + " is not read by the value");
+      if (b->dtype != c.out->dtype || !isFloating(b->dtype))
+        return failHere("convolution operand %" + b->name + " is " + dt(b->dtype) +
+                        "; input, weight and result must share one floating dtype");
+    }
+    size_t rank = c.out->shape.size();
+    if (rank < 3 || cv.input->shape.size() != rank || cv.weight->shape.size() != rank)
+      return failHere("convolution input, weight and result must have one rank of at least 3");
+    size_t spatial = rank - 2;
+    for (const auto *list : {&cv.stride, &cv.padding, &cv.dilation})
+      if (list->size() != spatial)
+        return failHere("convolution stride, padding and dilation need " +
+                        std::to_string(spatial) + " entries each");
+    for (size_t i = 0; i < spatial; ++i)
+      if (cv.stride[i] < 1 || cv.dilation[i] < 1 || cv.padding[i] < 0)
+        return failHere("convolution stride and dilation must be >= 1 and padding >= 0");
+    if (cv.groups < 1)
+      return failHere("convolution groups must be >= 1");
+    const auto &x = cv.input->shape, &w = cv.weight->shape, &y = c.out->shape;
+    SymExpr g = ctx_.constant(cv.groups);
+    bool ok = y[0] == x[0] && y[1] == w[0] && ctx_.mul(w[1], g) == x[1] &&
+              ctx_.mul(ctx_.floordiv(w[0], g), g) == w[0];
+    for (size_t i = 0; ok && i < spatial; ++i) {
+      // floor((x + 2p - d(k - 1) - 1) / s) + 1
+      SymExpr reach = ctx_.add(ctx_.mul(ctx_.constant(cv.dilation[i]), w[2 + i]),
+                               ctx_.constant(1 - cv.dilation[i]));
+      SymExpr span = ctx_.add(ctx_.add(x[2 + i], ctx_.mul(ctx_.constant(cv.padding[i]), 2)),
+                              ctx_.mul(ctx_.constant(-1), reach));
+      ok = y[2 + i] == ctx_.add(ctx_.floordiv(span, ctx_.constant(cv.stride[i])), ctx_.constant(1));
+    }
+    if (!ok)
+      return failHere("convolution shapes do not agree: input " + symsText(x) + ", weight " +
+                      symsText(w) + ", result " + symsText(y));
     return true;
   }
 

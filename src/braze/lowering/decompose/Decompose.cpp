@@ -36,7 +36,12 @@ decomp::Rule ruleFor(OpKind op) {
 }
 } // namespace
 
-void decompose(Graph &g) {
+bool keptWhole(const Node *n, const DecomposeOptions &opts) {
+  return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
+         n->dtype() == DType::Float32;
+}
+
+void decompose(Graph &g, const DecomposeOptions &opts) {
   GraphBuilder b(g);
   // Rules may create composite ops themselves (layer_norm uses mean and var), so iterate.
   for (bool changed = true; changed;) {
@@ -45,7 +50,7 @@ void decompose(Graph &g) {
     for (const auto &n : g.nodes())
       nodes.push_back(n.get());
     for (Node *n : nodes) {
-      if (opCategory(n->op()) != OpCategoryKind::Composite)
+      if (opCategory(n->op()) != OpCategoryKind::Composite || keptWhole(n, opts))
         continue;
       b.setName(n->name());
       Node *r = ruleFor(n->op())(b, n);

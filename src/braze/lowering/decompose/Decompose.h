@@ -7,7 +7,16 @@
 
 namespace braze {
 
-void decompose(Graph &g);
+struct DecomposeOptions {
+  /// A library (oneDNN) takes f32 convolutions: they stay whole, and to_loops lowers each to a
+  /// direct-form reduction that the scheduler hands to the library (loop::ConvSpec).
+  bool convolutionLibrary = false;
+};
+
+void decompose(Graph &g, const DecomposeOptions &opts = {});
+
+/// Whether decompose leaves `n` whole under `opts`.
+bool keptWhole(const Node *n, const DecomposeOptions &opts);
 
 namespace decomp {
 /// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it.

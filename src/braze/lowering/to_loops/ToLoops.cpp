@@ -205,6 +205,8 @@ private:
     case OpCategoryKind::MatMul:
       return lowerMatMul(n);
     case OpCategoryKind::Composite:
+      if (n->op() == OpKind::Convolution)
+        return lowerConvolution(n);
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
     BRAZE_UNREACHABLE("bad category");
@@ -470,6 +472,72 @@ private:
     const Expr *value = ex_.op(ScalarOpKind::Mul, {a.load(ia), b.load(ib)}, t);
     p_->addComputation(out, vars, rvars, rvars.empty() ? ReduceKind::None : ReduceKind::Sum, value);
     return bufferValue(out);
+  }
+
+  /// A convolution the decomposer kept (a library takes it): one sum reduction in the direct
+  /// form ConvSpec describes, over the input and weight in memory, with the spec attached.
+  /// Window positions in the padding read the clamped edge and are zeroed by a `where`. The
+  /// bias, if any, is a pointwise add after it that fuses into the consumer.
+  Value lowerConvolution(Node *n) {
+    const AttrMap &a = n->attrs();
+    loop::ConvSpec spec;
+    spec.stride = a.getInts("stride");
+    spec.padding = a.getInts("padding");
+    spec.dilation = a.getInts("dilation");
+    spec.groups = a.getInt("groups");
+    Node *xn = n->operand(0), *wn = n->operand(1);
+    Buffer *x = inMemory(xn), *w = inMemory(wn);
+    spec.input = x;
+    spec.weight = w;
+    size_t spatial = xn->shape().size() - 2;
+    bool bias = a.getBool("bias");
+    Buffer *out = p_->addBuffer(bias ? n->name() + "_nobias" : n->name(), n->dtype(), n->shape(),
+                                BufferKind::Intermediate);
+    Index o, r;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "i", o);
+    std::vector<SymExpr> redExtents{wn->shape()[1]};
+    redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
+    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    DType t = computeType(n->dtype());
+    SymExpr channel = r[0];
+    if (spec.groups > 1) {
+      SymExpr perGroupOut = s_.floordiv(wn->shape()[0], s_.constant(spec.groups));
+      channel = s_.add(s_.mul(s_.floordiv(o[1], perGroupOut), wn->shape()[1]), r[0]);
+    }
+    Index xi{o[0], channel}, wi{o[1], r[0]};
+    const Expr *inside = nullptr;
+    for (size_t i = 0; i < spatial; ++i) {
+      SymExpr pos = s_.add(s_.add(s_.mul(o[2 + i], s_.constant(spec.stride[i])),
+                                  s_.mul(r[1 + i], s_.constant(spec.dilation[i]))),
+                           s_.constant(-spec.padding[i]));
+      SymExpr size = xn->shape()[2 + i];
+      wi.push_back(r[1 + i]);
+      if (spec.padding[i] == 0) { // the windows stay inside the input
+        xi.push_back(pos);
+        continue;
+      }
+      xi.push_back(s_.max(s_.constant(0), s_.min(pos, s_.sub(size, s_.constant(1)))));
+      const Expr *p = ex_.indexValue(pos, DType::Int64);
+      const Expr *lo = ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)}, DType::Bool);
+      const Expr *hi =
+          ex_.op(ScalarOpKind::Lt, {p, ex_.indexValue(size, DType::Int64)}, DType::Bool);
+      const Expr *both = ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
+      inside = inside ? ex_.op(ScalarOpKind::LogicalAnd, {inside, both}, DType::Bool) : both;
+    }
+    const Expr *xv = ex_.cast(ex_.load(x, linearIndex(s_, xi, x->strides)), t);
+    if (inside)
+      xv = ex_.op(ScalarOpKind::Where, {inside, xv, ex_.constant(0, t)}, t);
+    const Expr *wv = ex_.cast(ex_.load(w, linearIndex(s_, wi, w->strides)), t);
+    loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
+                                              ex_.op(ScalarOpKind::Mul, {xv, wv}, t));
+    c->conv = std::move(spec);
+    Value conv = bufferValue(out);
+    if (!bias)
+      return conv;
+    const Value &b = operandValue(n, 2);
+    return settle(n, lazy([this, conv, &b, t](const Index &idx) {
+                    return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
+                  }, b.cost + 1));
   }
 
   /// e with the indirect binding {t, i} on every load whose index uses t; nullptr when t is

@@ -1,10 +1,10 @@
 /// The plan for one set of sizes and strides is made once, under the site's lock:
 ///   1. memory descriptors with the buffers' own strides; a grouped weight [O, C/g, k..] is
 ///      viewed as [g, O/g, C/g, k..] (no copy);
-///   2. a convolution primitive on the weight as it is in memory; if oneDNN only has its
-///      reference kernel for that layout, a second primitive that chooses its own weight
-///      layout, with a reorder of the weight into it before each call (the weight may change
-///      between calls, so the reordered copy is never kept);
+///   2. a convolution primitive on the buffers as they are in memory, or, where oneDNN has no
+///      good kernel for that layout, on layouts it chooses, with reorders into them before
+///      the call and out of them after it (the weight may change between calls, so its
+///      reordered copy is never kept);
 ///   3. the plan is kept for the site's next calls with the same sizes.
 /// A call creates memory objects for its pointers and executes on a stream of its thread.
 /// oneDNN runs on the OpenMP threads of the process (its GNU OpenMP build shares the pool with
@@ -44,17 +44,26 @@ int dnnl_primitive_execute(const void*, void*, int, const braze_dnnl_arg*);
 
 enum {
   braze_dnnl_cpu = 1, braze_dnnl_f32 = 3, braze_dnnl_any = 1, braze_dnnl_inference = 96,
-  braze_dnnl_direct = 1, braze_dnnl_impl_str = 8, braze_dnnl_weights_md = 131,
+  braze_dnnl_direct = 1, braze_dnnl_impl_str = 8, braze_dnnl_src_md = 129,
+  braze_dnnl_weights_md = 131, braze_dnnl_dst_md = 133,
   braze_dnnl_src = 1, braze_dnnl_dst = 17, braze_dnnl_weights = 33
+};
+
+/// One operand of a plan: the descriptor of the buffer as braze holds it and, when the
+/// primitive wants another layout, a reorder into (or, for the result, out of) scratch memory
+/// the plan owns.
+struct braze_dnnl_operand {
+  void* md = nullptr;
+  const void* own_md = nullptr; // the primitive's layout, when it differs
+  void* reorder = nullptr;
+  void* scratch = nullptr;
 };
 
 struct braze_dnnl_plan {
   std::vector<int64_t> key;
-  void *x_md = nullptr, *w_md = nullptr, *y_md = nullptr;
   void *conv_pd = nullptr, *conv = nullptr;
-  const void* packed_md = nullptr; // the primitive's own weight layout, when it needs one
-  void* reorder = nullptr;
-  size_t packed_bytes = 0;
+  braze_dnnl_operand x, w, y;
+  std::mutex mu; // the scratch memory is the plan's: one call at a time
 };
 
 struct braze_dnnl_site {
@@ -71,17 +80,49 @@ static void* braze_dnnl_engine() {
   return engine;
 }
 
-static bool braze_dnnl_reference(const void* pd) {
+static bool braze_dnnl_has(const void* pd, const char* what) {
   const char* impl = nullptr;
   return dnnl_primitive_desc_query(pd, braze_dnnl_impl_str, 0, &impl) != 0 || !impl ||
-         std::strncmp(impl, "ref", 3) == 0;
+         std::strstr(impl, what) != nullptr;
 }
 
+static void* braze_dnnl_conv_pd(const void* x, const void* w, const void* y, const int64_t* st,
+    const int64_t* dl, const int64_t* pl, const int64_t* pr) {
+  void* pd = nullptr;
+  if (dnnl_convolution_forward_primitive_desc_create(&pd, braze_dnnl_engine(),
+          braze_dnnl_inference, braze_dnnl_direct, x, w, nullptr, y, st, dl, pl, pr, nullptr) != 0)
+    return nullptr;
+  return pd;
+}
+
+/// The primitive's layout for `op` (query `what`); if it is not the buffer's, a reorder
+/// between the two (into it for inputs, out of it for the result) and scratch memory for it.
+static bool braze_dnnl_adapt(const void* pd, int what, braze_dnnl_operand& op, bool result) {
+  const void* own = dnnl_primitive_desc_query_md(pd, what, 0);
+  if (!own || dnnl_memory_desc_equal(own, op.md))
+    return true;
+  void* rpd = nullptr;
+  bool ok = (result ? dnnl_reorder_primitive_desc_create(&rpd, own, braze_dnnl_engine(), op.md,
+                                                         braze_dnnl_engine(), nullptr)
+                    : dnnl_reorder_primitive_desc_create(&rpd, op.md, braze_dnnl_engine(), own,
+                                                         braze_dnnl_engine(), nullptr)) == 0 &&
+            dnnl_primitive_create(&op.reorder, rpd) == 0;
+  if (rpd)
+    dnnl_primitive_desc_destroy(rpd);
+  op.own_md = own;
+  op.scratch = ok ? std::aligned_alloc(64, (dnnl_memory_desc_get_size(own) + 63) / 64 * 64) : nullptr;
+  return ok && op.scratch;
+}
+
+/// Picks the primitive:
+///   - on the buffers as they are, unless oneDNN has only its reference kernel for them, or
+///     (for a depthwise convolution) only its im2col-and-gemm one;
+///   - else on the layouts oneDNN chooses for the weight (and, for a depthwise convolution, for
+///     the input and result too), reordering around the call.
 static braze_dnnl_plan* braze_dnnl_make_plan(int rank, const int64_t* xd, const int64_t* xs,
     const int64_t* wd, const int64_t* ws, const int64_t* yd, const int64_t* ys, int64_t groups,
     const int64_t* stride, const int64_t* padding, const int64_t* dilation) {
-  void* engine = braze_dnnl_engine();
-  if (!engine)
+  if (!braze_dnnl_engine())
     return nullptr;
   int spatial = rank - 2;
   int64_t wdims[13] = {0}, wstrides[13] = {0}, st[12] = {0}, dl[12] = {0}, pl[12] = {0},
@@ -111,40 +152,39 @@ static braze_dnnl_plan* braze_dnnl_make_plan(int rank, const int64_t* xd, const 
     pr[i] = (yd[2 + i] - 1) * stride[i] + (wd[2 + i] - 1) * dilation[i] + 1 - xd[2 + i] - padding[i];
   }
   braze_dnnl_plan* p = new braze_dnnl_plan();
-  bool ok = dnnl_memory_desc_create_with_strides(&p->x_md, rank, xd, braze_dnnl_f32, xs) == 0 &&
-            dnnl_memory_desc_create_with_strides(&p->y_md, rank, yd, braze_dnnl_f32, ys) == 0 &&
-            dnnl_memory_desc_create_with_strides(&p->w_md, wrank, wdims, braze_dnnl_f32, wstrides) == 0;
-  if (ok && dnnl_convolution_forward_primitive_desc_create(&p->conv_pd, engine,
-          braze_dnnl_inference, braze_dnnl_direct, p->x_md, p->w_md, nullptr, p->y_md, st, dl,
-          pl, pr, nullptr) == 0 && braze_dnnl_reference(p->conv_pd)) {
-    void* any = nullptr;
-    void* pd = nullptr;
-    if (dnnl_memory_desc_create_with_tag(&any, wrank, wdims, braze_dnnl_f32, braze_dnnl_any) == 0 &&
-        dnnl_convolution_forward_primitive_desc_create(&pd, engine, braze_dnnl_inference,
-            braze_dnnl_direct, p->x_md, any, nullptr, p->y_md, st, dl, pl, pr, nullptr) == 0) {
-      if (braze_dnnl_reference(pd)) {
-        dnnl_primitive_desc_destroy(pd);
-      } else {
-        dnnl_primitive_desc_destroy(p->conv_pd);
-        p->conv_pd = pd;
-        const void* packed = dnnl_primitive_desc_query_md(pd, braze_dnnl_weights_md, 0);
-        if (packed && !dnnl_memory_desc_equal(packed, p->w_md)) {
-          void* rpd = nullptr;
-          ok = dnnl_reorder_primitive_desc_create(&rpd, p->w_md, engine, packed, engine, nullptr) == 0 &&
-               dnnl_primitive_create(&p->reorder, rpd) == 0;
-          if (rpd)
-            dnnl_primitive_desc_destroy(rpd);
-          p->packed_md = packed;
-          p->packed_bytes = dnnl_memory_desc_get_size(packed);
-        }
-      }
-    }
-    if (any)
-      dnnl_memory_desc_destroy(any);
-  }
-  ok = ok && p->conv_pd && dnnl_primitive_create(&p->conv, p->conv_pd) == 0;
-  if (!ok)
+  if (dnnl_memory_desc_create_with_strides(&p->x.md, rank, xd, braze_dnnl_f32, xs) != 0 ||
+      dnnl_memory_desc_create_with_strides(&p->y.md, rank, yd, braze_dnnl_f32, ys) != 0 ||
+      dnnl_memory_desc_create_with_strides(&p->w.md, wrank, wdims, braze_dnnl_f32, wstrides) != 0)
     return nullptr; // the plan's pieces are leaked: this happens at most once per site
+  bool depthwise = groups > 1 && wd[1] == 1;
+  p->conv_pd = braze_dnnl_conv_pd(p->x.md, p->w.md, p->y.md, st, dl, pl, pr);
+  if (!p->conv_pd || braze_dnnl_has(p->conv_pd, "ref") ||
+      (depthwise && braze_dnnl_has(p->conv_pd, "gemm"))) {
+    void *wany = nullptr, *xany = nullptr, *yany = nullptr;
+    dnnl_memory_desc_create_with_tag(&wany, wrank, wdims, braze_dnnl_f32, braze_dnnl_any);
+    if (depthwise) {
+      dnnl_memory_desc_create_with_tag(&xany, rank, xd, braze_dnnl_f32, braze_dnnl_any);
+      dnnl_memory_desc_create_with_tag(&yany, rank, yd, braze_dnnl_f32, braze_dnnl_any);
+    }
+    void* pd = wany ? braze_dnnl_conv_pd(xany ? xany : p->x.md, wany, yany ? yany : p->y.md, st,
+                                         dl, pl, pr)
+                    : nullptr;
+    if (pd && !braze_dnnl_has(pd, "ref")) {
+      if (p->conv_pd)
+        dnnl_primitive_desc_destroy(p->conv_pd);
+      p->conv_pd = pd;
+    } else if (pd) {
+      dnnl_primitive_desc_destroy(pd);
+    }
+    for (void* md : {wany, xany, yany})
+      if (md)
+        dnnl_memory_desc_destroy(md);
+  }
+  if (!p->conv_pd || !braze_dnnl_adapt(p->conv_pd, braze_dnnl_src_md, p->x, false) ||
+      !braze_dnnl_adapt(p->conv_pd, braze_dnnl_weights_md, p->w, false) ||
+      !braze_dnnl_adapt(p->conv_pd, braze_dnnl_dst_md, p->y, true) ||
+      dnnl_primitive_create(&p->conv, p->conv_pd) != 0)
+    return nullptr;
   return p;
 }
 
@@ -180,24 +220,36 @@ static bool braze_dnnl_conv(braze_dnnl_site& site, int rank, const int64_t* xd,
     stream = nullptr;
     return false;
   }
-  void *mx = nullptr, *mw = nullptr, *my = nullptr, *mp = nullptr, *packed = nullptr;
-  bool ok = dnnl_memory_create(&mx, plan->x_md, braze_dnnl_engine(), const_cast<void*>(x)) == 0 &&
-            dnnl_memory_create(&mw, plan->w_md, braze_dnnl_engine(), const_cast<void*>(w)) == 0 &&
-            dnnl_memory_create(&my, plan->y_md, braze_dnnl_engine(), y) == 0;
-  void* weights = mw;
-  if (ok && plan->reorder) {
-    packed = std::aligned_alloc(64, (plan->packed_bytes + 63) / 64 * 64);
-    ok = packed && dnnl_memory_create(&mp, plan->packed_md, braze_dnnl_engine(), packed) == 0;
-    braze_dnnl_arg args[2] = {{braze_dnnl_src, mw}, {braze_dnnl_dst, mp}};
-    ok = ok && dnnl_primitive_execute(plan->reorder, stream, 2, args) == 0;
-    weights = mp;
+  std::lock_guard<std::mutex> lock(plan->mu);
+  void* mem[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  bool ok = true;
+  // The buffers, then the plan's scratch for each operand that is reordered.
+  braze_dnnl_operand* ops[3] = {&plan->x, &plan->w, &plan->y};
+  void* data[3] = {const_cast<void*>(x), const_cast<void*>(w), y};
+  void* args[3];
+  for (int i = 0; i < 3; ++i) {
+    ok = ok && dnnl_memory_create(&mem[i], ops[i]->md, braze_dnnl_engine(), data[i]) == 0;
+    if (ops[i]->reorder)
+      ok = ok && dnnl_memory_create(&mem[3 + i], ops[i]->own_md, braze_dnnl_engine(),
+                                    ops[i]->scratch) == 0;
+    args[i] = ops[i]->reorder ? mem[3 + i] : mem[i];
   }
-  braze_dnnl_arg args[3] = {{braze_dnnl_src, mx}, {braze_dnnl_weights, weights}, {braze_dnnl_dst, my}};
-  ok = ok && dnnl_primitive_execute(plan->conv, stream, 3, args) == 0 && dnnl_stream_wait(stream) == 0;
-  for (void* m : {mx, mw, my, mp})
+  for (int i = 0; ok && i < 2; ++i)
+    if (ops[i]->reorder) {
+      braze_dnnl_arg r[2] = {{braze_dnnl_src, mem[i]}, {braze_dnnl_dst, mem[3 + i]}};
+      ok = dnnl_primitive_execute(ops[i]->reorder, stream, 2, r) == 0;
+    }
+  braze_dnnl_arg c[3] = {{braze_dnnl_src, args[0]}, {braze_dnnl_weights, args[1]},
+                         {braze_dnnl_dst, args[2]}};
+  ok = ok && dnnl_primitive_execute(plan->conv, stream, 3, c) == 0;
+  if (ok && plan->y.reorder) {
+    braze_dnnl_arg r[2] = {{braze_dnnl_src, mem[5]}, {braze_dnnl_dst, mem[2]}};
+    ok = dnnl_primitive_execute(plan->y.reorder, stream, 2, r) == 0;
+  }
+  ok = ok && dnnl_stream_wait(stream) == 0;
+  for (void* m : mem)
     if (m)
       dnnl_memory_destroy(m);
-  std::free(packed);
   return ok;
 }
 

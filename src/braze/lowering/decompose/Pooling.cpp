@@ -1,6 +1,6 @@
 /// max_pool(x): pad H and W with the lowest value (enough on the right for ceil mode), unfold
-/// both into windows, flatten each window and take amax; max_pool_indices takes the argmax a
-/// instead and maps it back to the input: h = oh*sh - ph + (a // kw)*dh,
+/// both into windows and take amax over the two window dims; max_pool_indices flattens each
+/// window and takes the argmax a instead and maps it back to the input: h = oh*sh - ph + (a // kw)*dh,
 /// w = ow*sw - pw + (a % kw)*dw, index = h * W + w.
 #include "braze/lowering/decompose/Decompose.h"
 
@@ -10,10 +10,12 @@
 namespace braze::decomp {
 
 namespace {
-/// The pooling windows of x (whose last two dims are pooled) as [.., OH, OW, kh * kw]: the
-/// declared padding is filled with `padValue`, the extra right padding ceil mode needs with
-/// `extraValue`.
-Node *windows(GraphBuilder &b, Node *n, Node *x, double padValue, double extraValue) {
+/// The pooling windows of x (whose last two dims are pooled) as [.., OH, OW, kh, kw], or
+/// [.., OH, OW, kh * kw] when `flatten`: the declared padding is filled with `padValue`, the
+/// extra right padding ceil mode needs with `extraValue`. A reduction over the two window dims
+/// folds in the same (row-major) order as over the flattened one, without dividing its index.
+Node *windows(GraphBuilder &b, Node *n, Node *x, double padValue, double extraValue,
+              bool flatten) {
   const AttrMap &a = n->attrs();
   const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
                 &d = a.getInts("dilation");
@@ -30,6 +32,8 @@ Node *windows(GraphBuilder &b, Node *n, Node *x, double padValue, double extraVa
       x = b.slice(x, r - 2 + i, 0, size + p[i] + right, 1);
     x = b.unfold(x, r - 2 + i, k[i], st[i], d[i]);
   }
+  if (!flatten)
+    return x;
   std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
   shape.push_back(b.dim(k[0] * k[1]));
   return b.reshape(x, shape);
@@ -42,14 +46,15 @@ double lowestOf(DType t) {
 
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
   double lowest = lowestOf(n->dtype());
-  return b.reduce(OpKind::Amax, windows(b, n, n->operand(0), lowest, lowest), {-1}, false);
+  return b.reduce(OpKind::Amax, windows(b, n, n->operand(0), lowest, lowest, false), {-2, -1},
+                  false);
 }
 
 /// avg_pool(x) = sum(window) / divisor, where the divisor is divisor_override, or the count of
 /// window positions inside the input (plus the declared padding with count_include_pad).
 Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  Node *sum = b.reduce(OpKind::Sum, windows(b, n, x, 0.0, 0.0), {-1}, false);
+  Node *sum = b.reduce(OpKind::Sum, windows(b, n, x, 0.0, 0.0, false), {-2, -1}, false);
   int64_t divisor = n->attrs().getInt("divisor");
   if (divisor != 0)
     return b.div(sum, b.scalar(static_cast<double>(divisor), n->dtype()));
@@ -85,7 +90,8 @@ Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {
   const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
                 &d = a.getInts("dilation");
   double lowest = lowestOf(n->operand(0)->dtype());
-  Node *pos = b.reduce(OpKind::ArgMax, windows(b, n, n->operand(0), lowest, lowest), {-1}, false);
+  Node *pos =
+      b.reduce(OpKind::ArgMax, windows(b, n, n->operand(0), lowest, lowest, true), {-1}, false);
   std::vector<SymExpr> shape = n->shape();
   int64_t r = static_cast<int64_t>(shape.size());
   auto scalar = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };

@@ -319,6 +319,10 @@ private:
     } else if (op == OpKind::Unfold) {
       size_t dim = n->attrs().getInt("dim");
       int64_t step = n->attrs().getInt("step"), dilation = n->attrs().getInt("dilation");
+      // Overlapping windows read each element several times: a costly computed operand (the
+      // batch norm and relu before a max pool) is stored once rather than recomputed per read.
+      if (n->attrs().getInt("size") > step && x.cost > opts_.inlineCostLimit)
+        values_.at(xn) = realize(xn, x, BufferKind::Intermediate, -1);
       remap = [this, dim, step, dilation](const Index &idx) {
         Index in(idx.begin(), idx.end() - 1);
         in[dim] = s_.add(s_.mul(idx[dim], step), s_.mul(idx.back(), dilation));

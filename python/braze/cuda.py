@@ -58,6 +58,15 @@ def cublaslt_library():
 
 
 @functools.lru_cache(maxsize=None)
+def cudnn_library():
+    """cuDNN for convolutions, when PyTorch's CUDA wheels installed it; BRAZE_CUDNN="" keeps
+    convolutions on braze's own im2col kernels."""
+    if os.environ.get("BRAZE_CUDNN") == "":
+        return None
+    return find_library("cudnn", "BRAZE_CUDNN")
+
+
+@functools.lru_cache(maxsize=None)
 def device_options(index):
     """What the compiler needs to know of CUDA device `index`."""
     props = torch.cuda.get_device_properties(index)
@@ -68,6 +77,7 @@ def device_options(index):
         "registers": 4 * getattr(props, "regs_per_multiprocessor", 65536),
         "nvrtc": nvrtc_library() or "",
         "cublaslt": cublaslt_library() or "",
+        "cudnn": cudnn_library() or "",
     }
 
 

@@ -93,7 +93,8 @@ DLDataType toDLPack(DType t) {
 
 DecomposeOptions decomposeFor(const CompileOptions &opts) {
   DecomposeOptions d;
-  d.convolutionLibrary = !opts.cuda && !opts.dnnlLibrary.empty();
+  d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
+  d.halfConvolutions = opts.cuda.has_value();
   return d;
 }
 
@@ -198,6 +199,8 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   spec.device = cuda.device;
   if (l.cuda.usesGemm)
     spec.cublasLtLibrary = cuda.cublasLtLibrary;
+  if (l.cuda.usesConv)
+    spec.cudnnLibrary = cuda.cudnnLibrary;
   spec.checksIndices = l.cuda.checksIndices;
   CompileResult r;
   r.executable = runtime::Executable::load(spec);

@@ -34,6 +34,9 @@ struct CompileOptions {
     int64_t registerBytesPerSm = 1 << 18;
     std::string nvrtcLibrary;
     std::string cublasLtLibrary;
+    /// cuDNN (libcudnn.so.*): convolutions stay whole and run through it; empty: they
+    /// decompose into im2col and matrix products.
+    std::string cudnnLibrary;
   };
   std::optional<Cuda> cuda;
 

@@ -37,6 +37,8 @@ CompileOptions::Cuda cudaOptions(const nb::dict &d) {
     c.nvrtcLibrary = nb::cast<std::string>(d["nvrtc"]);
   if (d.contains("cublaslt"))
     c.cublasLtLibrary = nb::cast<std::string>(d["cublaslt"]);
+  if (d.contains("cudnn"))
+    c.cudnnLibrary = nb::cast<std::string>(d["cudnn"]);
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "braze/runtime/CudaModule.h"
 
 #include "braze/runtime/CublasLt.h"
+#include "braze/runtime/Cudnn.h"
 #include "braze/runtime/Executable.h"
 
 #include <dlfcn.h>
@@ -168,7 +169,9 @@ struct CudaModule::State {
   CudaApi api{};
   CUstream stream = nullptr; ///< of the call in progress
   CublasLt *lt = nullptr;
+  Cudnn *dnn = nullptr;
   void *workspace = nullptr;
+  void *convWorkspace = nullptr; ///< Cudnn::recommendedWorkspaceBytes() of device memory
   void *padded = nullptr; ///< kPaddedResultBytes of device memory
   std::string failure; ///< message of a failed launch or GEMM
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
@@ -233,7 +236,8 @@ bool cudaDriverAvailable() {
 
 std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
                                              const std::vector<std::string> &kernels, int device,
-                                             const std::string &cublasLtLibrary) {
+                                             const std::string &cublasLtLibrary,
+                                             const std::string &cudnnLibrary) {
   const Driver &d = driver();
   if (!d.ok)
     throw RunError(d.why);
@@ -263,6 +267,10 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     s.lt = &CublasLt::load(cublasLtLibrary);
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
+  }
+  if (!cudnnLibrary.empty()) {
+    s.dnn = &Cudnn::load(cudnnLibrary);
+    s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
   }
   s.api.ctx = &s;
   s.api.err = reinterpret_cast<int *>(errDev);
@@ -307,6 +315,33 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
       return 2;
     }
     return 0;
+  };
+  s.api.conv = [](void *ctx, const CudaConvCall *c) -> int {
+    State &st = *static_cast<State *>(ctx);
+    if (!st.dnn)
+      return 1;
+    ConvProblem p;
+    p.dtype = c->dtype;
+    p.rank = c->rank;
+    for (int i = 0; i < c->rank; ++i) {
+      p.xDims[i] = c->xDims[i], p.xStrides[i] = c->xStrides[i];
+      p.wDims[i] = c->wDims[i], p.wStrides[i] = c->wStrides[i];
+      p.yDims[i] = c->yDims[i], p.yStrides[i] = c->yStrides[i];
+    }
+    p.groups = c->groups;
+    for (int i = 0; i + 2 < c->rank; ++i)
+      p.stride[i] = c->stride[i], p.padding[i] = c->padding[i], p.dilation[i] = c->dilation[i];
+    p.x = c->x, p.w = c->w, p.y = c->y;
+    switch (st.dnn->conv(p, st.stream, st.convWorkspace, Cudnn::recommendedWorkspaceBytes(),
+                         st.failure)) {
+    case ConvStatus::Done:
+      return 0;
+    case ConvStatus::Declined:
+      return 1;
+    case ConvStatus::Failed:
+      return 2;
+    }
+    return 2;
   };
   return m;
 }

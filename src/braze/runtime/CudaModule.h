@@ -26,10 +26,22 @@ struct CudaGemmCall {
   int64_t strideA, strideB, strideC;
   int outDtype; ///< of C: dtype, or 0 (f32) for f16/bf16 operands
 };
+/// A convolution (runtime::ConvProblem's fields, in logical order).
+struct CudaConvCall {
+  int dtype; ///< 0 f32, 1 f64, 2 f16, 3 bf16
+  int rank;
+  int64_t xDims[5], xStrides[5], wDims[5], wStrides[5], yDims[5], yStrides[5];
+  int64_t groups;
+  int64_t stride[3], padding[3], dilation[3];
+  const void *x, *w;
+  void *y;
+};
 struct CudaApi {
   void *ctx;
   int (*launch)(void *ctx, int kernel, int64_t blocks, int threads, void **args);
   int (*gemm)(void *ctx, const CudaGemmCall *g);
+  /// 0: done; 1: cuDNN declined it (the caller launches the loop kernel); 2: failed.
+  int (*conv)(void *ctx, const CudaConvCall *c);
   int *err;
 };
 
@@ -38,11 +50,13 @@ using CudaRunFn = int (*)(void *const *, void *const *, char *, const int64_t *,
 
 class CudaModule {
 public:
-  /// Loads `cubinPath` on `device` (its primary context) and looks up `kernels`; cuBLASLt is
-  /// loaded from `cublasLtLibrary` when non-empty. Throws RunError naming what failed.
+  /// Loads `cubinPath` on `device` (its primary context) and looks up `kernels`; cuBLASLt and
+  /// cuDNN are loaded from `cublasLtLibrary` and `cudnnLibrary` when non-empty. Throws RunError
+  /// naming what failed.
   static std::unique_ptr<CudaModule> load(const std::string &cubinPath,
                                           const std::vector<std::string> &kernels, int device,
-                                          const std::string &cublasLtLibrary);
+                                          const std::string &cublasLtLibrary,
+                                          const std::string &cudnnLibrary = "");
   ~CudaModule();
 
   /// Calls `run` with the callbacks bound to `stream`; throws RunError if a launch or GEMM

@@ -26,6 +26,7 @@ struct ModuleSpec {
   std::vector<std::string> kernels;
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
+  std::string cudnnLibrary;    ///< non-empty when the module calls cuDNN
   bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)
 };
 

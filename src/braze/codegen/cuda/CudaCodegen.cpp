@@ -90,6 +90,9 @@ public:
       if (k.gemm) {
         out.usesGemm = true;
         calls.push_back(gemmStatement(sym_, names_, k, launch));
+      } else if (k.conv) {
+        out.usesConv = true;
+        calls.push_back(convStatement(names_, k, launch));
       } else {
         calls.push_back(launch);
       }

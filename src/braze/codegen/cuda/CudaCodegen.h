@@ -16,6 +16,7 @@ struct CudaGeneratedSource {
   std::vector<std::string> kernels; ///< __global__ names, indexed by the launch calls
   int numKernels = 0;               ///< schedule kernels (a GEMM with its fallback counts once)
   bool usesGemm = false;            ///< some kernel calls cuBLASLt
+  bool usesConv = false;            ///< some kernel calls cuDNN
   bool checksIndices = false;       ///< some kernel bounds-checks an index (sets the error flag)
 };
 

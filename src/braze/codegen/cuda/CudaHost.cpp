@@ -78,14 +78,53 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
   return out;
 }
 
+std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback) {
+  const loop::Computation &c = *k.conv;
+  const loop::ConvSpec &cv = *c.conv;
+  DType t = c.out->dtype;
+  int code = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2 : 3;
+  auto list = [&](const std::vector<sym::SymExpr> &xs) {
+    std::string s = "{";
+    for (size_t i = 0; i < xs.size(); ++i)
+      s += (i ? ", " : "") + names.index(xs[i]);
+    return s + "}";
+  };
+  auto ints = [](const std::vector<int64_t> &xs) {
+    std::string s = "{";
+    for (size_t i = 0; i < xs.size(); ++i)
+      s += (i ? ", " : "") + std::string("INT64_C(") + std::to_string(xs[i]) + ")";
+    return s + "}";
+  };
+  auto ptr = [](const loop::Buffer *b) { return "bufs[" + std::to_string(b->id) + "]"; };
+  std::string out;
+  Writer w(out, 1);
+  w.line("{");
+  w.indent();
+  w.line("const BrazeConv c = {" + std::to_string(code) + ", " +
+         std::to_string(c.out->shape.size()) + ", " + list(cv.input->shape) + ", " +
+         list(cv.input->strides) + ", " + list(cv.weight->shape) + ", " +
+         list(cv.weight->strides) + ", " + list(c.out->shape) + ", " + list(c.out->strides) +
+         ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
+         ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(cv.input) + ", " +
+         ptr(cv.weight) + ", " + ptr(c.out) + "};");
+  w.line("err = api->conv(api->ctx, &c);");
+  w.line("if (err == 1) {");
+  w.line("  err = 0;");
+  w.line("  " + fallback);
+  w.line("}");
+  w.dedent();
+  w.line("}");
+  return out;
+}
+
   std::string hostSource(const sched::Schedule &s, Names &names,
                        const std::vector<std::string> &calls) {
     std::string out = R"HOST(#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
-// The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index and
-// GEMMs through cuBLASLt, on the stream of the current call.
+// The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index,
+// GEMMs through cuBLASLt and convolutions through cuDNN, on the stream of the current call.
 struct BrazeGemm {
   int dtype; // 0 f32, 1 f64, 2 f16, 3 bf16
   int transA, transB;
@@ -98,10 +137,19 @@ struct BrazeGemm {
   int64_t strideA, strideB, strideC;
   int outDtype; // of C, as dtype: dtype, or f32 for f16/bf16 operands
 };
+struct BrazeConv {
+  int dtype; // as BrazeGemm's
+  int rank;
+  int64_t x_dims[5], x_strides[5], w_dims[5], w_strides[5], y_dims[5], y_strides[5];
+  int64_t groups;
+  int64_t stride[3], padding[3], dilation[3];
+  const void* x; const void* w; void* y;
+};
 struct BrazeCudaApi {
   void* ctx;
   int (*launch)(void* ctx, int kernel, int64_t blocks, int threads, void** args);
   int (*gemm)(void* ctx, const BrazeGemm* g);
+  int (*conv)(void* ctx, const BrazeConv* c); // 0 done, 1 declined (launch the loops), 2 failed
   int* err; // device-visible error flag of the kernels
 };
 

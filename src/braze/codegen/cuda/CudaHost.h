@@ -23,6 +23,10 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
 std::string gemmStatement(sym::SymContext &s, const Names &names, const sched::Kernel &k,
                           const std::string &fallback);
 
+/// The cuDNN call for a convolution kernel, or `fallback` (the loop kernel's launch) where
+/// cuDNN declines it.
+std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback);
+
 /// The module's host source: the callback types, then the module ABI with `calls` in braze_run.
 std::string hostSource(const sched::Schedule &s, Names &names,
                        const std::vector<std::string> &calls);

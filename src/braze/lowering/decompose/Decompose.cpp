@@ -37,8 +37,10 @@ decomp::Rule ruleFor(OpKind op) {
 } // namespace
 
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
+  DType t = n->dtype();
   return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
-         n->dtype() == DType::Float32;
+         (t == DType::Float32 ||
+          (opts.halfConvolutions && (t == DType::Float16 || t == DType::BFloat16)));
 }
 
 void decompose(Graph &g, const DecomposeOptions &opts) {

@@ -8,9 +8,12 @@
 namespace braze {
 
 struct DecomposeOptions {
-  /// A library (oneDNN) takes f32 convolutions: they stay whole, and to_loops lowers each to a
-  /// direct-form reduction that the scheduler hands to the library (loop::ConvSpec).
+  /// A library (oneDNN on the CPU, cuDNN on CUDA) takes f32 convolutions: they stay whole, and
+  /// to_loops lowers each to a direct-form reduction that the scheduler hands to the library
+  /// (loop::ConvSpec).
   bool convolutionLibrary = false;
+  /// The library takes f16 and bf16 convolutions too (cuDNN).
+  bool halfConvolutions = false;
 };
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});

@@ -1,0 +1,56 @@
+#pragma once
+/// Convolution on the GPU through cuDNN's convolution API, loaded at run time (dlopen) like
+/// cuBLASLt, so braze builds without the CUDA toolkit and a compiled graph runs without
+/// libtorch. Descriptors and the algorithm (cuDNN's heuristics: no trial runs, so a first call
+/// may be captured into a CUDA graph) are cached per problem.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace braze::runtime {
+
+/// y = conv(x, w): cross-correlation with PyTorch's semantics. dims and strides in elements,
+/// in logical order: x [N, C, spatial..], w [O, C/groups, k..], y [N, O, out..], rank 3-5.
+struct ConvProblem {
+  int dtype = 0; ///< of x, w and y: 0 f32, 1 f64, 2 f16, 3 bf16 (accumulation in f32; f64 in f64)
+  int rank = 4;
+  int64_t xDims[5] = {}, xStrides[5] = {}, wDims[5] = {}, wStrides[5] = {}, yDims[5] = {},
+          yStrides[5] = {};
+  int64_t groups = 1;
+  int64_t stride[3] = {}, padding[3] = {}, dilation[3] = {};
+  const void *x = nullptr, *w = nullptr;
+  void *y = nullptr;
+  /// f32 only: let cuDNN use TF32 tensor cores (torch.backends.cudnn.allow_tf32).
+  bool allowTf32 = false;
+};
+
+enum class ConvStatus { Done, Declined, Failed };
+
+/// The process-wide cuDNN instance. Thread-safe: conv() serializes on an internal mutex.
+class Cudnn {
+public:
+  /// Loads `libraryPath` (libcudnn.so.*) once per process; throws RunError naming the path and
+  /// dlerror(), or the missing entry point.
+  static Cudnn &load(const std::string &libraryPath);
+
+  /// Enqueues the convolution on `stream` (a CUstream as void*), using `workspace`
+  /// (workspaceBytes of device memory). Declined: cuDNN takes no such problem (a weight layout
+  /// other than contiguous or channels-last, sizes beyond int32, no algorithm within the
+  /// workspace); the caller computes it another way. Failed: `error` names the cuDNN call.
+  ConvStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
+                  std::string &error);
+
+  static size_t recommendedWorkspaceBytes(); ///< 64 MiB
+
+  Cudnn(const Cudnn &) = delete;
+  Cudnn &operator=(const Cudnn &) = delete;
+  ~Cudnn();
+
+private:
+  Cudnn();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace braze::runtime

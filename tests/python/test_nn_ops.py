@@ -10,9 +10,10 @@ from _device import eager, on_cuda
 HALF = (torch.float16, torch.bfloat16)
 
 
-def compiled_matches(fn, *args, exact_half=False):
+def compiled_matches(fn, *args, exact_half=False, cuda_half_tol=1e-2):
     """exact_half: half-precision results equal eager's bit for bit, which braze guarantees
-    against eager's CPU kernels (their rounding order); CUDA kernels round in their own order."""
+    against eager's CPU kernels (their rounding order); CUDA kernels round in their own order,
+    and library kernels (cuDNN) sum in theirs: cuda_half_tol bounds the difference there."""
     torch._dynamo.reset()
     before = braze.counters()["fallback_ops"]
     expected = eager(fn, *args)
@@ -21,7 +22,8 @@ def compiled_matches(fn, *args, exact_half=False):
     tol = {}
     if args[0].dtype in HALF:
         exact = exact_half and not on_cuda(*args)
-        tol = dict(atol=0, rtol=0) if exact else dict(atol=1e-2, rtol=1e-2)
+        t = cuda_half_tol if on_cuda(*args) else 1e-2
+        tol = dict(atol=0, rtol=0) if exact else dict(atol=t, rtol=t)
     torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
 
 
@@ -115,7 +117,7 @@ def test_depthwise_convolution(dtype):
         rand(2, 6, 11, dtype=dtype), rand(6, 1, 5, dtype=dtype), rand(6, dtype=dtype),
         rand(2, 6, 9, 8, dtype=dtype), rand(6, 1, 3, 3, dtype=dtype),
         rand(1, 6, 4, 5, 3, dtype=dtype), rand(6, 1, 3, 3, 3, dtype=dtype),
-        rand(12, 1, 3, 3, dtype=dtype))
+        rand(12, 1, 3, 3, dtype=dtype), cuda_half_tol=5e-2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -120,6 +120,7 @@ Target targetFor(const CompileOptions &opts) {
 LoweringOptions loweringFor(const CompileOptions &opts) {
   LoweringOptions lo;
   lo.widenedHalfMatMul = opts.cuda.has_value();
+  lo.rowMajorConvolution = opts.cuda.has_value();
   return lo;
 }
 
@@ -240,6 +241,7 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
+  spec.logFallback = opts.log.has(LogStage::Fallback);
   if (opts.cuda)
     return compileCudaModule(l, spec, jo, *opts.cuda, times, clock);
   auto link = [&](const std::string &library) {

@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <fstream>
 #include <map>
+#include <cstdio>
+#include <set>
 #include <mutex>
 #include <sstream>
 
@@ -174,6 +176,8 @@ struct CudaModule::State {
   void *convWorkspace = nullptr; ///< Cudnn::recommendedWorkspaceBytes() of device memory
   void *padded = nullptr; ///< kPaddedResultBytes of device memory
   std::string failure; ///< message of a failed launch or GEMM
+  bool logFallback = false;        ///< say why cuDNN declined a convolution, once per reason
+  std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
 };
 
@@ -237,7 +241,8 @@ bool cudaDriverAvailable() {
 std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
                                              const std::vector<std::string> &kernels, int device,
                                              const std::string &cublasLtLibrary,
-                                             const std::string &cudnnLibrary) {
+                                             const std::string &cudnnLibrary,
+                                             bool logFallback) {
   const Driver &d = driver();
   if (!d.ok)
     throw RunError(d.why);
@@ -268,6 +273,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
   }
+  s.logFallback = logFallback;
   if (!cudnnLibrary.empty()) {
     s.dnn = &Cudnn::load(cudnnLibrary);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
@@ -337,6 +343,10 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     case ConvStatus::Done:
       return 0;
     case ConvStatus::Declined:
+      if (st.logFallback && st.declined.insert(st.failure).second)
+        std::fprintf(stderr, "braze: cuDNN declined a convolution (%s); its loop kernel runs\n",
+                     st.failure.c_str());
+      st.failure.clear();
       return 1;
     case ConvStatus::Failed:
       return 2;

@@ -51,12 +51,14 @@ using CudaRunFn = int (*)(void *const *, void *const *, char *, const int64_t *,
 class CudaModule {
 public:
   /// Loads `cubinPath` on `device` (its primary context) and looks up `kernels`; cuBLASLt and
-  /// cuDNN are loaded from `cublasLtLibrary` and `cudnnLibrary` when non-empty. Throws RunError
-  /// naming what failed.
+  /// cuDNN are loaded from `cublasLtLibrary` and `cudnnLibrary` when non-empty. With
+  /// `logFallback`, a convolution cuDNN declines is said on stderr (once per reason). Throws
+  /// RunError naming what failed.
   static std::unique_ptr<CudaModule> load(const std::string &cubinPath,
                                           const std::vector<std::string> &kernels, int device,
                                           const std::string &cublasLtLibrary,
-                                          const std::string &cudnnLibrary = "");
+                                          const std::string &cudnnLibrary = "",
+                                          bool logFallback = false);
   ~CudaModule();
 
   /// Calls `run` with the callbacks bound to `stream`; throws RunError if a launch or GEMM

@@ -83,6 +83,7 @@ struct Plan {
   void *x = nullptr, *w = nullptr, *y = nullptr, *conv = nullptr;
   int algo = -1;
   size_t workspace = 0;
+  std::string declined; ///< why cuDNN takes no such problem (algo -1)
 };
 
 } // namespace
@@ -154,8 +155,11 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
 ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
                        std::string &error) {
   Impl &im = *impl_;
-  if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3)
+  if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3) {
+    error = "rank " + std::to_string(p.rank) + " or dtype code " + std::to_string(p.dtype) +
+            " is not one cuDNN takes";
     return ConvStatus::Declined;
+  }
   std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32};
   for (const int64_t *a : {p.xDims, p.xStrides, p.wDims, p.wStrides, p.yDims, p.yStrides})
     key.insert(key.end(), a, a + p.rank);
@@ -190,8 +194,12 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
       dil[i] = unit ? 1 : narrow(p.dilation[j]);
       j += unit ? 0 : 1;
     }
-    if (!fits)
+    if (!fits) {
+      plan.declined = format < 0 ? "the weight is neither contiguous nor channels-last"
+                                 : "a size or stride is beyond int32";
+      error = plan.declined;
       return ConvStatus::Declined;
+    }
     static const int types[] = {kFloat, kDouble, kHalf, kBFloat16};
     int type = types[p.dtype], compute = p.dtype == 1 ? kDouble : kFloat;
     int math = p.dtype >= 2 ? kTensorOpMath : p.dtype == 0 && p.allowTf32 ? kDefaultMath : kFmaMath;
@@ -230,9 +238,16 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
         plan.algo = perf[i].algo;
         plan.workspace = perf[i].memory;
       }
+    if (s != 0)
+      plan.declined = "cuDNN rejected it: " + im.failed(call, s);
+    else if (plan.algo < 0)
+      plan.declined = "none of cuDNN's " + std::to_string(returned) +
+                      " algorithms runs it within the workspace";
   }
-  if (plan.algo < 0)
+  if (plan.algo < 0) {
+    error = plan.declined;
     return ConvStatus::Declined;
+  }
   if (Status s = im.setStream(im.handle, stream); s != 0) {
     error = im.failed("cudnnSetStream", s);
     return ConvStatus::Failed;

@@ -96,7 +96,7 @@ std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
   e->run_ = reinterpret_cast<RunFn>(sym("braze_run"));
   if (spec.cuda)
     e->cuda_ = CudaModule::load(spec.cubinPath, spec.kernels, spec.device, spec.cublasLtLibrary,
-                                 spec.cudnnLibrary);
+                                 spec.cudnnLibrary, spec.logFallback);
   return e;
 }
 

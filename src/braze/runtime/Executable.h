@@ -27,6 +27,7 @@ struct ModuleSpec {
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
   std::string cudnnLibrary;    ///< non-empty when the module calls cuDNN
+  bool logFallback = false;    ///< say on stderr when a library declines a call
   bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)
 };
 

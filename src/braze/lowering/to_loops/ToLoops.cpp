@@ -111,8 +111,10 @@ private:
   }
 
   /// Materializes `v` (values of node n) into a new buffer.
-  Value realize(Node *n, const Value &v, BufferKind kind, int ioIndex) {
-    std::string name = kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name();
+  Value realize(Node *n, const Value &v, BufferKind kind, int ioIndex,
+                const std::string &suffix = "") {
+    std::string name =
+        kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name() + suffix;
     std::vector<SymExpr> strides;
     if (kind == BufferKind::Output)
       strides = g_.outputStrides(ioIndex);
@@ -491,6 +493,12 @@ private:
     spec.groups = a.getInt("groups");
     Node *xn = n->operand(0), *wn = n->operand(1);
     Buffer *x = inMemory(xn), *w = inMemory(wn);
+    if (opts_.rowMajorConvolution) {
+      if (x->strides != contiguousStrides(s_, x->shape))
+        x = realize(xn, values_.at(xn), BufferKind::Intermediate, -1, "_rows").buffer;
+      if (w->strides != contiguousStrides(s_, w->shape))
+        w = realize(wn, values_.at(wn), BufferKind::Intermediate, -1, "_rows").buffer;
+    }
     spec.input = x;
     spec.weight = w;
     size_t spatial = xn->shape().size() - 2;

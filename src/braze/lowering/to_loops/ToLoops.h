@@ -21,6 +21,9 @@ struct LoweringOptions {
   /// element as it loads it, so the GEMM library (cuBLASLt) takes them with an f32 result and
   /// the f32 copies are never stored. For targets whose GEMM takes half operands.
   bool widenedHalfMatMul = false;
+  /// A convolution reads its input and weight as row-major buffers, copying an operand in
+  /// another layout first (cuDNN's legacy API wants one layout for all three tensors).
+  bool rowMajorConvolution = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

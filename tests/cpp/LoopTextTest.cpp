@@ -199,6 +199,14 @@ TEST(LoopText, RoundTripsAConvolutionSpec) {
   EXPECT_EQ(c.conv->weight->name, "w");
   EXPECT_EQ(c.conv->groups, 2);
   expectRoundTrip(*p);
+  // A channels-last convolution is 2-d.
+  EXPECT_EQ(verifyProgram(*parseProgram(convProgram(
+                "conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2, layout=nhwc)"))),
+            "compute 0 (%y): a channels-last convolution must be 2-d");
+  EXPECT_NE(parseError(convProgram(
+                "conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2, layout=nchw)"))
+                .find("expected layout 'nhwc', found 'nchw'"),
+            std::string::npos);
   EXPECT_NE(parseError(convProgram("conv(%x, %w, stride=[2], padding=[1], groups=2)")).find(
                 "expected 'dilation'"),
             std::string::npos);

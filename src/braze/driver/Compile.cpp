@@ -117,10 +117,23 @@ Target targetFor(const CompileOptions &opts) {
                             opts.cuda->registerBytesPerSm);
 }
 
-LoweringOptions loweringFor(const CompileOptions &opts) {
+/// Whether some 4-d input of g is stored channels-last (C innermost, more than one channel).
+bool hasChannelsLastImage(Graph &g) {
+  for (Node *in : g.inputs()) {
+    const TensorType &t = in->type();
+    if (t.shape.size() == 4 && !t.strides.empty() && t.strides[1]->isConst(1) &&
+        !t.shape[1]->isConst(1) && t.strides != contiguousStrides(g.sym(), t.shape))
+      return true;
+  }
+  return false;
+}
+
+LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   LoweringOptions lo;
   lo.widenedHalfMatMul = opts.cuda.has_value();
   lo.rowMajorConvolution = opts.cuda.has_value();
+  // cuDNN's fast kernels are NHWC; a model fed channels-last images is kept channels-last.
+  lo.channelsLast = opts.cuda.has_value() && hasChannelsLastImage(g);
   return lo;
 }
 
@@ -134,7 +147,7 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   if (opts.log.has(LogStage::Decomposed))
     logBlock("decomposed", printGraph(g));
   Lowered l;
-  l.program = lowerToLoops(g, loweringFor(opts));
+  l.program = lowerToLoops(g, loweringFor(opts, g));
   std::string loopErr = loop::verifyProgram(*l.program);
   BRAZE_CHECK(loopErr.empty()) << "lowering produced an invalid loop program: " << loopErr;
   if (opts.log.has(LogStage::Loops))
@@ -272,7 +285,7 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   simplifyGraph(g, opts);
   if (stage == StageKind::Decomposed)
     return printGraph(g);
-  auto program = lowerToLoops(g, loweringFor(opts));
+  auto program = lowerToLoops(g, loweringFor(opts, g));
   if (stage == StageKind::Loops)
     return loop::printProgram(*program);
   sched::ScheduleOptions so;

@@ -99,12 +99,12 @@ private:
     size_t rank = c.out->shape.size();
     std::string n = "[" + std::to_string(rank) + "]", sp = "[" + std::to_string(rank - 2) + "]";
     w.line("static braze_dnnl_site site;");
-    w.line("const int64_t x_dims" + n + " = " + list(cv.input->shape) + ";");
-    w.line("const int64_t x_strides" + n + " = " + list(cv.input->strides) + ";");
+    w.line("const int64_t x_dims" + n + " = " + list(cv.logical(cv.input->shape)) + ";");
+    w.line("const int64_t x_strides" + n + " = " + list(cv.logical(cv.input->strides)) + ";");
     w.line("const int64_t w_dims" + n + " = " + list(cv.weight->shape) + ";");
     w.line("const int64_t w_strides" + n + " = " + list(cv.weight->strides) + ";");
-    w.line("const int64_t y_dims" + n + " = " + list(c.out->shape) + ";");
-    w.line("const int64_t y_strides" + n + " = " + list(c.out->strides) + ";");
+    w.line("const int64_t y_dims" + n + " = " + list(cv.logical(c.out->shape)) + ";");
+    w.line("const int64_t y_strides" + n + " = " + list(cv.logical(c.out->strides)) + ";");
     w.line("const int64_t stride" + sp + " = " + ints(cv.stride) + ";");
     w.line("const int64_t padding" + sp + " = " + ints(cv.padding) + ";");
     w.line("const int64_t dilation" + sp + " = " + ints(cv.dilation) + ";");

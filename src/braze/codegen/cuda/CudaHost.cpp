@@ -101,9 +101,10 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   w.line("{");
   w.indent();
   w.line("const BrazeConv c = {" + std::to_string(code) + ", " +
-         std::to_string(c.out->shape.size()) + ", " + list(cv.input->shape) + ", " +
-         list(cv.input->strides) + ", " + list(cv.weight->shape) + ", " +
-         list(cv.weight->strides) + ", " + list(c.out->shape) + ", " + list(c.out->strides) +
+         std::to_string(c.out->shape.size()) + ", " + list(cv.logical(cv.input->shape)) + ", " +
+         list(cv.logical(cv.input->strides)) + ", " + list(cv.weight->shape) + ", " +
+         list(cv.weight->strides) + ", " + list(cv.logical(c.out->shape)) + ", " +
+         list(cv.logical(c.out->strides)) +
          ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
          ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(cv.input) + ", " +
          ptr(cv.weight) + ", " + ptr(c.out) + "};");

@@ -118,6 +118,14 @@ struct ConvSpec {
   const Buffer *input = nullptr, *weight = nullptr;
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
+  /// 2-d only: the input and the result are stored [N, H, W, C] (their buffers' shapes), and
+  /// the weight's C is innermost.
+  bool channelsLast = false;
+
+  /// The sizes or strides of the input or the result buffer in logical order [N, C, spatial..].
+  std::vector<SymExpr> logical(const std::vector<SymExpr> &xs) const {
+    return channelsLast ? std::vector<SymExpr>{xs[0], xs[3], xs[1], xs[2]} : xs;
+  }
 };
 
 /// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the

@@ -225,7 +225,7 @@ private:
     c->conv = std::move(conv);
   }
 
-  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g)`
+  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`
   ConvSpec convSpec() {
     expectWord("conv");
     expect('(');
@@ -243,6 +243,16 @@ private:
     expectWord("groups");
     expect('=');
     c.groups = integer();
+    if (consumeIf(',')) {
+      expectWord("layout");
+      expect('=');
+      skipSpace();
+      size_t at = pos_;
+      std::string layout = word("a layout");
+      if (layout != "nhwc")
+        fail(at, "expected layout 'nhwc', found '" + layout + "'");
+      c.channelsLast = true;
+    }
     expect(')');
     return c;
   }

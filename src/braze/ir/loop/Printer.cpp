@@ -133,11 +133,12 @@ std::string intList(const std::vector<int64_t> &xs) {
   return s + "]";
 }
 
-/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g)`
+/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`
 std::string convText(const ConvSpec &c) {
   return "conv(" + bufferName(c.input) + ", " + bufferName(c.weight) + ", stride=" +
          intList(c.stride) + ", padding=" + intList(c.padding) + ", dilation=" +
-         intList(c.dilation) + ", groups=" + std::to_string(c.groups) + ")";
+         intList(c.dilation) + ", groups=" + std::to_string(c.groups) +
+         (c.channelsLast ? ", layout=nhwc)" : ")");
 }
 
 } // namespace

@@ -183,6 +183,8 @@ private:
     size_t rank = c.out->shape.size();
     if (rank < 3 || cv.input->shape.size() != rank || cv.weight->shape.size() != rank)
       return failHere("convolution input, weight and result must have one rank of at least 3");
+    if (cv.channelsLast && rank != 4)
+      return failHere("a channels-last convolution must be 2-d");
     size_t spatial = rank - 2;
     for (const auto *list : {&cv.stride, &cv.padding, &cv.dilation})
       if (list->size() != spatial)
@@ -193,7 +195,9 @@ private:
         return failHere("convolution stride and dilation must be >= 1 and padding >= 0");
     if (cv.groups < 1)
       return failHere("convolution groups must be >= 1");
-    const auto &x = cv.input->shape, &w = cv.weight->shape, &y = c.out->shape;
+    // In logical order [N, C, spatial..] (a channels-last buffer is stored [N, H, W, C]).
+    const std::vector<SymExpr> x = cv.logical(cv.input->shape), y = cv.logical(c.out->shape);
+    const std::vector<SymExpr> &w = cv.weight->shape;
     SymExpr g = ctx_.constant(cv.groups);
     bool ok = y[0] == x[0] && y[1] == w[0] && ctx_.mul(w[1], g) == x[1] &&
               ctx_.mul(ctx_.floordiv(w[0], g), g) == w[0];

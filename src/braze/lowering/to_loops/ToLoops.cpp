@@ -149,8 +149,54 @@ private:
   Value settle(Node *n, Value v) {
     bool shared = users_[n] > 1 && v.cost > opts_.inlineCostLimit;
     if (shared || v.cost > opts_.maxInlineOps)
-      return realize(n, v, BufferKind::Intermediate, -1);
+      return opts_.channelsLast && n->rank() == 4 ? nhwcValue(realizeNhwc(n, v))
+                                                  : realize(n, v, BufferKind::Intermediate, -1);
     return v;
+  }
+
+  // ---- Channels-last mode (LoweringOptions::channelsLast) ------------------------------------
+  // A 4-d value stored for a convolution, or because several ops read it, lives in a buffer
+  // shaped [N, H, W, C], so the kernels that write and read it run along C.
+
+  static Index toNhwc(const Index &i) { return {i[0], i[2], i[3], i[1]}; }
+  static Index fromNhwc(const Index &f) { return {f[0], f[3], f[1], f[2]}; }
+
+  Value nhwcValue(Buffer *b) {
+    DType compute = computeType(b->dtype);
+    return Value{[this, b, compute](const Index &idx) {
+                   return ex_.cast(ex_.load(b, linearIndex(s_, toNhwc(idx), b->strides)), compute);
+                 },
+                 nullptr, 0, true};
+  }
+
+  /// n's values in a [N, H, W, C] buffer (made once per node).
+  Buffer *realizeNhwc(Node *n, const Value &v) {
+    if (auto it = nhwc_.find(n); it != nhwc_.end())
+      return it->second;
+    Buffer *b = p_->addBuffer(n->name() + "_nhwc", n->dtype(), toNhwc(n->shape()),
+                              BufferKind::Intermediate);
+    Index f;
+    std::vector<SymExpr> vars = freshVars(b->shape, "i", f);
+    p_->addComputation(b, vars, {}, ReduceKind::None, v.load(fromNhwc(f)));
+    return nhwc_[n] = b;
+  }
+
+  /// A convolution weight [O, C, kh, kw] stored with C innermost (cuDNN's NHWC filter layout),
+  /// copying it if it is not.
+  Buffer *channelsLastWeight(Node *n) {
+    Buffer *w = inMemory(n);
+    std::vector<SymExpr> st = n->shape(), want(4);
+    want[1] = s_.constant(1);
+    want[3] = st[1];
+    want[2] = s_.mul(st[1], st[3]);
+    want[0] = s_.mul(want[2], st[2]);
+    if (w->strides == want)
+      return w;
+    Buffer *b = p_->addBuffer(n->name() + "_cl", n->dtype(), st, BufferKind::Intermediate, -1, want);
+    Index full;
+    std::vector<SymExpr> vars = freshVars(st, "i", full);
+    p_->addComputation(b, vars, {}, ReduceKind::None, values_.at(n).load(full));
+    return b;
   }
 
   Value lower(Node *n) {
@@ -492,8 +538,10 @@ private:
     spec.dilation = a.getInts("dilation");
     spec.groups = a.getInt("groups");
     Node *xn = n->operand(0), *wn = n->operand(1);
-    Buffer *x = inMemory(xn), *w = inMemory(wn);
-    if (opts_.rowMajorConvolution) {
+    spec.channelsLast = opts_.channelsLast && xn->rank() == 4;
+    Buffer *x = spec.channelsLast ? realizeNhwc(xn, values_.at(xn)) : inMemory(xn);
+    Buffer *w = spec.channelsLast ? channelsLastWeight(wn) : inMemory(wn);
+    if (opts_.rowMajorConvolution && !spec.channelsLast) {
       if (x->strides != contiguousStrides(s_, x->shape))
         x = realize(xn, values_.at(xn), BufferKind::Intermediate, -1, "_rows").buffer;
       if (w->strides != contiguousStrides(s_, w->shape))
@@ -503,10 +551,13 @@ private:
     spec.weight = w;
     size_t spatial = xn->shape().size() - 2;
     bool bias = a.getBool("bias");
-    Buffer *out = p_->addBuffer(bias ? n->name() + "_nobias" : n->name(), n->dtype(), n->shape(),
+    Buffer *out = p_->addBuffer(bias ? n->name() + "_nobias" : n->name(), n->dtype(),
+                                spec.channelsLast ? toNhwc(n->shape()) : n->shape(),
                                 BufferKind::Intermediate);
     Index o, r;
-    std::vector<SymExpr> vars = freshVars(n->shape(), "i", o);
+    std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
+    if (spec.channelsLast)
+      o = fromNhwc(o);
     std::vector<SymExpr> redExtents{wn->shape()[1]};
     redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
     std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
@@ -536,16 +587,22 @@ private:
       const Expr *both = ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
       inside = inside ? ex_.op(ScalarOpKind::LogicalAnd, {inside, both}, DType::Bool) : both;
     }
+    if (spec.channelsLast)
+      xi = toNhwc(xi);
     const Expr *xv = ex_.cast(ex_.load(x, linearIndex(s_, xi, x->strides)), t);
     if (inside)
       xv = ex_.op(ScalarOpKind::Where, {inside, xv, ex_.constant(0, t)}, t);
     const Expr *wv = ex_.cast(ex_.load(w, linearIndex(s_, wi, w->strides)), t);
     loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
                                               ex_.op(ScalarOpKind::Mul, {xv, wv}, t));
+    bool channelsLast = spec.channelsLast;
     c->conv = std::move(spec);
-    Value conv = bufferValue(out);
-    if (!bias)
+    Value conv = channelsLast ? nhwcValue(out) : bufferValue(out);
+    if (!bias) {
+      if (channelsLast)
+        nhwc_[n] = out;
       return conv;
+    }
     const Value &b = operandValue(n, 2);
     return settle(n, lazy([this, conv, &b, t](const Index &idx) {
                     return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
@@ -642,6 +699,7 @@ private:
   sym::SymContext &s_;
   loop::ExprContext &ex_;
   std::unordered_map<const Node *, Value> values_;
+  std::unordered_map<const Node *, Buffer *> nhwc_; ///< channels-last copies, by node
   std::unordered_map<const Node *, int> users_;
 };
 

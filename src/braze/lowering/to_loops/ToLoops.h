@@ -24,6 +24,10 @@ struct LoweringOptions {
   /// A convolution reads its input and weight as row-major buffers, copying an operand in
   /// another layout first (cuDNN's legacy API wants one layout for all three tensors).
   bool rowMajorConvolution = false;
+  /// 2-d convolutions run channels-last (loop::ConvSpec::channelsLast), and 4-d values stored
+  /// for them or for several readers are stored [N, H, W, C]: for a graph whose image input is
+  /// channels-last, as eager keeps such a model.
+  bool channelsLast = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

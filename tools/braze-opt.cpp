@@ -2,7 +2,7 @@
 /// the pipeline, and writes the result to stdout. The text tests (tests/lit) drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--dnnl] [--cudnn] [--help]
+///             [--no-fuse] [--cuda] [--dnnl] [--cudnn] [--tf32] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the graph.
@@ -40,6 +40,7 @@ struct ToolOptions {
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
+  bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
   bool help = false;
 };
 
@@ -77,7 +78,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--cudnn] [--help]\n"
+        " [--dnnl] [--cudnn] [--tf32] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline.\n"
@@ -89,6 +90,7 @@ std::string usageText() {
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them\n"
+        "  --tf32          with --cuda: let f32 GEMMs and convolutions use TF32\n"
         "  --help          show this message\n"
         "\n"
         "passes:\n";
@@ -130,6 +132,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.dnnl = true;
     } else if (arg == "--cudnn") {
       o.cudnn = true;
+    } else if (arg == "--tf32") {
+      o.tf32 = true;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {
@@ -178,10 +182,12 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if (tool.cudnn && !tool.cuda)
-    BRAZE_USER_ERROR("--cudnn", "") << "--cudnn needs --cuda";
+  if ((tool.cudnn || tool.tf32) && !tool.cuda)
+    BRAZE_USER_ERROR(tool.cudnn ? "--cudnn" : "--tf32", "") << "it needs --cuda";
   if (tool.cudnn)
     opts.cuda->cudnnLibrary = "libcudnn.so.9";
+  if (tool.tf32)
+    opts.cuda->matmulTf32 = opts.cuda->convTf32 = true;
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
   std::cout << braze::printStage(*g, tool.stage, opts);

@@ -366,7 +366,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=_dnnl_library() if opts.dnnl else None)
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
-        compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.device_options(device.index))
+        compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     with _stats_lock:  # partitions compile on several threads
         _compile_times.update(compiled.times)
@@ -414,7 +414,9 @@ def _check_cuda_codegen(graph):
     nvrtc = cuda_support.nvrtc_library()
     if nvrtc is None:
         raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
-    device, host = graph.generate_cuda({"cc": 90, "sms": 132})
+    device, host = graph.generate_cuda({"cc": 90, "sms": 132,
+                                        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                                        "conv_tf32": bool(torch.backends.cudnn.allow_tf32)})
     with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
         _C.nvrtc_compile(device, nvrtc, 90, tmp)
         path = os.path.join(tmp, "host.cpp")

@@ -81,6 +81,15 @@ def device_options(index):
     }
 
 
+def compile_options(index):
+    """device_options plus PyTorch's precision flags as they are now: f32 products and
+    convolutions may use TF32 where eager's would."""
+    d = dict(device_options(index))
+    d["matmul_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+    d["conv_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+    return d
+
+
 def unavailable_reason(device):
     """None when braze can compile for `device`, else why not."""
     if not torch.cuda.is_available():

@@ -77,6 +77,27 @@ def test_generated_cuda_compiles_with_dynamic_sizes():
 
 
 @needs_nvrtc
+@pytest.mark.parametrize("tf32", [False, True])
+def test_f32_products_follow_the_tf32_flag(tf32):
+    """An f32 product may use TF32 exactly when torch.backends.cuda.matmul.allow_tf32 (or
+    torch.set_float32_matmul_precision) allowed it when the graph was compiled."""
+    fn = lambda a, b: a @ b
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=lambda gm, ex: braze.braze_backend(
+            gm, ex, Options(cuda_codegen_only=True, strict=True)))
+        a, b = torch.randn(64, 32), torch.randn(32, 48)
+        _, sources = braze.run_and_get_code(compiled, a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    gemms = [line for s in sources for line in s.splitlines() if "BrazeGemm g = {" in line]
+    assert gemms, "the product did not go to cuBLASLt"
+    assert all(line.rstrip().endswith(", 1};" if tf32 else ", 0};") for line in gemms), gemms
+
+
+@needs_nvrtc
 def test_nvrtc_reports_errors_with_the_log(tmp_path):
     with pytest.raises(braze.InternalError, match="(?s)failed to compile.*undefined_name"):
         braze._C.nvrtc_compile('extern "C" __global__ void k() { undefined_name(); }',

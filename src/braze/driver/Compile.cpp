@@ -117,6 +117,13 @@ Target targetFor(const CompileOptions &opts) {
                             opts.cuda->registerBytesPerSm);
 }
 
+codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
+  codegen::CudaCodegenOptions o;
+  o.matmulTf32 = cuda.matmulTf32;
+  o.convTf32 = cuda.convTf32;
+  return o;
+}
+
 /// Whether some 4-d input of g is stored channels-last (C innermost, more than one channel).
 bool hasChannelsLastImage(Graph &g) {
   for (Node *in : g.inputs()) {
@@ -158,7 +165,7 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts) {
   if (opts.log.has(LogStage::Schedule))
     logBlock("schedule", sched::printSchedule(l.schedule));
   if (opts.cuda) {
-    l.cuda = codegen::generateCuda(l.schedule);
+    l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
     if (opts.log.has(LogStage::OutputCode))
       logBlock("output_code", l.cuda.device + "\n" + l.cuda.host);
     return l;
@@ -294,7 +301,7 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   if (stage == StageKind::Schedule)
     return sched::printSchedule(s);
   if (opts.cuda) {
-    codegen::CudaGeneratedSource c = codegen::generateCuda(s);
+    codegen::CudaGeneratedSource c = codegen::generateCuda(s, cudaCodegenFor(*opts.cuda));
     return c.device + "\n" + c.host;
   }
   codegen::CpuCodegenOptions co;

@@ -37,6 +37,10 @@ struct CompileOptions {
     /// cuDNN (libcudnn.so.*): convolutions stay whole and run through it; empty: they
     /// decompose into im2col and matrix products.
     std::string cudnnLibrary;
+    /// PyTorch's precision flags when the graph is compiled: f32 GEMMs may use TF32
+    /// (torch.backends.cuda.matmul.allow_tf32), f32 convolutions may
+    /// (torch.backends.cudnn.allow_tf32).
+    bool matmulTf32 = false, convTf32 = false;
   };
   std::optional<Cuda> cuda;
 

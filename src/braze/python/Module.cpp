@@ -39,6 +39,10 @@ CompileOptions::Cuda cudaOptions(const nb::dict &d) {
     c.cublasLtLibrary = nb::cast<std::string>(d["cublaslt"]);
   if (d.contains("cudnn"))
     c.cudnnLibrary = nb::cast<std::string>(d["cudnn"]);
+  if (d.contains("matmul_tf32"))
+    c.matmulTf32 = nb::cast<bool>(d["matmul_tf32"]);
+  if (d.contains("conv_tf32"))
+    c.convTf32 = nb::cast<bool>(d["conv_tf32"]);
   return c;
 }
 

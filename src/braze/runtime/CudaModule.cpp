@@ -312,6 +312,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     p.bias = g->bias;
     p.batch = g->batch;
     p.strideA = g->strideA, p.strideB = g->strideB, p.strideC = g->strideC;
+    p.allowTf32 = g->allowTf32 != 0;
     foldBatchIntoRows(p);
     std::string e = paddedRows(st.padded, p)
                     ? gemmInRowChunks(*st.lt, st.padded, st.workspace, st.stream, p)
@@ -338,6 +339,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     for (int i = 0; i + 2 < c->rank; ++i)
       p.stride[i] = c->stride[i], p.padding[i] = c->padding[i], p.dilation[i] = c->dilation[i];
     p.x = c->x, p.w = c->w, p.y = c->y;
+    p.allowTf32 = c->allowTf32 != 0;
     switch (st.dnn->conv(p, st.stream, st.convWorkspace, Cudnn::recommendedWorkspaceBytes(),
                          st.failure)) {
     case ConvStatus::Done:

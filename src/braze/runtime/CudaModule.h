@@ -25,6 +25,7 @@ struct CudaGemmCall {
   int64_t batch;    ///< matrices, each stride{A,B,C} elements after the one before
   int64_t strideA, strideB, strideC;
   int outDtype; ///< of C: dtype, or 0 (f32) for f16/bf16 operands
+  int allowTf32; ///< f32: inputs may be rounded to TF32
 };
 /// A convolution (runtime::ConvProblem's fields, in logical order).
 struct CudaConvCall {
@@ -35,6 +36,7 @@ struct CudaConvCall {
   int64_t stride[3], padding[3], dilation[3];
   const void *x, *w;
   void *y;
+  int allowTf32; ///< f32: cuDNN may use TF32
 };
 struct CudaApi {
   void *ctx;

@@ -75,7 +75,8 @@ struct VectorLoad {
 
 class CudaEmitter {
 public:
-  explicit CudaEmitter(const sched::Schedule &s) : s_(s), names_(s), sym_(s.program->sym()) {}
+  CudaEmitter(const sched::Schedule &s, const CudaCodegenOptions &opts)
+      : s_(s), opts_(opts), names_(s), sym_(s.program->sym()) {}
 
   CudaGeneratedSource run() {
     CudaGeneratedSource out;
@@ -89,10 +90,10 @@ public:
       std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
         out.usesGemm = true;
-        calls.push_back(gemmStatement(sym_, names_, k, launch));
+        calls.push_back(gemmStatement(sym_, names_, k, launch, opts_.matmulTf32));
       } else if (k.conv) {
         out.usesConv = true;
-        calls.push_back(convStatement(names_, k, launch));
+        calls.push_back(convStatement(names_, k, launch, opts_.convTf32));
       } else {
         calls.push_back(launch);
       }
@@ -795,6 +796,7 @@ private:
   }
 
   const sched::Schedule &s_;
+  CudaCodegenOptions opts_;
   Names names_;
   sym::SymContext &sym_;
   int next_ = 0;
@@ -803,9 +805,9 @@ private:
 
 } // namespace
 
-CudaGeneratedSource generateCuda(const sched::Schedule &s) {
+CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts) {
   BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "generateCuda needs a CUDA target";
-  return CudaEmitter(s).run();
+  return CudaEmitter(s, opts).run();
 }
 
 } // namespace braze::codegen

@@ -20,8 +20,14 @@ struct CudaGeneratedSource {
   bool checksIndices = false;       ///< some kernel bounds-checks an index (sets the error flag)
 };
 
+/// What PyTorch's precision flags allow the libraries (read when a graph is compiled).
+struct CudaCodegenOptions {
+  bool matmulTf32 = false; ///< f32 GEMMs may round inputs to TF32 (torch.backends.cuda.matmul)
+  bool convTf32 = false;   ///< f32 convolutions may use TF32 (torch.backends.cudnn.allow_tf32)
+};
+
 /// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).
-CudaGeneratedSource generateCuda(const sched::Schedule &s);
+CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts = {});
 
 /// Helper functions every CUDA module starts with (exposed for the NVRTC tests).
 std::string cudaPrelude();

@@ -33,7 +33,7 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
 }
 
 std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::Kernel &k,
-                          const std::string &fallback) {
+                          const std::string &fallback, bool tf32) {
   const sched::GemmCall &g = *k.gemm;
   const sched::StridedBatch run = sched::stridedBatch(sc, g);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
@@ -65,7 +65,8 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
          std::to_string(g.b->id) + "] + (" + ix(run.offB) + ") * " + esz + ", ldb, (char*)bufs[" +
          std::to_string(g.c->id) + "] + (" + ix(run.offC) + ") * " + cesz + ", ldc, " +
          (g.bias ? "bufs[" + std::to_string(g.bias->id) + "]" : std::string("nullptr")) +
-         ", batch, " + ix(run.strideA) + ", " + ix(run.strideB) + ", " + ix(run.strideC) + ", " + code(g.outDtype) + "};");
+         ", batch, " + ix(run.strideA) + ", " + ix(run.strideB) + ", " + ix(run.strideC) + ", " +
+         code(g.outDtype) + ", " + (tf32 && g.dtype == DType::Float32 ? "1" : "0") + "};");
   w.line("err = api->gemm(api->ctx, &g);");
   for (size_t i = 0; i < run.outer; ++i) {
     w.dedent();
@@ -78,7 +79,8 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
   return out;
 }
 
-std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback) {
+std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
+                          bool tf32) {
   const loop::Computation &c = *k.conv;
   const loop::ConvSpec &cv = *c.conv;
   DType t = c.out->dtype;
@@ -107,7 +109,7 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
          list(cv.logical(c.out->strides)) +
          ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
          ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(cv.input) + ", " +
-         ptr(cv.weight) + ", " + ptr(c.out) + "};");
+         ptr(cv.weight) + ", " + ptr(c.out) + ", " + (tf32 && code == 0 ? "1" : "0") + "};");
   w.line("err = api->conv(api->ctx, &c);");
   w.line("if (err == 1) {");
   w.line("  err = 0;");
@@ -137,6 +139,7 @@ struct BrazeGemm {
   int64_t batch; // matrices, each stride{A,B,C} elements after the one before
   int64_t strideA, strideB, strideC;
   int outDtype; // of C, as dtype: dtype, or f32 for f16/bf16 operands
+  int allowTf32; // f32: inputs may be rounded to TF32
 };
 struct BrazeConv {
   int dtype; // as BrazeGemm's
@@ -145,6 +148,7 @@ struct BrazeConv {
   int64_t groups;
   int64_t stride[3], padding[3], dilation[3];
   const void* x; const void* w; void* y;
+  int allowTf32; // f32: cuDNN may use TF32
 };
 struct BrazeCudaApi {
   void* ctx;

@@ -20,12 +20,14 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
 /// The cuBLASLt calls for a matrix-product kernel: one strided-batched call per point of the
 /// batch variables that do not collapse into one run (sched::stridedBatch), or `fallback` (the
 /// loop kernel's launch) when the layout is not one cuBLASLt takes.
+/// `tf32`: f32 products may round their inputs to TF32.
 std::string gemmStatement(sym::SymContext &s, const Names &names, const sched::Kernel &k,
-                          const std::string &fallback);
+                          const std::string &fallback, bool tf32);
 
 /// The cuDNN call for a convolution kernel, or `fallback` (the loop kernel's launch) where
-/// cuDNN declines it.
-std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback);
+/// cuDNN declines it. `tf32`: f32 convolutions may use TF32.
+std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
+                          bool tf32);
 
 /// The module's host source: the callback types, then the module ABI with `calls` in braze_run.
 std::string hostSource(const sched::Schedule &s, Names &names,

@@ -1,6 +1,8 @@
 """CPU f32 convolutions through oneDNN (the onednn-cpu-gomp wheel): every form of convolution
 matches eager, runs as a library call (no im2col in the generated code), and the im2col path
 (Options(dnnl=False)) still matches too."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -118,3 +120,59 @@ def test_weight_changes_between_calls_are_seen():
     torch.testing.assert_close(c(x, w), fn(x, w), rtol=1e-4, atol=1e-4)
     w.mul_(-0.5)
     torch.testing.assert_close(c(x, w), fn(x, w), rtol=1e-4, atol=1e-4)
+
+
+class _Block(torch.nn.Module):
+    """A residual block and an inverted-residual (depthwise) block: enough convolutions for
+    braze to run the graph channels-last inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, 2, 1), torch.nn.BatchNorm2d(16),
+                                        torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
+        self.a = torch.nn.Conv2d(16, 16, 3, 1, 1, bias=False)
+        self.b = torch.nn.Conv2d(16, 16, 3, 1, 1, bias=False)
+        self.expand = torch.nn.Conv2d(16, 48, 1)
+        self.dw = torch.nn.Conv2d(48, 48, 3, 2, 1, groups=48)
+        self.project = torch.nn.Conv2d(48, 24, 1)
+        for m in self.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.b(torch.relu(self.a(x))))
+        y = self.project(torch.nn.functional.relu6(self.dw(torch.nn.functional.relu6(self.expand(x)))))
+        return y, y.mean((2, 3)), x[:, :, 1:3]
+
+
+@pytest.mark.parametrize("channels_last_input", [False, True])
+def test_cnn_runs_channels_last_inside(channels_last_input):
+    torch.manual_seed(6)
+    m = _Block().eval()
+    x = torch.randn(2, 3, 33, 31)
+    if channels_last_input:
+        x = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out, sources = braze.run_and_get_code(_compile(m), x)
+        ref = m(x)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # A channels-last convolution hands oneDNN an input whose channel stride is 1.
+    nhwc = re.compile(r"x_strides\[4\] = \{[^,]+, INT64_C\(1\),")
+    assert any(nhwc.search(s) for s in sources), "the graph did not run channels-last"
+
+
+def test_cnn_channels_last_training():
+    torch.manual_seed(7)
+    m = _Block().train()
+    x = torch.randn(2, 3, 17, 17, requires_grad=True)
+    out = _compile(m)(x)
+    ref = m(x)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    grads = torch.autograd.grad(sum(o.sum() for o in out), [x] + list(m.parameters()))
+    refs = torch.autograd.grad(sum(o.sum() for o in ref), [x] + list(m.parameters()))
+    for a, b in zip(grads, refs):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)

@@ -139,8 +139,18 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   LoweringOptions lo;
   lo.widenedHalfMatMul = opts.cuda.has_value();
   lo.rowMajorConvolution = opts.cuda.has_value();
-  // cuDNN's fast kernels are NHWC; a model fed channels-last images is kept channels-last.
-  lo.channelsLast = opts.cuda.has_value() && hasChannelsLastImage(g);
+  // cuDNN's fast kernels are NHWC: a model fed channels-last images is kept channels-last.
+  // oneDNN's are too (its NCHW path unfolds windows): a CNN of a few convolutions runs
+  // channels-last inside whatever its input's layout.
+  if (opts.cuda) {
+    lo.channelsLast = hasChannelsLastImage(g);
+    lo.channelsLastWeights = true;
+  } else if (!opts.dnnlLibrary.empty()) {
+    int convolutions = 0;
+    for (const auto &n : g.nodes())
+      convolutions += n->op() == OpKind::Convolution && n->rank() == 4;
+    lo.channelsLast = convolutions >= 3;
+  }
   return lo;
 }
 

@@ -114,11 +114,9 @@ static bool braze_dnnl_adapt(const void* pd, int what, braze_dnnl_operand& op, b
   return ok && op.scratch;
 }
 
-/// Picks the primitive:
-///   - on the buffers as they are, unless oneDNN has only its reference kernel for them, or
-///     (for a depthwise convolution) only its im2col-and-gemm one;
-///   - else on the layouts oneDNN chooses for the weight (and, for a depthwise convolution, for
-///     the input and result too), reordering around the call.
+/// Picks the primitive: on the buffers as they are, or, where oneDNN has only its reference or
+/// its unfold-and-gemm kernel for them, on the layouts it chooses for the weight (and then for
+/// every operand), reordering around the call.
 static braze_dnnl_plan* braze_dnnl_make_plan(int rank, const int64_t* xd, const int64_t* xs,
     const int64_t* wd, const int64_t* ws, const int64_t* yd, const int64_t* ys, int64_t groups,
     const int64_t* stride, const int64_t* padding, const int64_t* dilation) {
@@ -156,30 +154,39 @@ static braze_dnnl_plan* braze_dnnl_make_plan(int rank, const int64_t* xd, const 
       dnnl_memory_desc_create_with_strides(&p->y.md, rank, yd, braze_dnnl_f32, ys) != 0 ||
       dnnl_memory_desc_create_with_strides(&p->w.md, wrank, wdims, braze_dnnl_f32, wstrides) != 0)
     return nullptr; // the plan's pieces are leaked: this happens at most once per site
-  bool depthwise = groups > 1 && wd[1] == 1;
-  p->conv_pd = braze_dnnl_conv_pd(p->x.md, p->w.md, p->y.md, st, dl, pl, pr);
-  if (!p->conv_pd || braze_dnnl_has(p->conv_pd, "ref") ||
-      (depthwise && braze_dnnl_has(p->conv_pd, "gemm"))) {
-    void *wany = nullptr, *xany = nullptr, *yany = nullptr;
-    dnnl_memory_desc_create_with_tag(&wany, wrank, wdims, braze_dnnl_f32, braze_dnnl_any);
-    if (depthwise) {
-      dnnl_memory_desc_create_with_tag(&xany, rank, xd, braze_dnnl_f32, braze_dnnl_any);
-      dnnl_memory_desc_create_with_tag(&yany, rank, yd, braze_dnnl_f32, braze_dnnl_any);
-    }
-    void* pd = wany ? braze_dnnl_conv_pd(xany ? xany : p->x.md, wany, yany ? yany : p->y.md, st,
-                                         dl, pl, pr)
-                    : nullptr;
-    if (pd && !braze_dnnl_has(pd, "ref")) {
-      if (p->conv_pd)
-        dnnl_primitive_desc_destroy(p->conv_pd);
+  // Candidates: the buffers as they are; the weight in oneDNN's layout; every operand in
+  // oneDNN's layouts. The first that runs neither the reference kernel nor the unfold-and-gemm
+  // one wins, else the first that is not the reference.
+  void* mds[3][3] = {{p->x.md, p->w.md, p->y.md}, {p->x.md, nullptr, p->y.md},
+                     {nullptr, nullptr, nullptr}};
+  void* owned[3] = {nullptr, nullptr, nullptr};
+  dnnl_memory_desc_create_with_tag(&owned[0], rank, xd, braze_dnnl_f32, braze_dnnl_any);
+  dnnl_memory_desc_create_with_tag(&owned[1], wrank, wdims, braze_dnnl_f32, braze_dnnl_any);
+  dnnl_memory_desc_create_with_tag(&owned[2], rank, yd, braze_dnnl_f32, braze_dnnl_any);
+  mds[1][1] = mds[2][1] = owned[1];
+  mds[2][0] = owned[0];
+  mds[2][2] = owned[2];
+  void* fallback = nullptr;
+  for (int c = 0; c < 3 && !p->conv_pd; ++c) {
+    if (!mds[c][0] || !mds[c][1] || !mds[c][2])
+      continue;
+    void* pd = braze_dnnl_conv_pd(mds[c][0], mds[c][1], mds[c][2], st, dl, pl, pr);
+    if (!pd)
+      continue;
+    if (!braze_dnnl_has(pd, "ref") && !braze_dnnl_has(pd, "gemm"))
       p->conv_pd = pd;
-    } else if (pd) {
+    else if (!fallback && !braze_dnnl_has(pd, "ref"))
+      fallback = pd;
+    else
       dnnl_primitive_desc_destroy(pd);
-    }
-    for (void* md : {wany, xany, yany})
-      if (md)
-        dnnl_memory_desc_destroy(md);
   }
+  if (!p->conv_pd)
+    p->conv_pd = fallback;
+  else if (fallback)
+    dnnl_primitive_desc_destroy(fallback);
+  for (void* md : owned)
+    if (md)
+      dnnl_memory_desc_destroy(md);
   if (!p->conv_pd || !braze_dnnl_adapt(p->conv_pd, braze_dnnl_src_md, p->x, false) ||
       !braze_dnnl_adapt(p->conv_pd, braze_dnnl_weights_md, p->w, false) ||
       !braze_dnnl_adapt(p->conv_pd, braze_dnnl_dst_md, p->y, true) ||

@@ -118,8 +118,8 @@ struct ConvSpec {
   const Buffer *input = nullptr, *weight = nullptr;
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
-  /// 2-d only: the input and the result are stored [N, H, W, C] (their buffers' shapes), and
-  /// the weight's C is innermost.
+  /// 2-d only: the input and the result are stored [N, H, W, C] (their buffers' shapes); the
+  /// weight keeps its logical shape, in the layout its strides say.
   bool channelsLast = false;
 
   /// The sizes or strides of the input or the result buffer in logical order [N, C, spatial..].

@@ -540,7 +540,8 @@ private:
     Node *xn = n->operand(0), *wn = n->operand(1);
     spec.channelsLast = opts_.channelsLast && xn->rank() == 4;
     Buffer *x = spec.channelsLast ? realizeNhwc(xn, values_.at(xn)) : inMemory(xn);
-    Buffer *w = spec.channelsLast ? channelsLastWeight(wn) : inMemory(wn);
+    Buffer *w =
+        spec.channelsLast && opts_.channelsLastWeights ? channelsLastWeight(wn) : inMemory(wn);
     if (opts_.rowMajorConvolution && !spec.channelsLast) {
       if (x->strides != contiguousStrides(s_, x->shape))
         x = realize(xn, values_.at(xn), BufferKind::Intermediate, -1, "_rows").buffer;

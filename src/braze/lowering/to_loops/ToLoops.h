@@ -28,6 +28,9 @@ struct LoweringOptions {
   /// for them or for several readers are stored [N, H, W, C]: for a graph whose image input is
   /// channels-last, as eager keeps such a model.
   bool channelsLast = false;
+  /// Channels-last convolutions read a weight with C innermost, copying one that is not
+  /// (cuDNN's NHWC filter layout; oneDNN reorders the weight itself).
+  bool channelsLastWeights = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

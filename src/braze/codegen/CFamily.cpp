@@ -336,9 +336,9 @@ std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymEx
   case SymKind::Mod:
     return "braze_remainder_int(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
   case SymKind::Min:
-    return "std::min<int64_t>(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return "braze_imin(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
   case SymKind::Max:
-    return "std::max<int64_t>(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return "braze_imax(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
   }
   BRAZE_UNREACHABLE("bad SymKind");
 }
@@ -386,9 +386,13 @@ static inline uint16_t braze_f2bf(float f) {
 
 /// Helpers shared by every C-family target; BRAZE_FN is the target's inline-function prefix and
 /// std:: names the target's math library.
-/// Integer floor division and remainder: what index expressions (indexExpr) call, in kernels and
-/// in host code alike.
-const char *kIndexHelpers = R"PRELUDE(template <typename T> BRAZE_FN T braze_floordiv_int(T a, T b) {
+/// Integer floor division, remainder, min and max: what index expressions (indexExpr) call, in
+/// kernels and in host code alike. min and max take values, not references (std::min's
+/// reference parameters make GCC keep per-lane temporaries in memory inside `omp simd` loops,
+/// which stops their vectorization).
+const char *kIndexHelpers = R"PRELUDE(BRAZE_FN int64_t braze_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+BRAZE_FN int64_t braze_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+template <typename T> BRAZE_FN T braze_floordiv_int(T a, T b) {
   if (b == 0) return 0;
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;

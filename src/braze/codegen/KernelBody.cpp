@@ -100,6 +100,20 @@ std::string ExprWriter::emit(const loop::Expr *e) {
   return name;
 }
 
+std::string cIndexList(const Names &names, const std::vector<sym::SymExpr> &xs) {
+  std::string s = "{";
+  for (size_t i = 0; i < xs.size(); ++i)
+    s += (i ? ", " : "") + names.index(xs[i]);
+  return s + "}";
+}
+
+std::string cIntList(const std::vector<int64_t> &xs) {
+  std::string s = "{";
+  for (size_t i = 0; i < xs.size(); ++i)
+    s += (i ? ", " : "") + std::string("INT64_C(") + std::to_string(xs[i]) + ")";
+  return s + "}";
+}
+
 void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int> &used,
                        std::vector<sym::SymExpr> &syms) {
   auto addSyms = [&](sym::SymExpr e) {

@@ -80,6 +80,12 @@ private:
   std::string errorStatement_ = "__atomic_store_n(err, 1, __ATOMIC_RELAXED);";
 };
 
+/// `{e0, e1, ...}`: index expressions as a C initializer list.
+std::string cIndexList(const Names &names, const std::vector<sym::SymExpr> &xs);
+/// `{INT64_C(a), INT64_C(b), ...}`
+std::string cIntList(const std::vector<int64_t> &xs);
+
+
 /// The buffers (by id) and size symbols a kernel's members and loops use; symbols in binding order.
 void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int> &used,
                        std::vector<sym::SymExpr> &syms);

@@ -66,6 +66,16 @@ private:
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
   }
 
+  /// The size symbols kernel k uses, as locals read from `syms`.
+  void declareSymbols(const Kernel &k, Writer &w) {
+    std::set<int> used;
+    std::vector<sym::SymExpr> syms;
+    collectKernelUses(k, names_, used, syms);
+    for (sym::SymExpr sy : syms)
+      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
+             std::to_string(names_.symbolIndex(sy)) + "];");
+  }
+
   bool usesDnnl(const Kernel &k) const {
     return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32;
   }
@@ -78,24 +88,9 @@ private:
     std::string out = emitKernel(k, k.name + "_loops");
     std::string body;
     Writer w(body, 1);
-    std::set<int> used;
-    std::vector<sym::SymExpr> syms;
-    collectKernelUses(k, names_, used, syms);
-    for (sym::SymExpr sy : syms)
-      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
-             std::to_string(names_.symbolIndex(sy)) + "];");
-    auto list = [&](const std::vector<sym::SymExpr> &xs) {
-      std::string s = "{";
-      for (size_t i = 0; i < xs.size(); ++i)
-        s += (i ? ", " : "") + names_.index(xs[i]);
-      return s + "}";
-    };
-    auto ints = [](const std::vector<int64_t> &xs) {
-      std::string s = "{";
-      for (size_t i = 0; i < xs.size(); ++i)
-        s += (i ? ", " : "") + std::string("INT64_C(") + std::to_string(xs[i]) + ")";
-      return s + "}";
-    };
+    declareSymbols(k, w);
+    auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names_, xs); };
+    auto ints = cIntList;
     size_t rank = c.out->shape.size();
     std::string n = "[" + std::to_string(rank) + "]", sp = "[" + std::to_string(rank - 2) + "]";
     w.line("static braze_dnnl_site site;");
@@ -144,12 +139,7 @@ private:
       w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
       w.line("(void)blas_single_threaded;");
     }
-    std::set<int> used;
-    std::vector<sym::SymExpr> syms;
-    collectKernelUses(k, names_, used, syms);
-    for (sym::SymExpr sy : syms)
-      w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
-             std::to_string(names_.symbolIndex(sy)) + "];");
+    declareSymbols(k, w);
     auto ix = [&](sym::SymExpr e) { return names_.index(e); };
     w.line("if (!(" + emitGemmLayout(w, g, names_) + ")) {");
     w.line("  " + k.name + "_loops(bufs, syms, err);");

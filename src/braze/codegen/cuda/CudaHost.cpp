@@ -85,18 +85,8 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   const loop::ConvSpec &cv = *c.conv;
   DType t = c.out->dtype;
   int code = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2 : 3;
-  auto list = [&](const std::vector<sym::SymExpr> &xs) {
-    std::string s = "{";
-    for (size_t i = 0; i < xs.size(); ++i)
-      s += (i ? ", " : "") + names.index(xs[i]);
-    return s + "}";
-  };
-  auto ints = [](const std::vector<int64_t> &xs) {
-    std::string s = "{";
-    for (size_t i = 0; i < xs.size(); ++i)
-      s += (i ? ", " : "") + std::string("INT64_C(") + std::to_string(xs[i]) + ")";
-    return s + "}";
-  };
+  auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names, xs); };
+  auto ints = cIntList;
   auto ptr = [](const loop::Buffer *b) { return "bufs[" + std::to_string(b->id) + "]"; };
   std::string out;
   Writer w(out, 1);

@@ -142,13 +142,13 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   // cuDNN's fast kernels are NHWC: a model fed channels-last images is kept channels-last.
   // oneDNN's are too (its NCHW path unfolds windows): a CNN of a few convolutions runs
   // channels-last inside whatever its input's layout.
+  int convolutions = 0; // kept whole for a library
+  for (const auto &n : g.nodes())
+    convolutions += n->op() == OpKind::Convolution && n->rank() == 4;
   if (opts.cuda) {
-    lo.channelsLast = hasChannelsLastImage(g);
+    lo.channelsLast = convolutions > 0 && hasChannelsLastImage(g);
     lo.channelsLastWeights = true;
   } else if (!opts.dnnlLibrary.empty()) {
-    int convolutions = 0;
-    for (const auto &n : g.nodes())
-      convolutions += n->op() == OpKind::Convolution && n->rank() == 4;
     lo.channelsLast = convolutions >= 3;
   }
   return lo;

@@ -359,11 +359,11 @@ def _compile_whole(gm, opts, device=None, args=None):
     if opts.cuda_codegen_only:
         _check_cuda_codegen(t.g)
         return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
-    blas = _blas_library() if opts.blas else None
+    blas = cpu_support.blas_library() if opts.blas else None
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
     if device is None:
-        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=_dnnl_library() if opts.dnnl else None)
+        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=cpu_support.dnnl_library() if opts.dnnl else None)
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
@@ -414,9 +414,7 @@ def _check_cuda_codegen(graph):
     nvrtc = cuda_support.nvrtc_library()
     if nvrtc is None:
         raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
-    device, host = graph.generate_cuda({"cc": 90, "sms": 132,
-                                        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-                                        "conv_tf32": bool(torch.backends.cudnn.allow_tf32)})
+    device, host = graph.generate_cuda({"cc": 90, "sms": 132, **cuda_support.precision_options()})
     with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
         _C.nvrtc_compile(device, nvrtc, 90, tmp)
         path = os.path.join(tmp, "host.cpp")
@@ -468,35 +466,6 @@ def _fetch_attr(gm, target):
 
 
 @functools.lru_cache(maxsize=1)
-def _blas_library():
-    """NumPy's OpenBLAS build (the scipy-openblas64 wheel) when installed; BRAZE_BLAS, read
-    in C++, takes precedence. None: matrix products run as braze loop nests."""
-    try:
-        import scipy_openblas64
-    except ImportError:
-        return None
-    import os
-    path = os.path.join(scipy_openblas64.get_lib_dir(), "lib" + scipy_openblas64.get_library() + ".so")
-    return path if os.path.exists(path) else None
-
-
-@functools.lru_cache(maxsize=None)
-def _dnnl_library():
-    """oneDNN's GNU OpenMP build (the onednn-cpu-gomp wheel) when installed; BRAZE_DNNL, read
-    in C++, takes precedence. None: convolutions decompose into im2col and matrix products."""
-    import importlib.metadata
-    try:
-        files = importlib.metadata.files("onednn-cpu-gomp") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in files:
-        if f.name == "libdnnl.so.3":
-            path = str(f.locate())
-            if os.path.exists(path):
-                return os.path.realpath(path)
-    return None
-
-
 def _dense_layout(t, val):
     """The strides PyTorch expects for an output, when they are a dense permutation (a
     transposed or channels-last result); [] (row-major) otherwise."""

@@ -1,7 +1,10 @@
 """The CPU side of the call path: a compiled CPU graph called with a flat list of tensors and,
 for a static graph whose inputs Dynamo's guards have already checked, a lean call that passes
 buffer addresses straight to the module (no DLPack view per tensor, no binding of sizes) with
-outputs allocated by PyTorch."""
+outputs allocated by PyTorch; and the libraries CPU graphs call (OpenBLAS, oneDNN)."""
+import functools
+import os
+
 import torch
 
 
@@ -39,3 +42,32 @@ class CpuGraph:
             return outs
         call.constants = constants  # const_ptrs stay valid while the closure holds these
         return call
+
+
+@functools.lru_cache(maxsize=None)
+def blas_library():
+    """NumPy's OpenBLAS build (the scipy-openblas64 wheel) when installed; BRAZE_BLAS, read
+    in C++, takes precedence. None: matrix products run as braze loop nests."""
+    try:
+        import scipy_openblas64
+    except ImportError:
+        return None
+    path = os.path.join(scipy_openblas64.get_lib_dir(), "lib" + scipy_openblas64.get_library() + ".so")
+    return path if os.path.exists(path) else None
+
+
+@functools.lru_cache(maxsize=None)
+def dnnl_library():
+    """oneDNN's GNU OpenMP build (the onednn-cpu-gomp wheel) when installed; BRAZE_DNNL, read
+    in C++, takes precedence. None: convolutions decompose into im2col and matrix products."""
+    import importlib.metadata
+    try:
+        files = importlib.metadata.files("onednn-cpu-gomp") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == "libdnnl.so.3":
+            path = str(f.locate())
+            if os.path.exists(path):
+                return os.path.realpath(path)
+    return None

@@ -81,13 +81,16 @@ def device_options(index):
     }
 
 
+def precision_options():
+    """PyTorch's precision flags as they are now: f32 products and convolutions may use TF32
+    where eager's would."""
+    return {"matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "conv_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
 def compile_options(index):
-    """device_options plus PyTorch's precision flags as they are now: f32 products and
-    convolutions may use TF32 where eager's would."""
-    d = dict(device_options(index))
-    d["matmul_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
-    d["conv_tf32"] = bool(torch.backends.cudnn.allow_tf32)
-    return d
+    """device_options plus precision_options."""
+    return {**device_options(index), **precision_options()}
 
 
 def unavailable_reason(device):

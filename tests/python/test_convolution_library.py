@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import braze
-from braze import backend
+from braze import cpu as cpu_support
 
-pytestmark = [pytest.mark.skipif(backend._dnnl_library() is None, reason="oneDNN is not installed"),
+pytestmark = [pytest.mark.skipif(cpu_support.dnnl_library() is None, reason="oneDNN is not installed"),
               pytest.mark.cpu_only("oneDNN runs CPU convolutions")]
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}

@@ -1,14 +1,12 @@
 #include "braze/runtime/CublasLt.h"
 
-#include "braze/runtime/Executable.h"
+#include "braze/runtime/VendorLibrary.h"
 #include "braze/support/Hashing.h"
 
 #include <algorithm>
 #include <cstddef>
-#include <dlfcn.h>
 #include <mutex>
 #include <tuple>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -370,34 +368,28 @@ CublasLt &CublasLt::load(const std::string &libraryPath) {
   std::unique_ptr<CublasLt> lt(new CublasLt());
   Impl &im = *lt->impl_;
   im.path = libraryPath;
-  im.library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!im.library) {
-    const char *why = dlerror();
-    throw RunError("cannot load cuBLASLt library " + libraryPath + ": " +
-                   (why ? why : "unknown error"));
-  }
+  VendorLibrary lib("cuBLASLt", libraryPath);
+  im.library = lib.handle();
   auto fail = [&](const std::string &msg) {
-    dlclose(im.library);
+    lib.close();
     throw RunError(msg);
   };
-  auto sym = [&](auto &fn, const char *name) {
-    void *p = dlsym(im.library, name);
-    if (!p)
-      fail("cuBLASLt library " + libraryPath + " lacks entry point " + name);
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-  };
-  sym(im.create, "cublasLtCreate");
-  sym(im.descCreate, "cublasLtMatmulDescCreate");
-  sym(im.descDestroy, "cublasLtMatmulDescDestroy");
-  sym(im.descSet, "cublasLtMatmulDescSetAttribute");
-  sym(im.layoutCreate, "cublasLtMatrixLayoutCreate");
-  sym(im.layoutSet, "cublasLtMatrixLayoutSetAttribute");
-  sym(im.layoutDestroy, "cublasLtMatrixLayoutDestroy");
-  sym(im.prefCreate, "cublasLtMatmulPreferenceCreate");
-  sym(im.prefSet, "cublasLtMatmulPreferenceSetAttribute");
-  sym(im.heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  sym(im.matmul, "cublasLtMatmul");
-  im.statusName = reinterpret_cast<StatusNameFn>(dlsym(im.library, "cublasLtGetStatusName"));
+  try {
+    lib.bind(im.create, "cublasLtCreate");
+    lib.bind(im.descCreate, "cublasLtMatmulDescCreate");
+    lib.bind(im.descDestroy, "cublasLtMatmulDescDestroy");
+    lib.bind(im.descSet, "cublasLtMatmulDescSetAttribute");
+    lib.bind(im.layoutCreate, "cublasLtMatrixLayoutCreate");
+    lib.bind(im.layoutSet, "cublasLtMatrixLayoutSetAttribute");
+    lib.bind(im.layoutDestroy, "cublasLtMatrixLayoutDestroy");
+    lib.bind(im.prefCreate, "cublasLtMatmulPreferenceCreate");
+    lib.bind(im.prefSet, "cublasLtMatmulPreferenceSetAttribute");
+    lib.bind(im.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    lib.bind(im.matmul, "cublasLtMatmul");
+  } catch (const RunError &e) {
+    fail(e.what());
+  }
+  im.statusName = reinterpret_cast<StatusNameFn>(lib.find("cublasLtGetStatusName"));
 
   if (Status s = im.create(&im.handle); s != kStatusSuccess)
     fail("cublasLtCreate failed with status " + im.statusText(s) + " (" + libraryPath + ")");

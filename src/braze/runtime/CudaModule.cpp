@@ -4,12 +4,12 @@
 #include "braze/runtime/Cudnn.h"
 #include "braze/runtime/Executable.h"
 
+#include <cstdio>
 #include <dlfcn.h>
 #include <fstream>
 #include <map>
-#include <cstdio>
-#include <set>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 namespace braze::runtime {
@@ -327,20 +327,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
-    ConvProblem p;
-    p.dtype = c->dtype;
-    p.rank = c->rank;
-    for (int i = 0; i < c->rank; ++i) {
-      p.xDims[i] = c->xDims[i], p.xStrides[i] = c->xStrides[i];
-      p.wDims[i] = c->wDims[i], p.wStrides[i] = c->wStrides[i];
-      p.yDims[i] = c->yDims[i], p.yStrides[i] = c->yStrides[i];
-    }
-    p.groups = c->groups;
-    for (int i = 0; i + 2 < c->rank; ++i)
-      p.stride[i] = c->stride[i], p.padding[i] = c->padding[i], p.dilation[i] = c->dilation[i];
-    p.x = c->x, p.w = c->w, p.y = c->y;
-    p.allowTf32 = c->allowTf32 != 0;
-    switch (st.dnn->conv(p, st.stream, st.convWorkspace, Cudnn::recommendedWorkspaceBytes(),
+    switch (st.dnn->conv(*c, st.stream, st.convWorkspace, Cudnn::recommendedWorkspaceBytes(),
                          st.failure)) {
     case ConvStatus::Done:
       return 0;

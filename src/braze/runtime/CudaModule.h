@@ -3,6 +3,8 @@
 /// runs without the toolkit), the NVRTC-compiled module and its kernels, the error flag kernels
 /// set, and the launch and GEMM callbacks that a module's host code (braze_run) calls. Every
 /// launch goes to the caller's stream; nothing here synchronizes.
+#include "braze/runtime/Cudnn.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,17 +29,8 @@ struct CudaGemmCall {
   int outDtype; ///< of C: dtype, or 0 (f32) for f16/bf16 operands
   int allowTf32; ///< f32: inputs may be rounded to TF32
 };
-/// A convolution (runtime::ConvProblem's fields, in logical order).
-struct CudaConvCall {
-  int dtype; ///< 0 f32, 1 f64, 2 f16, 3 bf16
-  int rank;
-  int64_t xDims[5], xStrides[5], wDims[5], wStrides[5], yDims[5], yStrides[5];
-  int64_t groups;
-  int64_t stride[3], padding[3], dilation[3];
-  const void *x, *w;
-  void *y;
-  int allowTf32; ///< f32: cuDNN may use TF32
-};
+/// A convolution, as the generated code's BrazeConv lays it out.
+using CudaConvCall = ConvProblem;
 struct CudaApi {
   void *ctx;
   int (*launch)(void *ctx, int kernel, int64_t blocks, int threads, void **args);

@@ -1,12 +1,10 @@
 #include "braze/runtime/Cudnn.h"
 
-#include "braze/runtime/Executable.h"
+#include "braze/runtime/VendorLibrary.h"
 
 #include <cstddef>
-#include <dlfcn.h>
 #include <map>
 #include <mutex>
-#include <type_traits>
 #include <vector>
 
 namespace braze::runtime {
@@ -122,30 +120,21 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
     return *instance;
   std::unique_ptr<Cudnn> c(new Cudnn());
   Impl &im = *c->impl_;
-  im.library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!im.library) {
-    const char *why = dlerror();
-    throw RunError("cannot load cuDNN library " + libraryPath + ": " + (why ? why : "unknown error"));
-  }
-  auto sym = [&](auto &fn, const char *name) {
-    void *p = dlsym(im.library, name);
-    if (!p)
-      throw RunError("cuDNN library " + libraryPath + " lacks entry point " + name);
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-  };
-  sym(im.create, "cudnnCreate");
-  sym(im.setStream, "cudnnSetStream");
-  sym(im.createTensor, "cudnnCreateTensorDescriptor");
-  sym(im.setTensor, "cudnnSetTensorNdDescriptor");
-  sym(im.createFilter, "cudnnCreateFilterDescriptor");
-  sym(im.setFilter, "cudnnSetFilterNdDescriptor");
-  sym(im.createConv, "cudnnCreateConvolutionDescriptor");
-  sym(im.setConv, "cudnnSetConvolutionNdDescriptor");
-  sym(im.setGroups, "cudnnSetConvolutionGroupCount");
-  sym(im.setMath, "cudnnSetConvolutionMathType");
-  sym(im.algorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
-  sym(im.forward, "cudnnConvolutionForward");
-  sym(im.errorString, "cudnnGetErrorString");
+  VendorLibrary lib("cuDNN", libraryPath);
+  im.library = lib.handle();
+  lib.bind(im.create, "cudnnCreate");
+  lib.bind(im.setStream, "cudnnSetStream");
+  lib.bind(im.createTensor, "cudnnCreateTensorDescriptor");
+  lib.bind(im.setTensor, "cudnnSetTensorNdDescriptor");
+  lib.bind(im.createFilter, "cudnnCreateFilterDescriptor");
+  lib.bind(im.setFilter, "cudnnSetFilterNdDescriptor");
+  lib.bind(im.createConv, "cudnnCreateConvolutionDescriptor");
+  lib.bind(im.setConv, "cudnnSetConvolutionNdDescriptor");
+  lib.bind(im.setGroups, "cudnnSetConvolutionGroupCount");
+  lib.bind(im.setMath, "cudnnSetConvolutionMathType");
+  lib.bind(im.algorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
+  lib.bind(im.forward, "cudnnConvolutionForward");
+  lib.bind(im.errorString, "cudnnGetErrorString");
   if (Status s = im.create(&im.handle); s != 0)
     throw RunError(im.failed("cudnnCreate", s));
   instance = c.release();
@@ -160,7 +149,7 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
             " is not one cuDNN takes";
     return ConvStatus::Declined;
   }
-  std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32};
+  std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32 != 0};
   for (const int64_t *a : {p.xDims, p.xStrides, p.wDims, p.wStrides, p.yDims, p.yStrides})
     key.insert(key.end(), a, a + p.rank);
   for (const int64_t *a : {p.stride, p.padding, p.dilation})

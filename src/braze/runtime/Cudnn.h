@@ -12,6 +12,8 @@ namespace braze::runtime {
 
 /// y = conv(x, w): cross-correlation with PyTorch's semantics. dims and strides in elements,
 /// in logical order: x [N, C, spatial..], w [O, C/groups, k..], y [N, O, out..], rank 3-5.
+/// A CUDA module's host code fills one as its BrazeConv (codegen/cuda/CudaHost.cpp), which has
+/// this layout: plain ints and int64s, no bool.
 struct ConvProblem {
   int dtype = 0; ///< of x, w and y: 0 f32, 1 f64, 2 f16, 3 bf16 (accumulation in f32; f64 in f64)
   int rank = 4;
@@ -21,8 +23,8 @@ struct ConvProblem {
   int64_t stride[3] = {}, padding[3] = {}, dilation[3] = {};
   const void *x = nullptr, *w = nullptr;
   void *y = nullptr;
-  /// f32 only: let cuDNN use TF32 tensor cores (torch.backends.cudnn.allow_tf32).
-  bool allowTf32 = false;
+  /// f32 only, non-zero: let cuDNN use TF32 tensor cores (torch.backends.cudnn.allow_tf32).
+  int allowTf32 = 0;
 };
 
 enum class ConvStatus { Done, Declined, Failed };

@@ -205,8 +205,7 @@ private:
       // floor((x + 2p - d(k - 1) - 1) / s) + 1
       SymExpr reach = ctx_.add(ctx_.mul(ctx_.constant(cv.dilation[i]), w[2 + i]),
                                ctx_.constant(1 - cv.dilation[i]));
-      SymExpr span = ctx_.add(ctx_.add(x[2 + i], ctx_.mul(ctx_.constant(cv.padding[i]), 2)),
-                              ctx_.mul(ctx_.constant(-1), reach));
+      SymExpr span = ctx_.sub(ctx_.add(x[2 + i], ctx_.mul(ctx_.constant(cv.padding[i]), 2)), reach);
       ok = y[2 + i] == ctx_.add(ctx_.floordiv(span, ctx_.constant(cv.stride[i])), ctx_.constant(1));
     }
     if (!ok)

@@ -34,14 +34,15 @@ decomp::Rule ruleFor(OpKind op) {
       return rule;
   BRAZE_UNREACHABLE("no decomposition for " << opName(op));
 }
-} // namespace
 
+/// Whether decompose leaves `n` whole under `opts` (a convolution a library takes).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
   return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
          (t == DType::Float32 ||
           (opts.halfConvolutions && (t == DType::Float16 || t == DType::BFloat16)));
 }
+} // namespace
 
 void decompose(Graph &g, const DecomposeOptions &opts) {
   GraphBuilder b(g);

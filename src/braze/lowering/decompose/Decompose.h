@@ -18,8 +18,6 @@ struct DecomposeOptions {
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
 
-/// Whether decompose leaves `n` whole under `opts`.
-bool keptWhole(const Node *n, const DecomposeOptions &opts);
 
 namespace decomp {
 /// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it.

@@ -1,6 +1,7 @@
 /// max_pool(x): pad H and W with the lowest value (enough on the right for ceil mode), unfold
 /// both into windows and take amax over the two window dims; max_pool_indices flattens each
-/// window and takes the argmax a instead and maps it back to the input: h = oh*sh - ph + (a // kw)*dh,
+/// window, takes the argmax a instead and maps it back to the input:
+/// h = oh*sh - ph + (a // kw)*dh,
 /// w = ow*sw - pw + (a % kw)*dw, index = h * W + w.
 #include "braze/lowering/decompose/Decompose.h"
 

@@ -110,12 +110,12 @@ private:
                  b, 0, true};
   }
 
-  /// Materializes `v` (values of node n) into a new buffer.
+  /// Materializes `v` (values of node n) into a new buffer: an output's strides are the graph's,
+  /// an intermediate's are `strides` (empty: row-major).
   Value realize(Node *n, const Value &v, BufferKind kind, int ioIndex,
-                const std::string &suffix = "") {
+                const std::string &suffix = "", std::vector<SymExpr> strides = {}) {
     std::string name =
         kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name() + suffix;
-    std::vector<SymExpr> strides;
     if (kind == BufferKind::Output)
       strides = g_.outputStrides(ioIndex);
     Buffer *b = p_->addBuffer(name, n->dtype(), n->shape(), kind, ioIndex, strides);
@@ -192,11 +192,7 @@ private:
     want[0] = s_.mul(want[2], st[2]);
     if (w->strides == want)
       return w;
-    Buffer *b = p_->addBuffer(n->name() + "_cl", n->dtype(), st, BufferKind::Intermediate, -1, want);
-    Index full;
-    std::vector<SymExpr> vars = freshVars(st, "i", full);
-    p_->addComputation(b, vars, {}, ReduceKind::None, values_.at(n).load(full));
-    return b;
+    return realize(n, values_.at(n), BufferKind::Intermediate, -1, "_cl", want).buffer;
   }
 
   Value lower(Node *n) {

@@ -1,0 +1,49 @@
+#pragma once
+/// A vendor library loaded at run time with dlopen (cuBLASLt, cuDNN), so that braze builds
+/// without the CUDA toolkit. RTLD_LOCAL keeps its symbols its own. Every failure is a RunError
+/// naming the library and its path.
+#include "braze/runtime/Executable.h"
+
+#include <dlfcn.h>
+#include <string>
+
+namespace braze::runtime {
+
+class VendorLibrary {
+public:
+  /// Loads `path`; throws "cannot load <what> library <path>: <dlerror()>".
+  VendorLibrary(std::string what, std::string path) : what_(std::move(what)), path_(std::move(path)) {
+    handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char *why = dlerror();
+      throw RunError("cannot load " + what_ + " library " + path_ + ": " +
+                     (why ? why : "unknown error"));
+    }
+  }
+
+  /// fn = the entry point `name`; throws "<what> library <path> lacks entry point <name>".
+  template <typename Fn> void bind(Fn &fn, const char *name) const {
+    void *p = find(name);
+    if (!p)
+      throw RunError(what_ + " library " + path_ + " lacks entry point " + name);
+    fn = reinterpret_cast<Fn>(p);
+  }
+
+  /// The entry point `name`, or nullptr (for optional ones).
+  void *find(const char *name) const { return dlsym(handle_, name); }
+
+  /// Unloads the library (a load that failed after opening it). The object is then unusable.
+  void close() {
+    if (handle_)
+      dlclose(handle_);
+    handle_ = nullptr;
+  }
+
+  void *handle() const { return handle_; }
+
+private:
+  std::string what_, path_;
+  void *handle_ = nullptr;
+};
+
+} // namespace braze::runtime

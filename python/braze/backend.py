@@ -156,7 +156,7 @@ def _try_node(node):
             t.input(a, val)
         out = t.translate(node)
         outs = list(out) if isinstance(out, tuple) else [out]
-        t.g.output(outs)
+        t.g.output([o for o in outs if o is not None])  # None: a result no node reads
         t.g.check_supported()
         return True, ""
     except (Unsupported, _C.CompileError) as e:
@@ -730,14 +730,14 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
-def _decompositions(training=False):
-    """The decomposition table AOTAutograd applies. For training graphs it keeps CPU flash
-    attention whole: PyTorch's decomposition of it returns the attention weights where the op
-    returns the log-sum-exp, which its backward reads (wrong gradients)."""
+def _decompositions():
+    """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
+    takes it as one attention op (rules_attention), and in training PyTorch's decomposition of
+    it returns the attention weights where the op returns the log-sum-exp, which its backward
+    reads (wrong gradients)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
-    if training:
-        table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     aten = torch.ops.aten
     extra = []
     for name in _EXTRA_DECOMPOSITIONS:
@@ -789,10 +789,8 @@ def braze_backend(gm, example_inputs, options=None):
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
-    training = torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
-                            decompositions=_decompositions(training))(gm, example_inputs)
+                            decompositions=_decompositions())(gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

@@ -653,3 +653,4 @@ from braze import rules_nn  # noqa: E402,F401
 from braze import rules_misc  # noqa: E402,F401
 from braze import rules_sort  # noqa: E402,F401
 from braze import rules_complex  # noqa: E402,F401
+from braze import rules_attention  # noqa: E402,F401

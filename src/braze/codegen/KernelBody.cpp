@@ -150,6 +150,18 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
       for (sym::SymExpr e : b->strides)
         addSyms(e);
     }
+  if (k.attention) { // the kernel takes each operand's offset and strides, and the output's sizes
+    const loop::Computation &c = *k.attention;
+    used.insert(c.out->id);
+    for (sym::SymExpr e : c.out->shape)
+      addSyms(e);
+    for (const loop::AttentionOperand *o : c.attention->operands()) {
+      used.insert(o->buffer->id);
+      addSyms(o->offset);
+      for (sym::SymExpr e : o->strides)
+        addSyms(e);
+    }
+  }
   std::sort(syms.begin(), syms.end(), [&](sym::SymExpr a, sym::SymExpr b) {
     return names.symbolIndex(a) < names.symbolIndex(b);
   });
@@ -230,7 +242,7 @@ std::string argBetter(const loop::Computation &c, const std::string &acc, const 
 void forEachExpr(const loop::Expr *e, const std::function<void(const loop::Expr *)> &f) {
   std::unordered_set<const loop::Expr *> seen;
   std::function<void(const loop::Expr *)> visit = [&](const loop::Expr *x) {
-    if (!seen.insert(x).second)
+    if (!x || !seen.insert(x).second)
       return;
     for (const loop::Expr *o : x->operands())
       visit(o);

@@ -95,6 +95,10 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   DecomposeOptions d;
   d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
   d.halfConvolutions = opts.cuda.has_value();
+  if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
+    d.fusedAttentionDtypes = {DType::Float32};
+    d.fusedAttentionMaxHeadDim = 1024;
+  }
   return d;
 }
 

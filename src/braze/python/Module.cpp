@@ -261,6 +261,11 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
                                               padding, dilation, groups));
       })
+      .def("attention", [](PyGraph &g, int q, int k, int v, std::optional<int> bias, double scale,
+                           bool causal) {
+        return g.node(g.builder().attention(g.at(q), g.at(k), g.at(v),
+                                            bias ? g.at(*bias) : nullptr, scale, causal));
+      })
       .def("max_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
         auto [v, i] = g.builder().maxPool(g.at(x), k, s, p, d, ceil);
         return std::make_pair(g.node(v), g.node(i));

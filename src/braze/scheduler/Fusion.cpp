@@ -53,9 +53,13 @@ public:
       s_.kernels.back().conv = &c;
       return;
     }
+    if (c.attention) {
+      startAttentionKernel(c);
+      return;
+    }
     std::optional<GemmCall> gemm = matchGemm(p_, c);
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().gemm &&
-        !s_.kernels.back().conv && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+        !s_.kernels.back().conv && !s_.kernels.back().attention && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
     startKernel(c);
     if (gemm) {
@@ -94,6 +98,27 @@ private:
     int ki = static_cast<int>(s_.kernels.size()) - 1;
     bool ok = tryJoin(ki, c);
     BRAZE_CHECK(ok) << "a computation must fit a kernel made for it";
+  }
+
+  /// A fused attention is a kernel of its own with one Scalar-step member that has no value:
+  /// codegen writes the whole kernel from the spec.
+  void startAttentionKernel(const Computation &c) {
+    Kernel k;
+    k.name = "kernel" + std::to_string(s_.kernels.size());
+    std::unordered_map<SymExpr, SymExpr> map;
+    for (size_t i = 0; i < c.vars.size(); ++i) {
+      k.outerVars.push_back(freshVar("x", i, c.vars[i]->extent()));
+      map[c.vars[i]] = k.outerVars.back();
+    }
+    SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
+    k.steps.push_back(Step{StepKind::Scalar, {Member{&c, nullptr, store, false}}});
+    k.attention = &c;
+    s_.kernels.push_back(std::move(k));
+    Where w;
+    w.kernel = static_cast<int>(s_.kernels.size()) - 1;
+    w.step = 0;
+    w.storeIndex = store;
+    where_[c.out] = w;
   }
 
   /// Maps c's variables onto kernel variables, or returns false if its space does not fit.
@@ -230,8 +255,8 @@ void decideStores(Schedule &s, const std::unordered_map<const Buffer *, Where> &
   for (size_t ki = 0; ki < s.kernels.size(); ++ki)
     for (size_t si = 0; si < s.kernels[ki].steps.size(); ++si)
       for (const Member &m : s.kernels[ki].steps[si].members)
-        loop::forEachLoad(m.value, [&](const Expr *ld) {
-          readers[ld->buffer()].push_back({static_cast<int>(ki), static_cast<int>(si)});
+        loop::forEachBufferRead(*m.comp, m.value, [&](const Buffer *b) {
+          readers[b].push_back({static_cast<int>(ki), static_cast<int>(si)});
         });
   for (Kernel &k : s.kernels)
     for (Step &st : k.steps)

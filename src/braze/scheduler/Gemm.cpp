@@ -12,36 +12,8 @@ using loop::Expr;
 using loop::ExprKind;
 using sym::SymExpr;
 
-/// e = base + sum(coef[v] * v) over `vars`, with base and coefficients free of them.
-struct Affine {
-  SymExpr base = nullptr;
-  std::vector<SymExpr> coef;
-};
-
-std::optional<Affine> affineIn(sym::SymContext &s, SymExpr e, const std::vector<SymExpr> &vars) {
-  std::unordered_map<SymExpr, SymExpr> zero;
-  for (SymExpr v : vars)
-    zero[v] = s.constant(0);
-  Affine a;
-  a.base = s.substitute(e, zero);
-  SymExpr rebuilt = a.base;
-  for (SymExpr v : vars) {
-    std::unordered_map<SymExpr, SymExpr> one = zero;
-    one[v] = s.constant(1);
-    SymExpr c = s.sub(s.substitute(e, one), a.base);
-    std::vector<SymExpr> syms;
-    sym::collectSymbols(c, syms);
-    for (SymExpr x : syms)
-      for (SymExpr v2 : vars)
-        if (x == v2)
-          return std::nullopt;
-    a.coef.push_back(c);
-    rebuilt = s.add(rebuilt, s.mul(c, v));
-  }
-  if (rebuilt != e) // a product of loop variables, a floordiv, ...
-    return std::nullopt;
-  return a;
-}
+using Affine = sym::AffineForm;
+using sym::affineIn;
 
 bool isHalfStorage(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 

@@ -30,8 +30,8 @@ void planMemory(Schedule &s) {
           s.placement[m.comp->out->id].kind = PlacementKind::Arena;
           firstKernel[m.comp->out] = static_cast<int>(ki);
         }
-        loop::forEachLoad(m.value, [&](const loop::Expr *ld) {
-          lastKernel[ld->buffer()] = static_cast<int>(ki);
+        loop::forEachBufferRead(*m.comp, m.value, [&](const loop::Buffer *b) {
+          lastKernel[b] = static_cast<int>(ki);
         });
       }
   // 2. Greedy slots in kernel order.

@@ -31,6 +31,12 @@ std::string printSchedule(const Schedule &s) {
     out += k.name + " outer " + varList(k.outerVars);
     if (!k.innerVars.empty())
       out += " inner " + varList(k.innerVars);
+    if (k.attention) {
+      std::string names;
+      for (const loop::AttentionOperand *o : k.attention->attention->operands())
+        names += (names.empty() ? "%" : ", %") + o->buffer->name;
+      out += " attention(" + names + ")";
+    }
     if (k.conv)
       out += " conv(%" + k.conv->conv->input->name + ", %" + k.conv->conv->weight->name + ")";
     if (k.gemm)
@@ -42,8 +48,9 @@ std::string printSchedule(const Schedule &s) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";
       for (const Member &m : st.members) {
         out += "    %" + m.comp->out->name + "[" + sym::toString(m.storeIndex) + "] = ";
-        out += m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
-                                     : std::string("pointwise ");
+        out += m.comp->attention     ? std::string("attention ")
+               : m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
+                                       : std::string("pointwise ");
         out += m.store ? "(stored)\n" : "(register)\n";
       }
     }

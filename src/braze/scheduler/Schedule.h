@@ -47,6 +47,9 @@ struct Kernel {
   /// Set when the kernel is one convolution (its only computation, which has a ConvSpec):
   /// codegen may call the convolution library instead of the loop nest.
   const loop::Computation *conv = nullptr;
+  /// Set when the kernel is one fused attention (its only computation, which has an
+  /// AttentionSpec and no value): codegen writes the attention kernel itself.
+  const loop::Computation *attention = nullptr;
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

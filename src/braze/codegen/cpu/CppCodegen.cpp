@@ -7,6 +7,7 @@
 ///   4. stores for members whose value must reach memory.
 /// Values that stay in the kernel live in C++ locals named after their buffer.
 #include "braze/codegen/cpu/CppCodegen.h"
+#include "braze/codegen/cpu/AttentionPrelude.h"
 #include "braze/codegen/cpu/DnnlPrelude.h"
 
 #include "braze/codegen/CFamily.h"
@@ -39,12 +40,14 @@ public:
   GeneratedSource run() {
     std::string out = cPrelude();
     out += "#include <omp.h>\n\n";
-    bool blas = false, dnnl = false;
+    bool blas = false, dnnl = false, attention = false;
     std::string kernels;
     for (const Kernel &k : s_.kernels) {
-      blas |= usesBlas(k);
+      blas |= usesBlas(k) || (k.attention && !opts_.blas.sgemm.empty());
       dnnl |= usesDnnl(k);
-      kernels += usesBlas(k)   ? emitGemmKernel(k)
+      attention |= k.attention != nullptr;
+      kernels += k.attention   ? emitAttentionKernel(k)
+                 : usesBlas(k) ? emitGemmKernel(k)
                  : usesDnnl(k) ? emitConvKernel(k)
                                : emitKernel(k, k.name);
     }
@@ -53,6 +56,8 @@ public:
       out += specialMathPrelude();
     if (dnnl)
       out += dnnlPrelude();
+    if (attention)
+      out += attentionPrelude(opts_.blas);
     out += kernels;
     out += emitAbi();
     return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas, dnnl};
@@ -110,6 +115,41 @@ private:
            ptr(cv.weight) + ", " + ptr(c.out) + "))");
     w.line("  " + k.name + "_loops(bufs, syms, err);");
     return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
+           body + "}\n\n";
+  }
+
+  /// A fused attention (braze_attention_f32 in the prelude) over the operands' logical sizes
+  /// and strides; the output is row-major.
+  std::string emitAttentionKernel(const Kernel &k) {
+    const loop::Computation &c = *k.attention;
+    const loop::AttentionSpec &a = *c.attention;
+    BRAZE_CHECK(c.out->dtype == DType::Float32) << "CPU attention is f32 only";
+    std::string body;
+    Writer w(body, 1);
+    if (!opts_.blas.setThreads.empty()) {
+      w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
+      w.line("(void)blas_single_threaded;");
+    }
+    declareSymbols(k, w);
+    auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names_, xs); };
+    size_t rank = c.out->shape.size();
+    std::vector<sym::SymExpr> dims(a.q.shape.begin(), a.q.shape.end() - 1);
+    dims.push_back(a.k.shape[rank - 2]);
+    dims.push_back(a.q.shape[rank - 1]);
+    dims.push_back(a.v.shape[rank - 1]);
+    std::string n = "[" + std::to_string(rank) + "]";
+    w.line("const int64_t dims[" + std::to_string(rank + 2) + "] = " + list(dims) + ";");
+    auto operand = [&](const loop::AttentionOperand &o, const std::string &name) {
+      w.line("const int64_t " + name + "s" + n + " = " + list(o.strides) + ";");
+      return "(const float*)bufs[" + std::to_string(o.buffer->id) + "] + " + names_.index(o.offset) +
+             ", " + name + "s";
+    };
+    std::string q = operand(a.q, "q"), kk = operand(a.k, "k"), v = operand(a.v, "v");
+    std::string bias = a.bias ? operand(*a.bias, "b") : "nullptr, nullptr";
+    w.line("braze_attention_f32(" + std::to_string(rank) + ", dims, " + q + ", " + kk + ", " + v +
+           ", " + bias + ", (float*)bufs[" + std::to_string(c.out->id) + "], " +
+           literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false") + ");");
+    return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
   }
 

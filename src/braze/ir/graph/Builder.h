@@ -75,6 +75,12 @@ public:
   /// N-d convolution (1-d, 2-d or 3-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
   Node *convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                     IntList dilation, int64_t groups);
+  /// Scaled dot-product attention: softmax(scale * q·kᵀ + bias, masked causally) · v over
+  /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. `bias` (or
+  /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask
+  /// (false: -inf). `causal` keeps key j for query i when j <= i (top-left aligned, as
+  /// PyTorch's is_causal).
+  Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal);
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);

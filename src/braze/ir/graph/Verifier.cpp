@@ -142,6 +142,8 @@ private:
         lo = 2, hi = 3;
       if (node_->op() == OpKind::Scatter)
         lo = hi = 3;
+      if (node_->op() == OpKind::Attention)
+        lo = 3, hi = 4;
       break;
     case OpCategoryKind::Concat:
       hi = SIZE_MAX;
@@ -503,6 +505,40 @@ private:
     return true;
   }
 
+  /// Attention's operands and result: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] of one
+  /// floating dtype, a bias of that dtype broadcasting to [B.., Sq, Sk], result [B.., Sq, Dv].
+  bool checkAttention() {
+    const Node *q = node_->operand(0), *k = node_->operand(1), *v = node_->operand(2);
+    size_t r = q->shape().size();
+    if (r < 2 || k->shape().size() != r || v->shape().size() != r)
+      return fail("query, key and value must have one rank of at least 2");
+    if (!isFloating(q->dtype()) || k->dtype() != q->dtype() || v->dtype() != q->dtype() ||
+        node_->dtype() != q->dtype())
+      return fail("query, key, value and result must share one floating-point dtype");
+    for (size_t i = 0; i + 2 < r; ++i)
+      if (k->shape()[i] != q->shape()[i] || v->shape()[i] != q->shape()[i])
+        return fail("query, key and value must share their batch dims");
+    if (k->shape()[r - 1] != q->shape()[r - 1] || v->shape()[r - 2] != k->shape()[r - 2])
+      return fail("key must be [.., Sk, D] for a query [.., Sq, D] and value [.., Sk, Dv]");
+    std::vector<SymExpr> want(q->shape().begin(), q->shape().end() - 1);
+    want.push_back(v->shape()[r - 1]);
+    if (node_->shape() != want)
+      return fail("result must be " + shapeText(want));
+    if (node_->operands().size() == 4) {
+      const Node *b = node_->operand(3);
+      std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
+      scores.push_back(k->shape()[r - 2]);
+      if (b->dtype() != q->dtype() || b->shape().size() > r)
+        return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
+      size_t lead = r - b->shape().size();
+      for (size_t i = 0; i < b->shape().size(); ++i)
+        if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
+          return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
+                      shapeText(scores));
+    }
+    return true;
+  }
+
   /// The attributes each composite op's decomposition reads.
   bool checkComposite() {
     const AttrMap &a = node_->attrs();
@@ -547,6 +583,14 @@ private:
       if (node_->operands().size() != 2u + a.getBool("bias"))
         return fail("operand count does not match the 'bias' attribute");
       return checkConvolution();
+    }
+    if (op == OpKind::Attention) {
+      if ((!has("scale", double{}) && !has("scale", int64_t{})) || !has("causal", bool{}) ||
+          !has("bias", bool{}))
+        return fail("needs attributes 'scale' (float), 'causal' and 'bias' (bool)");
+      if (node_->operands().size() != 3u + a.getBool("bias"))
+        return fail("operand count does not match the 'bias' attribute");
+      return checkAttention();
     }
     if (op == OpKind::Random)
       return has("distribution", std::string{}) && has("stream", int64_t{})

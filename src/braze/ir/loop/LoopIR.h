@@ -128,6 +128,37 @@ struct ConvSpec {
   }
 };
 
+/// One operand of a fused attention, as it lies in memory: element [b.., i, j] of the logical
+/// operand (of `shape`) is at `offset + sum(index * strides)` of `buffer`, one stride per
+/// logical dim (0 along a broadcast dim). The last dim of q, k and v has stride 1.
+struct AttentionOperand {
+  const Buffer *buffer = nullptr;
+  SymExpr offset = nullptr;
+  std::vector<SymExpr> shape, strides;
+};
+
+/// Scaled dot-product attention computed by a Computation as one fused kernel:
+/// out[b.., i, :] = sum_j p[b.., i, j] * v[b.., j, :] with
+/// p = softmax_j(scale * q[b.., i, :]·k[b.., j, :] + bias[b.., i, j]), where `causal` drops the
+/// keys j > i; a row whose every key is masked is 0. q is [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv]; the output buffer is
+/// [B.., Sq, Dv], row-major. Such a Computation has no value: the kernel is the library's (or
+/// the one codegen writes), and no loop nest is its fallback. Lowering keeps attention whole
+/// only for targets that run it (DecomposeOptions::fusedAttentionDtypes).
+struct AttentionSpec {
+  AttentionOperand q, k, v;
+  std::optional<AttentionOperand> bias;
+  double scale = 1;
+  bool causal = false;
+
+  /// The operands, bias last when there is one.
+  std::vector<const AttentionOperand *> operands() const {
+    std::vector<const AttentionOperand *> xs{&q, &k, &v};
+    if (bias)
+      xs.push_back(&*bias);
+    return xs;
+  }
+};
+
 /// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the
 /// constant 1 (unit dims are always index 0 and get no loop); rvars likewise for the reduced
 /// dims of its input. The store position is therefore implied: see storeIndex().
@@ -139,6 +170,9 @@ struct Computation {
   ReduceKind reduce = ReduceKind::None;
   const Expr *value = nullptr;  ///< in terms of vars and rvars
   std::optional<ConvSpec> conv; ///< set when the computation is a convolution
+  /// Set when the computation is a fused attention (then `value` is null and vars/rvars are
+  /// the output's dims and nothing).
+  std::optional<AttentionSpec> attention;
 
   bool isReduction() const { return reduce != ReduceKind::None; }
   std::vector<SymExpr> extents() const;

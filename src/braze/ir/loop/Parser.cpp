@@ -213,6 +213,9 @@ private:
     std::optional<ConvSpec> conv;
     if (peekWord() == "conv")
       conv = convSpec();
+    std::optional<AttentionSpec> attention;
+    if (peekWord() == "attention")
+      attention = attentionSpec();
     expect('{');
     while (peekWord() != "yield")
       parseStatement();
@@ -223,6 +226,69 @@ private:
     expect('}');
     Computation *c = p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
     c->conv = std::move(conv);
+    c->attention = std::move(attention);
+  }
+
+  /// `(%buf, offset, [size, ..], [stride, ..])`
+  AttentionOperand attentionOperand() {
+    expect('(');
+    AttentionOperand o;
+    o.buffer = bufferRef();
+    expect(',');
+    o.offset = parseSymText(scanSym(), [&](std::string_view n) { return sizeOnly(n); });
+    expect(',');
+    expect('[');
+    o.shape = sizeList(']');
+    expect(',');
+    expect('[');
+    o.strides = sizeList(']');
+    expect(')');
+    return o;
+  }
+
+  /// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false)`
+  AttentionSpec attentionSpec() {
+    expectWord("attention");
+    expect('(');
+    AttentionSpec a;
+    for (auto [name, slot] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}}) {
+      if (slot != &a.q)
+        expect(',');
+      expectWord(name);
+      expect('=');
+      *slot = attentionOperand();
+    }
+    expect(',');
+    if (peekWord() == "bias") {
+      expectWord("bias");
+      expect('=');
+      a.bias = attentionOperand();
+      expect(',');
+    }
+    expectWord("scale");
+    expect('=');
+    skipSpace();
+    size_t at = pos_, end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
+    while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
+                                  (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
+      ++end;
+    std::string v(text_.substr(pos_, end - pos_));
+    pos_ = end;
+    char *stop = nullptr;
+    a.scale = std::strtod(v.c_str(), &stop);
+    if (v.empty() || *stop != '\0')
+      fail(at, "expected a number, found '" + v + "'");
+    expect(',');
+    expectWord("causal");
+    expect('=');
+    skipSpace();
+    at = pos_;
+    std::string c = word("true or false");
+    if (c != "true" && c != "false")
+      fail(at, "expected true or false, found '" + c + "'");
+    a.causal = c == "true";
+    expect(')');
+    return a;
   }
 
   /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`

@@ -141,6 +141,28 @@ std::string convText(const ConvSpec &c) {
          (c.channelsLast ? ", layout=nhwc)" : ")");
 }
 
+/// `(%buf, offset, [size, ..], [stride, ..])`
+std::string operandText(const AttentionOperand &o) {
+  auto list = [](const std::vector<SymExpr> &xs) {
+    std::string s = "[";
+    for (size_t i = 0; i < xs.size(); ++i)
+      s += (i ? ", " : "") + sym::toString(xs[i]);
+    return s + "]";
+  };
+  return "(" + bufferName(o.buffer) + ", " + sym::toString(o.offset) + ", " + list(o.shape) +
+         ", " + list(o.strides) + ")";
+}
+
+/// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false)`
+std::string attentionText(const AttentionSpec &a) {
+  std::string s = "attention(q=" + operandText(a.q) + ", k=" + operandText(a.k) +
+                  ", v=" + operandText(a.v);
+  if (a.bias)
+    s += ", bias=" + operandText(*a.bias);
+  return s + ", scale=" + formatDouble(a.scale) + ", causal=" + (a.causal ? "true" : "false") +
+         ")";
+}
+
 } // namespace
 
 std::string printProgram(const LoopProgram &p) {
@@ -168,6 +190,8 @@ std::string printProgram(const LoopProgram &p) {
       s += " over [" + varList(c->rvars) + "]";
     if (c->conv)
       s += " " + convText(*c->conv);
+    if (c->attention)
+      s += " " + attentionText(*c->attention);
     s += " {\n";
     printBody(c->value, s);
     s += "}\n";

@@ -52,6 +52,8 @@ const Expr *substituteIndices(LoopProgram &p, const Expr *e,
 }
 
 void forEachLoad(const Expr *e, const std::function<void(const Expr *)> &f) {
+  if (!e)
+    return;
   std::unordered_set<const Expr *> seen;
   std::vector<std::pair<const Expr *, bool>> stack{{e, false}};
   while (!stack.empty()) {
@@ -70,6 +72,14 @@ void forEachLoad(const Expr *e, const std::function<void(const Expr *)> &f) {
     for (const auto &b : x->indirect())
       stack.push_back({b.second, false});
   }
+}
+
+void forEachBufferRead(const Computation &c, const Expr *value,
+                       const std::function<void(const Buffer *)> &f) {
+  forEachLoad(value, [&](const Expr *ld) { f(ld->buffer()); });
+  if (c.attention)
+    for (const AttentionOperand *o : c.attention->operands())
+      f(o->buffer);
 }
 
 } // namespace braze::loop

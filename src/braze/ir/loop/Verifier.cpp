@@ -3,6 +3,7 @@
 #include "braze/ir/loop/LoopText.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -132,7 +133,9 @@ private:
                       " reduction without reduction indices");
     if (!c.isReduction() && !c.rvars.empty())
       return failHere("is pointwise but has reduction indices");
-    if (!c.value)
+    if (c.attention && (c.value || c.isReduction() || c.conv))
+      return failHere("is an attention and has a value, a reduction or a convolution");
+    if (!c.value && !c.attention)
       return failHere("has no value");
     // Index symbols: fresh, distinct, with extents over sizes and earlier indices.
     std::unordered_set<SymExpr> scope;
@@ -159,7 +162,66 @@ private:
     for (size_t i = 0; i < order.size(); ++i)
       if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;
+    if (c.attention)
+      return checkAttention(*c.attention, written);
     return !c.conv || checkConv(*c.conv, order);
+  }
+
+  /// An attention's operands: written buffers of the output's floating dtype (the bias may be
+  /// any floating dtype), one stride per logical dim and unit last strides for q, k and v; the
+  /// logical shapes [B.., Sq, D], [B.., Sk, D], [B.., Sk, Dv] agree with the output [B.., Sq, Dv]
+  /// (the buffers' own shapes may differ: an operand may be a strided view of its buffer).
+  bool checkAttention(const AttentionSpec &a, const std::set<const Buffer *> &written) {
+    const Computation &c = *comp_;
+    size_t rank = c.out->shape.size();
+    if (rank < 2)
+      return failHere("attention output must have rank 2 or more");
+    SymExpr step = ctx_.constant(1);
+    bool rowMajor = true;
+    for (size_t i = rank; i-- > 0;) {
+      rowMajor &= c.out->shape[i]->isConst(1) || c.out->strides[i] == step;
+      step = ctx_.mul(step, c.out->shape[i]);
+    }
+    if (!rowMajor)
+      return failHere("attention output %" + c.out->name + " must be row-major");
+    for (const AttentionOperand *o : a.operands()) {
+      const Buffer *b = o->buffer;
+      if (!b || !buffers_.count(b) || !written.count(b))
+        return failHere("attention operand is not a buffer written before it");
+      std::string what = "attention operand %" + b->name;
+      bool bias = a.bias && o == &*a.bias;
+      if (!isFloating(b->dtype) || (!bias && b->dtype != c.out->dtype))
+        return failHere(what + " is " + dt(b->dtype) + "; q, k, v and the output share one "
+                        "floating dtype");
+      if (o->shape.size() != rank || o->strides.size() != rank || !o->offset)
+        return failHere(what + " needs an offset, " + std::to_string(rank) + " sizes and " +
+                        std::to_string(rank) + " strides");
+      if (!bias && !o->strides.back()->isConst(1))
+        return failHere(what + " must have unit stride along its last dim");
+      for (SymExpr e : o->strides)
+        if (!checkSymbols(e, {}, where() + "stride of " + what))
+          return false;
+      if (!checkSymbols(o->offset, {}, where() + "offset of " + what))
+        return false;
+    }
+    // Logical shapes: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv], bias [B.., Sq, Sk],
+    // output [B.., Sq, Dv].
+    const std::vector<SymExpr> &q = a.q.shape, &k = a.k.shape, &v = a.v.shape, &y = c.out->shape;
+    bool ok = k[rank - 1] == q[rank - 1] && v[rank - 2] == k[rank - 2] &&
+              y[rank - 2] == q[rank - 2] && y[rank - 1] == v[rank - 1];
+    for (size_t i = 0; ok && i + 2 < rank; ++i)
+      ok = q[i] == y[i] && k[i] == y[i] && v[i] == y[i];
+    if (ok && a.bias) {
+      std::vector<SymExpr> scores(y.begin(), y.end() - 1);
+      scores.push_back(k[rank - 2]);
+      ok = a.bias->shape == scores;
+    }
+    if (!ok)
+      return failHere("attention shapes do not agree: q " + symsText(q) + ", k " + symsText(k) +
+                      ", v " + symsText(v) + ", output " + symsText(y));
+    if (!std::isfinite(a.scale))
+      return failHere("attention scale must be finite");
+    return true;
   }
 
   /// A convolution's buffers, ranks, attribute lengths and ranges, and the output shape its

@@ -378,6 +378,30 @@ void collectSymbols(SymExpr e, std::vector<SymExpr> &out) {
     collectSymbols(op, out);
 }
 
+std::optional<AffineForm> affineIn(SymContext &s, SymExpr e, const std::vector<SymExpr> &vars) {
+  std::unordered_map<SymExpr, SymExpr> zero;
+  for (SymExpr v : vars)
+    zero[v] = s.constant(0);
+  AffineForm a;
+  a.base = s.substitute(e, zero);
+  SymExpr rebuilt = a.base;
+  for (SymExpr v : vars) {
+    std::unordered_map<SymExpr, SymExpr> one = zero;
+    one[v] = s.constant(1);
+    SymExpr c = s.sub(s.substitute(e, one), a.base);
+    std::vector<SymExpr> syms;
+    collectSymbols(c, syms);
+    for (SymExpr x : syms)
+      if (std::find(vars.begin(), vars.end(), x) != vars.end())
+        return std::nullopt;
+    a.coef.push_back(c);
+    rebuilt = s.add(rebuilt, s.mul(c, v));
+  }
+  if (rebuilt != e)
+    return std::nullopt;
+  return a;
+}
+
 namespace {
 int precedence(SymKind k) {
   switch (k) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -143,5 +144,14 @@ std::string toString(SymExpr e);
 
 /// Collects the symbols in e (deterministic order: by creation).
 void collectSymbols(SymExpr e, std::vector<SymExpr> &out);
+
+/// e = base + sum(coef[i] * vars[i]), with base and coefficients free of `vars`.
+struct AffineForm {
+  SymExpr base = nullptr;
+  std::vector<SymExpr> coef;
+};
+/// e's affine form in `vars`, or nothing when e is not affine in them (a product of two of
+/// them, a floordiv of one, ...).
+std::optional<AffineForm> affineIn(SymContext &s, SymExpr e, const std::vector<SymExpr> &vars);
 
 } // namespace braze::sym

@@ -4,6 +4,8 @@
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
+
 namespace braze {
 
 namespace decomp {
@@ -20,6 +22,7 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::LayerNorm, decomp::decomposeLayerNorm}, {OpKind::Gelu, decomp::decomposeGelu},
       {OpKind::Silu, decomp::decomposeSilu},
       {OpKind::Convolution, decomp::decomposeConvolution},
+      {OpKind::Attention, decomp::decomposeAttention},
       {OpKind::MaxPool, decomp::decomposeMaxPool},
       {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices},
       {OpKind::CumSum, decomp::decomposeScan},
@@ -35,9 +38,24 @@ decomp::Rule ruleFor(OpKind op) {
   BRAZE_UNREACHABLE("no decomposition for " << opName(op));
 }
 
-/// Whether decompose leaves `n` whole under `opts` (a convolution a library takes).
+/// Whether an attention node runs as the target's fused kernel: its dtype is one the kernel
+/// takes and both head dims are constants within the kernel's limit.
+bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
+  const auto &ts = opts.fusedAttentionDtypes;
+  if (std::find(ts.begin(), ts.end(), n->dtype()) == ts.end())
+    return false;
+  for (SymExpr d : {n->operand(0)->shape().back(), n->operand(2)->shape().back()})
+    if (!d->isConst() || d->value() < 1 || d->value() > opts.fusedAttentionMaxHeadDim)
+      return false;
+  return true;
+}
+
+/// Whether decompose leaves `n` whole under `opts` (a convolution a library takes, an
+/// attention the target fuses).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
+  if (n->op() == OpKind::Attention)
+    return fusedAttention(n, opts);
   return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
          (t == DType::Float32 ||
           (opts.halfConvolutions && (t == DType::Float16 || t == DType::BFloat16)));

@@ -14,6 +14,11 @@ struct DecomposeOptions {
   bool convolutionLibrary = false;
   /// The library takes f16 and bf16 convolutions too (cuDNN).
   bool halfConvolutions = false;
+  /// The target runs attention as one fused kernel (loop::AttentionSpec) for these operand
+  /// dtypes, with head dims (of query and value) up to `fusedAttentionMaxHeadDim`; other
+  /// attention ops decompose into matmul + softmax + matmul.
+  std::vector<DType> fusedAttentionDtypes;
+  int64_t fusedAttentionMaxHeadDim = 0;
 };
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
@@ -30,6 +35,7 @@ Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
 Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);
 Node *decomposeConvolution(GraphBuilder &b, Node *n);
+Node *decomposeAttention(GraphBuilder &b, Node *n);
 Node *decomposeMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);

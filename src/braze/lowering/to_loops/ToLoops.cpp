@@ -251,6 +251,8 @@ private:
     case OpCategoryKind::Composite:
       if (n->op() == OpKind::Convolution)
         return lowerConvolution(n);
+      if (n->op() == OpKind::Attention)
+        return lowerAttention(n);
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
     BRAZE_UNREACHABLE("bad category");
@@ -604,6 +606,71 @@ private:
     return settle(n, lazy([this, conv, &b, t](const Index &idx) {
                     return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
                   }, b.cost + 1));
+  }
+
+  /// n's values as a strided view of a buffer (one stride per dim, 0 along unit dims): read in
+  /// place when n is a buffer, or a view of one at an index affine in n's indices (a permuted
+  /// or sliced projection), with a unit last stride when `unitLast`; otherwise realized
+  /// row-major first.
+  loop::AttentionOperand stridedOperand(Node *n, bool unitLast) {
+    Value &v = values_.at(n);
+    Index full;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "a", full);
+    const Expr *e = v.load(full);
+    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
+      e = e->operands()[0];
+    if (e->kind() == loop::ExprKind::Load && e->indirect().empty() && e->dtype() == n->dtype()) {
+      if (auto form = sym::affineIn(s_, e->index(), vars)) {
+        loop::AttentionOperand o{e->buffer(), form->base, n->shape(), {}};
+        size_t next = 0;
+        for (SymExpr d : full)
+          o.strides.push_back(d->isConst(0) ? s_.constant(0) : form->coef[next++]);
+        if (!unitLast || n->shape().back()->isConst(1) || o.strides.back()->isConst(1)) {
+          if (n->shape().back()->isConst(1))
+            o.strides.back() = s_.constant(1);
+          return o;
+        }
+      }
+    }
+    Buffer *b = inMemory(n);
+    if (b->strides != contiguousStrides(s_, b->shape))
+      b = realize(n, v, BufferKind::Intermediate, -1, "_rows").buffer;
+    loop::AttentionOperand o{b, s_.constant(0), n->shape(), b->strides};
+    for (size_t i = 0; i < o.strides.size(); ++i)
+      if (n->shape()[i]->isConst(1))
+        o.strides[i] = s_.constant(i + 1 == o.strides.size() ? 1 : 0);
+    return o;
+  }
+
+  /// An attention the decomposer kept (the target fuses it): one Computation with the spec and
+  /// no value, writing a row-major [B.., Sq, Dv] buffer. The bias broadcasts through zero
+  /// strides along the dims it lacks or has as 1.
+  Value lowerAttention(Node *n) {
+    const AttrMap &a = n->attrs();
+    loop::AttentionSpec spec;
+    spec.q = stridedOperand(n->operand(0), true);
+    spec.k = stridedOperand(n->operand(1), true);
+    spec.v = stridedOperand(n->operand(2), true);
+    spec.scale = a.getFloat("scale");
+    spec.causal = a.getBool("causal");
+    if (a.getBool("bias")) {
+      Node *bn = n->operand(3);
+      loop::AttentionOperand b = stridedOperand(bn, false);
+      size_t lead = static_cast<size_t>(n->rank() - bn->rank());
+      std::vector<SymExpr> strides(lead, s_.constant(0));
+      for (size_t i = 0; i < b.strides.size(); ++i)
+        strides.push_back(bn->shape()[i]->isConst(1) ? s_.constant(0) : b.strides[i]);
+      b.strides = std::move(strides);
+      b.shape = n->shape();
+      b.shape.back() = n->operand(1)->shape()[n->rank() - 2];
+      spec.bias = std::move(b);
+    }
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    Index o;
+    std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
+    loop::Computation *c = p_->addComputation(out, vars, {}, ReduceKind::None, nullptr);
+    c->attention = std::move(spec);
+    return bufferValue(out);
   }
 
   /// e with the indirect binding {t, i} on every load whose index uses t; nullptr when t is

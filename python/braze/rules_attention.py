@@ -1,0 +1,84 @@
+"""FX rules for attention: the fused attention ops that AOTAutograd emits (PyTorch's CPU flash
+attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
+itself) become one braze attention op. Only the attention output may be read: a graph that reads
+the log-sum-exp or the random seeds (a training graph whose backward is an eager kernel) keeps
+the op in eager PyTorch, as does dropout."""
+import math
+import operator
+
+import torch
+
+from braze.fx_import import rule, Unsupported, aten
+
+
+def _read_outputs(node):
+    """The positions of node's tuple results that some node reads."""
+    read = set()
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem:
+            raise Unsupported("an attention's result tuple is used whole")
+        if user.users:
+            read.add(user.args[1])
+    return read
+
+
+def _heads_to(t, x, val, heads):
+    """x (of meta value `val`, [.., Hk, S, D]) with its heads repeated in place to `heads`
+    (grouped-query attention: query head h reads key head h // (heads / Hk)); a view."""
+    hk = val.shape[-3]
+    if not isinstance(hk, int) or hk == 0 or heads % hk:
+        raise Unsupported(f"grouped-query attention of {heads} query heads over {hk} key heads")
+    if hk == heads:
+        return x
+    dims = list(val.shape)
+    grouped = dims[:-2] + [heads // hk] + dims[-2:]
+    x = t.g.expand(t.g.unsqueeze(x, len(dims) - 2), t.shape(grouped))
+    return t.g.reshape(x, t.shape(dims[:-3] + [heads] + dims[-2:]))
+
+
+def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size):
+    if dropout_p:
+        raise Unsupported("attention with dropout")
+    if tuple_size and _read_outputs(node) - {0}:
+        raise Unsupported("attention whose log-sum-exp or seeds are read")
+    head_dim = q.meta["val"].shape[-1]
+    if scale is None:
+        if not isinstance(head_dim, int):
+            raise Unsupported("attention with a symbolic head dim and no scale")
+        scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+    qh = t.arg(q)
+    heads = q.meta["val"].shape[-3] if q.meta["val"].dim() >= 3 else None
+    kh, vh = t.arg(k), t.arg(v)
+    if heads is not None and k.meta["val"].shape[-3] != heads:
+        if not isinstance(heads, int):
+            raise Unsupported("grouped-query attention with a symbolic head count")
+        kh = _heads_to(t, kh, k.meta["val"], heads)
+        vh = _heads_to(t, vh, v.meta["val"], heads)
+    bh = t.arg(bias) if bias is not None else None
+    out = t.g.attention(qh, kh, vh, bh, float(scale), bool(is_causal))
+    return (out,) + (None,) * (tuple_size - 1) if tuple_size else out
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _cpu_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 2)
+
+
+@rule(aten._scaled_dot_product_flash_attention.default)
+def _flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
+           scale=None):
+    return attention(t, node, q, k, v, None, dropout_p, is_causal, scale, len(node.meta["val"]))
+
+
+@rule(aten._scaled_dot_product_efficient_attention.default,
+      aten._scaled_dot_product_cudnn_attention.default)
+def _efficient(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+               return_debug_mask=False, *, scale=None):
+    return attention(t, node, q, k, v, attn_bias, dropout_p, is_causal, scale,
+                     len(node.meta["val"]))
+
+
+@rule(aten.scaled_dot_product_attention.default)
+def _sdpa(t, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 0)

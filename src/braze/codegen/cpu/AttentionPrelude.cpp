@@ -1,0 +1,173 @@
+#include "braze/codegen/cpu/AttentionPrelude.h"
+
+namespace braze::codegen {
+
+namespace {
+
+/// The two block products: scores s = q·kᵀ and acc += p·v. Rows of each operand are `ld`
+/// elements apart with unit element stride. With a BLAS, operands whose rows do not overlap go
+/// to its sgemm (row-major); the loops take the rest.
+std::string blockProducts(const BlasSymbols &blas) {
+  std::string loops = R"(
+static inline void braze_attn_scores_loops(int64_t rows, int64_t cols, int64_t d,
+                                           const float* q, int64_t ldq, const float* k,
+                                           int64_t ldk, float* s, int64_t lds) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float acc = 0.f;
+      #pragma omp simd reduction(+:acc)
+      for (int64_t e = 0; e < d; ++e)
+        acc += q[i * ldq + e] * k[j * ldk + e];
+      s[i * lds + j] = acc;
+    }
+}
+
+static inline void braze_attn_accumulate_loops(int64_t rows, int64_t cols, int64_t dv,
+                                               const float* p, int64_t ldp, const float* v,
+                                               int64_t ldv, float* acc, int64_t ldacc) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float pij = p[i * ldp + j];
+      if (pij == 0.f)
+        continue;
+      #pragma omp simd
+      for (int64_t e = 0; e < dv; ++e)
+        acc[i * ldacc + e] += pij * v[j * ldv + e];
+    }
+}
+)";
+  if (blas.sgemm.empty())
+    return loops + R"(
+#define braze_attn_scores braze_attn_scores_loops
+#define braze_attn_accumulate braze_attn_accumulate_loops
+)";
+  std::string idx = blas.indexBits == 64 ? "int64_t" : "int";
+  std::string out = loops + "extern \"C\" void " + blas.sgemm + "(int, int, int, " + idx + ", " +
+                    idx + ", " + idx + ", float, const float*, " + idx + ", const float*, " +
+                    idx + ", float, float*, " + idx + ");\n";
+  if (!blas.setThreads.empty())
+    out += "extern \"C\" void " + blas.setThreads + "(int);\n";
+  out += R"(
+static inline void braze_attn_scores(int64_t rows, int64_t cols, int64_t d, const float* q,
+                                     int64_t ldq, const float* k, int64_t ldk, float* s,
+                                     int64_t lds) {
+  if (ldq < d || ldk < d)
+    return braze_attn_scores_loops(rows, cols, d, q, ldq, k, ldk, s, lds);
+  SGEMM(101, 111, 112, rows, cols, d, 1.f, q, ldq, k, ldk, 0.f, s, lds);
+}
+
+static inline void braze_attn_accumulate(int64_t rows, int64_t cols, int64_t dv,
+                                         const float* p, int64_t ldp, const float* v,
+                                         int64_t ldv, float* acc, int64_t ldacc) {
+  if (ldv < dv)
+    return braze_attn_accumulate_loops(rows, cols, dv, p, ldp, v, ldv, acc, ldacc);
+  SGEMM(101, 111, 111, rows, dv, cols, 1.f, p, ldp, v, ldv, 1.f, acc, ldacc);
+}
+)";
+  for (size_t at; (at = out.find("SGEMM(")) != std::string::npos;)
+    out.replace(at, 5, blas.sgemm);
+  return out;
+}
+
+const char *kAttention = R"(
+static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
+                                const int64_t* qs, const float* k, const int64_t* ks,
+                                const float* v, const int64_t* vs, const float* bias,
+                                const int64_t* bs, float* out, float scale, bool causal) {
+  const int nb = rank - 2;
+  int64_t batch = 1;
+  for (int i = 0; i < nb; ++i)
+    batch *= dims[i];
+  const int64_t sq = dims[nb], sk = dims[nb + 1], d = dims[nb + 2], dv = dims[nb + 3];
+  if (batch == 0 || sq == 0 || dv == 0)
+    return;
+  if (sk == 0) { // no keys: the product with an empty value is zero
+    std::fill(out, out + batch * sq * dv, 0.f);
+    return;
+  }
+  const int64_t bq = 32, bk = 256, blocks = (sq + bq - 1) / bq, tasks = batch * blocks;
+  const double work = (double)batch * sq * sk * (d + dv);
+  const int threads = work < 2.0e5 ? 1 : omp_get_max_threads();
+  #pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* s = (float*)std::malloc(sizeof(float) * (bq * bk + bq * dv + 2 * bq));
+    float* acc = s + bq * bk;
+    float* m = acc + bq * dv;
+    float* l = m + bq;
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t b = t / blocks, i0 = (t % blocks) * bq, rows = std::min(bq, sq - i0);
+      int64_t qo = 0, ko = 0, vo = 0, bo = 0, rest = b;
+      for (int x = nb - 1; x >= 0; --x) {
+        const int64_t at = rest % dims[x];
+        rest /= dims[x];
+        qo += at * qs[x];
+        ko += at * ks[x];
+        vo += at * vs[x];
+        if (bias)
+          bo += at * bs[x];
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+      }
+      for (int64_t i = 0; i < rows * dv; ++i)
+        acc[i] = 0.f;
+      const float* qb = q + qo + i0 * qs[nb];
+      const int64_t kend = causal ? std::min(sk, i0 + rows) : sk;
+      for (int64_t j0 = 0; j0 < kend; j0 += bk) {
+        const int64_t cols = std::min(bk, kend - j0);
+        braze_attn_scores(rows, cols, d, qb, qs[nb], k + ko + j0 * ks[nb], ks[nb], s, bk);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* si = s + i * bk;
+          const int64_t seen = causal ? std::max<int64_t>(0, std::min(cols, i0 + i + 1 - j0))
+                                      : cols;
+          const float* bi = bias ? bias + bo + (i0 + i) * bs[nb] + j0 * bs[nb + 1] : nullptr;
+          float mx = m[i];
+          for (int64_t j = 0; j < seen; ++j) {
+            const float x = si[j] * scale + (bi ? bi[j * bs[nb + 1]] : 0.f);
+            si[j] = x;
+            mx = std::max(mx, x);
+          }
+          if (mx == -INFINITY) { // every key so far is masked: nothing to add
+            for (int64_t j = 0; j < cols; ++j)
+              si[j] = 0.f;
+            continue;
+          }
+          float sum = 0.f;
+          for (int64_t j = 0; j < seen; ++j) {
+            const float p = std::exp(si[j] - mx);
+            si[j] = p;
+            sum += p;
+          }
+          for (int64_t j = seen; j < cols; ++j)
+            si[j] = 0.f;
+          const float alpha = std::exp(m[i] - mx);
+          l[i] = l[i] * alpha + sum;
+          m[i] = mx;
+          if (alpha != 1.f)
+            for (int64_t e = 0; e < dv; ++e)
+              acc[i * dv + e] *= alpha;
+        }
+        braze_attn_accumulate(rows, cols, dv, s, bk, v + vo + j0 * vs[nb], vs[nb], acc, dv);
+      }
+      float* ob = out + (b * sq + i0) * dv;
+      for (int64_t i = 0; i < rows; ++i) {
+        const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f; // every key masked: 0, as in eager
+        for (int64_t e = 0; e < dv; ++e)
+          ob[i * dv + e] = acc[i * dv + e] * inv;
+      }
+    }
+    std::free(s);
+  }
+}
+)";
+
+} // namespace
+
+std::string attentionPrelude(const BlasSymbols &blas) {
+  return "#include <cmath>\n#include <cstdlib>\n#include <algorithm>\n" + blockProducts(blas) +
+         kAttention;
+}
+
+} // namespace braze::codegen

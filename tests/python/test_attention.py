@@ -1,0 +1,194 @@
+"""Attention: PyTorch's attention ops become one braze attention op. Where the target fuses it
+(f32 on the CPU; f16/bf16 on CUDA) it runs as one kernel with an online softmax, elsewhere it
+decomposes into matmul + softmax + matmul. Either way it matches eager: causal and not, float and
+bool masks (a row with every key masked gives 0), grouped-query heads, strided projections,
+explicit scales, dynamic sequence lengths, and training graphs (whose backward reads the
+log-sum-exp, so the op stays in eager there)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import braze
+
+
+def _compile(fn, **kw):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="braze", **kw)
+
+
+def _tolerance(dtype):
+    return {torch.float32: dict(atol=2e-5, rtol=1.3e-5), torch.float64: dict(atol=1e-7, rtol=1e-7),
+            torch.float16: dict(atol=2e-3, rtol=2e-3), torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2)}[dtype]
+
+
+def _dtypes(device):
+    return [torch.float32, torch.float16, torch.bfloat16] if device == "cuda" else \
+        [torch.float32, torch.float64, torch.bfloat16]
+
+
+def _check(fn, *args, dtype=torch.float32, **kw):
+    """Compiled fn equals eager fn, with no fallback op; returns the compiled result."""
+    before = braze.counters()["fallback_ops"]
+    with torch.no_grad():
+        got = _compile(fn, **kw)(*args)
+        want = fn(*args)
+    torch.testing.assert_close(got, want, **_tolerance(dtype))
+    assert braze.counters()["fallback_ops"] == before
+    return got
+
+
+# (batch, heads, query rows, key rows, head dim, value head dim)
+SHAPES = [(2, 3, 40, 50, 8, 8), (1, 4, 300, 300, 64, 64), (2, 2, 5, 7, 16, 16),
+          (1, 2, 33, 129, 32, 16), (3, 1, 1, 17, 128, 128), (1, 2, 260, 70, 80, 80)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_matches_eager(device, shape, causal):
+    torch.manual_seed(0)
+    b, h, sq, sk, d, dv = shape
+    for dtype in _dtypes(device):
+        q = torch.randn(b, h, sq, d, dtype=dtype)
+        k = torch.randn(b, h, sk, d, dtype=dtype)
+        v = torch.randn(b, h, sk, dv, dtype=dtype)
+        _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+               q, k, v, dtype=dtype)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 1, 24, 40), (24, 40), (1, 40), (2, 3, 24, 40)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_additive_masks_broadcast(device, mask_shape):
+    torch.manual_seed(1)
+    q, k, v = torch.randn(2, 3, 24, 16), torch.randn(2, 3, 40, 16), torch.randn(2, 3, 40, 16)
+    mask = torch.randn(mask_shape)
+    _check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+
+
+def test_bool_mask_with_a_fully_masked_row_gives_zero(device):
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    keep = torch.rand(6, 9) > 0.4
+    keep[3] = False  # query 3 sees no key
+    keep[0, 0] = True
+    got = _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=keep), q, k, v)
+    assert torch.equal(got[:, :, 3], torch.zeros_like(got[:, :, 3]))
+
+
+def test_grouped_query_attention(device):
+    torch.manual_seed(3)
+    q = torch.randn(2, 8, 20, 16)
+    k, v = torch.randn(2, 2, 20, 16), torch.randn(2, 2, 20, 16)
+    _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                          enable_gqa=True), q, k, v)
+
+
+def test_explicit_scale_and_sequence_longer_than_keys(device):
+    torch.manual_seed(4)
+    q, k, v = torch.randn(1, 2, 70, 32), torch.randn(1, 2, 30, 32), torch.randn(1, 2, 30, 32)
+    _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+           q, k, v)
+
+
+class SelfAttention(torch.nn.Module):
+    """A transformer attention block: q, k and v are strided views of one projection, and the
+    output is transposed back and projected."""
+
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, d))
+
+
+def test_attention_block_on_strided_projections(device):
+    torch.manual_seed(5)
+    block = SelfAttention().eval()
+    _check(block, torch.randn(3, 37, 64))
+
+
+def test_dynamic_sequence_length(device):
+    torch.manual_seed(6)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    compiled = _compile(fn, dynamic=True)
+    with torch.no_grad():
+        for s in (17, 40, 65):
+            q, k, v = (torch.randn(2, 2, s, 16) for _ in range(3))
+            torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), **_tolerance(torch.float32))
+
+
+def test_training_keeps_gradients_equal(device):
+    """The backward reads the forward's log-sum-exp, so a training graph leaves the attention op
+    to eager; the rest compiles, and values and gradients match."""
+    torch.manual_seed(7)
+    block = SelfAttention()
+    x = torch.randn(2, 12, 64, requires_grad=True)
+    compiled = _compile(block)
+    out = compiled(x)
+    out.sum().backward()
+    got = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+    x.grad = None
+    block.zero_grad()
+    want_out = block(x)
+    want_out.sum().backward()
+    want = [x.grad] + [p.grad for p in block.parameters()]
+    torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+def test_invalid_attention_is_a_clear_error():
+    g = braze._C.Graph()
+    s = [g.sym_const(n) for n in (2, 5, 8)]
+    q = g.input("q", "f32", s, [])
+    k = g.input("k", "f32", [s[0], s[1], g.sym_const(4)], [])
+    g.set_name("attn")
+    with pytest.raises(braze.CompileError,
+                       match=r"attention \(node 'attn'\): key's last dim 4 must equal query's 8"):
+        g.attention(q, k, k, None, 0.5, False)
+    v = g.input("v", "f32", s, [])
+    m = g.input("m", "f32", [g.sym_const(3), g.sym_const(5)], [])
+    with pytest.raises(braze.CompileError, match=r"bias \[3, 5\] does not broadcast to the scores "
+                                                 r"\[2, 5, 5\]"):
+        g.attention(q, v, v, m, 0.5, False)
+
+
+@pytest.mark.cpu_only("the bound is on host memory")
+def test_long_sequence_runs_in_bounded_memory():
+    """S = 4096, 8 heads, head dim 64, f32: the scores alone would be 512 MiB; the fused kernel
+    holds a block per thread. Run in a fresh process so its peak resident memory is its own."""
+    script = textwrap.dedent("""
+        import resource, torch, torch.nn.functional as F, braze
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 8, 4096, 64) for _ in range(3))
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        with torch.no_grad():
+            compiled = torch.compile(fn, backend="braze")
+            compiled(q[:, :, :64], k[:, :, :64], v[:, :, :64])  # compile (dynamic after this)
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend="braze", dynamic=False)
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            got = compiled(q, k, v)
+            grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+            want = fn(q, k, v)
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1.3e-5)
+        print(grown * 1024)
+    """)
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    grown = int(run.stdout.split()[-1])
+    scores = 1 * 8 * 4096 * 4096 * 4
+    assert grown < scores // 4, f"peak memory grew by {grown} bytes; the scores are {scores}"

@@ -95,9 +95,10 @@ def _strict(opts):
 
 
 def _support_key(node):
-    """What decides whether braze compiles `node` alone: its op, its non-tensor arguments and
-    the dtype, sizes and strides of its operands and results. None where a value has no stable
-    text (then the node is tried)."""
+    """What decides whether braze compiles `node` alone: its op, its non-tensor arguments, the
+    dtype, sizes and strides of its operands and results, and which of a tuple's results are
+    read (an attention whose log-sum-exp is read stays in eager). None where a value has no
+    stable text (then the node is tried)."""
     def describe(x):
         if isinstance(x, torch.fx.Node):
             x = x.meta.get("val") if x.op != "get_attr" else _fetch_attr(x.graph.owning_module,
@@ -113,7 +114,9 @@ def _support_key(node):
             raise TypeError("a tensor argument")
         return repr(x)
     try:
-        return (node.target, describe(node.args), describe(node.kwargs), describe(node))
+        read = tuple(sorted(repr(u.args[1]) for u in node.users
+                            if u.target is operator.getitem and u.users))
+        return (node.target, describe(node.args), describe(node.kwargs), describe(node), read)
     except Exception:
         return None
 

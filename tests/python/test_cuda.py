@@ -46,6 +46,12 @@ WORKLOADS = {
     "full_sum": (lambda x: x.sum() + x.amax(), lambda dt: (torch.randn(1 << 16, dtype=dt),)),
     "random": (lambda x: x + torch.rand_like(x) * 0, lambda dt: (torch.randn(100, dtype=dt),)),
     "cumsum": (lambda x: x.cumsum(-1), lambda dt: (torch.randn(4, 100, dtype=dt),)),
+    # f16/bf16: the fused attention kernel (mma.sync); f32/f64: matmul, softmax, matmul
+    "attention": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                  lambda dt: (torch.randn(2, 3, 70, 64, dtype=dt), torch.randn(2, 3, 90, 64, dtype=dt),
+                              torch.randn(2, 3, 90, 64, dtype=dt), torch.randn(70, 90, dtype=dt))),
+    "causal_attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                         lambda dt: tuple(torch.randn(1, 2, 40, 256, dtype=dt) for _ in range(3))),
 }
 
 

@@ -16,6 +16,7 @@
 /// runtime, with the loop kernel as the fallback for layouts cuBLASLt does not take (the host
 /// text is in CudaHost.cpp).
 #include "braze/codegen/cuda/CudaCodegen.h"
+#include "braze/codegen/cuda/CudaAttention.h"
 
 #include "braze/codegen/CFamily.h"
 #include "braze/codegen/cuda/CudaHost.h"
@@ -82,9 +83,16 @@ public:
     CudaGeneratedSource out;
     std::string kernels;
     std::vector<std::string> calls;
+    bool attention = false;
     for (const Kernel &k : s_.kernels) {
       int index = static_cast<int>(out.kernels.size());
       out.kernels.push_back(k.name);
+      if (k.attention) {
+        attention = true;
+        kernels += emitCudaAttentionKernel(names_, k, params(k));
+        calls.push_back(cudaAttentionLaunch(s_, names_, k, index));
+        continue;
+      }
       KernelPlan plan = planKernel(k);
       kernels += emitKernel(k, plan);
       std::string launch = launchCall(k, plan, index);
@@ -101,7 +109,7 @@ public:
     if (kernels.find(kSpecialMathPrefix) != std::string::npos)
       BRAZE_USER_ERROR("compile", "")
           << "special functions (digamma, Bessel, zeta...) are not generated for CUDA yet";
-    out.device = cudaPrelude() + kernels;
+    out.device = cudaPrelude() + (attention ? cudaAttentionPrelude() : "") + kernels;
     out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
     out.host = hostSource(s_, names_, calls);
     out.numKernels = static_cast<int>(s_.kernels.size());

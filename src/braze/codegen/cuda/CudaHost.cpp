@@ -13,6 +13,13 @@ std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &v
 
 std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
                             int index, int threads, const std::string &pointsPerBlock) {
+  return launchBlocks(s, names, k, index, threads,
+                      "(" + extentProduct(names, k.outerVars) + " + " + pointsPerBlock +
+                          " - 1) / (" + pointsPerBlock + ")");
+}
+
+std::string launchBlocks(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
+                         int index, int threads, const std::string &blocks) {
   // Arguments in the order of the kernel's parameters: buffers in memory, then sizes, then the
   // error flag; each a pointer to the value.
   std::set<int> used;
@@ -25,8 +32,6 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
   for (sym::SymExpr sy : syms)
     args += "(void*)&" + names.symbol(sy) + ", ";
   args += "(void*)&api->err";
-  std::string blocks = "(" + extentProduct(names, k.outerVars) + " + " + pointsPerBlock +
-                       " - 1) / (" + pointsPerBlock + ")";
   return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" + args +
          "}; err = api->launch(api->ctx, " + std::to_string(index) + ", blocks, " +
          std::to_string(threads) + ", args); } }";

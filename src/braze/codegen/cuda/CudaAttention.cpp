@@ -1,0 +1,253 @@
+/// Fused attention on CUDA (f16/bf16, sm_80+): the device function every attention kernel calls
+/// and the kernel around it. One block of 4 warps takes 64 query rows of one batch point; each
+/// warp holds its 16 rows' queries as tensor-core fragments (mma.sync m16n8k16, f32
+/// accumulation), and the block walks the keys in tiles staged in shared memory:
+///   1. S = Q·Kᵀ for the tile, in registers (the accumulator layout of mma);
+///   2. scale, bias, causal and out-of-range masks, then an online softmax: the running row
+///      maximum and sum are rescaled when the maximum grows (rows with every key masked so far
+///      keep a zero sum and contribute nothing);
+///   3. O += P·V, P reused from S's registers as the A operand, rounded to the operands' dtype;
+///   4. at the end O / l is rounded and stored (0 for a row with no unmasked key).
+/// Scores never reach global memory: memory is O(rows × head dim).
+#include "braze/codegen/cuda/CudaAttention.h"
+
+#include "braze/codegen/CFamily.h"
+#include "braze/codegen/cuda/CudaHost.h"
+#include "braze/support/Check.h"
+
+namespace braze::codegen {
+
+namespace {
+
+const char *kFlashPrelude = R"FLASH(
+// ---- fused attention (mma.sync m16n8k16; fragment layouts from the PTX ISA) -------------------
+template <bool BF16> BRAZE_FN float braze_attn_f(uint16_t h) { return BF16 ? braze_bf2f(h) : braze_h2f(h); }
+// Two floats as one register of two 16-bit values, `lo` in the low half.
+template <bool BF16> BRAZE_FN uint32_t braze_attn_pack(float lo, float hi) {
+  uint32_t r;
+  if (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+BRAZE_FN uint32_t braze_attn_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+template <bool BF16> BRAZE_FN void braze_attn_mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if (BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Rows [i0, i0 + 64) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D], v [Sk, DV],
+// bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads.
+template <int D, int DV, int BN, bool BF16, bool CAUSAL>
+BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
+                                    const uint16_t* __restrict__ k, int64_t krs,
+                                    const uint16_t* __restrict__ v, int64_t vrs,
+                                    const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
+                                    uint16_t* __restrict__ o, int64_t sq, int64_t sk, int64_t i0,
+                                    float scale) {
+  constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;
+  constexpr int KS = DP + 8, VS = DVP + 8; // padded rows: fragment reads hit distinct banks
+  __shared__ __align__(16) uint16_t ksm[BN * KS];
+  __shared__ __align__(16) uint16_t vsm[BN * VS];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t r0 = i0 + warp * 16 + g, r1 = r0 + 8;
+  uint32_t qa[DP / 16][4];
+  #pragma unroll
+  for (int kk = 0; kk < DP / 16; ++kk)
+    #pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int64_t row = (x & 1) ? r1 : r0;
+      const int col = kk * 16 + t * 2 + ((x & 2) ? 8 : 0);
+      const uint16_t lo = row < sq && col < D ? q[row * qrs + col] : 0;
+      const uint16_t hi = row < sq && col + 1 < D ? q[row * qrs + col + 1] : 0;
+      qa[kk][x] = braze_attn_pair(lo, hi);
+    }
+  float oacc[DVP / 8][4];
+  #pragma unroll
+  for (int n = 0; n < DVP / 8; ++n)
+    oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
+                   (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+  const int64_t kend = CAUSAL ? (sk < i0 + 64 ? sk : i0 + 64) : sk;
+  for (int64_t j0 = 0; j0 < kend; j0 += BN) {
+    __syncthreads();
+    if (vec) {
+      for (int idx = threadIdx.x; idx < BN * (DP / 8); idx += blockDim.x) {
+        const int key = idx / (DP / 8), c = idx % (DP / 8) * 8;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (j0 + key < sk && c < D) w = *(const uint4*)(k + (j0 + key) * krs + c);
+        *(uint4*)(ksm + key * KS + c) = w;
+      }
+      for (int idx = threadIdx.x; idx < BN * (DVP / 8); idx += blockDim.x) {
+        const int key = idx / (DVP / 8), c = idx % (DVP / 8) * 8;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (j0 + key < sk && c < DV) w = *(const uint4*)(v + (j0 + key) * vrs + c);
+        *(uint4*)(vsm + key * VS + c) = w;
+      }
+    } else {
+      for (int idx = threadIdx.x; idx < BN * DP; idx += blockDim.x) {
+        const int key = idx / DP, c = idx % DP;
+        ksm[key * KS + c] = j0 + key < sk && c < D ? k[(j0 + key) * krs + c] : 0;
+      }
+      for (int idx = threadIdx.x; idx < BN * DVP; idx += blockDim.x) {
+        const int key = idx / DVP, c = idx % DVP;
+        vsm[key * VS + c] = j0 + key < sk && c < DV ? v[(j0 + key) * vrs + c] : 0;
+      }
+    }
+    __syncthreads();
+    // 1. S = Q K^T: B[d][key] = K[key][d], two consecutive d per register.
+    float s[BN / 8][4];
+    #pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const uint32_t* krow = (const uint32_t*)(ksm + (n * 8 + g) * KS);
+      #pragma unroll
+      for (int kk = 0; kk < DP / 16; ++kk)
+        braze_attn_mma<BF16>(s[n], qa[kk], krow[kk * 8 + t], krow[kk * 8 + 4 + t]);
+    }
+    // 2. Masks and the online softmax.
+    float mx0 = m0, mx1 = m1;
+    #pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+      #pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int64_t row = x < 2 ? r0 : r1, key = j0 + n * 8 + t * 2 + (x & 1);
+        float val = s[n][x] * scale;
+        if (bias != nullptr && row < sq && key < sk)
+          val += braze_attn_f<BF16>(bias[row * brs + key * bcs]);
+        if (key >= sk || (CAUSAL && key > row))
+          val = -INFINITY;
+        s[n][x] = val;
+        if (x < 2) mx0 = fmaxf(mx0, val); else mx1 = fmaxf(mx1, val);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
+    const float a0 = __expf(m0 - base0), a1 = __expf(m1 - base1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= a0;
+    l1 *= a1;
+    #pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+      s[n][0] = __expf(s[n][0] - base0);
+      s[n][1] = __expf(s[n][1] - base0);
+      s[n][2] = __expf(s[n][2] - base1);
+      s[n][3] = __expf(s[n][3] - base1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+    #pragma unroll
+    for (int n = 0; n < DVP / 8; ++n) {
+      oacc[n][0] *= a0;
+      oacc[n][1] *= a0;
+      oacc[n][2] *= a1;
+      oacc[n][3] *= a1;
+    }
+    // 3. O += P V: P's A fragment is S's accumulator pair of n-tiles; B[key][c] = V[key][c].
+    #pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = braze_attn_pack<BF16>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = braze_attn_pack<BF16>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = braze_attn_pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = braze_attn_pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const uint16_t* v0 = vsm + (kk * 16 + t * 2) * VS + g;
+      #pragma unroll
+      for (int n = 0; n < DVP / 8; ++n) {
+        const uint32_t b0 = braze_attn_pair(v0[n * 8], v0[VS + n * 8]);
+        const uint32_t b1 = braze_attn_pair(v0[8 * VS + n * 8], v0[9 * VS + n * 8]);
+        braze_attn_mma<BF16>(oacc[n], pa, b0, b1);
+      }
+    }
+  }
+  // 4. Normalize and store.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  #pragma unroll
+  for (int n = 0; n < DVP / 8; ++n)
+    #pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int64_t row = x < 2 ? r0 : r1;
+      const int col = n * 8 + t * 2 + (x & 1);
+      const float val = oacc[n][x] * (x < 2 ? inv0 : inv1);
+      if (row < sq && col < DV)
+        o[row * DV + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
+    }
+}
+)FLASH";
+
+} // namespace
+
+const char *cudaAttentionPrelude() { return kFlashPrelude; }
+
+int attentionKeyTile(int64_t headDim) { return headDim <= 128 ? 64 : 32; }
+
+std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
+                                    const std::string &params) {
+  const loop::Computation &c = *k.attention;
+  const loop::AttentionSpec &a = *c.attention;
+  DType t = c.out->dtype;
+  BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
+  size_t rank = c.out->shape.size(), nb = rank - 2;
+  int64_t d = a.q.shape[rank - 1]->value(), dv = a.v.shape[rank - 1]->value();
+  auto ix = [&](sym::SymExpr e) { return names.index(e); };
+  std::string body;
+  Writer w(body, 1);
+  w.line("const int64_t sq = " + ix(a.q.shape[rank - 2]) + ", sk = " + ix(a.k.shape[rank - 2]) +
+         ";");
+  w.line("const int64_t blocks = (sq + 63) / 64;");
+  w.line("int64_t rest = (int64_t)blockIdx.x / blocks;");
+  w.line("const int64_t i0 = ((int64_t)blockIdx.x % blocks) * 64;");
+  w.line("const int64_t point = rest;");
+  std::vector<const loop::AttentionOperand *> ops = a.operands();
+  const char *off[] = {"qo", "ko", "vo", "bo"};
+  for (size_t i = 0; i < ops.size(); ++i)
+    w.line("int64_t " + std::string(off[i]) + " = " + ix(ops[i]->offset) + ";");
+  for (size_t x = nb; x-- > 0;) {
+    w.line("{");
+    w.line("  const int64_t at = rest % " + ix(a.q.shape[x]) + ";");
+    w.line("  rest /= " + ix(a.q.shape[x]) + ";");
+    for (size_t i = 0; i < ops.size(); ++i)
+      w.line("  " + std::string(off[i]) + " += at * " + ix(ops[i]->strides[x]) + ";");
+    w.line("}");
+  }
+  w.line("(void)rest;");
+  auto buf = [&](const loop::AttentionOperand &o) { return names.buffer(*o.buffer); };
+  std::string bias = a.bias ? buf(*a.bias) + " + bo, " + ix(a.bias->strides[nb]) + ", " +
+                                  ix(a.bias->strides[nb + 1])
+                            : "nullptr, 0, 0";
+  w.line("braze_flash_attention<" + std::to_string(d) + ", " + std::to_string(dv) + ", " +
+         std::to_string(attentionKeyTile(std::max(d, dv))) + ", " +
+         (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ">(" +
+         buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
+         ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
+         ", " + names.buffer(*c.out) + " + point * sq * " + std::to_string(dv) + ", sq, sk, i0, " +
+         literal(a.scale, 0, DType::Float32) + ");");
+  return "extern \"C\" __global__ void __launch_bounds__(128) " + k.name + "(" + params +
+         ") {\n" + body + "}\n\n";
+}
+
+std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
+                                const sched::Kernel &k, int index) {
+  const loop::AttentionSpec &a = *k.attention->attention;
+  size_t rank = a.q.shape.size();
+  std::string blocks = "INT64_C(1)";
+  for (size_t i = 0; i + 2 < rank; ++i)
+    blocks += " * " + names.index(a.q.shape[i]);
+  blocks += " * ((" + names.index(a.q.shape[rank - 2]) + " + 63) / 64)";
+  return launchBlocks(s, names, k, index, 128, blocks);
+}
+
+} // namespace braze::codegen

@@ -1,0 +1,24 @@
+#pragma once
+/// Fused attention on CUDA (internal to codegen/cuda); see CudaAttention.cpp.
+#include "braze/codegen/KernelBody.h"
+
+#include <string>
+
+namespace braze::codegen {
+
+/// The device functions every attention kernel calls (braze_flash_attention<...>).
+const char *cudaAttentionPrelude();
+
+/// Keys per shared-memory tile for a head dim (the larger of query's and value's).
+int attentionKeyTile(int64_t headDim);
+
+/// The __global__ kernel for k (an attention kernel) with parameter list `params`: one block of
+/// 128 threads per 64 query rows of each batch point.
+std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
+                                    const std::string &params);
+
+/// braze_run's launch of that kernel (index `index`).
+std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
+                                const sched::Kernel &k, int index);
+
+} // namespace braze::codegen

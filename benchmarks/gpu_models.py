@@ -55,7 +55,7 @@ import torch  # noqa: E402
 import braze  # noqa: E402
 
 DEV = torch.device("cuda")
-MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "attention")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "attention", "sdpa")
 REL_TOL = {torch.bfloat16: 5e-2, torch.float16: 5e-2, torch.float32: 1e-3}
 
 
@@ -113,6 +113,12 @@ def build(name):
         def attention(q, k, v):
             return torch.softmax(q @ k.transpose(-1, -2) / 8.0, -1) @ v
         return attention, (lambda f: [f(q, k, v)]), bf, False
+    if name == "sdpa":  # the same attention through PyTorch's fused op
+        q, k, v = (torch.randn(8, 16, 1024, 64, device=DEV, dtype=bf) for _ in range(3))
+
+        def sdpa(q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return sdpa, (lambda f: [f(q, k, v)]), bf, False
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 

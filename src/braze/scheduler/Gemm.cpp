@@ -304,7 +304,8 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
     bool readers = false, ok = true;
     for (size_t di = ci + 1; di < comps.size() && ok; ++di) {
       bool reads = false;
-      loop::forEachLoad(comps[di]->value, [&](const Expr *l) { reads |= l->buffer() == c.out; });
+      loop::forEachBufferRead(*comps[di], comps[di]->value,
+                              [&](const loop::Buffer *b) { reads |= b == c.out; });
       if (!reads)
         continue;
       readers = true;
@@ -313,7 +314,8 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
     if (!readers || !ok || !m.bias())
       continue;
     for (size_t di = ci + 1; di < comps.size(); ++di)
-      comps[di]->value = m.rewrite(comps[di]->value);
+      if (comps[di]->value) // every reader has one (an attention reader is not covered)
+        comps[di]->value = m.rewrite(comps[di]->value);
     out[c.id] = m.bias();
   }
   return out;

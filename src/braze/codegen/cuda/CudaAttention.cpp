@@ -41,6 +41,18 @@ template <bool BF16> BRAZE_FN void braze_attn_mma(float* c, const uint32_t* a, u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 16-bit matrices from shared memory (rows addressed by lanes 8i..8i+7 for matrix i),
+// as the mma operand registers: plain, or transposed (`trans`).
+template <bool TRANS> BRAZE_FN void braze_attn_ldsm4(uint32_t* r, const uint16_t* row) {
+  const uint32_t at = (uint32_t)__cvta_generic_to_shared(row);
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+
 // Rows [i0, i0 + 64) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D], v [Sk, DV],
 // bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads.
 template <int D, int DV, int BN, bool BF16, bool CAUSAL>
@@ -101,16 +113,22 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
       }
     }
     __syncthreads();
-    // 1. S = Q K^T: B[d][key] = K[key][d], two consecutive d per register.
+    // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
+    //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
     float s[BN / 8][4];
     #pragma unroll
-    for (int n = 0; n < BN / 8; ++n) {
+    for (int n = 0; n < BN / 8; ++n)
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      const uint32_t* krow = (const uint32_t*)(ksm + (n * 8 + g) * KS);
+    #pragma unroll
+    for (int n = 0; n < BN / 8; n += 2)
       #pragma unroll
-      for (int kk = 0; kk < DP / 16; ++kk)
-        braze_attn_mma<BF16>(s[n], qa[kk], krow[kk * 8 + t], krow[kk * 8 + 4 + t]);
-    }
+      for (int kk = 0; kk < DP / 16; ++kk) {
+        uint32_t b[4];
+        const int mat = lane / 8;
+        braze_attn_ldsm4<false>(b, ksm + ((n + mat / 2) * 8 + lane % 8) * KS + kk * 16 + (mat % 2) * 8);
+        braze_attn_mma<BF16>(s[n], qa[kk], b[0], b[1]);
+        braze_attn_mma<BF16>(s[n + 1], qa[kk], b[2], b[3]);
+      }
     // 2. Masks and the online softmax.
     float mx0 = m0, mx1 = m1;
     #pragma unroll
@@ -160,12 +178,14 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
       pa[1] = braze_attn_pack<BF16>(s[2 * kk][2], s[2 * kk][3]);
       pa[2] = braze_attn_pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[3] = braze_attn_pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const uint16_t* v0 = vsm + (kk * 16 + t * 2) * VS + g;
+      // One ldmatrix.x4.trans: matrix i is keys 16kk + 8(i%2).., columns 8(n + i/2)...
       #pragma unroll
-      for (int n = 0; n < DVP / 8; ++n) {
-        const uint32_t b0 = braze_attn_pair(v0[n * 8], v0[VS + n * 8]);
-        const uint32_t b1 = braze_attn_pair(v0[8 * VS + n * 8], v0[9 * VS + n * 8]);
-        braze_attn_mma<BF16>(oacc[n], pa, b0, b1);
+      for (int n = 0; n < DVP / 8; n += 2) {
+        uint32_t b[4];
+        const int mat = lane / 8;
+        braze_attn_ldsm4<true>(b, vsm + (kk * 16 + (mat % 2) * 8 + lane % 8) * VS + (n + mat / 2) * 8);
+        braze_attn_mma<BF16>(oacc[n], pa, b[0], b[1]);
+        braze_attn_mma<BF16>(oacc[n + 1], pa, b[2], b[3]);
       }
     }
   }

@@ -192,3 +192,44 @@ def test_long_sequence_runs_in_bounded_memory():
     grown = int(run.stdout.split()[-1])
     scores = 1 * 8 * 4096 * 4096 * 4
     assert grown < scores // 4, f"peak memory grew by {grown} bytes; the scores are {scores}"
+
+
+# ---- attention written out (fuse-attention) --------------------------------------------------
+
+def _written_out(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2) / 8.0, -1) @ v
+
+
+def _written_out_masked(q, k, v, keep, bias):
+    """BERT-style: scale, an additive bias, a bool mask, the softmax in f32."""
+    s = q @ k.transpose(-1, -2) * 0.3 + bias
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v
+
+
+def test_written_out_attention_matches_eager(device):
+    torch.manual_seed(8)
+    for dtype in _dtypes(device):
+        q, k, v = (torch.randn(2, 4, 48, 64, dtype=dtype) for _ in range(3))
+        _check(_written_out, q, k, v, dtype=dtype)
+
+
+def test_written_out_masked_attention_keeps_nan_rows(device):
+    """A softmax written out gives nan for a row whose every key is masked (unlike PyTorch's
+    attention ops, which give 0); the fused op keeps that."""
+    torch.manual_seed(9)
+    for dtype in _dtypes(device):
+        q, k, v = (torch.randn(2, 3, 20, 32, dtype=dtype) for _ in range(3))
+        keep = torch.rand(20, 20) > 0.3
+        keep[5] = False
+        keep[:, 0] = True
+        keep[5, 0] = False
+        bias = torch.randn(2, 1, 1, 20, dtype=dtype)
+        before = braze.counters()["fallback_ops"]
+        with torch.no_grad():
+            got = _compile(_written_out_masked)(q, k, v, keep, bias)
+            want = _written_out_masked(q, k, v, keep, bias)
+        assert braze.counters()["fallback_ops"] == before
+        assert torch.isnan(got[:, :, 5]).all() and torch.isnan(want[:, :, 5]).all()
+        rows = torch.arange(20) != 5
+        torch.testing.assert_close(got[:, :, rows], want[:, :, rows], **_tolerance(dtype))

@@ -106,6 +106,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 }
 
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
+  runPasses(g, {"fuse-attention"});
   decompose(g, decomposeFor(opts));
   runPasses(g, {"fold-constants", "cse", "dce"});
 }

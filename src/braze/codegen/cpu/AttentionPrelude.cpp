@@ -70,10 +70,30 @@ static inline void braze_attn_accumulate(int64_t rows, int64_t cols, int64_t dv,
 }
 
 const char *kAttention = R"(
+// exp(x) for the softmax's x <= 0 (scores minus their maximum), vectorizable: Cody-Waite
+// reduction x = n ln 2 + r and Cephes' degree-6 polynomial (about 1 ulp); 0 below -87.
+static inline float braze_attn_exp(float x) {
+  const float c = x < -87.f ? -87.f : x;
+  const float n = __builtin_floorf(c * 1.44269504088896341f + 0.5f);
+  const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.f ? 0.f : p * scale;
+}
+
 static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                 const int64_t* qs, const float* k, const int64_t* ks,
                                 const float* v, const int64_t* vs, const float* bias,
-                                const int64_t* bs, float* out, float scale, bool causal) {
+                                const int64_t* bs, float* out, float scale, bool causal,
+                                bool safe) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
@@ -124,10 +144,21 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                       : cols;
           const float* bi = bias ? bias + bo + (i0 + i) * bs[nb] + j0 * bs[nb + 1] : nullptr;
           float mx = m[i];
-          for (int64_t j = 0; j < seen; ++j) {
-            const float x = si[j] * scale + (bi ? bi[j * bs[nb + 1]] : 0.f);
-            si[j] = x;
-            mx = std::max(mx, x);
+          if (bi) {
+            const int64_t step = bs[nb + 1];
+            #pragma omp simd reduction(max:mx)
+            for (int64_t j = 0; j < seen; ++j) {
+              const float x = si[j] * scale + bi[j * step];
+              si[j] = x;
+              mx = x > mx ? x : mx;
+            }
+          } else {
+            #pragma omp simd reduction(max:mx)
+            for (int64_t j = 0; j < seen; ++j) {
+              const float x = si[j] * scale;
+              si[j] = x;
+              mx = x > mx ? x : mx;
+            }
           }
           if (mx == -INFINITY) { // every key so far is masked: nothing to add
             for (int64_t j = 0; j < cols; ++j)
@@ -135,14 +166,15 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
             continue;
           }
           float sum = 0.f;
+          #pragma omp simd reduction(+:sum)
           for (int64_t j = 0; j < seen; ++j) {
-            const float p = std::exp(si[j] - mx);
+            const float p = braze_attn_exp(si[j] - mx);
             si[j] = p;
             sum += p;
           }
           for (int64_t j = seen; j < cols; ++j)
             si[j] = 0.f;
-          const float alpha = std::exp(m[i] - mx);
+          const float alpha = braze_attn_exp(m[i] - mx);
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
           if (alpha != 1.f)
@@ -153,7 +185,8 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
       }
       float* ob = out + (b * sq + i0) * dv;
       for (int64_t i = 0; i < rows; ++i) {
-        const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f; // every key masked: 0, as in eager
+        // every key masked: 0 (PyTorch's attention ops) or nan (a softmax written out)
+        const float inv = l[i] > 0.f ? 1.f / l[i] : safe ? 0.f : NAN;
         for (int64_t e = 0; e < dv; ++e)
           ob[i * dv + e] = acc[i * dv + e] * inv;
       }
@@ -166,7 +199,8 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
 } // namespace
 
 std::string attentionPrelude(const BlasSymbols &blas) {
-  return "#include <cmath>\n#include <cstdlib>\n#include <algorithm>\n" + blockProducts(blas) +
+  return "#include <cmath>\n#include <cstdlib>\n#include <cstring>\n#include <algorithm>\n" +
+         blockProducts(blas) +
          kAttention;
 }
 

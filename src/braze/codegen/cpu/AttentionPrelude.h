@@ -10,7 +10,7 @@ namespace braze::codegen {
 ///   void braze_attention_f32(int rank, const int64_t *dims, const float *q, const int64_t *qs,
 ///                            const float *k, const int64_t *ks, const float *v,
 ///                            const int64_t *vs, const float *bias, const int64_t *bs,
-///                            float *out, float scale, bool causal)
+///                            float *out, float scale, bool causal, bool safe)
 /// computing loop::AttentionSpec's function. dims = [B.., Sq, Sk, D, Dv] (rank - 2 batch dims);
 /// each operand's strides are `rank` element strides of its logical dims (the last is 1 for
 /// q, k and v); out is row-major [B.., Sq, Dv]; bias may be null.

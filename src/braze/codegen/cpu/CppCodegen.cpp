@@ -148,7 +148,8 @@ private:
     std::string bias = a.bias ? operand(*a.bias, "b") : "nullptr, nullptr";
     w.line("braze_attention_f32(" + std::to_string(rank) + ", dims, " + q + ", " + kk + ", " + v +
            ", " + bias + ", (float*)bufs[" + std::to_string(c.out->id) + "], " +
-           literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false") + ");");
+           literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false") + ", " +
+           (a.safe ? "true" : "false") + ");");
     return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
   }

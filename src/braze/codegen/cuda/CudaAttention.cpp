@@ -7,7 +7,8 @@
 ///      maximum and sum are rescaled when the maximum grows (rows with every key masked so far
 ///      keep a zero sum and contribute nothing);
 ///   3. O += P·V, P reused from S's registers as the A operand, rounded to the operands' dtype;
-///   4. at the end O / l is rounded and stored (0 for a row with no unmasked key).
+///   4. at the end O / l is rounded and stored (for a row with no unmasked key: 0 when SAFE,
+///      nan otherwise).
 /// Scores never reach global memory: memory is O(rows × head dim).
 #include "braze/codegen/cuda/CudaAttention.h"
 
@@ -53,9 +54,16 @@ template <bool TRANS> BRAZE_FN void braze_attn_ldsm4(uint32_t* r, const uint16_t
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
 }
 
+// 16 bytes global -> shared without passing through registers; zeros when !in.
+BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
+  const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(in ? 16 : 0));
+}
+BRAZE_FN float braze_attn_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+
 // Rows [i0, i0 + 64) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D], v [Sk, DV],
 // bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads.
-template <int D, int DV, int BN, bool BF16, bool CAUSAL>
+template <int D, int DV, int BN, bool BF16, bool CAUSAL, bool SAFE>
 BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     const uint16_t* __restrict__ k, int64_t krs,
                                     const uint16_t* __restrict__ v, int64_t vrs,
@@ -64,8 +72,8 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     float scale) {
   constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;
   constexpr int KS = DP + 8, VS = DVP + 8; // padded rows: fragment reads hit distinct banks
-  __shared__ __align__(16) uint16_t ksm[BN * KS];
-  __shared__ __align__(16) uint16_t vsm[BN * VS];
+  __shared__ __align__(16) uint16_t kbuf[2][BN * KS]; // two stages: one loads, one computes
+  __shared__ __align__(16) uint16_t vbuf[2][BN * VS];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t r0 = i0 + warp * 16 + g, r1 = r0 + 8;
   uint32_t qa[DP / 16][4];
@@ -87,32 +95,48 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
   const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
                    (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
   const int64_t kend = CAUSAL ? (sk < i0 + 64 ? sk : i0 + 64) : sk;
-  for (int64_t j0 = 0; j0 < kend; j0 += BN) {
-    __syncthreads();
+  // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end): 16-byte cp.async
+  // copies when the rows are aligned, element copies otherwise.
+  auto stage = [&](int st, int64_t j0) {
+    uint16_t* ks = kbuf[st];
+    uint16_t* vs = vbuf[st];
     if (vec) {
       for (int idx = threadIdx.x; idx < BN * (DP / 8); idx += blockDim.x) {
         const int key = idx / (DP / 8), c = idx % (DP / 8) * 8;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (j0 + key < sk && c < D) w = *(const uint4*)(k + (j0 + key) * krs + c);
-        *(uint4*)(ksm + key * KS + c) = w;
+        const bool in = j0 + key < sk && c < D;
+        braze_attn_cp16(ks + key * KS + c, in ? k + (j0 + key) * krs + c : k, in);
       }
       for (int idx = threadIdx.x; idx < BN * (DVP / 8); idx += blockDim.x) {
         const int key = idx / (DVP / 8), c = idx % (DVP / 8) * 8;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (j0 + key < sk && c < DV) w = *(const uint4*)(v + (j0 + key) * vrs + c);
-        *(uint4*)(vsm + key * VS + c) = w;
+        const bool in = j0 + key < sk && c < DV;
+        braze_attn_cp16(vs + key * VS + c, in ? v + (j0 + key) * vrs + c : v, in);
       }
     } else {
       for (int idx = threadIdx.x; idx < BN * DP; idx += blockDim.x) {
         const int key = idx / DP, c = idx % DP;
-        ksm[key * KS + c] = j0 + key < sk && c < D ? k[(j0 + key) * krs + c] : 0;
+        ks[key * KS + c] = j0 + key < sk && c < D ? k[(j0 + key) * krs + c] : 0;
       }
       for (int idx = threadIdx.x; idx < BN * DVP; idx += blockDim.x) {
         const int key = idx / DVP, c = idx % DVP;
-        vsm[key * VS + c] = j0 + key < sk && c < DV ? v[(j0 + key) * vrs + c] : 0;
+        vs[key * VS + c] = j0 + key < sk && c < DV ? v[(j0 + key) * vrs + c] : 0;
       }
     }
+    asm volatile("cp.async.commit_group;");
+  };
+  const float sl2 = scale * 1.4426950408889634f; // scores are kept in the log2 domain
+  if (kend > 0)
+    stage(0, 0);
+  int cur = 0;
+  for (int64_t j0 = 0; j0 < kend; j0 += BN, cur ^= 1) {
+    if (j0 + BN < kend) {
+      stage(cur ^ 1, j0 + BN); // the next tile loads while this one computes
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      asm volatile("cp.async.wait_group 0;");
+    }
     __syncthreads();
+    const uint16_t* ksm = kbuf[cur];
+    const uint16_t* vsm = vbuf[cur];
     // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
     //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
     float s[BN / 8][4];
@@ -129,17 +153,19 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         braze_attn_mma<BF16>(s[n], qa[kk], b[0], b[1]);
         braze_attn_mma<BF16>(s[n + 1], qa[kk], b[2], b[3]);
       }
-    // 2. Masks and the online softmax.
+    // 2. Masks (only a tile past the keys' end, or on this warp's causal diagonal, needs
+    //    them) and the online softmax, in the log2 domain: p = 2^(s * scale * log2 e - m).
+    const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > i0 + warp * 16);
     float mx0 = m0, mx1 = m1;
     #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
       #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int64_t row = x < 2 ? r0 : r1, key = j0 + n * 8 + t * 2 + (x & 1);
-        float val = s[n][x] * scale;
+        float val = s[n][x] * sl2;
         if (bias != nullptr && row < sq && key < sk)
-          val += braze_attn_f<BF16>(bias[row * brs + key * bcs]);
-        if (key >= sk || (CAUSAL && key > row))
+          val += braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f;
+        if (edge && (key >= sk || (CAUSAL && key > row)))
           val = -INFINITY;
         s[n][x] = val;
         if (x < 2) mx0 = fmaxf(mx0, val); else mx1 = fmaxf(mx1, val);
@@ -149,17 +175,17 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
-    const float a0 = __expf(m0 - base0), a1 = __expf(m1 - base1);
+    const float a0 = braze_attn_exp2(m0 - base0), a1 = braze_attn_exp2(m1 - base1);
     m0 = mx0;
     m1 = mx1;
     l0 *= a0;
     l1 *= a1;
     #pragma unroll
     for (int n = 0; n < BN / 8; ++n) {
-      s[n][0] = __expf(s[n][0] - base0);
-      s[n][1] = __expf(s[n][1] - base0);
-      s[n][2] = __expf(s[n][2] - base1);
-      s[n][3] = __expf(s[n][3] - base1);
+      s[n][0] = braze_attn_exp2(s[n][0] - base0);
+      s[n][1] = braze_attn_exp2(s[n][1] - base0);
+      s[n][2] = braze_attn_exp2(s[n][2] - base1);
+      s[n][3] = braze_attn_exp2(s[n][3] - base1);
       l0 += s[n][0] + s[n][1];
       l1 += s[n][2] + s[n][3];
     }
@@ -188,13 +214,15 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         braze_attn_mma<BF16>(oacc[n + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads(); // the next iteration stages into this tile's buffers
   }
   // 4. Normalize and store.
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float none = SAFE ? 0.f : NAN; // a row with every key masked
+  const float inv0 = l0 > 0.f ? 1.f / l0 : none, inv1 = l1 > 0.f ? 1.f / l1 : none;
   #pragma unroll
   for (int n = 0; n < DVP / 8; ++n)
     #pragma unroll
@@ -212,7 +240,14 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
 
 const char *cudaAttentionPrelude() { return kFlashPrelude; }
 
-int attentionKeyTile(int64_t headDim) { return headDim <= 128 ? 64 : 32; }
+int attentionKeyTile(int64_t d, int64_t dv) {
+  // Two stages of K and V tiles, rows padded by 8 elements, within 48 KiB of static shared memory.
+  auto padded = [](int64_t x) { return (x + 15) / 16 * 16 + 8; };
+  for (int bn : {64, 32})
+    if (2 * bn * (padded(d) + padded(dv)) * 2 <= 48 * 1024)
+      return bn;
+  return 16;
+}
 
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params) {
@@ -249,8 +284,8 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                   ix(a.bias->strides[nb + 1])
                             : "nullptr, 0, 0";
   w.line("braze_flash_attention<" + std::to_string(d) + ", " + std::to_string(dv) + ", " +
-         std::to_string(attentionKeyTile(std::max(d, dv))) + ", " +
-         (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ">(" +
+         std::to_string(attentionKeyTile(d, dv)) + ", " +
+         (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ", " + (a.safe ? "true" : "false") + ">(" +
          buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
          ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
          ", " + names.buffer(*c.out) + " + point * sq * " + std::to_string(dv) + ", sq, sk, i0, " +

@@ -9,8 +9,8 @@ namespace braze::codegen {
 /// The device functions every attention kernel calls (braze_flash_attention<...>).
 const char *cudaAttentionPrelude();
 
-/// Keys per shared-memory tile for a head dim (the larger of query's and value's).
-int attentionKeyTile(int64_t headDim);
+/// Keys per shared-memory tile for query and value head dims d and dv.
+int attentionKeyTile(int64_t d, int64_t dv);
 
 /// The __global__ kernel for k (an attention kernel) with parameter list `params`: one block of
 /// 128 threads per 64 query rows of each batch point.

@@ -79,8 +79,10 @@ public:
   /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. `bias` (or
   /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask
   /// (false: -inf). `causal` keeps key j for query i when j <= i (top-left aligned, as
-  /// PyTorch's is_causal).
-  Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal);
+  /// PyTorch's is_causal). A row whose every key is masked is 0 when `safe` (PyTorch's attention
+  /// ops) and nan otherwise (a softmax written out).
+  Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
+                  bool safe = true);
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);

@@ -9,7 +9,8 @@
 
 namespace braze {
 
-Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal) {
+Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
+                              bool safe) {
   const char *op = "attention";
   for (Node *x : {q, k, v})
     if (!isFloating(x->dtype()) || x->dtype() != q->dtype())
@@ -58,6 +59,7 @@ Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scal
   AttrMap attrs;
   attrs.set("scale", scale);
   attrs.set("causal", causal);
+  attrs.set("safe", safe);
   attrs.set("bias", bias != nullptr);
   return make(OpKind::Attention, ops, std::move(attrs), TensorType{q->dtype(), shape, {}});
 }

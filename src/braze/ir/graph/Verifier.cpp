@@ -586,8 +586,8 @@ private:
     }
     if (op == OpKind::Attention) {
       if ((!has("scale", double{}) && !has("scale", int64_t{})) || !has("causal", bool{}) ||
-          !has("bias", bool{}))
-        return fail("needs attributes 'scale' (float), 'causal' and 'bias' (bool)");
+          !has("bias", bool{}) || !has("safe", bool{}))
+        return fail("needs attributes 'scale' (float), 'causal', 'bias' and 'safe' (bool)");
       if (node_->operands().size() != 3u + a.getBool("bias"))
         return fail("operand count does not match the 'bias' attribute");
       return checkAttention();

@@ -140,7 +140,7 @@ struct AttentionOperand {
 /// Scaled dot-product attention computed by a Computation as one fused kernel:
 /// out[b.., i, :] = sum_j p[b.., i, j] * v[b.., j, :] with
 /// p = softmax_j(scale * q[b.., i, :]·k[b.., j, :] + bias[b.., i, j]), where `causal` drops the
-/// keys j > i; a row whose every key is masked is 0. q is [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv]; the output buffer is
+/// keys j > i; a row whose every key is masked is 0 when `safe`, nan otherwise. q is [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv]; the output buffer is
 /// [B.., Sq, Dv], row-major. Such a Computation has no value: the kernel is the library's (or
 /// the one codegen writes), and no loop nest is its fallback. Lowering keeps attention whole
 /// only for targets that run it (DecomposeOptions::fusedAttentionDtypes).
@@ -149,6 +149,7 @@ struct AttentionSpec {
   std::optional<AttentionOperand> bias;
   double scale = 1;
   bool causal = false;
+  bool safe = true;
 
   /// The operands, bias last when there is one.
   std::vector<const AttentionOperand *> operands() const {

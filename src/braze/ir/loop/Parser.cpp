@@ -246,7 +246,7 @@ private:
     return o;
   }
 
-  /// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false)`
+  /// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false[, safe=false])`
   AttentionSpec attentionSpec() {
     expectWord("attention");
     expect('(');
@@ -287,6 +287,15 @@ private:
     if (c != "true" && c != "false")
       fail(at, "expected true or false, found '" + c + "'");
     a.causal = c == "true";
+    if (consumeIf(',')) {
+      expectWord("safe");
+      expect('=');
+      skipSpace();
+      at = pos_;
+      if (word("false") != "false")
+        fail(at, "expected safe=false (safe is the default)");
+      a.safe = false;
+    }
     expect(')');
     return a;
   }

@@ -153,14 +153,14 @@ std::string operandText(const AttentionOperand &o) {
          ", " + list(o.strides) + ")";
 }
 
-/// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false)`
+/// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false[, safe=false])`
 std::string attentionText(const AttentionSpec &a) {
   std::string s = "attention(q=" + operandText(a.q) + ", k=" + operandText(a.k) +
                   ", v=" + operandText(a.v);
   if (a.bias)
     s += ", bias=" + operandText(*a.bias);
   return s + ", scale=" + formatDouble(a.scale) + ", causal=" + (a.causal ? "true" : "false") +
-         ")";
+         (a.safe ? ")" : ", safe=false)");
 }
 
 } // namespace

@@ -1,5 +1,5 @@
 /// attention(q, k, v, bias) = softmax(scale * q·kᵀ + bias, causally masked) · v, with the
-/// rows whose every key is masked 0.
+/// rows whose every key is masked 0 when `safe` (nan otherwise, as a plain softmax gives).
 /// The scores and their softmax are computed in f32 (the compute type), the probabilities
 /// rounded to the operands' dtype for the second product, as PyTorch's math attention does.
 #include "braze/lowering/decompose/Decompose.h"
@@ -26,11 +26,14 @@ Node *decomposeAttention(GraphBuilder &b, Node *n) {
                           b.iota(DType::Int64, square, 0));
     s = b.where(keep, s, b.scalar(-std::numeric_limits<double>::infinity(), compute));
   }
-  // A row whose every key is masked attends to nothing (0), as PyTorch's attention kernels
-  // and its safe softmax give, not to nan.
-  Node *empty = b.binary(OpKind::Eq, b.reduce(OpKind::Amax, s, {r - 1}, true),
-                         b.scalar(-std::numeric_limits<double>::infinity(), compute));
-  Node *p = b.where(empty, b.scalar(0, compute), b.softmax(s, r - 1));
+  Node *p = b.softmax(s, r - 1);
+  if (n->attrs().getBool("safe")) {
+    // A row whose every key is masked attends to nothing (0), as PyTorch's attention kernels
+    // and its safe softmax give, not to nan.
+    Node *empty = b.binary(OpKind::Eq, b.reduce(OpKind::Amax, s, {r - 1}, true),
+                           b.scalar(-std::numeric_limits<double>::infinity(), compute));
+    p = b.where(empty, b.scalar(0, compute), p);
+  }
   return b.matmul(downcastLike(b, p, q->dtype()), v);
 }
 

@@ -653,6 +653,7 @@ private:
     spec.v = stridedOperand(n->operand(2), true);
     spec.scale = a.getFloat("scale");
     spec.causal = a.getBool("causal");
+    spec.safe = a.getBool("safe");
     if (a.getBool("bias")) {
       Node *bn = n->operand(3);
       loop::AttentionOperand b = stridedOperand(bn, false);

@@ -1,6 +1,6 @@
 /// Fused attention on CUDA (f16/bf16, sm_80+): the device function every attention kernel calls
-/// and the kernel around it. One block of 4 warps takes 64 query rows of one batch point; each
-/// warp holds its 16 rows' queries as tensor-core fragments (mma.sync m16n8k16, f32
+/// and the kernel around it. One block of 4 warps takes 64 query rows (128 for head dims up to
+/// 64) of one batch point; each warp holds its 16 (32) rows' queries as tensor-core fragments (mma.sync m16n8k16, f32
 /// accumulation), and the block walks the keys in tiles staged in shared memory:
 ///   1. S = Q·Kᵀ for the tile, in registers (the accumulator layout of mma);
 ///   2. scale, bias, causal and out-of-range masks, then an online softmax: the running row
@@ -61,40 +61,55 @@ BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
 }
 BRAZE_FN float braze_attn_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
-// Rows [i0, i0 + 64) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D], v [Sk, DV],
-// bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads.
-template <int D, int DV, int BN, bool BF16, bool CAUSAL, bool SAFE>
+// Rows [i0, i0 + 64 * MT) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D],
+// v [Sk, DV], bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads; warp
+// w holds MT tiles of 16 rows, rows i0 + 16 (MT w + mt) .., so each K/V fragment serves MT rows
+// tiles.
+template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE>
 BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     const uint16_t* __restrict__ k, int64_t krs,
                                     const uint16_t* __restrict__ v, int64_t vrs,
                                     const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
                                     uint16_t* __restrict__ o, int64_t sq, int64_t sk, int64_t i0,
                                     float scale) {
-  constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;
+  constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BM = 64 * MT;
   constexpr int KS = DP + 8, VS = DVP + 8; // padded rows: fragment reads hit distinct banks
   __shared__ __align__(16) uint16_t kbuf[2][BN * KS]; // two stages: one loads, one computes
   __shared__ __align__(16) uint16_t vbuf[2][BN * VS];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t r0 = i0 + warp * 16 + g, r1 = r0 + 8;
-  uint32_t qa[DP / 16][4];
+  const int64_t wrow = i0 + warp * 16 * MT; // the warp's first row
+  int64_t rows[MT][2];
   #pragma unroll
-  for (int kk = 0; kk < DP / 16; ++kk)
+  for (int mt = 0; mt < MT; ++mt) {
+    rows[mt][0] = wrow + mt * 16 + g;
+    rows[mt][1] = rows[mt][0] + 8;
+  }
+  uint32_t qa[MT][DP / 16][4];
+  #pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
     #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int64_t row = (x & 1) ? r1 : r0;
-      const int col = kk * 16 + t * 2 + ((x & 2) ? 8 : 0);
-      const uint16_t lo = row < sq && col < D ? q[row * qrs + col] : 0;
-      const uint16_t hi = row < sq && col + 1 < D ? q[row * qrs + col + 1] : 0;
-      qa[kk][x] = braze_attn_pair(lo, hi);
-    }
-  float oacc[DVP / 8][4];
+    for (int kk = 0; kk < DP / 16; ++kk)
+      #pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int64_t row = rows[mt][x & 1];
+        const int col = kk * 16 + t * 2 + ((x & 2) ? 8 : 0);
+        const uint16_t lo = row < sq && col < D ? q[row * qrs + col] : 0;
+        const uint16_t hi = row < sq && col + 1 < D ? q[row * qrs + col + 1] : 0;
+        qa[mt][kk][x] = braze_attn_pair(lo, hi);
+      }
+  float oacc[MT][DVP / 8][4];
+  float m[MT][2], l[MT][2];
   #pragma unroll
-  for (int n = 0; n < DVP / 8; ++n)
-    oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int mt = 0; mt < MT; ++mt) {
+    #pragma unroll
+    for (int n = 0; n < DVP / 8; ++n)
+      oacc[mt][n][0] = oacc[mt][n][1] = oacc[mt][n][2] = oacc[mt][n][3] = 0.f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
   const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
                    (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
-  const int64_t kend = CAUSAL ? (sk < i0 + 64 ? sk : i0 + 64) : sk;
+  const int64_t kend = CAUSAL ? (sk < i0 + BM ? sk : i0 + BM) : sk;
   // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end): 16-byte cp.async
   // copies when the rows are aligned, element copies otherwise.
   auto stage = [&](int st, int64_t j0) {
@@ -139,10 +154,12 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     const uint16_t* vsm = vbuf[cur];
     // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
     //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
-    float s[BN / 8][4];
+    float s[MT][BN / 8][4];
     #pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+      #pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
     #pragma unroll
     for (int n = 0; n < BN / 8; n += 2)
       #pragma unroll
@@ -150,88 +167,100 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         uint32_t b[4];
         const int mat = lane / 8;
         braze_attn_ldsm4<false>(b, ksm + ((n + mat / 2) * 8 + lane % 8) * KS + kk * 16 + (mat % 2) * 8);
-        braze_attn_mma<BF16>(s[n], qa[kk], b[0], b[1]);
-        braze_attn_mma<BF16>(s[n + 1], qa[kk], b[2], b[3]);
+        #pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          braze_attn_mma<BF16>(s[mt][n], qa[mt][kk], b[0], b[1]);
+          braze_attn_mma<BF16>(s[mt][n + 1], qa[mt][kk], b[2], b[3]);
+        }
       }
-    // 2. Masks (only a tile past the keys' end, or on this warp's causal diagonal, needs
+    // 2. Masks (only a tile past the keys' end, or reaching this warp's causal diagonal, needs
     //    them) and the online softmax, in the log2 domain: p = 2^(s * scale * log2 e - m).
-    const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > i0 + warp * 16);
-    float mx0 = m0, mx1 = m1;
+    const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > wrow);
     #pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {m[mt][0], m[mt][1]};
       #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int64_t row = x < 2 ? r0 : r1, key = j0 + n * 8 + t * 2 + (x & 1);
-        float val = s[n][x] * sl2;
-        if (bias != nullptr && row < sq && key < sk)
-          val += braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f;
-        if (edge && (key >= sk || (CAUSAL && key > row)))
-          val = -INFINITY;
-        s[n][x] = val;
-        if (x < 2) mx0 = fmaxf(mx0, val); else mx1 = fmaxf(mx1, val);
+      for (int n = 0; n < BN / 8; ++n)
+        #pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
+          float val = s[mt][n][x] * sl2;
+          if (bias != nullptr && row < sq && key < sk)
+            val += braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f;
+          if (edge && (key >= sk || (CAUSAL && key > row)))
+            val = -INFINITY;
+          s[mt][n][x] = val;
+          mx[x >> 1] = fmaxf(mx[x >> 1], val);
+        }
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float base = mx[h] == -INFINITY ? 0.f : mx[h];
+        const float alpha = braze_attn_exp2(m[mt][h] - base);
+        m[mt][h] = mx[h];
+        float sum = 0.f;
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+          s[mt][n][2 * h] = braze_attn_exp2(s[mt][n][2 * h] - base);
+          s[mt][n][2 * h + 1] = braze_attn_exp2(s[mt][n][2 * h + 1] - base);
+          sum += s[mt][n][2 * h] + s[mt][n][2 * h + 1];
+        }
+        l[mt][h] = l[mt][h] * alpha + sum;
+        #pragma unroll
+        for (int n = 0; n < DVP / 8; ++n) {
+          oacc[mt][n][2 * h] *= alpha;
+          oacc[mt][n][2 * h + 1] *= alpha;
+        }
       }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
-    const float a0 = braze_attn_exp2(m0 - base0), a1 = braze_attn_exp2(m1 - base1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= a0;
-    l1 *= a1;
-    #pragma unroll
-    for (int n = 0; n < BN / 8; ++n) {
-      s[n][0] = braze_attn_exp2(s[n][0] - base0);
-      s[n][1] = braze_attn_exp2(s[n][1] - base0);
-      s[n][2] = braze_attn_exp2(s[n][2] - base1);
-      s[n][3] = braze_attn_exp2(s[n][3] - base1);
-      l0 += s[n][0] + s[n][1];
-      l1 += s[n][2] + s[n][3];
-    }
-    #pragma unroll
-    for (int n = 0; n < DVP / 8; ++n) {
-      oacc[n][0] *= a0;
-      oacc[n][1] *= a0;
-      oacc[n][2] *= a1;
-      oacc[n][3] *= a1;
     }
     // 3. O += P V: P's A fragment is S's accumulator pair of n-tiles; B[key][c] = V[key][c].
     #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = braze_attn_pack<BF16>(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = braze_attn_pack<BF16>(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = braze_attn_pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = braze_attn_pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t pa[MT][4];
+      #pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = braze_attn_pack<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = braze_attn_pack<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
       // One ldmatrix.x4.trans: matrix i is keys 16kk + 8(i%2).., columns 8(n + i/2)...
       #pragma unroll
       for (int n = 0; n < DVP / 8; n += 2) {
         uint32_t b[4];
         const int mat = lane / 8;
         braze_attn_ldsm4<true>(b, vsm + (kk * 16 + (mat % 2) * 8 + lane % 8) * VS + (n + mat / 2) * 8);
-        braze_attn_mma<BF16>(oacc[n], pa, b[0], b[1]);
-        braze_attn_mma<BF16>(oacc[n + 1], pa, b[2], b[3]);
+        #pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          braze_attn_mma<BF16>(oacc[mt][n], pa[mt], b[0], b[1]);
+          braze_attn_mma<BF16>(oacc[mt][n + 1], pa[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads(); // the next iteration stages into this tile's buffers
   }
   // 4. Normalize and store.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float none = SAFE ? 0.f : NAN; // a row with every key masked
-  const float inv0 = l0 > 0.f ? 1.f / l0 : none, inv1 = l1 > 0.f ? 1.f / l1 : none;
   #pragma unroll
-  for (int n = 0; n < DVP / 8; ++n)
+  for (int mt = 0; mt < MT; ++mt)
     #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int64_t row = x < 2 ? r0 : r1;
-      const int col = n * 8 + t * 2 + (x & 1);
-      const float val = oacc[n][x] * (x < 2 ? inv0 : inv1);
-      if (row < sq && col < DV)
-        o[row * DV + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
+    for (int h = 0; h < 2; ++h) {
+      float lt = l[mt][h];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      const float inv = lt > 0.f ? 1.f / lt : none;
+      const int64_t row = rows[mt][h];
+      #pragma unroll
+      for (int n = 0; n < DVP / 8; ++n)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n * 8 + t * 2 + e;
+          if (row < sq && col < DV) {
+            const float val = oacc[mt][n][2 * h + e] * inv;
+            o[row * DV + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
+          }
+        }
     }
 }
 )FLASH";
@@ -249,6 +278,8 @@ int attentionKeyTile(int64_t d, int64_t dv) {
   return 16;
 }
 
+int attentionRowTiles(int64_t d, int64_t dv) { return std::max(d, dv) <= 64 ? 2 : 1; }
+
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params) {
   const loop::Computation &c = *k.attention;
@@ -262,9 +293,11 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   Writer w(body, 1);
   w.line("const int64_t sq = " + ix(a.q.shape[rank - 2]) + ", sk = " + ix(a.k.shape[rank - 2]) +
          ";");
-  w.line("const int64_t blocks = (sq + 63) / 64;");
+  int mt = attentionRowTiles(d, dv);
+  std::string bm = std::to_string(64 * mt);
+  w.line("const int64_t blocks = (sq + " + bm + " - 1) / " + bm + ";");
   w.line("int64_t rest = (int64_t)blockIdx.x / blocks;");
-  w.line("const int64_t i0 = ((int64_t)blockIdx.x % blocks) * 64;");
+  w.line("const int64_t i0 = ((int64_t)blockIdx.x % blocks) * " + bm + ";");
   w.line("const int64_t point = rest;");
   std::vector<const loop::AttentionOperand *> ops = a.operands();
   const char *off[] = {"qo", "ko", "vo", "bo"};
@@ -284,7 +317,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                   ix(a.bias->strides[nb + 1])
                             : "nullptr, 0, 0";
   w.line("braze_flash_attention<" + std::to_string(d) + ", " + std::to_string(dv) + ", " +
-         std::to_string(attentionKeyTile(d, dv)) + ", " +
+         std::to_string(attentionKeyTile(d, dv)) + ", " + std::to_string(mt) + ", " +
          (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ", " + (a.safe ? "true" : "false") + ">(" +
          buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
          ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
@@ -298,10 +331,12 @@ std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
                                 const sched::Kernel &k, int index) {
   const loop::AttentionSpec &a = *k.attention->attention;
   size_t rank = a.q.shape.size();
+  std::string bm = std::to_string(
+      64 * attentionRowTiles(a.q.shape[rank - 1]->value(), a.v.shape[rank - 1]->value()));
   std::string blocks = "INT64_C(1)";
   for (size_t i = 0; i + 2 < rank; ++i)
     blocks += " * " + names.index(a.q.shape[i]);
-  blocks += " * ((" + names.index(a.q.shape[rank - 2]) + " + 63) / 64)";
+  blocks += " * ((" + names.index(a.q.shape[rank - 2]) + " + " + bm + " - 1) / " + bm + ")";
   return launchBlocks(s, names, k, index, 128, blocks);
 }
 

@@ -12,6 +12,9 @@ const char *cudaAttentionPrelude();
 /// Keys per shared-memory tile for query and value head dims d and dv.
 int attentionKeyTile(int64_t d, int64_t dv);
 
+/// Tiles of 16 query rows each warp takes for query and value head dims d and dv.
+int attentionRowTiles(int64_t d, int64_t dv);
+
 /// The __global__ kernel for k (an attention kernel) with parameter list `params`: one block of
 /// 128 threads per 64 query rows of each batch point.
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,

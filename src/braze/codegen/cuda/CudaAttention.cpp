@@ -152,6 +152,21 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     __syncthreads();
     const uint16_t* ksm = kbuf[cur];
     const uint16_t* vsm = vbuf[cur];
+    // The tile's bias, loaded before the product so that the loads overlap it.
+    float bv[MT][BN / 8][4];
+    if (bias != nullptr) {
+      #pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+          #pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
+            bv[mt][n][x] = row < sq && key < sk
+                               ? braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f
+                               : 0.f;
+          }
+    }
     // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
     //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
     float s[MT][BN / 8][4];
@@ -185,8 +200,8 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         for (int x = 0; x < 4; ++x) {
           const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
           float val = s[mt][n][x] * sl2;
-          if (bias != nullptr && row < sq && key < sk)
-            val += braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f;
+          if (bias != nullptr)
+            val += bv[mt][n][x];
           if (edge && (key >= sk || (CAUSAL && key > row)))
             val = -INFINITY;
           s[mt][n][x] = val;
@@ -278,10 +293,25 @@ int attentionKeyTile(int64_t d, int64_t dv) {
   return 16;
 }
 
-int attentionRowTiles(int64_t d, int64_t dv) { return std::max(d, dv) <= 64 ? 2 : 1; }
+int attentionRowTiles(const sched::Kernel &k, int multiprocessors) {
+  const loop::AttentionSpec &a = *k.attention->attention;
+  size_t rank = a.q.shape.size();
+  if (std::max(a.q.shape[rank - 1]->value(), a.v.shape[rank - 1]->value()) > 64)
+    return 1; // registers: two row tiles of wider heads would spill
+  // Two row tiles per warp halve the K/V traffic per row, but also the blocks: keep them only
+  // where at least four blocks per multiprocessor remain (symbolic sizes count as large).
+  int64_t blocks = 1;
+  for (size_t i = 0; i + 1 < rank; ++i) {
+    sym::SymExpr e = a.q.shape[i];
+    int64_t n = e->isConst() ? e->value() : int64_t(1) << 20;
+    n = i + 2 == rank ? (n + 127) / 128 : n;
+    blocks = std::min<int64_t>(blocks * n, int64_t(1) << 40);
+  }
+  return blocks >= 4 * int64_t(multiprocessors) ? 2 : 1;
+}
 
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
-                                    const std::string &params) {
+                                    const std::string &params, int multiprocessors) {
   const loop::Computation &c = *k.attention;
   const loop::AttentionSpec &a = *c.attention;
   DType t = c.out->dtype;
@@ -293,7 +323,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   Writer w(body, 1);
   w.line("const int64_t sq = " + ix(a.q.shape[rank - 2]) + ", sk = " + ix(a.k.shape[rank - 2]) +
          ";");
-  int mt = attentionRowTiles(d, dv);
+  int mt = attentionRowTiles(k, multiprocessors);
   std::string bm = std::to_string(64 * mt);
   w.line("const int64_t blocks = (sq + " + bm + " - 1) / " + bm + ";");
   w.line("int64_t rest = (int64_t)blockIdx.x / blocks;");
@@ -331,8 +361,7 @@ std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
                                 const sched::Kernel &k, int index) {
   const loop::AttentionSpec &a = *k.attention->attention;
   size_t rank = a.q.shape.size();
-  std::string bm = std::to_string(
-      64 * attentionRowTiles(a.q.shape[rank - 1]->value(), a.v.shape[rank - 1]->value()));
+  std::string bm = std::to_string(64 * attentionRowTiles(k, s.target.cores));
   std::string blocks = "INT64_C(1)";
   for (size_t i = 0; i + 2 < rank; ++i)
     blocks += " * " + names.index(a.q.shape[i]);

@@ -89,7 +89,7 @@ public:
       out.kernels.push_back(k.name);
       if (k.attention) {
         attention = true;
-        kernels += emitCudaAttentionKernel(names_, k, params(k));
+        kernels += emitCudaAttentionKernel(names_, k, params(k), s_.target.cores);
         calls.push_back(cudaAttentionLaunch(s_, names_, k, index));
         continue;
       }

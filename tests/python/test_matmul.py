@@ -88,11 +88,14 @@ def test_batched_matmul_matches_eager(name, dtype):
     assert braze.counters()["fallback_ops"] == before
 
 
+@pytest.mark.parametrize("form", ["scaled", "bias", "rows"])
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_large_product_with_unaligned_rows(device, dtype, transposed):
+def test_large_product_with_unaligned_rows(device, dtype, transposed, form):
     """On CUDA a large result whose rows are not 16-byte aligned (an odd vocabulary) is computed
-    in row chunks with a padded pitch and copied into place: here in two chunks."""
+    in row chunks with a padded pitch and copied into place: here in two chunks, each split
+    into the aligned columns and the rest. The weight is [n, k] (a Linear, with the bias after
+    it or in cuBLASLt's epilogue) or [k, n] (`rows`)."""
     if device != "cuda":
         pytest.skip("the padded path is CUDA's")
     torch.manual_seed(0)
@@ -103,6 +106,10 @@ def test_large_product_with_unaligned_rows(device, dtype, transposed):
 
     def fn(a, w, b):
         x = a.t() if transposed else a
+        if form == "bias":
+            return F.linear(x, w, b)
+        if form == "rows":
+            return x @ w.t().contiguous() + b
         return F.linear(x, w) * 2 + b
 
     got = torch.compile(fn, backend="braze", dynamic=False)(a, w, b)

@@ -733,11 +733,34 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
+def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    """scaled_dot_product_attention as PyTorch's math path: products, softmax and dropout,
+    which autograd differentiates op by op."""
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def _attention_as_math(gm):
+    """A training graph's scaled_dot_product_attention calls become the math path, before
+    AOTAutograd picks a fused kernel whose backward is an eager kernel reading the forward's
+    log-sum-exp: the forward and backward graphs then hold only products, softmax and pointwise
+    ops, all of which braze compiles (the saved probabilities cost Sq x Sk per head)."""
+    import torch.nn.functional as F
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (
+                torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
+            node.target = _math_attention
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def _decompositions():
     """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
-    takes it as one attention op (rules_attention), and in training PyTorch's decomposition of
-    it returns the attention weights where the op returns the log-sum-exp, which its backward
-    reads (wrong gradients)."""
+    takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
+    attention weights where the op returns the log-sum-exp."""
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
@@ -792,6 +815,9 @@ def braze_backend(gm, example_inputs, options=None):
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
+    if torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
+        _attention_as_math(gm)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,

@@ -2,8 +2,8 @@
 (f32 on the CPU; f16/bf16 on CUDA) it runs as one kernel with an online softmax, elsewhere it
 decomposes into matmul + softmax + matmul. Either way it matches eager: causal and not, float and
 bool masks (a row with every key masked gives 0), grouped-query heads, strided projections,
-explicit scales, dynamic sequence lengths, and training graphs (whose backward reads the
-log-sum-exp, so the op stays in eager there)."""
+explicit scales, dynamic sequence lengths, and training graphs (traced as PyTorch's math path,
+forward and backward compiled whole)."""
 import os
 import subprocess
 import sys
@@ -146,13 +146,14 @@ def test_dynamic_sequence_length(device):
             torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), **_tolerance(torch.float32))
 
 
-def test_training_keeps_gradients_equal(device):
-    """The backward reads the forward's log-sum-exp, so a training graph leaves the attention op
-    to eager; the rest compiles, and values and gradients match."""
+def test_training_compiles_attention_and_its_backward(device):
+    """In training, attention is traced as PyTorch's math path, so the forward and backward
+    graphs compile whole (no op left to eager); values and gradients match."""
     torch.manual_seed(7)
     block = SelfAttention()
     x = torch.randn(2, 12, 64, requires_grad=True)
     compiled = _compile(block)
+    before = braze.counters()["fallback_ops"]
     out = compiled(x)
     out.sum().backward()
     got = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
@@ -161,6 +162,7 @@ def test_training_keeps_gradients_equal(device):
     want_out = block(x)
     want_out.sum().backward()
     want = [x.grad] + [p.grad for p in block.parameters()]
+    assert braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)

@@ -815,7 +815,10 @@ def braze_backend(gm, example_inputs, options=None):
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
-    if torch.is_grad_enabled() and any(
+    # CPU graphs only: on CUDA, GPT-2's train step traced this way gave wrong gradients (an
+    # open bug), so CUDA training keeps PyTorch's fused attention and its backward in eager.
+    if torch.is_grad_enabled() and all(
+            not isinstance(a, torch.Tensor) or a.device.type == "cpu" for a in example_inputs) and any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
         _attention_as_math(gm)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)

@@ -6,8 +6,6 @@ the op in eager PyTorch, as does dropout."""
 import math
 import operator
 
-import torch
-
 from braze.fx_import import rule, Unsupported, aten
 
 

@@ -237,6 +237,74 @@ TEST(LoopVerifier, ChecksConvolutionSpecs) {
             "compute 0 (%y): convolution operand %y is not read by the value");
 }
 
+/// q is a permuted view of %x ([2, 5, 3, 8] read as [2, 3, 5, 8]), the bias broadcasts over the
+/// heads, and the output is row-major.
+std::string attentionProgram(const std::string &spec) {
+  return "sizes s0\n"
+         "buffer %x: f32[2, 5, 3, 8] input 0\n"
+         "buffer %k: f32[2, 3, s0, 8] input 1\n"
+         "buffer %v: f32[2, 3, s0, 4] input 2\n"
+         "buffer %m: f32[2, 1, 5, s0] input 3\n"
+         "buffer %y: f32[2, 3, 5, 4] output 0\n"
+         "compute %y[i0 < 2, i1 < 3, i2 < 5, i3 < 4] " + spec + " {\n"
+         "  yield\n"
+         "}\n";
+}
+
+const char *kQ = "q=(%x, 0, [2, 3, 5, 8], [120, 8, 24, 1])";
+const char *kK = "k=(%k, 0, [2, 3, s0, 8], [24*s0, 8*s0, 8, 1])";
+const char *kV = "v=(%v, 0, [2, 3, s0, 4], [12*s0, 4*s0, 4, 1])";
+const char *kBias = "bias=(%m, 0, [2, 3, 5, s0], [5*s0, 0, s0, 1])";
+
+std::string attentionSpec(const std::string &q, const std::string &tail) {
+  return "attention(" + q + ", " + kK + ", " + kV + ", " + tail + ")";
+}
+
+TEST(LoopText, RoundTripsAnAttentionSpec) {
+  for (const std::string tail : {std::string(kBias) + ", scale=0.35, causal=true",
+                                 std::string("scale=-1.5e-05, causal=false, safe=false")}) {
+    std::string text = attentionProgram(attentionSpec(kQ, tail));
+    std::unique_ptr<LoopProgram> p = parseProgram(text);
+    ASSERT_EQ(verifyProgram(*p), "") << text;
+    EXPECT_EQ(printProgram(*p), text);
+    expectRoundTrip(*p);
+  }
+  const Computation &c = *parseProgram(attentionProgram(attentionSpec(
+      kQ, std::string(kBias) + ", scale=0.35, causal=true")))->computations()[0];
+  ASSERT_TRUE(c.attention.has_value());
+  EXPECT_EQ(c.value, nullptr);
+  EXPECT_EQ(c.attention->q.buffer->name, "x");
+  EXPECT_TRUE(c.attention->bias.has_value());
+  EXPECT_TRUE(c.attention->causal);
+  EXPECT_TRUE(c.attention->safe);
+  EXPECT_DOUBLE_EQ(c.attention->scale, 0.35);
+  EXPECT_NE(parseError(attentionProgram(attentionSpec(kQ, "scale=0.5, causal=maybe")))
+                .find("expected true or false, found 'maybe'"),
+            std::string::npos);
+  EXPECT_NE(parseError(attentionProgram(attentionSpec(kQ, "scale=x, causal=true")))
+                .find("expected a number, found 'x'"),
+            std::string::npos);
+}
+
+TEST(LoopVerifier, ChecksAttentionSpecs) {
+  auto error = [](const std::string &q, const std::string &tail) {
+    return verifyProgram(*parseProgram(attentionProgram(attentionSpec(q, tail))));
+  };
+  EXPECT_EQ(error("q=(%x, 0, [2, 3, 5, 8], [120, 8, 24, 2])", "scale=1.0, causal=false"),
+            "compute 0 (%y): attention operand %x must have unit stride along its last dim");
+  EXPECT_EQ(error("q=(%x, 0, [2, 3, 5, 6], [120, 8, 24, 1])", "scale=1.0, causal=false"),
+            "compute 0 (%y): attention shapes do not agree: q [2, 3, 5, 6], k [2, 3, s0, 8], "
+            "v [2, 3, s0, 4], output [2, 3, 5, 4]");
+  EXPECT_EQ(error("q=(%x, 0, [2, 3, 5], [120, 8, 1])", "scale=1.0, causal=false"),
+            "compute 0 (%y): attention operand %x needs an offset, 4 sizes and 4 strides");
+  EXPECT_EQ(error(kQ, "bias=(%m, 0, [2, 3, 5, 5], [5*s0, 0, s0, 1]), scale=1.0, causal=false"),
+            "compute 0 (%y): attention shapes do not agree: q [2, 3, 5, 8], k [2, 3, s0, 8], "
+            "v [2, 3, s0, 4], output [2, 3, 5, 4]");
+  EXPECT_EQ(error("q=(%y, 0, [2, 3, 5, 8], [120, 8, 24, 1])", "scale=1.0, causal=false"),
+            "compute 0 (%y): attention operand is not a buffer written before it");
+  EXPECT_EQ(error(kQ, "scale=inf, causal=false"), "compute 0 (%y): attention scale must be finite");
+}
+
 TEST(LoopText, PrintExprIsOneLine) {
   LoopProgram p(std::make_shared<sym::SymContext>());
   SymExpr i = p.sym().indexSymbol("i", p.sym().constant(8));

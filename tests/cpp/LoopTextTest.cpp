@@ -269,8 +269,9 @@ TEST(LoopText, RoundTripsAnAttentionSpec) {
     EXPECT_EQ(printProgram(*p), text);
     expectRoundTrip(*p);
   }
-  const Computation &c = *parseProgram(attentionProgram(attentionSpec(
-      kQ, std::string(kBias) + ", scale=0.35, causal=true")))->computations()[0];
+  std::unique_ptr<LoopProgram> p = parseProgram(
+      attentionProgram(attentionSpec(kQ, std::string(kBias) + ", scale=0.35, causal=true")));
+  const Computation &c = *p->computations()[0];
   ASSERT_TRUE(c.attention.has_value());
   EXPECT_EQ(c.value, nullptr);
   EXPECT_EQ(c.attention->q.buffer->name, "x");

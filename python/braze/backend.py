@@ -21,6 +21,7 @@ from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze import cudagraphs
 from braze.fx_import import Translator, Unsupported, supported_targets
+from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
 
 # graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole graph
@@ -733,30 +734,6 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
-def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                    scale=None, enable_gqa=False):
-    """scaled_dot_product_attention as PyTorch's math path: products, softmax and dropout,
-    which autograd differentiates op by op."""
-    return torch.ops.aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-def _attention_as_math(gm):
-    """A training graph's scaled_dot_product_attention calls become the math path, before
-    AOTAutograd picks a fused kernel whose backward is an eager kernel reading the forward's
-    log-sum-exp: the forward and backward graphs then hold only products, softmax and pointwise
-    ops, all of which braze compiles (the saved probabilities cost Sq x Sk per head)."""
-    import torch.nn.functional as F
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (
-                torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
-            node.target = _math_attention
-            changed = True
-    if changed:
-        gm.recompile()
-
-
 def _decompositions():
     """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
     takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
@@ -815,12 +792,7 @@ def braze_backend(gm, example_inputs, options=None):
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
-    # CPU graphs only: on CUDA, GPT-2's train step traced this way gave wrong gradients (an
-    # open bug), so CUDA training keeps PyTorch's fused attention and its backward in eager.
-    if torch.is_grad_enabled() and all(
-            not isinstance(a, torch.Tensor) or a.device.type == "cpu" for a in example_inputs) and any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
-        _attention_as_math(gm)
+    trace_as_math_for_training(gm, example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,

@@ -2,9 +2,13 @@
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
 itself) become one braze attention op. Only the attention output may be read: a graph that reads
 the log-sum-exp or the random seeds (a training graph whose backward is an eager kernel) keeps
-the op in eager PyTorch, as does dropout."""
+the op in eager PyTorch, as does dropout. Training graphs on the CPU trace attention as PyTorch's
+math path instead (trace_as_math_for_training), so that their backward compiles too."""
 import math
 import operator
+
+import torch
+import torch.nn.functional as F
 
 from braze.fx_import import rule, Unsupported, aten
 
@@ -80,3 +84,35 @@ def _efficient(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, i
 def _sdpa(t, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 0)
+
+
+# ---- training -------------------------------------------------------------------------------
+
+def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    """scaled_dot_product_attention as PyTorch's math path: products, softmax and dropout,
+    which autograd differentiates op by op."""
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def trace_as_math_for_training(gm, example_inputs):
+    """In a training graph (grad mode on, an input that requires grad), rewrites Dynamo's
+    scaled_dot_product_attention calls to the math path before AOTAutograd, so that it does not
+    pick a fused kernel whose backward is an eager kernel reading the forward's log-sum-exp: the
+    forward and backward graphs then hold only products, softmax and pointwise ops, all of which
+    braze compiles (the saved probabilities cost Sq x Sk per head). CPU graphs only: on CUDA,
+    GPT-2's train step traced this way computed a wrong loss (an open bug), so CUDA training
+    keeps PyTorch's attention and its backward in eager."""
+    tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
+    if (not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
+            or any(t.device.type != "cpu" for t in tensors)):
+        return
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (
+                torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
+            node.target = _math_attention
+            changed = True
+    if changed:
+        gm.recompile()

@@ -105,7 +105,7 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
     std::fill(out, out + batch * sq * dv, 0.f);
     return;
   }
-  const int64_t bq = 32, bk = 256, blocks = (sq + bq - 1) / bq, tasks = batch * blocks;
+  const int64_t bq = 64, bk = 256, blocks = (sq + bq - 1) / bq, tasks = batch * blocks;
   const double work = (double)batch * sq * sk * (d + dv);
   const int threads = work < 2.0e5 ? 1 : omp_get_max_threads();
   #pragma omp parallel num_threads(threads) if (threads > 1)

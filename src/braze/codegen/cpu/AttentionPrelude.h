@@ -14,7 +14,7 @@ namespace braze::codegen {
 /// computing loop::AttentionSpec's function. dims = [B.., Sq, Sk, D, Dv] (rank - 2 batch dims);
 /// each operand's strides are `rank` element strides of its logical dims (the last is 1 for
 /// q, k and v); out is row-major [B.., Sq, Dv]; bias may be null.
-///   1. The work is (batch point, block of query rows) tasks over the OpenMP threads that
+///   1. The work is (batch point, block of 64 query rows) tasks over the OpenMP threads that
 ///      PyTorch and braze's kernels share.
 ///   2. Each task walks the keys in blocks, with an online softmax: a running row maximum m and
 ///      sum l, and an accumulator rescaled by exp(m_old - m_new) when the maximum grows. Causal

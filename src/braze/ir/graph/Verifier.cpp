@@ -3,6 +3,7 @@
 #include "braze/ir/graph/Builder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -590,6 +591,8 @@ private:
         return fail("needs attributes 'scale' (float), 'causal', 'bias' and 'safe' (bool)");
       if (node_->operands().size() != 3u + a.getBool("bias"))
         return fail("operand count does not match the 'bias' attribute");
+      if (!std::isfinite(a.getFloat("scale")))
+        return fail("scale must be finite");
       return checkAttention();
     }
     if (op == OpKind::Random)

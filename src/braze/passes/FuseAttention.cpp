@@ -17,8 +17,9 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 
 namespace braze {
@@ -176,10 +177,12 @@ void fuseAttention(Graph &g) {
     if (n->op() == OpKind::MatMul)
       products.push_back(n.get());
   bool changed = false;
-  for (Node *o : products) {
-    AttentionMatcher m(g); // user counts as they are after earlier rewrites
-    changed |= m.tryRewrite(o);
-  }
+  auto m = std::make_unique<AttentionMatcher>(g);
+  for (Node *o : products)
+    if (m->tryRewrite(o)) {
+      changed = true;
+      m = std::make_unique<AttentionMatcher>(g); // the rewrite changed the user counts
+    }
   if (changed) {
     sortTopologically(g);
     g.removeDeadNodes();

@@ -58,8 +58,8 @@ public:
       return;
     }
     std::optional<GemmCall> gemm = matchGemm(p_, c);
-    if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().gemm &&
-        !s_.kernels.back().conv && !s_.kernels.back().attention && tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+    if (!gemm && fuse && !s_.kernels.empty() && !standsAlone(s_.kernels.back()) &&
+        tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
     startKernel(c);
     if (gemm) {
@@ -87,14 +87,22 @@ private:
     return sym_.indexSymbol(prefix + std::to_string(i), extent);
   }
 
-  void startKernel(const Computation &c) {
+  /// A matrix product, a convolution or an attention keeps a kernel to itself.
+  static bool standsAlone(const Kernel &k) { return k.gemm || k.conv || k.attention; }
+
+  /// An empty kernel over c's space: outer variables for its vars, inner ones for its rvars.
+  Kernel newKernel(const Computation &c) {
     Kernel k;
     k.name = "kernel" + std::to_string(s_.kernels.size());
     for (size_t i = 0; i < c.vars.size(); ++i)
       k.outerVars.push_back(freshVar("x", i, c.vars[i]->extent()));
     for (size_t i = 0; i < c.rvars.size(); ++i)
       k.innerVars.push_back(freshVar("y", i, c.rvars[i]->extent()));
-    s_.kernels.push_back(std::move(k));
+    return k;
+  }
+
+  void startKernel(const Computation &c) {
+    s_.kernels.push_back(newKernel(c));
     int ki = static_cast<int>(s_.kernels.size()) - 1;
     bool ok = tryJoin(ki, c);
     BRAZE_CHECK(ok) << "a computation must fit a kernel made for it";
@@ -103,13 +111,10 @@ private:
   /// A fused attention is a kernel of its own with one Scalar-step member that has no value:
   /// codegen writes the whole kernel from the spec.
   void startAttentionKernel(const Computation &c) {
-    Kernel k;
-    k.name = "kernel" + std::to_string(s_.kernels.size());
+    Kernel k = newKernel(c);
     std::unordered_map<SymExpr, SymExpr> map;
-    for (size_t i = 0; i < c.vars.size(); ++i) {
-      k.outerVars.push_back(freshVar("x", i, c.vars[i]->extent()));
-      map[c.vars[i]] = k.outerVars.back();
-    }
+    for (size_t i = 0; i < c.vars.size(); ++i)
+      map[c.vars[i]] = k.outerVars[i];
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
     k.steps.push_back(Step{StepKind::Scalar, {Member{&c, nullptr, store, false}}});
     k.attention = &c;

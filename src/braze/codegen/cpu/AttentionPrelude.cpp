@@ -41,13 +41,7 @@ static inline void braze_attn_accumulate_loops(int64_t rows, int64_t cols, int64
 #define braze_attn_scores braze_attn_scores_loops
 #define braze_attn_accumulate braze_attn_accumulate_loops
 )";
-  std::string idx = blas.indexBits == 64 ? "int64_t" : "int";
-  std::string out = loops + "extern \"C\" void " + blas.sgemm + "(int, int, int, " + idx + ", " +
-                    idx + ", " + idx + ", float, const float*, " + idx + ", const float*, " +
-                    idx + ", float, float*, " + idx + ");\n";
-  if (!blas.setThreads.empty())
-    out += "extern \"C\" void " + blas.setThreads + "(int);\n";
-  out += R"(
+  std::string out = loops + blasDeclarations(blas, DType::Float32) + R"(
 static inline void braze_attn_scores(int64_t rows, int64_t cols, int64_t d, const float* q,
                                      int64_t ldq, const float* k, int64_t ldk, float* s,
                                      int64_t lds) {

@@ -71,6 +71,15 @@ private:
     return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
   }
 
+  /// Sets the BLAS's own threads to one, once per module, where it has such an entry point:
+  /// braze splits products over the OpenMP threads it shares with PyTorch.
+  void keepBlasSingleThreaded(Writer &w) {
+    if (opts_.blas.setThreads.empty())
+      return;
+    w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
+    w.line("(void)blas_single_threaded;");
+  }
+
   /// The size symbols kernel k uses, as locals read from `syms`.
   void declareSymbols(const Kernel &k, Writer &w) {
     std::set<int> used;
@@ -126,10 +135,7 @@ private:
     BRAZE_CHECK(c.out->dtype == DType::Float32) << "CPU attention is f32 only";
     std::string body;
     Writer w(body, 1);
-    if (!opts_.blas.setThreads.empty()) {
-      w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
-      w.line("(void)blas_single_threaded;");
-    }
+    keepBlasSingleThreaded(w);
     declareSymbols(k, w);
     auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names_, xs); };
     size_t rank = c.out->shape.size();
@@ -168,18 +174,11 @@ private:
     std::string out = emitKernel(k, k.name + "_loops");
     bool f32 = g.dtype == DType::Float32;
     std::string fn = f32 ? opts_.blas.sgemm : opts_.blas.dgemm;
-    std::string idx = opts_.blas.indexBits == 64 ? "int64_t" : "int";
     std::string ty = ctype(g.dtype);
-    out += "extern \"C\" void " + fn + "(int, int, int, " + idx + ", " + idx + ", " + idx + ", " +
-           ty + ", const " + ty + "*, " + idx + ", const " + ty + "*, " + idx + ", " + ty + ", " +
-           ty + "*, " + idx + ");\n";
+    out += blasDeclarations(opts_.blas, g.dtype);
     std::string body;
     Writer w(body, 1);
-    if (!opts_.blas.setThreads.empty()) {
-      out += "extern \"C\" void " + opts_.blas.setThreads + "(int);\n";
-      w.line("static const int blas_single_threaded = (" + opts_.blas.setThreads + "(1), 0);");
-      w.line("(void)blas_single_threaded;");
-    }
+    keepBlasSingleThreaded(w);
     declareSymbols(k, w);
     auto ix = [&](sym::SymExpr e) { return names_.index(e); };
     w.line("if (!(" + emitGemmLayout(w, g, names_) + ")) {");
@@ -561,6 +560,18 @@ private:
 };
 
 } // namespace
+
+std::string blasDeclarations(const BlasSymbols &blas, DType t) {
+  std::string fn = t == DType::Float32 ? blas.sgemm : blas.dgemm;
+  std::string idx = blas.indexBits == 64 ? "int64_t" : "int";
+  std::string ty = ctype(t);
+  std::string out = "extern \"C\" void " + fn + "(int, int, int, " + idx + ", " + idx + ", " +
+                    idx + ", " + ty + ", const " + ty + "*, " + idx + ", const " + ty + "*, " +
+                    idx + ", " + ty + ", " + ty + "*, " + idx + ");\n";
+  if (!blas.setThreads.empty())
+    out += "extern \"C\" void " + blas.setThreads + "(int);\n";
+  return out;
+}
 
 GeneratedSource generateCpu(const sched::Schedule &s, const CpuCodegenOptions &opts) {
   return CpuEmitter(s, opts).run();

@@ -24,6 +24,10 @@ struct BlasSymbols {
   std::string setThreads;
 };
 
+/// C declarations of `blas`'s gemm for dtype t (sgemm for f32, dgemm for f64) and of its
+/// set-thread-count entry point, if it has one.
+std::string blasDeclarations(const BlasSymbols &blas, DType t);
+
 struct CpuCodegenOptions {
   BlasSymbols blas;
   /// Convolution kernels (sched::Kernel::conv) call oneDNN (its C API, version 3), falling

@@ -613,6 +613,13 @@ private:
   /// or sliced projection), with a unit last stride when `unitLast`; otherwise realized
   /// row-major first.
   loop::AttentionOperand stridedOperand(Node *n, bool unitLast) {
+    // A unit dim is only ever read at 0: stride 0, but 1 for a unit last dim.
+    auto withUnitDims = [&](loop::AttentionOperand o) {
+      for (size_t i = 0; i < o.strides.size(); ++i)
+        if (n->shape()[i]->isConst(1))
+          o.strides[i] = s_.constant(i + 1 == o.strides.size() ? 1 : 0);
+      return o;
+    };
     Value &v = values_.at(n);
     Index full;
     std::vector<SymExpr> vars = freshVars(n->shape(), "a", full);
@@ -625,21 +632,15 @@ private:
         size_t next = 0;
         for (SymExpr d : full)
           o.strides.push_back(d->isConst(0) ? s_.constant(0) : form->coef[next++]);
-        if (!unitLast || n->shape().back()->isConst(1) || o.strides.back()->isConst(1)) {
-          if (n->shape().back()->isConst(1))
-            o.strides.back() = s_.constant(1);
+        o = withUnitDims(std::move(o));
+        if (!unitLast || o.strides.back()->isConst(1))
           return o;
-        }
       }
     }
     Buffer *b = inMemory(n);
     if (b->strides != contiguousStrides(s_, b->shape))
       b = realize(n, v, BufferKind::Intermediate, -1, "_rows").buffer;
-    loop::AttentionOperand o{b, s_.constant(0), n->shape(), b->strides};
-    for (size_t i = 0; i < o.strides.size(); ++i)
-      if (n->shape()[i]->isConst(1))
-        o.strides[i] = s_.constant(i + 1 == o.strides.size() ? 1 : 0);
-    return o;
+    return withUnitDims({b, s_.constant(0), n->shape(), b->strides});
   }
 
   /// An attention the decomposer kept (the target fuses it): one Computation with the spec and

@@ -2,8 +2,8 @@
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
 itself) become one braze attention op. Only the attention output may be read: a graph that reads
 the log-sum-exp or the random seeds (a training graph whose backward is an eager kernel) keeps
-the op in eager PyTorch, as does dropout. Training graphs on the CPU trace attention as PyTorch's
-math path instead (trace_as_math_for_training), so that their backward compiles too."""
+the op in eager PyTorch, as does dropout. Training graphs trace attention as PyTorch's math path
+instead (trace_as_math_for_training), so that their backward compiles too."""
 import math
 import operator
 
@@ -91,9 +91,33 @@ def _sdpa(t, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scale=None, enable_gqa=False):
     """scaled_dot_product_attention as PyTorch's math path: products, softmax and dropout,
-    which autograd differentiates op by op."""
+    which autograd differentiates op by op. The math op adds its mask to the scores, so a bool
+    mask becomes 0 where True and -inf where False first, as scaled_dot_product_attention
+    converts it before choosing a kernel (added as it is, True would add 1)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
+            attn_mask.logical_not(), float("-inf"))
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+# The math path keeps the probabilities for the backward: batch x heads x Sq x Sk of them. Above
+# this many scores per call, attention keeps PyTorch's fused kernels (and their eager backward),
+# whose memory grows with S rather than S^2.
+MATH_TRAINING_MAX_SCORES = 1 << 26
+
+
+def _scores(node):
+    """How many scores attention `node` computes, from Dynamo's example values; None when a
+    size is symbolic."""
+    args = list(node.args[:2]) + [node.kwargs.get(n) for n in ("query", "key")[len(node.args):]]
+    q, k = (a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in args)
+    if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
+        return None
+    try:
+        return math.prod(int(d) for d in q.shape[:-1]) * int(k.shape[-2])
+    except (TypeError, RuntimeError):
+        return None
 
 
 def trace_as_math_for_training(gm, example_inputs):
@@ -101,18 +125,18 @@ def trace_as_math_for_training(gm, example_inputs):
     scaled_dot_product_attention calls to the math path before AOTAutograd, so that it does not
     pick a fused kernel whose backward is an eager kernel reading the forward's log-sum-exp: the
     forward and backward graphs then hold only products, softmax and pointwise ops, all of which
-    braze compiles (the saved probabilities cost Sq x Sk per head). CPU graphs only: on CUDA,
-    GPT-2's train step traced this way computed a wrong loss (an open bug), so CUDA training
-    keeps PyTorch's attention and its backward in eager."""
+    braze compiles. The saved probabilities cost Sq x Sk per head, so a call with more than
+    MATH_TRAINING_MAX_SCORES scores (or symbolic sizes) keeps PyTorch's fused attention."""
     tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
-    if (not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
-            or any(t.device.type != "cpu" for t in tensors)):
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
         return
     changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in (
                 torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
-            node.target = _math_attention
-            changed = True
+            scores = _scores(node)
+            if scores is not None and scores <= MATH_TRAINING_MAX_SCORES:
+                node.target = _math_attention
+                changed = True
     if changed:
         gm.recompile()

@@ -147,9 +147,8 @@ def test_dynamic_sequence_length(device):
 
 
 def test_training_compiles_attention_and_its_backward(device):
-    """In training on the CPU, attention is traced as PyTorch's math path, so the forward and
-    backward graphs compile whole (no op left to eager); on CUDA the fused attention and its
-    backward stay in eager. Values and gradients match either way."""
+    """In training, attention is traced as PyTorch's math path, so the forward and backward
+    graphs compile whole (no op left to eager), and values and gradients match eager."""
     torch.manual_seed(7)
     block = SelfAttention()
     x = torch.randn(2, 12, 64, requires_grad=True)
@@ -163,7 +162,7 @@ def test_training_compiles_attention_and_its_backward(device):
     want_out = block(x)
     want_out.sum().backward()
     want = [x.grad] + [p.grad for p in block.parameters()]
-    assert device == "cuda" or braze.counters()["fallback_ops"] == before
+    assert braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
@@ -253,3 +252,56 @@ def test_written_out_masked_attention_keeps_nan_rows(device):
         assert braze.counters()["fallback_ops"] == before
         assert torch.isnan(got[:, :, 5]).all() and torch.isnan(want[:, :, 5]).all()
         _assert_matches(got, want, (q, k, v, keep, bias), _written_out_masked, dtype)
+
+
+@pytest.mark.parametrize("mask", ["causal", "bool", "float", "broadcast bool"])
+def test_training_with_masks_matches_eager(device, mask):
+    """Training traces attention as PyTorch's math path, which adds its mask to the scores: a bool
+    mask must count as 0 / -inf there, as scaled_dot_product_attention reads it, never as 1 / 0."""
+    torch.manual_seed(11)
+    b, h, s, d = 2, 3, 10, 16
+    q, k, v = (torch.randn(b, h, s, d, device=device, requires_grad=True) for _ in range(3))
+    keep = torch.rand(b, 1, s, s, device=device) > 0.4
+    keep[..., 0] = True
+    m = {"causal": None, "bool": keep.expand(b, h, s, s).contiguous(),
+         "float": torch.randn(b, h, s, s, device=device),
+         "broadcast bool": keep[0, 0]}[mask]
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=m is None)
+
+    compiled = _compile(fn)
+    before = braze.counters()["fallback_ops"]
+    out = compiled(q, k, v, m)
+    got = torch.autograd.grad(out, (q, k, v), out.detach() * 0.5 + 1)
+    want_out = fn(q, k, v, m)
+    want = torch.autograd.grad(want_out, (q, k, v), want_out.detach() * 0.5 + 1)
+    assert braze.counters()["fallback_ops"] == before
+    torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+def test_large_training_attention_keeps_the_fused_kernel():
+    """Above MATH_TRAINING_MAX_SCORES scores a training graph keeps PyTorch's fused attention
+    (its probabilities would not be saved for the backward), counted as a fallback."""
+    from braze import rules_attention
+    torch.manual_seed(12)
+    q, k, v = (torch.randn(1, 2, 24, 8, requires_grad=True) for _ in range(3))
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    saved = rules_attention.MATH_TRAINING_MAX_SCORES
+    rules_attention.MATH_TRAINING_MAX_SCORES = 2 * 24 * 24 - 1
+    try:
+        compiled = _compile(fn)
+        before = braze.counters()["fallback_ops"]
+        out = compiled(q, k, v)
+        out.sum().backward()
+        assert braze.counters()["fallback_ops"] > before
+    finally:
+        rules_attention.MATH_TRAINING_MAX_SCORES = saved
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    fn(q, k, v).sum().backward()
+    for g, t in zip(got, (q, k, v)):
+        torch.testing.assert_close(g, t.grad, atol=1e-5, rtol=1e-5)

@@ -8,7 +8,8 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance bench-cpu bench-gpu zoo clean
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-gpu zoo clean \
+        sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
@@ -46,25 +47,50 @@ test-python: build
 test-conformance: build
 	$(PY) tests/conformance/op_db_sweep.py --subset --quiet
 
-test: test-cpp test-python test-conformance
+test: test-cpp test-python test-conformance test-fuzz
 
-# The whole model zoo (tests/python/zoo.py) on the CPU; ZOO_DEVICE=cuda on a machine with a GPU.
-ZOO_DEVICE ?= cpu
-zoo: build
-	$(PY) tests/python/zoo.py --device $(ZOO_DEVICE)
+# ---- hostile input: sanitizers and the fuzzer -------------------------------------------------
 
-bench-cpu: build
-	$(PY) benchmarks/cpu_suite.py
+# Sanitizer reports end the process with an error; a leak inside a system library is suppressed
+# in tests/sanitize/lsan.supp, which says why.
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS=suppressions=$(abspath tests/sanitize/lsan.supp):print_suppressions=0
 
-# On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
-bench-gpu: build
-	$(PY) benchmarks/gpu_suite.py
+# The C++ libraries, braze-opt, the C++ tests and the examples under ASan and UBSan; runs ctest
+# (the text tests included).
+sanitize: $(STAMP)
+	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
+	    -DBRAZE_SANITIZE=address,undefined -DBRAZE_BUILD_TESTS=ON
+	cmake --build build/asan -j2
+	cd build/asan && $(SAN_ENV) ctest --output-on-failure -j2
 
-clean:
-	rm -rf build
+# libFuzzer (Debian's clang) over graph text -> parse -> verify -> every stage, under ASan and
+# UBSan: tests/fuzz/GraphTextFuzz.cpp. Seeds: tests/lit and tests/fuzz/regressions (each crash
+# found becomes a file there and a text test). New inputs collect in build/fuzz/corpus.
+CLANGXX ?= clang++-14
+FUZZ_SECONDS ?= 3600
+FUZZ_ARGS := -timeout=20 -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1
+fuzz-build: $(STAMP)
+	@command -v $(CLANGXX) >/dev/null && test -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \
+	    || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang-14 libclang-rt-14-dev)
+	cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=$(CLANGXX) \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAZE_SANITIZE=address,undefined -DBRAZE_FUZZ=ON \
+	    -DBRAZE_BUILD_TESTS=OFF
+	cmake --build build/fuzz --target braze-fuzz -j2
 
-.PHONY: conformance
+fuzz: fuzz-build
+	mkdir -p build/fuzz/corpus
+	$(SAN_ENV) build/fuzz/tests/fuzz/braze-fuzz $(FUZZ_ARGS) -max_total_time=$(FUZZ_SECONDS) \
+	    build/fuzz/corpus tests/lit tests/fuzz/regressions
 
-# The op_db conformance sweep (long): every OpInfo and dtype through backend="braze" against eager.
-conformance: build
-	$(PY) tests/conformance/op_db_sweep.py
+# Part of make test: every regression input once, then a one-minute run from the seeds (its
+# log is build/fuzz/test-fuzz.log; the tail is printed when it finds something).
+test-fuzz: fuzz-build
+	$(SAN_ENV) build/fuzz/tests/fuzz/braze-fuzz $(FUZZ_ARGS) tests/fuzz/regressions/* \
+	    > build/fuzz/test-fuzz.log 2>&1 || (tail -40 build/fuzz/test-fuzz.log; exit 1)
+	mkdir -p build/fuzz/corpus-test
+	$(SAN_ENV) build/fuzz/tests/fuzz/braze-fuzz $(FUZZ_ARGS) -max_total_time=60 \
+	    build/fuzz/corpus-test tests/lit tests/fuzz/regressions \
+	    >> build/fuzz/test-fuzz.log 2>&1 || (tail -60 build/fuzz/test-fuzz.log; exit 1)
+	@grep "^Done\|stat::number_of_executed_units\|stat::new_units" build/fuzz/test-fuzz.log

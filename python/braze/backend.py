@@ -602,7 +602,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         graphs = [m.fn for m in fused.modules()
                   if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]
         return make_boxed_func(replayed(fused.forward, graphs))
-    except (Unsupported, _C.CompileError) as e:
+    except (Unsupported, _C.CompileError, _C.RunError) as e:  # RunError: a library won't load
         if _strict(opts):
             raise
         reason = f"braze cannot compile this graph: {e}"

@@ -93,12 +93,26 @@ def compile_options(index):
     return {**device_options(index), **precision_options()}
 
 
+@functools.lru_cache(maxsize=None)
+def nvrtc_load_error(path):
+    """None when the NVRTC library at `path` loads, else why not (it is missing, is not a
+    shared library, or lacks an entry point)."""
+    try:
+        _C.nvrtc_version(path)
+    except _C.CompileError as e:
+        return str(e)
+    return None
+
+
 def unavailable_reason(device):
     """None when braze can compile for `device`, else why not."""
     if not torch.cuda.is_available():
         return "PyTorch sees no CUDA device"
     if nvrtc_library() is None:
         return "NVRTC (libnvrtc.so) was not found; set BRAZE_NVRTC to its path"
+    why = nvrtc_load_error(nvrtc_library())
+    if why:
+        return why
     if not _C.cuda_driver_available():
         return "the CUDA driver (libcuda.so.1) cannot be loaded"
     return None

@@ -589,6 +589,34 @@ TEST_F(SymTest, ParseErrorsNameTheColumnAndText) {
             "'99999999999999999999'");
 }
 
+TEST_F(SymTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  auto message = [&](const std::string &text) -> std::string {
+    try {
+      parse(text);
+    } catch (const braze::Diagnostic &d) {
+      return d.message();
+    }
+    return "no error";
+  };
+  auto says = [&](const std::string &text, std::string_view what) {
+    return message(text).find(what) != std::string::npos;
+  };
+  constexpr int kDeep = 100000;
+  std::string parens = std::string(kDeep, '(') + "s0" + std::string(kDeep, ')');
+  EXPECT_TRUE(says(parens, "column 257: expression nested deeper than 256 levels"));
+  EXPECT_TRUE(says(std::string(kDeep, '-') + "s0", "expression nested deeper than 256 levels"));
+  std::string calls;
+  for (int i = 0; i < kDeep; ++i)
+    calls += "min(s0, ";
+  calls += "s1" + std::string(kDeep, ')');
+  EXPECT_TRUE(says(calls, "expression nested deeper than 256 levels"));
+  // A long text is shown by its ends.
+  EXPECT_TRUE(says(parens, " ... "));
+  EXPECT_LT(message(parens).size(), 200u);
+  // 256 levels still parse.
+  EXPECT_EQ(parse(std::string(256, '(') + "s0 + 1" + std::string(256, ')')), ctx.add(s0, c(1)));
+}
+
 TEST_F(SymTest, ParseInvertsToString) {
   RawGenerator gen(ctx, sizes, indices);
   int checked = 0;

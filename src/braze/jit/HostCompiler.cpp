@@ -3,14 +3,18 @@
 #include "braze/jit/CacheFiles.h"
 
 #include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
 #include "braze/support/Hashing.h"
 #include "braze/support/Log.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace braze::jit {
@@ -18,7 +22,18 @@ namespace braze::jit {
 namespace fs = std::filesystem;
 
 namespace {
-/// First line of `<compiler> --version`, computed once per compiler.
+/// "exit status N" or "killed by signal N (name)", from a wait status of std::system/pclose.
+std::string describeStatus(int status) {
+  if (status == -1)
+    return std::string("could not be started: ") + std::strerror(errno);
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+/// First line of `<compiler> --version`, computed once per compiler; a Diagnostic naming the
+/// compiler when it cannot be run.
 std::string compilerIdentity(const std::string &compiler) {
   static std::mutex mu;
   static std::string cachedFor, cached;
@@ -28,13 +43,20 @@ std::string compilerIdentity(const std::string &compiler) {
   std::string cmd = compiler + " --version 2>/dev/null";
   FILE *f = popen(cmd.c_str(), "r");
   std::string line;
+  int status = -1;
   if (f) {
     char buf[256];
     if (fgets(buf, sizeof buf, f))
       line = buf;
-    pclose(f);
+    while (fgets(buf, sizeof buf, f)) {
+    }
+    status = pclose(f);
   }
-  BRAZE_CHECK(!line.empty()) << "host compiler '" << compiler << "' not found";
+  if (line.empty() || status != 0)
+    BRAZE_USER_ERROR("compile", "")
+        << "host compiler '" << compiler << "' not found or not working: '" << compiler
+        << " --version' " << (status == 0 ? "printed nothing" : describeStatus(status))
+        << "; set BRAZE_CXX to a C++ compiler";
   cachedFor = compiler;
   cached = line;
   return cached;
@@ -49,6 +71,10 @@ std::string hostCompilerFlags() {
   return "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -fno-math-errno -fno-trapping-math -w";
 }
 
+/// Steps: 1. the key, from the source and everything that shapes the library; 2. under the
+/// entry's lock, a valid entry is a hit; 3. otherwise the compiler builds the library in the
+/// scratch folder, and 4. storeEntry puts it into the cache (or, when the cache cannot take
+/// it, keeps it in the scratch folder).
 CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions &opts) {
   BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
   std::string identity = compilerIdentity(opts.compiler);
@@ -58,7 +84,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   fs::path dir = entryDir(opts.cacheDir, key);
   fs::path lib = dir / (key + ".so"), sum = dir / (key + ".sha256");
   CompiledLibrary result{lib.string(), key, false};
-  std::unique_lock<std::mutex> building = lockEntry(key);
+  EntryLock building(dir, key);
   if (cacheEntryIsValid(lib, sum)) {
     result.cacheHit = true;
     if (opts.logCache)
@@ -67,28 +93,29 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
   }
   if (opts.logCache)
     logBlock("cache", "miss " + key + "\n");
-  // Compile into temporary names, then rename into place.
+  // The compiler never writes into the cache: a full or read-only cache cannot fail it.
   std::string tag = temporaryTag();
-  fs::path src = dir / (key + tag + ".cpp"), tmpLib = dir / (key + tag + ".so"),
-           log = dir / (key + tag + ".log");
-  {
-    std::ofstream out(src);
-    out << source;
-  }
+  fs::path scratch = scratchDir();
+  fs::path src = scratch / (key + tag + ".cpp"), tmpLib = scratch / (key + tag + ".so"),
+           log = scratch / (key + tag + ".log");
+  if (std::string why = writeFile(src, source); !why.empty())
+    BRAZE_USER_ERROR("compile", "") << "cannot write the generated source: " << why;
   std::string cmd = opts.compiler + " " + hostCompilerFlags() + " " + src.string() + " -o " +
                     tmpLib.string() + " " + kLinkFlags + " " + opts.linkFlags + " > " + log.string() + " 2>&1";
-  int rc = std::system(cmd.c_str());
+  int status = std::system(cmd.c_str());
   std::string errors = readFile(log);
   std::error_code ec;
   fs::remove(log, ec);
-  if (rc != 0) {
-    fs::remove(tmpLib, ec);
-    BRAZE_UNREACHABLE("generated code failed to compile (" << src.string() << "):\n"
-                                                           << errors.substr(0, 4000));
-  }
+  std::string image = status == 0 ? readFile(tmpLib) : "";
+  fs::remove(tmpLib, ec);
+  if (status != 0 || image.empty())
+    BRAZE_USER_ERROR("compile", "")
+        << "the host compiler '" << opts.compiler << "' failed to compile the generated code ("
+        << (status != 0 ? describeStatus(status) : "it wrote no library") << "; the source is "
+        << src.string() << "):\n"
+        << errors.substr(0, 4000);
   fs::remove(src, ec);
-  writeFileAtomically(sum, sha256Hex(readFile(tmpLib)));
-  fs::rename(tmpLib, lib);
+  result.path = storeEntry(opts.cacheDir, lib, sum, image).string();
   return result;
 }
 

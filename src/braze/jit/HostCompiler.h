@@ -2,7 +2,9 @@
 /// Compiles generated C++ into a shared library with the host compiler, through a
 /// content-addressed on-disk cache: key = SHA-256 of (source, compiler identity, flags, braze
 /// version). Entries are written to a temporary name and renamed into place (atomic), carry a
-/// checksum file, and are verified on load; a damaged entry is rebuilt.
+/// checksum file, and are verified on load; a damaged entry is rebuilt. Processes that compile
+/// the same source at once build it once (EntryLock). A cache that cannot be written is left for
+/// a temporary folder, said once; a compiler that is missing or fails is a Diagnostic naming it.
 #include <string>
 
 namespace braze::jit {

@@ -2,6 +2,7 @@
 
 #include "braze/jit/CacheFiles.h"
 #include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
 #include "braze/support/Hashing.h"
 #include "braze/support/Log.h"
 
@@ -38,11 +39,20 @@ const Nvrtc &nvrtc(const std::string &library) {
   if (it != loaded.end())
     return it->second;
   void *h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  BRAZE_CHECK(h) << "cannot load NVRTC from " << library << ": " << dlerror();
+  if (!h) {
+    const char *why = dlerror();
+    BRAZE_USER_ERROR("compile", "") << "cannot load NVRTC from " << library << ": "
+                                    << (why ? why : "unknown error")
+                                    << "; set BRAZE_NVRTC to the path of libnvrtc.so";
+  }
   Nvrtc n;
   auto get = [&](auto &fn, const char *name) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-    BRAZE_CHECK(fn) << library << " lacks " << name;
+    if (!fn) {
+      dlclose(h);
+      BRAZE_USER_ERROR("compile", "") << "cannot load NVRTC from " << library << ": it lacks "
+                                      << name << "; set BRAZE_NVRTC to the path of libnvrtc.so";
+    }
   };
   get(n.version, "nvrtcVersion");
   get(n.create, "nvrtcCreateProgram");
@@ -78,7 +88,7 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   fs::path dir = entryDir(opts.cacheDir, key);
   fs::path cubin = dir / (key + ".cubin"), sum = dir / (key + ".cubin.sha256");
   CompiledCubin result{cubin.string(), false};
-  std::unique_lock<std::mutex> building = lockEntry(key);
+  EntryLock building(dir, key);
   if (cacheEntryIsValid(cubin, sum)) {
     result.cacheHit = true;
     if (opts.logCache)
@@ -102,8 +112,8 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   if (rc != 0) {
     n.destroy(&prog);
     fs::path src = dir / (key + ".failed.cu");
-    writeFileAtomically(src, source);
-    BRAZE_UNREACHABLE("generated CUDA code failed to compile (" << src.string() << "):\n"
+    std::string kept = writeFileAtomically(src, source).empty() ? src.string() : "not kept";
+    BRAZE_UNREACHABLE("generated CUDA code failed to compile (" << kept << "):\n"
                                                                 << log.substr(0, 4000));
   }
   size_t size = 0;
@@ -111,8 +121,7 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   std::string image(size, '\0');
   n.cubin(prog, image.data());
   n.destroy(&prog);
-  writeFileAtomically(sum, sha256Hex(image));
-  writeFileAtomically(cubin, image);
+  result.path = storeEntry(opts.cacheDir, cubin, sum, image).string();
   return result;
 }
 

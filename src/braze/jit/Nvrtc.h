@@ -2,7 +2,8 @@
 /// Compiles generated CUDA C++ to a cubin with NVRTC (loaded at run time from the library the
 /// caller names, e.g. the one PyTorch's CUDA wheels install), through the same kind of
 /// content-addressed on-disk cache as the host compiler: key = SHA-256 of (source, architecture,
-/// NVRTC version, options, braze version); entries written atomically and verified on load.
+/// NVRTC version, options, braze version); entries written atomically and verified on load, and a
+/// cache that cannot take them is left for a temporary folder (CacheFiles.h).
 #include <string>
 
 namespace braze::jit {
@@ -21,7 +22,8 @@ struct CompiledCubin {
 
 CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts);
 
-/// NVRTC's version as "major.minor"; throws InternalError if the library cannot be loaded.
+/// NVRTC's version as "major.minor"; throws a Diagnostic naming the library and why when it
+/// cannot be loaded (missing, not a shared library, or lacking an entry point).
 std::string nvrtcVersion(const std::string &library);
 
 } // namespace braze::jit

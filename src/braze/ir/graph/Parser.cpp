@@ -169,6 +169,9 @@ private:
       if (consumeIf(']'))
         return xs;
       do {
+        // Lists hold integers only: a nested list is an error here, before any recursion.
+        if (peek() == '[' || peek() == '"')
+          fail(pos_, "expected an integer list element");
         AttrValue v = attrValue();
         if (!std::holds_alternative<int64_t>(v))
           fail(at, "expected an integer list element");

@@ -69,8 +69,21 @@ private:
     // A negative literal is read whole, so that the most negative int64 round-trips.
     if (pos_ < text_.size() && isDigit(text_[pos_]))
       return parseInteger(/*negative=*/true);
+    Nested nested(*this, pos_);
     return ctx_.neg(parseUnary());
   }
+
+  /// Counts one level of nesting (a parenthesis, a min/max call, a unary minus) while it is
+  /// open, so that deeply nested text is an error instead of a stack overflow.
+  struct Nested {
+    Nested(SymParser &p, size_t at) : p(p) {
+      if (++p.depth_ > kMaxSymNesting)
+        p.fail(at, "expression nested deeper than " + std::to_string(kMaxSymNesting) +
+                       " levels");
+    }
+    ~Nested() { --p.depth_; }
+    SymParser &p;
+  };
 
   SymExpr parsePrimary() {
     skipSpace();
@@ -80,6 +93,7 @@ private:
     if (isDigit(c))
       return parseInteger(/*negative=*/false);
     if (c == '(') {
+      Nested nested(*this, pos_);
       ++pos_;
       SymExpr e = parseSum();
       expect(")");
@@ -95,6 +109,7 @@ private:
     if (pos_ < text_.size() && text_[pos_] == '(') {
       if (name != "min" && name != "max")
         fail(start, "unknown function " + tokenAt(start));
+      Nested nested(*this, pos_);
       ++pos_;
       SymExpr a = parseSum();
       expect(",");
@@ -162,11 +177,14 @@ private:
     return quoted;
   }
 
-  /// Throws "column N: <what> in '<text>'".
+  /// Throws "column N: <what> in '<text>'"; a long text is shown as its first and last 40
+  /// characters.
   [[noreturn]] void fail(size_t at, const std::string &what) const {
-    throw Diagnostic("sym", "",
-                     "column " + std::to_string(at + 1) + ": " + what + " in '" +
-                         std::string(text_) + "'");
+    std::string shown = text_.size() <= 100 ? std::string(text_)
+                                            : std::string(text_.substr(0, 40)) + " ... " +
+                                                  std::string(text_.substr(text_.size() - 40));
+    throw Diagnostic("sym", "", "column " + std::to_string(at + 1) + ": " + what + " in '" +
+                                    shown + "'");
   }
 
   [[noreturn]] void failExpected(size_t at, const std::string &expected) const {
@@ -177,6 +195,7 @@ private:
   std::string_view text_;
   const std::function<SymExpr(std::string_view)> &lookupSymbol_;
   size_t pos_ = 0;
+  int depth_ = 0; // open nesting levels (see Nested)
 };
 
 } // namespace

@@ -7,6 +7,8 @@
 
 namespace braze::sym {
 
+constexpr int kMaxSymNesting = 256;
+
 /// Parses what toString prints, so `parseSym(ctx, toString(e), lookup) == e`. Grammar (Python
 /// precedence; binary operators are left-associative, unary minus binds tighter than `*`):
 ///
@@ -15,6 +17,9 @@ namespace braze::sym {
 ///   unary   := '-' unary | primary
 ///   primary := integer | name | ('min' | 'max') '(' sum ',' sum ')' | '(' sum ')'
 ///   name    := [A-Za-z_][A-Za-z0-9_]*
+///
+/// Nesting (parentheses, min/max calls, unary minus) deeper than kMaxSymNesting levels is an
+/// error, so that no input overflows the parser's stack.
 ///
 /// The expression is rebuilt through the simplifying factories, so the result is canonical.
 /// lookupSymbol maps a name to its symbol (the caller decides whether to create one); a null

@@ -3,6 +3,7 @@
 #include "braze/runtime/VendorLibrary.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -53,6 +54,40 @@ using ForwardFn = Status (*)(void *handle, const void *alpha, void *xDesc, const
                              size_t workspaceBytes, const void *beta, void *yDesc, void *y);
 using ErrorFn = const char *(*)(Status);
 
+// The backend (graph) API, cudnn_graph.h: descriptors are built once per problem and finalized
+// into an execution plan; a call only fills a variant pack (pointers) and executes the plan. The
+// legacy cudnnConvolutionForward costs about 100 us of host time per call on cuDNN 9 (it builds
+// such a plan internally); the plan's execute costs a few.
+using BackendCreateFn = Status (*)(int type, void **desc);
+using BackendDestroyFn = Status (*)(void *desc);
+using BackendFinalizeFn = Status (*)(void *desc);
+using BackendSetFn = Status (*)(void *desc, int name, int type, int64_t count, const void *values);
+using BackendGetFn = Status (*)(void *desc, int name, int type, int64_t requested, int64_t *count,
+                                void *values);
+using BackendExecuteFn = Status (*)(void *handle, void *plan, void *variantPack);
+
+// cudnnBackendDescriptorType_t
+constexpr int kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3, kEngineHeurDesc = 4,
+              kExecutionPlanDesc = 5, kConvForwardOpDesc = 10, kOperationGraphDesc = 15,
+              kVariantPackDesc = 16, kTensorDesc = 17;
+// cudnnBackendAttributeType_t
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4,
+              kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8,
+              kTypeNumericalNote = 11, kTypeDescriptor = 15;
+// cudnnBackendAttributeName_t
+constexpr int kConvCompType = 100, kConvMode = 101, kConvDilations = 102,
+              kConvFilterStrides = 103, kConvPostPaddings = 104, kConvPrePaddings = 105,
+              kConvSpatialDims = 106, kHeurMode = 200, kHeurOperationGraph = 201,
+              kHeurResults = 202, kEngineCfgEngine = 300, kPlanHandle = 400,
+              kPlanEngineConfig = 401, kPlanWorkspaceSize = 402, kFwdAlpha = 700, kFwdBeta = 701,
+              kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704, kFwdY = 705, kOpGraphHandle = 800,
+              kOpGraphOps = 801, kTensorByteAlignment = 900, kTensorDataType = 901,
+              kTensorDimensions = 902, kTensorStrides = 903, kTensorUniqueId = 906,
+              kPackUniqueIds = 1000, kPackDataPointers = 1001, kPackWorkspace = 1003,
+              kEngineNumericalNote = 1303;
+constexpr int kHeurInstant = 0;                                 // cudnnBackendHeurMode_t
+constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1; // cudnnBackendNumericalNote_t
+
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;
 
 /// The weight's cuDNN filter format from its strides, or -1 if cuDNN has none for them.
@@ -77,11 +112,56 @@ int filterFormat(const ConvProblem &p) {
   return nhwc ? kNhwc : -1;
 }
 
+/// One problem in cuDNN's terms: 1-d convolutions get a unit height (cuDNN takes 4-d and 5-d).
+struct Shapes {
+  int rank = 4, spatial = 2;
+  int64_t xd[5], xs[5], wd[5], ws[5], yd[5], ys[5], stride[3], padding[3], dilation[3];
+};
+
+Shapes cudnnShapes(const ConvProblem &p) {
+  Shapes c;
+  c.rank = p.rank == 3 ? 4 : p.rank;
+  c.spatial = c.rank - 2;
+  for (int i = 0, j = 0; i < c.rank; ++i) {
+    bool unit = p.rank == 3 && i == 2; // the added height
+    c.xd[i] = unit ? 1 : p.xDims[j];
+    c.xs[i] = unit ? p.xStrides[2] * p.xDims[2] : p.xStrides[j];
+    c.wd[i] = unit ? 1 : p.wDims[j];
+    c.ws[i] = unit ? p.wStrides[2] * p.wDims[2] : p.wStrides[j];
+    c.yd[i] = unit ? 1 : p.yDims[j];
+    c.ys[i] = unit ? p.yStrides[2] * p.yDims[2] : p.yStrides[j];
+    j += unit ? 0 : 1;
+  }
+  for (int i = 0, j = 0; i < c.spatial; ++i) {
+    bool unit = p.rank == 3 && i == 0;
+    c.stride[i] = unit ? 1 : p.stride[j];
+    c.padding[i] = unit ? 0 : p.padding[j];
+    c.dilation[i] = unit ? 1 : p.dilation[j];
+    j += unit ? 0 : 1;
+  }
+  return c;
+}
+
+/// The largest power of two (up to 16) that divides the address: part of a plan's key, since a
+/// backend plan is built for its operands' alignment.
+int64_t alignmentOf(const void *ptr) {
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  int64_t align = 16;
+  while (align > 1 && a % align != 0)
+    align /= 2;
+  return align;
+}
+
 struct Plan {
+  // backend API: the finalized execution plan and every descriptor it was built from
+  void *graphPlan = nullptr;
+  int64_t graphWorkspace = 0;
+  std::vector<void *> descriptors;
+  // legacy API, where no backend plan could be built
   void *x = nullptr, *w = nullptr, *y = nullptr, *conv = nullptr;
   int algo = -1;
   size_t workspace = 0;
-  std::string declined; ///< why cuDNN takes no such problem (algo -1)
+  std::string declined; ///< why cuDNN takes no such problem (neither plan)
 };
 
 } // namespace
@@ -97,9 +177,136 @@ struct Cudnn::Impl {
   AlgoFn algorithms = nullptr;
   ForwardFn forward = nullptr;
   ErrorFn errorString = nullptr;
+  BackendCreateFn backendCreate = nullptr;
+  BackendDestroyFn backendDestroy = nullptr;
+  BackendFinalizeFn backendFinalize = nullptr;
+  BackendSetFn backendSet = nullptr;
+  BackendGetFn backendGet = nullptr;
+  BackendExecuteFn backendExecute = nullptr;
   void *handle = nullptr;
   std::mutex mu;
   std::map<std::vector<int64_t>, Plan> plans; ///< by problem (declined ones have algo -1)
+
+  /// A backend descriptor of `type` that `plan` owns; nullptr if cuDNN cannot make one.
+  void *describe(Plan &plan, int type) {
+    void *d = nullptr;
+    if (backendCreate(type, &d) != 0)
+      return nullptr;
+    plan.descriptors.push_back(d);
+    return d;
+  }
+
+  /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
+  /// forward operation and its graph, then the first of cuDNN's heuristic engine configs that
+  /// finalizes into an execution plan within the workspace and computes what the precision
+  /// flags allow (no TF32 in f32 unless allowed, no down-converted inputs). False if none does
+  /// (the legacy API is tried next).
+  bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
+                      size_t workspaceBytes) {
+    if (!backendCreate)
+      return false;
+    bool ok = true;
+    auto set = [&](void *d, int name, int attrType, int64_t count, const void *values) {
+      ok = ok && d && backendSet(d, name, attrType, count, values) == 0;
+    };
+    auto finalize = [&](void *d) { ok = ok && d && backendFinalize(d) == 0; };
+    auto tensor = [&](int64_t uid, const int64_t *dims, const int64_t *strides, const void *ptr) {
+      void *t = describe(plan, kTensorDesc);
+      int64_t align = alignmentOf(ptr);
+      set(t, kTensorDataType, kTypeDataType, 1, &type);
+      set(t, kTensorDimensions, kTypeInt64, c.rank, dims);
+      set(t, kTensorStrides, kTypeInt64, c.rank, strides);
+      set(t, kTensorUniqueId, kTypeInt64, 1, &uid);
+      set(t, kTensorByteAlignment, kTypeInt64, 1, &align);
+      finalize(t);
+      return t;
+    };
+    void *x = tensor('x', c.xd, c.xs, p.x), *w = tensor('w', c.wd, c.ws, p.w),
+         *y = tensor('y', c.yd, c.ys, p.y);
+    void *conv = describe(plan, kConvolutionDesc);
+    int compute = p.dtype == 1 ? kDouble : kFloat, mode = kCrossCorrelation;
+    int64_t spatial = c.spatial;
+    set(conv, kConvCompType, kTypeDataType, 1, &compute);
+    set(conv, kConvMode, kTypeConvMode, 1, &mode);
+    set(conv, kConvSpatialDims, kTypeInt64, 1, &spatial);
+    set(conv, kConvDilations, kTypeInt64, spatial, c.dilation);
+    set(conv, kConvFilterStrides, kTypeInt64, spatial, c.stride);
+    set(conv, kConvPrePaddings, kTypeInt64, spatial, c.padding);
+    set(conv, kConvPostPaddings, kTypeInt64, spatial, c.padding);
+    finalize(conv);
+    void *op = describe(plan, kConvForwardOpDesc);
+    double one64 = 1, zero64 = 0;
+    float one32 = 1, zero32 = 0;
+    bool f64 = p.dtype == 1;
+    set(op, kFwdAlpha, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&one64 : (void *)&one32);
+    set(op, kFwdBeta, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&zero64 : (void *)&zero32);
+    set(op, kFwdConvDesc, kTypeDescriptor, 1, &conv);
+    set(op, kFwdX, kTypeDescriptor, 1, &x);
+    set(op, kFwdW, kTypeDescriptor, 1, &w);
+    set(op, kFwdY, kTypeDescriptor, 1, &y);
+    finalize(op);
+    void *graph = describe(plan, kOperationGraphDesc);
+    set(graph, kOpGraphOps, kTypeDescriptor, 1, &op);
+    set(graph, kOpGraphHandle, kTypeHandle, 1, &handle);
+    finalize(graph);
+    void *heur = describe(plan, kEngineHeurDesc);
+    int heurMode = kHeurInstant;
+    set(heur, kHeurOperationGraph, kTypeDescriptor, 1, &graph);
+    set(heur, kHeurMode, kTypeHeurMode, 1, &heurMode);
+    finalize(heur);
+    int64_t count = 0;
+    ok = ok && backendGet(heur, kHeurResults, kTypeDescriptor, 0, &count, nullptr) == 0;
+    if (!ok || count <= 0)
+      return false;
+    std::vector<void *> configs;
+    for (int64_t i = 0; i < count; ++i)
+      if (void *cfg = describe(plan, kEngineCfgDesc))
+        configs.push_back(cfg);
+    int64_t got = 0;
+    if (backendGet(heur, kHeurResults, kTypeDescriptor, int64_t(configs.size()), &got,
+                   configs.data()) != 0)
+      return false;
+    for (int64_t i = 0; i < got && i < int64_t(configs.size()); ++i) {
+      if (!allowedEngine(plan, configs[i], p))
+        continue;
+      void *exec = describe(plan, kExecutionPlanDesc);
+      if (!exec || backendSet(exec, kPlanHandle, kTypeHandle, 1, &handle) != 0 ||
+          backendSet(exec, kPlanEngineConfig, kTypeDescriptor, 1, &configs[i]) != 0 ||
+          backendFinalize(exec) != 0)
+        continue;
+      int64_t bytes = 0, n = 0;
+      if (backendGet(exec, kPlanWorkspaceSize, kTypeInt64, 1, &n, &bytes) != 0 || bytes < 0 ||
+          size_t(bytes) > workspaceBytes)
+        continue;
+      plan.graphPlan = exec;
+      plan.graphWorkspace = bytes;
+      return true;
+    }
+    return false;
+  }
+
+  /// Whether engine config `cfg` computes what eager would: no TF32 tensor cores in f32 unless
+  /// allowed (nor in f64), and never inputs converted down to a narrower type.
+  bool allowedEngine(Plan &plan, void *cfg, const ConvProblem &p) {
+    void *engine = describe(plan, kEngineDesc);
+    int64_t n = 0;
+    if (!engine || backendGet(cfg, kEngineCfgEngine, kTypeDescriptor, 1, &n, &engine) != 0)
+      return false;
+    int notes[16] = {};
+    int64_t count = 0;
+    if (backendGet(engine, kEngineNumericalNote, kTypeNumericalNote, 16, &count, notes) != 0)
+      return false;
+    bool narrowTypes = p.dtype >= 2 || (p.dtype == 0 && p.allowTf32);
+    for (int64_t i = 0; i < count && i < 16; ++i)
+      if (notes[i] == kNoteDownConvertInputs || (notes[i] == kNoteTensorCore && !narrowTypes))
+        return false;
+    return true;
+  }
+
+  /// Fills plan's legacy descriptors and algorithm (cuDNN's heuristics), or plan.declined;
+  /// false, with `error` set, if cuDNN cannot create a descriptor.
+  bool legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
+                  size_t workspaceBytes, std::string &error);
 
   std::string failed(const char *call, Status s) {
     return std::string("cuDNN ") + call + " failed: " + (errorString ? errorString(s) : "") +
@@ -135,6 +342,16 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
   lib.bind(im.algorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
   lib.bind(im.forward, "cudnnConvolutionForward");
   lib.bind(im.errorString, "cudnnGetErrorString");
+  // The backend API (cuDNN 8.x and 9): optional; without it every problem takes the legacy API.
+  im.backendCreate = reinterpret_cast<BackendCreateFn>(lib.find("cudnnBackendCreateDescriptor"));
+  im.backendDestroy = reinterpret_cast<BackendDestroyFn>(lib.find("cudnnBackendDestroyDescriptor"));
+  im.backendFinalize = reinterpret_cast<BackendFinalizeFn>(lib.find("cudnnBackendFinalize"));
+  im.backendSet = reinterpret_cast<BackendSetFn>(lib.find("cudnnBackendSetAttribute"));
+  im.backendGet = reinterpret_cast<BackendGetFn>(lib.find("cudnnBackendGetAttribute"));
+  im.backendExecute = reinterpret_cast<BackendExecuteFn>(lib.find("cudnnBackendExecute"));
+  if (!im.backendDestroy || !im.backendFinalize || !im.backendSet || !im.backendGet ||
+      !im.backendExecute)
+    im.backendCreate = nullptr;
   if (Status s = im.create(&im.handle); s != 0)
     throw RunError(im.failed("cudnnCreate", s));
   instance = c.release();
@@ -149,7 +366,8 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
             " is not one cuDNN takes";
     return ConvStatus::Declined;
   }
-  std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32 != 0};
+  std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32 != 0, alignmentOf(p.x),
+                           alignmentOf(p.w), alignmentOf(p.y)};
   for (const int64_t *a : {p.xDims, p.xStrides, p.wDims, p.wStrides, p.yDims, p.yStrides})
     key.insert(key.end(), a, a + p.rank);
   for (const int64_t *a : {p.stride, p.padding, p.dilation})
@@ -157,89 +375,50 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
   std::lock_guard<std::mutex> lock(im.mu);
   auto [it, fresh] = im.plans.try_emplace(key);
   Plan &plan = it->second;
+  static const int types[] = {kFloat, kDouble, kHalf, kBFloat16};
+  int type = types[p.dtype];
   if (fresh) {
-    int format = filterFormat(p);
-    // cuDNN takes 4-d and 5-d tensors: a 1-d convolution gets a unit height.
-    int rank = p.rank == 3 ? 4 : p.rank, spatial = rank - 2;
-    int xd[5], xs[5], wd[5], yd[5], ys[5], st[3], pad[3], dil[3];
-    bool fits = format >= 0;
-    auto narrow = [&](int64_t v) {
-      fits = fits && v >= 0 && v <= INT32_MAX;
-      return static_cast<int>(v);
-    };
-    for (int i = 0, j = 0; i < rank; ++i) {
-      bool unit = p.rank == 3 && i == 2; // the added height
-      xd[i] = unit ? 1 : narrow(p.xDims[j]);
-      xs[i] = unit ? narrow(p.xStrides[2] * p.xDims[2]) : narrow(p.xStrides[j]);
-      wd[i] = unit ? 1 : narrow(p.wDims[j]);
-      yd[i] = unit ? 1 : narrow(p.yDims[j]);
-      ys[i] = unit ? narrow(p.yStrides[2] * p.yDims[2]) : narrow(p.yStrides[j]);
-      j += unit ? 0 : 1;
-    }
-    for (int i = 0, j = 0; i < spatial; ++i) {
-      bool unit = p.rank == 3 && i == 0;
-      st[i] = unit ? 1 : narrow(p.stride[j]);
-      pad[i] = unit ? 0 : narrow(p.padding[j]);
-      dil[i] = unit ? 1 : narrow(p.dilation[j]);
-      j += unit ? 0 : 1;
-    }
-    if (!fits) {
-      plan.declined = format < 0 ? "the weight is neither contiguous nor channels-last"
-                                 : "a size or stride is beyond int32";
-      error = plan.declined;
-      return ConvStatus::Declined;
-    }
-    static const int types[] = {kFloat, kDouble, kHalf, kBFloat16};
-    int type = types[p.dtype], compute = p.dtype == 1 ? kDouble : kFloat;
-    int math = p.dtype >= 2 ? kTensorOpMath : p.dtype == 0 && p.allowTf32 ? kDefaultMath : kFmaMath;
-    Status s = 0;
-    const char *call = nullptr;
-    auto step = [&](const char *name, Status st) {
-      if (s == 0 && st != 0) {
-        s = st;
-        call = name;
+    Shapes c = cudnnShapes(p);
+    if (!im.buildGraphPlan(plan, p, c, type, workspaceBytes)) {
+      for (void *d : plan.descriptors)
+        im.backendDestroy(d);
+      plan.descriptors.clear();
+      if (!im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
+        im.plans.erase(it);
+        return ConvStatus::Failed;
       }
-    };
-    step("cudnnCreateTensorDescriptor", im.createTensor(&plan.x));
-    step("cudnnCreateTensorDescriptor", im.createTensor(&plan.y));
-    step("cudnnCreateFilterDescriptor", im.createFilter(&plan.w));
-    step("cudnnCreateConvolutionDescriptor", im.createConv(&plan.conv));
-    if (s != 0) {
-      error = im.failed(call, s);
-      im.plans.erase(it);
-      return ConvStatus::Failed;
     }
-    // A layout or size cuDNN rejects is declined, not an error: the loop kernel computes it.
-    step("cudnnSetTensorNdDescriptor", im.setTensor(plan.x, type, rank, xd, xs));
-    step("cudnnSetTensorNdDescriptor", im.setTensor(plan.y, type, rank, yd, ys));
-    step("cudnnSetFilterNdDescriptor", im.setFilter(plan.w, type, format, rank, wd));
-    step("cudnnSetConvolutionNdDescriptor",
-         im.setConv(plan.conv, spatial, pad, st, dil, kCrossCorrelation, compute));
-    step("cudnnSetConvolutionGroupCount", im.setGroups(plan.conv, static_cast<int>(p.groups)));
-    step("cudnnSetConvolutionMathType", im.setMath(plan.conv, math));
-    FwdAlgoPerf perf[16];
-    int returned = 0;
-    step("cudnnGetConvolutionForwardAlgorithm_v7",
-         im.algorithms(im.handle, plan.x, plan.w, plan.conv, plan.y, 16, &returned, perf));
-    for (int i = 0; s == 0 && i < returned && plan.algo < 0; ++i)
-      if (perf[i].status == 0 && perf[i].memory <= workspaceBytes &&
-          (p.dtype != 0 || p.allowTf32 || perf[i].mathType != kTensorOpMath)) {
-        plan.algo = perf[i].algo;
-        plan.workspace = perf[i].memory;
-      }
-    if (s != 0)
-      plan.declined = "cuDNN rejected it: " + im.failed(call, s);
-    else if (plan.algo < 0)
-      plan.declined = "none of cuDNN's " + std::to_string(returned) +
-                      " algorithms runs it within the workspace";
   }
-  if (plan.algo < 0) {
+  if (!plan.graphPlan && plan.algo < 0) {
     error = plan.declined;
     return ConvStatus::Declined;
   }
   if (Status s = im.setStream(im.handle, stream); s != 0) {
     error = im.failed("cudnnSetStream", s);
     return ConvStatus::Failed;
+  }
+  if (plan.graphPlan) {
+    void *pack = nullptr;
+    int64_t uids[3] = {'x', 'w', 'y'};
+    const void *pointers[3] = {p.x, p.w, p.y};
+    Status s = im.backendCreate(kVariantPackDesc, &pack);
+    if (s == 0)
+      s = im.backendSet(pack, kPackUniqueIds, kTypeInt64, 3, uids);
+    if (s == 0)
+      s = im.backendSet(pack, kPackDataPointers, kTypeVoidPtr, 3, pointers);
+    if (s == 0)
+      s = im.backendSet(pack, kPackWorkspace, kTypeVoidPtr, 1, &workspace);
+    if (s == 0)
+      s = im.backendFinalize(pack);
+    if (s == 0)
+      s = im.backendExecute(im.handle, plan.graphPlan, pack);
+    if (pack)
+      im.backendDestroy(pack);
+    if (s != 0) {
+      error = im.failed("cudnnBackendExecute", s);
+      return ConvStatus::Failed;
+    }
+    return ConvStatus::Done;
   }
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
@@ -252,6 +431,71 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
     return ConvStatus::Failed;
   }
   return ConvStatus::Done;
+}
+
+bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
+                             size_t workspaceBytes, std::string &error) {
+  Impl &im = *this;
+  int format = filterFormat(p);
+  int xd[5], xs[5], wd[5], yd[5], ys[5], st[3], pad[3], dil[3];
+  bool fits = format >= 0;
+  auto narrow = [&](int64_t v) {
+    fits = fits && v >= 0 && v <= INT32_MAX;
+    return static_cast<int>(v);
+  };
+  for (int i = 0; i < c.rank; ++i) {
+    xd[i] = narrow(c.xd[i]), xs[i] = narrow(c.xs[i]), wd[i] = narrow(c.wd[i]);
+    yd[i] = narrow(c.yd[i]), ys[i] = narrow(c.ys[i]);
+  }
+  for (int i = 0; i < c.spatial; ++i)
+    st[i] = narrow(c.stride[i]), pad[i] = narrow(c.padding[i]), dil[i] = narrow(c.dilation[i]);
+  if (!fits) {
+    plan.declined = format < 0 ? "the weight is neither contiguous nor channels-last"
+                               : "a size or stride is beyond int32";
+    return true;
+  }
+  int compute = p.dtype == 1 ? kDouble : kFloat;
+  int math = p.dtype >= 2 ? kTensorOpMath : p.dtype == 0 && p.allowTf32 ? kDefaultMath : kFmaMath;
+  Status s = 0;
+  const char *call = nullptr;
+  auto step = [&](const char *name, Status st) {
+    if (s == 0 && st != 0) {
+      s = st;
+      call = name;
+    }
+  };
+  step("cudnnCreateTensorDescriptor", im.createTensor(&plan.x));
+  step("cudnnCreateTensorDescriptor", im.createTensor(&plan.y));
+  step("cudnnCreateFilterDescriptor", im.createFilter(&plan.w));
+  step("cudnnCreateConvolutionDescriptor", im.createConv(&plan.conv));
+  if (s != 0) {
+    error = im.failed(call, s);
+    return false;
+  }
+  // A layout or size cuDNN rejects is declined, not an error: the loop kernel computes it.
+  step("cudnnSetTensorNdDescriptor", im.setTensor(plan.x, type, c.rank, xd, xs));
+  step("cudnnSetTensorNdDescriptor", im.setTensor(plan.y, type, c.rank, yd, ys));
+  step("cudnnSetFilterNdDescriptor", im.setFilter(plan.w, type, format, c.rank, wd));
+  step("cudnnSetConvolutionNdDescriptor",
+       im.setConv(plan.conv, c.spatial, pad, st, dil, kCrossCorrelation, compute));
+  step("cudnnSetConvolutionGroupCount", im.setGroups(plan.conv, static_cast<int>(p.groups)));
+  step("cudnnSetConvolutionMathType", im.setMath(plan.conv, math));
+  FwdAlgoPerf perf[16];
+  int returned = 0;
+  step("cudnnGetConvolutionForwardAlgorithm_v7",
+       im.algorithms(im.handle, plan.x, plan.w, plan.conv, plan.y, 16, &returned, perf));
+  for (int i = 0; s == 0 && i < returned && plan.algo < 0; ++i)
+    if (perf[i].status == 0 && perf[i].memory <= workspaceBytes &&
+        (p.dtype != 0 || p.allowTf32 || perf[i].mathType != kTensorOpMath)) {
+      plan.algo = perf[i].algo;
+      plan.workspace = perf[i].memory;
+    }
+  if (s != 0)
+    plan.declined = "cuDNN rejected it: " + im.failed(call, s);
+  else if (plan.algo < 0)
+    plan.declined = "none of cuDNN's " + std::to_string(returned) +
+                    " algorithms runs it within the workspace";
+  return true;
 }
 
 } // namespace braze::runtime

@@ -1,8 +1,10 @@
 #pragma once
-/// Convolution on the GPU through cuDNN's convolution API, loaded at run time (dlopen) like
-/// cuBLASLt, so braze builds without the CUDA toolkit and a compiled graph runs without
-/// libtorch. Descriptors and the algorithm (cuDNN's heuristics: no trial runs, so a first call
-/// may be captured into a CUDA graph) are cached per problem.
+/// Convolution on the GPU through cuDNN, loaded at run time (dlopen) like cuBLASLt, so braze
+/// builds without the CUDA toolkit and a compiled graph runs without libtorch. Each problem
+/// (sizes, strides, dtype, operand alignment) gets a plan once, from cuDNN's heuristics with no
+/// trial runs, so a first call may be captured into a CUDA graph: an execution plan of the
+/// backend (graph) API, whose calls cost a few microseconds of host time, or, where none can
+/// be built, the legacy API's descriptors and algorithm.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -147,8 +147,9 @@ def test_dynamic_sequence_length(device):
 
 
 def test_training_compiles_attention_and_its_backward(device):
-    """In training, attention is traced as PyTorch's math path, so the forward and backward
-    graphs compile whole (no op left to eager), and values and gradients match eager."""
+    """In training on the CPU, attention is traced as PyTorch's math path, so the forward and
+    backward graphs compile whole (no op left to eager); on CUDA the fused attention and its
+    backward stay in eager. Values and gradients match either way."""
     torch.manual_seed(7)
     block = SelfAttention()
     x = torch.randn(2, 12, 64, requires_grad=True)
@@ -162,7 +163,7 @@ def test_training_compiles_attention_and_its_backward(device):
     want_out = block(x)
     want_out.sum().backward()
     want = [x.grad] + [p.grad for p in block.parameters()]
-    assert braze.counters()["fallback_ops"] == before
+    assert device == "cuda" or braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
@@ -256,8 +257,9 @@ def test_written_out_masked_attention_keeps_nan_rows(device):
 
 @pytest.mark.parametrize("mask", ["causal", "bool", "float", "broadcast bool"])
 def test_training_with_masks_matches_eager(device, mask):
-    """Training traces attention as PyTorch's math path, which adds its mask to the scores: a bool
-    mask must count as 0 / -inf there, as scaled_dot_product_attention reads it, never as 1 / 0."""
+    """CPU training traces attention as PyTorch's math path, which adds its mask to the scores: a
+    bool mask must count as 0 / -inf there, as scaled_dot_product_attention reads it, never as
+    1 / 0. (On CUDA the fused attention stays in eager; the values must match there too.)"""
     torch.manual_seed(11)
     b, h, s, d = 2, 3, 10, 16
     q, k, v = (torch.randn(b, h, s, d, device=device, requires_grad=True) for _ in range(3))
@@ -276,12 +278,13 @@ def test_training_with_masks_matches_eager(device, mask):
     got = torch.autograd.grad(out, (q, k, v), out.detach() * 0.5 + 1)
     want_out = fn(q, k, v, m)
     want = torch.autograd.grad(want_out, (q, k, v), want_out.detach() * 0.5 + 1)
-    assert braze.counters()["fallback_ops"] == before
+    assert device == "cuda" or braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.cpu_only("CUDA training keeps the fused attention at every size")
 def test_large_training_attention_keeps_the_fused_kernel():
     """Above MATH_TRAINING_MAX_SCORES scores a training graph keeps PyTorch's fused attention
     (its probabilities would not be saved for the backward), counted as a fallback."""

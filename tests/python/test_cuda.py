@@ -2,6 +2,8 @@
 generated CUDA sources are compiled by NVRTC for sm_90 and the host code by the host compiler,
 so codegen that does not compile fails here. With a GPU, the rest of the suite also runs on
 CUDA (conftest.py); the tests below check what is particular to the CUDA runtime."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -108,6 +110,24 @@ def test_nvrtc_reports_errors_with_the_log(tmp_path):
     with pytest.raises(braze.InternalError, match="(?s)failed to compile.*undefined_name"):
         braze._C.nvrtc_compile('extern "C" __global__ void k() { undefined_name(); }',
                                cuda_support.nvrtc_library(), 90, str(tmp_path))
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_kernels_as_parallel_programs(tmp_path):
+    """A source of many kernels is compiled as several NVRTC programs at once (one per hardware
+    thread, at most one per 4 kernels): each program holds the prelude and a share of the
+    kernels, and every kernel is in exactly one cubin. A second compile finds them all cached."""
+    prelude = "__device__ float twice(float x) { return 2.0f * x; }\n"
+    names = [f"k{i}" for i in range(12)]
+    source = prelude + "".join(
+        f'extern "C" __global__ void {n}(float* a) {{ a[threadIdx.x] = twice(a[threadIdx.x]) + {i}; }}\n'
+        for i, n in enumerate(names))
+    paths = braze._C.nvrtc_compile(source, cuda_support.nvrtc_library(), 90, str(tmp_path))
+    assert len(paths) == max(1, min(len(names) // 4, os.cpu_count(), 16))
+    images = [open(p, "rb").read() for p in paths]
+    for n in names:
+        assert sum(n.encode() + b"\0" in image for image in images) == 1, n
+    assert braze._C.nvrtc_compile(source, cuda_support.nvrtc_library(), 90, str(tmp_path)) == paths
 
 
 @needs_gpu

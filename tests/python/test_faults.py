@@ -242,12 +242,13 @@ NVRTC_SOURCE = 'extern "C" __global__ void twice(float *x) { x[threadIdx.x] *= 2
 @pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
 @pytest.mark.parametrize("how", ["truncated", "flipped byte"])
 def test_a_damaged_cubin_is_compiled_again(tmp_path, how):
-    path = braze._C.nvrtc_compile(NVRTC_SOURCE, cuda_support.nvrtc_library(), 90, str(tmp_path))
+    (path,) = braze._C.nvrtc_compile(NVRTC_SOURCE, cuda_support.nvrtc_library(), 90,
+                                     str(tmp_path))
     cubin = type(tmp_path)(path)
     good = cubin.read_bytes()
     _damage(cubin, how)
     assert braze._C.nvrtc_compile(NVRTC_SOURCE, cuda_support.nvrtc_library(), 90,
-                                  str(tmp_path)) == path
+                                  str(tmp_path)) == [path]
     assert cubin.read_bytes() == good and _checksum_holds(cubin)
 
 

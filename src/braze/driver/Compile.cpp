@@ -233,7 +233,7 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   times.nvrtc = lap(clock);
   spec.libraryPath = host.path;
   spec.cuda = true;
-  spec.cubinPath = cubin.path;
+  spec.cubinPaths = cubin.paths;
   spec.kernels = l.cuda.kernels;
   spec.device = cuda.device;
   if (l.cuda.usesGemm)

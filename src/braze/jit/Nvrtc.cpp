@@ -6,10 +6,14 @@
 #include "braze/support/Hashing.h"
 #include "braze/support/Log.h"
 
+#include <algorithm>
 #include <dlfcn.h>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <thread>
 #include <vector>
 
 namespace braze::jit {
@@ -76,8 +80,10 @@ std::vector<std::string> nvrtcFlags(int cc) {
 
 std::string nvrtcVersion(const std::string &library) { return nvrtc(library).version_; }
 
-CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
-  BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
+namespace {
+
+/// One NVRTC program: `source` to a cubin in the cache (or found there).
+CompiledCubin compileProgram(const std::string &source, const NvrtcOptions &opts) {
   const Nvrtc &n = nvrtc(opts.library);
   std::vector<std::string> flags = nvrtcFlags(opts.computeCapability);
   std::string flagText;
@@ -87,7 +93,7 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
                               kBrazeVersion);
   fs::path dir = entryDir(opts.cacheDir, key);
   fs::path cubin = dir / (key + ".cubin"), sum = dir / (key + ".cubin.sha256");
-  CompiledCubin result{cubin.string(), false};
+  CompiledCubin result{{cubin.string()}, false};
   EntryLock building(dir, key);
   if (cacheEntryIsValid(cubin, sum)) {
     result.cacheHit = true;
@@ -121,7 +127,85 @@ CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   std::string image(size, '\0');
   n.cubin(prog, image.data());
   n.destroy(&prog);
-  result.path = storeEntry(opts.cacheDir, cubin, sum, image).string();
+  result.paths[0] = storeEntry(opts.cacheDir, cubin, sum, image).string();
+  return result;
+}
+
+constexpr std::string_view kKernelStart = "extern \"C\" __global__";
+
+/// The source as its prelude (what precedes the first kernel: helpers and templates) and its
+/// kernels, each from its `extern "C" __global__` to the next. Generated kernels use only the
+/// prelude, so any subset of them compiles after it.
+std::pair<std::string, std::vector<std::string>> splitKernels(const std::string &source) {
+  std::vector<size_t> starts;
+  for (size_t at = source.find(kKernelStart); at != std::string::npos;
+       at = source.find(kKernelStart, at + 1))
+    if (at == 0 || source[at - 1] == '\n')
+      starts.push_back(at);
+  if (starts.empty())
+    return {source, {}};
+  std::vector<std::string> kernels;
+  for (size_t i = 0; i < starts.size(); ++i)
+    kernels.push_back(source.substr(starts[i], (i + 1 < starts.size() ? starts[i + 1]
+                                                                      : source.size()) -
+                                                   starts[i]));
+  return {source.substr(0, starts[0]), std::move(kernels)};
+}
+
+/// How many programs a source of `kernels` kernels is compiled as: one per 4 kernels, at most
+/// one per hardware thread and at most 16.
+size_t programCount(size_t kernels) {
+  size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return std::max<size_t>(1, std::min({kernels / 4, threads, size_t(16)}));
+}
+
+} // namespace
+
+CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
+  BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
+  nvrtc(opts.library); // a library that does not load is an error before any thread starts
+  auto [prelude, kernels] = splitKernels(source);
+  size_t count = programCount(kernels.size());
+  if (count <= 1)
+    return compileProgram(source, opts);
+  // Kernels go to programs largest first, each to the program with the least source so far
+  // (deterministic, so each program's cache key is stable); a program keeps source order.
+  std::vector<size_t> order(kernels.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return kernels[a].size() > kernels[b].size(); });
+  std::vector<std::vector<size_t>> members(count);
+  std::vector<size_t> sizes(count, 0);
+  for (size_t k : order) {
+    size_t j = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
+    members[j].push_back(k);
+    sizes[j] += kernels[k].size();
+  }
+  std::vector<CompiledCubin> parts(count);
+  std::vector<std::exception_ptr> errors(count);
+  std::vector<std::thread> workers;
+  for (size_t j = 0; j < count; ++j)
+    workers.emplace_back([&, j] {
+      try {
+        std::sort(members[j].begin(), members[j].end());
+        std::string text = prelude;
+        for (size_t k : members[j])
+          text += kernels[k];
+        parts[j] = compileProgram(text, opts);
+      } catch (...) {
+        errors[j] = std::current_exception();
+      }
+    });
+  for (std::thread &t : workers)
+    t.join();
+  for (const std::exception_ptr &e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  CompiledCubin result{{}, true};
+  for (const CompiledCubin &c : parts) {
+    result.paths.push_back(c.paths[0]);
+    result.cacheHit = result.cacheHit && c.cacheHit;
+  }
   return result;
 }
 

@@ -438,7 +438,7 @@ NB_MODULE(_C, m) {
     o.library = library;
     o.computeCapability = cc;
     o.cacheDir = cacheDir;
-    return jit::compileCuda(source, o).path;
+    return jit::compileCuda(source, o).paths;
   });
   m.def("nvrtc_version", [](const std::string &library) { return jit::nvrtcVersion(library); });
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });

@@ -163,9 +163,11 @@ void *paddedResult(int device) {
 
 } // namespace
 
+constexpr CUresult kNotFound = 500; // CUDA_ERROR_NOT_FOUND
+
 struct CudaModule::State {
   CUcontext ctx = nullptr;
-  CUmodule module = nullptr;
+  std::vector<CUmodule> modules; ///< the kernels, in one or more cubins
   std::vector<CUfunction> functions;
   int *errHost = nullptr; ///< mapped host memory the kernels write
   CudaApi api{};
@@ -256,7 +258,7 @@ bool cudaDriverAvailable() {
   return d.ok && d.deviceGetCount(&n) == 0 && n > 0;
 }
 
-std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
+std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cubinPaths,
                                              const std::vector<std::string> &kernels, int device,
                                              const std::string &cublasLtLibrary,
                                              const std::string &cudnnLibrary,
@@ -274,11 +276,19 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
   d.ctxGetCurrent(&current);
   if (current != s.ctx)
     check(d.ctxSetCurrent(s.ctx), "cuCtxSetCurrent");
-  std::string image = readBinary(cubinPath);
-  check(d.moduleLoadData(&s.module, image.data()), "loading CUDA module " + cubinPath);
+  for (const std::string &path : cubinPaths) {
+    std::string image = readBinary(path);
+    CUmodule module = nullptr;
+    check(d.moduleLoadData(&module, image.data()), "loading CUDA module " + path);
+    s.modules.push_back(module);
+  }
   for (const std::string &k : kernels) {
     CUfunction f = nullptr;
-    check(d.moduleGetFunction(&f, s.module, k.c_str()), "looking up kernel " + k);
+    CUresult r = kNotFound; // in no module
+    for (CUmodule module : s.modules)
+      if ((r = d.moduleGetFunction(&f, module, k.c_str())) == 0)
+        break;
+    check(r, "looking up kernel " + k);
     s.functions.push_back(f);
   }
   check(d.memHostAlloc(reinterpret_cast<void **>(&s.errHost), sizeof(int), kHostAllocDeviceMap),
@@ -366,8 +376,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::string &cubinPath,
 CudaModule::~CudaModule() {
   if (!state_ || !driver().ok)
     return;
-  if (state_->module)
-    driver().moduleUnload(state_->module);
+  for (CUmodule module : state_->modules)
+    driver().moduleUnload(module);
   if (state_->errHost)
     driver().memFreeHost(state_->errHost);
 }

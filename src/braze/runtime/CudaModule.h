@@ -45,11 +45,11 @@ using CudaRunFn = int (*)(void *const *, void *const *, char *, const int64_t *,
 
 class CudaModule {
 public:
-  /// Loads `cubinPath` on `device` (its primary context) and looks up `kernels`; cuBLASLt and
-  /// cuDNN are loaded from `cublasLtLibrary` and `cudnnLibrary` when non-empty. With
-  /// `logFallback`, a convolution cuDNN declines is said on stderr (once per reason). Throws
-  /// RunError naming what failed.
-  static std::unique_ptr<CudaModule> load(const std::string &cubinPath,
+  /// Loads `cubinPaths` on `device` (its primary context) and looks up each of `kernels` in
+  /// them (each is in one); cuBLASLt and cuDNN are loaded from `cublasLtLibrary` and
+  /// `cudnnLibrary` when non-empty. With `logFallback`, a convolution cuDNN declines is said on
+  /// stderr (once per reason). Throws RunError naming what failed.
+  static std::unique_ptr<CudaModule> load(const std::vector<std::string> &cubinPaths,
                                           const std::vector<std::string> &kernels, int device,
                                           const std::string &cublasLtLibrary,
                                           const std::string &cudnnLibrary = "",

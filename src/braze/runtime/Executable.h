@@ -20,9 +20,9 @@ struct ModuleSpec {
   std::string libraryPath;
   std::vector<TensorSpec> inputs, outputs;
   int numSymbols = 0;
-  // CUDA modules: libraryPath holds the host code, cubinPath the kernels.
+  // CUDA modules: libraryPath holds the host code, cubinPaths the kernels (each in one).
   bool cuda = false;
-  std::string cubinPath;
+  std::vector<std::string> cubinPaths;
   std::vector<std::string> kernels;
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt

@@ -252,17 +252,30 @@ SymExpr SymContext::mul(SymExpr a, SymExpr b) {
     return b;
   if (b->isConst(1))
     return a;
-  // Distribute over sums so that the result stays a sum of monomials.
+  // Distribute over sums so that the result stays a sum of monomials. Repeated products of
+  // sums grow exponentially: past kMaxSymTerms terms that is a user error, not a hang.
   if (a->kind() == SymKind::Add || b->kind() == SymKind::Add) {
-    SymExpr sum = constant(0);
     const std::vector<SymExpr> as =
         a->kind() == SymKind::Add ? a->operands() : std::vector<SymExpr>{a};
     const std::vector<SymExpr> bs =
         b->kind() == SymKind::Add ? b->operands() : std::vector<SymExpr>{b};
+    if (as.size() * bs.size() > kMaxSymTerms)
+      BRAZE_USER_ERROR("shape", "")
+          << "size expression too large: the product of a sum of " << as.size()
+          << " terms and one of " << bs.size() << " terms has more than " << kMaxSymTerms
+          << " terms";
+    std::vector<SymExpr> terms;
     for (SymExpr x : as)
       for (SymExpr y : bs)
-        sum = add(sum, mul(x, y));
-    return sum;
+        terms.push_back(mul(x, y));
+    // Pairwise, so that each level of additions costs the size of the result once.
+    while (terms.size() > 1) {
+      std::vector<SymExpr> next;
+      for (size_t i = 0; i < terms.size(); i += 2)
+        next.push_back(i + 1 < terms.size() ? add(terms[i], terms[i + 1]) : terms[i]);
+      terms = std::move(next);
+    }
+    return terms[0];
   }
   int64_t ca, cb;
   std::vector<SymExpr> fa, fb;

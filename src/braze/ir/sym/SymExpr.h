@@ -17,6 +17,10 @@
 
 namespace braze::sym {
 
+/// The most terms a product of sums may expand to (SymContext::mul): past it, a size
+/// expression is a user error rather than an exponential blow-up.
+constexpr size_t kMaxSymTerms = 1024;
+
 enum class SymKind { Const, Symbol, Add, Mul, FloorDiv, Mod, Min, Max };
 
 /// What a symbol stands for: a size (>= 0, bound at run time from input shapes) or a loop

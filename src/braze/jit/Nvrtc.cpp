@@ -164,7 +164,11 @@ size_t programCount(size_t kernels) {
 CompiledCubin compileCuda(const std::string &source, const NvrtcOptions &opts) {
   BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
   nvrtc(opts.library); // a library that does not load is an error before any thread starts
-  auto [prelude, kernels] = splitKernels(source);
+  // Named, not structured bindings: the worker lambdas capture them (clang 14 cannot capture
+  // a structured binding).
+  const std::pair<std::string, std::vector<std::string>> split = splitKernels(source);
+  const std::string &prelude = split.first;
+  const std::vector<std::string> &kernels = split.second;
   size_t count = programCount(kernels.size());
   if (count <= 1)
     return compileProgram(source, opts);

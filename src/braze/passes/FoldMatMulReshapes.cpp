@@ -20,13 +20,7 @@ namespace {
 
 class MatMulReshapeFolder {
 public:
-  explicit MatMulReshapeFolder(Graph &g) : g_(g), b_(g) {
-    for (const auto &n : g.nodes())
-      for (Node *o : n->operands())
-        ++users_[o];
-    for (Node *o : g.outputs())
-      ++users_[o];
-  }
+  explicit MatMulReshapeFolder(Graph &g) : g_(g), b_(g), users_(countReaders(g)) {}
 
   /// Rewrites the pattern ending at reshape `r`, if it is one; true when it did.
   bool tryRewrite(Node *r) {

@@ -40,13 +40,7 @@ bool isNegInfinity(const Node *n) {
 
 class AttentionMatcher {
 public:
-  explicit AttentionMatcher(Graph &g) : g_(g), b_(g) {
-    for (const auto &n : g.nodes())
-      for (Node *o : n->operands())
-        ++users_[o];
-    for (Node *o : g.outputs())
-      ++users_[o];
-  }
+  explicit AttentionMatcher(Graph &g) : g_(g), b_(g), users_(countReaders(g)) {}
 
   /// Rewrites the pattern ending at `o`, if it is one; true when it did.
   bool tryRewrite(Node *o) {

@@ -21,6 +21,16 @@ const PassInfo *findPass(std::string_view name) {
   return nullptr;
 }
 
+std::unordered_map<const Node *, int> countReaders(const Graph &g) {
+  std::unordered_map<const Node *, int> readers;
+  for (const auto &n : g.nodes())
+    for (Node *o : n->operands())
+      ++readers[o];
+  for (Node *o : g.outputs())
+    ++readers[o];
+  return readers;
+}
+
 void runPasses(Graph &g, const std::vector<std::string> &names) {
   for (const std::string &name : names) {
     const PassInfo *p = findPass(name);

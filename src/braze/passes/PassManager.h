@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace braze {
@@ -21,6 +22,9 @@ struct PassInfo {
 const std::vector<PassInfo> &registeredPasses();
 /// Looks a pass up by its command-line name; nullptr if unknown.
 const PassInfo *findPass(std::string_view name);
+
+/// How many times each node is read: as an operand of a node, and as a graph output.
+std::unordered_map<const Node *, int> countReaders(const Graph &g);
 
 /// Runs passes in order; after each one the graph is verified and a failure is an internal
 /// error that names the pass.

@@ -145,15 +145,6 @@ uint32_t epilogueCode(GemmEpilogue e, bool bias) {
   return kEpilogueDefault;
 }
 
-/// The largest power of two, at most 16, that divides the address (cuBLASLt's kernels need up to
-/// 16-byte alignment; nullptr counts as aligned).
-uint32_t alignmentOf(const void *ptr) {
-  auto address = reinterpret_cast<uintptr_t>(ptr);
-  uint32_t align = 16;
-  while (align > 1 && address % align != 0)
-    align /= 2;
-  return align;
-}
 
 /// One operand as cuBLASLt sees it: a column-major rows x cols matrix with leading dimension ld,
 /// and the distance between consecutive matrices of a batch.

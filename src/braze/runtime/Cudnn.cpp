@@ -142,15 +142,6 @@ Shapes cudnnShapes(const ConvProblem &p) {
   return c;
 }
 
-/// The largest power of two (up to 16) that divides the address: part of a plan's key, since a
-/// backend plan is built for its operands' alignment.
-int64_t alignmentOf(const void *ptr) {
-  auto a = reinterpret_cast<uintptr_t>(ptr);
-  int64_t align = 16;
-  while (align > 1 && a % align != 0)
-    align /= 2;
-  return align;
-}
 
 struct Plan {
   // backend API: the finalized execution plan and every descriptor it was built from
@@ -212,7 +203,7 @@ struct Cudnn::Impl {
     auto finalize = [&](void *d) { ok = ok && d && backendFinalize(d) == 0; };
     auto tensor = [&](int64_t uid, const int64_t *dims, const int64_t *strides, const void *ptr) {
       void *t = describe(plan, kTensorDesc);
-      int64_t align = alignmentOf(ptr);
+      int64_t align = alignmentOf(ptr); // a backend plan is built for its operands' alignment
       set(t, kTensorDataType, kTypeDataType, 1, &type);
       set(t, kTensorDimensions, kTypeInt64, c.rank, dims);
       set(t, kTensorStrides, kTypeInt64, c.rank, strides);

@@ -4,10 +4,21 @@
 /// naming the library and its path.
 #include "braze/runtime/Executable.h"
 
+#include <cstdint>
 #include <dlfcn.h>
 #include <string>
 
 namespace braze::runtime {
+
+/// The largest power of two, at most 16, that divides the address: vendor kernels (cuBLASLt,
+/// cuDNN) are chosen for their operands' alignment, up to 16 bytes; nullptr counts as aligned.
+inline uint32_t alignmentOf(const void *ptr) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t align = 16;
+  while (align > 1 && address % align != 0)
+    align /= 2;
+  return align;
+}
 
 class VendorLibrary {
 public:

@@ -462,6 +462,30 @@ private:
     if (o->isConst() && o->value() % groups != 0)
       return fail("weight has " + std::to_string(o->value()) + " output channels, not a "
                   "multiple of groups " + std::to_string(groups));
+    if (o->isConst(0))
+      return fail("weight has no output channels");
+    if (node_->operands().size() == 3 && node_->operand(2)->shape()[0] != o)
+      return fail("bias has " + sym::toString(node_->operand(2)->shape()[0]) +
+                  " entries for " + sym::toString(o) + " output channels");
+    if (node_->shape()[0] != x->shape()[0] || node_->shape()[1] != o)
+      return fail("result " + shapeText(node_->shape()) + " must have the input's batch " +
+                  sym::toString(x->shape()[0]) + " and the weight's " + sym::toString(o) +
+                  " output channels");
+    // Each spatial size is what the window gives: (in + 2p - d(k-1) - 1) / s + 1.
+    const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                  &dil = a.getInts("dilation");
+    for (size_t i = 0; i < spatial; ++i) {
+      SymExpr in = x->shape()[2 + i], k = w->shape()[2 + i], out = node_->shape()[2 + i];
+      if (!in->isConst() || !k->isConst() || !out->isConst())
+        continue;
+      int64_t room = in->value() + 2 * pad[i] - dil[i] * (k->value() - 1) - 1;
+      int64_t want = room < 0 ? -1 : room / st[i] + 1;
+      if (want != out->value())
+        return fail("spatial dim " + std::to_string(i) + " of the result is " +
+                    std::to_string(out->value()) + ", but the window gives " +
+                    (want < 0 ? std::string("none (the kernel is larger than the padded input)")
+                              : std::to_string(want)));
+    }
     return true;
   }
 

@@ -54,7 +54,7 @@ public:
     Node *product = b_.matmul(x, w);
     Node *result = add ? b_.add(product, bias) : product;
     if (result->shape() != r->shape() || result->dtype() != r->dtype())
-      return false; // the nodes built are dead and removed
+      return false; // the nodes built are unread; foldMatMulReshapes removes them
     g_.replaceAllUses(r, result);
     return true;
   }
@@ -73,15 +73,17 @@ void foldMatMulReshapes(Graph &g) {
     if (n->op() == OpKind::Reshape)
       reshapes.push_back(n.get());
   MatMulReshapeFolder folder(g);
+  size_t before = g.nodes().size();
   bool changed = false;
   // A rewrite leaves the reshape, its product and its addition unread (they had no other
   // reader), and adds readers only to values no other candidate counts as single-use.
   for (Node *r : reshapes)
     changed = folder.tryRewrite(r) || changed;
-  if (changed) {
+  if (changed)
     sortTopologically(g);
+  // A rewrite that built nodes and then gave up leaves them unread: removed here too.
+  if (changed || g.nodes().size() != before)
     g.removeDeadNodes();
-  }
 }
 
 } // namespace braze

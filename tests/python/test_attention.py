@@ -255,6 +255,29 @@ def test_written_out_masked_attention_keeps_nan_rows(device):
         _assert_matches(got, want, (q, k, v, keep, bias), _written_out_masked, dtype)
 
 
+def _math_upcast(q, k, v, keep):
+    """PyTorch's math attention for f16/bf16 operands as AOTAutograd traces it with a bool mask:
+    widened to f32, q and kᵀ each scaled by d^-1/4, the mask as 0/-inf, the safe softmax, and
+    the result rounded back."""
+    c = q.shape[-1] ** -0.25
+    mask = torch.where(keep, 0.0, float("-inf")).to(q.dtype).float()
+    s = (q.float() * c) @ (k.float().transpose(-1, -2) * c) + mask
+    p = torch.ops.aten._safe_softmax(s, -1)
+    return (p @ v.float()).to(q.dtype)
+
+
+def test_math_attention_in_f32_for_half_operands_matches_eager(device):
+    """The f32 form above becomes one half-precision attention op (safe, with the mask as its
+    bias), which matches eager, a fully masked row included (0, from the safe softmax)."""
+    torch.manual_seed(10)
+    for dtype in [t for t in _dtypes(device) if t in (torch.float16, torch.bfloat16)]:
+        q, k, v = (torch.randn(2, 3, 40, 32, dtype=dtype, device=device) for _ in range(3))
+        keep = torch.rand(2, 1, 40, 40, device=device) > 0.3
+        keep[:, :, 7] = False
+        got = _check(_math_upcast, q, k, v, keep, dtype=dtype)
+        assert (got[:, :, 7] == 0).all()
+
+
 @pytest.mark.parametrize("mask", ["causal", "bool", "float", "broadcast bool"])
 def test_training_with_masks_matches_eager(device, mask):
     """CPU training traces attention as PyTorch's math path, which adds its mask to the scores: a

@@ -11,6 +11,14 @@
 ///   3. Every value walked through has that one reader, and the products' batch dims hold the
 ///      same elements as the softmax's. Then O is replaced by the attention op over q, k, v
 ///      reshaped to the softmax's batch dims, reshaped back to O's shape.
+/// Two forms that PyTorch's math attention (`_scaled_dot_product_attention_math`) writes out:
+///   - the safe softmax, `where(!any(x != -inf), 0, softmax(x))` over the last dim, which gives
+///     0 rather than nan for a row whose every key is masked: the op with safe = true (x is
+///     then read by the softmax and the guard's comparison);
+///   - the f16/bf16 attention computed in f32: q, k and v widened from one half dtype (through
+///     reshapes, permutes and scalar scales, which fold into the op's scale) and O rounded back
+///     to it. That is the half-precision attention that eager runs as a fused kernel, and the op
+///     takes the half operands, so the f32 copies and f32 products are never made.
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
@@ -38,6 +46,13 @@ bool isNegInfinity(const Node *n) {
   return v && *v == -std::numeric_limits<double>::infinity();
 }
 
+/// Whether n fills its shape with zeros (any rank).
+bool isZeros(const Node *n) {
+  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0;
+}
+
+bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
 class AttentionMatcher {
 public:
   explicit AttentionMatcher(Graph &g) : g_(g), b_(g), users_(countReaders(g)) {}
@@ -52,6 +67,11 @@ public:
     while (single(p) && (p->op() == OpKind::Reshape || roundsTo(p, t) ||
                          (p->op() == OpKind::Expand && p->shape() == p->operand(0)->shape())))
       p = p->operand(0);
+    Node *guarded = nullptr; // the scores, when the safe softmax's guard reads them too
+    if (Node *sm = safeSoftmax(p)) {
+      guarded = sm->operand(0);
+      p = sm;
+    }
     if (p->op() != OpKind::Softmax || !single(p) || !isFloating(p->dtype()) ||
         p->attrs().getInt("dim") != p->rank() - 1 || p->rank() < 3)
       return false;
@@ -63,7 +83,7 @@ public:
     while (true) {
       if (s->op() == OpKind::MatMul)
         break;
-      if (!single(s))
+      if (!single(s) && !(s == guarded && users_[s] == 2))
         return false;
       if (s->op() == OpKind::Reshape || roundsTo(s, t)) {
         s = s->operand(0);
@@ -103,6 +123,24 @@ public:
             sc.product(batch) ||
         v3->rank() != r3 || o->rank() != r3)
       return false;
+    // The f32 computation of a half attention: the op over the half operands, in their dtype,
+    // replacing O's rounding back to it.
+    Node *replaced = o;
+    if (!isHalf(t)) {
+      std::optional<Widened> qw = widened(q3), kw = widened(kt3), vw = widened(v3);
+      Node *rounding = roundingOf(o);
+      if (qw && kw && vw && rounding && vw->scale == 1) {
+        DType h = rounding->dtype();
+        if (qw->half->dtype() == h && kw->half->dtype() == h && vw->half->dtype() == h) {
+          q3 = replayViews(*qw);
+          kt3 = replayViews(*kw);
+          v3 = replayViews(*vw);
+          scale *= qw->scale * kw->scale;
+          t = h;
+          replaced = rounding;
+        }
+      }
+    }
     // 3. The attention op over the softmax's batch dims.
     b_.setName(o->name());
     auto withBatch = [&](Node *x) {
@@ -126,13 +164,115 @@ public:
       bias = bias ? b_.add(bias, term) : term;
     }
     // A softmax written out gives nan for a row whose every key is masked: safe = false.
-    Node *a = b_.attention(q, k, v, bias, scale, /*causal=*/false, /*safe=*/false);
-    g_.replaceAllUses(o, a->shape() == o->shape() ? a : b_.reshape(a, o->shape()));
+    // A softmax written out gives nan for a row whose every key is masked: safe = false, unless
+    // it is guarded.
+    Node *a = b_.attention(q, k, v, bias, scale, /*causal=*/false, /*safe=*/guarded != nullptr);
+    g_.replaceAllUses(replaced, a->shape() == replaced->shape() ? a : b_.reshape(a, replaced->shape()));
     return true;
   }
 
 private:
   bool single(Node *n) { return users_[n] == 1; }
+
+  /// The softmax under `where(!any(x != -inf), 0, softmax(x))` (the last dim, kept), as PyTorch's
+  /// `_safe_softmax` writes it out (`!= ` as `!(x == -inf)` too); nullptr when p is not one.
+  Node *safeSoftmax(Node *p) {
+    if (p->op() != OpKind::Where || !single(p) || !isZeros(p->operand(1)) ||
+        p->operand(2)->op() != OpKind::Softmax || !single(p->operand(2)))
+      return nullptr;
+    Node *sm = p->operand(2), *x = sm->operand(0), *g = p->operand(0);
+    if (g->op() != OpKind::LogicalNot || !single(g))
+      return nullptr;
+    Node *any = g->operand(0);
+    if (any->op() != OpKind::Any || !single(any) || !any->attrs().getBool("keepdim") ||
+        any->attrs().getInts("dims") != IntList{x->rank() - 1})
+      return nullptr;
+    Node *ne = any->operand(0);
+    if (ne->op() == OpKind::LogicalNot && single(ne)) {
+      ne = ne->operand(0);
+      if (ne->op() != OpKind::Eq)
+        return nullptr;
+    } else if (ne->op() != OpKind::Ne) {
+      return nullptr;
+    }
+    if (!single(ne) || ne->operand(0) != x || !isNegInfinity(ne->operand(1)))
+      return nullptr;
+    return sm;
+  }
+
+  /// A half tensor widened, then viewed and scaled.
+  struct Widened {
+    Node *half = nullptr;
+    std::vector<Node *> views; ///< reshapes, permutes and expands, the last applied first
+    double scale = 1;
+  };
+
+  /// x as a widened half tensor, through single-reader reshapes, permutes, expands and
+  /// multiplications or divisions by a scalar; nullopt when x is not such a chain.
+  std::optional<Widened> widened(Node *x) {
+    Widened w;
+    while (true) {
+      if (!single(x))
+        return std::nullopt;
+      if (x->op() == OpKind::Convert && isHalf(x->operand(0)->dtype()) &&
+          isFloating(x->dtype()) && dtypeSize(x->dtype()) > dtypeSize(x->operand(0)->dtype())) {
+        w.half = x->operand(0);
+        return w;
+      }
+      if (x->op() == OpKind::Reshape || x->op() == OpKind::Permute || x->op() == OpKind::Expand) {
+        w.views.push_back(x);
+      } else if ((x->op() == OpKind::Mul || x->op() == OpKind::Div) &&
+                 scalarConstant(x->operand(1))) {
+        double c = *scalarConstant(x->operand(1));
+        if (c == 0 || !std::isfinite(c))
+          return std::nullopt;
+        w.scale = x->op() == OpKind::Mul ? w.scale * c : w.scale / c;
+      } else {
+        return std::nullopt;
+      }
+      x = x->operand(0);
+    }
+  }
+
+  /// The half tensor with the chain's views applied to it again.
+  Node *replayViews(const Widened &w) {
+    Node *h = w.half;
+    for (size_t i = w.views.size(); i-- > 0;) {
+      Node *view = w.views[i];
+      h = view->op() == OpKind::Permute ? b_.permute(h, view->attrs().getInts("dims"))
+          : view->op() == OpKind::Expand ? b_.expand(h, view->shape())
+                                         : b_.reshape(h, view->shape());
+    }
+    return h;
+  }
+
+  /// The conversion of o to a half dtype that o's only reader is, through single-reader
+  /// reshapes; nullptr when there is none.
+  Node *roundingOf(Node *o) {
+    while (single(o)) {
+      Node *reader = onlyReader(o);
+      if (!reader)
+        return nullptr;
+      if (reader->op() == OpKind::Convert && isHalf(reader->dtype()))
+        return reader;
+      if (reader->op() != OpKind::Reshape)
+        return nullptr;
+      o = reader;
+    }
+    return nullptr;
+  }
+
+  Node *onlyReader(Node *n) {
+    Node *found = nullptr;
+    for (const auto &m : g_.nodes())
+      for (Node *x : m->operands())
+        if (x == n) {
+          if (found && found != m.get())
+            return nullptr;
+          found = m.get();
+        }
+    return found;
+  }
 
   /// n is a conversion between floating dtypes that loses nothing, or rounds to `t`, the
   /// operands' dtype (which the attention op rounds its probabilities to anyway). A rounding

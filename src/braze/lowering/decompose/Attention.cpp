@@ -1,7 +1,8 @@
 /// attention(q, k, v, bias) = softmax(scale * q·kᵀ + bias, causally masked) · v, with the
 /// rows whose every key is masked 0 when `safe` (nan otherwise, as a plain softmax gives).
-/// The scores and their softmax are computed in f32 (the compute type), the probabilities
-/// rounded to the operands' dtype for the second product, as PyTorch's math attention does.
+/// The scores (a product of the operands widened to the compute type, so f16/bf16 scores are
+/// never rounded) and their softmax are computed in f32, and the probabilities rounded to the
+/// operands' dtype for the second product, as the fused kernels do.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <limits>
@@ -16,7 +17,7 @@ Node *decomposeAttention(GraphBuilder &b, Node *n) {
   std::iota(swap.begin(), swap.end(), 0);
   std::swap(swap[r - 1], swap[r - 2]);
   DType compute = computeType(q->dtype());
-  Node *s = b.convert(b.matmul(q, b.permute(k, swap)), compute);
+  Node *s = b.matmul(b.convert(q, compute), b.convert(b.permute(k, swap), compute));
   s = b.mul(s, b.scalar(n->attrs().getFloat("scale"), compute));
   if (n->attrs().getBool("bias"))
     s = b.add(s, upcast(b, n->operand(3)));

@@ -15,7 +15,7 @@
 namespace braze {
 
 struct LoweringOptions {
-  int inlineCostLimit = 8;
+  int inlineCostLimit = 16;
   int maxInlineOps = 64;
   /// A product of two f16/bf16 tensors converted to f32 reads the half operands and widens each
   /// element as it loads it, so the GEMM library (cuBLASLt) takes them with an f32 result and

@@ -278,6 +278,39 @@ def test_math_attention_in_f32_for_half_operands_matches_eager(device):
         assert (got[:, :, 7] == 0).all()
 
 
+def _position_mask(kind, sq, sk, dtype, device):
+    """Masks built from positions as Hugging Face models build them when traced."""
+    q = torch.arange(sq, device=device)[:, None]
+    k = torch.arange(sk, device=device)[None, :]
+    zero = torch.zeros((), dtype=dtype, device=device)
+    low = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
+    if kind == "causal":
+        return torch.where(k <= q, zero, low)
+    if kind == "causal complement":
+        return torch.zeros((), dtype=dtype, device=device).masked_fill(k > q, float("-inf"))
+    if kind == "keeps everything":
+        return torch.where(q + 0 >= 0, 0.0, float("-inf")).to(dtype).expand(sq, sk)
+    if kind == "strict":  # the diagonal masked too: stays a bias (row 0 masked whole)
+        return torch.where(k < q, 0.0, float("-inf")).to(dtype)
+    return torch.where(k + 3 <= q, zero, low)  # shifted: stays a bias
+
+
+@pytest.mark.parametrize("kind", ["causal", "causal complement", "keeps everything", "strict",
+                                  "shifted"])
+def test_position_masks_match_eager(device, kind):
+    """A positional mask computed inside the graph folds into the attention op (causal, or no
+    mask) where it is one; the results match eager either way."""
+    torch.manual_seed(11)
+
+    def fn(q, k, v):
+        m = _position_mask(kind, q.shape[-2], k.shape[-2], q.dtype, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    for dtype in _dtypes(device):
+        q, k, v = (torch.randn(2, 3, 24, 16, dtype=dtype, device=device) for _ in range(3))
+        _check(fn, q, k, v, dtype=dtype)
+
+
 @pytest.mark.parametrize("mask", ["causal", "bool", "float", "broadcast bool"])
 def test_training_with_masks_matches_eager(device, mask):
     """CPU training traces attention as PyTorch's math path, which adds its mask to the scores: a

@@ -19,6 +19,12 @@
 ///     reshapes, permutes and scalar scales, which fold into the op's scale) and O rounded back
 ///     to it. That is the half-precision attention that eager runs as a fused kernel, and the op
 ///     takes the half operands, so the f32 copies and f32 products are never made.
+/// Then an attention's bias that is a mask built from positions (as Hugging Face models build
+/// theirs when traced) is folded: `where(key <= query, 0, c)` with c = -inf, or at most f16's
+/// lowest value (-65504, for which e^(score + c) is 0 in f32 unless a masked score exceeds the
+/// row's largest kept one by 65504), becomes causal = true; a mask that keeps every key
+/// (`where(position >= 0, 0, c)`) is dropped. Positions are iotas plus one constant, viewed
+/// through reshapes and expands; keys vary along the last dim, queries along the one before.
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
@@ -52,6 +58,119 @@ bool isZeros(const Node *n) {
 }
 
 bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+/// Positions `offset + i` along dim `dim` of n's shape (an iota plus a constant, through
+/// reshapes that only add or remove unit dims, and expands).
+struct Positions {
+  int64_t dim = 0, offset = 0;
+  SymExpr count;
+};
+
+std::optional<Positions> positionsOf(const Node *n) {
+  // Down to the iota, remembering the outermost shape: the dim that is not 1 there.
+  const std::vector<SymExpr> &outer = n->shape();
+  int64_t offset = 0;
+  while (true) {
+    if (n->op() == OpKind::Reshape || n->op() == OpKind::Expand) {
+      n = n->operand(0);
+    } else if (n->op() == OpKind::Add && scalarConstant(n->operand(1))) {
+      offset += static_cast<int64_t>(*scalarConstant(n->operand(1)));
+      n = n->operand(0);
+    } else if (n->op() == OpKind::Add && scalarConstant(n->operand(0))) {
+      offset += static_cast<int64_t>(*scalarConstant(n->operand(0)));
+      n = n->operand(1);
+    } else {
+      break;
+    }
+  }
+  if (n->op() != OpKind::Iota || n->rank() != 1 || !isIntegral(n->dtype()))
+    return std::nullopt;
+  Positions p{-1, offset, n->shape()[0]};
+  for (size_t i = 0; i < outer.size(); ++i)
+    if (!outer[i]->isConst(1)) {
+      if (p.dim >= 0 || outer[i] != p.count)
+        return std::nullopt; // an expand made it vary along a second dim
+      p.dim = static_cast<int64_t>(i);
+    }
+  return p.dim >= 0 || p.count->isConst(1) ? std::optional<Positions>(p) : std::nullopt;
+}
+
+/// What a positional mask keeps.
+enum class MaskKind { Other, Causal, Everything };
+
+/// `cond` (true where the mask keeps a score when `keepsWhenTrue`, else where it drops one)
+/// over scores whose last two dims are `queries` x `keys`, after broadcasting to `rank` dims.
+MaskKind classifyCondition(const Node *cond, bool keepsWhenTrue, SymExpr queries, SymExpr keys,
+                           int64_t rank) {
+  while (cond->op() == OpKind::Expand || cond->op() == OpKind::Reshape) {
+    if (cond->op() == OpKind::Reshape && cond->operand(0)->rank() != cond->rank())
+      break;
+    cond = cond->operand(0);
+  }
+  if (cond->operands().size() != 2)
+    return MaskKind::Other;
+  OpKind op = cond->op();
+  const Node *a = cond->operand(0), *b = cond->operand(1);
+  // a OP b as b REVERSED-OP a, so that the position operand comes first.
+  auto reversed = [](OpKind k) {
+    return k == OpKind::Le ? OpKind::Ge : k == OpKind::Ge ? OpKind::Le
+         : k == OpKind::Lt ? OpKind::Gt : k == OpKind::Gt ? OpKind::Lt : k;
+  };
+  if (scalarConstant(a) && !scalarConstant(b)) {
+    std::swap(a, b);
+    op = reversed(op);
+  }
+  std::optional<Positions> pa = positionsOf(a);
+  if (!pa)
+    return MaskKind::Other;
+  int64_t lead = rank - cond->rank(); // dims that broadcasting adds in front
+  if (std::optional<double> c = scalarConstant(b)) {
+    // position OP c for every position: lowest is the offset.
+    bool always = (op == OpKind::Ge && pa->offset >= *c) || (op == OpKind::Gt && pa->offset > *c);
+    bool never = (op == OpKind::Lt && pa->offset >= *c) || (op == OpKind::Le && pa->offset > *c);
+    return (keepsWhenTrue ? always : never) ? MaskKind::Everything : MaskKind::Other;
+  }
+  std::optional<Positions> pb = positionsOf(b);
+  if (!pb || pa->offset != pb->offset)
+    return MaskKind::Other;
+  int64_t da = pa->dim + lead, db = pb->dim + lead;
+  // key <= query keeps (or key > query drops) the causal scores; either operand order.
+  bool keyFirst = da == rank - 1 && db == rank - 2 && pa->count == keys && pb->count == queries;
+  bool queryFirst = da == rank - 2 && db == rank - 1 && pa->count == queries && pb->count == keys;
+  if (!keyFirst && !queryFirst)
+    return MaskKind::Other;
+  OpKind keyOp = keyFirst ? op : reversed(op); // key OP query
+  bool causal = keepsWhenTrue ? keyOp == OpKind::Le : keyOp == OpKind::Gt;
+  return causal ? MaskKind::Causal : MaskKind::Other;
+}
+
+/// An attention's bias as a positional mask.
+MaskKind classifyMask(const Node *attention) {
+  const Node *bias = attention->operand(3);
+  while (bias->op() == OpKind::Expand || bias->op() == OpKind::Reshape ||
+         (bias->op() == OpKind::Convert && isFloating(bias->dtype())))
+    bias = bias->operand(0);
+  if (bias->op() != OpKind::Where)
+    return MaskKind::Other;
+  auto masking = [](const Node *n) {
+    std::optional<double> v = scalarConstant(n);
+    return v && *v <= -65504.0;
+  };
+  auto zero = [](const Node *n) {
+    std::optional<double> v = scalarConstant(n);
+    return v && *v == 0;
+  };
+  bool keepsWhenTrue;
+  if (zero(bias->operand(1)) && masking(bias->operand(2)))
+    keepsWhenTrue = true;
+  else if (masking(bias->operand(1)) && zero(bias->operand(2)))
+    keepsWhenTrue = false;
+  else
+    return MaskKind::Other;
+  int64_t r = attention->rank();
+  return classifyCondition(bias->operand(0), keepsWhenTrue, attention->operand(0)->shape()[r - 2],
+                           attention->operand(1)->shape()[r - 2], r);
+}
 
 class AttentionMatcher {
 public:
@@ -317,6 +436,24 @@ void fuseAttention(Graph &g) {
       changed = true;
       m = std::make_unique<AttentionMatcher>(g); // the rewrite changed the user counts
     }
+  // Positional masks.
+  GraphBuilder b(g);
+  std::vector<Node *> attentions;
+  for (const auto &n : g.nodes())
+    if (n->op() == OpKind::Attention && n->attrs().getBool("bias"))
+      attentions.push_back(n.get());
+  for (Node *a : attentions) {
+    MaskKind kind = classifyMask(a);
+    if (kind == MaskKind::Other)
+      continue;
+    b.setName(a->name());
+    Node *plain = b.attention(a->operand(0), a->operand(1), a->operand(2), nullptr,
+                              a->attrs().getFloat("scale"),
+                              a->attrs().getBool("causal") || kind == MaskKind::Causal,
+                              a->attrs().getBool("safe"));
+    g.replaceAllUses(a, plain);
+    changed = true;
+  }
   if (changed) {
     sortTopologically(g);
     g.removeDeadNodes();

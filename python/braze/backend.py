@@ -15,6 +15,9 @@ import warnings
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+aten = torch.ops.aten
 
 from braze import _C
 from braze import cpu as cpu_support
@@ -196,7 +199,9 @@ class _BrazeGraph:
         self.compiled = compiled
         self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
-        self.none_slots = none_slots  # output positions that are None (the graph computes the rest)
+        # (output position, None or args -> tensor) of each output the graph does not compute:
+        # None (e.g. no gradient for an input), or a view of an argument made in eager
+        self.none_slots = none_slots
         self.tensor_positions = tensor_positions
         self.complex_outputs = complex_outputs  # output slots returned as complex views
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
@@ -219,10 +224,20 @@ class _BrazeGraph:
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
                 or self.needs_seed
                 or run.checks
-                or self.complex_outputs or self.none_slots or self.output_layouts
+                or self.complex_outputs or self.output_layouts
                 or any(c.is_complex() for c in self.constants)):
             return self
-        return run.guarded_call(self.tensor_positions, self.constants)
+        call = run.guarded_call(self.tensor_positions, self.constants)
+        if not self.none_slots:
+            return call
+        slots = self.none_slots
+
+        def with_slots(*args):
+            outs = call(*args)
+            for i, make in slots:
+                outs.insert(i, make(args) if make is not None else None)
+            return outs
+        return with_slots
 
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
@@ -239,8 +254,8 @@ class _BrazeGraph:
                 outs[i] = torch.view_as_complex(outs[i])
             for i, shape, stride in self.output_layouts:
                 outs[i] = as_layout(outs[i], shape, stride)
-            for i in self.none_slots:
-                outs.insert(i, None)
+            for i, make in self.none_slots:
+                outs.insert(i, make(args) if make is not None else None)
             return outs
         except _C.RunError as e:
             if _kernel_error(e) or self.strict:
@@ -302,6 +317,41 @@ def _bindings(gm, args):
     return out
 
 
+# Ops that view their first operand (or, for reshape, may copy it): an output that is a chain
+# of them over a graph argument is made by running the chain on the argument.
+_VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
+             aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+             aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
+             aten.squeeze.default, aten.alias.default, aten.detach.default}
+
+
+def _input_view(gm, out):
+    """For an output that is a chain of view ops over a tensor argument that the graph does not
+    mutate, with no other node among their operands: args -> that view of the argument; None
+    otherwise."""
+    chain, node = [], out
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+           and node.target in _VIEW_OPS):
+        if any(isinstance(a, torch.fx.Node) for a in list(node.args[1:]) + list(node.kwargs.values())):
+            return None
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+        return None
+    if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    position = placeholders.index(node)
+    steps = [(n.target, tuple(n.args[1:]), dict(n.kwargs)) for n in reversed(chain)]
+
+    def make(args):
+        x = args[position]
+        for op, rest, kwargs in steps:
+            x = op(x, *rest, **kwargs)
+        return x
+    return make
+
+
 def _compile_whole(gm, opts, device=None, args=None):
     """Translates and compiles a graph whose every node braze supports, for the CPU or for
     the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
@@ -338,12 +388,17 @@ def _compile_whole(gm, opts, device=None, args=None):
     if not flat:
         # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
         return (lambda *args: []), True
-    none_slots = [i for i, o in enumerate(flat) if o is None]  # e.g. no gradient for an input
+    # Outputs that are None, or views of an argument (a transposed weight saved for the
+    # backward): made at each call, never computed into new memory.
+    none_slots = [(i, None if o is None else _input_view(gm, o)) for i, o in enumerate(flat)
+                  if o is None or _input_view(gm, o) is not None]
     if len(none_slots) == len(flat):
-        return (lambda *args: [None] * len(flat)), True
+        return (lambda *args: [make(args) if make is not None else None
+                               for _, make in none_slots]), isinstance(outputs, (tuple, list))
     handles, layouts, complex_outputs, output_layouts = [], [], [], []
-    for o in flat:
-        if o is None:
+    injected = {i for i, _ in none_slots}
+    for j, o in enumerate(flat):
+        if j in injected:
             continue
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
             raise Unsupported(f"output {o!r} is not a tensor")
@@ -795,6 +850,9 @@ def braze_backend(gm, example_inputs, options=None):
     trace_as_math_for_training(gm, example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)
+    # The min-cut partition (TorchInductor's): the backward recomputes what braze fuses cheaply
+    # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
+                            partition_fn=min_cut_rematerialization_partition,
                             decompositions=_decompositions())(gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

@@ -111,17 +111,23 @@ class _Capture:
         # One private tensor per output (never given out) and one storage reference each: a
         # storage whose use count exceeds what this capture holds is still in use elsewhere.
         self.templates = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
+        # An output that views an input read in place (a transposed weight saved for the
+        # backward) is that view at every replay that fits; its memory is the input's, not the
+        # pool's, so it is not counted. One that views a copied input would change at the next
+        # replay: not capturable.
+        in_place = {args[i].untyped_storage().data_ptr() for i, _, _ in self.fixed}
+        copied = {b.untyped_storage().data_ptr() for b in self.buffers.values()}
         self.storages = {}
         for o in self.templates:
             if isinstance(o, torch.Tensor):
                 st = o.untyped_storage()
                 key = st.data_ptr()
+                if key in in_place:
+                    continue
+                if key in copied:
+                    raise _Uncapturable("an output shares memory with an input copied per call")
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
-        input_ptrs = {a.untyped_storage().data_ptr() for a in inputs
-                      if isinstance(a, torch.Tensor)}
-        if input_ptrs & set(self.storages):
-            raise _Uncapturable("an output shares memory with an input")
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
             f"call, {len(self.fixed)} read in place")
 

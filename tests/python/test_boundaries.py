@@ -294,3 +294,64 @@ def test_cpu_constants_move_with_the_graph_to_its_device():
     assert gm.consts.index.device == meta and not isinstance(gm.consts.index, FakeTensor)
     assert const.meta["val"].device == meta and copy.meta["val"].device == meta
     assert braze.backend._constants_to_device(gm, meta) == 0
+
+
+def test_outputs_that_view_an_argument_are_views_of_it():
+    """An output that is a chain of views over an argument (the transposed weight a forward
+    saves for its backward) is made as that view of the argument at each call, not computed
+    into new memory; an output computed from it, or a view of an argument the graph writes
+    to, is computed."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from braze.backend import _input_view
+
+    def f(x, w):
+        return x @ w.t(), w.t().unsqueeze(0), (w * 2).t()
+
+    x, w = torch.randn(3, 4), torch.randn(5, 4)
+    gm = make_fx(f)(x, w)
+    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert _input_view(gm, outs[0]) is None and _input_view(gm, outs[2]) is None
+    make = _input_view(gm, outs[1])
+    v = make((x, w))
+    assert v.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    assert torch.equal(v, w.t().unsqueeze(0))
+
+    def g(x, w):
+        t = w.t()
+        w.add_(1)
+        return x @ t, t
+
+    gm = make_fx(g, pre_dispatch=False)(x, w.clone())
+    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    if any("copy_" in str(n.target) for n in gm.graph.nodes):
+        assert _input_view(gm, outs[1]) is None
+
+
+def test_training_with_a_tied_weight_matches_eager():
+    """A language-model head tied to the embedding: the forward saves the transposed weight
+    for the backward as a view of the weight; loss and gradients match eager's."""
+    torch.manual_seed(0)
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(97, 16)
+            self.ln = torch.nn.LayerNorm(16)
+
+        def forward(self, ids):
+            h = self.ln(self.emb(ids))
+            return torch.nn.functional.cross_entropy((h @ self.emb.weight.t()).flatten(0, 1),
+                                                     ids.flatten())
+
+    m = Tied()
+    ids = torch.randint(0, 97, (2, 8))
+    want = m(ids)
+    want.backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    torch._dynamo.reset()
+    got = torch.compile(m, backend="braze")(ids)
+    got.backward()
+    torch.testing.assert_close(got, want)
+    for p, gw in zip(m.parameters(), grads):
+        torch.testing.assert_close(p.grad, gw)

@@ -163,3 +163,38 @@ def test_outputs_are_owned_by_pytorch():
     assert torch.cuda.memory_allocated() >= before + y.numel() * 4
     del y
     assert torch.cuda.memory_allocated() == before
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_unaligned_vocabulary_products_write_padded_rows(dtype):
+    """A large product whose rows are not whole 16-byte words (GPT-2's 50257-column logits) is
+    written with its rows padded to 16 bytes, in place, and returned with those strides (as
+    TorchInductor returns it); a loss over it and its gradient read the padded rows. Results
+    equal eager's."""
+    torch.manual_seed(0)
+    x = torch.randn(1024, 768, device="cuda", dtype=dtype)
+    w = torch.randn(50257, 768, device="cuda", dtype=dtype) * 0.02
+    t = torch.randint(0, 50257, (1024,), device="cuda")
+
+    def logits(x, w):
+        return x @ w.t()
+
+    def loss(x, w, t):
+        return F.cross_entropy((x @ w.t()).float(), t)
+
+    torch._dynamo.reset()
+    got = torch.compile(logits, backend="braze")(x, w)
+    want = logits(x, w)
+    assert got.stride() == (50264 if dtype == torch.bfloat16 else 50260, 1)
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(got, want, **tol)
+    xg = x.detach().clone().requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    lg = torch.compile(loss, backend="braze")(xg, w, t)
+    le = loss(xe, w, t)
+    lg.backward()
+    le.backward()
+    torch.testing.assert_close(lg, le, **tol)
+    torch.testing.assert_close(xg.grad, xe.grad, **tol)

@@ -147,6 +147,7 @@ bool hasChannelsLastImage(Graph &g) {
 LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   LoweringOptions lo;
   lo.widenedHalfMatMul = opts.cuda.has_value();
+  lo.padRows = opts.cuda.has_value();
   lo.rowMajorConvolution = opts.cuda.has_value();
   // cuDNN's fast kernels are NHWC: a model fed channels-last images is kept channels-last.
   // oneDNN's are too (its NCHW path unfolds windows): a CNN of a few convolutions runs

@@ -202,16 +202,45 @@ int64_t paddedRows(const void *padded, const GemmProblem &p) {
   return rows >= 64 ? rows : 0;
 }
 
-/// The product on `stream`, chunk by chunk through `padded`. A column count that is not a
-/// multiple of 16 bytes of operand (50257) also sends cuBLASLt to its slowest kernels (3.35 ms
-/// against 0.50 ms for GPT-2's logits on an H100), so each chunk is two products: the columns
-/// up to the last multiple, and the few after it.
+int64_t operandBytes(const GemmProblem &p) {
+  return p.dtype == GemmDType::Float64 ? 8 : p.dtype == GemmDType::Float32 ? 4 : 2;
+}
+
+/// Whether p's result is large and its column count is not a whole number of 16-byte words of
+/// operand (50257): cuBLASLt then runs its slowest kernels (3.35 ms against 0.50 ms for GPT-2's
+/// logits on an H100), even into an aligned result.
+/// (A chunk of a large product counts as large.)
+bool unalignedColumns(const GemmProblem &p, bool large = false) {
+  int64_t perWord = 16 / operandBytes(p);
+  return p.batch == 1 && p.n > perWord && p.n % perWord != 0 &&
+         (large || p.m * p.n * resultBytes(p) >= (int64_t(8) << 20));
+}
+
+/// The product as two: the columns up to the last whole word, and the few after it.
+std::string gemmInColumnParts(CublasLt &lt, void *workspace, CUstream stream,
+                              const GemmProblem &p) {
+  int64_t opsz = operandBytes(p), perWord = 16 / opsz, wide = p.n / perWord * perWord;
+  GemmProblem head = p, tail = p;
+  head.n = wide;
+  tail.n = p.n - wide;
+  // B's column `wide`: a row-major [k,n] moves by elements; a transposed [n,k] by rows.
+  tail.b = static_cast<const char *>(p.b) + (p.transB ? wide * p.ldb : wide) * opsz;
+  tail.c = static_cast<char *>(p.c) + wide * resultBytes(p);
+  if (p.bias)
+    tail.bias = static_cast<const char *>(p.bias) + wide * resultBytes(p);
+  for (const GemmProblem &part : {head, tail})
+    if (std::string e = lt.gemm(part, stream, workspace, CublasLt::recommendedWorkspaceBytes());
+        !e.empty())
+      return e;
+  return "";
+}
+
+/// The product on `stream`, chunk by chunk through `padded` (rows padded to 16 bytes), each
+/// chunk copied into place.
 std::string gemmInRowChunks(CublasLt &lt, void *padded, void *workspace, CUstream stream,
                             const GemmProblem &p) {
-  int64_t esz = resultBytes(p), opsz = p.dtype == GemmDType::Float64 ? 8
-                                      : p.dtype == GemmDType::Float32 ? 4 : 2;
+  int64_t esz = resultBytes(p), opsz = operandBytes(p);
   int64_t pitch = (p.n * esz + 15) / 16 * 16, rows = paddedRows(padded, p);
-  int64_t wide = p.n / (16 / opsz) * (16 / opsz); // columns of the aligned part
   for (int64_t r0 = 0; r0 < p.m; r0 += rows) {
     GemmProblem c = p;
     c.m = std::min(rows, p.m - r0);
@@ -219,23 +248,11 @@ std::string gemmInRowChunks(CublasLt &lt, void *padded, void *workspace, CUstrea
     c.a = static_cast<const char *>(p.a) + (p.transA ? r0 : r0 * p.lda) * opsz;
     c.c = padded;
     c.ldc = pitch / esz;
-    std::vector<GemmProblem> parts{c};
-    if (wide > 0 && wide < p.n) {
-      GemmProblem tail = c;
-      parts[0].n = wide;
-      tail.n = p.n - wide;
-      // B's column `wide`: a row-major [k,n] moves by elements; a transposed [n,k] by rows.
-      tail.b = static_cast<const char *>(p.b) + (p.transB ? wide * p.ldb : wide) * opsz;
-      tail.c = static_cast<char *>(padded) + wide * esz;
-      if (p.bias)
-        tail.bias = static_cast<const char *>(p.bias) + wide * esz;
-      parts.push_back(tail);
-    }
-    for (const GemmProblem &part : parts)
-      if (std::string e =
-              lt.gemm(part, stream, workspace, CublasLt::recommendedWorkspaceBytes());
-          !e.empty())
-        return e;
+    std::string e = unalignedColumns(c, /*large=*/true)
+                        ? gemmInColumnParts(lt, workspace, stream, c)
+                        : lt.gemm(c, stream, workspace, CublasLt::recommendedWorkspaceBytes());
+    if (!e.empty())
+      return e;
     Memcpy2D m{};
     m.srcMemoryType = m.dstMemoryType = kMemoryTypeDevice;
     m.srcDevice = reinterpret_cast<CUdeviceptr>(padded);
@@ -342,8 +359,12 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
     p.strideA = g->strideA, p.strideB = g->strideB, p.strideC = g->strideC;
     p.allowTf32 = g->allowTf32 != 0;
     foldBatchIntoRows(p);
+    // A result with unaligned rows goes through the padded buffer; one with aligned (padded)
+    // rows but unaligned columns is written in place, in two parts.
     std::string e = paddedRows(st.padded, p)
                     ? gemmInRowChunks(*st.lt, st.padded, st.workspace, st.stream, p)
+                    : unalignedColumns(p)
+                    ? gemmInColumnParts(*st.lt, st.workspace, st.stream, p)
                     : st.lt->gemm(p, st.stream, st.workspace, CublasLt::recommendedWorkspaceBytes());
     if (!e.empty()) {
       st.failure = e;

@@ -2,12 +2,24 @@
 
 #include "braze/ir/loop/Rewrite.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace braze::sched {
 
 SymExpr alignedBytes(sym::SymContext &ctx, const Buffer &b) {
-  SymExpr bytes = ctx.mul(ctx.product(b.shape), ctx.constant(dtypeSize(b.dtype)));
+  // The elements a layout spans: its shape's product, or more for padded rows (constant sizes).
+  SymExpr elements = ctx.product(b.shape);
+  bool constant = b.strides.size() == b.shape.size();
+  for (size_t i = 0; constant && i < b.shape.size(); ++i)
+    constant = b.shape[i]->isConst() && b.strides[i]->isConst() && b.strides[i]->value() >= 0;
+  if (constant && elements->isConst() && elements->value() > 0) {
+    int64_t span = 1;
+    for (size_t i = 0; i < b.shape.size(); ++i)
+      span += (b.shape[i]->value() - 1) * b.strides[i]->value();
+    elements = ctx.constant(std::max(span, elements->value()));
+  }
+  SymExpr bytes = ctx.mul(elements, ctx.constant(dtypeSize(b.dtype)));
   return ctx.mul(ctx.floordiv(ctx.add(bytes, ctx.constant(63)), ctx.constant(64)),
                  ctx.constant(64));
 }

@@ -59,6 +59,13 @@ BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
   const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(in ? 16 : 0));
 }
+// A bias in the log2 domain. A finite bias stays finite: the lowest bf16 (a common mask value)
+// times log2 e would overflow to -inf, and a row masked whole by it must average every key as
+// eager does, not attend to nothing.
+template <bool BF16> BRAZE_FN float braze_attn_bias(uint16_t h) {
+  const float b = braze_attn_f<BF16>(h);
+  return b == -INFINITY ? b : fmaxf(b * 1.4426950408889634f, -3.402823466e38f);
+}
 BRAZE_FN float braze_attn_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
 // Rows [i0, i0 + 64 * MT) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D],
@@ -163,7 +170,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           for (int x = 0; x < 4; ++x) {
             const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
             bv[mt][n][x] = row < sq && key < sk
-                               ? braze_attn_f<BF16>(bias[row * brs + key * bcs]) * 1.4426950408889634f
+                               ? braze_attn_bias<BF16>(bias[row * brs + key * bcs])
                                : 0.f;
           }
     }

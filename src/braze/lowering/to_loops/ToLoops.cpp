@@ -118,6 +118,8 @@ private:
         kind == BufferKind::Output ? "out" + std::to_string(ioIndex) : n->name() + suffix;
     if (kind == BufferKind::Output)
       strides = g_.outputStrides(ioIndex);
+    else if (strides.empty())
+      strides = paddedStrides(n->shape(), n->dtype());
     Buffer *b = p_->addBuffer(name, n->dtype(), n->shape(), kind, ioIndex, strides);
     Index full;
     std::vector<SymExpr> vars = freshVars(n->shape(), "i", full);
@@ -125,11 +127,37 @@ private:
     return bufferValue(b);
   }
 
+  /// Row-major strides with the rows padded (LoweringOptions::padRows), or empty when a value of
+  /// this shape and dtype is stored row-major.
+  std::vector<SymExpr> paddedStrides(const std::vector<SymExpr> &shape, DType t) const {
+    if (!opts_.padRows || shape.size() < 2)
+      return {};
+    int64_t numel = 1;
+    for (SymExpr d : shape) {
+      if (!d->isConst())
+        return {};
+      numel *= d->value();
+    }
+    int64_t row = shape.back()->value(), esz = dtypeSize(t), perWord = 16 / esz;
+    if (esz > 16 || row < 64 || row % perWord == 0 || numel * esz < (int64_t(8) << 20))
+      return {};
+    std::vector<SymExpr> strides(shape.size());
+    int64_t stride = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+      strides[i] = s_.constant(stride);
+      stride *= i + 1 == shape.size() ? (row + perWord - 1) / perWord * perWord : shape[i]->value();
+    }
+    return strides;
+  }
+
   void realizeOutput(Node *n, int k) {
     Value &v = values_.at(n);
     bool rowMajor = g_.outputStrides(k).empty() ||
                     g_.outputStrides(k) == contiguousStrides(s_, n->shape());
-    if (v.buffer && v.buffer->kind == BufferKind::Intermediate && rowMajor) {
+    // A stored value becomes the output as it is laid out: row-major, or with padded rows.
+    bool stored = v.buffer && (v.buffer->strides == contiguousStrides(s_, n->shape()) ||
+                               v.buffer->strides == paddedStrides(n->shape(), n->dtype()));
+    if (v.buffer && v.buffer->kind == BufferKind::Intermediate && rowMajor && stored) {
       v.buffer->kind = BufferKind::Output;
       v.buffer->ioIndex = k;
       v.buffer->name = "out" + std::to_string(k);
@@ -508,7 +536,8 @@ private:
         v = realize(o, v, BufferKind::Intermediate, -1);
     }
     const Value &a = values_.at(src[0]), &b = values_.at(src[1]);
-    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate, -1,
+                                paddedStrides(n->shape(), n->dtype()));
     Index outIdx, redIdx;
     std::vector<SymExpr> vars = freshVars(n->shape(), "i", outIdx);
     SymExpr k = n->operand(0)->shape().back();

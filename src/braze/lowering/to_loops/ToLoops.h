@@ -31,6 +31,11 @@ struct LoweringOptions {
   /// Channels-last convolutions read a weight with C innermost, copying one that is not
   /// (cuDNN's NHWC filter layout; oneDNN reorders the weight itself).
   bool channelsLastWeights = false;
+  /// A large stored value (at least 8 MiB) whose rows of at least 64 elements are not a whole
+  /// number of 16-byte words (a vocabulary of 50257 logits) gets a row pitch rounded up to 16
+  /// bytes, so that the GEMMs writing and reading it run on cuBLASLt's aligned kernels. An
+  /// output computed so is returned with those strides, as TorchInductor's padding does.
+  bool padRows = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

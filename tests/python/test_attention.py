@@ -292,7 +292,7 @@ def _position_mask(kind, sq, sk, dtype, device):
         return torch.where(q + 0 >= 0, 0.0, float("-inf")).to(dtype).expand(sq, sk)
     if kind == "strict":  # the diagonal masked too: stays a bias (row 0 masked whole)
         return torch.where(k < q, 0.0, float("-inf")).to(dtype)
-    return torch.where(k + 3 <= q, zero, low)  # shifted: stays a bias
+    return torch.where(k <= q + 3, zero, low)  # shifted (3 keys ahead): stays a bias
 
 
 @pytest.mark.parametrize("kind", ["causal", "causal complement", "keeps everything", "strict",

@@ -789,10 +789,13 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
-def _decompositions():
+def _decompositions(training=False):
     """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
     takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
-    attention weights where the op returns the log-sum-exp."""
+    attention weights where the op returns the log-sum-exp. For `training` (grad mode on), a
+    log-softmax is written out too, so that the min-cut partition saves its logits and row
+    statistics for the backward rather than its whole result (a language model's loss: no
+    second [tokens, vocabulary] tensor is stored)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
@@ -803,6 +806,8 @@ def _decompositions():
         op = getattr(getattr(aten, packet), overload or "default", None)
         if op is not None:
             extra.append(op)
+    if training:
+        extra.append(aten._log_softmax.default)
     table.update(get_decompositions(extra))
     # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
     for op, fn in list(table.items()):
@@ -854,5 +859,6 @@ def braze_backend(gm, example_inputs, options=None):
     # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
                             partition_fn=min_cut_rematerialization_partition,
-                            decompositions=_decompositions())(gm, example_inputs)
+                            decompositions=_decompositions(torch.is_grad_enabled()))(
+                                gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

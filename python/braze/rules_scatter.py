@@ -156,6 +156,15 @@ def _scatter_dim(t, node, x, dim, index, src, mode, include_self=True):
                 h = t.g.slice(h, d, 0, i, 1)
     else:
         h = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, ishape))
+    if (mode == "overwrite" and xs and ishape[dim] == 1
+            and all(ishape[d] == xs[d] for d in range(len(xs)) if d != dim)):
+        # One index per line along dim (a loss's one-hot gradient): each element of self is
+        # compared with its line's target, in one pass, whatever the size. The target comes from
+        # the gather above, which rejects an index out of range as eager does.
+        shape = _sym_shape(t, xs)
+        hit = t.g.elementwise("eq", [_positions(t, xs), t.g.expand(target, shape)])
+        value = t.g.expand(t.g.convert(h, t.g.dtype(self_h)), shape)
+        return t.g.elementwise("where", [hit, value, self_h])
     # Eager's scatter kernels accumulate a half-precision sum or product in f32 with self
     # included and round once (mean: that sum rounded, then divided in half precision).
     return _scatter(t, node, self_h, target, h, k, mode, include_self,

@@ -355,3 +355,38 @@ def test_training_with_a_tied_weight_matches_eager():
     torch.testing.assert_close(got, want)
     for p, gw in zip(m.parameters(), grads):
         torch.testing.assert_close(p.grad, gw)
+
+
+def test_training_saves_logits_not_their_log_softmax():
+    """A cross-entropy loss in training: the forward writes no log-softmax; the backward
+    recomputes it from the logits and per-row statistics (min-cut partition), so the one
+    [tokens, vocabulary] tensor saved for the backward is the logits themselves. Loss and
+    gradients match eager."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(64, 5000)
+    x, t = torch.randn(32, 64), torch.randint(0, 5000, (32,))
+
+    def loss(x, t):
+        return torch.nn.functional.cross_entropy(lin(x), t)
+
+    want = loss(x, t)
+    want.backward()
+    grads = [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad()
+    saved = []
+
+    def pack(v):
+        saved.append(v)
+        return v
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend="braze")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda v: v):
+        got = compiled(x, t)
+    got.backward()
+    wide = [v for v in saved if tuple(v.shape) == (32, 5000)]
+    assert len(wide) == 1
+    torch.testing.assert_close(wide[0], lin(x).detach())
+    torch.testing.assert_close(got, want)
+    for p, gw in zip(lin.parameters(), grads):
+        torch.testing.assert_close(p.grad, gw)

@@ -84,6 +84,30 @@ def test_scatter_duplicates_last_write_wins():
     _compiled_matches(lambda x, i, s: x.scatter(0, i, s), x, index, src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_scatter_of_one_index_per_line_is_one_pass(dtype):
+    """A scatter with one index per line along its dim (a loss's one-hot gradient over a
+    vocabulary) compiles whatever its size, as a comparison with each line's target: 64 lines
+    of 50257 would be far past the quadratic cap. A value or a tensor, along either dim."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(3)
+    x = _make((64, 50257), dtype, g)
+    rows = torch.randint(0, 50257, (64, 1), generator=g)
+    cols = torch.randint(0, 64, (1, 300), generator=g)
+    src = _make((64, 300), dtype, g)
+    _compiled_matches(lambda x, i, j, s: (torch.zeros_like(x).scatter(1, i, -1),
+                                          x.scatter(1, i, 5), x[:, :300].scatter(0, j, s[:1])),
+                      x, rows, cols, src)
+
+
+def test_scatter_of_one_index_per_line_rejects_an_index_out_of_range():
+    x = torch.zeros(8, 1000)
+    i = torch.randint(0, 1000, (8, 1))
+    i[5] = 1000
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="out of bounds"):
+        torch.compile(lambda x, i: x.scatter(1, i, 1.0), backend="braze")(x, i)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.bool])
 def test_scatter_reduce(reduce, dtype):

@@ -228,7 +228,9 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   std::future<std::pair<jit::CompiledLibrary, double>> hostJob =
       std::async(std::launch::async, [&] {
         auto start = std::chrono::steady_clock::now();
-        jit::CompiledLibrary lib = jit::compileCpp(l.cuda.host, jo);
+        jit::HostCompilerOptions host = jo;
+        host.optimization = "-O1";
+        jit::CompiledLibrary lib = jit::compileCpp(l.cuda.host, host);
         return std::make_pair(lib, lap(start));
       });
   jit::NvrtcOptions no;

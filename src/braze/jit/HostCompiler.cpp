@@ -67,8 +67,9 @@ std::string compilerIdentity(const std::string &compiler) {
 /// Libraries come after the source so that --as-needed linkers keep them.
 static const char *kLinkFlags = "-lmvec";
 
-std::string hostCompilerFlags() {
-  return "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -fno-math-errno -fno-trapping-math -w";
+std::string hostCompilerFlags(const std::string &optimization) {
+  return optimization +
+         " -march=native -fopenmp -shared -fPIC -std=c++17 -fno-math-errno -fno-trapping-math -w";
 }
 
 /// Steps: 1. the key, from the source and everything that shapes the library; 2. under the
@@ -78,7 +79,7 @@ std::string hostCompilerFlags() {
 CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions &opts) {
   BRAZE_CHECK(!opts.cacheDir.empty()) << "no cache directory";
   std::string identity = compilerIdentity(opts.compiler);
-  std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags() + " " +
+  std::string key = sha256Hex(source + "\n//" + identity + "\n//" + hostCompilerFlags(opts.optimization) + " " +
                               kLinkFlags + " " + opts.linkFlags + "\n//" +
                               kBrazeVersion);
   fs::path dir = entryDir(opts.cacheDir, key);
@@ -100,7 +101,7 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
            log = scratch / (key + tag + ".log");
   if (std::string why = writeFile(src, source); !why.empty())
     BRAZE_USER_ERROR("compile", "") << "cannot write the generated source: " << why;
-  std::string cmd = opts.compiler + " " + hostCompilerFlags() + " " + src.string() + " -o " +
+  std::string cmd = opts.compiler + " " + hostCompilerFlags(opts.optimization) + " " + src.string() + " -o " +
                     tmpLib.string() + " " + kLinkFlags + " " + opts.linkFlags + " > " + log.string() + " 2>&1";
   int status = std::system(cmd.c_str());
   std::string errors = readFile(log);

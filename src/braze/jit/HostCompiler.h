@@ -14,6 +14,9 @@ struct HostCompilerOptions {
   std::string cacheDir;  ///< required
   bool logCache = false; ///< print hits and misses to stderr
   std::string linkFlags; ///< extra libraries, e.g. a BLAS (part of the cache key)
+  /// Optimization flags (part of the cache key): kernels get -O3; the host side of a CUDA
+  /// module, launch glue that runs once per kernel per call, compiles faster at -O1.
+  std::string optimization = "-O3";
 };
 
 struct CompiledLibrary {
@@ -24,7 +27,7 @@ struct CompiledLibrary {
 
 /// Never passes -ffast-math: a library loaded into Python must not switch the whole process to
 /// flush-to-zero (gcc < 13 links crtfastmath.o for it).
-std::string hostCompilerFlags();
+std::string hostCompilerFlags(const std::string &optimization = "-O3");
 
 CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions &opts);
 

@@ -131,9 +131,11 @@ def trace_as_math_for_training(gm, example_inputs):
     forward and backward graphs then hold only products, softmax and pointwise ops, all of which
     braze compiles. The saved probabilities cost Sq x Sk per head, so a call with more than
     MATH_TRAINING_MAX_SCORES scores (or symbolic sizes) keeps PyTorch's fused attention.
-    CUDA graphs keep PyTorch's fused attention and its backward (in eager): traced as the math
-    path, the H100 GPT-2 6-layer f32 train step of benchmarks/gpu_models.py took 25.3 ms (0.82x
-    eager), against 22.6 ms (0.93x eager, another run) with the fused kernels."""
+    CUDA graphs keep PyTorch's fused attention and its backward (in eager) unless
+    MATH_TRAINING_ON_CUDA: traced as the math path, the H100 GPT-2 6-layer f32 train step of
+    benchmarks/gpu_models.py took 25.3 ms (0.82x eager), against 22.6 ms (0.93x eager, another
+    run) with the fused kernels; after the padded logits and the min-cut partition, 22.64 ms
+    against 22.58 ms (one process, CUDA events around each step, median of 10)."""
     tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if (not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
             or (any(t.device.type != "cpu" for t in tensors) and not MATH_TRAINING_ON_CUDA)):

@@ -17,8 +17,6 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-aten = torch.ops.aten
-
 from braze import _C
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
@@ -26,6 +24,8 @@ from braze import cudagraphs
 from braze.fx_import import Translator, Unsupported, supported_targets
 from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
+
+aten = torch.ops.aten
 
 # graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole graph
 # or one partition each); recompiles: variants compiled for inputs laid out otherwise than the
@@ -390,8 +390,8 @@ def _compile_whole(gm, opts, device=None, args=None):
         return (lambda *args: []), True
     # Outputs that are None, or views of an argument (a transposed weight saved for the
     # backward): made at each call, never computed into new memory.
-    none_slots = [(i, None if o is None else _input_view(gm, o)) for i, o in enumerate(flat)
-                  if o is None or _input_view(gm, o) is not None]
+    made = [(i, None if o is None else _input_view(gm, o)) for i, o in enumerate(flat)]
+    none_slots = [(i, make) for (i, make), o in zip(made, flat) if o is None or make is not None]
     if len(none_slots) == len(flat):
         return (lambda *args: [make(args) if make is not None else None
                                for _, make in none_slots]), isinstance(outputs, (tuple, list))

@@ -21,11 +21,10 @@ from braze import _C
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze import cudagraphs
+from braze import decompositions
 from braze.fx_import import Translator, Unsupported, supported_targets
 from braze.rules_attention import trace_as_math_for_training
-from braze.layouts import as_layout, concrete_layout, guard_eager_layouts
-
-aten = torch.ops.aten
+from braze.layouts import as_layout, concrete_layout, guard_eager_layouts, input_view
 
 # graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole graph
 # or one partition each); recompiles: variants compiled for inputs laid out otherwise than the
@@ -317,41 +316,6 @@ def _bindings(gm, args):
     return out
 
 
-# Ops that view their first operand (or, for reshape, may copy it): an output that is a chain
-# of them over a graph argument is made by running the chain on the argument.
-_VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
-             aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
-             aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
-             aten.squeeze.default, aten.alias.default, aten.detach.default}
-
-
-def _input_view(gm, out):
-    """For an output that is a chain of view ops over a tensor argument that the graph does not
-    mutate, with no other node among their operands: args -> that view of the argument; None
-    otherwise."""
-    chain, node = [], out
-    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
-           and node.target in _VIEW_OPS):
-        if any(isinstance(a, torch.fx.Node) for a in list(node.args[1:]) + list(node.kwargs.values())):
-            return None
-        chain.append(node)
-        node = node.args[0]
-    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
-        return None
-    if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
-        return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    position = placeholders.index(node)
-    steps = [(n.target, tuple(n.args[1:]), dict(n.kwargs)) for n in reversed(chain)]
-
-    def make(args):
-        x = args[position]
-        for op, rest, kwargs in steps:
-            x = op(x, *rest, **kwargs)
-        return x
-    return make
-
-
 def _compile_whole(gm, opts, device=None, args=None):
     """Translates and compiles a graph whose every node braze supports, for the CPU or for
     the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
@@ -390,7 +354,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         return (lambda *args: []), True
     # Outputs that are None, or views of an argument (a transposed weight saved for the
     # backward): made at each call, never computed into new memory.
-    made = [(i, None if o is None else _input_view(gm, o)) for i, o in enumerate(flat)]
+    made = [(i, None if o is None else input_view(gm, o)) for i, o in enumerate(flat)]
     none_slots = [(i, make) for (i, make), o in zip(made, flat) if o is None or make is not None]
     if len(none_slots) == len(flat):
         return (lambda *args: [make(args) if make is not None else None
@@ -750,75 +714,6 @@ class _Partition(torch.nn.Module):
         return tuple(outs) if self.tuple_out else outs[0]
 
 
-# Ops the Core ATen set keeps whole that braze compiles best as PyTorch's own decompositions
-# (activations, their backward formulas, norms, padding, concatenation, creation ops).
-_EXTRA_DECOMPOSITIONS = [
-    "elu", "hardtanh", "leaky_relu", "softplus", "clamp.Tensor", "masked_fill.Scalar",
-    "masked_fill.Tensor", "gelu_backward", "threshold_backward", "sigmoid_backward",
-    "tanh_backward", "silu_backward", "_softmax_backward_data", "_log_softmax_backward_data",
-    "native_layer_norm_backward", "logsumexp", "std.correction", "linalg_vector_norm", "tril",
-    "triu", "roll", "flip", "repeat", "embedding", "embedding_dense_backward",
-    "index_select", "arange.start_step", "arange.default", "eye", "new_zeros",
-    "new_ones", "zeros_like", "ones_like", "empty_like", "native_dropout", "nll_loss_forward",
-    "nll_loss_backward", "select_scatter", "slice_scatter", "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "native_batch_norm",
-    # misc family: copies of views, small composites, distributions built on rand_like, and
-    # index creation (each checked against eager in every dtype the op supports)
-    "view_copy", "permute_copy", "narrow_copy", "unbind_copy.int", "as_strided_copy", "addmv",
-    "native_group_norm", "dist", "linalg_cross", "_batch_norm_with_update_functional",
-    "exponential", "cauchy", "log_normal", "tril_indices", "triu_indices",
-]
-
-
-def _unless(decomposition, refuse):
-    """The decomposition, except for inputs where `refuse(dtype)`: then the op stays whole and
-    braze leaves it to eager PyTorch."""
-    def wrapper(x, *args, **kwargs):
-        if isinstance(x, torch.Tensor) and refuse(x.dtype):
-            return NotImplemented
-        return decomposition(x, *args, **kwargs)
-    return wrapper
-
-
-# PyTorch's decompositions of these compute half-precision inputs in f32, while the eager
-# kernels round every step (and may overflow to inf): braze would differ from eager.
-_HALF_SENSITIVE = ("linalg_cross", "soft_margin_loss", "hinge_embedding_loss")
-
-
-def _is_half(dtype):
-    return dtype in (torch.float16, torch.bfloat16)
-
-
-def _decompositions(training=False):
-    """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
-    takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
-    attention weights where the op returns the log-sum-exp. For `training` (grad mode on), a
-    log-softmax is written out too, so that the min-cut partition saves its logits and row
-    statistics for the backward rather than its whole result (a language model's loss: no
-    second [tokens, vocabulary] tensor is stored)."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
-    table = dict(core_aten_decompositions())
-    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-    aten = torch.ops.aten
-    extra = []
-    for name in _EXTRA_DECOMPOSITIONS:
-        packet, _, overload = name.partition(".")
-        op = getattr(getattr(aten, packet), overload or "default", None)
-        if op is not None:
-            extra.append(op)
-    if training:
-        extra.append(aten._log_softmax.default)
-    table.update(get_decompositions(extra))
-    # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
-    for op, fn in list(table.items()):
-        if any(name in str(op) for name in _HALF_SENSITIVE):
-            table[op] = _unless(fn, _is_half)
-    for op in (torch.ops.aten.silu.default, torch.ops.aten.gelu.default,
-               torch.ops.aten.var_mean.correction, torch.ops.aten.native_layer_norm.default):
-        table.pop(op, None)
-    return table
-
-
 def _integer_interpolation(gm):
     """PyTorch decomposes bilinear/bicubic interpolation (before any backend sees it) into float
     math that truncates integer results, where its kernels round: such graphs stay in eager."""
@@ -859,6 +754,6 @@ def braze_backend(gm, example_inputs, options=None):
     # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
     compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
                             partition_fn=min_cut_rematerialization_partition,
-                            decompositions=_decompositions(torch.is_grad_enabled()))(
+                            decompositions=decompositions.table(torch.is_grad_enabled()))(
                                 gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

@@ -1,10 +1,13 @@
 """Layouts at partition boundaries. Every tensor a compiled partition hands to PyTorch, and every
 tensor an eager op hands to another eager op, has the sizes and strides of its FX node's
 meta["val"]: eager kernels (attention among them) may return another layout than their meta
-functions promise, and the ops after them (a `view`) were traced against the meta."""
+functions promise, and the ops after them (a `view`) were traced against the meta. An output
+that is a view of a graph argument is made as that view, not computed into new memory."""
 import operator
 
 import torch
+
+aten = torch.ops.aten
 
 
 def concrete_layout(val):
@@ -81,3 +84,38 @@ def guard_eager_layouts(gm, compiled_names):
     if inserted:
         gm.recompile()
     return inserted
+
+
+# Ops that view their first operand (or, for reshape, may copy it): an output that is a chain
+# of them over a graph argument is made by running the chain on the argument.
+_VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
+             aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+             aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
+             aten.squeeze.default, aten.alias.default, aten.detach.default}
+
+
+def input_view(gm, out):
+    """For an output that is a chain of view ops over a tensor argument that the graph does not
+    mutate, with no other node among their operands: args -> that view of the argument; None
+    otherwise."""
+    chain, node = [], out
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+           and node.target in _VIEW_OPS):
+        if any(isinstance(a, torch.fx.Node) for a in list(node.args[1:]) + list(node.kwargs.values())):
+            return None
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+        return None
+    if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    position = placeholders.index(node)
+    steps = [(n.target, tuple(n.args[1:]), dict(n.kwargs)) for n in reversed(chain)]
+
+    def make(args):
+        x = args[position]
+        for op, rest, kwargs in steps:
+            x = op(x, *rest, **kwargs)
+        return x
+    return make

@@ -248,7 +248,7 @@ def _fault_site(tb):
 def _decomp_eager_backend():
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
-    from braze.backend import _decompositions
+    from braze.decompositions import table as _decompositions
 
     def compiler(gm, example_inputs):
         return make_boxed_func(gm.forward)

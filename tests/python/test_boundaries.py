@@ -302,7 +302,7 @@ def test_outputs_that_view_an_argument_are_views_of_it():
     into new memory; an output computed from it, or a view of an argument the graph writes
     to, is computed."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    from braze.backend import _input_view
+    from braze.layouts import input_view
 
     def f(x, w):
         return x @ w.t(), w.t().unsqueeze(0), (w * 2).t()
@@ -310,8 +310,8 @@ def test_outputs_that_view_an_argument_are_views_of_it():
     x, w = torch.randn(3, 4), torch.randn(5, 4)
     gm = make_fx(f)(x, w)
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    assert _input_view(gm, outs[0]) is None and _input_view(gm, outs[2]) is None
-    make = _input_view(gm, outs[1])
+    assert input_view(gm, outs[0]) is None and input_view(gm, outs[2]) is None
+    make = input_view(gm, outs[1])
     v = make((x, w))
     assert v.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
     assert torch.equal(v, w.t().unsqueeze(0))
@@ -324,7 +324,7 @@ def test_outputs_that_view_an_argument_are_views_of_it():
     gm = make_fx(g, pre_dispatch=False)(x, w.clone())
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     if any("copy_" in str(n.target) for n in gm.graph.nodes):
-        assert _input_view(gm, outs[1]) is None
+        assert input_view(gm, outs[1]) is None
 
 
 def test_training_with_a_tied_weight_matches_eager():

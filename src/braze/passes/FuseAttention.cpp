@@ -282,7 +282,6 @@ public:
       Node *term = b_.convert(x, t);
       bias = bias ? b_.add(bias, term) : term;
     }
-    // A softmax written out gives nan for a row whose every key is masked: safe = false.
     // A softmax written out gives nan for a row whose every key is masked: safe = false, unless
     // it is guarded.
     Node *a = b_.attention(q, k, v, bias, scale, /*causal=*/false, /*safe=*/guarded != nullptr);

@@ -185,6 +185,10 @@ struct CudaModule::State {
 
 namespace {
 
+/// A product's result this large, with unaligned rows or columns, is worth splitting (smaller
+/// ones run as they are).
+constexpr int64_t kLargeResultBytes = int64_t(8) << 20;
+
 int64_t resultBytes(const GemmProblem &p) {
   bool half = p.dtype == GemmDType::Float16 || p.dtype == GemmDType::BFloat16;
   return p.dtype == GemmDType::Float64 ? 8 : half && !p.f32Out ? 2 : 4;
@@ -195,7 +199,7 @@ int64_t resultBytes(const GemmProblem &p) {
 /// operand pointers keep the alignment of the whole operand.
 int64_t paddedRows(const void *padded, const GemmProblem &p) {
   int64_t esz = resultBytes(p);
-  if (!padded || p.batch != 1 || (p.ldc * esz) % 16 == 0 || p.m * p.n * esz < (int64_t(8) << 20))
+  if (!padded || p.batch != 1 || (p.ldc * esz) % 16 == 0 || p.m * p.n * esz < kLargeResultBytes)
     return 0;
   int64_t pitch = (p.n * esz + 15) / 16 * 16;
   int64_t rows = static_cast<int64_t>(kPaddedResultBytes) / pitch / 8 * 8;
@@ -213,7 +217,7 @@ int64_t operandBytes(const GemmProblem &p) {
 bool unalignedColumns(const GemmProblem &p, bool large = false) {
   int64_t perWord = 16 / operandBytes(p);
   return p.batch == 1 && p.n > perWord && p.n % perWord != 0 &&
-         (large || p.m * p.n * resultBytes(p) >= (int64_t(8) << 20));
+         (large || p.m * p.n * resultBytes(p) >= kLargeResultBytes);
 }
 
 /// The product as two: the columns up to the last whole word, and the few after it.

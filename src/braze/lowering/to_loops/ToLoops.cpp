@@ -141,13 +141,10 @@ private:
     int64_t row = shape.back()->value(), esz = dtypeSize(t), perWord = 16 / esz;
     if (esz > 16 || row < 64 || row % perWord == 0 || numel * esz < (int64_t(8) << 20))
       return {};
-    std::vector<SymExpr> strides(shape.size());
-    int64_t stride = 1;
-    for (size_t i = shape.size(); i-- > 0;) {
-      strides[i] = s_.constant(stride);
-      stride *= i + 1 == shape.size() ? (row + perWord - 1) / perWord * perWord : shape[i]->value();
-    }
-    return strides;
+    // The strides of a row-major layout whose rows are `pitch` long (the last stays 1).
+    std::vector<SymExpr> pitched = shape;
+    pitched.back() = s_.constant((row + perWord - 1) / perWord * perWord);
+    return contiguousStrides(s_, pitched);
   }
 
   void realizeOutput(Node *n, int k) {

@@ -1,0 +1,73 @@
+"""The decomposition table braze hands AOTAutograd: Core ATen's, plus PyTorch's own
+decompositions of the ops braze compiles best written out, minus the composites braze lowers
+itself (lowering/decompose)."""
+import torch
+
+
+# Ops the Core ATen set keeps whole that braze compiles best as PyTorch's own decompositions
+# (activations, their backward formulas, norms, padding, concatenation, creation ops).
+_EXTRA_DECOMPOSITIONS = [
+    "elu", "hardtanh", "leaky_relu", "softplus", "clamp.Tensor", "masked_fill.Scalar",
+    "masked_fill.Tensor", "gelu_backward", "threshold_backward", "sigmoid_backward",
+    "tanh_backward", "silu_backward", "_softmax_backward_data", "_log_softmax_backward_data",
+    "native_layer_norm_backward", "logsumexp", "std.correction", "linalg_vector_norm", "tril",
+    "triu", "roll", "flip", "repeat", "embedding", "embedding_dense_backward",
+    "index_select", "arange.start_step", "arange.default", "eye", "new_zeros",
+    "new_ones", "zeros_like", "ones_like", "empty_like", "native_dropout", "nll_loss_forward",
+    "nll_loss_backward", "select_scatter", "slice_scatter", "_native_batch_norm_legit_no_training",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "native_batch_norm",
+    # misc family: copies of views, small composites, distributions built on rand_like, and
+    # index creation (each checked against eager in every dtype the op supports)
+    "view_copy", "permute_copy", "narrow_copy", "unbind_copy.int", "as_strided_copy", "addmv",
+    "native_group_norm", "dist", "linalg_cross", "_batch_norm_with_update_functional",
+    "exponential", "cauchy", "log_normal", "tril_indices", "triu_indices",
+]
+
+
+def _unless(decomposition, refuse):
+    """The decomposition, except for inputs where `refuse(dtype)`: then the op stays whole and
+    braze leaves it to eager PyTorch."""
+    def wrapper(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and refuse(x.dtype):
+            return NotImplemented
+        return decomposition(x, *args, **kwargs)
+    return wrapper
+
+
+# PyTorch's decompositions of these compute half-precision inputs in f32, while the eager
+# kernels round every step (and may overflow to inf): braze would differ from eager.
+_HALF_SENSITIVE = ("linalg_cross", "soft_margin_loss", "hinge_embedding_loss")
+
+
+def _is_half(dtype):
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def table(training=False):
+    """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
+    takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
+    attention weights where the op returns the log-sum-exp. For `training` (grad mode on), a
+    log-softmax is written out too, so that the min-cut partition saves its logits and row
+    statistics for the backward rather than its whole result (a language model's loss: no
+    second [tokens, vocabulary] tensor is stored)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(core_aten_decompositions())
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    aten = torch.ops.aten
+    extra = []
+    for name in _EXTRA_DECOMPOSITIONS:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(aten, packet), overload or "default", None)
+        if op is not None:
+            extra.append(op)
+    if training:
+        extra.append(aten._log_softmax.default)
+    table.update(get_decompositions(extra))
+    # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
+    for op, fn in list(table.items()):
+        if any(name in str(op) for name in _HALF_SENSITIVE):
+            table[op] = _unless(fn, _is_half)
+    for op in (torch.ops.aten.silu.default, torch.ops.aten.gelu.default,
+               torch.ops.aten.var_mean.correction, torch.ops.aten.native_layer_norm.default):
+        table.pop(op, None)
+    return table

@@ -1,5 +1,6 @@
 #include "braze/lowering/to_loops/IndexMaps.h"
 
+#include "braze/ir/graph/Graph.h"
 #include "braze/support/Check.h"
 
 namespace braze {
@@ -59,6 +60,25 @@ Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<SymEx
     stride = s.mul(stride, to[j]);
   }
   return in;
+}
+
+std::vector<SymExpr> paddedRowStrides(sym::SymContext &s, const std::vector<SymExpr> &shape,
+                                      int64_t elementBytes) {
+  if (shape.size() < 2 || elementBytes > 16)
+    return {};
+  int64_t numel = 1;
+  for (SymExpr d : shape) {
+    if (!d->isConst())
+      return {};
+    numel *= d->value();
+  }
+  int64_t row = shape.back()->value(), perWord = 16 / elementBytes;
+  if (row < 64 || row % perWord == 0 || numel * elementBytes < (int64_t(8) << 20))
+    return {};
+  // The strides of a row-major layout whose rows are the padded length (the last stays 1).
+  std::vector<SymExpr> pitched = shape;
+  pitched.back() = s.constant((row + perWord - 1) / perWord * perWord);
+  return contiguousStrides(s, pitched);
 }
 
 } // namespace braze

@@ -1,6 +1,7 @@
 #pragma once
 /// Index remaps for views and broadcasting: each maps an index tuple of the result to one of
-/// the operand. They build SymExprs, so the results are simplified and hash-consed.
+/// the operand. They build SymExprs, so the results are simplified and hash-consed. Also the
+/// padded-row layout of large stored values.
 #include "braze/ir/sym/SymExpr.h"
 
 #include <vector>
@@ -19,5 +20,12 @@ Index broadcastIndex(sym::SymContext &s, const Index &idx, const std::vector<sym
 /// the same elements.
 Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<sym::SymExpr> &from,
                    const std::vector<sym::SymExpr> &to);
+
+/// Row-major strides of `shape` with each row padded to whole 16-byte words, for a value of at
+/// least 8 MiB (elements of `elementBytes`) whose rows of at least 64 elements are not whole
+/// words; empty otherwise (the value is stored row-major). Constant shapes only.
+std::vector<sym::SymExpr> paddedRowStrides(sym::SymContext &s,
+                                           const std::vector<sym::SymExpr> &shape,
+                                           int64_t elementBytes);
 
 } // namespace braze

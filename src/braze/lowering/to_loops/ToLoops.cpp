@@ -127,24 +127,10 @@ private:
     return bufferValue(b);
   }
 
-  /// Row-major strides with the rows padded (LoweringOptions::padRows), or empty when a value of
-  /// this shape and dtype is stored row-major.
+  /// Strides with the rows padded (LoweringOptions::padRows, paddedRowStrides), or empty when a
+  /// value of this shape and dtype is stored row-major.
   std::vector<SymExpr> paddedStrides(const std::vector<SymExpr> &shape, DType t) const {
-    if (!opts_.padRows || shape.size() < 2)
-      return {};
-    int64_t numel = 1;
-    for (SymExpr d : shape) {
-      if (!d->isConst())
-        return {};
-      numel *= d->value();
-    }
-    int64_t row = shape.back()->value(), esz = dtypeSize(t), perWord = 16 / esz;
-    if (esz > 16 || row < 64 || row % perWord == 0 || numel * esz < (int64_t(8) << 20))
-      return {};
-    // The strides of a row-major layout whose rows are `pitch` long (the last stays 1).
-    std::vector<SymExpr> pitched = shape;
-    pitched.back() = s_.constant((row + perWord - 1) / perWord * perWord);
-    return contiguousStrides(s_, pitched);
+    return opts_.padRows ? paddedRowStrides(s_, shape, dtypeSize(t)) : std::vector<SymExpr>{};
   }
 
   void realizeOutput(Node *n, int k) {

@@ -158,8 +158,14 @@ class Pool:
                     self._start(i)
                     s = self.slots[i]
                 if queue and s["task"] is None:
-                    s["task"], s["start"], s["progress"] = queue.popleft(), time.time(), ""
-                    s["conn"].send(s["task"])
+                    task = queue.popleft()
+                    try:
+                        s["conn"].send(task)
+                    except (BrokenPipeError, OSError):  # died between tasks: a fresh one next pass
+                        queue.appendleft(task)
+                        self._retire(i, kill=True)
+                        continue
+                    s["task"], s["start"], s["progress"] = task, time.time(), ""
             busy = [s for s in self.slots if s and s["task"]]
             now = time.time()
             wait = min(s["start"] + self.timeout for s in busy) - now
@@ -186,9 +192,15 @@ class Pool:
                     on_result(self._failed(s, f"timeout (> {self.timeout:g} s)"))
                     self._retire(i, kill=True)
         for i in range(self.n):
-            if self.slots[i] is not None:
-                self.slots[i]["conn"].send(None)
-                self._retire(i)
+            s = self.slots[i]
+            if s is None:
+                continue
+            if s["done"] < self.per:  # a worker that ran its quota has exited on its own
+                try:
+                    s["conn"].send(None)
+                except (BrokenPipeError, OSError):
+                    pass  # it exited already; join below collects it
+            self._retire(i)
 
 
 def summarize(records, dtypes):

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-gpu zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-gpu zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -48,6 +48,31 @@ test-conformance: build
 	$(PY) tests/conformance/op_db_sweep.py --subset --quiet
 
 test: test-cpp test-python test-conformance test-fuzz
+
+# The whole model zoo (tests/python/zoo.py) on the CPU; ZOO_DEVICE=cuda on a machine with a GPU.
+ZOO_DEVICE ?= cpu
+zoo: build
+	$(PY) tests/python/zoo.py --device $(ZOO_DEVICE)
+
+bench-cpu: build
+	$(PY) benchmarks/cpu_suite.py
+
+# CPU attention training steps: eager, braze's fused kernels, braze's math path, Inductor.
+bench-cpu-training: build
+	$(PY) benchmarks/cpu_attention_training.py
+
+# On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
+bench-gpu: build
+	$(PY) benchmarks/gpu_suite.py
+
+clean:
+	rm -rf build
+
+.PHONY: conformance
+
+# The op_db conformance sweep (long): every OpInfo and dtype through backend="braze" against eager.
+conformance: build
+	$(PY) tests/conformance/op_db_sweep.py
 
 # ---- hostile input: sanitizers and the fuzzer -------------------------------------------------
 

@@ -1,9 +1,11 @@
 """FX rules for attention: the fused attention ops that AOTAutograd emits (PyTorch's CPU flash
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
-itself) become one braze attention op. Only the attention output may be read: a graph that reads
-the log-sum-exp or the random seeds (a training graph whose backward is an eager kernel) keeps
-the op in eager PyTorch, as does dropout. CPU training graphs trace attention as PyTorch's math
-path instead (trace_as_math_for_training), so that their backward compiles too."""
+itself) become one braze attention op. PyTorch's CPU flash attention in training compiles whole:
+its log-sum-exp becomes an attention_lse op and its backward one attention_grad op per gradient.
+The other fused ops may have only their output read: a graph that reads their log-sum-exp or
+random seeds (a CUDA training graph, whose backward is an eager kernel) keeps the op in eager
+PyTorch, as does dropout. CPU training with attention dropout is traced as PyTorch's math path
+instead (trace_as_math_for_training), so that the dropout and the backward compile too."""
 import math
 import operator
 
@@ -38,32 +40,75 @@ def _heads_to(t, x, val, heads):
     return t.g.reshape(x, t.shape(dims[:-3] + [heads] + dims[-2:]))
 
 
-def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size):
-    if dropout_p:
-        raise Unsupported("attention with dropout")
-    if tuple_size and _read_outputs(node) - {0}:
-        raise Unsupported("attention whose log-sum-exp or seeds are read")
+def _scale_of(q, scale):
+    """The attention scale: `scale`, or 1/sqrt(head dim) as PyTorch's default."""
+    if scale is not None:
+        return float(scale)
     head_dim = q.meta["val"].shape[-1]
-    if scale is None:
-        if not isinstance(head_dim, int):
-            raise Unsupported("attention with a symbolic head dim and no scale")
-        scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
-    qh = t.arg(q)
+    if not isinstance(head_dim, int):
+        raise Unsupported("attention with a symbolic head dim and no scale")
+    return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+
+
+def _operands(t, q, k, v, bias):
+    """The braze values of q, k, v (key and value heads repeated to the query's under
+    grouped-query attention) and of the bias."""
+    qh, kh, vh = t.arg(q), t.arg(k), t.arg(v)
     heads = q.meta["val"].shape[-3] if q.meta["val"].dim() >= 3 else None
-    kh, vh = t.arg(k), t.arg(v)
     if heads is not None and k.meta["val"].shape[-3] != heads:
         if not isinstance(heads, int):
             raise Unsupported("grouped-query attention with a symbolic head count")
         kh = _heads_to(t, kh, k.meta["val"], heads)
         vh = _heads_to(t, vh, v.meta["val"], heads)
-    bh = t.arg(bias) if bias is not None else None
-    out = t.g.attention(qh, kh, vh, bh, float(scale), bool(is_causal))
-    return (out,) + (None,) * (tuple_size - 1) if tuple_size else out
+    return qh, kh, vh, (t.arg(bias) if bias is not None else None)
+
+
+def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size, lse=False):
+    """The attention op; with `lse`, result 1 (PyTorch's CPU flash attention's log-sum-exp, a
+    training graph's saved value) may be read too, and becomes an attention_lse op."""
+    if dropout_p:
+        raise Unsupported("attention with dropout")
+    read = _read_outputs(node) if tuple_size else {0}
+    if read - ({0, 1} if lse else {0}):
+        raise Unsupported("attention whose log-sum-exp or seeds are read")
+    scale = _scale_of(q, scale)
+    qh, kh, vh, bh = _operands(t, q, k, v, bias)
+    out = t.g.attention(qh, kh, vh, bh, scale, bool(is_causal))
+    if not tuple_size:
+        return out
+    saved = t.g.attention_lse(qh, kh, bh, scale, bool(is_causal)) if 1 in read else None
+    return (out, saved) + (None,) * (tuple_size - 2)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _cpu_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 2)
+    return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 2, lse=True)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _cpu_flash_backward(t, node, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *,
+                        attn_mask=None, scale=None):
+    """The gradients of the CPU flash attention: one attention_grad op per gradient read. Under
+    grouped-query attention a key head's gradient sums those of the query heads that read it."""
+    if dropout_p:
+        raise Unsupported("attention backward with dropout")
+    scale = _scale_of(q, scale)
+    qh, kh, vh, bh = _operands(t, q, k, v, attn_mask)
+    args = (t.arg(grad_out), qh, kh, vh, t.arg(out), t.arg(logsumexp), bh, scale, bool(is_causal))
+    read = _read_outputs(node)
+    grads = []
+    for i, (wrt, x) in enumerate(zip("qkv", (q, k, v))):
+        if i not in read:
+            grads.append(None)
+            continue
+        g = t.g.attention_grad(wrt, *args)
+        heads, own = q.meta["val"].shape[-3:-2], x.meta["val"].shape[-3:-2]
+        if heads != own:  # grouped-query attention: [.., Hk, G, S, D] summed over G
+            dims = list(x.meta["val"].shape)
+            grouped = dims[:-2] + [heads[0] // own[0]] + dims[-2:]
+            g = t.g.reduce("sum", t.g.reshape(g, t.shape(grouped)), [len(dims) - 2], False, None)
+        grads.append(g)
+    return tuple(grads)
 
 
 @rule(aten._scaled_dot_product_flash_attention.default)
@@ -102,8 +147,8 @@ def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 
 
 # The math path keeps the probabilities for the backward: batch x heads x Sq x Sk of them. Above
-# this many scores per call, attention keeps PyTorch's fused kernels (and their eager backward),
-# whose memory grows with S rather than S^2.
+# this many scores per call, attention with dropout keeps PyTorch's fused kernels (and their
+# eager backward), whose memory grows with S rather than S^2.
 MATH_TRAINING_MAX_SCORES = 1 << 26
 
 
@@ -120,32 +165,46 @@ def _scores(node):
         return None
 
 
-# Whether CUDA training graphs take the math path too (see trace_as_math_for_training).
+def _has_dropout(node):
+    """Whether attention `node` may drop (a dropout_p that is not the constant 0)."""
+    p = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+    return not (isinstance(p, (int, float)) and p == 0)
+
+
+# Whether CUDA training graphs, and CPU calls without dropout, take the math path too (see
+# trace_as_math_for_training; benchmarks/cpu_attention_training.py compares the two on the CPU).
 MATH_TRAINING_ON_CUDA = False
+MATH_TRAINING_WITHOUT_DROPOUT = False
 
 
 def trace_as_math_for_training(gm, example_inputs):
-    """In a CPU training graph (grad mode on, an input that requires grad), rewrites Dynamo's
-    scaled_dot_product_attention calls to the math path before AOTAutograd, so that it does not
-    pick a fused kernel whose backward is an eager kernel reading the forward's log-sum-exp: the
-    forward and backward graphs then hold only products, softmax and pointwise ops, all of which
-    braze compiles. The saved probabilities cost Sq x Sk per head, so a call with more than
-    MATH_TRAINING_MAX_SCORES scores (or symbolic sizes) keeps PyTorch's fused attention.
-    CUDA graphs keep PyTorch's fused attention and its backward (in eager) unless
-    MATH_TRAINING_ON_CUDA: traced as the math path, the H100 GPT-2 6-layer f32 train step of
-    benchmarks/gpu_models.py took 25.3 ms (0.82x eager), against 22.6 ms (0.93x eager, another
-    run) with the fused kernels; after the padded logits and the min-cut partition, 22.64 ms
-    against 22.58 ms (one process, CUDA events around each step, median of 10)."""
+    """In a training graph (grad mode on, an input that requires grad), rewrites Dynamo's
+    scaled_dot_product_attention calls to the math path before AOTAutograd where braze could
+    not compile the fused kernel's training form:
+      - on the CPU, calls with dropout (braze compiles CPU flash attention and its backward,
+        not their dropout), up to MATH_TRAINING_MAX_SCORES scores: the math path saves its
+        probabilities, Sq x Sk per head. Without dropout the fused form holds no scores and
+        is as fast (benchmarks/cpu_attention_training.py: causal 2x6xSx64 f32 steps at 2
+        threads, 1.40 / 13.37 / 48.56 ms fused against 1.37 / 13.36 / 48.38 ms as the math
+        path for S = 128 / 512 / 1024);
+      - on CUDA, every call when MATH_TRAINING_ON_CUDA (off): CUDA keeps PyTorch's fused
+        attention and its backward in eager. Traced as the math path, the H100 GPT-2 6-layer
+        f32 train step of benchmarks/gpu_models.py took 22.64 ms against 22.58 ms with the
+        fused kernels (one process, CUDA events around each step, median of 10)."""
     tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
-    if (not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
-            or (any(t.device.type != "cpu" for t in tensors) and not MATH_TRAINING_ON_CUDA)):
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+        return
+    cuda = any(t.device.type != "cpu" for t in tensors)
+    if cuda and not MATH_TRAINING_ON_CUDA:
         return
     changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in (
                 torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
             scores = _scores(node)
-            if scores is not None and scores <= MATH_TRAINING_MAX_SCORES:
+            math_path = cuda or MATH_TRAINING_WITHOUT_DROPOUT or _has_dropout(node)
+            if math_path and scores is not None \
+                    and scores <= MATH_TRAINING_MAX_SCORES:
                 node.target = _math_attention
                 changed = True
     if changed:

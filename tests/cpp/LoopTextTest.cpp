@@ -306,6 +306,55 @@ TEST(LoopVerifier, ChecksAttentionSpecs) {
   EXPECT_EQ(error(kQ, "scale=inf, causal=false"), "compute 0 (%y): attention scale must be finite");
 }
 
+/// The backward's parts: the log-sum-exp [2, 3, 5] (f32, read through strides [15, 1, 3] as
+/// PyTorch's CPU flash attention stores it) and the gradient with respect to k.
+std::string attentionBackwardProgram(const std::string &part, const std::string &tail) {
+  bool lse = part == "attention_lse";
+  std::string operands =
+      lse ? std::string(kQ) + ", " + kK
+          : "dout=(%g, 0, [2, 3, 5, 4], [60, 20, 4, 1]), " + std::string(kQ) + ", " + kK + ", " +
+                kV + ", out=(%o, 0, [2, 3, 5, 4], [60, 20, 4, 1]), lse=(%l, 0, [2, 3, 5], [15, 1, 3])";
+  return "sizes s0\n"
+         "buffer %x: f32[2, 5, 3, 8] input 0\n"
+         "buffer %k: f32[2, 3, s0, 8] input 1\n"
+         "buffer %v: f32[2, 3, s0, 4] input 2\n"
+         "buffer %m: f32[2, 1, 5, s0] input 3\n"
+         "buffer %g: f32[2, 3, 5, 4] input 4\n"
+         "buffer %o: f32[2, 3, 5, 4] input 5\n"
+         "buffer %l: f32[2, 5, 3] input 6\n" +
+         std::string(lse ? "buffer %y: f32[2, 3, 5] output 0\n"
+                         : "buffer %y: f32[2, 3, s0, 8] output 0\n") +
+         (lse ? "compute %y[i0 < 2, i1 < 3, i2 < 5] " : "compute %y[i0 < 2, i1 < 3, i2 < s0, i3 < 8] ") +
+         part + "(" + operands + ", " + tail + ") {\n"
+         "  yield\n"
+         "}\n";
+}
+
+TEST(LoopText, RoundTripsAttentionBackwardParts) {
+  for (const std::string part : {"attention_lse", "attention_grad_k"})
+    for (const std::string tail : {std::string(kBias) + ", scale=0.35, causal=true",
+                                   std::string("scale=0.5, causal=false")}) {
+      std::string text = attentionBackwardProgram(part, tail);
+      std::unique_ptr<LoopProgram> p = parseProgram(text);
+      ASSERT_EQ(verifyProgram(*p), "") << text;
+      EXPECT_EQ(printProgram(*p), text);
+      expectRoundTrip(*p);
+      const AttentionSpec &a = *p->computations()[0]->attention;
+      EXPECT_EQ(a.part, part == "attention_lse" ? AttentionPart::Lse : AttentionPart::GradK);
+      EXPECT_EQ(a.lse.has_value(), part != "attention_lse");
+      EXPECT_EQ(a.v.buffer != nullptr, part != "attention_lse");
+    }
+  // The output must be shaped as the operand the gradient is taken of (k here, not q).
+  std::string text = attentionBackwardProgram("attention_grad_q", "scale=0.5, causal=false");
+  EXPECT_EQ(verifyProgram(*parseProgram(text)),
+            "compute 0 (%y): attention_grad_q shapes do not agree: q [2, 3, 5, 8], "
+            "k [2, 3, s0, 8], v [2, 3, s0, 4], output [2, 3, s0, 8]");
+  EXPECT_NE(parseError(attentionBackwardProgram("attention_grad_w", "scale=0.5, causal=false"))
+                .find("expected attention, attention_lse or attention_grad_q|k|v, found "
+                      "'attention_grad_w'"),
+            std::string::npos);
+}
+
 TEST(LoopText, PrintExprIsOneLine) {
   LoopProgram p(std::make_shared<sym::SymContext>());
   SymExpr i = p.sym().indexSymbol("i", p.sym().constant(8));

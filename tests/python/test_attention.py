@@ -147,9 +147,9 @@ def test_dynamic_sequence_length(device):
 
 
 def test_training_compiles_attention_and_its_backward(device):
-    """In training on the CPU, attention is traced as PyTorch's math path, so the forward and
-    backward graphs compile whole (no op left to eager); on CUDA the fused attention and its
-    backward stay in eager. Values and gradients match either way."""
+    """In training on the CPU, PyTorch's flash attention, its log-sum-exp and its backward
+    compile, so the forward and backward graphs compile whole (no op left to eager); on CUDA the
+    fused attention and its backward stay in eager. Values and gradients match either way."""
     torch.manual_seed(7)
     block = SelfAttention()
     x = torch.randn(2, 12, 64, requires_grad=True)
@@ -313,9 +313,9 @@ def test_position_masks_match_eager(device, kind):
 
 @pytest.mark.parametrize("mask", ["causal", "bool", "float", "broadcast bool"])
 def test_training_with_masks_matches_eager(device, mask):
-    """CPU training traces attention as PyTorch's math path, which adds its mask to the scores: a
-    bool mask must count as 0 / -inf there, as scaled_dot_product_attention reads it, never as
-    1 / 0. (On CUDA the fused attention stays in eager; the values must match there too.)"""
+    """CPU training compiles PyTorch's flash attention and its backward with the mask as a bias:
+    a bool mask counts as 0 / -inf, as scaled_dot_product_attention reads it, never as 1 / 0.
+    (On CUDA the fused attention stays in eager; the values must match there too.)"""
     torch.manual_seed(11)
     b, h, s, d = 2, 3, 10, 16
     q, k, v = (torch.randn(b, h, s, d, device=device, requires_grad=True) for _ in range(3))
@@ -340,27 +340,103 @@ def test_training_with_masks_matches_eager(device, mask):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.cpu_only("CUDA training keeps the fused attention at every size")
-def test_large_training_attention_keeps_the_fused_kernel():
-    """Above MATH_TRAINING_MAX_SCORES scores a training graph keeps PyTorch's fused attention
-    (its probabilities would not be saved for the backward), counted as a fallback."""
-    from braze import rules_attention
-    torch.manual_seed(12)
-    q, k, v = (torch.randn(1, 2, 24, 8, requires_grad=True) for _ in range(3))
-    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    saved = rules_attention.MATH_TRAINING_MAX_SCORES
-    rules_attention.MATH_TRAINING_MAX_SCORES = 2 * 24 * 24 - 1
-    try:
-        compiled = _compile(fn)
-        before = braze.counters()["fallback_ops"]
-        out = compiled(q, k, v)
-        out.sum().backward()
-        assert braze.counters()["fallback_ops"] > before
-    finally:
-        rules_attention.MATH_TRAINING_MAX_SCORES = saved
-    got = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    fn(q, k, v).sum().backward()
-    for g, t in zip(got, (q, k, v)):
-        torch.testing.assert_close(g, t.grad, atol=1e-5, rtol=1e-5)
+def _fused_training(fn, args, grad_scale=0.5):
+    """Values and gradients of compiled fn and of eager fn, and the fallback ops counted while
+    the compiled one ran."""
+    compiled = _compile(fn)
+    before = braze.counters()["fallback_ops"]
+    out = compiled(*args)
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    g = torch.randn_like(out) * grad_scale
+    got = [out.detach()] + list(torch.autograd.grad(out, leaves, g))
+    fallbacks = braze.counters()["fallback_ops"] - before
+    out = fn(*args)
+    want = [out.detach()] + list(torch.autograd.grad(out, leaves, g))
+    return got, want, fallbacks
+
+
+# (batch, heads, key heads, query rows, key rows, head dim): sizes off the kernel's blocks of
+# 64 query rows and 256 keys, more queries than keys and fewer, grouped-query heads.
+FUSED_TRAINING = [(2, 3, 3, 70, 300, 40), (1, 2, 2, 300, 70, 64), (2, 4, 2, 33, 33, 16),
+                  (1, 1, 1, 1, 5, 8)]
+
+
+@pytest.mark.cpu_only("CUDA keeps PyTorch's fused attention and its backward in eager")
+@pytest.mark.parametrize("shape", FUSED_TRAINING, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mask", ["none", "causal", "float", "bool with an empty row"])
+def test_fused_training_attention_compiles_forward_and_backward(shape, mask):
+    """PyTorch's CPU flash attention in training: its output and log-sum-exp (attention and
+    attention_lse) and its backward (one attention_grad per gradient) compile, with nothing left
+    to eager, and match eager's values and gradients. A row with no kept key has a zero
+    output and zero gradients."""
+    torch.manual_seed(13)
+    b, h, hk, sq, sk, d = shape
+    q = torch.randn(b, h, sq, d, requires_grad=True)
+    k, v = (torch.randn(b, hk, sk, d, requires_grad=True) for _ in range(2))
+    m = None
+    if mask == "float":
+        m = torch.randn(b, 1, sq, sk)
+    elif mask == "bool with an empty row":
+        m = torch.rand(sq, sk) > 0.3
+        m[0] = False
+    kw = {"enable_gqa": True} if h != hk else {}
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=mask == "causal",
+                                              **kw)
+
+    got, want, fallbacks = _fused_training(fn, (q, k, v))
+    assert fallbacks == 0
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+@pytest.mark.cpu_only("CUDA keeps PyTorch's fused attention and its backward in eager")
+def test_training_with_attention_dropout_takes_the_math_path():
+    """Attention dropout in CPU training: traced as PyTorch's math path (braze's fused training
+    kernels have no dropout), so the dropout and the backward compile too. A dropped score gives
+    its key's value no gradient from that row: with p = 1 every gradient is 0, as in eager."""
+    torch.manual_seed(14)
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    for p, check in ((1.0, True), (0.3, False)):
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        got, want, fallbacks = _fused_training(fn, (q, k, v))
+        assert fallbacks == 0
+        if check:
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+        else:
+            assert all(torch.isfinite(g).all() for g in got)
+
+
+@pytest.mark.cpu_only("the bound is on host memory")
+def test_long_sequence_backward_runs_in_bounded_memory():
+    """The backward of S = 2048 attention (2 heads, f32): its scores would be 32 MiB per
+    product; the fused kernels hold blocks per thread. A fresh process, so that the peak is its
+    own."""
+    script = textwrap.dedent("""
+        import resource, torch, torch.nn.functional as F, braze
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 2, 2048, 32, requires_grad=True) for _ in range(3))
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        compiled = torch.compile(fn, backend="braze", dynamic=False)
+        small = [t[:, :, :64].detach().requires_grad_() for t in (q, k, v)]
+        compiled(*small).sum().backward()  # compiles a graph of another size, warms the caches
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="braze", dynamic=False)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        got = torch.autograd.grad(compiled(q, k, v).sum(), (q, k, v))
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        want = torch.autograd.grad(fn(q, k, v).sum(), (q, k, v))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        print(braze.counters()["fallback_ops"], grown * 1024)
+    """)
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    fallbacks, grown = map(int, run.stdout.split()[-2:])
+    assert fallbacks == 0
+    scores = 1 * 2 * 2048 * 2048 * 4
+    assert grown < scores, f"peak memory grew by {grown} bytes; one product's scores are {scores}"

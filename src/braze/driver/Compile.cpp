@@ -98,6 +98,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   d.halfConvolutions = opts.cuda.has_value();
   if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
     d.fusedAttentionDtypes = {DType::Float32};
+    d.fusedAttentionBackwardDtypes = {DType::Float32};
     d.fusedAttentionMaxHeadDim = 1024;
   } else if (opts.cuda->computeCapability >= 80) { // tensor-core mma (codegen/cuda/CudaAttention)
     d.fusedAttentionDtypes = {DType::Float16, DType::BFloat16};

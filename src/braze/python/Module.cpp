@@ -266,6 +266,18 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().attention(g.at(q), g.at(k), g.at(v),
                                             bias ? g.at(*bias) : nullptr, scale, causal));
       })
+      .def("attention_lse", [](PyGraph &g, int q, int k, std::optional<int> bias, double scale,
+                               bool causal) {
+        return g.node(g.builder().attentionLse(g.at(q), g.at(k), bias ? g.at(*bias) : nullptr,
+                                               scale, causal));
+      })
+      .def("attention_grad", [](PyGraph &g, const std::string &wrt, int dout, int q, int k, int v,
+                                int out, int lse, std::optional<int> bias, double scale,
+                                bool causal) {
+        return g.node(g.builder().attentionGrad(wrt, g.at(dout), g.at(q), g.at(k), g.at(v),
+                                                g.at(out), g.at(lse),
+                                                bias ? g.at(*bias) : nullptr, scale, causal));
+      })
       .def("max_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
         auto [v, i] = g.builder().maxPool(g.at(x), k, s, p, d, ceil);
         return std::make_pair(g.node(v), g.node(i));

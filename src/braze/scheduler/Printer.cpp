@@ -35,7 +35,8 @@ std::string printSchedule(const Schedule &s) {
       std::string names;
       for (const loop::AttentionOperand *o : k.attention->attention->operands())
         names += (names.empty() ? "%" : ", %") + o->buffer->name;
-      out += " attention(" + names + ")";
+      out += std::string(" ") + loop::attentionPartName(k.attention->attention->part) + "(" +
+             names + ")";
     }
     if (k.conv)
       out += " conv(%" + k.conv->conv->input->name + ", %" + k.conv->conv->weight->name + ")";

@@ -20,7 +20,26 @@ namespace braze::codegen {
 ///      sum l, and an accumulator rescaled by exp(m_old - m_new) when the maximum grows. Causal
 ///      tasks stop at the block's last query row.
 ///   3. Memory is a block of scores and an accumulator per thread: it never holds Sq x Sk.
-/// With `blas` symbols the two block products are single-threaded sgemm calls; without, loops.
+/// Also the log-sum-exp and the gradients (loop::AttentionPart's Lse, GradQ, GradK, GradV):
+///   void braze_attention_lse_f32(int rank, const int64_t *dims, const float *q,
+///                                const int64_t *qs, const float *k, const int64_t *ks,
+///                                const float *bias, const int64_t *bs, float *lse, float scale,
+///                                bool causal)
+///   void braze_attention_grad_f32(int wrt, int rank, const int64_t *dims, const float *dout,
+///                                 const int64_t *dos, const float *q, const int64_t *qs,
+///                                 const float *k, const int64_t *ks, const float *v,
+///                                 const int64_t *vs, const float *o, const int64_t *os,
+///                                 const float *lse, const int64_t *ls, const float *bias,
+///                                 const int64_t *bs, float *grad, float scale, bool causal)
+///   - lse is row-major [B.., Sq], -inf for a row whose every key is masked; the forward's
+///     tasks and key blocks, keeping only the running maximum and sum.
+///   - grad is the gradient with respect to q (wrt 0), k (1) or v (2), row-major as that
+///     operand, from dout and o ([B.., Sq, Dv]) and lse (rank - 1 strides ls). With
+///     p = exp(s - lse) and dS = p * (dout·vᵀ - rowsum(dout * o)): dq = scale * dS·k from
+///     tasks of 64 query rows walking blocks of 256 keys; dk = scale * dSᵀ·q and dv = pᵀ·dout
+///     from tasks of 64 keys walking blocks of 256 query rows (causal: from the task's first
+///     key on). v and o may be null for dv. Per thread: a block of p (then dS) and of dout·vᵀ.
+/// With `blas` symbols the block products are single-threaded sgemm calls; without, loops.
 std::string attentionPrelude(const BlasSymbols &blas);
 
 } // namespace braze::codegen

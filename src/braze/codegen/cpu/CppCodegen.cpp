@@ -127,35 +127,57 @@ private:
            body + "}\n\n";
   }
 
-  /// A fused attention (braze_attention_f32 in the prelude) over the operands' logical sizes
-  /// and strides; the output is row-major.
+  /// A fused attention part (braze_attention_f32, braze_attention_lse_f32 or
+  /// braze_attention_grad_f32 in the prelude) over the operands' logical sizes and strides;
+  /// the output is row-major.
   std::string emitAttentionKernel(const Kernel &k) {
     const loop::Computation &c = *k.attention;
     const loop::AttentionSpec &a = *c.attention;
-    BRAZE_CHECK(c.out->dtype == DType::Float32) << "CPU attention is f32 only";
+    BRAZE_CHECK(a.q.buffer->dtype == DType::Float32) << "CPU attention is f32 only";
     std::string body;
     Writer w(body, 1);
     keepBlasSingleThreaded(w);
     declareSymbols(k, w);
     auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names_, xs); };
-    size_t rank = c.out->shape.size();
+    size_t rank = a.q.shape.size();
     std::vector<sym::SymExpr> dims(a.q.shape.begin(), a.q.shape.end() - 1);
     dims.push_back(a.k.shape[rank - 2]);
     dims.push_back(a.q.shape[rank - 1]);
-    dims.push_back(a.v.shape[rank - 1]);
-    std::string n = "[" + std::to_string(rank) + "]";
+    dims.push_back(a.v.buffer ? a.v.shape[rank - 1] : a.q.shape[rank - 1]);
     w.line("const int64_t dims[" + std::to_string(rank + 2) + "] = " + list(dims) + ";");
-    auto operand = [&](const loop::AttentionOperand &o, const std::string &name) {
-      w.line("const int64_t " + name + "s" + n + " = " + list(o.strides) + ";");
-      return "(const float*)bufs[" + std::to_string(o.buffer->id) + "] + " + names_.index(o.offset) +
-             ", " + name + "s";
+    auto operand = [&](const std::optional<loop::AttentionOperand> &o, const std::string &name) {
+      if (!o || !o->buffer)
+        return std::string("nullptr, nullptr");
+      w.line("const int64_t " + name + "s[" + std::to_string(o->strides.size()) +
+             "] = " + list(o->strides) + ";");
+      return "(const float*)bufs[" + std::to_string(o->buffer->id) + "] + " +
+             names_.index(o->offset) + ", " + name + "s";
     };
     std::string q = operand(a.q, "q"), kk = operand(a.k, "k"), v = operand(a.v, "v");
-    std::string bias = a.bias ? operand(*a.bias, "b") : "nullptr, nullptr";
-    w.line("braze_attention_f32(" + std::to_string(rank) + ", dims, " + q + ", " + kk + ", " + v +
-           ", " + bias + ", (float*)bufs[" + std::to_string(c.out->id) + "], " +
-           literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false") + ", " +
-           (a.safe ? "true" : "false") + ");");
+    std::string bias = operand(a.bias, "b");
+    std::string out = "(float*)bufs[" + std::to_string(c.out->id) + "]";
+    std::string tail = literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false");
+    std::string r = std::to_string(rank);
+    switch (a.part) {
+    case loop::AttentionPart::Output:
+      w.line("braze_attention_f32(" + r + ", dims, " + q + ", " + kk + ", " + v + ", " + bias +
+             ", " + out + ", " + tail + ", " + (a.safe ? "true" : "false") + ");");
+      break;
+    case loop::AttentionPart::Lse:
+      w.line("braze_attention_lse_f32(" + r + ", dims, " + q + ", " + kk + ", " + bias + ", " +
+             out + ", " + tail + ");");
+      break;
+    case loop::AttentionPart::GradQ:
+    case loop::AttentionPart::GradK:
+    case loop::AttentionPart::GradV: {
+      int wrt = a.part == loop::AttentionPart::GradQ ? 0 : a.part == loop::AttentionPart::GradK ? 1 : 2;
+      std::string dout = operand(a.dout, "do"), o = operand(a.out, "o"), lse = operand(a.lse, "l");
+      w.line("braze_attention_grad_f32(" + std::to_string(wrt) + ", " + r + ", dims, " + dout +
+             ", " + q + ", " + kk + ", " + v + ", " + o + ", " + lse + ", " + bias + ", " + out +
+             ", " + tail + ");");
+      break;
+    }
+    }
     return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
   }

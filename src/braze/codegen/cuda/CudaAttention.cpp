@@ -323,6 +323,8 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   const loop::AttentionSpec &a = *c.attention;
   DType t = c.out->dtype;
   BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
+  BRAZE_CHECK(a.part == loop::AttentionPart::Output)
+      << "CUDA fuses the attention output only (its log-sum-exp and gradients decompose)";
   size_t rank = c.out->shape.size(), nb = rank - 2;
   int64_t d = a.q.shape[rank - 1]->value(), dv = a.v.shape[rank - 1]->value();
   auto ix = [&](sym::SymExpr e) { return names.index(e); };

@@ -83,6 +83,15 @@ public:
   /// ops) and nan otherwise (a softmax written out).
   Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
                   bool safe = true);
+  /// The log-sum-exp of attention's scores over the kept keys: [B.., Sq] in the compute type
+  /// (f32 for half operands); -inf for a row whose every key is masked. The forward's saved
+  /// value for attentionGrad.
+  Node *attentionLse(Node *q, Node *k, Node *bias, double scale, bool causal);
+  /// The gradient of the attention `out` (safe, with log-sum-exp `lse`) with respect to `wrt`
+  /// ("q", "k" or "v"), given the output's gradient `dout` [B.., Sq, Dv]: shaped and typed as
+  /// that operand. A bias is a constant (it gets no gradient).
+  Node *attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v, Node *out,
+                      Node *lse, Node *bias, double scale, bool causal);
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);
@@ -148,6 +157,9 @@ private:
   AttrMap reductionAttrs(std::string_view op, Node *x, std::vector<int64_t> &dims, bool keepdim,
                          std::vector<SymExpr> &shape);
   std::vector<int64_t> normalizeDims(std::string_view op, std::vector<int64_t> dims, int64_t rank);
+  /// An attention bias checked to broadcast to the scores [B.., Sq, Sk], a bool mask made
+  /// additive (false: -inf), in q's dtype.
+  Node *attentionBias(const char *op, Node *bias, Node *q, Node *k);
   Graph &g_;
   std::string name_;
   int64_t nextRandomStream_ = 0;

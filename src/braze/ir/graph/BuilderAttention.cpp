@@ -9,51 +9,78 @@
 
 namespace braze {
 
+namespace {
+
+/// q [B.., Sq, D], k [B.., Sk, D] and, when given, v [B.., Sk, Dv]: one floating dtype, one rank
+/// of at least 2, shared batch dims.
+void checkOperands(const char *op, const std::string &name, Node *q, Node *k, Node *v) {
+  std::vector<Node *> xs{q, k};
+  if (v)
+    xs.push_back(v);
+  for (Node *x : xs)
+    if (!isFloating(x->dtype()) || x->dtype() != q->dtype())
+      BRAZE_USER_ERROR(op, name) << "query, key and value must share one floating-point dtype, got "
+                                 << dtypeName(q->dtype()) << ", " << dtypeName(k->dtype())
+                                 << (v ? " and " + std::string(dtypeName(v->dtype())) : "");
+  int64_t r = q->rank();
+  for (Node *x : xs)
+    if (r < 2 || x->rank() != r)
+      BRAZE_USER_ERROR(op, name) << "query, key and value must have one rank of at least 2, got "
+                                 << r << ", " << k->rank()
+                                 << (v ? " and " + std::to_string(v->rank()) : "");
+  for (int64_t i = 0; i < r - 2; ++i)
+    for (Node *x : xs)
+      if (x->shape()[i] != q->shape()[i])
+        BRAZE_USER_ERROR(op, name) << "batch dims differ: query " << shapeText(q->shape())
+                                   << ", key " << shapeText(k->shape())
+                                   << (v ? ", value " + shapeText(v->shape()) : "");
+  if (k->shape()[r - 1] != q->shape()[r - 1])
+    BRAZE_USER_ERROR(op, name) << "key's last dim " << sym::toString(k->shape()[r - 1])
+                               << " must equal query's " << sym::toString(q->shape()[r - 1]);
+  if (v && v->shape()[r - 2] != k->shape()[r - 2])
+    BRAZE_USER_ERROR(op, name) << "value has " << sym::toString(v->shape()[r - 2])
+                               << " rows but key has " << sym::toString(k->shape()[r - 2]);
+}
+
+/// The scores' shape [B.., Sq, Sk].
+std::vector<SymExpr> scoresShape(Node *q, Node *k) {
+  std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
+  scores.push_back(k->shape()[k->rank() - 2]);
+  return scores;
+}
+
+} // namespace
+
+Node *GraphBuilder::attentionBias(const char *op, Node *bias, Node *q, Node *k) {
+  std::vector<SymExpr> scores = scoresShape(q, k);
+  int64_t r = q->rank();
+  if (bias->rank() > r)
+    BRAZE_USER_ERROR(op, name_) << "bias has rank " << bias->rank() << " but the scores "
+                                << shapeText(scores) << " have rank " << r;
+  int64_t lead = r - bias->rank();
+  for (int64_t i = 0; i < bias->rank(); ++i)
+    if (!bias->shape()[i]->isConst(1) && bias->shape()[i] != scores[lead + i])
+      BRAZE_USER_ERROR(op, name_) << "bias " << shapeText(bias->shape())
+                                  << " does not broadcast to the scores " << shapeText(scores);
+  if (bias->dtype() == DType::Bool)
+    bias = where(bias, scalar(0, q->dtype()),
+                 scalar(-std::numeric_limits<double>::infinity(), q->dtype()));
+  else if (!isFloating(bias->dtype()))
+    BRAZE_USER_ERROR(op, name_) << "bias must be bool or floating-point, got "
+                                << dtypeName(bias->dtype());
+  return convert(bias, q->dtype());
+}
+
 Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
                               bool safe) {
   const char *op = "attention";
-  for (Node *x : {q, k, v})
-    if (!isFloating(x->dtype()) || x->dtype() != q->dtype())
-      BRAZE_USER_ERROR(op, name_) << "query, key and value must share one floating-point dtype, got "
-                                  << dtypeName(q->dtype()) << ", " << dtypeName(k->dtype())
-                                  << " and " << dtypeName(v->dtype());
-  int64_t r = q->rank();
-  if (r < 2 || k->rank() != r || v->rank() != r)
-    BRAZE_USER_ERROR(op, name_) << "query, key and value must have one rank of at least 2, got "
-                                << r << ", " << k->rank() << " and " << v->rank();
-  for (int64_t i = 0; i < r - 2; ++i)
-    if (k->shape()[i] != q->shape()[i] || v->shape()[i] != q->shape()[i])
-      BRAZE_USER_ERROR(op, name_) << "batch dims differ: query " << shapeText(q->shape())
-                                  << ", key " << shapeText(k->shape()) << ", value "
-                                  << shapeText(v->shape());
-  if (k->shape()[r - 1] != q->shape()[r - 1])
-    BRAZE_USER_ERROR(op, name_) << "key's last dim " << sym::toString(k->shape()[r - 1])
-                                << " must equal query's " << sym::toString(q->shape()[r - 1]);
-  if (v->shape()[r - 2] != k->shape()[r - 2])
-    BRAZE_USER_ERROR(op, name_) << "value has " << sym::toString(v->shape()[r - 2])
-                                << " rows but key has " << sym::toString(k->shape()[r - 2]);
+  checkOperands(op, name_, q, k, v);
   if (!std::isfinite(scale))
     BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
-  std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
-  scores.push_back(k->shape()[r - 2]);
   std::vector<Node *> ops{q, k, v};
-  if (bias) {
-    if (bias->rank() > r)
-      BRAZE_USER_ERROR(op, name_) << "bias has rank " << bias->rank() << " but the scores "
-                                  << shapeText(scores) << " have rank " << r;
-    int64_t lead = r - bias->rank();
-    for (int64_t i = 0; i < bias->rank(); ++i)
-      if (!bias->shape()[i]->isConst(1) && bias->shape()[i] != scores[lead + i])
-        BRAZE_USER_ERROR(op, name_) << "bias " << shapeText(bias->shape())
-                                    << " does not broadcast to the scores " << shapeText(scores);
-    if (bias->dtype() == DType::Bool)
-      bias = where(bias, scalar(0, q->dtype()),
-                   scalar(-std::numeric_limits<double>::infinity(), q->dtype()));
-    else if (!isFloating(bias->dtype()))
-      BRAZE_USER_ERROR(op, name_) << "bias must be bool or floating-point, got "
-                                  << dtypeName(bias->dtype());
-    ops.push_back(convert(bias, q->dtype()));
-  }
+  if (bias)
+    ops.push_back(attentionBias(op, bias, q, k));
+  int64_t r = q->rank();
   std::vector<SymExpr> shape(q->shape().begin(), q->shape().end() - 1);
   shape.push_back(v->shape()[r - 1]);
   AttrMap attrs;
@@ -62,6 +89,57 @@ Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scal
   attrs.set("safe", safe);
   attrs.set("bias", bias != nullptr);
   return make(OpKind::Attention, ops, std::move(attrs), TensorType{q->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::attentionLse(Node *q, Node *k, Node *bias, double scale, bool causal) {
+  const char *op = "attention_lse";
+  checkOperands(op, name_, q, k, nullptr);
+  if (!std::isfinite(scale))
+    BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
+  std::vector<Node *> ops{q, k};
+  if (bias)
+    ops.push_back(attentionBias(op, bias, q, k));
+  std::vector<SymExpr> shape(q->shape().begin(), q->shape().end() - 1);
+  AttrMap attrs;
+  attrs.set("scale", scale);
+  attrs.set("causal", causal);
+  attrs.set("bias", bias != nullptr);
+  return make(OpKind::AttentionLse, ops, std::move(attrs),
+              TensorType{computeType(q->dtype()), shape, {}});
+}
+
+Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v,
+                                  Node *out, Node *lse, Node *bias, double scale, bool causal) {
+  const char *op = "attention_grad";
+  checkOperands(op, name_, q, k, v);
+  if (wrt != "q" && wrt != "k" && wrt != "v")
+    BRAZE_USER_ERROR(op, name_) << "wrt must be \"q\", \"k\" or \"v\", got \"" << wrt << "\"";
+  if (!std::isfinite(scale))
+    BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
+  int64_t r = q->rank();
+  std::vector<SymExpr> outShape(q->shape().begin(), q->shape().end() - 1);
+  outShape.push_back(v->shape()[r - 1]);
+  std::vector<SymExpr> lseShape(q->shape().begin(), q->shape().end() - 1);
+  for (auto [x, what] : {std::pair{dout, "output gradient"}, std::pair{out, "output"}})
+    if (x->dtype() != q->dtype() || x->shape() != outShape)
+      BRAZE_USER_ERROR(op, name_) << "the " << what << " must be " << dtypeName(q->dtype())
+                                  << shapeText(outShape) << ", got " << dtypeName(x->dtype())
+                                  << shapeText(x->shape());
+  if (lse->dtype() != computeType(q->dtype()) || lse->shape() != lseShape)
+    BRAZE_USER_ERROR(op, name_) << "the log-sum-exp must be " << dtypeName(computeType(q->dtype()))
+                                << shapeText(lseShape) << ", got " << dtypeName(lse->dtype())
+                                << shapeText(lse->shape());
+  std::vector<Node *> ops{dout, q, k, v, out, lse};
+  if (bias)
+    ops.push_back(attentionBias(op, bias, q, k));
+  Node *like = wrt == "q" ? q : wrt == "k" ? k : v;
+  AttrMap attrs;
+  attrs.set("wrt", wrt);
+  attrs.set("scale", scale);
+  attrs.set("causal", causal);
+  attrs.set("bias", bias != nullptr);
+  return make(OpKind::AttentionGrad, ops, std::move(attrs),
+              TensorType{q->dtype(), like->shape(), {}});
 }
 
 } // namespace braze

@@ -145,6 +145,10 @@ private:
         lo = hi = 3;
       if (node_->op() == OpKind::Attention)
         lo = 3, hi = 4;
+      if (node_->op() == OpKind::AttentionLse)
+        lo = 2, hi = 3;
+      if (node_->op() == OpKind::AttentionGrad)
+        lo = 6, hi = 7;
       break;
     case OpCategoryKind::Concat:
       hi = SIZE_MAX;
@@ -564,6 +568,63 @@ private:
     return true;
   }
 
+  /// attention_lse (q, k[, bias] -> [B.., Sq] in the compute type) and attention_grad
+  /// (dout, q, k, v, out, lse[, bias] -> the shape and dtype of q, k or v as `wrt` says).
+  bool checkAttentionSaved() {
+    const AttrMap &a = node_->attrs();
+    bool grad = node_->op() == OpKind::AttentionGrad;
+    size_t first = grad ? 1 : 0, operands = node_->operands().size();
+    if (operands != (grad ? 6u : 2u) + a.getBool("bias"))
+      return fail("operand count does not match the 'bias' attribute");
+    const Node *q = node_->operand(first), *k = node_->operand(first + 1);
+    size_t r = q->shape().size();
+    if (r < 2 || k->shape().size() != r || !isFloating(q->dtype()) || k->dtype() != q->dtype())
+      return fail("query and key must share one floating-point dtype and a rank of at least 2");
+    for (size_t i = 0; i + 2 < r; ++i)
+      if (k->shape()[i] != q->shape()[i])
+        return fail("query and key must share their batch dims");
+    if (k->shape()[r - 1] != q->shape()[r - 1])
+      return fail("key must be [.., Sk, D] for a query [.., Sq, D]");
+    std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
+    if (a.getBool("bias")) {
+      const Node *b = node_->operand(operands - 1);
+      std::vector<SymExpr> scores = rows;
+      scores.push_back(k->shape()[r - 2]);
+      if (b->dtype() != q->dtype() || b->shape().size() > r)
+        return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
+      size_t lead = r - b->shape().size();
+      for (size_t i = 0; i < b->shape().size(); ++i)
+        if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
+          return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
+                      shapeText(scores));
+    }
+    if (!grad)
+      return node_->dtype() == computeType(q->dtype()) && node_->shape() == rows
+                 ? true
+                 : fail("result must be " + std::string(dtypeName(computeType(q->dtype()))) +
+                        shapeText(rows));
+    const Node *v = node_->operand(3), *lse = node_->operand(5);
+    bool vOk = v->dtype() == q->dtype() && v->shape().size() == r &&
+               v->shape()[r - 2] == k->shape()[r - 2];
+    for (size_t i = 0; vOk && i + 2 < r; ++i)
+      vOk = v->shape()[i] == q->shape()[i];
+    if (!vOk)
+      return fail("value must be [B.., Sk, Dv] of the query's dtype and batch dims");
+    std::vector<SymExpr> outShape = rows;
+    outShape.push_back(v->shape()[r - 1]);
+    for (const Node *x : {node_->operand(0), node_->operand(4)})
+      if (x->dtype() != q->dtype() || x->shape() != outShape)
+        return fail("the output and its gradient must be " + shapeText(outShape));
+    if (lse->dtype() != computeType(q->dtype()) || lse->shape() != rows)
+      return fail("the log-sum-exp must be " + std::string(dtypeName(computeType(q->dtype()))) +
+                  shapeText(rows));
+    const std::string &wrt = a.getString("wrt");
+    const Node *like = wrt == "q" ? q : wrt == "k" ? k : v;
+    if (node_->dtype() != q->dtype() || node_->shape() != like->shape())
+      return fail("result must be shaped as the operand named by wrt");
+    return true;
+  }
+
   /// The attributes each composite op's decomposition reads.
   bool checkComposite() {
     const AttrMap &a = node_->attrs();
@@ -618,6 +679,18 @@ private:
       if (!std::isfinite(a.getFloat("scale")))
         return fail("scale must be finite");
       return checkAttention();
+    }
+    if (op == OpKind::AttentionLse || op == OpKind::AttentionGrad) {
+      if ((!has("scale", double{}) && !has("scale", int64_t{})) || !has("causal", bool{}) ||
+          !has("bias", bool{}))
+        return fail("needs attributes 'scale' (float), 'causal' and 'bias' (bool)");
+      if (!std::isfinite(a.getFloat("scale")))
+        return fail("scale must be finite");
+      if (op == OpKind::AttentionGrad &&
+          (!has("wrt", std::string{}) ||
+           (a.getString("wrt") != "q" && a.getString("wrt") != "k" && a.getString("wrt") != "v")))
+        return fail("needs attribute wrt=\"q\", \"k\" or \"v\"");
+      return checkAttentionSaved();
     }
     if (op == OpKind::Random)
       return has("distribution", std::string{}) && has("stream", int64_t{})

@@ -47,6 +47,22 @@ int scalarOpArity(ScalarOpKind k) {
   BRAZE_UNREACHABLE("bad ScalarOpKind");
 }
 
+const char *attentionPartName(AttentionPart p) {
+  switch (p) {
+  case AttentionPart::Output:
+    return "attention";
+  case AttentionPart::Lse:
+    return "attention_lse";
+  case AttentionPart::GradQ:
+    return "attention_grad_q";
+  case AttentionPart::GradK:
+    return "attention_grad_k";
+  case AttentionPart::GradV:
+    return "attention_grad_v";
+  }
+  return "attention";
+}
+
 std::string_view bufferKindName(BufferKind k) {
   switch (k) {
   case BufferKind::Input:

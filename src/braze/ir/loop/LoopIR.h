@@ -137,28 +137,51 @@ struct AttentionOperand {
   std::vector<SymExpr> shape, strides;
 };
 
+/// What a fused attention Computation writes: the attention itself, the log-sum-exp of its
+/// scores (the forward's saved value), or the gradient with respect to q, k or v.
+enum class AttentionPart { Output, Lse, GradQ, GradK, GradV };
+
 /// Scaled dot-product attention computed by a Computation as one fused kernel:
 /// out[b.., i, :] = sum_j p[b.., i, j] * v[b.., j, :] with
 /// p = softmax_j(scale * q[b.., i, :]·k[b.., j, :] + bias[b.., i, j]), where `causal` drops the
-/// keys j > i; a row whose every key is masked is 0 when `safe`, nan otherwise. q is [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv]; the output buffer is
-/// [B.., Sq, Dv], row-major. Such a Computation has no value: the kernel is the library's (or
-/// the one codegen writes), and no loop nest is its fallback. Lowering keeps attention whole
-/// only for targets that run it (DecomposeOptions::fusedAttentionDtypes).
+/// keys j > i; a row whose every key is masked is 0 when `safe`, nan otherwise. q is
+/// [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv]; the output buffer is row-major:
+///   - Output: [B.., Sq, Dv];
+///   - Lse: lse[b.., i] = log sum_j exp(s[b.., i, j]) over the kept keys, [B.., Sq] (v unused,
+///     with no buffer);
+///   - GradQ, GradK, GradV: the gradient of Output with respect to q, k or v (shaped as it),
+///     given the output's gradient `dout` and the output `out` ([B.., Sq, Dv]) and `lse`
+///     ([B.., Sq], one stride per dim).
+/// Such a Computation has no value: the kernel is the library's (or the one codegen writes),
+/// and no loop nest is its fallback. Lowering keeps attention whole only for targets that run
+/// it (DecomposeOptions::fusedAttentionDtypes, fusedAttentionBackwardDtypes).
 struct AttentionSpec {
+  AttentionPart part = AttentionPart::Output;
   AttentionOperand q, k, v;
   std::optional<AttentionOperand> bias;
+  std::optional<AttentionOperand> dout, out, lse;
   double scale = 1;
   bool causal = false;
   bool safe = true;
 
-  /// The operands, bias last when there is one.
+  /// The operands the part reads, in the order dout, q, k, v, out, lse, bias.
   std::vector<const AttentionOperand *> operands() const {
-    std::vector<const AttentionOperand *> xs{&q, &k, &v};
-    if (bias)
-      xs.push_back(&*bias);
+    std::vector<const AttentionOperand *> xs;
+    if (dout)
+      xs.push_back(&*dout);
+    xs.push_back(&q);
+    xs.push_back(&k);
+    if (v.buffer)
+      xs.push_back(&v);
+    for (const std::optional<AttentionOperand> *o : {&out, &lse, &bias})
+      if (*o)
+        xs.push_back(&**o);
     return xs;
   }
 };
+
+/// The text name of a part ("attention", "attention_lse", "attention_grad_q", ..).
+const char *attentionPartName(AttentionPart p);
 
 /// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the
 /// constant 1 (unit dims are always index 0 and get no loop); rvars likewise for the reduced

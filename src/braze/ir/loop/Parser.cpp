@@ -214,7 +214,7 @@ private:
     if (peekWord() == "conv")
       conv = convSpec();
     std::optional<AttentionSpec> attention;
-    if (peekWord() == "attention")
+    if (peekWord().substr(0, 9) == "attention")
       attention = attentionSpec();
     expect('{');
     while (peekWord() != "yield")
@@ -246,19 +246,38 @@ private:
     return o;
   }
 
-  /// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false[, safe=false])`
+  /// `PART(NAME=(..), .., [bias=(..), ]scale=s, causal=true|false[, safe=false])` as
+  /// printProgram writes it: the operands the part reads, in order.
   AttentionSpec attentionSpec() {
-    expectWord("attention");
-    expect('(');
     AttentionSpec a;
-    for (auto [name, slot] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}}) {
-      if (slot != &a.q)
-        expect(',');
+    size_t at = pos_;
+    std::string part = word("an attention part");
+    std::vector<std::pair<const char *, AttentionOperand *>> named;
+    static const AttentionPart kParts[] = {AttentionPart::Output, AttentionPart::Lse,
+                                           AttentionPart::GradQ, AttentionPart::GradK,
+                                           AttentionPart::GradV};
+    bool known = false;
+    for (AttentionPart p : kParts)
+      if (part == attentionPartName(p))
+        a.part = p, known = true;
+    if (!known)
+      fail(at, "expected attention, attention_lse or attention_grad_q|k|v, found '" + part + "'");
+    if (a.part == AttentionPart::Lse) {
+      named = {{"q", &a.q}, {"k", &a.k}};
+    } else if (a.part == AttentionPart::Output) {
+      named = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}};
+    } else {
+      a.dout.emplace(), a.out.emplace(), a.lse.emplace();
+      named = {{"dout", &*a.dout}, {"q", &a.q},     {"k", &a.k},
+               {"v", &a.v},        {"out", &*a.out}, {"lse", &*a.lse}};
+    }
+    expect('(');
+    for (auto [name, slot] : named) {
       expectWord(name);
       expect('=');
       *slot = attentionOperand();
+      expect(',');
     }
-    expect(',');
     if (peekWord() == "bias") {
       expectWord("bias");
       expect('=');
@@ -268,7 +287,8 @@ private:
     expectWord("scale");
     expect('=');
     skipSpace();
-    size_t at = pos_, end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
+    at = pos_;
+    size_t end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
     while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
                                   (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
       ++end;

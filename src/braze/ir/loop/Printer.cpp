@@ -153,13 +153,25 @@ std::string operandText(const AttentionOperand &o) {
          ", " + list(o.strides) + ")";
 }
 
-/// `attention(q=(..), k=(..), v=(..)[, bias=(..)], scale=s, causal=true|false[, safe=false])`
+/// `PART(NAME=(..), .., scale=s, causal=true|false[, safe=false])`: PART is attention (q, k,
+/// v), attention_lse (q, k) or attention_grad_q|k|v (dout, q, k, v, out, lse), then bias when
+/// there is one.
 std::string attentionText(const AttentionSpec &a) {
-  std::string s = "attention(q=" + operandText(a.q) + ", k=" + operandText(a.k) +
-                  ", v=" + operandText(a.v);
+  std::string s = std::string(attentionPartName(a.part)) + "(";
+  std::vector<std::pair<const char *, const AttentionOperand *>> named{{"q", &a.q}, {"k", &a.k}};
+  if (a.v.buffer)
+    named.push_back({"v", &a.v});
+  if (a.dout)
+    named.insert(named.begin(), {"dout", &*a.dout});
+  if (a.out)
+    named.push_back({"out", &*a.out});
+  if (a.lse)
+    named.push_back({"lse", &*a.lse});
   if (a.bias)
-    s += ", bias=" + operandText(*a.bias);
-  return s + ", scale=" + formatDouble(a.scale) + ", causal=" + (a.causal ? "true" : "false") +
+    named.push_back({"bias", &*a.bias});
+  for (const auto &[name, o] : named)
+    s += std::string(name) + "=" + operandText(*o) + ", ";
+  return s + "scale=" + formatDouble(a.scale) + ", causal=" + (a.causal ? "true" : "false") +
          (a.safe ? ")" : ", safe=false)");
 }
 

@@ -167,36 +167,47 @@ private:
     return !c.conv || checkConv(*c.conv, order);
   }
 
-  /// An attention's operands: written buffers of the output's floating dtype (the bias may be
-  /// any floating dtype), one stride per logical dim and unit last strides for q, k and v; the
-  /// logical shapes [B.., Sq, D], [B.., Sk, D], [B.., Sk, Dv] agree with the output [B.., Sq, Dv]
-  /// (the buffers' own shapes may differ: an operand may be a strided view of its buffer).
+  /// An attention's operands: written buffers of q's floating dtype (the bias and the
+  /// log-sum-exp may be any floating dtype), one stride per logical dim and unit last strides
+  /// for q, k, v, dout and out; the logical shapes q [B.., Sq, D], k [B.., Sk, D],
+  /// v [B.., Sk, Dv], dout and out [B.., Sq, Dv], lse [B.., Sq] agree with the part's row-major
+  /// output (the buffers' own shapes may differ: an operand may be a strided view of its
+  /// buffer).
   bool checkAttention(const AttentionSpec &a, const std::set<const Buffer *> &written) {
     const Computation &c = *comp_;
-    size_t rank = c.out->shape.size();
+    // The operands' rank, from the output's: the log-sum-exp drops the last dim.
+    size_t rank = c.out->shape.size() + (a.part == AttentionPart::Lse ? 1 : 0);
     if (rank < 2)
-      return failHere("attention output must have rank 2 or more");
+      return failHere("attention operands must have rank 2 or more");
     SymExpr step = ctx_.constant(1);
     bool rowMajor = true;
-    for (size_t i = rank; i-- > 0;) {
+    for (size_t i = c.out->shape.size(); i-- > 0;) {
       rowMajor &= c.out->shape[i]->isConst(1) || c.out->strides[i] == step;
       step = ctx_.mul(step, c.out->shape[i]);
     }
     if (!rowMajor)
       return failHere("attention output %" + c.out->name + " must be row-major");
+    bool grad = a.part != AttentionPart::Output && a.part != AttentionPart::Lse;
+    if ((a.part != AttentionPart::Lse) != (a.v.buffer != nullptr) || grad != a.dout.has_value() ||
+        grad != a.out.has_value() || grad != a.lse.has_value())
+      return failHere(std::string(attentionPartName(a.part)) + " has the wrong operands");
+    DType t = a.q.buffer ? a.q.buffer->dtype : c.out->dtype;
+    if (a.part != AttentionPart::Lse && c.out->dtype != t)
+      return failHere("attention output %" + c.out->name + " must have q's dtype");
     for (const AttentionOperand *o : a.operands()) {
       const Buffer *b = o->buffer;
       if (!b || !buffers_.count(b) || !written.count(b))
         return failHere("attention operand is not a buffer written before it");
       std::string what = "attention operand %" + b->name;
-      bool bias = a.bias && o == &*a.bias;
-      if (!isFloating(b->dtype) || (!bias && b->dtype != c.out->dtype))
-        return failHere(what + " is " + dt(b->dtype) + "; q, k, v and the output share one "
+      bool free = (a.bias && o == &*a.bias) || (a.lse && o == &*a.lse);
+      if (!isFloating(b->dtype) || (!free && b->dtype != t))
+        return failHere(what + " is " + dt(b->dtype) + "; q, k, v, dout and out share one "
                         "floating dtype");
-      if (o->shape.size() != rank || o->strides.size() != rank || !o->offset)
-        return failHere(what + " needs an offset, " + std::to_string(rank) + " sizes and " +
-                        std::to_string(rank) + " strides");
-      if (!bias && !o->strides.back()->isConst(1))
+      size_t want = a.lse && o == &*a.lse ? rank - 1 : rank;
+      if (o->shape.size() != want || o->strides.size() != want || !o->offset)
+        return failHere(what + " needs an offset, " + std::to_string(want) + " sizes and " +
+                        std::to_string(want) + " strides");
+      if (!free && !o->strides.back()->isConst(1))
         return failHere(what + " must have unit stride along its last dim");
       for (SymExpr e : o->strides)
         if (!checkSymbols(e, {}, where() + "stride of " + what))
@@ -204,21 +215,33 @@ private:
       if (!checkSymbols(o->offset, {}, where() + "offset of " + what))
         return false;
     }
-    // Logical shapes: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv], bias [B.., Sq, Sk],
-    // output [B.., Sq, Dv].
-    const std::vector<SymExpr> &q = a.q.shape, &k = a.k.shape, &v = a.v.shape, &y = c.out->shape;
-    bool ok = k[rank - 1] == q[rank - 1] && v[rank - 2] == k[rank - 2] &&
-              y[rank - 2] == q[rank - 2] && y[rank - 1] == v[rank - 1];
+    const std::vector<SymExpr> &q = a.q.shape, &k = a.k.shape;
+    std::vector<SymExpr> rows(q.begin(), q.end() - 1), y = rows, scores = rows;
+    scores.push_back(k[rank - 2]);
+    bool ok = k[rank - 1] == q[rank - 1];
     for (size_t i = 0; ok && i + 2 < rank; ++i)
-      ok = q[i] == y[i] && k[i] == y[i] && v[i] == y[i];
-    if (ok && a.bias) {
-      std::vector<SymExpr> scores(y.begin(), y.end() - 1);
-      scores.push_back(k[rank - 2]);
-      ok = a.bias->shape == scores;
+      ok = k[i] == q[i];
+    if (a.v.buffer) {
+      const std::vector<SymExpr> &v = a.v.shape;
+      ok = ok && v[rank - 2] == k[rank - 2];
+      for (size_t i = 0; ok && i + 2 < rank; ++i)
+        ok = v[i] == q[i];
+      y.push_back(v[rank - 1]);
     }
-    if (!ok)
-      return failHere("attention shapes do not agree: q " + symsText(q) + ", k " + symsText(k) +
-                      ", v " + symsText(v) + ", output " + symsText(y));
+    if (ok && grad)
+      ok = a.dout->shape == y && a.out->shape == y && a.lse->shape == rows;
+    if (ok && a.bias)
+      ok = a.bias->shape == scores;
+    std::vector<SymExpr> want = a.part == AttentionPart::Output ? y
+                                : a.part == AttentionPart::Lse  ? rows
+                                : a.part == AttentionPart::GradQ ? q
+                                : a.part == AttentionPart::GradK ? k
+                                                                 : a.v.shape;
+    if (!ok || c.out->shape != want)
+      return failHere(std::string(attentionPartName(a.part)) + " shapes do not agree: q " +
+                      symsText(q) + ", k " + symsText(k) +
+                      (a.v.buffer ? ", v " + symsText(a.v.shape) : "") + ", output " +
+                      symsText(c.out->shape));
     if (!std::isfinite(a.scale))
       return failHere("attention scale must be finite");
     return true;

@@ -3,6 +3,11 @@
 /// The scores (a product of the operands widened to the compute type, so f16/bf16 scores are
 /// never rounded) and their softmax are computed in f32, and the probabilities rounded to the
 /// operands' dtype for the second product, as the fused kernels do.
+///
+/// attention_lse and attention_grad, the forward's saved log-sum-exp and the backward, are the
+/// same scores written out: with p = exp(s - lse) (0 where lse is -inf), dP = dout·vᵀ and
+/// Δ = rowsum(dout ∘ out), dS = p ∘ (dP - Δ), so that dv = pᵀ·dout, dq = scale·dS·k and
+/// dk = scale·dSᵀ·q, all in the compute type.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <limits>
@@ -10,32 +15,93 @@
 
 namespace braze::decomp {
 
-Node *decomposeAttention(GraphBuilder &b, Node *n) {
-  Node *q = n->operand(0), *k = n->operand(1), *v = n->operand(2);
-  int64_t r = q->rank();
-  std::vector<int64_t> swap(static_cast<size_t>(r));
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+/// x with its last two dims swapped.
+Node *transposed(GraphBuilder &b, Node *x) {
+  std::vector<int64_t> swap(static_cast<size_t>(x->rank()));
   std::iota(swap.begin(), swap.end(), 0);
-  std::swap(swap[r - 1], swap[r - 2]);
+  std::swap(swap[swap.size() - 1], swap[swap.size() - 2]);
+  return b.permute(x, swap);
+}
+
+/// scale * q·kᵀ + bias in the compute type, with the keys a causal mask drops at -inf.
+Node *scores(GraphBuilder &b, Node *q, Node *k, Node *bias, double scale, bool causal) {
+  int64_t r = q->rank();
   DType compute = computeType(q->dtype());
-  Node *s = b.matmul(b.convert(q, compute), b.convert(b.permute(k, swap), compute));
-  s = b.mul(s, b.scalar(n->attrs().getFloat("scale"), compute));
-  if (n->attrs().getBool("bias"))
-    s = b.add(s, upcast(b, n->operand(3)));
-  if (n->attrs().getBool("causal")) {
+  Node *s = b.matmul(b.convert(q, compute), b.convert(transposed(b, k), compute));
+  s = b.mul(s, b.scalar(scale, compute));
+  if (bias)
+    s = b.add(s, upcast(b, bias));
+  if (causal) {
     std::vector<SymExpr> square{q->shape()[r - 2], k->shape()[r - 2]};
     Node *keep = b.binary(OpKind::Le, b.iota(DType::Int64, square, 1),
                           b.iota(DType::Int64, square, 0));
-    s = b.where(keep, s, b.scalar(-std::numeric_limits<double>::infinity(), compute));
+    s = b.where(keep, s, b.scalar(kNegInf, compute));
   }
+  return s;
+}
+
+/// The bias operand of attention-family node n (its last operand), or nullptr.
+Node *biasOf(Node *n) {
+  return n->attrs().getBool("bias") ? n->operands().back() : nullptr;
+}
+
+} // namespace
+
+Node *decomposeAttention(GraphBuilder &b, Node *n) {
+  Node *q = n->operand(0), *v = n->operand(2);
+  int64_t r = q->rank();
+  DType compute = computeType(q->dtype());
+  Node *s = scores(b, q, n->operand(1), biasOf(n), n->attrs().getFloat("scale"),
+                   n->attrs().getBool("causal"));
   Node *p = b.softmax(s, r - 1);
   if (n->attrs().getBool("safe")) {
     // A row whose every key is masked attends to nothing (0), as PyTorch's attention kernels
     // and its safe softmax give, not to nan.
     Node *empty = b.binary(OpKind::Eq, b.reduce(OpKind::Amax, s, {r - 1}, true),
-                           b.scalar(-std::numeric_limits<double>::infinity(), compute));
+                           b.scalar(kNegInf, compute));
     p = b.where(empty, b.scalar(0, compute), p);
   }
   return b.matmul(downcastLike(b, p, q->dtype()), v);
+}
+
+Node *decomposeAttentionLse(GraphBuilder &b, Node *n) {
+  Node *q = n->operand(0);
+  int64_t last = q->rank() - 1;
+  DType compute = computeType(q->dtype());
+  Node *s = scores(b, q, n->operand(1), biasOf(n), n->attrs().getFloat("scale"),
+                   n->attrs().getBool("causal"));
+  // The row maximum, 0 for an all-masked row, so that such a row gives log(0) = -inf.
+  Node *m = b.reduce(OpKind::Amax, s, {last}, true);
+  m = b.where(b.binary(OpKind::Eq, m, b.scalar(kNegInf, compute)), b.scalar(0, compute), m);
+  Node *sum = b.reduce(OpKind::Sum, b.unary(OpKind::Exp, b.sub(s, m)), {last}, true);
+  Node *lse = b.add(b.unary(OpKind::Log, sum), m);
+  std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
+  return b.reshape(lse, rows);
+}
+
+Node *decomposeAttentionGrad(GraphBuilder &b, Node *n) {
+  Node *dout = n->operand(0), *q = n->operand(1), *k = n->operand(2), *v = n->operand(3);
+  Node *out = n->operand(4), *lse = n->operand(5);
+  int64_t last = q->rank() - 1;
+  DType compute = computeType(q->dtype());
+  double scale = n->attrs().getFloat("scale");
+  Node *s = scores(b, q, k, biasOf(n), scale, n->attrs().getBool("causal"));
+  Node *l = b.unsqueeze(lse, last);
+  Node *p = b.where(b.binary(OpKind::Eq, l, b.scalar(kNegInf, compute)), b.scalar(0, compute),
+                    b.unary(OpKind::Exp, b.sub(s, l)));
+  Node *g = upcast(b, dout);
+  const std::string &wrt = n->attrs().getString("wrt");
+  if (wrt == "v")
+    return downcastLike(b, b.matmul(transposed(b, p), g), q->dtype());
+  Node *dp = b.matmul(g, transposed(b, upcast(b, v)));
+  Node *delta = b.reduce(OpKind::Sum, b.mul(g, upcast(b, out)), {last}, true);
+  Node *ds = b.mul(p, b.sub(dp, delta));
+  Node *d = wrt == "q" ? b.matmul(ds, upcast(b, k)) : b.matmul(transposed(b, ds), upcast(b, q));
+  return downcastLike(b, b.mul(d, b.scalar(scale, compute)), q->dtype());
 }
 
 } // namespace braze::decomp

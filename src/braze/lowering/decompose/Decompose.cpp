@@ -23,6 +23,8 @@ decomp::Rule ruleFor(OpKind op) {
       {OpKind::Silu, decomp::decomposeSilu},
       {OpKind::Convolution, decomp::decomposeConvolution},
       {OpKind::Attention, decomp::decomposeAttention},
+      {OpKind::AttentionLse, decomp::decomposeAttentionLse},
+      {OpKind::AttentionGrad, decomp::decomposeAttentionGrad},
       {OpKind::MaxPool, decomp::decomposeMaxPool},
       {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices},
       {OpKind::CumSum, decomp::decomposeScan},
@@ -38,13 +40,19 @@ decomp::Rule ruleFor(OpKind op) {
   BRAZE_UNREACHABLE("no decomposition for " << opName(op));
 }
 
-/// Whether an attention node runs as the target's fused kernel: its dtype is one the kernel
-/// takes and both head dims are constants within the kernel's limit.
+/// Whether an attention-family node runs as the target's fused kernel: its operands' dtype is
+/// one the kernel takes (attention_lse and attention_grad have kernels of their own) and both
+/// head dims are constants within the kernel's limit.
 bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
-  const auto &ts = opts.fusedAttentionDtypes;
-  if (std::find(ts.begin(), ts.end(), n->dtype()) == ts.end())
+  bool saved = n->op() != OpKind::Attention;
+  const Node *q = n->operand(n->op() == OpKind::AttentionGrad ? 1 : 0);
+  const auto &ts = saved ? opts.fusedAttentionBackwardDtypes : opts.fusedAttentionDtypes;
+  if (std::find(ts.begin(), ts.end(), q->dtype()) == ts.end())
     return false;
-  for (SymExpr d : {n->operand(0)->shape().back(), n->operand(2)->shape().back()})
+  std::vector<SymExpr> dims{q->shape().back()};
+  if (n->op() != OpKind::AttentionLse)
+    dims.push_back(n->operand(n->op() == OpKind::AttentionGrad ? 3 : 2)->shape().back());
+  for (SymExpr d : dims)
     if (!d->isConst() || d->value() < 1 || d->value() > opts.fusedAttentionMaxHeadDim)
       return false;
   return true;
@@ -54,7 +62,8 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
 /// attention the target fuses).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
-  if (n->op() == OpKind::Attention)
+  if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
+      n->op() == OpKind::AttentionGrad)
     return fusedAttention(n, opts);
   return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
          (t == DType::Float32 ||

@@ -18,6 +18,8 @@ struct DecomposeOptions {
   /// dtypes, with head dims (of query and value) up to `fusedAttentionMaxHeadDim`; other
   /// attention ops decompose into matmul + softmax + matmul.
   std::vector<DType> fusedAttentionDtypes;
+  /// Likewise for attention_lse and attention_grad (the forward's saved value and the backward).
+  std::vector<DType> fusedAttentionBackwardDtypes;
   int64_t fusedAttentionMaxHeadDim = 0;
 };
 
@@ -36,6 +38,8 @@ Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);
 Node *decomposeConvolution(GraphBuilder &b, Node *n);
 Node *decomposeAttention(GraphBuilder &b, Node *n);
+Node *decomposeAttentionLse(GraphBuilder &b, Node *n);
+Node *decomposeAttentionGrad(GraphBuilder &b, Node *n);
 Node *decomposeMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);

@@ -262,7 +262,8 @@ private:
     case OpCategoryKind::Composite:
       if (n->op() == OpKind::Convolution)
         return lowerConvolution(n);
-      if (n->op() == OpKind::Attention)
+      if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
+          n->op() == OpKind::AttentionGrad)
         return lowerAttention(n);
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
@@ -625,8 +626,7 @@ private:
   /// or sliced projection), with a unit last stride when `unitLast`; otherwise realized
   /// row-major first.
   loop::AttentionOperand stridedOperand(Node *n, bool unitLast) {
-    // A unit dim is only ever read at 0: stride 0, but 1 for a unit last dim.
-    auto withUnitDims = [&](loop::AttentionOperand o) {
+    auto withUnitDims = [&](loop::AttentionOperand o) { // a unit dim: 0 (1 when it is last)
       for (size_t i = 0; i < o.strides.size(); ++i)
         if (n->shape()[i]->isConst(1))
           o.strides[i] = s_.constant(i + 1 == o.strides.size() ? 1 : 0);
@@ -655,35 +655,45 @@ private:
     return withUnitDims({b, s_.constant(0), n->shape(), b->strides});
   }
 
-  /// An attention the decomposer kept (the target fuses it): one Computation with the spec and
-  /// no value, writing a row-major [B.., Sq, Dv] buffer. The bias broadcasts through zero
-  /// strides along the dims it lacks or has as 1.
+  /// An attention-family op the target fuses: one Computation with the spec and no value,
+  /// writing a row-major buffer; the bias broadcasts by zero strides (dims it lacks or has as 1).
   Value lowerAttention(Node *n) {
     const AttrMap &a = n->attrs();
     loop::AttentionSpec spec;
-    spec.q = stridedOperand(n->operand(0), true);
-    spec.k = stridedOperand(n->operand(1), true);
-    spec.v = stridedOperand(n->operand(2), true);
+    bool grad = n->op() == OpKind::AttentionGrad, lse = n->op() == OpKind::AttentionLse;
+    Node *q = n->operand(grad), *k = n->operand(grad + 1);
+    spec.q = stridedOperand(q, true);
+    spec.k = stridedOperand(k, true);
+    if (!lse)
+      spec.v = stridedOperand(n->operand(grad + 2), true);
+    if (grad) {
+      const std::string &wrt = a.getString("wrt");
+      spec.part = wrt == "q" ? loop::AttentionPart::GradQ
+                             : wrt == "k" ? loop::AttentionPart::GradK : loop::AttentionPart::GradV;
+      spec.dout = stridedOperand(n->operand(0), true);
+      spec.out = stridedOperand(n->operand(4), true);
+      spec.lse = stridedOperand(n->operand(5), false);
+    }
+    spec.part = lse ? loop::AttentionPart::Lse : spec.part;
+    spec.safe = grad || lse || a.getBool("safe");
     spec.scale = a.getFloat("scale");
     spec.causal = a.getBool("causal");
-    spec.safe = a.getBool("safe");
     if (a.getBool("bias")) {
-      Node *bn = n->operand(3);
+      Node *bn = n->operands().back();
       loop::AttentionOperand b = stridedOperand(bn, false);
-      size_t lead = static_cast<size_t>(n->rank() - bn->rank());
+      size_t rank = static_cast<size_t>(q->rank()), lead = rank - static_cast<size_t>(bn->rank());
       std::vector<SymExpr> strides(lead, s_.constant(0));
       for (size_t i = 0; i < b.strides.size(); ++i)
         strides.push_back(bn->shape()[i]->isConst(1) ? s_.constant(0) : b.strides[i]);
       b.strides = std::move(strides);
-      b.shape = n->shape();
-      b.shape.back() = n->operand(1)->shape()[n->rank() - 2];
+      b.shape.assign(q->shape().begin(), q->shape().end() - 1);
+      b.shape.push_back(k->shape()[rank - 2]);
       spec.bias = std::move(b);
     }
     Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
     Index o;
-    std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
-    loop::Computation *c = p_->addComputation(out, vars, {}, ReduceKind::None, nullptr);
-    c->attention = std::move(spec);
+    p_->addComputation(out, freshVars(out->shape, "i", o), {}, ReduceKind::None, nullptr)
+        ->attention = std::move(spec);
     return bufferValue(out);
   }
 

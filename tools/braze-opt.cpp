@@ -1,22 +1,27 @@
-/// braze-opt: reads a tensor graph in text form, runs graph passes on it or prints one stage of
-/// the pipeline, and writes the result to stdout. The text tests (tests/lit) drive it.
+/// braze-opt: reads a tensor graph or a loop program in text form, runs graph passes on it or
+/// prints one stage of the pipeline, and writes the result to stdout. The text tests (tests/lit)
+/// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--cudnn] [--tf32] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
-/// 2. Parse and verify the graph.
-/// 3. Run the --passes (each verified after it runs), then print the --print stage (default:
-///    the graph).
+/// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
+///    `buffer ..` and `compute ..` lines, as --print=loops writes them), which starts the
+///    pipeline at its loops stage (default print: loops).
+/// 3. Run the --passes (graph passes, each verified after it runs), then print the --print stage
+///    (default: the graph).
 /// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
 /// internal error (InternalError, or any other exception: braze let something escape).
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/GraphText.h"
+#include "braze/ir/loop/LoopText.h"
 #include "braze/passes/PassManager.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +39,7 @@ constexpr std::string_view kToolName = "braze-opt";
 
 struct ToolOptions {
   std::string file;
-  braze::StageKind stage = braze::StageKind::Graph;
+  std::optional<braze::StageKind> stage; ///< default: the input's first stage
   std::vector<std::string> passes;
   bool fuse = true;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
@@ -81,10 +86,12 @@ std::string usageText() {
         " [--dnnl] [--cudnn] [--tf32] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
-        "prints the graph, or prints one stage of the compilation pipeline.\n"
+        "prints the graph, or prints one stage of the compilation pipeline. A loop program\n"
+        "(the text --print=loops writes) starts at the loops stage.\n"
         "\n"
         "options:\n"
-        "  --print=STAGE   graph (default), decomposed, loops, schedule or code\n"
+        "  --print=STAGE   graph (default; loops for a loop program), decomposed, loops,\n"
+        "                  schedule or code\n"
         "  --passes=LIST   graph passes to run in order, comma-separated, before printing\n"
         "  --no-fuse       schedule one kernel per computation\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
@@ -167,17 +174,51 @@ std::string readInput(const std::string &file) {
   return text.str();
 }
 
+/// The first word of `text` after whitespace and `#` comment lines.
+std::string_view firstWord(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    if (std::isspace(static_cast<unsigned char>(text[at]))) {
+      ++at;
+    } else if (text[at] == '#') {
+      size_t eol = text.find('\n', at);
+      at = eol == std::string_view::npos ? text.size() : eol;
+    } else {
+      break;
+    }
+  }
+  size_t end = at;
+  while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+    ++end;
+  return text.substr(at, end - at);
+}
+
 int run(int argc, char **argv) {
   ToolOptions tool = parseArguments(argc, argv);
   if (tool.help) {
     std::cout << usageText();
     return 0;
   }
-  std::unique_ptr<braze::Graph> g = braze::parseGraph(readInput(tool.file));
-  std::string err = braze::verifyGraph(*g);
-  if (!err.empty())
-    BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
-  braze::runPasses(*g, tool.passes);
+  std::string text = readInput(tool.file);
+  // Both texts may open with a `sizes` line; a loop program's next word is `buffer`.
+  std::string_view first = firstWord(text);
+  if (first == "sizes") {
+    std::string_view rest(text);
+    rest.remove_prefix(rest.find("sizes"));
+    size_t eol = rest.find('\n');
+    first = firstWord(eol == std::string_view::npos ? std::string_view() : rest.substr(eol));
+  }
+  bool loops = first == "buffer";
+  std::unique_ptr<braze::Graph> g;
+  if (!loops) {
+    g = braze::parseGraph(text);
+    std::string err = braze::verifyGraph(*g);
+    if (!err.empty())
+      BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
+    braze::runPasses(*g, tool.passes);
+  } else if (!tool.passes.empty()) {
+    BRAZE_USER_ERROR("--passes", "") << "the passes rewrite graphs; the input is a loop program";
+  }
   braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
   opts.fuse = tool.fuse;
   if (tool.cuda)
@@ -190,7 +231,11 @@ int run(int argc, char **argv) {
     opts.cuda->matmulTf32 = opts.cuda->convTf32 = true;
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
-  std::cout << braze::printStage(*g, tool.stage, opts);
+  if (loops)
+    std::cout << braze::printStage(braze::loop::parseProgram(text),
+                                   tool.stage.value_or(braze::StageKind::Loops), opts);
+  else
+    std::cout << braze::printStage(*g, tool.stage.value_or(braze::StageKind::Graph), opts);
   std::cout.flush();
   return std::cout ? 0 : 1;
 }

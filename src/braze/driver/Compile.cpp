@@ -13,6 +13,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <future>
 
@@ -165,39 +166,70 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   return lo;
 }
 
-Lowered lowerAll(Graph &g, const CompileOptions &opts) {
-  std::string err = verifyGraph(g);
-  if (!err.empty())
-    BRAZE_USER_ERROR("compile", "") << "invalid graph: " << err;
-  if (opts.log.has(LogStage::Graph))
-    logBlock("graph", printGraph(g));
-  simplifyGraph(g, opts);
-  if (opts.log.has(LogStage::Decomposed))
-    logBlock("decomposed", printGraph(g));
+/// Where the pipeline stops: after `stop`, whose text goes to `text` (printStage), or at the
+/// end. Each stage's text is also logged under its BRAZE_LOG name.
+struct Stop {
+  StageKind stop = StageKind::Code;
+  std::string *text = nullptr;
+
+  /// Logs `stage`'s text when asked and says whether the pipeline ends here.
+  bool after(StageKind stage, const CompileOptions &opts, LogStage log, const char *name,
+             const std::function<std::string()> &print) const {
+    bool here = text && stage == stop;
+    if (!here && !opts.log.has(log))
+      return false;
+    std::string t = print();
+    if (opts.log.has(log))
+      logBlock(name, t);
+    if (here)
+      *text = std::move(t);
+    return here;
+  }
+};
+
+/// The pipeline from loops on: verify, schedule, generate code.
+Lowered lowerLoops(std::unique_ptr<loop::LoopProgram> program, const CompileOptions &opts,
+                   const Stop &stop) {
   Lowered l;
-  l.program = lowerToLoops(g, loweringFor(opts, g));
+  l.program = std::move(program);
   std::string loopErr = loop::verifyProgram(*l.program);
   BRAZE_CHECK(loopErr.empty()) << "lowering produced an invalid loop program: " << loopErr;
-  if (opts.log.has(LogStage::Loops))
-    logBlock("loops", loop::printProgram(*l.program));
+  if (stop.after(StageKind::Loops, opts, LogStage::Loops, "loops",
+                 [&] { return loop::printProgram(*l.program); }))
+    return l;
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
   l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
-  if (opts.log.has(LogStage::Schedule))
-    logBlock("schedule", sched::printSchedule(l.schedule));
+  if (stop.after(StageKind::Schedule, opts, LogStage::Schedule, "schedule",
+                 [&] { return sched::printSchedule(l.schedule); }))
+    return l;
   if (opts.cuda) {
     l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
-    if (opts.log.has(LogStage::OutputCode))
-      logBlock("output_code", l.cuda.device + "\n" + l.cuda.host);
+    stop.after(StageKind::Code, opts, LogStage::OutputCode, "output_code",
+               [&] { return l.cuda.device + "\n" + l.cuda.host; });
     return l;
   }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
   co.dnnl = !opts.dnnlLibrary.empty();
   l.code = codegen::generateCpu(l.schedule, co);
-  if (opts.log.has(LogStage::OutputCode))
-    logBlock("output_code", l.code.source);
+  stop.after(StageKind::Code, opts, LogStage::OutputCode, "output_code",
+             [&] { return l.code.source; });
   return l;
+}
+
+/// The whole pipeline, once: it serves compile, the logs and printStage.
+Lowered lowerAll(Graph &g, const CompileOptions &opts, const Stop &stop = {}) {
+  std::string err = verifyGraph(g);
+  if (!err.empty())
+    BRAZE_USER_ERROR("compile", "") << "invalid graph: " << err;
+  if (stop.after(StageKind::Graph, opts, LogStage::Graph, "graph", [&] { return printGraph(g); }))
+    return {};
+  simplifyGraph(g, opts);
+  if (stop.after(StageKind::Decomposed, opts, LogStage::Decomposed, "decomposed",
+                 [&] { return printGraph(g); }))
+    return {};
+  return lowerLoops(lowerToLoops(g, loweringFor(opts, g)), opts, stop);
 }
 
 void countCompile(int kernels, bool cacheHit) {
@@ -324,27 +356,33 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
 }
 
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
-  if (stage == StageKind::Graph)
-    return printGraph(g);
-  simplifyGraph(g, opts);
-  if (stage == StageKind::Decomposed)
-    return printGraph(g);
-  auto program = lowerToLoops(g, loweringFor(opts, g));
-  if (stage == StageKind::Loops)
-    return loop::printProgram(*program);
-  sched::ScheduleOptions so;
-  so.fuse = opts.fuse;
-  sched::Schedule s = sched::scheduleProgram(*program, targetFor(opts), so);
-  if (stage == StageKind::Schedule)
-    return sched::printSchedule(s);
-  if (opts.cuda) {
-    codegen::CudaGeneratedSource c = codegen::generateCuda(s, cudaCodegenFor(*opts.cuda));
-    return c.device + "\n" + c.host;
-  }
-  codegen::CpuCodegenOptions co;
-  co.blas = blasSymbolsFor(opts.blasLibrary);
-  co.dnnl = !opts.dnnlLibrary.empty();
-  return codegen::generateCpu(s, co).source;
+  std::string text;
+  lowerAll(g, opts, Stop{stage, &text});
+  return text;
 }
+
+std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
+                       const CompileOptions &opts) {
+  if (stage == StageKind::Graph || stage == StageKind::Decomposed)
+    BRAZE_USER_ERROR("print", "") << "a loop program has no graph stage; print loops, schedule "
+                                     "or code";
+  std::string err = loop::verifyProgram(*program);
+  if (!err.empty())
+    BRAZE_USER_ERROR("compile", "") << "invalid loop program: " << err;
+  std::string text;
+  lowerLoops(std::move(program), opts, Stop{stage, &text});
+  return text;
+}
+
+std::vector<std::string> compileCudaSource(const std::string &source, const std::string &library,
+                                           int computeCapability, const std::string &cacheDir) {
+  jit::NvrtcOptions o;
+  o.library = library;
+  o.computeCapability = computeCapability;
+  o.cacheDir = cacheDir;
+  return jit::compileCuda(source, o).paths;
+}
+
+std::string nvrtcVersion(const std::string &library) { return jit::nvrtcVersion(library); }
 
 } // namespace braze

@@ -2,6 +2,7 @@
 /// The whole pipeline: compile(Graph, CompileOptions) -> Executable.
 ///   graph -> decompose + graph passes -> loops -> schedule -> C++ -> host compiler (cached)
 #include "braze/ir/graph/Graph.h"
+#include "braze/ir/loop/LoopIR.h"
 #include "braze/runtime/Executable.h"
 #include "braze/support/Log.h"
 
@@ -9,6 +10,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace braze {
 
@@ -68,9 +70,12 @@ struct CompileResult {
 /// Compiles `g` (which is consumed: passes rewrite it in place).
 CompileResult compile(Graph &g, const CompileOptions &opts);
 
-/// Each stage's text, for braze-opt and the logs.
+/// Each stage's text, for braze-opt and the logs: the pipeline `compile` runs, stopped after
+/// `stage`. A loop program (loop IR text) starts at the Loops stage.
 enum class StageKind { Graph, Decomposed, Loops, Schedule, Code };
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
+std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
+                       const CompileOptions &opts);
 
 /// Graph-level lowering only (decompose, passes, to_loops, schedule, codegen) without compiling:
 /// raises a Diagnostic if braze cannot take the graph.
@@ -81,6 +86,13 @@ struct CudaSources {
   std::string device, host;
 };
 CudaSources generateCudaSources(Graph &g, const CompileOptions &opts);
+
+/// Compiles CUDA source with NVRTC (libnvrtc at `library`) for compute capability
+/// `computeCapability`, cached under `cacheDir`: the cubins' paths. And the library's version.
+/// The Python module reaches the JIT through these.
+std::vector<std::string> compileCudaSource(const std::string &source, const std::string &library,
+                                           int computeCapability, const std::string &cacheDir);
+std::string nvrtcVersion(const std::string &library);
 
 /// Cumulative counts for this process.
 struct Counters {

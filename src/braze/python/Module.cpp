@@ -1,7 +1,6 @@
 // braze._C: a thin nanobind layer over the C++ library. Python refers to graph nodes and
 // symbolic sizes by integer handles; all compiler logic stays in C++.
 #include "braze/driver/Compile.h"
-#include "braze/jit/Nvrtc.h"
 #include "braze/runtime/CudaModule.h"
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/graph/GraphText.h"
@@ -444,15 +443,8 @@ NB_MODULE(_C, m) {
     return d;
   });
   m.def("cuda_driver_available", []() { return runtime::cudaDriverAvailable(); });
-  m.def("nvrtc_compile", [](const std::string &source, const std::string &library, int cc,
-                            const std::string &cacheDir) {
-    jit::NvrtcOptions o;
-    o.library = library;
-    o.computeCapability = cc;
-    o.cacheDir = cacheDir;
-    return jit::compileCuda(source, o).paths;
-  });
-  m.def("nvrtc_version", [](const std::string &library) { return jit::nvrtcVersion(library); });
+  m.def("nvrtc_compile", &compileCudaSource);
+  m.def("nvrtc_version", [](const std::string &library) { return nvrtcVersion(library); });
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
   m.def("log_fallback_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::Fallback); });

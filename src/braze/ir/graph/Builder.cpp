@@ -18,7 +18,7 @@ ResultKind resultKind(OpKind op) {
     return std::string_view(#result) == "bool"                                 \
                ? ResultKind::Bool                                              \
                : (std::string_view(#result) == "float" ? ResultKind::Float : ResultKind::Same);
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   BRAZE_UNREACHABLE("not elementwise: " << opName(op));
 }
 

@@ -47,15 +47,8 @@ int elementwiseArity(OpKind k) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   if (k == OpKind::E)                                                          \
     return arity;
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   BRAZE_UNREACHABLE("not elementwise: " << opName(k));
-}
-
-std::string shapeText(const std::vector<SymExpr> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + sym::toString(shape[i]);
-  return s + "]";
 }
 
 bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
@@ -75,31 +68,6 @@ bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b
     }
   }
   return true;
-}
-
-std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape) {
-  std::vector<SymExpr> strides(shape.size());
-  SymExpr s = ctx.constant(1);
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = s;
-    s = ctx.mul(s, shape[i]);
-  }
-  return strides;
-}
-
-std::string typeToString(sym::SymContext &ctx, const TensorType &t) {
-  std::string s(dtypeName(t.dtype));
-  s += '[';
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    s += (i ? ", " : "") + sym::toString(t.shape[i]);
-  s += ']';
-  if (!t.strides.empty() && t.strides != contiguousStrides(ctx, t.shape)) {
-    s += '{';
-    for (size_t i = 0; i < t.strides.size(); ++i)
-      s += (i ? ", " : "") + sym::toString(t.strides[i]);
-    s += '}';
-  }
-  return s;
 }
 
 const AttrValue &AttrMap::get(const std::string &name) const {
@@ -141,29 +109,6 @@ const IntList &AttrMap::getInts(const std::string &name) const {
   return std::get<IntList>(v);
 }
 
-std::string formatDouble(double d) {
-  // Shortest text that reads back to the same double, always with a '.', 'e', "inf" or "nan".
-  if (d != d)
-    return "nan";
-  if (d == __builtin_inf())
-    return "inf";
-  if (d == -__builtin_inf())
-    return "-inf";
-  char buf[64];
-  if (std::nearbyint(d) == d && std::fabs(d) < 1e15) {
-    std::snprintf(buf, sizeof buf, "%.1f", d);
-    return buf;
-  }
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (std::strtod(buf, nullptr) == d)
-      break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos)
-    s += ".0";
-  return s;
-}
 
 std::string attrToString(const AttrValue &v) {
   if (std::holds_alternative<bool>(v))

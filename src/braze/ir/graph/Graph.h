@@ -2,8 +2,9 @@
 /// The tensor graph IR: SSA nodes in topological order. Each node has an OpKind (Ops.def),
 /// operands, typed attributes and one result TensorType. A graph owns its SymContext, so the
 /// symbols in its shapes live exactly as long as the graph.
-#include "braze/ir/graph/DType.h"
 #include "braze/ir/sym/SymExpr.h"
+#include "braze/ir/types/TensorType.h"
+#include "braze/support/NumberText.h"
 
 #include <cstdint>
 #include <map>
@@ -43,29 +44,10 @@ bool parseOpKind(std::string_view name, OpKind &out);
 /// Number of operands of an elementwise op.
 int elementwiseArity(OpKind k);
 
-struct TensorType {
-  DType dtype = DType::Float32;
-  std::vector<SymExpr> shape;
-  std::vector<SymExpr> strides; ///< in elements
-
-  int rank() const { return static_cast<int>(shape.size()); }
-  bool operator==(const TensorType &o) const {
-    return dtype == o.dtype && shape == o.shape && strides == o.strides;
-  }
-};
-
 /// NumPy-style broadcast of two shapes (trailing-aligned; a dim of constant 1 stretches).
 /// Returns false and sets `badDim` (an index into `out`'s rank) if they do not broadcast.
 bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b,
                     std::vector<SymExpr> &out, size_t &badDim);
-
-/// "[s0, 4]".
-std::string shapeText(const std::vector<SymExpr> &shape);
-
-/// Row-major strides for a shape.
-std::vector<SymExpr> contiguousStrides(sym::SymContext &ctx, const std::vector<SymExpr> &shape);
-/// "f32[s0, 4]" (strides printed only when not contiguous: "f32[4, 3]{1, 4}").
-std::string typeToString(sym::SymContext &ctx, const TensorType &t);
 
 using IntList = std::vector<int64_t>;
 using AttrValue = std::variant<bool, int64_t, double, std::string, IntList>;
@@ -89,8 +71,6 @@ private:
 };
 
 std::string attrToString(const AttrValue &v);
-/// Shortest text that reads back to the same double ("1.0", "1e-05", "inf", "nan").
-std::string formatDouble(double d);
 
 class Node {
 public:

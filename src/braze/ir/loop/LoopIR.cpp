@@ -14,7 +14,7 @@ std::string_view scalarOpName(ScalarOpKind k) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   case ScalarOpKind::E:                                                        \
     return text;
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   case ScalarOpKind::Cast:
     return "cast";
   }
@@ -27,7 +27,7 @@ bool parseScalarOp(std::string_view name, ScalarOpKind &out) {
     out = ScalarOpKind::E;                                                     \
     return true;                                                               \
   }
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   if (name == "cast") {
     out = ScalarOpKind::Cast;
     return true;
@@ -40,7 +40,7 @@ int scalarOpArity(ScalarOpKind k) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   case ScalarOpKind::E:                                                        \
     return arity;
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   case ScalarOpKind::Cast:
     return 1;
   }

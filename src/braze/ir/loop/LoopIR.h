@@ -4,7 +4,7 @@
 /// space it evaluates a scalar Expr (pointwise) or folds the Expr over reduction indices
 /// (reduction) and stores the result at the row-major position of its outer indices.
 /// Exprs are immutable and hash-consed in the program's ExprContext.
-#include "braze/ir/graph/DType.h"
+#include "braze/ir/types/DType.h"
 #include "braze/ir/sym/SymExpr.h"
 
 #include <deque>
@@ -21,7 +21,7 @@ using sym::SymExpr;
 
 enum class ScalarOpKind : uint16_t {
 #define BRAZE_ELEMENTWISE(E, arity, text, result) E,
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   Cast, ///< convert the operand to the Expr's dtype
 };
 std::string_view scalarOpName(ScalarOpKind k);

@@ -1,8 +1,9 @@
 #include "braze/ir/loop/LoopIR.h"
 
-#include "braze/ir/graph/Graph.h"
 #include "braze/ir/loop/LoopText.h"
+#include "braze/ir/types/TensorType.h"
 #include "braze/support/Check.h"
+#include "braze/support/NumberText.h"
 
 #include <functional>
 #include <unordered_map>

@@ -17,7 +17,7 @@ bool isPredicate(ScalarOpKind k) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   if (k == ScalarOpKind::E)                                                    \
     return std::string_view(#result) == "bool";
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   return false;
 }
 

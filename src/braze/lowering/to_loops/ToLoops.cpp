@@ -48,7 +48,7 @@ ScalarOpKind scalarOpFor(OpKind op) {
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   if (op == OpKind::E)                                                         \
     return ScalarOpKind::E;
-#include "braze/ir/ElementwiseOps.def"
+#include "braze/ir/types/ElementwiseOps.def"
   BRAZE_UNREACHABLE("not elementwise: " << opName(op));
 }
 

@@ -1,4 +1,4 @@
-#include "braze/ir/graph/DType.h"
+#include "braze/ir/types/DType.h"
 
 #include "braze/support/Check.h"
 
@@ -9,7 +9,7 @@ std::string_view dtypeName(DType t) {
 #define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
   case DType::E:                                                               \
     return text;
-#include "braze/ir/graph/DTypes.def"
+#include "braze/ir/types/DTypes.def"
   }
   BRAZE_UNREACHABLE("bad DType");
 }
@@ -18,7 +18,7 @@ std::optional<DType> parseDType(std::string_view name) {
 #define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
   if (name == text)                                                            \
     return DType::E;
-#include "braze/ir/graph/DTypes.def"
+#include "braze/ir/types/DTypes.def"
   return std::nullopt;
 }
 
@@ -27,7 +27,7 @@ int dtypeSize(DType t) {
 #define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
   case DType::E:                                                               \
     return size;
-#include "braze/ir/graph/DTypes.def"
+#include "braze/ir/types/DTypes.def"
   }
   BRAZE_UNREACHABLE("bad DType");
 }
@@ -37,7 +37,7 @@ static char category(DType t) {
 #define BRAZE_DTYPE(E, text, size, cat, ctype)                                 \
   case DType::E:                                                               \
     return #cat[0];
-#include "braze/ir/graph/DTypes.def"
+#include "braze/ir/types/DTypes.def"
   }
   BRAZE_UNREACHABLE("bad DType");
 }

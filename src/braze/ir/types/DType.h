@@ -8,7 +8,7 @@ namespace braze {
 
 enum class DType : uint8_t {
 #define BRAZE_DTYPE(E, text, size, cat, ctype) E,
-#include "braze/ir/graph/DTypes.def"
+#include "braze/ir/types/DTypes.def"
 };
 
 std::string_view dtypeName(DType t);

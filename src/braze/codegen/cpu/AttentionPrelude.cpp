@@ -23,32 +23,35 @@ static inline void braze_attn_scores_loops(int64_t rows, int64_t cols, int64_t d
     }
 }
 
-static inline void braze_attn_accumulate_loops(int64_t rows, int64_t cols, int64_t dv,
-                                               const float* p, int64_t ldp, const float* v,
-                                               int64_t ldv, float* acc, int64_t ldacc) {
+// acc += p·x (acc [rows, dv], x [cols, dv]), or with `trans` acc += pᵀ·x (acc [cols, dv],
+// x [rows, dv]); p is [rows, cols].
+static inline void braze_attn_accumulate_either(bool trans, int64_t rows, int64_t cols,
+                                                int64_t dv, const float* p, int64_t ldp,
+                                                const float* x, int64_t ldx, float* acc,
+                                                int64_t ldacc) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       const float pij = p[i * ldp + j];
       if (pij == 0.f)
         continue;
+      float* a = acc + (trans ? j : i) * ldacc;
+      const float* y = x + (trans ? i : j) * ldx;
       #pragma omp simd
       for (int64_t e = 0; e < dv; ++e)
-        acc[i * ldacc + e] += pij * v[j * ldv + e];
+        a[e] += pij * y[e];
     }
+}
+
+static inline void braze_attn_accumulate_loops(int64_t rows, int64_t cols, int64_t dv,
+                                               const float* p, int64_t ldp, const float* v,
+                                               int64_t ldv, float* acc, int64_t ldacc) {
+  braze_attn_accumulate_either(false, rows, cols, dv, p, ldp, v, ldv, acc, ldacc);
 }
 
 static inline void braze_attn_accumulate_t_loops(int64_t rows, int64_t cols, int64_t dv,
                                                  const float* p, int64_t ldp, const float* x,
                                                  int64_t ldx, float* acc, int64_t ldacc) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      const float pij = p[i * ldp + j];
-      if (pij == 0.f)
-        continue;
-      #pragma omp simd
-      for (int64_t e = 0; e < dv; ++e)
-        acc[j * ldacc + e] += pij * x[i * ldx + e];
-    }
+  braze_attn_accumulate_either(true, rows, cols, dv, p, ldp, x, ldx, acc, ldacc);
 }
 )";
   if (blas.sgemm.empty())
@@ -108,6 +111,28 @@ static inline float braze_attn_exp(float x) {
   return x < -87.f ? 0.f : p * scale;
 }
 
+// The `seen` scores of one row scaled, plus the row's bias (elements `step` apart) when `bi`
+// is not null, in place; returns their maximum and `mx`.
+static inline float braze_attn_scale_row(float* si, int64_t seen, float scale, const float* bi,
+                                         int64_t step, float mx) {
+  if (bi) {
+    #pragma omp simd reduction(max:mx)
+    for (int64_t j = 0; j < seen; ++j) {
+      const float x = si[j] * scale + bi[j * step];
+      si[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  } else {
+    #pragma omp simd reduction(max:mx)
+    for (int64_t j = 0; j < seen; ++j) {
+      const float x = si[j] * scale;
+      si[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  }
+  return mx;
+}
+
 static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                 const int64_t* qs, const float* k, const int64_t* ks,
                                 const float* v, const int64_t* vs, const float* bias,
@@ -162,23 +187,7 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
           const int64_t seen = causal ? std::max<int64_t>(0, std::min(cols, i0 + i + 1 - j0))
                                       : cols;
           const float* bi = bias ? bias + bo + (i0 + i) * bs[nb] + j0 * bs[nb + 1] : nullptr;
-          float mx = m[i];
-          if (bi) {
-            const int64_t step = bs[nb + 1];
-            #pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < seen; ++j) {
-              const float x = si[j] * scale + bi[j * step];
-              si[j] = x;
-              mx = x > mx ? x : mx;
-            }
-          } else {
-            #pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < seen; ++j) {
-              const float x = si[j] * scale;
-              si[j] = x;
-              mx = x > mx ? x : mx;
-            }
-          }
+          const float mx = braze_attn_scale_row(si, seen, scale, bi, bias ? bs[nb + 1] : 0, m[i]);
           if (mx == -INFINITY) { // every key so far is masked: nothing to add
             for (int64_t j = 0; j < cols; ++j)
               si[j] = 0.f;
@@ -271,24 +280,8 @@ static void braze_attention_lse_f32(int rank, const int64_t* dims, const float* 
           float* si = s + i * bk;
           const int64_t seen = causal ? std::max<int64_t>(0, std::min(cols, i0 + i + 1 - j0))
                                       : cols;
-          float mx = m[i];
-          if (bb) {
-            const float* bi = bb + (i0 + i) * bs[nb] + j0 * bs[nb + 1];
-            const int64_t step = bs[nb + 1];
-            #pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < seen; ++j) {
-              const float x = si[j] * scale + bi[j * step];
-              si[j] = x;
-              mx = x > mx ? x : mx;
-            }
-          } else {
-            #pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < seen; ++j) {
-              const float x = si[j] * scale;
-              si[j] = x;
-              mx = x > mx ? x : mx;
-            }
-          }
+          const float* bi = bb ? bb + (i0 + i) * bs[nb] + j0 * bs[nb + 1] : nullptr;
+          const float mx = braze_attn_scale_row(si, seen, scale, bi, bb ? bs[nb + 1] : 0, m[i]);
           if (mx == -INFINITY) // every key so far is masked
             continue;
           float sum = 0.f;

@@ -553,18 +553,21 @@ private:
     want.push_back(v->shape()[r - 1]);
     if (node_->shape() != want)
       return fail("result must be " + shapeText(want));
-    if (node_->operands().size() == 4) {
-      const Node *b = node_->operand(3);
-      std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
-      scores.push_back(k->shape()[r - 2]);
-      if (b->dtype() != q->dtype() || b->shape().size() > r)
-        return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
-      size_t lead = r - b->shape().size();
-      for (size_t i = 0; i < b->shape().size(); ++i)
-        if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
-          return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
-                      shapeText(scores));
-    }
+    return node_->operands().size() != 4 || checkAttentionBias(node_->operand(3), q, k);
+  }
+
+  /// An attention's bias: the query's dtype, broadcasting to the scores [B.., Sq, Sk].
+  bool checkAttentionBias(const Node *b, const Node *q, const Node *k) {
+    size_t r = q->shape().size();
+    std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
+    scores.push_back(k->shape()[r - 2]);
+    if (b->dtype() != q->dtype() || b->shape().size() > r)
+      return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
+    size_t lead = r - b->shape().size();
+    for (size_t i = 0; i < b->shape().size(); ++i)
+      if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
+        return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
+                    shapeText(scores));
     return true;
   }
 
@@ -586,18 +589,8 @@ private:
     if (k->shape()[r - 1] != q->shape()[r - 1])
       return fail("key must be [.., Sk, D] for a query [.., Sq, D]");
     std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
-    if (a.getBool("bias")) {
-      const Node *b = node_->operand(operands - 1);
-      std::vector<SymExpr> scores = rows;
-      scores.push_back(k->shape()[r - 2]);
-      if (b->dtype() != q->dtype() || b->shape().size() > r)
-        return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
-      size_t lead = r - b->shape().size();
-      for (size_t i = 0; i < b->shape().size(); ++i)
-        if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
-          return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
-                      shapeText(scores));
-    }
+    if (a.getBool("bias") && !checkAttentionBias(node_->operand(operands - 1), q, k))
+      return false;
     if (!grad)
       return node_->dtype() == computeType(q->dtype()) && node_->shape() == rows
                  ? true

@@ -33,7 +33,9 @@ from braze.layouts import as_layout, concrete_layout, guard_eager_layouts, input
 _counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
                     "fallback_graphs": 0}
 _fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
-_last_sources = []  # generated source per compiled graph, for run_and_get_code
+# Open run_and_get_code calls: each collects the source of every graph compiled meanwhile.
+# Nothing is kept when none is open.
+_source_records = []
 # Seconds spent compiling, by stage, for this process (compile_times()): support (deciding which
 # FX nodes braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, and
 # python (translation, partitioning and the rest of braze's Python), total (all of it).
@@ -83,9 +85,21 @@ def fallback_ops_by_op():
 def run_and_get_code(fn, *args, **kwargs):
     """Runs fn (typically a torch.compile'd function) and returns (result, [generated source
     for each graph compiled during the call])."""
-    start = len(_last_sources)
-    result = fn(*args, **kwargs)
-    return result, list(_last_sources[start:])
+    sources = []
+    with _stats_lock:
+        _source_records.append(sources)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        with _stats_lock:  # by identity: two open calls' lists may be equal
+            _source_records[:] = [r for r in _source_records if r is not sources]
+    return result, sources
+
+
+def _record_source(source):
+    """Hands `source` to the open run_and_get_code calls (call with _stats_lock held)."""
+    for sources in _source_records:
+        sources.append(source)
 
 
 def _log_fallback(msg):
@@ -393,7 +407,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
     with _stats_lock:  # partitions compile on several threads
         _compile_times.update(compiled.times)
-        _last_sources.append(compiled.source)
+        _record_source(compiled.source)
         _counts["partitions"] += args is None
     recompile = None
     if args is None:
@@ -447,7 +461,8 @@ def _check_cuda_codegen(graph):
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
-    _last_sources.append(device + "\n" + host)
+    with _stats_lock:
+        _record_source(device + "\n" + host)
 
 
 def _constants_to_device(gm, device):

@@ -484,27 +484,13 @@ def _cat(t, node, tensors, dim=0):
 
 @rule(aten.constant_pad_nd.default)
 def _constant_pad(t, node, x, pad, value=0):
-    """Pads (or, for negative amounts, trims) dims from the last, as concat with constants."""
+    """Pads (or, for negative amounts, trims) dims from the last (GraphBuilder::pad)."""
     h = t.arg(x)
-    dt = t.g.dtype(h)
     for i in range(len(pad) // 2):
-        dim = len(t.g.shape(h)) - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
         if not isinstance(lo, int) or not isinstance(hi, int):
             raise Unsupported("symbolic padding")
-        if lo < 0 or hi < 0:
-            h = t.g.slice(h, dim, max(-lo, 0), -hi if hi < 0 else 2**63 - 1, 1)
-        parts = []
-        for amount in (lo, hi):
-            if amount > 0:
-                shape = list(t.g.shape(h))
-                shape[dim] = t.g.sym_const(amount)
-                parts.append(t.g.full(float(value), dt, shape))
-            else:
-                parts.append(None)
-        pieces = [p for p in (parts[0], h, parts[1]) if p is not None]
-        if len(pieces) > 1:
-            h = t.g.concat(pieces, dim)
+        h = t.g.pad(h, len(t.g.shape(h)) - 1 - i, lo, hi, float(value))
     return h
 
 

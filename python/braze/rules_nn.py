@@ -46,18 +46,7 @@ def _static_sizes(t, h, dims):
 
 def _pad(t, h, dim, lo, hi, value):
     """h padded along dim with `value` (lo before, hi after); a negative amount trims."""
-    if lo < 0 or hi < 0:
-        h = t.g.slice(h, dim, max(-lo, 0), hi if hi < 0 else _INT_MAX, 1)
-    pieces = []
-    for amount in (lo, hi):
-        if amount > 0:
-            shape = list(t.g.shape(h))
-            shape[dim] = t.g.sym_const(amount)
-            pieces.append(t.g.full(float(value), t.g.dtype(h), shape))
-        else:
-            pieces.append(None)
-    parts = [p for p in (pieces[0], h, pieces[1]) if p is not None]
-    return t.g.concat(parts, dim) if len(parts) > 1 else h
+    return t.g.pad(h, dim, lo, hi, float(value))
 
 
 def _i64(t, v):
@@ -82,20 +71,6 @@ def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, out
     return _conv_transpose(t, xh, wh, b, stride, padding, dilation, output_padding, groups)
 
 
-def _dilate(t, x, d, stride, size):
-    """x with stride - 1 zeros between neighbours along dim d (of static size `size`):
-    [.., L, 1] ++ zeros [.., L, s - 1] -> [.., L * s], less the trailing zeros."""
-    if stride == 1:
-        return x
-    h = t.g.unsqueeze(x, d + 1)
-    shape = list(t.g.shape(h))
-    shape[d + 1] = t.g.sym_const(stride - 1)
-    h = t.g.concat([h, t.g.full(0.0, t.g.dtype(x), shape)], d + 1)
-    shape = list(t.g.shape(x))
-    shape[d] = t.g.sym_const(size * stride)
-    return t.g.slice(t.g.reshape(h, shape), d, 0, (size - 1) * stride + 1, 1)
-
-
 def _eager_uses_mkldnn(dt, stride, output_padding):
     """Whether eager runs a half-precision transposed convolution through oneDNN (which
     accumulates in f32 and rounds once) rather than its gemm + col2im kernel (which rounds
@@ -108,95 +83,20 @@ def _eager_uses_mkldnn(dt, stride, output_padding):
 
 
 def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, groups):
-    """A transposed convolution is the plain convolution of the input dilated by the stride
-    (stride - 1 zeros between elements) and padded by dilation * (k - 1) - padding on the left
-    (plus output_padding on the right), with the weight's in/out channels swapped per group and
-    its kernel flipped; stride 1, same dilation and groups. Half precision follows eager's
-    rounding: f32 throughout where eager uses oneDNN, else gemm + per-tap sums (_col2im)."""
+    """One conv_transpose op (lowering/decompose/ConvTranspose.cpp). Half precision rounds as
+    eager's kernel on this machine does: once where eager uses oneDNN, else after each kernel
+    tap (round_per_tap)."""
     dt = t.g.dtype(x)
     if dt not in FLOAT_DTYPES + ("i64",):
         raise Unsupported(f"transposed convolution in {dt} (eager has no such kernel)")
-    rank = len(t.g.shape(x))
-    spatial = rank - 2
-    if spatial < 1 or spatial > 3 or len(t.g.shape(w)) != rank:
-        raise Unsupported(f"transposed convolution of rank {rank}")
+    spatial = len(t.g.shape(x)) - 2
+    if spatial < 1 or spatial > 3:
+        raise Unsupported(f"transposed convolution of rank {spatial + 2}")
     stride, padding = _as_list(stride, spatial), _as_list(padding, spatial)
     dilation, output_padding = _as_list(dilation, spatial), _as_list(output_padding, spatial)
-    sizes = _static_sizes(t, x, range(2, rank))
-    cin, cout_g, *kernel = _static_sizes(t, w, range(rank))
-    if groups < 1 or cin % groups:
-        raise Unsupported("transposed convolution with channels not divisible by groups")
-    if dt in _HALF:
-        if not _eager_uses_mkldnn(dt, stride, output_padding):
-            return _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups,
-                           sizes, cin, cout_g, kernel)
-        out = _conv_transpose(t, t.g.convert(x, "f32"), t.g.convert(w, "f32"),
-                              None if bias is None else t.g.convert(bias, "f32"), stride,
-                              padding, dilation, output_padding, groups)
-        return t.g.convert(out, dt)
-    for i in range(spatial):
-        d = 2 + i
-        x = _dilate(t, x, d, stride[i], sizes[i])
-        reach = dilation[i] * (kernel[i] - 1) - padding[i]
-        x = _pad(t, x, d, reach, reach + output_padding[i], 0)
-    # [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
-    k = [t.g.sym_const(n) for n in kernel]
-    ws = t.g.reshape(w, [t.g.sym_const(n) for n in (groups, cin // groups, cout_g)] + k)
-    ws = t.g.permute(ws, [0, 2, 1] + list(range(3, 3 + spatial)))
-    ws = t.g.reshape(ws, [t.g.sym_const(n) for n in (groups * cout_g, cin // groups)] + k)
-    ws = t.g.flip(ws, list(range(2, rank)))
-    return t.g.convolution(x, ws, bias, [1] * spatial, [0] * spatial, dilation, groups)
-
-
-_MAX_COL2IM_TAPS = 27  # each tap is a few graph ops; larger kernels compile too slowly
-
-
-def _col2im(t, x, w, bias, stride, padding, dilation, output_padding, groups, sizes, cin,
-            cout_g, kernel):
-    """Eager's gemm + col2im transposed convolution, rounding where it rounds:
-    1. cols[n, o, k.., s..] = sum_c w[c, o, k..] * x[n, c, s..] (one rounding, per group);
-    2. out = sum over kernel taps k (row-major) of cols[:, :, k] placed at
-       s * stride - padding + k * dilation, each addition rounded;
-    3. out + bias."""
-    spatial = len(sizes)
-    taps = math.prod(kernel)
-    if taps > _MAX_COL2IM_TAPS:
-        raise Unsupported(f"half-precision transposed convolution with {taps} kernel taps")
-    c = lambda n: t.g.sym_const(n)
-    n = t.g.shape(x)[0]
-    points = math.prod(sizes)
-    xs = t.g.reshape(x, [n, c(groups), c(cin // groups), c(points)])
-    ws = t.g.reshape(w, [c(groups), c(cin // groups), c(cout_g * taps)])
-    cols = t.g.matmul(t.g.permute(ws, [0, 2, 1]), xs)  # [N, g, Cout/g * taps, P]
-    cols = t.g.reshape(cols, [n, c(groups * cout_g)] + [c(k) for k in kernel] +
-                       [c(s) for s in sizes])
-    outs = [(s - 1) * st - 2 * p + dl * (k - 1) + op + 1 for s, st, p, dl, k, op in
-            zip(sizes, stride, padding, dilation, kernel, output_padding)]
-    out = None
-    for tap in range(taps):
-        pos, rest = [], tap
-        for k in reversed(kernel):
-            pos.append(rest % k)
-            rest //= k
-        pos.reverse()
-        first = [p * dl - pd for p, dl, pd in zip(pos, dilation, padding)]
-        if any(lo + (n - 1) * st < 0 or lo >= o
-               for lo, n, st, o in zip(first, sizes, stride, outs)):
-            continue  # every element of this tap lands outside the output
-        h = cols
-        for i in range(spatial):
-            h = t.g.select(h, 2, pos[i])
-        for i in range(spatial):
-            d = 2 + i
-            h = _dilate(t, h, d, stride[i], sizes[i])
-            lo = first[i]
-            h = _pad(t, h, d, lo, outs[i] - lo - ((sizes[i] - 1) * stride[i] + 1), 0)
-        out = h if out is None else ew(t, "add", out, h)
-    if out is None:
-        out = t.g.full(0.0, t.g.dtype(x), [n, c(groups * cout_g)] + [c(o) for o in outs])
-    if bias is not None:
-        out = ew(t, "add", out, t.g.reshape(bias, [c(1), c(groups * cout_g)] + [c(1)] * spatial))
-    return out
+    per_tap = dt in _HALF and not _eager_uses_mkldnn(dt, stride, output_padding)
+    return t.g.conv_transpose(x, w, bias, stride, padding, dilation, output_padding, groups,
+                              per_tap)
 
 
 # ---- regular pooling windows ----------------------------------------------------------------

@@ -82,3 +82,4 @@ def test_includes_follow_the_layer_table():
 def test_a_forbidden_include_is_reported(path, include):
     bad = violations([(path, f'#include "braze/{include}"\n')])
     assert len(bad) == 1 and include in bad[0]
+

@@ -243,3 +243,25 @@ def test_searchsorted_with_a_bad_sorter_raises():
     seq, x = torch.arange(5.0), torch.tensor([1.5, 3.5])
     with pytest.raises(Exception, match="gather"):
         compiled(lambda s, x, so: torch.searchsorted(s, x, sorter=so))(seq, x, torch.tensor([0, 1, 2, 3, 9]))
+
+
+def test_generated_sources_are_kept_only_for_run_and_get_code():
+    """run_and_get_code returns the sources of the graphs compiled during its call, nested calls
+    included; outside such a call braze keeps none (a long-running process compiling many graphs
+    does not grow)."""
+    from braze import backend
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x + 1).relu(), backend="braze")
+    f(torch.randn(5))
+    assert backend._source_records == []
+    g = torch.compile(lambda x: x * 3, backend="braze")
+    inner = []
+
+    def both(x):
+        inner.append(braze.run_and_get_code(g, x)[1])
+        return f(x + 0.5)
+
+    torch._dynamo.reset()
+    _, outer = braze.run_and_get_code(both, torch.randn(7))
+    assert len(inner[0]) == 1 and len(outer) == 2 and inner[0][0] in outer
+    assert backend._source_records == []

@@ -13,6 +13,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 namespace nb = nanobind;
@@ -191,6 +192,20 @@ NB_MODULE(_C, m) {
     }
   });
 
+  // The op kinds of Ops.def, and each one's schema: (min operands, max operands or -1,
+  // [(attribute, type, optional)]).
+  nb::enum_<OpKind> opKind(m, "OpKind");
+#define BRAZE_OP(E, cat, text, lo, hi, attrs) opKind.value(#E, OpKind::E);
+#include "braze/ir/graph/Ops.def"
+  m.def("op_name", [](OpKind k) { return std::string(opName(k)); });
+  m.def("op_schema", [](OpKind k) {
+    const OpSchema &s = opSchema(k);
+    std::vector<std::tuple<std::string, std::string, bool>> attrs;
+    for (const AttrSpec &a : s.attrs)
+      attrs.emplace_back(a.name, std::string(attrKindText(a.kind)), a.optional);
+    return std::make_tuple(s.minOperands, s.maxOperands, attrs);
+  });
+
   nb::class_<PyGraph>(m, "Graph")
       .def(nb::init<>())
       .def("size_symbol", [](PyGraph &g, const std::string &n) { return g.sym(g.builder().sizeSymbol(n)); })
@@ -244,6 +259,9 @@ NB_MODULE(_C, m) {
       .def("slice", [](PyGraph &g, int x, int64_t dim, int64_t start, int64_t end, int64_t step) {
         return g.node(g.builder().slice(g.at(x), dim, start, end, step));
       })
+      .def("pad", [](PyGraph &g, int x, int64_t dim, int64_t lo, int64_t hi, double value) {
+        return g.node(g.builder().pad(g.at(x), dim, lo, hi, value));
+      })
       .def("select", [](PyGraph &g, int x, int64_t dim, int64_t i) { return g.node(g.builder().select(g.at(x), dim, i)); })
       .def("unsqueeze", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().unsqueeze(g.at(x), d)); })
       .def("squeeze", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().squeeze(g.at(x), d)); })
@@ -259,6 +277,13 @@ NB_MODULE(_C, m) {
                              IntList padding, IntList dilation, int64_t groups) {
         return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
                                               padding, dilation, groups));
+      })
+      .def("conv_transpose", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
+                                IntList padding, IntList dilation, IntList outputPadding,
+                                int64_t groups, bool roundPerTap) {
+        return g.node(g.builder().convTranspose(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
+                                                padding, dilation, outputPadding, groups,
+                                                roundPerTap));
       })
       .def("attention", [](PyGraph &g, int q, int k, int v, std::optional<int> bias, double scale,
                            bool causal) {

@@ -10,20 +10,6 @@ namespace braze {
 
 namespace {
 
-enum class ResultKind { Same, Bool, Float };
-
-ResultKind resultKind(OpKind op) {
-#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
-  if (op == OpKind::E)                                                         \
-    return std::string_view(#result) == "bool"                                 \
-               ? ResultKind::Bool                                              \
-               : (std::string_view(#result) == "float" ? ResultKind::Float : ResultKind::Same);
-#include "braze/ir/types/ElementwiseOps.def"
-  BRAZE_UNREACHABLE("not elementwise: " << opName(op));
-}
-
-int categoryRank(DType t) { return t == DType::Bool ? 0 : (isFloating(t) ? 2 : 1); }
-
 bool isBitwise(OpKind op) {
   return op == OpKind::BitwiseAnd || op == OpKind::BitwiseOr || op == OpKind::BitwiseXor ||
          op == OpKind::BitwiseNot;
@@ -133,39 +119,20 @@ Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
   size_t first = op == OpKind::Where ? 1 : 0;
   if (op == OpKind::Where && xs[0]->dtype() != DType::Bool)
     BRAZE_USER_ERROR("where", name_) << "condition must be bool, got " << dtypeName(xs[0]->dtype());
-  std::optional<DType> dimensioned, zeroDim;
-  for (size_t i = first; i < xs.size(); ++i) {
-    std::optional<DType> &slot = xs[i]->rank() > 0 ? dimensioned : zeroDim;
-    slot = slot ? promoteTypes(*slot, xs[i]->dtype()) : xs[i]->dtype();
-  }
-  DType promoted;
-  if (!dimensioned)
-    promoted = *zeroDim;
-  else if (zeroDim && categoryRank(*zeroDim) > categoryRank(*dimensioned))
-    promoted = *zeroDim;
-  else
-    promoted = *dimensioned;
+  std::vector<std::pair<DType, bool>> operands;
+  for (Node *x : xs)
+    operands.push_back({x->dtype(), x->rank() == 0});
+  DType promoted = elementwisePromotedType(op, operands);
   if (isBitwise(op) && isFloating(promoted))
     BRAZE_USER_ERROR(std::string(name), name_)
         << "needs integer or bool operands, got " << dtypeName(promoted);
-  DType result = promoted;
-  switch (resultKind(op)) {
-  case ResultKind::Bool:
-    result = DType::Bool;
-    break;
-  case ResultKind::Float:
-    if (!isFloating(promoted))
-      result = DType::Float32;
-    break;
-  case ResultKind::Same:
-    if (op == OpKind::Sub && promoted == DType::Bool)
-      BRAZE_USER_ERROR("sub", name_) << "subtracting bool tensors is not supported";
-    break;
-  }
+  if (op == OpKind::Sub && promoted == DType::Bool)
+    BRAZE_USER_ERROR("sub", name_) << "subtracting bool tensors is not supported";
+  DType result = elementwiseResultType(op, promoted);
   // Operands are converted to the promoted type so that every kernel computes in one type.
   // philox_uniform keeps its i64 seed and counter exact: as floats they would round.
-  DType operandType =
-      resultKind(op) == ResultKind::Float && op != OpKind::PhiloxUniform ? result : promoted;
+  bool floatResult = !isFloating(promoted) && isFloating(result);
+  DType operandType = floatResult && op != OpKind::PhiloxUniform ? result : promoted;
   for (size_t i = first; i < xs.size(); ++i)
     if (xs[i]->dtype() != operandType)
       xs[i] = convert(xs[i], operandType);

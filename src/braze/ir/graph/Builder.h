@@ -75,6 +75,14 @@ public:
   /// N-d convolution (1-d, 2-d or 3-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
   Node *convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                     IntList dilation, int64_t groups);
+  /// N-d transposed convolution (1 to 3 spatial dims): x [N, Cin, *s], w [Cin, Cout/groups, *k]
+  /// -> [N, Cout, *o], o = (s - 1) * stride - 2 * padding + dilation * (k - 1) + outputPadding + 1,
+  /// with static spatial and kernel sizes. Half-precision operands are computed in f32 and
+  /// rounded once (oneDNN's kernel), or with `roundPerTap` rounded as a gemm + col2im kernel
+  /// rounds: after the product and after each kernel tap's addition (at most kMaxRoundedTaps).
+  Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
+                      IntList dilation, IntList outputPadding, int64_t groups, bool roundPerTap);
+  static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
   /// Scaled dot-product attention: softmax(scale * q·kᵀ + bias, masked causally) · v over
   /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. `bias` (or
   /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask

@@ -172,6 +172,79 @@ std::vector<SymExpr> poolShape(GraphBuilder &b, const std::string &op, const std
 
 /// Checks a 2-d pooling input, expands per-dim parameters and returns the shared attributes
 /// (kernel, stride, padding, dilation) with the output shape.
+Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
+                                  IntList dilation, IntList outputPadding, int64_t groups,
+                                  bool roundPerTap) {
+  const char *op = "conv_transpose";
+  int64_t spatial = x->rank() - 2;
+  if (spatial < 1 || spatial > 3 || w->rank() != x->rank())
+    BRAZE_USER_ERROR(op, name_) << "needs an input [N, C, ...] of 1 to 3 spatial dims and a weight "
+                                   "of its rank, got ranks "
+                                << x->rank() << " and " << w->rank();
+  if (x->dtype() == DType::Bool || x->dtype() != w->dtype())
+    BRAZE_USER_ERROR(op, name_) << "needs numeric (non-bool) input and weight of one dtype, got "
+                                << dtypeName(x->dtype()) << " and " << dtypeName(w->dtype());
+  stride = perDim(stride, spatial, 1);
+  padding = perDim(padding, spatial, 0);
+  dilation = perDim(dilation, spatial, 1);
+  outputPadding = perDim(outputPadding, spatial, 0);
+  for (const IntList *l : {&stride, &padding, &dilation, &outputPadding})
+    if (static_cast<int64_t>(l->size()) != spatial)
+      BRAZE_USER_ERROR(op, name_) << "a parameter list " << listText(*l) << " has " << l->size()
+                                  << " entries for " << spatial << " spatial dims";
+  std::vector<int64_t> sizes, kernel;
+  for (int64_t i = 2; i < x->rank(); ++i) {
+    int64_t n, k;
+    if (!sym().constValue(x->shape()[i], n) || !sym().constValue(w->shape()[i], k))
+      BRAZE_USER_ERROR(op, name_) << "needs static spatial and kernel sizes, got "
+                                  << shapeText(x->shape()) << " and " << shapeText(w->shape());
+    sizes.push_back(n);
+    kernel.push_back(k);
+  }
+  int64_t cin, coutGroup;
+  if (groups < 1 || !sym().constValue(w->shape()[0], cin) ||
+      !sym().constValue(w->shape()[1], coutGroup) || x->shape()[1] != w->shape()[0] ||
+      cin % groups)
+    BRAZE_USER_ERROR(op, name_) << "input channels " << sym::toString(x->shape()[1])
+                                << " must equal the weight's first dim "
+                                << sym::toString(w->shape()[0]) << " and divide by groups "
+                                << groups;
+  std::vector<SymExpr> shape{x->shape()[0], dim(groups * coutGroup)};
+  for (int64_t i = 0; i < spatial; ++i) {
+    if (stride[i] < 1 || dilation[i] < 1 || padding[i] < 0 || outputPadding[i] < 0 ||
+        outputPadding[i] >= std::max(stride[i], dilation[i]))
+      BRAZE_USER_ERROR(op, name_) << "needs stride and dilation >= 1, padding >= 0 and output "
+                                     "padding below the stride or the dilation, got "
+                                  << stride[i] << ", " << dilation[i] << ", " << padding[i]
+                                  << " and " << outputPadding[i] << " in spatial dim " << i;
+    int64_t out = (sizes[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1) +
+                  outputPadding[i] + 1;
+    if (out < 1)
+      BRAZE_USER_ERROR(op, name_) << "spatial dim " << i << " would have " << out << " elements";
+    shape.push_back(dim(out));
+  }
+  int64_t taps = 1;
+  for (int64_t k : kernel)
+    taps *= k;
+  if (roundPerTap && taps > kMaxRoundedTaps)
+    BRAZE_USER_ERROR(op, name_) << "rounds after each of " << taps << " kernel taps; at most "
+                                << kMaxRoundedTaps << " are supported";
+  if (bias && (bias->rank() != 1 || bias->shape()[0] != shape[1]))
+    BRAZE_USER_ERROR(op, name_) << "bias must have shape [" << sym::toString(shape[1]) << "]";
+  AttrMap attrs;
+  attrs.set("stride", stride);
+  attrs.set("padding", padding);
+  attrs.set("dilation", dilation);
+  attrs.set("output_padding", outputPadding);
+  attrs.set("groups", groups);
+  attrs.set("bias", bias != nullptr);
+  attrs.set("round_per_tap", roundPerTap);
+  std::vector<Node *> ops{x, w};
+  if (bias)
+    ops.push_back(convert(bias, x->dtype()));
+  return make(OpKind::ConvTranspose, ops, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
 AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, IntList kernel, IntList stride,
                                 IntList padding, IntList dilation, bool ceilMode,
                                 std::vector<SymExpr> &shape) {

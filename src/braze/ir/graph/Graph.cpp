@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -15,7 +16,7 @@ namespace braze {
 
 std::string_view opName(OpKind k) {
   switch (k) {
-#define BRAZE_OP(E, cat, text)                                                 \
+#define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
   case OpKind::E:                                                              \
     return text;
 #include "braze/ir/graph/Ops.def"
@@ -25,7 +26,7 @@ std::string_view opName(OpKind k) {
 
 OpCategoryKind opCategory(OpKind k) {
   switch (k) {
-#define BRAZE_OP(E, cat, text)                                                 \
+#define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
   case OpKind::E:                                                              \
     return OpCategoryKind::cat;
 #include "braze/ir/graph/Ops.def"
@@ -34,13 +35,115 @@ OpCategoryKind opCategory(OpKind k) {
 }
 
 bool parseOpKind(std::string_view name, OpKind &out) {
-#define BRAZE_OP(E, cat, text)                                                 \
+#define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
   if (name == text) {                                                          \
     out = OpKind::E;                                                           \
     return true;                                                               \
   }
 #include "braze/ir/graph/Ops.def"
   return false;
+}
+
+namespace {
+
+/// The schema text's attributes: `name:type` or `name?:type`, space-separated.
+std::vector<AttrSpec> parseAttrSpecs(std::string_view text, std::string_view op) {
+  static const std::pair<std::string_view, AttrKind> kKinds[] = {
+      {"bool", AttrKind::Bool},     {"int", AttrKind::Int},   {"number", AttrKind::Number},
+      {"string", AttrKind::String}, {"ints", AttrKind::Ints}};
+  std::vector<AttrSpec> out;
+  std::istringstream words{std::string(text)};
+  for (std::string w; words >> w;) {
+    size_t colon = w.find(':');
+    BRAZE_CHECK(colon != std::string::npos && colon > 0) << "Ops.def: " << op << ": '" << w << "'";
+    AttrSpec a;
+    a.name = w.substr(0, colon);
+    if (a.name.back() == '?') {
+      a.optional = true;
+      a.name.pop_back();
+    }
+    std::string_view kind = std::string_view(w).substr(colon + 1);
+    bool known = false;
+    for (const auto &[name, k] : kKinds)
+      if (name == kind)
+        a.kind = k, known = true;
+    BRAZE_CHECK(known) << "Ops.def: " << op << ": unknown attribute type '" << kind << "'";
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::vector<OpSchema> buildSchemas() {
+  std::vector<OpSchema> out;
+#define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
+  out.push_back(OpSchema{lo, hi, parseAttrSpecs(attrs, text)});
+#include "braze/ir/graph/Ops.def"
+  return out;
+}
+
+} // namespace
+
+const OpSchema &opSchema(OpKind k) {
+  static const std::vector<OpSchema> kSchemas = buildSchemas();
+  return kSchemas.at(static_cast<size_t>(k));
+}
+
+std::string_view attrKindText(AttrKind k) {
+  switch (k) {
+  case AttrKind::Bool:
+    return "a bool";
+  case AttrKind::Int:
+    return "an integer";
+  case AttrKind::Number:
+    return "a number";
+  case AttrKind::String:
+    return "a string";
+  case AttrKind::Ints:
+    return "an integer list";
+  }
+  BRAZE_UNREACHABLE("bad AttrKind");
+}
+
+namespace {
+enum class ResultKind { Same, Bool, Float };
+
+ResultKind resultKind(OpKind op) {
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (op == OpKind::E)                                                         \
+    return std::string_view(#result) == "bool"                                 \
+               ? ResultKind::Bool                                              \
+               : (std::string_view(#result) == "float" ? ResultKind::Float : ResultKind::Same);
+#include "braze/ir/types/ElementwiseOps.def"
+  BRAZE_UNREACHABLE("not elementwise: " << opName(op));
+}
+
+int categoryRank(DType t) { return t == DType::Bool ? 0 : (isFloating(t) ? 2 : 1); }
+} // namespace
+
+DType elementwisePromotedType(OpKind op, const std::vector<std::pair<DType, bool>> &operands) {
+  std::optional<DType> dimensioned, zeroDim;
+  for (size_t i = op == OpKind::Where ? 1 : 0; i < operands.size(); ++i) {
+    std::optional<DType> &slot = operands[i].second ? zeroDim : dimensioned;
+    slot = slot ? promoteTypes(*slot, operands[i].first) : operands[i].first;
+  }
+  BRAZE_CHECK(dimensioned || zeroDim) << opName(op) << " has no operand to promote";
+  if (!dimensioned)
+    return *zeroDim;
+  if (zeroDim && categoryRank(*zeroDim) > categoryRank(*dimensioned))
+    return *zeroDim;
+  return *dimensioned;
+}
+
+DType elementwiseResultType(OpKind op, DType promoted) {
+  switch (resultKind(op)) {
+  case ResultKind::Bool:
+    return DType::Bool;
+  case ResultKind::Float:
+    return isFloating(promoted) ? promoted : DType::Float32;
+  case ResultKind::Same:
+    return promoted;
+  }
+  BRAZE_UNREACHABLE("bad ResultKind");
 }
 
 int elementwiseArity(OpKind k) {

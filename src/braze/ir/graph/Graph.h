@@ -19,7 +19,7 @@ namespace braze {
 using sym::SymExpr;
 
 enum class OpKind : uint16_t {
-#define BRAZE_OP(E, cat, text) E,
+#define BRAZE_OP(E, cat, text, lo, hi, attrs) E,
 #include "braze/ir/graph/Ops.def"
 };
 
@@ -43,6 +43,28 @@ OpCategoryKind opCategory(OpKind k);
 bool parseOpKind(std::string_view name, OpKind &out);
 /// Number of operands of an elementwise op.
 int elementwiseArity(OpKind k);
+/// PyTorch's promotion of an elementwise op's operands, given as (dtype, zero-dim): zero-dim
+/// operands only raise the category; where's condition does not take part.
+DType elementwisePromotedType(OpKind op, const std::vector<std::pair<DType, bool>> &operands);
+/// The op's result dtype for operands promoted to `promoted`: bool for predicates, f32 for a
+/// floating op of integer operands, the promoted type otherwise.
+DType elementwiseResultType(OpKind op, DType promoted);
+
+/// An op's schema, from Ops.def: how many operands it takes (max -1: no limit) and its typed
+/// attributes.
+enum class AttrKind { Bool, Int, Number, String, Ints };
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  bool optional = false;
+};
+struct OpSchema {
+  int minOperands = 0, maxOperands = 0;
+  std::vector<AttrSpec> attrs;
+};
+const OpSchema &opSchema(OpKind k);
+/// "a bool", "an integer", "a number", "a string", "an integer list".
+std::string_view attrKindText(AttrKind k);
 
 /// NumPy-style broadcast of two shapes (trailing-aligned; a dim of constant 1 stretches).
 /// Returns false and sets `badDim` (an index into `out`'s rank) if they do not broadcast.

@@ -31,7 +31,7 @@ public:
     }
     for (const auto &n : g_.nodes()) {
       node_ = n.get();
-      if (!checkOperandsDefined() || !checkType() || !checkArity() || !checkNode())
+      if (!checkOperandsDefined() || !checkType() || !checkSchema() || !checkNode())
         return error_;
       defined_.insert(n.get());
     }
@@ -121,52 +121,42 @@ private:
     return true;
   }
 
-  bool checkArity() {
-    size_t n = node_->operands().size(), lo = 1, hi = 1;
-    switch (opCategory(node_->op())) {
-    case OpCategoryKind::Input:
-    case OpCategoryKind::Full:
-    case OpCategoryKind::Iota:
-      lo = hi = 0;
-      break;
-    case OpCategoryKind::Elementwise:
-      lo = hi = static_cast<size_t>(elementwiseArity(node_->op()));
-      break;
-    case OpCategoryKind::Gather:
-      lo = 2;
-      hi = node_->op() == OpKind::Take ? SIZE_MAX : 2;
-      break;
-    case OpCategoryKind::Composite:
-      if (node_->op() == OpKind::LayerNorm)
-        hi = 3;
-      if (node_->op() == OpKind::Convolution)
-        lo = 2, hi = 3;
-      if (node_->op() == OpKind::Scatter)
-        lo = hi = 3;
-      if (node_->op() == OpKind::Attention)
-        lo = 3, hi = 4;
-      if (node_->op() == OpKind::AttentionLse)
-        lo = 2, hi = 3;
-      if (node_->op() == OpKind::AttentionGrad)
-        lo = 6, hi = 7;
-      break;
-    case OpCategoryKind::Concat:
-      hi = SIZE_MAX;
-      break;
-    case OpCategoryKind::MatMul:
-      lo = hi = 2;
-      break;
-    case OpCategoryKind::Cast:
-    case OpCategoryKind::Reduce:
-    case OpCategoryKind::View:
-    case OpCategoryKind::Numel:
-      break;
+  /// The operand count and the attributes Ops.def gives the op: each required attribute
+  /// present, each present one of its type, and no other.
+  bool checkSchema() {
+    const OpSchema &schema = opSchema(node_->op());
+    size_t n = node_->operands().size(), lo = static_cast<size_t>(schema.minOperands);
+    if (n < lo || (schema.maxOperands >= 0 && n > static_cast<size_t>(schema.maxOperands))) {
+      std::string want = schema.maxOperands < 0 ? "at least " + std::to_string(lo)
+                         : schema.maxOperands == schema.minOperands
+                             ? std::to_string(lo)
+                             : std::to_string(lo) + " to " + std::to_string(schema.maxOperands);
+      return fail("takes " + want + " operands, got " + std::to_string(n));
     }
-    if (n >= lo && n <= hi)
-      return true;
-    std::string want = lo == hi ? std::to_string(lo)
-                                : std::to_string(lo) + " to " + std::to_string(hi);
-    return fail("takes " + want + " operands, got " + std::to_string(n));
+    const AttrMap &attrs = node_->attrs();
+    for (const AttrSpec &spec : schema.attrs) {
+      if (!attrs.has(spec.name)) {
+        if (spec.optional)
+          continue;
+        return fail("needs " + std::string(attrKindText(spec.kind)) + " attribute '" +
+                    spec.name + "'");
+      }
+      const AttrValue &v = attrs.get(spec.name);
+      bool ok = spec.kind == AttrKind::Bool     ? std::holds_alternative<bool>(v)
+                : spec.kind == AttrKind::Int    ? std::holds_alternative<int64_t>(v)
+                : spec.kind == AttrKind::Number ? std::holds_alternative<int64_t>(v) ||
+                                                      std::holds_alternative<double>(v)
+                : spec.kind == AttrKind::String ? std::holds_alternative<std::string>(v)
+                                                : std::holds_alternative<IntList>(v);
+      if (!ok)
+        return fail("attribute '" + spec.name + "' must be " +
+                    std::string(attrKindText(spec.kind)));
+    }
+    for (const auto &[name, value] : attrs.all())
+      if (std::none_of(schema.attrs.begin(), schema.attrs.end(),
+                       [&](const AttrSpec &spec) { return spec.name == name; }))
+        return fail("has no attribute '" + name + "'");
+    return true;
   }
 
   /// An int attribute, or a failure naming it.
@@ -193,8 +183,6 @@ private:
   /// `hasKeepdim`) the result keeps them as size 1.
   bool checkReduction(bool hasKeepdim) {
     const AttrMap &a = node_->attrs();
-    if (!a.has("dims") || !std::holds_alternative<IntList>(a.get("dims")))
-      return fail("needs an integer list attribute 'dims'");
     const IntList &dims = a.getInts("dims");
     int64_t rank = node_->operand(0)->rank();
     for (size_t i = 0; i < dims.size(); ++i) {
@@ -206,8 +194,6 @@ private:
     }
     if (!hasKeepdim)
       return node_->rank() == 0 ? true : fail("result must have rank 0");
-    if (!a.has("keepdim") || !std::holds_alternative<bool>(a.get("keepdim")))
-      return fail("needs a bool attribute 'keepdim'");
     bool keep = a.getBool("keepdim");
     int64_t reduced = rank == 0 ? 0 : static_cast<int64_t>(dims.size());
     int64_t want = keep ? rank : rank - reduced;
@@ -235,6 +221,13 @@ private:
     if (node_->op() == OpKind::Where && node_->operand(0)->dtype() != DType::Bool)
       return fail("condition must be bool, got " +
                   std::string(dtypeName(node_->operand(0)->dtype())));
+    std::vector<std::pair<DType, bool>> operands;
+    for (const Node *o : node_->operands())
+      operands.push_back({o->dtype(), o->rank() == 0});
+    DType want = elementwiseResultType(node_->op(), elementwisePromotedType(node_->op(), operands));
+    if (node_->dtype() != want)
+      return fail("result is " + std::string(dtypeName(node_->dtype())) + " but its operands give " +
+                  std::string(dtypeName(want)));
     return true;
   }
 
@@ -248,9 +241,6 @@ private:
       return true;
     }
     if (op == OpKind::Permute) {
-      if (!node_->attrs().has("dims") ||
-          !std::holds_alternative<IntList>(node_->attrs().get("dims")))
-        return fail("needs an integer list attribute 'dims'");
       const IntList &dims = node_->attrs().getInts("dims");
       IntList sorted = dims;
       std::sort(sorted.begin(), sorted.end());
@@ -298,16 +288,12 @@ private:
       return node_->rank() == x->rank() - 1 ? true : fail("diagonal must drop one dim");
     }
     if (op == OpKind::Unfold) {
-      if (!checkDim("dim", x->rank()) || !intAttr("size") || !intAttr("step") ||
-          !intAttr("dilation"))
+      if (!checkDim("dim", x->rank()))
         return false;
       return node_->rank() == x->rank() + 1 ? true : fail("unfold must add one dim");
     }
     if (op == OpKind::Flip) {
-      const AttrMap &a = node_->attrs();
-      if (!a.has("dims") || !std::holds_alternative<IntList>(a.get("dims")))
-        return fail("needs an integer list attribute 'dims'");
-      for (int64_t d : a.getInts("dims"))
+      for (int64_t d : node_->attrs().getInts("dims"))
         if (d < 0 || d >= x->rank())
           return fail("dim " + std::to_string(d) + " is out of range for rank " +
                       std::to_string(x->rank()));
@@ -322,8 +308,6 @@ private:
       return true;
     case OpCategoryKind::Full: {
       const AttrMap &a = node_->attrs();
-      if (!a.has("value"))
-        return fail("needs a 'value' attribute");
       // Floating results are filled from a float, the others from an integer (true is 1).
       bool floating = isFloating(node_->dtype());
       if (floating ? !std::holds_alternative<double>(a.get("value"))
@@ -493,6 +477,58 @@ private:
     return true;
   }
 
+  /// A transposed convolution (input [N, Cin, *S], weight [Cin, Cout / groups, *K], bias
+  /// [Cout]): attribute lengths and ranges, static sizes, and the result
+  /// [N, Cout, (S - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1].
+  bool checkConvTranspose() {
+    const AttrMap &a = node_->attrs();
+    const Node *x = node_->operand(0), *w = node_->operand(1);
+    size_t rank = x->rank();
+    if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
+      return fail("input, weight and result must share a rank of 3 to 5");
+    size_t spatial = rank - 2;
+    for (const char *name : {"stride", "padding", "dilation", "output_padding"}) {
+      const IntList &v = a.getInts(name);
+      if (v.size() != spatial)
+        return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                    " entries (one per spatial dim), not " + std::to_string(v.size()));
+      int64_t least = name[0] == 's' || name[0] == 'd' ? 1 : 0;
+      for (int64_t e : v)
+        if (e < least || e > (int64_t(1) << 40))
+          return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                      " is out of range (at least " + std::to_string(least) + ")");
+    }
+    int64_t groups = a.getInt("groups"), taps = 1;
+    std::vector<int64_t> ws;
+    for (SymExpr d : w->shape()) {
+      if (!d->isConst())
+        return fail("the weight's sizes must be static");
+      ws.push_back(d->value());
+    }
+    if (groups < 1 || ws[0] % groups || x->shape()[1] != w->shape()[0])
+      return fail("input channels must equal the weight's first dim, a multiple of groups");
+    if (node_->operands().size() != 2u + a.getBool("bias"))
+      return fail("operand count does not match the 'bias' attribute");
+    std::vector<SymExpr> want{x->shape()[0], ctx_.constant(groups * ws[1])};
+    const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                  &dil = a.getInts("dilation"), &extra = a.getInts("output_padding");
+    for (size_t i = 0; i < spatial; ++i) {
+      SymExpr in = x->shape()[2 + i];
+      if (!in->isConst() || extra[i] >= std::max(st[i], dil[i]))
+        return fail("needs static spatial sizes and output padding below the stride or the "
+                    "dilation");
+      taps *= ws[2 + i];
+      want.push_back(ctx_.constant((in->value() - 1) * st[i] - 2 * pad[i] +
+                                   dil[i] * (ws[2 + i] - 1) + extra[i] + 1));
+    }
+    if (a.getBool("bias") && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
+      return fail("bias must have shape [" + sym::toString(want[1]) + "]");
+    if (a.getBool("round_per_tap") && taps > GraphBuilder::kMaxRoundedTaps)
+      return fail("rounds after each of " + std::to_string(taps) + " kernel taps; at most " +
+                  std::to_string(GraphBuilder::kMaxRoundedTaps));
+    return node_->shape() == want ? true : fail("result must be " + shapeText(want));
+  }
+
   /// Pooling over the last two dims: attribute ranges (kernel, stride, dilation >= 1; padding
   /// at most half the kernel, as PyTorch requires), constant pooled dims, and a result whose
   /// leading dims are the input's and whose pooled dims are what the window arithmetic gives
@@ -619,106 +655,92 @@ private:
   }
 
   /// The attributes each composite op's decomposition reads.
+  /// What each composite op's attributes mean (Ops.def gave their presence and types). The
+  /// switch lists every op: a composite without a case does not compile warning-free.
   bool checkComposite() {
     const AttrMap &a = node_->attrs();
-    auto has = [&](const char *name, auto probe) {
-      return a.has(name) && std::holds_alternative<decltype(probe)>(a.get(name));
-    };
     OpKind op = node_->op();
-    if (op == OpKind::Mean)
+    size_t operands = node_->operands().size();
+    switch (op) {
+#define BRAZE_OP(E, cat, text, lo, hi, attrs) case OpKind::E:
+#define BRAZE_COMPOSITE(E, text, lo, hi, attrs)
+#include "braze/ir/graph/Ops.def"
+      return fail("is not a composite op");
+    case OpKind::Mean:
+    case OpKind::Var:
       return checkReduction(true);
-    if (op == OpKind::Var) {
-      if (!has("correction", double{}) && !has("correction", int64_t{}))
-        return fail("needs a number attribute 'correction'");
-      return checkReduction(true);
-    }
-    if (op == OpKind::Softmax || op == OpKind::LogSoftmax)
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax:
+    case OpKind::CumSum:
+    case OpKind::CumProd:
+    case OpKind::LogCumSumExp:
       return checkDim("dim", node_->operand(0)->rank());
-    if (op == OpKind::LayerNorm) {
+    case OpKind::LayerNorm: {
       if (!checkDim("axis", node_->operand(0)->rank()))
         return false;
-      if (!has("eps", double{}) || !has("weight", bool{}) || !has("bias", bool{}))
-        return fail("needs attributes 'eps' (float), 'weight' and 'bias' (bool)");
       size_t want = 1 + a.getBool("weight") + a.getBool("bias");
-      if (node_->operands().size() != want)
-        return fail("has " + std::to_string(node_->operands().size()) +
-                    " operands but its weight/bias attributes say " + std::to_string(want));
-      return true;
+      return operands == want ? true
+                              : fail("has " + std::to_string(operands) +
+                                     " operands but its weight/bias attributes say " +
+                                     std::to_string(want));
     }
-    if (op == OpKind::Gelu) {
-      if (!has("approximate", std::string{}) ||
-          (a.getString("approximate") != "none" && a.getString("approximate") != "tanh"))
-        return fail("needs attribute approximate=\"none\" or \"tanh\"");
+    case OpKind::Gelu:
+      return a.getString("approximate") == "none" || a.getString("approximate") == "tanh"
+                 ? true
+                 : fail("needs attribute approximate=\"none\" or \"tanh\"");
+    case OpKind::Silu:
+    case OpKind::Random:
       return true;
-    }
-    if (op == OpKind::Silu)
-      return true;
-    if (op == OpKind::Convolution) {
-      for (const char *name : {"stride", "padding", "dilation"})
-        if (!has(name, IntList{}))
-          return fail(std::string("needs an integer list attribute '") + name + "'");
-      if (!has("groups", int64_t{}) || !has("bias", bool{}))
-        return fail("needs attributes 'groups' (int) and 'bias' (bool)");
-      if (node_->operands().size() != 2u + a.getBool("bias"))
+    case OpKind::Convolution:
+      if (operands != 2u + a.getBool("bias"))
         return fail("operand count does not match the 'bias' attribute");
       return checkConvolution();
-    }
-    if (op == OpKind::Attention) {
-      if ((!has("scale", double{}) && !has("scale", int64_t{})) || !has("causal", bool{}) ||
-          !has("bias", bool{}) || !has("safe", bool{}))
-        return fail("needs attributes 'scale' (float), 'causal', 'bias' and 'safe' (bool)");
-      if (node_->operands().size() != 3u + a.getBool("bias"))
+    case OpKind::ConvTranspose:
+      return checkConvTranspose();
+    case OpKind::Attention:
+      if (operands != 3u + a.getBool("bias"))
         return fail("operand count does not match the 'bias' attribute");
       if (!std::isfinite(a.getFloat("scale")))
         return fail("scale must be finite");
       return checkAttention();
-    }
-    if (op == OpKind::AttentionLse || op == OpKind::AttentionGrad) {
-      if ((!has("scale", double{}) && !has("scale", int64_t{})) || !has("causal", bool{}) ||
-          !has("bias", bool{}))
-        return fail("needs attributes 'scale' (float), 'causal' and 'bias' (bool)");
+    case OpKind::AttentionLse:
+    case OpKind::AttentionGrad:
       if (!std::isfinite(a.getFloat("scale")))
         return fail("scale must be finite");
-      if (op == OpKind::AttentionGrad &&
-          (!has("wrt", std::string{}) ||
-           (a.getString("wrt") != "q" && a.getString("wrt") != "k" && a.getString("wrt") != "v")))
+      if (op == OpKind::AttentionGrad && a.getString("wrt") != "q" && a.getString("wrt") != "k" &&
+          a.getString("wrt") != "v")
         return fail("needs attribute wrt=\"q\", \"k\" or \"v\"");
       return checkAttentionSaved();
-    }
-    if (op == OpKind::Random)
-      return has("distribution", std::string{}) && has("stream", int64_t{})
-                 ? true
-                 : fail("needs attributes 'distribution' (string) and 'stream' (int)");
-    if (op == OpKind::CumSum || op == OpKind::CumProd || op == OpKind::LogCumSumExp)
-      return checkDim("dim", node_->operand(0)->rank());
-    if (op == OpKind::MaxPool || op == OpKind::MaxPoolIndices || op == OpKind::AvgPool) {
+    case OpKind::MaxPool:
+    case OpKind::MaxPoolIndices:
+    case OpKind::AvgPool:
       for (const char *name : {"kernel", "stride", "padding", "dilation"})
-        if (!has(name, IntList{}) || a.getInts(name).size() != 2)
+        if (a.getInts(name).size() != 2)
           return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");
       return checkPooling();
-    }
-    if (op == OpKind::Scatter) {
-      static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
-      if (!has("mode", std::string{}) ||
-          std::none_of(std::begin(kModes), std::end(kModes),
-                       [&](const char *m) { return a.getString("mode") == m; }))
-        return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
-                    "\"amax\" or \"amin\"");
-      if (!has("include_self", bool{}))
-        return fail("needs a bool attribute 'include_self'");
-      if (a.has("max_hits") &&
-          (!has("max_hits", int64_t{}) || a.getInt("max_hits") < 1 ||
-           a.getInt("max_hits") > GraphBuilder::kMaxScatterHits))
-        return fail("attribute 'max_hits' must be an integer from 1 to " +
-                    std::to_string(GraphBuilder::kMaxScatterHits));
-      const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
-      if (!isIntegral(target->dtype()) || target->shape() != src->shape())
-        return fail("needs an integer target of the source's shape");
-      if (src->dtype() != self->dtype() || node_->type().shape != self->shape())
-        return fail("source and result must have self's dtype and shape");
-      return true;
+    case OpKind::Scatter:
+      return checkScatter();
     }
     return fail("is not a composite op");
+  }
+
+  bool checkScatter() {
+    const AttrMap &a = node_->attrs();
+    static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
+    if (std::none_of(std::begin(kModes), std::end(kModes),
+                     [&](const char *m) { return a.getString("mode") == m; }))
+      return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
+                  "\"amax\" or \"amin\"");
+    if (a.has("max_hits") &&
+        (a.getInt("max_hits") < 1 || a.getInt("max_hits") > GraphBuilder::kMaxScatterHits))
+      return fail("attribute 'max_hits' must be an integer from 1 to " +
+                  std::to_string(GraphBuilder::kMaxScatterHits));
+    const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
+    if (!isIntegral(target->dtype()) || target->shape() != src->shape())
+      return fail("needs an integer target of the source's shape");
+    if (src->dtype() != self->dtype() || node_->type().shape != self->shape())
+      return fail("source and result must have self's dtype and shape");
+    return true;
   }
 
   const Graph &g_;

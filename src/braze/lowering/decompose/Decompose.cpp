@@ -14,26 +14,14 @@ Node *downcastLike(GraphBuilder &b, Node *x, DType dtype) { return b.convert(x, 
 } // namespace decomp
 
 namespace {
-/// The rule for a composite op (every Composite entry of Ops.def has one).
+/// The rule for a composite op: Ops.def's BRAZE_COMPOSITE entries, each lowered by
+/// decomp::decompose<Enum>.
 decomp::Rule ruleFor(OpKind op) {
   static const std::pair<OpKind, decomp::Rule> kRules[] = {
-      {OpKind::Softmax, decomp::decomposeSoftmax}, {OpKind::LogSoftmax, decomp::decomposeLogSoftmax},
-      {OpKind::Mean, decomp::decomposeMean},       {OpKind::Var, decomp::decomposeVar},
-      {OpKind::LayerNorm, decomp::decomposeLayerNorm}, {OpKind::Gelu, decomp::decomposeGelu},
-      {OpKind::Silu, decomp::decomposeSilu},
-      {OpKind::Convolution, decomp::decomposeConvolution},
-      {OpKind::Attention, decomp::decomposeAttention},
-      {OpKind::AttentionLse, decomp::decomposeAttentionLse},
-      {OpKind::AttentionGrad, decomp::decomposeAttentionGrad},
-      {OpKind::MaxPool, decomp::decomposeMaxPool},
-      {OpKind::MaxPoolIndices, decomp::decomposeMaxPoolIndices},
-      {OpKind::CumSum, decomp::decomposeScan},
-      {OpKind::CumProd, decomp::decomposeScan},
-      {OpKind::LogCumSumExp, decomp::decomposeScan},
-      {OpKind::Random, decomp::decomposeRandom},
-      {OpKind::AvgPool, decomp::decomposeAvgPool},
-      // scatter family
-      {OpKind::Scatter, decomp::decomposeScatter}};
+#define BRAZE_OP(E, cat, text, lo, hi, attrs)
+#define BRAZE_COMPOSITE(E, text, lo, hi, attrs) {OpKind::E, decomp::decompose##E},
+#include "braze/ir/graph/Ops.def"
+  };
   for (const auto &[k, rule] : kRules)
     if (k == op)
       return rule;

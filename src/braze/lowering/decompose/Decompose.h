@@ -37,12 +37,16 @@ Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
 Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);
 Node *decomposeConvolution(GraphBuilder &b, Node *n);
+Node *decomposeConvTranspose(GraphBuilder &b, Node *n);
 Node *decomposeAttention(GraphBuilder &b, Node *n);
 Node *decomposeAttentionLse(GraphBuilder &b, Node *n);
 Node *decomposeAttentionGrad(GraphBuilder &b, Node *n);
 Node *decomposeMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);
+inline Node *decomposeCumSum(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
+inline Node *decomposeCumProd(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
+inline Node *decomposeLogCumSumExp(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 Node *decomposeAvgPool(GraphBuilder &b, Node *n);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 // scatter family

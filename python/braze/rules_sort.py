@@ -1,4 +1,5 @@
-"""Order statistics (sort, argsort, median, nanmedian, mode) as rank-counting reductions.
+"""Order statistics (sort, argsort, median, nanmedian, mode) as rank-counting reductions. The
+stable order is GraphBuilder::argsort (lowering/decompose/Sort.cpp):
 
 The rank of element i along the sorted dim is the number of elements that come before it:
     rank(i) = #{ j : less(x[j], x[i])  or  (same(x[j], x[i]) and j < i) }
@@ -47,40 +48,15 @@ def _sorted_extent(node, x, dim):
 
 
 def _pair_views(t, h, dim):
-    """x broadcast to [.., n (j), n (i), ..]: (x[j], x[i], j, i)."""
+    """x broadcast to [.., n (j), n (i), ..]: (x[j], x[i])."""
     shape = list(t.g.shape(h))
     wide = shape[:dim] + [shape[dim]] + shape[dim:]
-    xj = t.g.expand(t.g.unsqueeze(h, dim + 1), wide)
-    xi = t.g.expand(t.g.unsqueeze(h, dim), wide)
-    return xj, xi, t.g.iota("i64", wide, dim), t.g.iota("i64", wide, dim + 1)
-
-
-def _ranks(t, h, dim, descending):
-    """Stable rank (i64, x's shape) of every element along dim."""
-    xj, xi, j, i = _pair_views(t, h, dim)
-    if t.g.dtype(h) in FLOAT_DTYPES:
-        nj, ni = ew(t, "isnan", xj), ew(t, "isnan", xi)
-        if descending:
-            less = ew(t, "logical_or", ew(t, "gt", xj, xi), ew(t, "logical_and", nj, ew(t, "logical_not", ni)))
-        else:
-            less = ew(t, "logical_or", ew(t, "lt", xj, xi), ew(t, "logical_and", ni, ew(t, "logical_not", nj)))
-        same = ew(t, "logical_or", ew(t, "eq", xj, xi), ew(t, "logical_and", nj, ni))
-    else:
-        less = ew(t, "gt" if descending else "lt", xj, xi)
-        same = ew(t, "eq", xj, xi)
-    before = ew(t, "logical_or", less, ew(t, "logical_and", same, ew(t, "lt", j, i)))
-    return t.g.reduce("sum", t.g.convert(before, "i64"), [dim], False, "i64")
+    return t.g.expand(t.g.unsqueeze(h, dim + 1), wide), t.g.expand(t.g.unsqueeze(h, dim), wide)
 
 
 def _order(t, h, dim, descending):
-    """Indices (i64) that sort x along dim: position r holds the i with rank(i) == r."""
-    rank = _ranks(t, h, dim, descending)
-    shape = list(t.g.shape(h))
-    wide = shape[:dim] + [shape[dim]] + shape[dim:]
-    ranked = t.g.expand(t.g.unsqueeze(rank, dim), wide)      # [.., r, i, ..] -> rank(i)
-    r, i = t.g.iota("i64", wide, dim), t.g.iota("i64", wide, dim + 1)
-    zero = t.g.full(0.0, "i64", [])
-    return t.g.reduce("sum", ew(t, "where", ew(t, "eq", ranked, r), i, zero), [dim + 1], False, "i64")
+    """Indices (i64) that sort x along dim, stably (GraphBuilder::argsort)."""
+    return t.g.argsort(h, dim, descending)
 
 
 def _indices_used(node):
@@ -198,7 +174,7 @@ def _mode(t, node, x, dim=-1, keepdim=False):
     if n > _STABLE_SORT_DIM:
         raise Unsupported(f"mode along a dim of {n} elements (the index PyTorch picks among equal "
                           f"values follows its unstable sort)")
-    xj, xi, _, _ = _pair_views(t, h, dim)
+    xj, xi = _pair_views(t, h, dim)
     count = t.g.reduce("sum", t.g.convert(ew(t, "eq", xj, xi), "i64"), [dim], False, "i64")
     best = t.g.reduce("amax", count, [dim], True, None)
     wide = t.g.convert(h, "f64")

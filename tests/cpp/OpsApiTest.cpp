@@ -1,13 +1,15 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
-// convolution, a max pool with indices, a scatter reduce), built with GraphBuilder, compiled and
-// run on the CPU, and checked against reference values computed here.
+// convolution, a max pool with indices, a scatter reduce, a sort), built with GraphBuilder,
+// compiled and run on the CPU, and checked against reference values computed here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 #include <vector>
 
 namespace braze {
@@ -122,6 +124,41 @@ TEST(OpsApiTest, ScatterSumIncludingSelf) {
     want[to[i]] += values[i];
   for (int64_t i = 0; i < n; ++i)
     EXPECT_NEAR(got[i], want[i], 1e-5) << "at " << i;
+}
+
+TEST(OpsApiTest, SortIsStableWithNaNLast) {
+  // Rows of 9 with repeated values and a NaN: values and indices along dim 1, descending too.
+  const int64_t rows = 3, n = 9;
+  for (bool descending : {false, true}) {
+    Graph graph;
+    GraphBuilder b(graph);
+    Node *x = b.input("x", DType::Float32, {b.dim(rows), b.dim(n)});
+    Node *order = b.argsort(x, 1, descending);
+    b.output({b.gather(x, 1, order), order});
+    CompileResult r = compile(graph, testOptions());
+    std::vector<float> xs(rows * n), values(rows * n);
+    for (int64_t i = 0; i < rows * n; ++i)
+      xs[i] = static_cast<float>((i * 5 + 2) % 4) - 1.5f;
+    xs[4] = NAN;
+    std::vector<int64_t> at(rows * n);
+    r.executable->runRaw({xs.data()}, {{rows, n}}, {values.data(), at.data()});
+    for (int64_t row = 0; row < rows; ++row) {
+      std::vector<int64_t> want(n);
+      std::iota(want.begin(), want.end(), 0);
+      const float *v = xs.data() + row * n;
+      std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t c) {
+        if (std::isnan(v[a]) || std::isnan(v[c]))
+          return descending ? std::isnan(v[a]) && !std::isnan(v[c])
+                            : !std::isnan(v[a]) && std::isnan(v[c]);
+        return descending ? v[a] > v[c] : v[a] < v[c];
+      });
+      for (int64_t k = 0; k < n; ++k) {
+        EXPECT_EQ(at[row * n + k], want[k]) << "row " << row << " position " << k;
+        float got = values[row * n + k], expect = v[want[k]];
+        EXPECT_TRUE(got == expect || (std::isnan(got) && std::isnan(expect)));
+      }
+    }
+  }
 }
 
 } // namespace

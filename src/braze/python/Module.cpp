@@ -278,6 +278,9 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
                                               padding, dilation, groups));
       })
+      .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
+        return g.node(g.builder().argsort(g.at(x), dim, descending));
+      })
       .def("conv_transpose", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
                                 IntList padding, IntList dilation, IntList outputPadding,
                                 int64_t groups, bool roundPerTap) {

@@ -129,10 +129,8 @@ Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
   if (op == OpKind::Sub && promoted == DType::Bool)
     BRAZE_USER_ERROR("sub", name_) << "subtracting bool tensors is not supported";
   DType result = elementwiseResultType(op, promoted);
-  // Operands are converted to the promoted type so that every kernel computes in one type.
-  // philox_uniform keeps its i64 seed and counter exact: as floats they would round.
-  bool floatResult = !isFloating(promoted) && isFloating(result);
-  DType operandType = floatResult && op != OpKind::PhiloxUniform ? result : promoted;
+  // Operands are converted to one type so that every kernel computes in it.
+  DType operandType = elementwiseOperandType(op, promoted);
   for (size_t i = first; i < xs.size(); ++i)
     if (xs[i]->dtype() != operandType)
       xs[i] = convert(xs[i], operandType);

@@ -103,6 +103,9 @@ public:
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);
+  /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
+  /// values keep their order; NaN is the largest value.
+  Node *argsort(Node *x, int64_t dim, bool descending);
   /// Inclusive scan along `dim`: op is CumSum, CumProd or LogCumSumExp. Integer and bool
   /// inputs of cumsum/cumprod accumulate in i64 (PyTorch's rule) unless `dtype` is given.
   Node *scan(OpKind op, Node *x, int64_t dim, std::optional<DType> dtype = std::nullopt);

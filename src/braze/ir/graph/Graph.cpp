@@ -134,6 +134,12 @@ DType elementwisePromotedType(OpKind op, const std::vector<std::pair<DType, bool
   return *dimensioned;
 }
 
+DType elementwiseOperandType(OpKind op, DType promoted) {
+  DType result = elementwiseResultType(op, promoted);
+  bool widened = !isFloating(promoted) && isFloating(result);
+  return widened && op != OpKind::PhiloxUniform ? result : promoted;
+}
+
 DType elementwiseResultType(OpKind op, DType promoted) {
   switch (resultKind(op)) {
   case ResultKind::Bool:

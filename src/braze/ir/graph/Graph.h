@@ -49,6 +49,9 @@ DType elementwisePromotedType(OpKind op, const std::vector<std::pair<DType, bool
 /// The op's result dtype for operands promoted to `promoted`: bool for predicates, f32 for a
 /// floating op of integer operands, the promoted type otherwise.
 DType elementwiseResultType(OpKind op, DType promoted);
+/// The dtype every operand (but where's condition) has: the promoted one, or the f32 result of
+/// a floating op of integer operands (philox_uniform keeps its i64 seed and counter exact).
+DType elementwiseOperandType(OpKind op, DType promoted);
 
 /// An op's schema, from Ops.def: how many operands it takes (max -1: no limit) and its typed
 /// attributes.

@@ -152,10 +152,10 @@ private:
         return fail("attribute '" + spec.name + "' must be " +
                     std::string(attrKindText(spec.kind)));
     }
-    for (const auto &[name, value] : attrs.all())
+    for (const auto &attr : attrs.all())
       if (std::none_of(schema.attrs.begin(), schema.attrs.end(),
-                       [&](const AttrSpec &spec) { return spec.name == name; }))
-        return fail("has no attribute '" + name + "'");
+                       [&](const AttrSpec &spec) { return spec.name == attr.first; }))
+        return fail("has no attribute '" + attr.first + "'");
     return true;
   }
 
@@ -224,10 +224,17 @@ private:
     std::vector<std::pair<DType, bool>> operands;
     for (const Node *o : node_->operands())
       operands.push_back({o->dtype(), o->rank() == 0});
-    DType want = elementwiseResultType(node_->op(), elementwisePromotedType(node_->op(), operands));
+    DType promoted = elementwisePromotedType(node_->op(), operands);
+    DType want = elementwiseResultType(node_->op(), promoted);
     if (node_->dtype() != want)
       return fail("result is " + std::string(dtypeName(node_->dtype())) + " but its operands give " +
                   std::string(dtypeName(want)));
+    DType each = elementwiseOperandType(node_->op(), promoted);
+    for (size_t i = node_->op() == OpKind::Where ? 1 : 0; i < operands.size(); ++i)
+      if (operands[i].first != each)
+        return fail("operand " + std::to_string(i) + " is " +
+                    std::string(dtypeName(operands[i].first)) + "; the operands must be " +
+                    std::string(dtypeName(each)) + " (convert them first)");
     return true;
   }
 
@@ -464,7 +471,9 @@ private:
                   &dil = a.getInts("dilation");
     for (size_t i = 0; i < spatial; ++i) {
       SymExpr in = x->shape()[2 + i], k = w->shape()[2 + i], out = node_->shape()[2 + i];
-      if (!in->isConst() || !k->isConst() || !out->isConst())
+      if (!k->isConst())
+        return fail("kernel sizes must be static, got weight " + shapeText(w->shape()));
+      if (!in->isConst() || !out->isConst())
         continue;
       int64_t room = in->value() + 2 * pad[i] - dil[i] * (k->value() - 1) - 1;
       int64_t want = room < 0 ? -1 : room / st[i] + 1;
@@ -483,10 +492,10 @@ private:
   bool checkConvTranspose() {
     const AttrMap &a = node_->attrs();
     const Node *x = node_->operand(0), *w = node_->operand(1);
-    size_t rank = x->rank();
+    int rank = x->rank();
     if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
       return fail("input, weight and result must share a rank of 3 to 5");
-    size_t spatial = rank - 2;
+    size_t spatial = static_cast<size_t>(rank - 2);
     for (const char *name : {"stride", "padding", "dilation", "output_padding"}) {
       const IntList &v = a.getInts(name);
       if (v.size() != spatial)
@@ -669,6 +678,11 @@ private:
     case OpKind::Mean:
     case OpKind::Var:
       return checkReduction(true);
+    case OpKind::Argsort:
+      if (node_->dtype() != DType::Int64 || node_->shape() != node_->operand(0)->shape())
+        return fail("result must be i64 of the operand's shape");
+      return node_->operand(0)->rank() > 0 ? checkDim("dim", node_->operand(0)->rank())
+                                            : fail("needs an operand of rank 1 or more");
     case OpKind::Softmax:
     case OpKind::LogSoftmax:
     case OpKind::CumSum:

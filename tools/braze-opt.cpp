@@ -49,21 +49,6 @@ struct ToolOptions {
   bool help = false;
 };
 
-/// A stage by its --print name, or nothing.
-std::optional<braze::StageKind> stageByName(std::string_view name) {
-  static const struct {
-    std::string_view name;
-    braze::StageKind stage;
-  } kStages[] = {{"graph", braze::StageKind::Graph},
-                 {"decomposed", braze::StageKind::Decomposed},
-                 {"loops", braze::StageKind::Loops},
-                 {"schedule", braze::StageKind::Schedule},
-                 {"code", braze::StageKind::Code}};
-  for (const auto &s : kStages)
-    if (s.name == name)
-      return s.stage;
-  return std::nullopt;
-}
 
 std::vector<std::string> splitCommas(std::string_view list) {
   std::vector<std::string> parts;
@@ -120,10 +105,15 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.help = true;
     } else if (arg.starts_with("--print=")) {
       std::string_view name = arg.substr(8);
-      std::optional<braze::StageKind> stage = stageByName(name);
-      if (!stage)
-        BRAZE_USER_ERROR("--print", "") << "unknown stage '" << name
-                                        << "'; expected graph, decomposed, loops, schedule or code";
+      std::optional<braze::StageKind> stage = braze::stageByName(name);
+      if (!stage) {
+        std::string known;
+        std::vector<std::string_view> names = braze::stageNames();
+        for (size_t i = 0; i < names.size(); ++i)
+          known += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") +
+                   std::string(names[i]);
+        BRAZE_USER_ERROR("--print", "") << "unknown stage '" << name << "'; expected " << known;
+      }
       o.stage = *stage;
     } else if (arg.starts_with("--passes=")) {
       for (std::string &name : splitCommas(arg.substr(9))) {

@@ -166,21 +166,41 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   return lo;
 }
 
+struct StageInfo {
+  StageKind kind;
+  std::string_view name;
+  LogStage log;
+  const char *logName;
+};
+
+constexpr StageInfo kStages[] = {
+#define STAGE(K, name, log, logName, desc) {StageKind::K, name, LogStage::log, logName},
+#include "braze/driver/Stages.def"
+};
+
+const StageInfo &stageInfo(StageKind k) {
+  for (const StageInfo &s : kStages)
+    if (s.kind == k)
+      return s;
+  BRAZE_UNREACHABLE("bad StageKind");
+}
+
 /// Where the pipeline stops: after `stop`, whose text goes to `text` (printStage), or at the
-/// end. Each stage's text is also logged under its BRAZE_LOG name.
+/// end. Each stage's text is also logged under its BRAZE_LOG name (Stages.def).
 struct Stop {
   StageKind stop = StageKind::Code;
   std::string *text = nullptr;
 
   /// Logs `stage`'s text when asked and says whether the pipeline ends here.
-  bool after(StageKind stage, const CompileOptions &opts, LogStage log, const char *name,
+  bool after(StageKind stage, const CompileOptions &opts,
              const std::function<std::string()> &print) const {
+    const StageInfo &info = stageInfo(stage);
     bool here = text && stage == stop;
-    if (!here && !opts.log.has(log))
+    if (!here && !opts.log.has(info.log))
       return false;
     std::string t = print();
-    if (opts.log.has(log))
-      logBlock(name, t);
+    if (opts.log.has(info.log))
+      logBlock(info.logName, t);
     if (here)
       *text = std::move(t);
     return here;
@@ -194,27 +214,23 @@ Lowered lowerLoops(std::unique_ptr<loop::LoopProgram> program, const CompileOpti
   l.program = std::move(program);
   std::string loopErr = loop::verifyProgram(*l.program);
   BRAZE_CHECK(loopErr.empty()) << "lowering produced an invalid loop program: " << loopErr;
-  if (stop.after(StageKind::Loops, opts, LogStage::Loops, "loops",
-                 [&] { return loop::printProgram(*l.program); }))
+  if (stop.after(StageKind::Loops, opts, [&] { return loop::printProgram(*l.program); }))
     return l;
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
   l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
-  if (stop.after(StageKind::Schedule, opts, LogStage::Schedule, "schedule",
-                 [&] { return sched::printSchedule(l.schedule); }))
+  if (stop.after(StageKind::Schedule, opts, [&] { return sched::printSchedule(l.schedule); }))
     return l;
   if (opts.cuda) {
     l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
-    stop.after(StageKind::Code, opts, LogStage::OutputCode, "output_code",
-               [&] { return l.cuda.device + "\n" + l.cuda.host; });
+    stop.after(StageKind::Code, opts, [&] { return l.cuda.device + "\n" + l.cuda.host; });
     return l;
   }
   codegen::CpuCodegenOptions co;
   co.blas = blasSymbolsFor(opts.blasLibrary);
   co.dnnl = !opts.dnnlLibrary.empty();
   l.code = codegen::generateCpu(l.schedule, co);
-  stop.after(StageKind::Code, opts, LogStage::OutputCode, "output_code",
-             [&] { return l.code.source; });
+  stop.after(StageKind::Code, opts, [&] { return l.code.source; });
   return l;
 }
 
@@ -223,11 +239,10 @@ Lowered lowerAll(Graph &g, const CompileOptions &opts, const Stop &stop = {}) {
   std::string err = verifyGraph(g);
   if (!err.empty())
     BRAZE_USER_ERROR("compile", "") << "invalid graph: " << err;
-  if (stop.after(StageKind::Graph, opts, LogStage::Graph, "graph", [&] { return printGraph(g); }))
+  if (stop.after(StageKind::Graph, opts, [&] { return printGraph(g); }))
     return {};
   simplifyGraph(g, opts);
-  if (stop.after(StageKind::Decomposed, opts, LogStage::Decomposed, "decomposed",
-                 [&] { return printGraph(g); }))
+  if (stop.after(StageKind::Decomposed, opts, [&] { return printGraph(g); }))
     return {};
   return lowerLoops(lowerToLoops(g, loweringFor(opts, g)), opts, stop);
 }
@@ -384,5 +399,19 @@ std::vector<std::string> compileCudaSource(const std::string &source, const std:
 }
 
 std::string nvrtcVersion(const std::string &library) { return jit::nvrtcVersion(library); }
+
+std::optional<StageKind> stageByName(std::string_view name) {
+  for (const StageInfo &s : kStages)
+    if (s.name == name)
+      return s.kind;
+  return std::nullopt;
+}
+
+std::vector<std::string_view> stageNames() {
+  std::vector<std::string_view> out;
+  for (const StageInfo &s : kStages)
+    out.push_back(s.name);
+  return out;
+}
 
 } // namespace braze

@@ -10,6 +10,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace braze {
@@ -72,7 +73,13 @@ CompileResult compile(Graph &g, const CompileOptions &opts);
 
 /// Each stage's text, for braze-opt and the logs: the pipeline `compile` runs, stopped after
 /// `stage`. A loop program (loop IR text) starts at the Loops stage.
-enum class StageKind { Graph, Decomposed, Loops, Schedule, Code };
+enum class StageKind {
+#define STAGE(K, name, log, logName, desc) K,
+#include "braze/driver/Stages.def"
+};
+/// A stage by its --print name, or nothing; and the names, in pipeline order.
+std::optional<StageKind> stageByName(std::string_view name);
+std::vector<std::string_view> stageNames();
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);

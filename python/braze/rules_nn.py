@@ -650,73 +650,28 @@ def _grid_sampler_3d(t, node, x, grid, mode, padding_mode, align_corners):
 
 # ---- distances ------------------------------------------------------------------------------
 
-def _pairwise(t, a, b, p):
-    """||a_i - b_j||_p over the last dim, a [.., P, 1, M] and b [.., 1, R, M] broadcast."""
-    diff = ew(t, "sub", a, b)
-    last = len(t.g.shape(diff)) - 1
-    dt = t.g.dtype(diff)
-    if p == 0:
-        nz = t.g.convert(ew(t, "ne", diff, t.g.full(0.0, dt, [])), dt)
-        return t.g.reduce("sum", nz, [last], False, None)
-    mag = ew(t, "abs", diff)
-    if p == 1:
-        return t.g.reduce("sum", mag, [last], False, None)
-    if p == 2:
-        return ew(t, "sqrt", t.g.reduce("sum", ew(t, "mul", diff, diff), [last], False, None))
-    if math.isinf(p):
-        return t.g.reduce("amax", mag, [last], False, None)
-    powered = ew(t, "pow", mag, t.g.full(float(p), dt, []))
-    return ew(t, "pow", t.g.reduce("sum", powered, [last], False, None),
-               t.g.full(1.0 / p, dt, []))
-
-
 @rule(aten._cdist_forward.default)
 def _cdist_forward(t, node, x1, x2, p, compute_mode=None):
-    """Eager's choice of method: for p = 2 with compute_mode 1, or compute_mode 0/None and more
-    than 25 rows on a side, the matrix-product form sqrt(max(|a|^2 - 2ab + |b|^2, 0)) laid out
-    as eager lays it out; else the direct sum over the feature dim."""
+    """One cdist op, in the form eager picks: the matrix-product form for p = 2 with
+    compute_mode 1, or compute_mode 0/None and more than 25 rows on a side; else the direct
+    sum over the feature dim."""
     a, b = t.arg(x1), t.arg(x2)
-    dt = t.g.dtype(a)
-    if dt not in ("f32", "f64") or t.g.dtype(b) != dt:
-        raise Unsupported(f"cdist of {dt}")
     ra, rb = len(t.g.shape(a)), len(t.g.shape(b))
-    if ra < 2 or rb < 2 or p < 0:
-        raise Unsupported("cdist of rank < 2 or negative p")
+    if ra < 2 or rb < 2:
+        raise Unsupported("cdist of rank < 2")
     r1, m = _static_sizes(t, a, [ra - 2, ra - 1])
-    r2, m2 = _static_sizes(t, b, [rb - 2, rb - 1])
-    if m != m2 or min(r1, r2, m) == 0:
-        raise Unsupported("cdist of empty or mismatched inputs")
+    r2, _ = _static_sizes(t, b, [rb - 2, rb - 1])
+    if min(r1, r2, m) == 0:
+        raise Unsupported("cdist of empty inputs")
     mode = 0 if compute_mode is None else compute_mode
-    if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
-        two = t.g.full(-2.0, dt, [])
-        an = t.g.reduce("sum", ew(t, "mul", a, a), [ra - 1], True, None)
-        bn = t.g.reduce("sum", ew(t, "mul", b, b), [rb - 1], True, None)
-        a_ = t.g.concat([ew(t, "mul", a, two), an, t.g.full(1.0, dt, t.g.shape(an))], ra - 1)
-        b_ = t.g.concat([b, t.g.full(1.0, dt, t.g.shape(bn)), bn], rb - 1)
-        perm = list(range(rb - 2)) + [rb - 1, rb - 2]
-        r = t.g.matmul(a_, t.g.permute(b_, perm))
-        return ew(t, "sqrt", ew(t, "maximum", r, t.g.full(0.0, dt, [])))
-    return _pairwise(t, t.g.unsqueeze(a, ra - 1), t.g.unsqueeze(b, rb - 2), p)
-
-
-_MAX_PDIST_ROWS = 128
+    matmul_form = p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25)))
+    return t.g.cdist(a, b, float(p), matmul_form)
 
 
 @rule(aten._pdist_forward.default)
 def _pdist_forward(t, node, x, p=2.0):
-    """The upper triangle (row-major) of the pairwise distance matrix, row by row."""
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt not in ("f32", "f64") or len(t.g.shape(h)) != 2 or p < 0:
-        raise Unsupported(f"pdist of {dt}")
-    n, m = _static_sizes(t, h, [0, 1])
-    if n < 2 or m == 0:  # no pairs, or every distance between empty vectors: zeros
-        return t.g.full(0.0, dt, [t.g.sym_const(n * (n - 1) // 2)])
-    if n > _MAX_PDIST_ROWS:
-        raise Unsupported(f"pdist of {n} rows (braze concatenates at most {_MAX_PDIST_ROWS})")
-    full = _pairwise(t, t.g.unsqueeze(h, 1), t.g.unsqueeze(h, 0), p)  # [n, n]
-    rows = [t.g.slice(t.g.select(full, 0, i), 0, i + 1, n, 1) for i in range(n - 1)]
-    return t.g.concat(rows, 0) if len(rows) > 1 else rows[0]
+    """One pdist op: the upper triangle (row-major) of the pairwise distance matrix."""
+    return t.g.pdist(t.arg(x), float(p))
 
 
 # ---- embedding bags -------------------------------------------------------------------------

@@ -278,6 +278,10 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
                                               padding, dilation, groups));
       })
+      .def("cdist", [](PyGraph &g, int a, int b, double p, bool matmulForm) {
+        return g.node(g.builder().cdist(g.at(a), g.at(b), p, matmulForm));
+      })
+      .def("pdist", [](PyGraph &g, int x, double p) { return g.node(g.builder().pdist(g.at(x), p)); })
       .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
         return g.node(g.builder().argsort(g.at(x), dim, descending));
       })

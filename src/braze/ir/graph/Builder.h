@@ -103,6 +103,15 @@ public:
   /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
   std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
                                     IntList dilation, bool ceilMode);
+  /// Distances ||a_i - b_j||_p over the last dim between the rows of a [.., P, M] and
+  /// b [.., R, M] (batch dims broadcast) -> [.., P, R]; p >= 0 or inf (0 counts differing
+  /// features). `matmulForm` (p = 2) computes sqrt(max(|a|^2 - 2ab + |b|^2, 0)) through one
+  /// matrix product, as eager does for many rows.
+  Node *cdist(Node *a, Node *b, double p, bool matmulForm);
+  /// The upper triangle (row-major, diagonal excluded) of x's pairwise row distances:
+  /// x [N, M] -> [N (N - 1) / 2], N static and at most kMaxPdistRows.
+  Node *pdist(Node *x, double p);
+  static constexpr int64_t kMaxPdistRows = 128; ///< a row is a slice; rows are concatenated
   /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
   /// values keep their order; NaN is the largest value.
   Node *argsort(Node *x, int64_t dim, bool descending);

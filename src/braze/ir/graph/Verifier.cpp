@@ -387,6 +387,10 @@ private:
       int r = node_->rank();
       if (r < 2 || a->rank() != r || b->rank() != r)
         return fail("operands and result must share a rank of at least 2");
+      if (a->dtype() != b->dtype() || node_->dtype() != a->dtype())
+        return fail("operands and result must share one dtype, got " +
+                    std::string(dtypeName(a->dtype())) + ", " + std::string(dtypeName(b->dtype())) +
+                    " and " + std::string(dtypeName(node_->dtype())));
       bool ok = a->shape()[r - 1] == b->shape()[r - 2] && a->shape()[r - 2] == node_->shape()[r - 2] &&
                 b->shape()[r - 1] == node_->shape()[r - 1];
       for (int i = 0; ok && i < r - 2; ++i)
@@ -683,6 +687,9 @@ private:
         return fail("result must be i64 of the operand's shape");
       return node_->operand(0)->rank() > 0 ? checkDim("dim", node_->operand(0)->rank())
                                             : fail("needs an operand of rank 1 or more");
+    case OpKind::Cdist:
+    case OpKind::Pdist:
+      return checkDistances();
     case OpKind::Softmax:
     case OpKind::LogSoftmax:
     case OpKind::CumSum:
@@ -736,6 +743,39 @@ private:
       return checkScatter();
     }
     return fail("is not a composite op");
+  }
+
+  /// cdist: [.., P, M] and [.., R, M] (batch dims broadcast) -> [.., P, R]; pdist: [N, M] ->
+  /// [N (N - 1) / 2]; f32 or f64 throughout, p >= 0.
+  bool checkDistances() {
+    const Node *x = node_->operand(0);
+    double p = node_->attrs().getFloat("p");
+    if (std::isnan(p) || p < 0)
+      return fail("p must be >= 0 (or inf)");
+    if ((x->dtype() != DType::Float32 && x->dtype() != DType::Float64) ||
+        node_->dtype() != x->dtype())
+      return fail("operands and result must be f32 or f64, of one dtype");
+    std::vector<SymExpr> want;
+    if (node_->op() == OpKind::Pdist) {
+      if (x->rank() != 2 || !x->shape()[0]->isConst())
+        return fail("needs a [N, M] operand with a static N");
+      int64_t n = x->shape()[0]->value();
+      want.push_back(ctx_.constant(n * (n - 1) / 2));
+    } else {
+      const Node *y = node_->operand(1);
+      int r = x->rank();
+      if (r < 2 || y->rank() != r || y->dtype() != x->dtype() ||
+          x->shape()[r - 1] != y->shape()[r - 1])
+        return fail("needs operands [.., P, M] and [.., R, M] of one rank and dtype");
+      std::vector<SymExpr> a(x->shape().begin(), x->shape().end() - 2),
+          c(y->shape().begin(), y->shape().end() - 2);
+      size_t bad = 0;
+      if (!broadcastShape(a, c, want, bad))
+        return fail("batch dims do not broadcast");
+      want.push_back(x->shape()[r - 2]);
+      want.push_back(y->shape()[r - 2]);
+    }
+    return node_->shape() == want ? true : fail("result must be " + shapeText(want));
   }
 
   bool checkScatter() {

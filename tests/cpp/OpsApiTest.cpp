@@ -1,6 +1,7 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
-// convolution, a max pool with indices, a scatter reduce, a sort), built with GraphBuilder,
-// compiled and run on the CPU, and checked against reference values computed here.
+// convolution, a max pool with indices, a scatter reduce, a sort, a Fourier transform), built
+// with GraphBuilder, compiled and run on the CPU, and checked against reference values computed
+// here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
 
@@ -158,6 +159,37 @@ TEST(OpsApiTest, SortIsStableWithNaNLast) {
         EXPECT_TRUE(got == expect || (std::isnan(got) && std::isnan(expect)));
       }
     }
+  }
+}
+
+TEST(OpsApiTest, OneSidedRealFourierTransformAndItsInverse) {
+  // rfft of rows of 10 (6 outputs each, held as [re, im] pairs, "ortho"), and irfft of that
+  // spectrum back to the rows.
+  const int64_t rows = 3, n = 10, half = n / 2 + 1;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *x = b.input("x", DType::Float64, {b.dim(rows), b.dim(n)});
+  Node *spectrum = b.fft(x, "r2c", {1}, 1, true, 0);
+  Node *back = b.fft(spectrum, "c2r", {1}, 1, false, n);
+  b.output({spectrum, back});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<double> xs(rows * n), got(rows * half * 2), again(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i)
+    xs[i] = std::cos(0.3 * double(i * i % 17)) + 0.1 * double(i % 3);
+  r.executable->runRaw({xs.data()}, {{rows, n}}, {got.data(), again.data()});
+  const double pi = std::acos(-1.0), scale = 1 / std::sqrt(double(n));
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t k = 0; k < half; ++k) {
+      double re = 0, im = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        re += xs[row * n + j] * std::cos(2 * pi * double(j * k) / double(n));
+        im -= xs[row * n + j] * std::sin(2 * pi * double(j * k) / double(n));
+      }
+      EXPECT_NEAR(got[(row * half + k) * 2], re * scale, 1e-12);
+      EXPECT_NEAR(got[(row * half + k) * 2 + 1], im * scale, 1e-12);
+    }
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_NEAR(again[row * n + j], xs[row * n + j], 1e-12);
   }
 }
 

@@ -282,6 +282,10 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().cdist(g.at(a), g.at(b), p, matmulForm));
       })
       .def("pdist", [](PyGraph &g, int x, double p) { return g.node(g.builder().pdist(g.at(x), p)); })
+      .def("fft", [](PyGraph &g, int x, const std::string &mode, IntList dims, int64_t norm,
+                     bool flag, int64_t lastSize) {
+        return g.node(g.builder().fft(g.at(x), mode, dims, norm, flag, lastSize));
+      })
       .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
         return g.node(g.builder().argsort(g.at(x), dim, descending));
       })

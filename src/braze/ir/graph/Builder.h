@@ -10,6 +10,11 @@
 
 namespace braze {
 
+/// fft's result shape for a signal of shape `in` (see GraphBuilder::fft), or why there is none.
+std::string fftShape(const std::string &mode, const std::vector<SymExpr> &in, const IntList &dims,
+                     int64_t normalization, bool flag, int64_t lastSize, sym::SymContext &ctx,
+                     std::vector<SymExpr> &out);
+
 class GraphBuilder {
 public:
   explicit GraphBuilder(Graph &g) : g_(g) {}
@@ -112,6 +117,17 @@ public:
   /// x [N, M] -> [N (N - 1) / 2], N static and at most kMaxPdistRows.
   Node *pdist(Node *x, double p);
   static constexpr int64_t kMaxPdistRows = 128; ///< a row is a slice; rows are concatenated
+  /// A discrete Fourier transform over `dims` of a complex signal held as pairs ([.., 2]: real,
+  /// imaginary) or a real one, computed in f64 and rounded to x's dtype once:
+  ///   - "c2c": pairs to pairs, forward when `flag` (else the inverse, unscaled);
+  ///   - "r2c": real to pairs, one-sided (the last dim n/2 + 1 long) when `flag`;
+  ///   - "c2r": pairs (a one-sided spectrum along the last dim) to a real signal whose last dim
+  ///     is `lastSize` long.
+  /// normalization: 0 none, 1 1/sqrt(n), 2 1/n. Sizes are static; each transformed one is
+  /// 1 to kMaxDft long (the transform is quadratic in it).
+  Node *fft(Node *x, const std::string &mode, IntList dims, int64_t normalization, bool flag,
+            int64_t lastSize);
+  static constexpr int64_t kMaxDft = 4096;
   /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
   /// values keep their order; NaN is the largest value.
   Node *argsort(Node *x, int64_t dim, bool descending);

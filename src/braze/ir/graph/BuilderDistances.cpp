@@ -1,5 +1,6 @@
-// GraphBuilder: pairwise distances (cdist, pdist), composite ops that lowering/decompose turns
-// into broadcast differences and reductions, or cdist's matrix-product form.
+// GraphBuilder: pairwise distances (cdist, pdist) and Fourier transforms (fft), composite ops
+// that lowering/decompose turns into broadcast differences and reductions, cdist's
+// matrix-product form, and products with twiddle matrices.
 #include "braze/ir/graph/Builder.h"
 
 #include "braze/support/Diagnostic.h"
@@ -50,6 +51,58 @@ Node *GraphBuilder::pdist(Node *x, double p) {
   attrs.set("p", p);
   return make(OpKind::Pdist, {x}, std::move(attrs),
               TensorType{x->dtype(), {dim(n * (n - 1) / 2)}, {}});
+}
+
+std::string fftShape(const std::string &mode, const std::vector<SymExpr> &in, const IntList &dims,
+                     int64_t normalization, bool flag, int64_t lastSize, sym::SymContext &ctx,
+                     std::vector<SymExpr> &out) {
+  if (mode != "c2c" && mode != "r2c" && mode != "c2r")
+    return "mode must be \"c2c\", \"r2c\" or \"c2r\", got \"" + mode + "\"";
+  bool pairs = mode != "r2c";
+  if (pairs && (in.empty() || !in.back()->isConst(2)))
+    return "needs a signal held as pairs [.., 2], got " + shapeText(in);
+  int64_t rank = static_cast<int64_t>(in.size()) - (pairs ? 1 : 0);
+  if (dims.empty() || normalization < 0 || normalization > 2)
+    return "needs transformed dims and a normalization of 0, 1 or 2";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = dims[i];
+    if (d < 0 || d >= rank || (i > 0 && d <= dims[i - 1]))
+      return "dims " + attrToString(dims) + " must be increasing dims of the signal of rank " +
+             std::to_string(rank);
+    if (!in[d]->isConst() || in[d]->value() < 1 || in[d]->value() > GraphBuilder::kMaxDft)
+      return "transformed dim " + std::to_string(d) + " of " + shapeText(in) +
+             " must be static and 1 to " + std::to_string(GraphBuilder::kMaxDft) + " long";
+  }
+  out.assign(in.begin(), in.begin() + rank);
+  int64_t last = dims.back(), n = in[last]->value();
+  if (mode == "r2c") {
+    out[last] = ctx.constant(flag ? n / 2 + 1 : n);
+  } else if (mode == "c2r") {
+    if (lastSize < 1 || lastSize > GraphBuilder::kMaxDft || lastSize / 2 + 1 > n)
+      return "c2r output size " + std::to_string(lastSize) + " does not fit a one-sided "
+             "spectrum of " + std::to_string(n);
+    out[last] = ctx.constant(lastSize);
+  }
+  if (mode != "c2r")
+    out.push_back(ctx.constant(2));
+  return "";
+}
+
+Node *GraphBuilder::fft(Node *x, const std::string &mode, IntList dims, int64_t normalization,
+                        bool flag, int64_t lastSize) {
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR("fft", name_) << "needs a floating-point signal, got " << dtypeName(x->dtype());
+  std::vector<SymExpr> shape;
+  std::string err = fftShape(mode, x->shape(), dims, normalization, flag, lastSize, sym(), shape);
+  if (!err.empty())
+    BRAZE_USER_ERROR("fft", name_) << err;
+  AttrMap attrs;
+  attrs.set("mode", mode);
+  attrs.set("dims", dims);
+  attrs.set("normalization", normalization);
+  attrs.set("flag", flag);
+  attrs.set("last_size", lastSize);
+  return make(OpKind::Fft, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
 } // namespace braze

@@ -437,6 +437,8 @@ private:
                   ", not " + std::to_string(w->rank()) + " and " +
                   std::to_string(node_->rank()));
     size_t spatial = rank - 2;
+    if (!sharesNumericDtype())
+      return false;
     for (const char *name : {"stride", "padding", "dilation"}) {
       const IntList &v = a.getInts(name);
       if (v.size() != spatial)
@@ -490,6 +492,16 @@ private:
     return true;
   }
 
+  /// A convolution's operands (input, weight, bias) and result: one numeric, non-bool dtype.
+  bool sharesNumericDtype() {
+    DType t = node_->dtype();
+    bool ok = t != DType::Bool;
+    for (const Node *o : node_->operands())
+      ok &= o->dtype() == t;
+    return ok ? true
+              : fail("input, weight, bias and result must share one numeric (non-bool) dtype");
+  }
+
   /// A transposed convolution (input [N, Cin, *S], weight [Cin, Cout / groups, *K], bias
   /// [Cout]): attribute lengths and ranges, static sizes, and the result
   /// [N, Cout, (S - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1].
@@ -500,6 +512,8 @@ private:
     if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
       return fail("input, weight and result must share a rank of 3 to 5");
     size_t spatial = static_cast<size_t>(rank - 2);
+    if (!sharesNumericDtype())
+      return false;
     for (const char *name : {"stride", "padding", "dilation", "output_padding"}) {
       const IntList &v = a.getInts(name);
       if (v.size() != spatial)
@@ -690,6 +704,17 @@ private:
     case OpKind::Cdist:
     case OpKind::Pdist:
       return checkDistances();
+    case OpKind::Fft: {
+      std::vector<SymExpr> want;
+      std::string err = fftShape(a.getString("mode"), node_->operand(0)->shape(),
+                                 a.getInts("dims"), a.getInt("normalization"), a.getBool("flag"),
+                                 a.getInt("last_size"), ctx_, want);
+      if (!err.empty())
+        return fail(err);
+      if (!isFloating(node_->dtype()) || node_->dtype() != node_->operand(0)->dtype())
+        return fail("signal and result must share one floating-point dtype");
+      return node_->shape() == want ? true : fail("result must be " + shapeText(want));
+    }
     case OpKind::Softmax:
     case OpKind::LogSoftmax:
     case OpKind::CumSum:

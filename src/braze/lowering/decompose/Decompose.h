@@ -46,6 +46,7 @@ Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeArgsort(GraphBuilder &b, Node *n);
 Node *decomposeCdist(GraphBuilder &b, Node *n);
 Node *decomposePdist(GraphBuilder &b, Node *n);
+Node *decomposeFft(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);
 inline Node *decomposeCumSum(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 inline Node *decomposeCumProd(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }

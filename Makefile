@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-gpu zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -60,6 +60,10 @@ bench-cpu: build
 # CPU attention training steps: eager, braze's fused kernels, braze's math path, Inductor.
 bench-cpu-training: build
 	$(PY) benchmarks/cpu_attention_training.py
+
+# CPU attention's peak memory against the scores it never holds (forward S=4096, training S=2048).
+bench-cpu-memory: build
+	$(PY) benchmarks/cpu_attention_memory.py
 
 # On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
 bench-gpu: build

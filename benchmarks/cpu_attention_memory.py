@@ -53,20 +53,30 @@ print(grown * 1024 / 2**20, scores / 2**20, err, braze.counters()["fallback_ops"
 """
 
 
-def main():
+def run_case(name):
+    """(peak RSS growth MiB, scores MiB, max error, fallback ops) of case `name`, measured in a
+    fresh process with 2 threads; RuntimeError with the child's last line if it failed."""
+    script = PRELUDE + textwrap.dedent(CASES[name]) + EPILOGUE
     env = dict(os.environ, OMP_NUM_THREADS="2")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         timeout=900)
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else
+                           f"exit status {run.returncode}")
+    grown, scores, err, fallbacks = run.stdout.split()[-4:]
+    return float(grown), float(scores), float(err), int(fallbacks)
+
+
+def main():
     print("| case | peak RSS growth MiB | scores MiB (one product) | max error | fallback ops |")
     print("|---|---:|---:|---:|---:|")
-    for name, body in CASES.items():
-        script = PRELUDE + textwrap.dedent(body) + EPILOGUE
-        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                             env=env, timeout=900)
-        if run.returncode != 0:
-            print(f"| {name} | failed: {run.stderr.strip().splitlines()[-1]} | | | |")
+    for name in CASES:
+        try:
+            grown, scores, err, fallbacks = run_case(name)
+        except RuntimeError as e:
+            print(f"| {name} | failed: {e} | | | |")
             continue
-        grown, scores, err, fallbacks = run.stdout.split()[-4:]
-        print(f"| {name} | {float(grown):.2f} | {float(scores):.0f} | {float(err):.1e} | "
-              f"{fallbacks} |")
+        print(f"| {name} | {grown:.2f} | {scores:.0f} | {err:.1e} | {fallbacks} |")
 
 
 if __name__ == "__main__":

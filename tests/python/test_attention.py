@@ -5,9 +5,6 @@ bool masks (a row with every key masked gives 0), grouped-query heads, strided p
 explicit scales, dynamic sequence lengths, and training graphs (traced as PyTorch's math path,
 forward and backward compiled whole)."""
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -185,34 +182,25 @@ def test_invalid_attention_is_a_clear_error():
         g.attention(q, v, v, m, 0.5, False)
 
 
+def _memory_case(name):
+    """benchmarks/cpu_attention_memory.py's case `name`: (peak RSS growth MiB, scores MiB, max
+    error, fallback ops), measured in a fresh process."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
+                        "cpu_attention_memory.py")
+    spec = importlib.util.spec_from_file_location("cpu_attention_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.run_case(name)
+
+
 @pytest.mark.cpu_only("the bound is on host memory")
 def test_long_sequence_runs_in_bounded_memory():
     """S = 4096, 8 heads, head dim 64, f32: the scores alone would be 512 MiB; the fused kernel
-    holds a block per thread. Run in a fresh process so its peak resident memory is its own."""
-    script = textwrap.dedent("""
-        import resource, torch, torch.nn.functional as F, braze
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(1, 8, 4096, 64) for _ in range(3))
-        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        with torch.no_grad():
-            compiled = torch.compile(fn, backend="braze")
-            compiled(q[:, :, :64], k[:, :, :64], v[:, :, :64])  # compile (dynamic after this)
-            torch._dynamo.reset()
-            compiled = torch.compile(fn, backend="braze", dynamic=False)
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            got = compiled(q, k, v)
-            grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-            want = fn(q, k, v)
-        torch.testing.assert_close(got, want, atol=2e-5, rtol=1.3e-5)
-        print(grown * 1024)
-    """)
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    grown = int(run.stdout.split()[-1])
-    scores = 1 * 8 * 4096 * 4096 * 4
-    assert grown < scores // 4, f"peak memory grew by {grown} bytes; the scores are {scores}"
+    holds a block per thread."""
+    grown, scores, err, fallbacks = _memory_case("forward S=4096")
+    assert fallbacks == 0 and err < 1e-4
+    assert grown < scores / 4, f"peak memory grew by {grown} MiB; the scores are {scores} MiB"
 
 
 # ---- attention written out (fuse-attention) --------------------------------------------------
@@ -412,31 +400,7 @@ def test_training_with_attention_dropout_takes_the_math_path():
 @pytest.mark.cpu_only("the bound is on host memory")
 def test_long_sequence_backward_runs_in_bounded_memory():
     """The backward of S = 2048 attention (2 heads, f32): its scores would be 32 MiB per
-    product; the fused kernels hold blocks per thread. A fresh process, so that the peak is its
-    own."""
-    script = textwrap.dedent("""
-        import resource, torch, torch.nn.functional as F, braze
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(1, 2, 2048, 32, requires_grad=True) for _ in range(3))
-        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        compiled = torch.compile(fn, backend="braze", dynamic=False)
-        small = [t[:, :, :64].detach().requires_grad_() for t in (q, k, v)]
-        compiled(*small).sum().backward()  # compiles a graph of another size, warms the caches
-        torch._dynamo.reset()
-        compiled = torch.compile(fn, backend="braze", dynamic=False)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        got = torch.autograd.grad(compiled(q, k, v).sum(), (q, k, v))
-        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-        want = torch.autograd.grad(fn(q, k, v).sum(), (q, k, v))
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
-        print(braze.counters()["fallback_ops"], grown * 1024)
-    """)
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    fallbacks, grown = map(int, run.stdout.split()[-2:])
-    assert fallbacks == 0
-    scores = 1 * 2 * 2048 * 2048 * 4
-    assert grown < scores, f"peak memory grew by {grown} bytes; one product's scores are {scores}"
+    product; the fused kernels hold blocks per thread."""
+    grown, scores, err, fallbacks = _memory_case("training S=2048")
+    assert fallbacks == 0 and err < 1e-4
+    assert grown < scores, f"peak memory grew by {grown} MiB; one product's scores are {scores} MiB"

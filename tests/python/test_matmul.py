@@ -116,3 +116,20 @@ def test_large_product_with_unaligned_rows(device, dtype, transposed, form):
     want = fn(*[t.float() for t in (a, w, b)])
     tol = 1e-3 if dtype == torch.float32 else 5e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("shapes", [((0, 3), (3, 4)), ((2, 0, 3), (2, 3, 4)), ((0, 2, 3), (0, 3, 4)),
+                                    ((5, 3), (3, 0))], ids=str)
+def test_empty_products_match_eager(shapes):
+    """A product with no rows, columns or batch points writes nothing: the CPU's BLAS path
+    returns before splitting its work (dividing by the empty batch trapped: bilinear of a
+    zero-row input crashed the process)."""
+    torch.manual_seed(3)
+    a, b = (torch.randn(*s, dtype=torch.float64) for s in shapes)
+    got = torch.compile(lambda a, b: torch.matmul(a, b) * 2, backend="braze", dynamic=False)(a, b)
+    assert got.shape == torch.matmul(a, b).shape
+    x1, x2 = torch.randn(0, 3), torch.randn(0, 4)
+    w, bias = torch.randn(5, 3, 4), torch.randn(5)
+    torch._dynamo.reset()
+    out = torch.compile(F.bilinear, backend="braze", dynamic=False)(x1, x2, w, bias)
+    assert out.shape == (0, 5)

@@ -214,6 +214,8 @@ private:
     for (sym::SymExpr v : g.batchVars)
       batch += " * " + ix(v->extent());
     w.line("const int64_t batch = " + batch + ";");
+    w.line("if (batch == 0 || M == 0 || N == 0)"); // an empty product: nothing to write
+    w.line("  return;");
     w.line("int64_t split = 1;");
     w.line("bool by_rows = true;");
     w.line("const int threads = (double)batch * M * N * K < 4.0e5 ? 1 : omp_get_max_threads();");

@@ -88,6 +88,12 @@ public:
   Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                       IntList dilation, IntList outputPadding, int64_t groups, bool roundPerTap);
   static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
+  /// A transposed convolution's output size along one spatial dim of `in` elements.
+  static constexpr int64_t convTransposeSize(int64_t in, int64_t stride, int64_t padding,
+                                             int64_t dilation, int64_t kernel,
+                                             int64_t outputPadding) {
+    return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + outputPadding + 1;
+  }
   /// Scaled dot-product attention: softmax(scale * q·kᵀ + bias, masked causally) · v over
   /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. `bias` (or
   /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask

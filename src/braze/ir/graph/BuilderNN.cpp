@@ -217,8 +217,8 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
                                      "padding below the stride or the dilation, got "
                                   << stride[i] << ", " << dilation[i] << ", " << padding[i]
                                   << " and " << outputPadding[i] << " in spatial dim " << i;
-    int64_t out = (sizes[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1) +
-                  outputPadding[i] + 1;
+    int64_t out = convTransposeSize(sizes[i], stride[i], padding[i], dilation[i], kernel[i],
+                                    outputPadding[i]);
     if (out < 1)
       BRAZE_USER_ERROR(op, name_) << "spatial dim " << i << " would have " << out << " elements";
     shape.push_back(dim(out));

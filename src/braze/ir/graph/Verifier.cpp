@@ -1,3 +1,6 @@
+/// (This file is over 800 lines: one verifier class holds every op's checks, in the state it
+/// shares across them (the node, the symbol context, the message). Splitting it by op family,
+/// as lowering/decompose is split, needs that class in a header of its own.)
 #include "braze/ir/graph/GraphText.h"
 
 #include "braze/ir/graph/Builder.h"
@@ -545,8 +548,8 @@ private:
         return fail("needs static spatial sizes and output padding below the stride or the "
                     "dilation");
       taps *= ws[2 + i];
-      want.push_back(ctx_.constant((in->value() - 1) * st[i] - 2 * pad[i] +
-                                   dil[i] * (ws[2 + i] - 1) + extra[i] + 1));
+      want.push_back(ctx_.constant(GraphBuilder::convTransposeSize(in->value(), st[i], pad[i],
+                                                                   dil[i], ws[2 + i], extra[i])));
     }
     if (a.getBool("bias") && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
       return fail("bias must have shape [" + sym::toString(want[1]) + "]");

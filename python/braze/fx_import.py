@@ -519,13 +519,6 @@ def scaled_add(t, bias, h, beta, alpha):
     return t.g.elementwise("add", [bh, h])
 
 
-@rule(aten.max_pool2d_with_indices.default)
-def _max_pool2d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
-    return t.g.max_pool(t.arg(x), as_list(kernel_size), as_list(stride), as_list(padding),
-                        as_list(dilation), ceil_mode)
-
-
 # Scans run as masked reductions (quadratic work); longer dims are left to eager PyTorch.
 _MAX_SCAN = 4096
 

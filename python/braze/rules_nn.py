@@ -1,15 +1,7 @@
-"""FX rules for neural-network layers built from braze graph ops: transposed and 3-d
-convolution, N-d max and average pooling (integer averages included), adaptive pooling, the
-max-pooling backward formula, grid sampling, distances (cdist, pdist), embedding bags and the
-half-precision soft-margin loss.
-
-Windows are index remaps: a pooled dim is padded and unfolded (regular windows) or taken through
-an index tensor of shape [out, window] (adaptive windows, whose length varies with the output
-position). Max-pooling indices are found by taking the same windows of a tensor that holds each
-input position's flat index, and picking the entry the argmax chose.
-
-The file is longer than braze's usual 800 lines because it holds the whole family's FX rules
-(one module per op family); its sections are independent."""
+"""FX rules for neural-network layers: convolution (transposed too), pooling (max, average,
+adaptive and max pooling's backward, each one braze graph op that lowering/decompose/Pooling.cpp
+lowers), grid sampling, distances (cdist, pdist), embedding bags and the half-precision
+soft-margin loss."""
 import math
 import operator
 
@@ -17,7 +9,6 @@ import torch
 
 from braze.fx_import import FLOAT_DTYPES, ew, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
 
-_INT_MAX = 2**63 - 1
 _HALF = ("f16", "bf16")
 
 
@@ -44,19 +35,8 @@ def _static_sizes(t, h, dims):
     return out
 
 
-def _pad(t, h, dim, lo, hi, value):
-    """h padded along dim with `value` (lo before, hi after); a negative amount trims."""
-    return t.g.pad(h, dim, lo, hi, float(value))
-
-
 def _i64(t, v):
     return t.g.full(float(v), "i64", [])
-
-
-def _lowest(dt):
-    if dt in FLOAT_DTYPES:
-        return -math.inf
-    return {"bool": 0, "u8": 0, "i8": -2**7, "i16": -2**15, "i32": -2**31, "i64": -2**63}[dt]
 
 
 # ---- convolution ----------------------------------------------------------------------------
@@ -99,353 +79,49 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
                               per_tap)
 
 
-# ---- regular pooling windows ----------------------------------------------------------------
+# ---- pooling: max_pool, avg_pool, adaptive pooling and max_pool_grad ops -------------------
 
-def _pool_out(n, k, s, p, d, ceil_mode):
-    """PyTorch's pooled size of a dim of n elements."""
-    span = d * (k - 1) + 1
-    out = (n + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
-    if ceil_mode and (out - 1) * s >= n + p:
-        out -= 1
-    return out
+def _window_args(n, kernel, stride, padding, dilation):
+    """Per-dim window parameters as n-entry lists; an empty stride stays empty (the kernel)."""
+    stride = [] if stride in (None, [], ()) else _as_list(stride, n)
+    return _as_list(kernel, n), stride, _as_list(padding, n), _as_list(dilation, n)
 
 
-class _Pool:
-    """Window geometry of a pooling over the last `spatial` dims of an input."""
-
-    def __init__(self, t, h, spatial, kernel, stride, padding, dilation, ceil_mode, op):
-        rank = len(t.g.shape(h))
-        if rank not in (spatial + 1, spatial + 2):
-            raise Unsupported(f"{op} of a rank-{rank} input")
-        self.spatial, self.rank = spatial, rank
-        self.kernel = _as_list(kernel, spatial)
-        self.stride = _as_list(stride if stride not in (None, [], ()) else self.kernel, spatial)
-        self.padding = _as_list(padding, spatial)
-        self.dilation = _as_list(dilation, spatial)
-        self.sizes = _static_sizes(t, h, range(rank - spatial, rank))
-        self.out = []
-        for n, k, s, p, d in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation):
-            if k <= 0 or s <= 0 or d <= 0 or p < 0 or 2 * p > k:
-                raise Unsupported(f"{op} with kernel {k}, stride {s}, padding {p}, dilation {d}")
-            o = _pool_out(n, k, s, p, d, ceil_mode)
-            if o <= 0:
-                raise Unsupported(f"{op} with an empty output")
-            self.out.append(o)
-
-    def windows(self, t, h, pad_value, extra_value):
-        """h's windows as [.., O1.., k1 * k2 * ..]: the declared padding is `pad_value`, the
-        extra right padding ceil mode needs `extra_value`."""
-        lead = len(t.g.shape(h)) - self.spatial
-        for i in range(self.spatial):
-            d = lead + i
-            n, k, s, p, dl, o = (self.sizes[i], self.kernel[i], self.stride[i], self.padding[i],
-                                 self.dilation[i], self.out[i])
-            right = max(0, (o - 1) * s + dl * (k - 1) + 1 - (n + p))
-            h = _pad(t, h, d, p, p, pad_value)
-            h = _pad(t, h, d, 0, right - min(right, p), extra_value)
-            if right < p:  # the declared right padding is more than the windows reach
-                h = t.g.slice(h, d, 0, n + p + right, 1)
-            h = t.g.unfold(h, d, k, s) if dl == 1 else _dilated_unfold(t, h, d, k, s, dl)
-        # [.., O1, .., On, k1, .., kn] -> [.., O1, .., On, k1 * .. * kn]
-        shape = list(t.g.shape(h))[:lead + self.spatial]
-        shape.append(t.g.sym_const(math.prod(self.kernel)))
-        return t.g.reshape(h, shape)
-
-    def counts(self, t, dtype, count_include_pad):
-        """How many positions each window covers inside the input (and inside the declared
-        padding with count_include_pad), as a tensor [O1, .., On]: the product of the per-dim
-        counts, since a window is the product of its per-dim ranges."""
-        total = None
-        for i in range(self.spatial):
-            one = _Pool.__new__(_Pool)
-            one.spatial, one.sizes, one.out = 1, [self.sizes[i]], [self.out[i]]
-            one.kernel, one.stride = [self.kernel[i]], [self.stride[i]]
-            one.padding, one.dilation = [self.padding[i]], [self.dilation[i]]
-            ones = t.g.full(1.0, dtype, [t.g.sym_const(self.sizes[i])])
-            c = t.g.reduce("sum", one.windows(t, ones, 1 if count_include_pad else 0, 0), [1],
-                           False, dtype)
-            shape = [t.g.sym_const(1)] * self.spatial
-            shape[i] = t.g.sym_const(self.out[i])
-            c = t.g.reshape(c, shape)
-            total = c if total is None else ew(t, "mul", total, c)
-        return total
-
-    def plane_index(self, t):
-        """An i64 tensor [n1, .., nn] holding each position's flat index in the pooled plane."""
-        total = math.prod(self.sizes)
-        flat = t.g.iota("i64", [t.g.sym_const(total)], 0)
-        return t.g.reshape(flat, [t.g.sym_const(n) for n in self.sizes])
+@rule(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def _max_pool(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    n = 3 if node.target is aten.max_pool3d_with_indices.default else 2
+    return t.g.max_pool(t.arg(x), n, *_window_args(n, kernel_size, stride, padding, dilation),
+                        bool(ceil_mode))
 
 
-def _dilated_unfold(t, h, d, k, s, dl):
-    """unfold with dilation: the k taps of each window are `dl` apart. Unfolding windows of the
-    full span and keeping every dl-th tap is the same index remap."""
-    span = dl * (k - 1) + 1
-    h = t.g.unfold(h, d, span, s)
-    return t.g.slice(h, len(t.g.shape(h)) - 1, 0, _INT_MAX, dl)
+@rule(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def _avg_pool(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    n = 3 if node.target is aten.avg_pool3d.default else 2
+    kernel, stride, padding, _ = _window_args(n, kernel_size, stride, padding, 1)
+    return t.g.avg_pool(t.arg(x), n, kernel, stride, padding, bool(ceil_mode),
+                        bool(count_include_pad), int(divisor_override or 0))
 
 
-def _pick_index(t, windowed_index, choice):
-    """The flat input index the window position `choice` (argmax over the last dim) stands for."""
-    shape = t.g.shape(choice)
-    idx = t.g.expand(windowed_index, list(shape) + [t.g.shape(windowed_index)[-1]])
-    picked = t.g.gather(idx, len(shape), t.g.unsqueeze(choice, len(shape)))
-    return t.g.squeeze(picked, [len(shape)])
+@rule(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def _adaptive_max_pool(t, node, x, output_size):
+    n = 3 if node.target is aten.adaptive_max_pool3d.default else 2
+    return t.g.adaptive_max_pool(t.arg(x), _as_list(output_size, n))
 
 
-def _max_pool(t, node, x, spatial, kernel, stride, padding, dilation, ceil_mode, op):
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt == "bool":
-        raise Unsupported(f"{op} of bool")
-    pool = _Pool(t, h, spatial, kernel, stride, padding, dilation, ceil_mode, op)
-    lowest = _lowest(dt)
-    win = pool.windows(t, h, lowest, lowest)
-    last = len(t.g.shape(win)) - 1
-    values = t.g.reduce("amax", win, [last], False, None)
-    choice = t.g.reduce("argmax", win, [last], False, None)
-    index = pool.windows(t, pool.plane_index(t), -1, -1)
-    return values, _pick_index(t, index, choice)
+@rule(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool(t, node, x, output_size):
+    n = 3 if node.target is aten._adaptive_avg_pool3d.default else 2
+    return t.g.adaptive_avg_pool(t.arg(x), _as_list(output_size, n))
 
 
-@rule(aten.max_pool3d_with_indices.default)
-def _max_pool3d(t, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    return _max_pool(t, node, x, 3, kernel_size, stride, padding, dilation, ceil_mode,
-                     "max_pool3d")
-
-
-def _trunc_div(t, a, b):
-    """Integer division rounding toward zero (C's `/`, what eager's integer kernels do)."""
-    q = ew(t, "floordiv", a, b)
-    r = ew(t, "remainder", a, b)
-    zero = _i64(t, 0)
-    inexact = ew(t, "ne", r, zero)
-    negative = ew(t, "ne", ew(t, "lt", a, zero), ew(t, "lt", b, zero))
-    return ew(t, "where", ew(t, "logical_and", inexact, negative), ew(t, "add", q, _i64(t, 1)), q)
-
-
-def _avg_pool(t, node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad,
-              divisor_override, op):
-    """sum(window) / divisor: divisor_override, or the number of window positions inside the
-    input (and inside the declared padding with count_include_pad). Half precision sums and
-    divides in f32 and rounds once, as eager's kernel; i64 divides rounding toward zero."""
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt not in FLOAT_DTYPES + ("i64",):
-        raise Unsupported(f"{op} of {dt} (eager has no such kernel)")
-    pool = _Pool(t, h, spatial, kernel, stride, padding, 1, ceil_mode, op)
-    work = "f32" if dt in _HALF else dt
-    win = pool.windows(t, t.g.convert(h, work), 0, 0)
-    last = len(t.g.shape(win)) - 1
-    total = t.g.reduce("sum", win, [last], False, work)
-    if divisor_override:
-        count = t.g.full(float(divisor_override), work, [])
-    else:
-        count = pool.counts(t, work, count_include_pad)
-    out = _trunc_div(t, total, count) if dt == "i64" else ew(t, "div", total, count)
-    return t.g.convert(out, dt)
-
-
-@rule(aten.avg_pool2d.default)
-def _avg_pool2d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
-                count_include_pad=True, divisor_override=None):
-    return _avg_pool(t, node, x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override, "avg_pool2d")
-
-
-@rule(aten.avg_pool3d.default)
-def _avg_pool3d(t, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
-                count_include_pad=True, divisor_override=None):
-    return _avg_pool(t, node, x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override, "avg_pool3d")
-
-
-# ---- adaptive pooling -----------------------------------------------------------------------
-
-def _adaptive_bounds(n, o):
-    """Window j of an adaptive pooling of n elements into o covers [start(j), end(j))."""
-    return [(j * n // o, -(-(j + 1) * n // o)) for j in range(o)]
-
-
-def _window_index(t, n, o, k):
-    """i64 tensors [o, k] for an adaptive pooling of n elements into o windows of at most k
-    taps: tap i of window j is at start(j) + i, clamped to the window's last position, and
-    whether that tap lies inside the window."""
-    rows = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 0)
-    taps = t.g.iota("i64", [t.g.sym_const(o), t.g.sym_const(k)], 1)
-    start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-    end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)), _i64(t, n + o - 1)),
-              _i64(t, o))
-    pos = ew(t, "add", start, taps)
-    inside = ew(t, "lt", pos, end)
-    return ew(t, "minimum", pos, ew(t, "sub", end, _i64(t, 1))), inside
-
-
-class _Adaptive:
-    """Adaptive pooling of the last `spatial` dims of an input to `out` sizes."""
-
-    def __init__(self, t, h, spatial, output_size, op):
-        rank = len(t.g.shape(h))
-        if rank not in (spatial + 1, spatial + 2):
-            raise Unsupported(f"{op} of a rank-{rank} input")
-        self.spatial, self.lead = spatial, rank - spatial
-        self.out = _as_list(output_size, spatial)
-        self.sizes = _static_sizes(t, h, range(self.lead, rank))
-        if min(self.sizes) <= 0 or min(self.out) <= 0:
-            raise Unsupported(f"{op} with an empty input or output")
-        self.taps = [max(e - s for s, e in _adaptive_bounds(n, o))
-                     for n, o in zip(self.sizes, self.out)]
-
-    def windows(self, t, h, fill=None):
-        """h's windows as [.., O1, .., On, K1 * .. * Kn] (Ki the longest window of dim i). Taps
-        past a shorter window repeat its last element, or are `fill` when given."""
-        lead = len(t.g.shape(h)) - self.spatial
-        for i in range(self.spatial):
-            d = lead + 2 * i
-            idx, inside = _window_index(t, self.sizes[i], self.out[i], self.taps[i])
-            h = t.g.take(h, d, idx)
-            if fill is not None:
-                rank = len(t.g.shape(h))
-                mask = t.g.reshape(inside, [t.g.sym_const(self.out[i]), t.g.sym_const(self.taps[i])]
-                                   + [t.g.sym_const(1)] * (rank - d - 2))
-                h = ew(t, "where", mask, h, t.g.full(float(fill), t.g.dtype(h), []))
-        perm = list(range(lead)) + [lead + 2 * i for i in range(self.spatial)] + \
-            [lead + 2 * i + 1 for i in range(self.spatial)]
-        h = t.g.permute(h, perm)
-        shape = list(t.g.shape(h))[:lead + self.spatial]
-        return t.g.reshape(h, shape + [t.g.sym_const(math.prod(self.taps))])
-
-    def counts(self, t, dtype):
-        """Each window's element count, [O1, .., On]."""
-        total = None
-        for i, (n, o) in enumerate(zip(self.sizes, self.out)):
-            rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
-            start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-            end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)),
-                                           _i64(t, n + o - 1)), _i64(t, o))
-            shape = [t.g.sym_const(1)] * self.spatial
-            shape[i] = t.g.sym_const(o)
-            c = t.g.reshape(t.g.convert(ew(t, "sub", end, start), dtype), shape)
-            total = c if total is None else ew(t, "mul", total, c)
-        return total
-
-    def plane_index(self, t):
-        flat = t.g.iota("i64", [t.g.sym_const(math.prod(self.sizes))], 0)
-        return t.g.reshape(flat, [t.g.sym_const(n) for n in self.sizes])
-
-
-def _adaptive_max(t, node, x, output_size, spatial, op):
-    h = t.arg(x)
-    if t.g.dtype(h) not in FLOAT_DTYPES:
-        raise Unsupported(f"{op} of {t.g.dtype(h)} (eager has no such kernel)")
-    pool = _Adaptive(t, h, spatial, output_size, op)
-    win = pool.windows(t, h)
-    last = len(t.g.shape(win)) - 1
-    values = t.g.reduce("amax", win, [last], False, None)
-    choice = t.g.reduce("argmax", win, [last], False, None)
-    return values, _pick_index(t, pool.windows(t, pool.plane_index(t)), choice)
-
-
-@rule(aten.adaptive_max_pool2d.default)
-def _adaptive_max_pool2d(t, node, x, output_size):
-    return _adaptive_max(t, node, x, output_size, 2, "adaptive_max_pool2d")
-
-
-@rule(aten.adaptive_max_pool3d.default)
-def _adaptive_max_pool3d(t, node, x, output_size):
-    return _adaptive_max(t, node, x, output_size, 3, "adaptive_max_pool3d")
-
-
-def _adaptive_avg(t, node, x, output_size, spatial, op):
-    """Window sums over window counts; half precision sums and divides in f32."""
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"{op} of {dt}")
-    pool = _Adaptive(t, h, spatial, output_size, op)
-    if spatial == 3 and dt in _HALF:
-        return _adaptive_avg3d_half(t, h, pool)
-    work = "f32" if dt in _HALF else dt
-    win = pool.windows(t, t.g.convert(h, work), fill=0)
-    total = t.g.reduce("sum", win, [len(t.g.shape(win)) - 1], False, work)
-    return t.g.convert(ew(t, "div", total, pool.counts(t, work)), dt)
-
-
-def _adaptive_avg3d_half(t, h, pool):
-    """Eager's 3-d kernel in half precision sums a window's elements one by one in the dtype
-    (rounding each addition, taps in row-major order) and divides by the window's depth,
-    height and width in turn, rounding each division."""
-    win = pool.windows(t, h, fill=0)
-    last = len(t.g.shape(win)) - 1
-    total = t.g.select(win, last, 0)
-    for k in range(1, math.prod(pool.taps)):
-        total = ew(t, "add", total, t.g.select(win, last, k))
-    for i, (n, o) in enumerate(zip(pool.sizes, pool.out)):
-        rows = t.g.iota("i64", [t.g.sym_const(o)], 0)
-        start = ew(t, "floordiv", ew(t, "mul", rows, _i64(t, n)), _i64(t, o))
-        end = ew(t, "floordiv", ew(t, "add", ew(t, "mul", rows, _i64(t, n)),
-                                       _i64(t, n + o - 1)), _i64(t, o))
-        shape = [t.g.sym_const(1)] * pool.spatial
-        shape[i] = t.g.sym_const(o)
-        count = t.g.reshape(t.g.convert(ew(t, "sub", end, start), t.g.dtype(h)), shape)
-        total = ew(t, "div", total, count)
-    return total
-
-
-@rule(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(t, node, x, output_size):
-    return _adaptive_avg(t, node, x, output_size, 2, "adaptive_avg_pool2d")
-
-
-@rule(aten._adaptive_avg_pool3d.default)
-def _adaptive_avg_pool3d(t, node, x, output_size):
-    return _adaptive_avg(t, node, x, output_size, 3, "adaptive_avg_pool3d")
-
-
-# ---- max pooling backward -------------------------------------------------------------------
-
-@rule(aten.max_pool2d_with_indices_backward.default)
-def _max_pool2d_backward(t, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
-                         indices):
-    """grad_input[h, w] = sum of grad[oh, ow] over the windows containing (h, w) whose max was
-    at (h, w). Input position h lies in windows oh = (h + p) // s - j, j < ceil(span / s), that
-    exist (0 <= oh < OH); the candidates are taken as a [H, J] index, like adaptive windows."""
-    gh, xh, ih = t.arg(grad), t.arg(x), t.arg(indices)
-    dt = t.g.dtype(gh)
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"max_pool2d backward of {dt}")
-    pool = _Pool(t, xh, 2, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d_backward")
-    lead = len(t.g.shape(xh)) - 2
-    if [t.g.sym_str(d) for d in t.g.shape(gh)[lead:]] != [str(o) for o in pool.out]:
-        raise Unsupported("max_pool2d backward with a gradient of another shape")
-    work = "f32" if dt in _HALF else dt
-    g, ind = t.g.convert(gh, work), ih
-    valid = None
-    for i in range(2):
-        d = lead + 2 * i
-        n, s, p, o = pool.sizes[i], pool.stride[i], pool.padding[i], pool.out[i]
-        span = pool.dilation[i] * (pool.kernel[i] - 1) + 1
-        taps = -(-span // s)
-        shape = [t.g.sym_const(n), t.g.sym_const(taps)]
-        rows, js = t.g.iota("i64", shape, 0), t.g.iota("i64", shape, 1)
-        cand = ew(t, "sub", ew(t, "floordiv", ew(t, "add", rows, _i64(t, p)), _i64(t, s)), js)
-        ok = ew(t, "logical_and", ew(t, "ge", cand, _i64(t, 0)), ew(t, "lt", cand, _i64(t, o)))
-        cand = ew(t, "minimum", ew(t, "maximum", cand, _i64(t, 0)), _i64(t, o - 1))
-        g, ind = t.g.take(g, d, cand), t.g.take(ind, d, cand)
-        # ok as [H, J, 1, 1] for the first dim, [W, J] for the second: broadcast into the
-        # [.., H, J1, W, J2] layout.
-        okb = t.g.reshape(ok, shape + [t.g.sym_const(1)] * (2 - 2 * i))
-        valid = okb if valid is None else ew(t, "logical_and", valid, okb)
-    h_, w_ = pool.sizes
-    flat = ew(t, "add", ew(t, "mul", t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1),
-                                                         t.g.sym_const(w_), t.g.sym_const(1)], 0),
-                              _i64(t, w_)),
-               t.g.iota("i64", [t.g.sym_const(h_), t.g.sym_const(1), t.g.sym_const(w_),
-                                t.g.sym_const(1)], 2))
-    hit = ew(t, "logical_and", valid, ew(t, "eq", ind, flat))
-    picked = ew(t, "where", hit, g, t.g.full(0.0, work, []))
-    total = t.g.reduce("sum", picked, [lead + 1, lead + 3], False, work)
-    return t.g.convert(total, dt)
+@rule(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
+def _max_pool_backward(t, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
+                       indices):
+    n = 3 if node.target is aten.max_pool3d_with_indices_backward.default else 2
+    return t.g.max_pool_grad(t.arg(grad), t.arg(x), t.arg(indices),
+                             *_window_args(n, kernel_size, stride, padding, dilation),
+                             bool(ceil_mode))
 
 
 # ---- losses ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
-// convolution, a max pool with indices, a scatter reduce, a sort, a Fourier transform), built
-// with GraphBuilder, compiled and run on the CPU, and checked against reference values computed
-// here.
+// convolution, max, average and adaptive pooling, a scatter reduce, a sort, a Fourier
+// transform), built with GraphBuilder, compiled and run on the CPU, and checked against
+// reference values computed here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
 
@@ -80,7 +80,7 @@ TEST(OpsApiTest, MaxPoolWithIndices) {
   Graph graph;
   GraphBuilder b(graph);
   Node *x = b.input("x", DType::Float32, {b.dim(c), b.dim(h), b.dim(wd)});
-  auto [values, indices] = b.maxPool(x, {k}, {s}, {p}, {1}, false);
+  auto [values, indices] = b.maxPool(x, 2, {k}, {s}, {p}, {1}, false);
   b.output({values, indices});
   CompileResult r = compile(graph, testOptions());
   std::vector<float> xs = wave(c * h * wd, 2.0f), got(c * oh * ow);
@@ -103,6 +103,64 @@ TEST(OpsApiTest, MaxPoolWithIndices) {
           }
         EXPECT_EQ(got[(ch * oh + i) * ow + j], best);
         EXPECT_EQ(at[(ch * oh + i) * ow + j], where);
+      }
+}
+
+TEST(OpsApiTest, AdaptiveAveragePoolingAndItsMaxIndices1d) {
+  // [C=2, n=11] pooled to 4: window j covers [floor(j n / 4), ceil((j + 1) n / 4)).
+  const int64_t c = 2, n = 11, o = 4;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *x = b.input("x", DType::Float32, {b.dim(c), b.dim(n)});
+  auto [values, indices] = b.adaptiveMaxPool(x, {o});
+  b.output({b.adaptiveAvgPool(x, {o}), values, indices});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<float> xs = wave(c * n, 1.5f), avg(c * o), top(c * o);
+  std::vector<int64_t> at(c * o);
+  r.executable->runRaw({xs.data()}, {{c, n}}, {avg.data(), top.data(), at.data()});
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t j = 0; j < o; ++j) {
+      int64_t start = j * n / o, end = ((j + 1) * n + o - 1) / o, where = start;
+      double sum = 0;
+      for (int64_t i = start; i < end; ++i) {
+        sum += xs[ch * n + i];
+        if (xs[ch * n + i] > xs[ch * n + where])
+          where = i;
+      }
+      EXPECT_NEAR(avg[ch * o + j], sum / static_cast<double>(end - start), 1e-5);
+      EXPECT_EQ(top[ch * o + j], xs[ch * n + where]);
+      EXPECT_EQ(at[ch * o + j], where);
+    }
+}
+
+TEST(OpsApiTest, IntegerAveragePoolingRoundsTowardZero3d) {
+  // i64 [1, 3, 4, 5], kernel 2, stride 2, padding 1, ceil mode, padding not counted.
+  const int64_t d = 3, h = 4, w = 5;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *x = b.input("x", DType::Int64, {b.dim(1), b.dim(d), b.dim(h), b.dim(w)});
+  Node *avg = b.avgPool(x, 3, {2}, {2}, {1}, true, false, 0);
+  b.output({avg});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<int64_t> sizes{d, h, w}, outs;
+  for (int64_t size : sizes)
+    outs.push_back(GraphBuilder::pooledSize(size, 2, 2, 1, 1, true));
+  std::vector<int64_t> xs(d * h * w), got(outs[0] * outs[1] * outs[2]);
+  for (size_t i = 0; i < xs.size(); ++i)
+    xs[i] = static_cast<int64_t>((i * 37) % 23) - 11;
+  r.executable->runRaw({xs.data()}, {{1, d, h, w}}, {got.data()});
+  for (int64_t a = 0; a < outs[0]; ++a)
+    for (int64_t e = 0; e < outs[1]; ++e)
+      for (int64_t f = 0; f < outs[2]; ++f) {
+        int64_t sum = 0, count = 0;
+        for (int64_t i = 2 * a - 1; i < 2 * a + 1; ++i)
+          for (int64_t j = 2 * e - 1; j < 2 * e + 1; ++j)
+            for (int64_t k = 2 * f - 1; k < 2 * f + 1; ++k)
+              if (i >= 0 && i < d && j >= 0 && j < h && k >= 0 && k < w) {
+                sum += xs[(i * h + j) * w + k];
+                ++count;
+              }
+        EXPECT_EQ(got[(a * outs[1] + e) * outs[2] + f], sum / count) << a << " " << e << " " << f;
       }
 }
 

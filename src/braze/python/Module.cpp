@@ -313,9 +313,22 @@ NB_MODULE(_C, m) {
                                                 g.at(out), g.at(lse),
                                                 bias ? g.at(*bias) : nullptr, scale, causal));
       })
-      .def("max_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
-        auto [v, i] = g.builder().maxPool(g.at(x), k, s, p, d, ceil);
+      .def("max_pool", [](PyGraph &g, int x, int64_t spatial, IntList k, IntList s, IntList p,
+                          IntList d, bool ceil) {
+        auto [v, i] = g.builder().maxPool(g.at(x), spatial, k, s, p, d, ceil);
         return std::make_pair(g.node(v), g.node(i));
+      })
+      .def("max_pool_grad", [](PyGraph &g, int grad, int x, int indices, IntList k, IntList s,
+                               IntList p, IntList d, bool ceil) {
+        return g.node(
+            g.builder().maxPoolGrad(g.at(grad), g.at(x), g.at(indices), k, s, p, d, ceil));
+      })
+      .def("adaptive_max_pool", [](PyGraph &g, int x, IntList size) {
+        auto [v, i] = g.builder().adaptiveMaxPool(g.at(x), size);
+        return std::make_pair(g.node(v), g.node(i));
+      })
+      .def("adaptive_avg_pool", [](PyGraph &g, int x, IntList size) {
+        return g.node(g.builder().adaptiveAvgPool(g.at(x), size));
       })
       .def("scan", [](PyGraph &g, const std::string &op, int x, int64_t d, std::optional<std::string> dt) {
         std::optional<DType> t;
@@ -327,9 +340,9 @@ NB_MODULE(_C, m) {
                         const std::vector<int> &shape, int seed) {
         return g.node(g.builder().random(dist, dtypeFromName(dt), g.shape(shape), g.at(seed)));
       })
-      .def("avg_pool", [](PyGraph &g, int x, IntList k, IntList s, IntList p, bool ceil,
-                          bool include, int64_t divisor) {
-        return g.node(g.builder().avgPool(g.at(x), k, s, p, ceil, include, divisor));
+      .def("avg_pool", [](PyGraph &g, int x, int64_t spatial, IntList k, IntList s, IntList p,
+                          bool ceil, bool include, int64_t divisor) {
+        return g.node(g.builder().avgPool(g.at(x), spatial, k, s, p, ceil, include, divisor));
       })
       .def("diagonal", [](PyGraph &g, int x, int64_t o, int64_t d1, int64_t d2) {
         return g.node(g.builder().diagonal(g.at(x), o, d1, d2));

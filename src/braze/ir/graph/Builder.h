@@ -111,9 +111,33 @@ public:
   /// that operand. A bias is a constant (it gets no gradient).
   Node *attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v, Node *out,
                       Node *lse, Node *bias, double scale, bool causal);
-  /// 2-d max pooling: values and the flat (h * W + w) input position of each maximum.
-  std::pair<Node *, Node *> maxPool(Node *x, IntList kernel, IntList stride, IntList padding,
-                                    IntList dilation, bool ceilMode);
+  /// Max pooling over the last `spatial` (1 to 3) dims of a [C, ...] or [N, C, ...] input:
+  /// the values and each maximum's flat position in its pooled plane (row-major over the
+  /// pooled dims). Per-dim parameters may be given once; an empty stride is the kernel.
+  std::pair<Node *, Node *> maxPool(Node *x, int64_t spatial, IntList kernel, IntList stride,
+                                    IntList padding, IntList dilation, bool ceilMode);
+  /// Average pooling (dilation 1) of a floating-point or i64 input: a window's sum divided by
+  /// `divisor`, or when that is 0 by the number of window positions inside the input (and
+  /// inside the declared padding with `countIncludePad`). Half precision sums and divides in
+  /// f32 and rounds once; i64 divides rounding toward zero (eager's kernels).
+  Node *avgPool(Node *x, int64_t spatial, IntList kernel, IntList stride, IntList padding,
+                bool ceilMode, bool countIncludePad, int64_t divisor);
+  /// The gradient of max pooling (kernel.size() pooled dims) for its input x: each position
+  /// receives the sum of `grad` over the windows whose maximum (`indices`, as maxPool gives
+  /// them) it was. Shaped as x, typed as grad.
+  Node *maxPoolGrad(Node *grad, Node *x, Node *indices, IntList kernel, IntList stride,
+                    IntList padding, IntList dilation, bool ceilMode);
+  /// Adaptive pooling of the last outputSize.size() (1 to 3) dims of a floating-point input
+  /// to `outputSize`: output j of a dim of n elements pools [floor(j n / o), ceil((j + 1) n / o)).
+  /// Max gives values and flat plane positions, as maxPool.
+  std::pair<Node *, Node *> adaptiveMaxPool(Node *x, IntList outputSize);
+  Node *adaptiveAvgPool(Node *x, IntList outputSize);
+  static constexpr int64_t kMaxAdaptiveSize = int64_t(1) << 20;
+  /// PyTorch's pooled size of a dim of n elements; the window-parameter error ("" if none).
+  static int64_t pooledSize(int64_t n, int64_t kernel, int64_t stride, int64_t padding,
+                            int64_t dilation, bool ceilMode);
+  static std::string poolWindowError(int64_t kernel, int64_t stride, int64_t padding,
+                                     int64_t dilation);
   /// Distances ||a_i - b_j||_p over the last dim between the rows of a [.., P, M] and
   /// b [.., R, M] (batch dims broadcast) -> [.., P, R]; p >= 0 or inf (0 counts differing
   /// features). `matmulForm` (p = 2) computes sqrt(max(|a|^2 - 2ab + |b|^2, 0)) through one
@@ -144,9 +168,6 @@ public:
   /// distribution "uniform" ([0, 1)) or "normal" (mean 0, variance 1). Each random node of a
   /// graph draws from its own stream, so two calls in one graph are independent.
   Node *random(const std::string &distribution, DType dtype, std::vector<SymExpr> shape, Node *seed);
-  /// 2-d average pooling (dilation 1); `divisor` 0 means the window count.
-  Node *avgPool(Node *x, IntList kernel, IntList stride, IntList padding, bool ceilMode,
-                bool countIncludePad, int64_t divisor);
   /// The diagonal of dims d1 and d2 shifted by `offset` (a view): both dims are removed and
   /// a last dim of the diagonal's length is appended.
   Node *diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2);
@@ -194,8 +215,9 @@ public:
 
 private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
-  AttrMap poolAttrs(const std::string &op, Node *x, IntList kernel, IntList stride,
-                    IntList padding, IntList dilation, bool ceilMode, std::vector<SymExpr> &shape);
+  AttrMap poolAttrs(const std::string &op, Node *x, int64_t spatial, IntList kernel,
+                    IntList stride, IntList padding, IntList dilation, bool ceilMode,
+                    std::vector<SymExpr> &shape);
   AttrMap reductionAttrs(std::string_view op, Node *x, std::vector<int64_t> &dims, bool keepdim,
                          std::vector<SymExpr> &shape);
   std::vector<int64_t> normalizeDims(std::string_view op, std::vector<int64_t> dims, int64_t rank);

@@ -143,35 +143,6 @@ Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, In
   return make(OpKind::Convolution, ops, std::move(attrs), TensorType{x->dtype(), outShape, {}});
 }
 
-namespace {
-/// Output sizes of 2-d pooling (PyTorch's rule, ceil mode included).
-std::vector<SymExpr> poolShape(GraphBuilder &b, const std::string &op, const std::string &node,
-                               Node *x, const IntList &kernel, const IntList &stride,
-                               const IntList &padding, const IntList &dilation, bool ceilMode) {
-  sym::SymContext &s = b.sym();
-  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
-  for (int i = 0; i < 2; ++i) {
-    if (padding[i] * 2 > kernel[i])
-      BRAZE_USER_ERROR(op, node) << "padding " << padding[i] << " must be at most half the kernel "
-                                 << kernel[i];
-    int64_t n;
-    if (!s.constValue(x->shape()[x->rank() - 2 + i], n))
-      BRAZE_USER_ERROR(op, node) << "spatial sizes must be static";
-    int64_t span = dilation[i] * (kernel[i] - 1) + 1, padded = n + 2 * padding[i];
-    int64_t out = (padded - span + (ceilMode ? stride[i] - 1 : 0)) / stride[i] + 1;
-    // The last window must start inside the input or the left padding.
-    if (ceilMode && (out - 1) * stride[i] >= n + padding[i])
-      --out;
-    if (out <= 0)
-      BRAZE_USER_ERROR(op, node) << "output size would be " << out;
-    shape.push_back(b.dim(out));
-  }
-  return shape;
-}
-} // namespace
-
-/// Checks a 2-d pooling input, expands per-dim parameters and returns the shared attributes
-/// (kernel, stride, padding, dilation) with the output shape.
 Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                                   IntList dilation, IntList outputPadding, int64_t groups,
                                   bool roundPerTap) {
@@ -245,17 +216,60 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
   return make(OpKind::ConvTranspose, ops, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
-AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, IntList kernel, IntList stride,
-                                IntList padding, IntList dilation, bool ceilMode,
+int64_t GraphBuilder::pooledSize(int64_t n, int64_t kernel, int64_t stride, int64_t padding,
+                                 int64_t dilation, bool ceilMode) {
+  int64_t span = dilation * (kernel - 1) + 1, padded = n + 2 * padding;
+  int64_t out = (padded - span + (ceilMode ? stride - 1 : 0)) / stride + 1;
+  // The last window must start inside the input or the left padding.
+  if (ceilMode && (out - 1) * stride >= n + padding)
+    --out;
+  return out;
+}
+
+std::string GraphBuilder::poolWindowError(int64_t kernel, int64_t stride, int64_t padding,
+                                          int64_t dilation) {
+  constexpr int64_t kLimit = int64_t(1) << 32;
+  if (kernel < 1 || stride < 1 || dilation < 1 || kernel > kLimit || stride > kLimit ||
+      dilation > kLimit)
+    return "kernel, stride and dilation must be between 1 and 2^32, not " +
+           std::to_string(kernel) + ", " + std::to_string(stride) + " and " +
+           std::to_string(dilation);
+  if (padding < 0 || 2 * padding > kernel)
+    return "padding " + std::to_string(padding) + " must be between 0 and half the kernel " +
+           std::to_string(kernel);
+  return {};
+}
+
+AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, int64_t spatial, IntList kernel,
+                                IntList stride, IntList padding, IntList dilation, bool ceilMode,
                                 std::vector<SymExpr> &shape) {
-  if (x->rank() != 3 && x->rank() != 4)
-    BRAZE_USER_ERROR(op, name_) << "needs a [C, H, W] or [N, C, H, W] input, got rank "
-                                << x->rank();
-  kernel = perDim(kernel, 2, 1);
-  stride = perDim(stride.empty() ? kernel : stride, 2, 1);
-  padding = perDim(padding, 2, 0);
-  dilation = perDim(dilation, 2, 1);
-  shape = poolShape(*this, op, name_, x, kernel, stride, padding, dilation, ceilMode);
+  if (spatial < 1 || spatial > 3 || (x->rank() != spatial + 1 && x->rank() != spatial + 2))
+    BRAZE_USER_ERROR(op, name_) << "pools 1 to 3 trailing dims of a [C, ...] or [N, C, ...] "
+                                   "input; got "
+                                << spatial << " pooled dims of a rank-" << x->rank() << " input";
+  if (kernel.empty())
+    BRAZE_USER_ERROR(op, name_) << "needs a kernel size";
+  kernel = perDim(kernel, spatial, 1);
+  stride = perDim(stride.empty() ? kernel : stride, spatial, 1);
+  padding = perDim(padding, spatial, 0);
+  dilation = perDim(dilation, spatial, 1);
+  for (const IntList *l : {&kernel, &stride, &padding, &dilation})
+    if (static_cast<int64_t>(l->size()) != spatial)
+      BRAZE_USER_ERROR(op, name_) << "a parameter list " << listText(*l) << " has " << l->size()
+                                  << " entries for " << spatial << " pooled dims";
+  shape.assign(x->shape().begin(), x->shape().end() - spatial);
+  for (int64_t i = 0; i < spatial; ++i) {
+    std::string err = poolWindowError(kernel[i], stride[i], padding[i], dilation[i]);
+    if (!err.empty())
+      BRAZE_USER_ERROR(op, name_) << err;
+    int64_t n;
+    if (!sym().constValue(x->shape()[x->rank() - spatial + i], n))
+      BRAZE_USER_ERROR(op, name_) << "pooled sizes must be static, got " << shapeText(x->shape());
+    int64_t out = pooledSize(n, kernel[i], stride[i], padding[i], dilation[i], ceilMode);
+    if (out <= 0)
+      BRAZE_USER_ERROR(op, name_) << "pooled dim " << i << " would have " << out << " elements";
+    shape.push_back(dim(out));
+  }
   AttrMap attrs;
   attrs.set("kernel", kernel);
   attrs.set("stride", stride);
@@ -264,25 +278,98 @@ AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, IntList kernel, 
   return attrs;
 }
 
-std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, IntList kernel, IntList stride,
-                                                IntList padding, IntList dilation, bool ceilMode) {
+std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, int64_t spatial, IntList kernel,
+                                                IntList stride, IntList padding, IntList dilation,
+                                                bool ceilMode) {
+  if (x->dtype() == DType::Bool)
+    BRAZE_USER_ERROR("max_pool", name_) << "needs a numeric input, got bool";
   std::vector<SymExpr> shape;
-  AttrMap attrs = poolAttrs("max_pool2d", x, kernel, stride, padding, dilation, ceilMode, shape);
+  AttrMap attrs =
+      poolAttrs("max_pool", x, spatial, kernel, stride, padding, dilation, ceilMode, shape);
   Node *values = make(OpKind::MaxPool, {x}, attrs, TensorType{x->dtype(), shape, {}});
   Node *indices = make(OpKind::MaxPoolIndices, {x}, attrs, TensorType{DType::Int64, shape, {}});
   return {values, indices};
 }
 
-Node *GraphBuilder::avgPool(Node *x, IntList kernel, IntList stride, IntList padding,
-                            bool ceilMode, bool countIncludePad, int64_t divisor) {
-  if (!isFloating(x->dtype()))
-    BRAZE_USER_ERROR("avg_pool2d", name_) << "needs a floating-point input, got "
-                                          << dtypeName(x->dtype());
+Node *GraphBuilder::avgPool(Node *x, int64_t spatial, IntList kernel, IntList stride,
+                            IntList padding, bool ceilMode, bool countIncludePad,
+                            int64_t divisor) {
+  if (!isFloating(x->dtype()) && x->dtype() != DType::Int64)
+    BRAZE_USER_ERROR("avg_pool", name_) << "needs a floating-point or i64 input, got "
+                                        << dtypeName(x->dtype());
+  if (divisor < 0)
+    BRAZE_USER_ERROR("avg_pool", name_) << "divisor must be positive (or 0: the window count), "
+                                           "got "
+                                        << divisor;
   std::vector<SymExpr> shape;
-  AttrMap attrs = poolAttrs("avg_pool2d", x, kernel, stride, padding, {1, 1}, ceilMode, shape);
+  AttrMap attrs =
+      poolAttrs("avg_pool", x, spatial, kernel, stride, padding, {1}, ceilMode, shape);
   attrs.set("count_include_pad", countIncludePad);
   attrs.set("divisor", divisor);
   return make(OpKind::AvgPool, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::maxPoolGrad(Node *grad, Node *x, Node *indices, IntList kernel,
+                                IntList stride, IntList padding, IntList dilation,
+                                bool ceilMode) {
+  const char *op = "max_pool_grad";
+  int64_t spatial = static_cast<int64_t>(kernel.size());
+  if (!isFloating(grad->dtype()))
+    BRAZE_USER_ERROR(op, name_) << "needs a floating-point gradient, got "
+                                << dtypeName(grad->dtype());
+  std::vector<SymExpr> shape;
+  AttrMap attrs = poolAttrs(op, x, spatial, kernel, stride, padding, dilation, ceilMode, shape);
+  if (grad->shape() != shape || indices->shape() != shape || indices->dtype() != DType::Int64)
+    BRAZE_USER_ERROR(op, name_) << "needs a gradient and i64 indices of the pooled shape "
+                                << shapeText(shape) << ", got " << shapeText(grad->shape())
+                                << " and " << dtypeName(indices->dtype())
+                                << shapeText(indices->shape());
+  return make(OpKind::MaxPoolGrad, {grad, x, indices}, std::move(attrs),
+              TensorType{grad->dtype(), x->shape(), {}});
+}
+
+namespace {
+/// Checks an adaptive pooling's input and output sizes and returns the result shape.
+std::vector<SymExpr> adaptiveShape(GraphBuilder &b, const std::string &op, const std::string &node,
+                                   Node *x, const IntList &outputSize) {
+  int64_t spatial = static_cast<int64_t>(outputSize.size());
+  if (spatial < 1 || spatial > 3 || (x->rank() != spatial + 1 && x->rank() != spatial + 2))
+    BRAZE_USER_ERROR(op, node) << "pools 1 to 3 trailing dims of a [C, ...] or [N, C, ...] "
+                                  "input; got output size "
+                               << listText(outputSize) << " for a rank-" << x->rank() << " input";
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR(op, node) << "needs a floating-point input, got " << dtypeName(x->dtype());
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - spatial);
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t n;
+    if (!b.sym().constValue(x->shape()[x->rank() - spatial + i], n) || n < 1 ||
+        outputSize[i] < 1 || outputSize[i] > GraphBuilder::kMaxAdaptiveSize)
+      BRAZE_USER_ERROR(op, node) << "needs static, non-empty pooled dims and output sizes from 1 "
+                                    "to "
+                                 << GraphBuilder::kMaxAdaptiveSize << ", got input "
+                                 << shapeText(x->shape()) << " and output size "
+                                 << listText(outputSize);
+    shape.push_back(b.dim(outputSize[i]));
+  }
+  return shape;
+}
+} // namespace
+
+std::pair<Node *, Node *> GraphBuilder::adaptiveMaxPool(Node *x, IntList outputSize) {
+  std::vector<SymExpr> shape = adaptiveShape(*this, "adaptive_max_pool", name_, x, outputSize);
+  AttrMap attrs;
+  attrs.set("output_size", outputSize);
+  Node *values = make(OpKind::AdaptiveMaxPool, {x}, attrs, TensorType{x->dtype(), shape, {}});
+  Node *indices =
+      make(OpKind::AdaptiveMaxPoolIndices, {x}, attrs, TensorType{DType::Int64, shape, {}});
+  return {values, indices};
+}
+
+Node *GraphBuilder::adaptiveAvgPool(Node *x, IntList outputSize) {
+  std::vector<SymExpr> shape = adaptiveShape(*this, "adaptive_avg_pool", name_, x, outputSize);
+  AttrMap attrs;
+  attrs.set("output_size", outputSize);
+  return make(OpKind::AdaptiveAvgPool, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::random(const std::string &distribution, DType dtype,

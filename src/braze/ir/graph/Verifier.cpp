@@ -482,8 +482,20 @@ private:
       SymExpr in = x->shape()[2 + i], k = w->shape()[2 + i], out = node_->shape()[2 + i];
       if (!k->isConst())
         return fail("kernel sizes must be static, got weight " + shapeText(w->shape()));
-      if (!in->isConst() || !out->isConst())
+      if (!in->isConst() || !out->isConst()) {
+        // A symbolic size must be the window arithmetic's expression, as the builder gives it.
+        SymExpr padded = ctx_.add(in, ctx_.constant(2 * pad[i]));
+        SymExpr span = ctx_.constant(dil[i] * (k->value() - 1) + 1);
+        if (!ctx_.provablyNonNegative(ctx_.sub(padded, span)))
+          return fail("spatial dim " + std::to_string(i) + ": the kernel may be larger than the "
+                      "padded input " + sym::toString(padded));
+        SymExpr want = ctx_.add(ctx_.floordiv(ctx_.sub(padded, span), ctx_.constant(st[i])),
+                                ctx_.constant(1));
+        if (out != want)
+          return fail("spatial dim " + std::to_string(i) + " of the result is " +
+                      sym::toString(out) + ", but the window gives " + sym::toString(want));
         continue;
+      }
       int64_t room = in->value() + 2 * pad[i] - dil[i] * (k->value() - 1) - 1;
       int64_t want = room < 0 ? -1 : room / st[i] + 1;
       if (want != out->value())
@@ -559,45 +571,91 @@ private:
     return node_->shape() == want ? true : fail("result must be " + shapeText(want));
   }
 
-  /// Pooling over the last two dims: attribute ranges (kernel, stride, dilation >= 1; padding
-  /// at most half the kernel, as PyTorch requires), constant pooled dims, and a result whose
-  /// leading dims are the input's and whose pooled dims are what the window arithmetic gives
-  /// (rounded down, or up in ceil mode).
+  /// Pooling over the last kernel.size() (1 to 3) dims: every window list of that length, each
+  /// window in range (GraphBuilder::poolWindowError), constant pooled dims, and a pooled shape
+  /// (the result's, or max_pool_grad's gradient and indices) whose leading dims are the
+  /// input's and whose pooled dims the window arithmetic gives (rounded down, or up in ceil
+  /// mode). Dtypes: max pools numbers, avg_pool floats and i64, max_pool_grad float gradients.
   bool checkPooling() {
     const AttrMap &a = node_->attrs();
     const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
                   &d = a.getInts("dilation");
-    const Node *x = node_->operand(0);
+    size_t spatial = k.size();
+    if (spatial < 1 || spatial > 3 || st.size() != spatial || p.size() != spatial ||
+        d.size() != spatial)
+      return fail("needs kernel, stride, padding and dilation lists of one length from 1 to 3");
+    bool grad = node_->op() == OpKind::MaxPoolGrad;
+    const Node *x = node_->operand(grad ? 1 : 0), *pooled = grad ? node_->operand(0) : node_;
+    DType t = x->dtype();
+    if (grad) {
+      if (!isFloating(pooled->dtype()) || node_->dtype() != pooled->dtype() ||
+          node_->shape() != x->shape())
+        return fail("result must be the gradient's floating-point dtype with the input's shape");
+      if (node_->operand(2)->dtype() != DType::Int64 ||
+          node_->operand(2)->shape() != pooled->shape())
+        return fail("indices must be i64 of the gradient's shape");
+    } else if (node_->op() == OpKind::AvgPool) {
+      if (!isFloating(t) && t != DType::Int64)
+        return fail("needs a floating-point or i64 input");
+      if (a.getInt("divisor") < 0)
+        return fail("divisor must be positive (or 0: the window count)");
+    } else if (t == DType::Bool) {
+      return fail("needs a numeric input, not bool");
+    }
+    DType want = node_->op() == OpKind::MaxPoolIndices ? DType::Int64 : t;
+    if (!grad && node_->dtype() != want)
+      return fail("result must be " + std::string(dtypeName(want)));
     size_t r = x->rank();
-    if (r < 2 || node_->rank() != r)
-      return fail("input and result need the same rank of at least 2, not " +
-                  std::to_string(r) + " and " + std::to_string(node_->rank()));
-    for (size_t i = 0; i + 2 < r; ++i)
-      if (node_->shape()[i] != x->shape()[i])
+    if (r < spatial + 1 || pooled->rank() != r)
+      return fail("input and pooled shape need one rank of at least " +
+                  std::to_string(spatial + 1) + ", not " + std::to_string(r) + " and " +
+                  std::to_string(pooled->rank()));
+    for (size_t i = 0; i + spatial < r; ++i)
+      if (pooled->shape()[i] != x->shape()[i])
         return fail("dim " + std::to_string(i) + " is not pooled and must equal the input's");
-    constexpr int64_t kLimit = int64_t(1) << 32;
-    for (int i = 0; i < 2; ++i) {
-      if (k[i] < 1 || st[i] < 1 || d[i] < 1 || k[i] > kLimit || st[i] > kLimit || d[i] > kLimit)
-        return fail("kernel, stride and dilation must be between 1 and 2^32, not " +
-                    std::to_string(k[i]) + ", " + std::to_string(st[i]) + " and " +
-                    std::to_string(d[i]));
-      if (p[i] < 0 || 2 * p[i] > k[i])
-        return fail("padding " + std::to_string(p[i]) + " must be between 0 and half the "
-                    "kernel " + std::to_string(k[i]));
-      SymExpr in = x->shape()[r - 2 + i], out = node_->shape()[r - 2 + i];
+    for (size_t i = 0; i < spatial; ++i) {
+      std::string err = GraphBuilder::poolWindowError(k[i], st[i], p[i], d[i]);
+      if (!err.empty())
+        return fail(err);
+      SymExpr in = x->shape()[r - spatial + i], out = pooled->shape()[r - spatial + i];
       if (!in->isConst() || !out->isConst())
         return fail("the pooled dims must be constants");
-      int64_t span = d[i] * (k[i] - 1) + 1, room = in->value() + 2 * p[i] - span;
-      if (room < 0)
+      int64_t span = d[i] * (k[i] - 1) + 1;
+      if (in->value() + 2 * p[i] < span)
         return fail("the window (" + std::to_string(span) + ") is larger than the padded input (" +
                     std::to_string(in->value() + 2 * p[i]) + ")");
-      int64_t lo = room / st[i] + 1, hi = (room + st[i] - 1) / st[i] + 1;
-      if (out->value() < lo || out->value() > hi)
-        return fail("pooled dim " + std::to_string(r - 2 + i) + " is " +
+      int64_t lo = GraphBuilder::pooledSize(in->value(), k[i], st[i], p[i], d[i], false),
+              hi = GraphBuilder::pooledSize(in->value(), k[i], st[i], p[i], d[i], true);
+      if (out->value() != lo && out->value() != hi)
+        return fail("pooled dim " + std::to_string(r - spatial + i) + " is " +
                     std::to_string(out->value()) + " but the windows give " + std::to_string(lo) +
                     (hi != lo ? " (or " + std::to_string(hi) + " in ceil mode)" : ""));
     }
     return true;
+  }
+
+  /// Adaptive pooling of the last output_size.size() (1 to 3) dims of a floating-point input:
+  /// static, non-empty pooled dims, and a result of the input's leading dims and output_size.
+  bool checkAdaptivePooling() {
+    const IntList &o = node_->attrs().getInts("output_size");
+    const Node *x = node_->operand(0);
+    size_t spatial = o.size(), r = x->rank();
+    if (spatial < 1 || spatial > 3 || r < spatial + 1)
+      return fail("needs 1 to 3 output sizes, and an input of a higher rank");
+    if (!isFloating(x->dtype()))
+      return fail("needs a floating-point input");
+    DType want = node_->op() == OpKind::AdaptiveMaxPoolIndices ? DType::Int64 : x->dtype();
+    if (node_->dtype() != want)
+      return fail("result must be " + std::string(dtypeName(want)));
+    std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - spatial);
+    for (size_t i = 0; i < spatial; ++i) {
+      SymExpr in = x->shape()[r - spatial + i];
+      if (!in->isConst() || in->value() < 1 || o[i] < 1 || o[i] > GraphBuilder::kMaxAdaptiveSize)
+        return fail("needs static, non-empty pooled dims and output sizes from 1 to " +
+                    std::to_string(GraphBuilder::kMaxAdaptiveSize));
+      shape.push_back(ctx_.constant(o[i]));
+    }
+    return node_->shape() == shape ? true : fail("result must be " + shapeText(shape));
   }
 
   /// Attention's operands and result: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] of one
@@ -763,10 +821,12 @@ private:
     case OpKind::MaxPool:
     case OpKind::MaxPoolIndices:
     case OpKind::AvgPool:
-      for (const char *name : {"kernel", "stride", "padding", "dilation"})
-        if (a.getInts(name).size() != 2)
-          return fail(std::string("needs a 2-entry integer list attribute '") + name + "'");
+    case OpKind::MaxPoolGrad:
       return checkPooling();
+    case OpKind::AdaptiveMaxPool:
+    case OpKind::AdaptiveMaxPoolIndices:
+    case OpKind::AdaptiveAvgPool:
+      return checkAdaptivePooling();
     case OpKind::Scatter:
       return checkScatter();
     }

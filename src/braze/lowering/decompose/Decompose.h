@@ -52,6 +52,10 @@ inline Node *decomposeCumSum(GraphBuilder &b, Node *n) { return decomposeScan(b,
 inline Node *decomposeCumProd(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 inline Node *decomposeLogCumSumExp(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 Node *decomposeAvgPool(GraphBuilder &b, Node *n);
+Node *decomposeMaxPoolGrad(GraphBuilder &b, Node *n);
+Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n);
+Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n);
+Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 // scatter family
 Node *decomposeScatter(GraphBuilder &b, Node *n);

@@ -1,8 +1,19 @@
-/// max_pool(x): pad H and W with the lowest value (enough on the right for ceil mode), unfold
-/// both into windows and take amax over the two window dims; max_pool_indices flattens each
-/// window, takes the argmax a instead and maps it back to the input:
-/// h = oh*sh - ph + (a // kw)*dh,
-/// w = ow*sw - pw + (a % kw)*dw, index = h * W + w.
+/// The pooling family over the last s (1 to 3) dims, as index remaps and reductions.
+///
+/// Regular windows (max_pool, max_pool_indices, avg_pool): each pooled dim is padded and
+/// unfolded, giving [.., O1..Os, k1..ks]; max and sum reduce the window dims. The index of a
+/// maximum is arithmetic on the argmax a over the flattened window: tap t_i of dim i is
+/// (a / (k_{i+1} * .. * k_s)) % k_i, at input position o_i * stride_i - padding_i + t_i *
+/// dilation_i, and the flat index is row-major over the pooled dims.
+///
+/// Adaptive windows (adaptive_max_pool, adaptive_max_pool_indices, adaptive_avg_pool) vary in
+/// length: output j of a dim of n elements pooled to o covers [floor(j n / o),
+/// ceil((j + 1) n / o)). Each dim is taken through an i64 index [o, K] (K the longest window),
+/// whose taps past a shorter window repeat its last element (max) or are masked to zero (sum).
+///
+/// max_pool_grad: input position h of a dim lies in the windows floor((h + p) / s) - j for
+/// j < ceil(span / s) that exist; the gradient and the indices are taken through that [n, J]
+/// candidate index per dim, and a position receives the gradients whose index names it.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <cmath>
@@ -11,99 +22,328 @@
 namespace braze::decomp {
 
 namespace {
-/// The pooling windows of x (whose last two dims are pooled) as [.., OH, OW, kh, kw], or
-/// [.., OH, OW, kh * kw] when `flatten`: the declared padding is filled with `padValue`, the
-/// extra right padding ceil mode needs with `extraValue`. A reduction over the two window dims
-/// folds in the same (row-major) order as over the flattened one, without dividing its index.
-Node *windows(GraphBuilder &b, Node *n, Node *x, double padValue, double extraValue,
-              bool flatten) {
-  const AttrMap &a = n->attrs();
-  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
-                &d = a.getInts("dilation");
-  int64_t r = x->rank(), nr = n->rank();
-  for (int i = 0; i < 2; ++i) {
-    int64_t size, out;
-    b.sym().constValue(x->shape()[r - 2 + i], size);
-    b.sym().constValue(n->shape()[nr - 2 + i], out);
-    int64_t span = d[i] * (k[i] - 1) + 1;
-    int64_t right = std::max<int64_t>(0, (out - 1) * st[i] + span - (size + p[i]));
-    x = b.pad(x, r - 2 + i, p[i], p[i], padValue);
-    x = b.pad(x, r - 2 + i, 0, right - std::min(right, p[i]) , extraValue);
-    if (right < p[i]) // the declared right padding is more than the windows reach
-      x = b.slice(x, r - 2 + i, 0, size + p[i] + right, 1);
-    x = b.unfold(x, r - 2 + i, k[i], st[i], d[i]);
+int64_t constOf(GraphBuilder &b, SymExpr e) {
+  int64_t v = 0;
+  b.sym().constValue(e, v);
+  return v;
+}
+
+Node *i64(GraphBuilder &b, int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); }
+
+double lowestOf(DType t) {
+  switch (t) {
+  case DType::Bool:
+  case DType::UInt8:
+    return 0;
+  case DType::Int8:
+    return std::numeric_limits<int8_t>::min();
+  case DType::Int16:
+    return std::numeric_limits<int16_t>::min();
+  case DType::Int32:
+    return std::numeric_limits<int32_t>::min();
+  case DType::Int64:
+    return static_cast<double>(std::numeric_limits<int64_t>::min());
+  case DType::Float16:
+  case DType::BFloat16:
+  case DType::Float32:
+  case DType::Float64:
+    return -INFINITY;
   }
-  if (!flatten)
-    return x;
-  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - 2);
-  shape.push_back(b.dim(k[0] * k[1]));
+  return -INFINITY;
+}
+
+/// The window parameters of a regular pooling node, and the sizes it pools from and to.
+struct Geometry {
+  IntList kernel, stride, padding, dilation, sizes, outs;
+  int64_t spatial;
+};
+
+Geometry geometryOf(GraphBuilder &b, const Node *n, const Node *x, const Node *pooled) {
+  const AttrMap &a = n->attrs();
+  Geometry g{a.getInts("kernel"), a.getInts("stride"), a.getInts("padding"),
+             a.getInts("dilation"), {}, {}, static_cast<int64_t>(a.getInts("kernel").size())};
+  for (int64_t i = 0; i < g.spatial; ++i) {
+    g.sizes.push_back(constOf(b, x->shape()[x->rank() - g.spatial + i]));
+    g.outs.push_back(constOf(b, pooled->shape()[pooled->rank() - g.spatial + i]));
+  }
+  return g;
+}
+
+/// x's windows as [.., O1..Os, k1..ks]: the declared padding is filled with `padValue`, the
+/// extra right padding ceil mode needs with `extraValue`.
+Node *windows(GraphBuilder &b, const Geometry &g, Node *x, double padValue, double extraValue) {
+  int64_t r = x->rank();
+  for (int64_t i = 0; i < g.spatial; ++i) {
+    int64_t d = r - g.spatial + i, n = g.sizes[i], p = g.padding[i];
+    int64_t span = g.dilation[i] * (g.kernel[i] - 1) + 1;
+    int64_t right = std::max<int64_t>(0, (g.outs[i] - 1) * g.stride[i] + span - (n + p));
+    x = b.pad(x, d, p, p, padValue);
+    x = b.pad(x, d, 0, right - std::min(right, p), extraValue);
+    if (right < p) // the declared right padding is more than the windows reach
+      x = b.slice(x, d, 0, n + p + right, 1);
+    x = b.unfold(x, d, g.kernel[i], g.stride[i], g.dilation[i]);
+  }
+  return x;
+}
+
+/// The last `count` dims of x merged into one.
+Node *flattenLast(GraphBuilder &b, Node *x, int64_t count) {
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - count);
+  int64_t total = 1;
+  for (int64_t i = x->rank() - count; i < x->rank(); ++i)
+    total *= constOf(b, x->shape()[i]);
+  shape.push_back(b.dim(total));
   return b.reshape(x, shape);
 }
 
-double lowestOf(DType t) {
-  return isFloating(t) ? -INFINITY : static_cast<double>(std::numeric_limits<int64_t>::min());
+std::vector<int64_t> lastDims(int64_t rank, int64_t count) {
+  std::vector<int64_t> dims;
+  for (int64_t i = rank - count; i < rank; ++i)
+    dims.push_back(i);
+  return dims;
+}
+
+/// The flat input index (row-major over the pooled dims of `sizes`) of per-dim positions.
+Node *flatIndex(GraphBuilder &b, const std::vector<Node *> &coords, const IntList &sizes) {
+  Node *index = nullptr;
+  int64_t stride = 1;
+  for (size_t i = coords.size(); i-- > 0;) {
+    Node *term = stride == 1 ? coords[i] : b.mul(coords[i], i64(b, stride));
+    index = index ? b.add(index, term) : term;
+    stride *= sizes[i];
+  }
+  return index;
+}
+
+/// The per-dim taps of a position `pos` in a flattened window of `taps` (row-major).
+std::vector<Node *> splitTaps(GraphBuilder &b, Node *pos, const IntList &taps) {
+  std::vector<Node *> out(taps.size());
+  for (size_t i = taps.size(); i-- > 0;) {
+    out[i] = i ? b.binary(OpKind::Remainder, pos, i64(b, taps[i])) : pos;
+    if (i)
+      pos = b.binary(OpKind::FloorDiv, pos, i64(b, taps[i]));
+  }
+  return out;
+}
+
+/// Integer division rounding toward zero (eager's integer average) of a by a positive b.
+Node *truncDiv(GraphBuilder &b, Node *a, Node *d) {
+  Node *q = b.binary(OpKind::FloorDiv, a, d);
+  Node *inexact = b.binary(OpKind::Ne, b.binary(OpKind::Remainder, a, d), i64(b, 0));
+  Node *negative = b.binary(OpKind::Lt, a, i64(b, 0));
+  return b.where(b.binary(OpKind::LogicalAnd, inexact, negative), b.add(q, i64(b, 1)), q);
+}
+
+/// The shape of `rank` dims, all 1 but dim `at` of `size`.
+std::vector<SymExpr> along(GraphBuilder &b, int64_t rank, int64_t at, int64_t size) {
+  std::vector<SymExpr> shape(rank, b.dim(1));
+  shape[at] = b.dim(size);
+  return shape;
 }
 } // namespace
 
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
+  Geometry g = geometryOf(b, n, n->operand(0), n);
   double lowest = lowestOf(n->dtype());
-  return b.reduce(OpKind::Amax, windows(b, n, n->operand(0), lowest, lowest, false), {-2, -1},
-                  false);
-}
-
-/// avg_pool(x) = sum(window) / divisor, where the divisor is divisor_override, or the count of
-/// window positions inside the input (plus the declared padding with count_include_pad).
-Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
-  Node *x = n->operand(0);
-  Node *sum = b.reduce(OpKind::Sum, windows(b, n, x, 0.0, 0.0, false), {-2, -1}, false);
-  int64_t divisor = n->attrs().getInt("divisor");
-  if (divisor != 0)
-    return b.div(sum, b.scalar(static_cast<double>(divisor), n->dtype()));
-  // A window covers a rectangle, so its count is the product of per-dim counts: with
-  // start = o * stride - padding, [start, min(start + k, size + padding)) with the declared
-  // padding counted, else that range clipped to [0, size).
-  const AttrMap &a = n->attrs();
-  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding");
-  bool includePad = a.getBool("count_include_pad");
-  int64_t r = n->rank();
-  auto scalar = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };
-  Node *count = nullptr;
-  for (int i = 0; i < 2; ++i) {
-    int64_t size, out;
-    b.sym().constValue(x->shape()[r - 2 + i], size);
-    b.sym().constValue(n->shape()[r - 2 + i], out);
-    std::vector<SymExpr> shape(2, b.dim(1));
-    shape[i] = b.dim(out);
-    Node *start = b.sub(b.mul(b.iota(DType::Int64, shape, i), scalar(st[i])), scalar(p[i]));
-    Node *end = b.binary(OpKind::Minimum, b.add(start, scalar(k[i])), scalar(size + p[i]));
-    if (!includePad) {
-      start = b.binary(OpKind::Maximum, start, scalar(0));
-      end = b.binary(OpKind::Minimum, end, scalar(size));
-    }
-    Node *c = b.convert(b.sub(end, start), n->dtype());
-    count = count ? b.mul(count, c) : c;
-  }
-  return b.div(sum, count);
+  Node *w = windows(b, g, n->operand(0), lowest, lowest);
+  return b.reduce(OpKind::Amax, w, lastDims(w->rank(), g.spatial), false);
 }
 
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
-  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
-                &d = a.getInts("dilation");
-  double lowest = lowestOf(n->operand(0)->dtype());
-  Node *pos =
-      b.reduce(OpKind::ArgMax, windows(b, n, n->operand(0), lowest, lowest, true), {-1}, false);
-  std::vector<SymExpr> shape = n->shape();
-  int64_t r = static_cast<int64_t>(shape.size());
-  auto scalar = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };
-  Node *oh = b.iota(DType::Int64, shape, r - 2), *ow = b.iota(DType::Int64, shape, r - 1);
-  Node *h = b.add(b.sub(b.mul(oh, scalar(st[0])), scalar(p[0])),
-                  b.mul(b.binary(OpKind::FloorDiv, pos, scalar(k[1])), scalar(d[0])));
-  Node *w = b.add(b.sub(b.mul(ow, scalar(st[1])), scalar(p[1])),
-                  b.mul(b.binary(OpKind::Remainder, pos, scalar(k[1])), scalar(d[1])));
-  int64_t width;
-  b.sym().constValue(n->operand(0)->shape()[r - 1], width);
-  return b.add(b.mul(h, scalar(width)), w);
+  Node *x = n->operand(0);
+  Geometry g = geometryOf(b, n, x, n);
+  double lowest = lowestOf(x->dtype());
+  Node *w = flattenLast(b, windows(b, g, x, lowest, lowest), g.spatial);
+  Node *pos = b.reduce(OpKind::ArgMax, w, {-1}, false);
+  std::vector<Node *> taps = splitTaps(b, pos, g.kernel), coords;
+  int64_t r = n->rank();
+  for (int64_t i = 0; i < g.spatial; ++i) {
+    Node *o = b.iota(DType::Int64, n->shape(), r - g.spatial + i);
+    Node *start = b.sub(b.mul(o, i64(b, g.stride[i])), i64(b, g.padding[i]));
+    coords.push_back(b.add(start, b.mul(taps[i], i64(b, g.dilation[i]))));
+  }
+  return flatIndex(b, coords, g.sizes);
+}
+
+/// avg_pool(x) = sum(window) / divisor, where the divisor is the `divisor` attribute, or the
+/// count of window positions inside the input (plus the declared padding with
+/// count_include_pad). A window covers a box, so its count is the product of per-dim counts:
+/// with start = o * stride - padding, [start, min(start + k, size + padding)) with the
+/// padding counted, else that range clipped to [0, size).
+Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  Geometry g = geometryOf(b, n, x, n);
+  DType work = computeType(x->dtype());
+  Node *w = windows(b, g, b.convert(x, work), 0.0, 0.0);
+  Node *sum = b.reduce(OpKind::Sum, w, lastDims(w->rank(), g.spatial), false, work);
+  Node *count = nullptr;
+  if (int64_t divisor = n->attrs().getInt("divisor"))
+    count = b.scalar(static_cast<double>(divisor), work);
+  bool includePad = n->attrs().getBool("count_include_pad");
+  for (int64_t i = 0; i < g.spatial && !n->attrs().getInt("divisor"); ++i) {
+    Node *o = b.iota(DType::Int64, along(b, g.spatial, i, g.outs[i]), i);
+    Node *start = b.sub(b.mul(o, i64(b, g.stride[i])), i64(b, g.padding[i]));
+    Node *end = b.binary(OpKind::Minimum, b.add(start, i64(b, g.kernel[i])),
+                         i64(b, g.sizes[i] + g.padding[i]));
+    if (!includePad) {
+      start = b.binary(OpKind::Maximum, start, i64(b, 0));
+      end = b.binary(OpKind::Minimum, end, i64(b, g.sizes[i]));
+    }
+    Node *c = b.convert(b.sub(end, start), work);
+    count = count ? b.mul(count, c) : c;
+  }
+  Node *avg = work == DType::Int64 ? truncDiv(b, sum, count) : b.div(sum, count);
+  return b.convert(avg, n->dtype());
+}
+
+Node *decomposeMaxPoolGrad(GraphBuilder &b, Node *n) {
+  Node *grad = n->operand(0), *x = n->operand(1), *ind = n->operand(2);
+  Geometry g = geometryOf(b, n, x, grad);
+  DType work = computeType(grad->dtype());
+  Node *gw = b.convert(grad, work), *valid = nullptr;
+  int64_t lead = x->rank() - g.spatial, s = g.spatial;
+  for (int64_t i = 0; i < s; ++i) {
+    int64_t d = lead + 2 * i, span = g.dilation[i] * (g.kernel[i] - 1) + 1;
+    int64_t taps = (span + g.stride[i] - 1) / g.stride[i];
+    std::vector<SymExpr> shape{b.dim(g.sizes[i]), b.dim(taps)};
+    Node *rows = b.iota(DType::Int64, shape, 0), *js = b.iota(DType::Int64, shape, 1);
+    Node *cand = b.sub(
+        b.binary(OpKind::FloorDiv, b.add(rows, i64(b, g.padding[i])), i64(b, g.stride[i])), js);
+    Node *ok = b.binary(OpKind::LogicalAnd, b.binary(OpKind::Ge, cand, i64(b, 0)),
+                        b.binary(OpKind::Lt, cand, i64(b, g.outs[i])));
+    cand = b.binary(OpKind::Minimum, b.binary(OpKind::Maximum, cand, i64(b, 0)),
+                    i64(b, g.outs[i] - 1));
+    gw = b.take(gw, d, cand);
+    ind = b.take(ind, d, cand);
+    // ok as [n_i, J_i, 1, 1, ..] to broadcast into the [.., n1, J1, n2, J2, ..] layout.
+    shape.resize(2 + 2 * (s - 1 - i), b.dim(1));
+    Node *okb = b.reshape(ok, shape);
+    valid = valid ? b.binary(OpKind::LogicalAnd, valid, okb) : okb;
+  }
+  std::vector<Node *> coords;
+  for (int64_t i = 0; i < s; ++i)
+    coords.push_back(b.iota(DType::Int64, along(b, 2 * s, 2 * i, g.sizes[i]), 2 * i));
+  Node *hit = b.binary(OpKind::LogicalAnd, valid,
+                       b.binary(OpKind::Eq, ind, flatIndex(b, coords, g.sizes)));
+  Node *picked = b.where(hit, gw, b.scalar(0.0, work));
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < s; ++i)
+    dims.push_back(lead + 2 * i + 1);
+  return b.convert(b.reduce(OpKind::Sum, picked, dims, false, work), grad->dtype());
+}
+
+namespace {
+/// An adaptive pooling's per-dim windows.
+struct Adaptive {
+  IntList sizes, outs, taps; ///< taps: the longest window of each dim
+  int64_t spatial;
+};
+
+Adaptive adaptiveOf(GraphBuilder &b, const Node *n) {
+  const Node *x = n->operand(0);
+  Adaptive a{{}, n->attrs().getInts("output_size"), {}, 0};
+  a.spatial = static_cast<int64_t>(a.outs.size());
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    int64_t size = constOf(b, x->shape()[x->rank() - a.spatial + i]), o = a.outs[i], k = 0;
+    for (int64_t j = 0; j < o; ++j)
+      k = std::max(k, ((j + 1) * size + o - 1) / o - j * size / o);
+    a.sizes.push_back(size);
+    a.taps.push_back(k);
+  }
+  return a;
+}
+
+/// Window starts floor(j n / o) and ends ceil((j + 1) n / o) of dim i over an i64 `rows`.
+std::pair<Node *, Node *> bounds(GraphBuilder &b, const Adaptive &a, int64_t i, Node *rows) {
+  Node *scaled = b.mul(rows, i64(b, a.sizes[i]));
+  return {b.binary(OpKind::FloorDiv, scaled, i64(b, a.outs[i])),
+          b.binary(OpKind::FloorDiv, b.add(scaled, i64(b, a.sizes[i] + a.outs[i] - 1)),
+                   i64(b, a.outs[i]))};
+}
+
+/// x's adaptive windows as [.., O1..Os, K1..Ks]; with `fill`, taps past a window are `*fill`.
+Node *adaptiveWindows(GraphBuilder &b, const Adaptive &a, Node *x,
+                      std::optional<double> fill) {
+  int64_t lead = x->rank() - a.spatial;
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    int64_t d = lead + 2 * i;
+    std::vector<SymExpr> shape{b.dim(a.outs[i]), b.dim(a.taps[i])};
+    auto [start, end] = bounds(b, a, i, b.iota(DType::Int64, shape, 0));
+    Node *pos = b.add(start, b.iota(DType::Int64, shape, 1));
+    x = b.take(x, d, b.binary(OpKind::Minimum, pos, b.sub(end, i64(b, 1))));
+    if (fill) {
+      shape.resize(x->rank() - d, b.dim(1));
+      Node *inside = b.reshape(b.binary(OpKind::Lt, pos, end), shape);
+      x = b.where(inside, x, b.scalar(*fill, x->dtype()));
+    }
+  }
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < lead; ++i)
+    perm.push_back(i);
+  for (int64_t i = 0; i < a.spatial; ++i)
+    perm.push_back(lead + 2 * i);
+  for (int64_t i = 0; i < a.spatial; ++i)
+    perm.push_back(lead + 2 * i + 1);
+  return b.permute(x, perm);
+}
+
+/// Each window's element count along dim i, as [1.., O_i, 1..] over the s pooled dims.
+Node *adaptiveCount(GraphBuilder &b, const Adaptive &a, int64_t i, DType dtype) {
+  auto [start, end] =
+      bounds(b, a, i, b.iota(DType::Int64, along(b, a.spatial, i, a.outs[i]), i));
+  return b.convert(b.sub(end, start), dtype);
+}
+
+/// Eager's 3-d half-precision kernel adds a window's elements one at a time in the dtype
+/// (each sum rounded) and divides by the depth, height and width counts in turn; windows of
+/// more taps than this sum in f32 instead (within the dtype's tolerance of eager).
+constexpr int64_t kMaxRoundedAdaptiveTaps = 512;
+} // namespace
+
+Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n) {
+  Adaptive a = adaptiveOf(b, n);
+  Node *w = adaptiveWindows(b, a, n->operand(0), std::nullopt);
+  return b.reduce(OpKind::Amax, w, lastDims(w->rank(), a.spatial), false);
+}
+
+/// The first maximum of a flattened window is a real tap (a repeated tap comes after the one
+/// it repeats), at start_i(o_i) + t_i along each dim.
+Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n) {
+  Adaptive a = adaptiveOf(b, n);
+  Node *w = flattenLast(b, adaptiveWindows(b, a, n->operand(0), std::nullopt), a.spatial);
+  std::vector<Node *> taps = splitTaps(b, b.reduce(OpKind::ArgMax, w, {-1}, false), a.taps);
+  std::vector<Node *> coords;
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    Node *o = b.iota(DType::Int64, n->shape(), n->rank() - a.spatial + i);
+    coords.push_back(b.add(bounds(b, a, i, o).first, taps[i]));
+  }
+  return flatIndex(b, coords, a.sizes);
+}
+
+Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n) {
+  Adaptive a = adaptiveOf(b, n);
+  Node *x = n->operand(0);
+  DType t = x->dtype(), work = computeType(t);
+  int64_t taps = 1;
+  for (int64_t k : a.taps)
+    taps *= k;
+  if (a.spatial == 3 && work != t && taps <= kMaxRoundedAdaptiveTaps) {
+    Node *w = flattenLast(b, adaptiveWindows(b, a, x, 0.0), a.spatial);
+    Node *total = b.select(w, w->rank() - 1, 0);
+    for (int64_t k = 1; k < taps; ++k)
+      total = b.add(total, b.select(w, w->rank() - 1, k));
+    for (int64_t i = 0; i < a.spatial; ++i)
+      total = b.div(total, adaptiveCount(b, a, i, t));
+    return total;
+  }
+  Node *w = adaptiveWindows(b, a, b.convert(x, work), 0.0);
+  Node *sum = b.reduce(OpKind::Sum, w, lastDims(w->rank(), a.spatial), false, work);
+  Node *count = nullptr;
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    Node *c = adaptiveCount(b, a, i, work);
+    count = count ? b.mul(count, c) : c;
+  }
+  return b.convert(b.div(sum, count), t);
 }
 
 } // namespace braze::decomp

@@ -156,14 +156,16 @@ def _node_support(node, device=None):
     key = _support_key(node)
     if key is not None and (key, device) in _support_cache:
         return _support_cache[key, device]
-    result = _try_node(node)
+    result = _try_node(node, device)
     if key is not None:
         _support_cache[key, device] = result
     return result
 
 
-def _try_node(node):
-    """Translates and lowers `node` alone in a graph: (True, "") or (False, reason)."""
+def _try_node(node, device=None, trial=False):
+    """Translates `node` alone into a braze graph, whose builder checks what each op takes,
+    and asks braze whether it compiles that graph for `device` (braze::supports, which does
+    not lower it); with `trial`, lowers it instead. (True, "") or (False, reason)."""
     t = Translator()
     try:
         for a in node.all_input_nodes:
@@ -177,10 +179,31 @@ def _try_node(node):
         out = t.translate(node)
         outs = list(out) if isinstance(out, tuple) else [out]
         t.g.output([o for o in outs if o is not None])  # None: a result no node reads
-        t.g.check_supported()
-        return True, ""
+        if trial:
+            t.g.check_supported()
+            return True, ""
+        return t.g.supports(cuda=device is not None and device.type == "cuda")
     except (Unsupported, _C.CompileError) as e:
         return False, str(e)
+
+
+def _refused_by_trial(gm, device, error):
+    """The nodes of `gm` that fail to lower alone, after braze::supports accepted each of them
+    but the whole graph failed to compile with `error`: {node: reason}, logged."""
+    refused = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            if node.args[0] in refused:
+                refused[node] = f"result of unsupported {node.args[0].name}"
+            continue
+        ok, why = _try_node(node, device, trial=True)
+        if not ok:
+            refused[node] = why
+    _log_fallback(f"supported nodes failed to compile together ({error}); the ones that fail "
+                  f"alone run in eager PyTorch: {', '.join(n.name for n in refused) or 'none'}")
+    return refused
 
 
 def _layout_error(e):
@@ -624,7 +647,13 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     _compile_times["support"] += time.perf_counter() - support_start
     try:
         if not unsupported:
-            fn, tuple_out = _compile_whole(gm, opts, device)
+            try:
+                fn, tuple_out = _compile_whole(gm, opts, device)
+            except (Unsupported, _C.CompileError) as e:
+                unsupported = _refused_by_trial(gm, device, e)
+                if not unsupported:
+                    raise
+        if not unsupported:
             placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
             if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
                     and placeholders == direct["inputs"] and _plain_inference()):

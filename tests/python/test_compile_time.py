@@ -26,7 +26,8 @@ def test_compile_times_split_and_log(monkeypatch, capfd):
 def test_repeated_nodes_are_tried_once(monkeypatch):
     tried = []
     original = backend._try_node
-    monkeypatch.setattr(backend, "_try_node", lambda node: tried.append(node) or original(node))
+    monkeypatch.setattr(backend, "_try_node",
+                        lambda node, *a, **k: tried.append(node) or original(node, *a, **k))
     backend._support_cache.clear()
 
     def layers(x, w):
@@ -52,3 +53,66 @@ def test_partitions_compiled_on_threads_match_eager():
     got = torch.compile(f, backend="braze")(x, w)
     torch.testing.assert_close(got, f(x, w), rtol=1e-4, atol=1e-4)
     assert braze.counters()["partitions"] - before["partitions"] >= 3
+
+
+@pytest.mark.cpu_only("support is decided before any device code exists")
+def test_support_is_a_query_that_does_not_lower(monkeypatch):
+    """The partitioner asks braze::supports, which verifies the node's graph without lowering
+    it: the lowering trial never runs for a graph that compiles."""
+    lowered, original = [], backend._try_node
+
+    def try_node(node, device=None, trial=False):
+        if trial:
+            lowered.append(node)
+        return original(node, device, trial)
+
+    monkeypatch.setattr(backend, "_try_node", try_node)
+    backend._support_cache.clear()
+
+    def f(x):
+        return (x.exp() * 2).sum(-1)
+
+    x = torch.randn(8, 8)
+    torch.testing.assert_close(torch.compile(f, backend="braze")(x), f(x))
+    assert lowered == []
+
+
+def test_supports_names_what_the_target_cannot_generate():
+    g = braze._C.Graph()
+    x = g.input("x", "f32", [g.sym_const(4)], [])
+    g.output([g.elementwise("digamma", [x])])
+    assert g.supports(cuda=False) == (True, "")
+    ok, why = g.supports(cuda=True)
+    assert not ok and "special functions (digamma)" in why
+
+
+@pytest.mark.cpu_only("the recovery is device-independent bookkeeping")
+def test_nodes_that_fail_together_are_found_by_the_trial(monkeypatch):
+    """When every node is supported alone but the whole graph fails to compile, the nodes that
+    fail the lowering trial run in eager PyTorch and the rest stays compiled."""
+    original_try, original_whole = backend._try_node, backend._compile_whole
+
+    def try_node(node, device=None, trial=False):
+        if trial and node.target is torch.ops.aten.sin.default:
+            return False, "refused by the trial"
+        return original_try(node, device, trial)
+
+    def compile_whole(gm, *a, **k):
+        if any(n.target is torch.ops.aten.sin.default for n in gm.graph.nodes):
+            raise braze._C.CompileError("sin does not compile here")
+        return original_whole(gm, *a, **k)
+
+    monkeypatch.setattr(backend, "_try_node", try_node)
+    monkeypatch.setattr(backend, "_compile_whole", compile_whole)
+    backend._support_cache.clear()
+
+    def f(x):
+        return (x.exp() * 2).sin() + 1
+
+    x = torch.randn(8, 8)
+    before = braze.counters()
+    torch.testing.assert_close(torch.compile(f, backend="braze")(x), f(x))
+    after = braze.counters()
+    assert after["fallback_ops"] - before["fallback_ops"] == 1
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["partitions"] - before["partitions"] == 2

@@ -320,6 +320,18 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
 
 } // namespace
 
+Support supports(const Graph &g, bool cuda) {
+  std::string err = verifyGraph(g);
+  if (!err.empty())
+    return {false, "invalid graph: " + err};
+  if (cuda)
+    for (const auto &n : g.nodes())
+      if (isSpecialFunction(n->op()))
+        return {false, "special functions (" + std::string(opName(n->op())) +
+                           ") are not generated for CUDA yet"};
+  return {};
+}
+
 void checkSupported(Graph &g) { lowerAll(g, CompileOptions{}); }
 
 CudaSources generateCudaSources(Graph &g, const CompileOptions &opts) {

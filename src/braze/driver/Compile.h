@@ -84,8 +84,19 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);
 
-/// Graph-level lowering only (decompose, passes, to_loops, schedule, codegen) without compiling:
-/// raises a Diagnostic if braze cannot take the graph.
+/// Whether braze compiles `g` for a GPU (`cuda`) or the CPU, answered without lowering it: the
+/// graph verifies (the builder and the verifier state what every op takes), and the target
+/// generates each of its ops (CUDA has no special functions). A refusal says why.
+struct Support {
+  bool ok = true;
+  std::string reason;
+};
+Support supports(const Graph &g, bool cuda);
+
+/// The trial behind `supports`: graph-level lowering (decompose, passes, to_loops, schedule,
+/// codegen for the CPU) without compiling; raises a Diagnostic if braze cannot take the graph.
+/// The frontend runs it only to find the nodes of a graph that `supports` accepted but that
+/// failed to compile.
 void checkSupported(Graph &g);
 
 /// The CUDA sources braze generates for `g` (consumed), without compiling them.

@@ -397,6 +397,10 @@ NB_MODULE(_C, m) {
       }, "outputs"_a, "strides"_a = std::vector<std::vector<int>>{})
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
+      .def("supports", [](PyGraph &g, bool cuda) {
+        Support s = supports(g.graph(), cuda);
+        return std::make_pair(s.ok, s.reason);
+      }, "cuda"_a = false)
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
                          std::optional<std::string> blas, std::optional<nb::dict> cuda,
                          std::optional<std::string> dnnl) {

@@ -459,7 +459,10 @@ private:
     if (node_->operands().size() == 3 && node_->operand(2)->rank() != 1)
       return fail("bias must have rank 1");
     SymExpr c = x->shape()[1], wc = w->shape()[1], o = w->shape()[0];
-    if (c->isConst() && wc->isConst() && c->value() != wc->value() * groups)
+    if (!c->isConst() || !wc->isConst())
+      return fail("input and weight channels must be static, got " + shapeText(x->shape()) +
+                  " and " + shapeText(w->shape()));
+    if (c->value() != wc->value() * groups)
       return fail("input has " + std::to_string(c->value()) + " channels but weight takes " +
                   std::to_string(wc->value()) + " per group x " + std::to_string(groups) +
                   " groups");

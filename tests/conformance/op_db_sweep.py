@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int16", "int32", "int64",
           "uint8", "bool")
-STATUSES = ("compiled", "fell_back", "wrong", "crashed")
+STATUSES = ("compiled", "views", "fell_back", "wrong", "crashed")
 
 # A fixed quick subset: the foundation ops, topk (which falls back cleanly), and representatives
 # of each family added since.
@@ -246,16 +246,19 @@ def fallback_reasons(records):
 def print_report(records, dtypes, elapsed, out=sys.stdout):
     w = out.write
     rows = summarize(records, dtypes)
-    w("\n| dtype | compiled | fell back | wrong | crashed | total | % compiled | eager fails |\n")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+    w("\n| dtype | compiled | views only | fell back | wrong | crashed | total | % compiled "
+      "| eager fails |\n")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for r in rows:
         pct = "-" if r["pct_compiled"] is None else f"{r['pct_compiled']:.1f}%"
         name = "**total**" if r["dtype"] == "total" else r["dtype"]
-        w(f"| {name} | {r['compiled']} | {r['fell_back']} | {r['wrong']} | {r['crashed']} "
+        w(f"| {name} | {r['compiled']} | {r['views']} | {r['fell_back']} | {r['wrong']} "
+          f"| {r['crashed']} "
           f"| {r['total']} | {pct} | {r['eager_fails']} |\n")
     t = rows[-1]
     w(f"\nTotals: {t['total']} eager-runnable (op, dtype) pairs: {t['compiled']} compiled "
-      f"({t['pct_compiled']}%), {t['fell_back']} fell back, {t['wrong']} wrong, "
+      f"({t['pct_compiled']}%), {t['views']} views only (nothing to compute), "
+      f"{t['fell_back']} fell back, {t['wrong']} wrong, "
       f"{t['crashed']} crashed; {t['eager_fails']} pairs eager cannot run. {elapsed:.0f} s.\n")
     bad = sorted((r for r in records if r["status"] in ("wrong", "crashed")),
                  key=lambda r: (r["status"], r["op"], DTYPES.index(r["dtype"])))

@@ -10,7 +10,9 @@ Steps of `check_pair`:
   2. Compile a closure over the sample's non-tensor arguments whose parameters are its tensors
      (so they are graph inputs, not constants), on fresh copies of the inputs.
   3. Classify: crashed (the compiled call raised) > wrong (a result mismatched) > fell back
-     (braze's fallback counters moved, or no braze graph was compiled) > compiled.
+     (braze's fallback counters moved, or no braze graph was compiled) > compiled; "views" is a
+     pair whose graphs braze took whole with nothing to compute (every output a view of an
+     input, made at each call), so neither compiled code nor eager ran.
   4. For a crashed or wrong pair, rerun the failing sample through AOTAutograd with braze's
      decomposition table and an eager compiler: if that fails too, the fault is upstream of braze's
      translation and code generation (Dynamo, AOTAutograd or a decomposition).
@@ -398,11 +400,15 @@ def check_pair(name, dtype_name, nsamples, progress=lambda msg: None):
         d = {k: after[k] - before[k] for k in after}
         if d["fallback_ops"] or d["fallback_graphs"]:
             rec["status"] = "fell_back"
+        elif (d["graphs_compiled"] == 0 and d["cache_hits"] == 0 and d["graphs"] > 0
+              and not rec["graph_breaks"]):
+            # braze took every graph and found nothing to compute: each output is a view of an
+            # input, which it makes at each call (or AOTAutograd regenerates). No eager op ran.
+            rec["status"] = "views"
         elif d["graphs_compiled"] == 0 and d["cache_hits"] == 0:
             rec["status"] = "fell_back"
             rec["reason"] = "no braze graph compiled" + (
-                " (Dynamo graph break)" if rec["graph_breaks"] else
-                " and no fallback logged (e.g. every output a view that AOTAutograd regenerates)")
+                " (Dynamo graph break)" if rec["graph_breaks"] else " (braze received no graph)")
         else:
             rec["status"] = "compiled"
         rec["counters"] = d

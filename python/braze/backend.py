@@ -26,21 +26,32 @@ from braze.fx_import import Translator, Unsupported, supported_targets
 from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts, input_view
 
-# graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole graph
-# or one partition each); recompiles: variants compiled for inputs laid out otherwise than the
-# graph's example inputs; fallback_ops: FX nodes left to eager; fallback_graphs: graphs, or
-# calls of a compiled graph, that ran in eager PyTorch.
-_counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
-                    "fallback_graphs": 0}
-_fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
-# Open run_and_get_code calls: each collects the source of every graph compiled meanwhile.
-# Nothing is kept when none is open.
-_source_records = []
-# Seconds spent compiling, by stage, for this process (compile_times()): support (deciding which
-# FX nodes braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, and
-# python (translation, partitioning and the rest of braze's Python), total (all of it).
-_compile_times = collections.Counter()
-_stats_lock = threading.Lock()
+class _State:
+    """What the backend keeps for the process, in one place (counters(), compile_times(),
+    fallback_ops_by_op() and run_and_get_code() read it)."""
+
+    def __init__(self):
+        # graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole
+        # graph or one partition each); recompiles: variants compiled for inputs laid out
+        # otherwise than the graph's example inputs; fallback_ops: FX nodes left to eager;
+        # fallback_graphs: graphs, or calls of a compiled graph, that ran in eager PyTorch.
+        self.counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
+                       "fallback_graphs": 0}
+        self.fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
+        # Open run_and_get_code calls: each collects the source of every graph compiled
+        # meanwhile. Nothing is kept when none is open.
+        self.source_records = []
+        # Seconds spent compiling, by stage (compile_times()): support (deciding which FX nodes
+        # braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, python
+        # (translation, partitioning and the rest of braze's Python), total (all of it).
+        self.compile_times = collections.Counter()
+        self.lock = threading.Lock()
+        # (key, device) -> (supported, reason): nodes that repeat (every layer of a
+        # transformer) are asked about once per process.
+        self.support_cache = {}
+
+
+_state = _State()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +77,7 @@ class Options:
 def counters():
     """Cumulative counts for this process."""
     d = dict(_C.counters())
-    d.update(_counts)
+    d.update(_state.counts)
     d.update(cudagraphs.counts)
     return d
 
@@ -74,31 +85,31 @@ def counters():
 def compile_times():
     """Seconds braze has spent compiling in this process, by stage (BRAZE_LOG=compile_time
     prints each graph's split as it is compiled)."""
-    return dict(_compile_times)
+    return dict(_state.compile_times)
 
 
 def fallback_ops_by_op():
     """How many FX nodes of each op braze has left to eager PyTorch in this process."""
-    return dict(_fallback_ops_by_op)
+    return dict(_state.fallback_ops_by_op)
 
 
 def run_and_get_code(fn, *args, **kwargs):
     """Runs fn (typically a torch.compile'd function) and returns (result, [generated source
     for each graph compiled during the call])."""
     sources = []
-    with _stats_lock:
-        _source_records.append(sources)
+    with _state.lock:
+        _state.source_records.append(sources)
     try:
         result = fn(*args, **kwargs)
     finally:
-        with _stats_lock:  # by identity: two open calls' lists may be equal
-            _source_records[:] = [r for r in _source_records if r is not sources]
+        with _state.lock:  # by identity: two open calls' lists may be equal
+            _state.source_records[:] = [r for r in _state.source_records if r is not sources]
     return result, sources
 
 
 def _record_source(source):
-    """Hands `source` to the open run_and_get_code calls (call with _stats_lock held)."""
-    for sources in _source_records:
+    """Hands `source` to the open run_and_get_code calls (call with _state.lock held)."""
+    for sources in _state.source_records:
         sources.append(source)
 
 
@@ -138,10 +149,6 @@ def _support_key(node):
         return None
 
 
-# (key, device) -> (supported, reason): nodes that repeat (every layer of a transformer) are
-# tried once per process.
-_support_cache = {}
-
 
 def _node_support(node, device=None):
     """(True, "") if braze can compile this call_function node alone in a graph on `device`
@@ -154,11 +161,11 @@ def _node_support(node, device=None):
                 if isinstance(v, torch.Tensor) and v.device != device:
                     return False, f"{n.name} is on {v.device} in a graph on {device}"
     key = _support_key(node)
-    if key is not None and (key, device) in _support_cache:
-        return _support_cache[key, device]
+    if key is not None and (key, device) in _state.support_cache:
+        return _state.support_cache[key, device]
     result = _try_node(node, device)
     if key is not None:
-        _support_cache[key, device] = result
+        _state.support_cache[key, device] = result
     return result
 
 
@@ -316,7 +323,7 @@ class _BrazeGraph:
         key = tuple((tuple(x.shape), tuple(x.stride())) for x in inputs)
         run = self.variants.get(key)
         if run is None:
-            _counts["recompiles"] += 1
+            _state.counts["recompiles"] += 1
             _log_fallback(f"recompiling a graph for inputs laid out as {key}")
             run = self.variants[key] = self.recompile(args)
         self.run = run  # the layouts most recently seen are tried first
@@ -326,7 +333,7 @@ class _BrazeGraph:
         if not self.warned:
             warnings.warn(f"braze: {reason}; running this call in eager PyTorch")
             self.warned = True
-        _counts["fallback_graphs"] += 1
+        _state.counts["fallback_graphs"] += 1
         _log_fallback(f"{reason}; running this call in eager PyTorch")
         args = list(args)
         for i, shape, stride in self.input_layouts:  # eager gets the layouts it was traced with
@@ -428,10 +435,10 @@ def _compile_whole(gm, opts, device=None, args=None):
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
-    with _stats_lock:  # partitions compile on several threads
-        _compile_times.update(compiled.times)
+    with _state.lock:  # partitions compile on several threads
+        _state.compile_times.update(compiled.times)
         _record_source(compiled.source)
-        _counts["partitions"] += args is None
+        _state.counts["partitions"] += args is None
     recompile = None
     if args is None:
         def recompile(call_args):
@@ -484,7 +491,7 @@ def _check_cuda_codegen(graph):
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
-    with _stats_lock:
+    with _state.lock:
         _record_source(device + "\n" + host)
 
 
@@ -586,21 +593,21 @@ def _plain_inference():
 
 def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
     """Compiles one AOTAutograd graph (see _compile_graph), timing its stages."""
-    before = collections.Counter(_compile_times)
+    before = collections.Counter(_state.compile_times)
     start = time.perf_counter()
     try:
         return _compile_graph(gm, example_inputs, opts, direct, forward)
     finally:
         total = time.perf_counter() - start
-        spent = collections.Counter(_compile_times)
+        spent = collections.Counter(_state.compile_times)
         spent.subtract(before)
-        _compile_times["total"] += total
-        _compile_times["python"] += max(0.0, total - sum(spent.values()))
+        _state.compile_times["total"] += total
+        _state.compile_times["python"] += max(0.0, total - sum(spent.values()))
         if _C.log_compile_time_from_environment():
             # stage times are summed over the threads that compile partitions
             split = ", ".join(f"{k} {spent[k]:.3f}" for k in
                               ("support", "lower", "host_compile", "nvrtc", "load"))
-            print(f"===== braze: compile_time =====\ngraph {_counts['graphs']} "
+            print(f"===== braze: compile_time =====\ngraph {_state.counts['graphs']} "
                   f"({len(gm.graph.nodes)} FX nodes): {total:.3f} s: {split}, python "
                   f"{max(0.0, total - sum(spent.values())):.3f}", file=sys.stderr)
 
@@ -609,8 +616,8 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
     may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one.
     Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
-    _counts["graphs"] += 1
-    name = f"graph {_counts['graphs']} ({'forward' if forward else 'backward'})"
+    _state.counts["graphs"] += 1
+    name = f"graph {_state.counts['graphs']} ({'forward' if forward else 'backward'})"
 
     def replayed(fn, graphs, whole=False):
         """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
@@ -625,7 +632,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
 
     device, why = _graph_device(gm, example_inputs)
     if why:
-        _counts["fallback_graphs"] += 1
+        _state.counts["fallback_graphs"] += 1
         _log_fallback(why)
         return make_boxed_func(gm.forward)
     if device is not None:
@@ -644,7 +651,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         ok, why = _node_support(node, device)
         if not ok:
             unsupported[node] = why
-    _compile_times["support"] += time.perf_counter() - support_start
+    _state.compile_times["support"] += time.perf_counter() - support_start
     try:
         if not unsupported:
             try:
@@ -673,7 +680,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         if _strict(opts):
             raise
         reason = f"internal error in braze ({type(e).__name__}: {e})"
-    _counts["fallback_graphs"] += 1
+    _state.counts["fallback_graphs"] += 1
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
@@ -684,8 +691,8 @@ def _count_fallback_op(node):
     getitem (one result of an op counted already)."""
     if node.target is operator.getitem:
         return False
-    _counts["fallback_ops"] += 1
-    _fallback_ops_by_op[str(node.target)] += 1
+    _state.counts["fallback_ops"] += 1
+    _state.fallback_ops_by_op[str(node.target)] += 1
     return True
 
 
@@ -776,7 +783,7 @@ def _integer_interpolation(gm):
 def braze_backend(gm, example_inputs, options=None):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
     if _integer_interpolation(gm):
-        _counts["fallback_graphs"] += 1
+        _state.counts["fallback_graphs"] += 1
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
                       "differently from its kernel; running this graph in eager PyTorch")
         return gm.forward

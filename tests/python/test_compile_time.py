@@ -28,7 +28,7 @@ def test_repeated_nodes_are_tried_once(monkeypatch):
     original = backend._try_node
     monkeypatch.setattr(backend, "_try_node",
                         lambda node, *a, **k: tried.append(node) or original(node, *a, **k))
-    backend._support_cache.clear()
+    backend._state.support_cache.clear()
 
     def layers(x, w):
         for _ in range(6):
@@ -67,7 +67,7 @@ def test_support_is_a_query_that_does_not_lower(monkeypatch):
         return original(node, device, trial)
 
     monkeypatch.setattr(backend, "_try_node", try_node)
-    backend._support_cache.clear()
+    backend._state.support_cache.clear()
 
     def f(x):
         return (x.exp() * 2).sum(-1)
@@ -104,7 +104,7 @@ def test_nodes_that_fail_together_are_found_by_the_trial(monkeypatch):
 
     monkeypatch.setattr(backend, "_try_node", try_node)
     monkeypatch.setattr(backend, "_compile_whole", compile_whole)
-    backend._support_cache.clear()
+    backend._state.support_cache.clear()
 
     def f(x):
         return (x.exp() * 2).sin() + 1

@@ -253,7 +253,7 @@ def test_generated_sources_are_kept_only_for_run_and_get_code():
     torch._dynamo.reset()
     f = torch.compile(lambda x: (x + 1).relu(), backend="braze")
     f(torch.randn(5))
-    assert backend._source_records == []
+    assert backend._state.source_records == []
     g = torch.compile(lambda x: x * 3, backend="braze")
     inner = []
 
@@ -264,4 +264,4 @@ def test_generated_sources_are_kept_only_for_run_and_get_code():
     torch._dynamo.reset()
     _, outer = braze.run_and_get_code(both, torch.randn(7))
     assert len(inner[0]) == 1 and len(outer) == 2 and inner[0][0] in outer
-    assert backend._source_records == []
+    assert backend._state.source_records == []

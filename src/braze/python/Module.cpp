@@ -289,6 +289,13 @@ NB_MODULE(_C, m) {
       .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
         return g.node(g.builder().argsort(g.at(x), dim, descending));
       })
+      .def("median_index", [](PyGraph &g, int x, int64_t dim, bool ignoreNan) {
+        return g.node(g.builder().medianIndex(g.at(x), dim, ignoreNan));
+      })
+      .def("mode", [](PyGraph &g, int x, int64_t dim) {
+        auto [v, i] = g.builder().mode(g.at(x), dim);
+        return std::make_pair(g.node(v), g.node(i));
+      })
       .def("conv_transpose", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
                                 IntList padding, IntList dilation, IntList outputPadding,
                                 int64_t groups, bool roundPerTap) {

@@ -161,6 +161,17 @@ public:
   /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
   /// values keep their order; NaN is the largest value.
   Node *argsort(Node *x, int64_t dim, bool descending);
+  /// The index (i64, `dim` kept as 1) of the lower median along `dim` in that stable order;
+  /// where a row holds a NaN, its first NaN's, unless `ignoreNan` (then the lower median of
+  /// the row's other values; a row of only NaNs gives its first index).
+  Node *medianIndex(Node *x, int64_t dim, bool ignoreNan);
+  /// The most frequent value along `dim` of an integer or bool x (the smallest of equally
+  /// frequent ones) and its last index, both with `dim` kept as 1.
+  std::pair<Node *, Node *> mode(Node *x, int64_t dim);
+  /// Sorts are quadratic in the sorted length: static sizes, at most kMaxSortDim long and
+  /// kMaxSortWork comparisons. The reason a shape is past that ("" if none).
+  static constexpr int64_t kMaxSortDim = 16384, kMaxSortWork = int64_t(1) << 28;
+  static std::string sortLimitError(const std::vector<SymExpr> &shape, int64_t dim);
   /// Inclusive scan along `dim`: op is CumSum, CumProd or LogCumSumExp. Integer and bool
   /// inputs of cumsum/cumprod accumulate in i64 (PyTorch's rule) unless `dtype` is given.
   Node *scan(OpKind op, Node *x, int64_t dim, std::optional<DType> dtype = std::nullopt);
@@ -215,6 +226,7 @@ public:
 
 private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
+  int64_t sortedDim(const char *op, Node *x, int64_t dim);
   AttrMap poolAttrs(const std::string &op, Node *x, int64_t spatial, IntList kernel,
                     IntList stride, IntList padding, IntList dilation, bool ceilMode,
                     std::vector<SymExpr> &shape);

@@ -399,12 +399,4 @@ Node *GraphBuilder::scan(OpKind op, Node *x, int64_t d, std::optional<DType> dty
   return make(op, {x}, std::move(attrs), x->type());
 }
 
-Node *GraphBuilder::argsort(Node *x, int64_t dim, bool descending) {
-  dim = normalizeSizedDim("argsort", dim, x->rank());
-  AttrMap attrs;
-  attrs.set("dim", dim);
-  attrs.set("descending", descending);
-  return make(OpKind::Argsort, {x}, std::move(attrs), TensorType{DType::Int64, x->shape(), {}});
-}
-
 } // namespace braze

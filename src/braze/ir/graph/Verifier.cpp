@@ -761,10 +761,10 @@ private:
     case OpKind::Var:
       return checkReduction(true);
     case OpKind::Argsort:
-      if (node_->dtype() != DType::Int64 || node_->shape() != node_->operand(0)->shape())
-        return fail("result must be i64 of the operand's shape");
-      return node_->operand(0)->rank() > 0 ? checkDim("dim", node_->operand(0)->rank())
-                                            : fail("needs an operand of rank 1 or more");
+    case OpKind::MedianIndex:
+    case OpKind::Mode:
+    case OpKind::ModeIndex:
+      return checkSort();
     case OpKind::Cdist:
     case OpKind::Pdist:
       return checkDistances();
@@ -834,6 +834,34 @@ private:
       return checkScatter();
     }
     return fail("is not a composite op");
+  }
+
+  /// The sort family: a sorted dim of an operand of rank 1 or more within the sort limits;
+  /// argsort gives i64 of the operand's shape, median_index and mode's results keep the dim
+  /// as 1 (non-empty, and for mode an integer or bool operand).
+  bool checkSort() {
+    const Node *x = node_->operand(0);
+    if (x->rank() == 0)
+      return fail("needs an operand of rank 1 or more");
+    if (!checkDim("dim", x->rank()))
+      return false;
+    int64_t dim = node_->attrs().getInt("dim");
+    std::string err = GraphBuilder::sortLimitError(x->shape(), dim);
+    if (!err.empty())
+      return fail(err);
+    OpKind op = node_->op();
+    std::vector<SymExpr> want = x->shape();
+    if (op != OpKind::Argsort) {
+      if (want[dim]->value() == 0)
+        return fail("needs a non-empty dim");
+      want[dim] = ctx_.constant(1);
+    }
+    if (op == OpKind::Mode && isFloating(x->dtype()))
+      return fail("takes integers and bools");
+    DType type = op == OpKind::Mode ? x->dtype() : DType::Int64;
+    if (node_->dtype() != type || node_->shape() != want)
+      return fail("result must be " + std::string(dtypeName(type)) + shapeText(want));
+    return true;
   }
 
   /// cdist: [.., P, M] and [.., R, M] (batch dims broadcast) -> [.., P, R]; pdist: [N, M] ->

@@ -38,3 +38,66 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
 }
 
 } // namespace braze::decomp
+
+namespace braze::decomp {
+
+namespace {
+Node *i64(GraphBuilder &b, double v) { return b.scalar(v, DType::Int64); }
+} // namespace
+
+/// The lower median's index: position k of the stable ascending order (NaN last), k = (n - 1)
+/// / 2, or with ignore_nan (count of non-NaN values - 1) / 2; without it, a row holding a NaN
+/// takes its first NaN.
+Node *decomposeMedianIndex(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  int64_t dim = n->attrs().getInt("dim");
+  bool nan = isFloating(x->dtype()), ignoreNan = n->attrs().getBool("ignore_nan");
+  Node *order = b.argsort(x, dim, false), *k;
+  if (ignoreNan && nan) {
+    Node *count = b.reduce(OpKind::Sum,
+                           b.convert(b.unary(OpKind::LogicalNot, b.unary(OpKind::IsNan, x)),
+                                     DType::Int64),
+                           {dim}, true, DType::Int64);
+    count = b.binary(OpKind::Maximum, b.sub(count, i64(b, 1)), i64(b, 0));
+    k = b.binary(OpKind::FloorDiv, count, i64(b, 2));
+  } else {
+    k = b.full(static_cast<double>((x->shape()[dim]->value() - 1) / 2), DType::Int64, n->shape());
+  }
+  Node *index = b.gather(order, dim, k);
+  if (ignoreNan || !nan)
+    return index;
+  Node *isnan = b.unary(OpKind::IsNan, x);
+  Node *at = b.where(isnan, b.iota(DType::Int64, x->shape(), dim), i64(b, 0x1p62));
+  return b.where(b.reduce(OpKind::Any, isnan, {dim}, true),
+                 b.reduce(OpKind::Amin, at, {dim}, true), index);
+}
+
+namespace {
+/// mode's value (in x's dtype, bool as i64) and index: count each element's equals along dim;
+/// among the most frequent, the smallest value (a masked amin whose filler is the row's
+/// largest value, so no sentinel bounds the dtype), and its last position.
+std::pair<Node *, Node *> modeOf(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  if (x->dtype() == DType::Bool)
+    x = b.convert(x, DType::Int64);
+  int64_t dim = n->attrs().getInt("dim");
+  std::vector<SymExpr> wide = x->shape();
+  wide.insert(wide.begin() + dim, x->shape()[dim]); // [.., n (j), n (i), ..]
+  Node *xj = b.expand(b.unsqueeze(x, dim + 1), wide), *xi = b.expand(b.unsqueeze(x, dim), wide);
+  Node *count = b.reduce(OpKind::Sum, b.convert(b.binary(OpKind::Eq, xj, xi), DType::Int64),
+                         {dim}, false, DType::Int64);
+  Node *frequent =
+      b.binary(OpKind::Eq, count, b.reduce(OpKind::Amax, count, {dim}, true));
+  Node *largest = b.reduce(OpKind::Amax, x, {dim}, true);
+  Node *value = b.reduce(OpKind::Amin, b.where(frequent, x, largest), {dim}, true);
+  Node *at = b.where(b.binary(OpKind::Eq, x, value), b.iota(DType::Int64, x->shape(), dim),
+                     i64(b, -1));
+  return {value, b.reduce(OpKind::Amax, at, {dim}, true)};
+}
+} // namespace
+
+Node *decomposeMode(GraphBuilder &b, Node *n) { return b.convert(modeOf(b, n).first, n->dtype()); }
+
+Node *decomposeModeIndex(GraphBuilder &b, Node *n) { return modeOf(b, n).second; }
+
+} // namespace braze::decomp

@@ -519,17 +519,9 @@ def scaled_add(t, bias, h, beta, alpha):
     return t.g.elementwise("add", [bh, h])
 
 
-# Scans run as masked reductions (quadratic work); longer dims are left to eager PyTorch.
-_MAX_SCAN = 4096
-
-
 @rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
 def _scan(t, node, x, dim, dtype=None):
     h = t.arg(x)
-    shape = node.meta["val"].shape
-    n = shape[dim] if len(shape) else 1
-    if not isinstance(n, int) or n > _MAX_SCAN:
-        raise Unsupported(f"scan over a dim of {n} elements (braze scans dims up to {_MAX_SCAN})")
     op = {aten.cumsum.default: "cumsum", aten.cumprod.default: "cumprod",
           aten.logcumsumexp.default: "logcumsumexp"}[node.target]
     return t.g.scan(op, h, dim, dtype_name(dtype) if dtype is not None else None)

@@ -377,127 +377,46 @@ def _normal(t, node, *args, **kwargs):
     return t.g.convert(r, dt)
 
 
-# ---- searching and scans -------------------------------------------------------------------
-# Counting comparisons does numel(values) * len(boundaries) work; larger cases stay in eager.
-_MAX_COMPARISONS = 1 << 24
-
-
-def _count_below(t, node, seq, values, right, out_int32, sorter=None):
-    """For each value, the number of boundaries b with !(b >= v) (left) or !(b > v) (right):
-    the index binary search returns for a sorted sequence."""
-    s, v = t.arg(seq), t.arg(values)
-    s_shape, v_shape = seq.meta["val"].shape, values.meta["val"].shape
-    sizes = list(s_shape) + list(v_shape)
-    if all(isinstance(d, int) for d in sizes):
-        if math.prod(v_shape) * (s_shape[-1] if len(s_shape) else 1) > _MAX_COMPARISONS:
-            raise Unsupported("searchsorted with too many comparisons for counting")
-    if len(s_shape) == 0:
-        raise Unsupported("searchsorted with a 0-d sequence")
-    if sorter is not None:
-        s = t.g.gather(s, len(s_shape) - 1, t.arg(sorter))
-    ve = t.g.unsqueeze(v, len(v_shape))
-    se = s if len(s_shape) == 1 else t.g.unsqueeze(s, len(s_shape) - 1)
-    hit = t.g.elementwise("gt" if right else "ge", [se, ve])
-    below = t.g.elementwise("logical_not", [hit])
-    return t.g.reduce("sum", below, [len(v_shape)], False, "i32" if out_int32 else "i64")
-
+# ---- searching, scans and histograms: search_sorted, cum_extreme and histogram ops ---------
 
 @rule(aten.searchsorted.Tensor)
 def _searchsorted(t, node, seq, values, out_int32=False, right=False, side=None, sorter=None):
     if side is not None:
         right = side == "right"
-    return _count_below(t, node, seq, values, right, out_int32, sorter)
+    return t.g.search_sorted(t.arg(seq), t.arg(values), None if sorter is None else t.arg(sorter),
+                             bool(right), "i32" if out_int32 else "i64")
 
 
 @rule(aten.bucketize.Tensor)
 def _bucketize(t, node, values, boundaries, out_int32=False, right=False):
     if len(boundaries.meta["val"].shape) != 1:
         raise Unsupported("bucketize with boundaries that are not 1-D")
-    return _count_below(t, node, boundaries, values, right, out_int32)
-
-
-# Scans as masked reductions (quadratic work), as for cumsum in fx_import.
-_MAX_SCAN = 4096
+    return t.g.search_sorted(t.arg(boundaries), t.arg(values), None, bool(right),
+                             "i32" if out_int32 else "i64")
 
 
 @rule(aten.cummax.default, aten.cummin.default)
 def _cummax(t, node, x, dim):
-    """values[i] = max (min) of x[:i+1]; indices[i] = the last j <= i where x[j] equals it (the
-    last NaN once a NaN is seen), as eager's running update with >= (<=) gives."""
     h = t.arg(x)
-    dt = t.g.dtype(h)
-    shape = list(node.meta["val"][0].shape)
-    rank = len(shape)
-    if rank == 0:
+    if not node.meta["val"][0].shape:
         return (h, t.g.full(0.0, "i64", []))
-    d = dim % rank
-    n = shape[d]
-    if not isinstance(n, int) or n > _MAX_SCAN:
-        raise Unsupported(f"cummax over a dim of {n} elements (braze scans dims up to {_MAX_SCAN})")
-    if any(s == 0 for s in shape):
-        return (t.g.full(0.0, dt, t.shape(shape)), t.g.full(0.0, "i64", t.shape(shape)))
-    is_max = node.target == aten.cummax.default
-    ct = "u8" if dt == "bool" else dt
-    perm = [i for i in range(rank) if i != d] + [d]
-    inverse = [perm.index(i) for i in range(rank)]
-    xt = t.g.permute(t.g.convert(h, ct), perm)                 # [..., n]
-    xj = t.g.unsqueeze(xt, rank - 1)                           # [..., 1, n]: j on the last axis
-    nn_ = [t.sym(n), t.sym(n)]
-    ii, jj = t.g.iota("i64", nn_, 0), t.g.iota("i64", nn_, 1)
-    mask = t.g.elementwise("le", [jj, ii])                     # j <= i
-    # Entries j > i take x[0], which every prefix holds: the max (min) is unchanged.
-    first = t.g.unsqueeze(t.g.slice(xt, rank - 1, 0, 1, 1), rank - 1)   # [..., 1, 1]
-    masked = t.g.elementwise("where", [mask, xj, first])
-    vals = t.g.reduce("amax" if is_max else "amin", masked, [rank], False, None)   # [..., n]
-    ve = t.g.unsqueeze(vals, rank)                              # [..., n, 1]
-    hit = t.g.elementwise("eq", [xj, ve])
-    if ct in FLOAT_DTYPES:
-        both_nan = t.g.elementwise("logical_and", [t.g.elementwise("isnan", [xj]),
-                                                   t.g.elementwise("isnan", [ve])])
-        hit = t.g.elementwise("logical_or", [hit, both_nan])
-    cand = t.g.elementwise("where", [t.g.elementwise("logical_and", [mask, hit]), jj,
-                                     t.g.full(-1.0, "i64", [])])
-    idx = t.g.reduce("amax", cand, [rank], False, None)
-    return (t.g.convert(t.g.permute(vals, inverse), dt), t.g.permute(idx, inverse))
+    return t.g.cum_extreme(h, dim, node.target == aten.cummax.default)
 
 
 # Largest exact count of a histogram bin that eager accumulates in half precision.
 _HALF_EXACT_COUNT = {"f16": 2048, "bf16": 256}
-_TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
-                 "f64": torch.float64}
 
 
 @rule(aten.histc.default)
 def _histc(t, node, x, bins=100, min=0, max=0):
-    """Counts per bin of [min, max] split in `bins` equal parts; element e goes to bin
-    trunc((e - min) * bins / (max - min)) computed in x's dtype, the last bin holding max.
-    A range taken from the data (min == max) is left to eager, which checks it is finite."""
+    """A range taken from the data (min == max) is left to eager, which checks it is finite;
+    so are half-precision counts past what eager's half-precision accumulation keeps exact."""
     dt = t.g.dtype(t.arg(x))
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"histc of {dt}")
-    lo, hi = float(min), float(max)
-    if lo == hi or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-        raise Unsupported("histc with a range from the data, or an invalid range")
-    n = math.prod(_static(node.args[0].meta["val"].shape, "histc"))
-    if n * bins > _MAX_COMPARISONS or n > _HALF_EXACT_COUNT.get(dt, n):
-        raise Unsupported(f"histc of {n} elements into {bins} bins")
-    if n == 0:
-        return t.g.full(0.0, dt, [t.sym(bins)])
-    tdt = _TORCH_DTYPES[dt]
-    left, right = torch.tensor(lo, dtype=tdt), torch.tensor(hi, dtype=tdt)
-    width = (right - left).item()
-    left, right = left.item(), right.item()
-    flat = t.g.reshape(t.arg(x), [t.sym(n)])
-    inside = t.g.elementwise("logical_and", [t.g.elementwise("ge", [flat, _scalar(t, left, dt)]),
-                                             t.g.elementwise("le", [flat, _scalar(t, right, dt)])])
-    scaled = t.g.elementwise("mul", [t.g.elementwise("sub", [flat, _scalar(t, left, dt)]),
-                                     _scalar(t, bins, dt)])
-    pos = t.g.convert(t.g.elementwise("div", [scaled, _scalar(t, width, dt)]), "i64")
-    pos = t.g.elementwise("minimum", [pos, _scalar(t, bins - 1, "i64")])
-    which = t.g.iota("i64", [t.sym(1), t.sym(bins)], 1)
-    hit = t.g.elementwise("logical_and", [t.g.unsqueeze(inside, 1),
-                                          t.g.elementwise("eq", [t.g.unsqueeze(pos, 1), which])])
-    return t.g.convert(t.g.reduce("sum", hit, [0], False, "i64"), dt)
+    if float(min) == float(max):
+        raise Unsupported("histc with a range from the data")
+    if x.meta["val"].numel() > _HALF_EXACT_COUNT.get(dt, x.meta["val"].numel()):
+        raise Unsupported(f"histc of {x.meta['val'].numel()} {dt} elements (eager's count rounds)")
+    return t.g.histogram(t.arg(x), int(bins), float(min), float(max))
 
 
 @rule(aten.linalg_cross.default)

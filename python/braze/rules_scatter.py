@@ -13,8 +13,8 @@ from braze.fx_import import rule, Unsupported, dtype_name, aten  # noqa: F401
 
 # scatter's decomposition is quadratic: numel(self) x numel(source) element pairs.
 _MAX_SCATTER_PAIRS = 1 << 26
-# masked_scatter and nonzero_static use a scan over the flattened mask (see fx_import._MAX_SCAN).
-_MAX_SCAN = 4096
+# masked_scatter and nonzero_static use a scan over the flattened mask (GraphBuilder::kMaxScan).
+_MAX_SCAN = _C.MAX_SCAN
 
 
 def _static_shape(shape, what):

@@ -180,6 +180,7 @@ NB_MODULE(_C, m) {
   m.attr("InternalError") = nb::borrow(internalError);
   m.attr("RunError") = nb::borrow(runError);
   m.attr("MAX_SCATTER_HITS") = GraphBuilder::kMaxScatterHits;
+  m.attr("MAX_SCAN") = GraphBuilder::kMaxScan;
   nb::register_exception_translator([](const std::exception_ptr &p, void *) {
     try {
       std::rethrow_exception(p);
@@ -342,6 +343,19 @@ NB_MODULE(_C, m) {
         if (dt)
           t = dtypeFromName(*dt);
         return g.node(g.builder().scan(opFromName(op), g.at(x), d, t));
+      })
+      .def("cum_extreme", [](PyGraph &g, int x, int64_t d, bool max) {
+        auto [v, i] = g.builder().cumExtreme(g.at(x), d, max);
+        return std::make_pair(g.node(v), g.node(i));
+      })
+      .def("search_sorted", [](PyGraph &g, int seq, int values, std::optional<int> sorter,
+                               bool right, const std::string &out) {
+        return g.node(g.builder().searchSorted(g.at(seq), g.at(values),
+                                               sorter ? g.at(*sorter) : nullptr, right,
+                                               dtypeFromName(out)));
+      })
+      .def("histogram", [](PyGraph &g, int x, int64_t bins, double lo, double hi) {
+        return g.node(g.builder().histogram(g.at(x), bins, lo, hi));
       })
       .def("random", [](PyGraph &g, const std::string &dist, const std::string &dt,
                         const std::vector<int> &shape, int seed) {

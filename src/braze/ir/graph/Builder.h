@@ -175,6 +175,27 @@ public:
   /// Inclusive scan along `dim`: op is CumSum, CumProd or LogCumSumExp. Integer and bool
   /// inputs of cumsum/cumprod accumulate in i64 (PyTorch's rule) unless `dtype` is given.
   Node *scan(OpKind op, Node *x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+  /// The running max (`max`) or min along `dim` and, for each position, the last index at or
+  /// before it holding that value (the last NaN once a NaN is seen), as eager's running update
+  /// with >= (<=) gives.
+  std::pair<Node *, Node *> cumExtreme(Node *x, int64_t dim, bool max);
+  /// Scans are quadratic in the scanned length: a static dim of at most kMaxScan elements.
+  static constexpr int64_t kMaxScan = 4096;
+  static std::string scanLimitError(const std::vector<SymExpr> &shape, int64_t dim);
+  /// For each of `values`, the index binary search returns in the sorted `seq` (along its last
+  /// dim; an N-d seq pairs its rows with the values' leading dims): the count of boundaries
+  /// b < v, or b <= v with `right`. `sorter` (optional) orders an unsorted seq. Indices are
+  /// `out` (i64 or i32); seq and values promote to one dtype.
+  Node *searchSorted(Node *seq, Node *values, Node *sorter, bool right, DType out);
+  /// Counts of x's elements in `bins` equal parts of [lo, hi] (elements outside are not
+  /// counted; hi falls in the last bin), in x's floating-point dtype. An element's bin is
+  /// trunc((e - lo) * bins / (hi - lo)) computed in x's dtype, as eager's kernel does.
+  Node *histogram(Node *x, int64_t bins, double lo, double hi);
+  /// Search and histogram compare every value with every boundary: at most kMaxComparisons.
+  static constexpr int64_t kMaxComparisons = int64_t(1) << 24;
+  /// Why searchSorted's or histogram's operands are not taken ("" if they are).
+  static std::string searchShape(const Node *seq, const Node *values);
+  static std::string histogramError(const Node *x, int64_t bins, double lo, double hi);
   /// Random numbers from a counter-based generator keyed by `seed` (an i64 scalar tensor):
   /// distribution "uniform" ([0, 1)) or "normal" (mean 0, variance 1). Each random node of a
   /// graph draws from its own stream, so two calls in one graph are independent.

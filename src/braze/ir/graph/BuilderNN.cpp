@@ -387,16 +387,4 @@ Node *GraphBuilder::random(const std::string &distribution, DType dtype,
   return make(OpKind::Random, {seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
-Node *GraphBuilder::scan(OpKind op, Node *x, int64_t d, std::optional<DType> dtype) {
-  std::string name(opName(op));
-  d = normalizeDim(name, d, x->rank());
-  DType out = dtype ? *dtype : (isFloating(x->dtype()) ? x->dtype() : DType::Int64);
-  if (op == OpKind::LogCumSumExp && !isFloating(out))
-    BRAZE_USER_ERROR(name, name_) << "needs a floating-point input, got " << dtypeName(x->dtype());
-  x = convert(x, out);
-  AttrMap attrs;
-  attrs.set("dim", x->rank() == 0 ? int64_t{0} : d);
-  return make(op, {x}, std::move(attrs), x->type());
-}
-
 } // namespace braze

@@ -781,10 +781,16 @@ private:
     }
     case OpKind::Softmax:
     case OpKind::LogSoftmax:
+      return checkDim("dim", node_->operand(0)->rank());
     case OpKind::CumSum:
     case OpKind::CumProd:
     case OpKind::LogCumSumExp:
-      return checkDim("dim", node_->operand(0)->rank());
+    case OpKind::CumExtreme:
+    case OpKind::CumExtremeIndex:
+      return checkScan();
+    case OpKind::SearchSorted:
+    case OpKind::Histogram:
+      return checkSearch();
     case OpKind::LayerNorm: {
       if (!checkDim("axis", node_->operand(0)->rank()))
         return false;
@@ -861,6 +867,59 @@ private:
     DType type = op == OpKind::Mode ? x->dtype() : DType::Int64;
     if (node_->dtype() != type || node_->shape() != want)
       return fail("result must be " + std::string(dtypeName(type)) + shapeText(want));
+    return true;
+  }
+
+  /// Scans: a scanned dim within GraphBuilder::scanLimitError, a result of the operand's shape
+  /// and dtype (i64 for cum_extreme_index; cum_extreme needs a non-scalar operand).
+  bool checkScan() {
+    const Node *x = node_->operand(0);
+    bool extreme = node_->op() == OpKind::CumExtreme || node_->op() == OpKind::CumExtremeIndex;
+    if (extreme && x->rank() == 0)
+      return fail("needs an operand of rank 1 or more");
+    if (!checkDim("dim", x->rank()))
+      return false;
+    std::string err = GraphBuilder::scanLimitError(x->shape(), node_->attrs().getInt("dim"));
+    if (!err.empty())
+      return fail(err);
+    DType want = node_->op() == OpKind::CumExtremeIndex ? DType::Int64 : x->dtype();
+    if (node_->op() == OpKind::LogCumSumExp && !isFloating(x->dtype()))
+      return fail("needs a floating-point operand");
+    if (node_->dtype() != want || node_->shape() != x->shape())
+      return fail("result must be " + std::string(dtypeName(want)) + shapeText(x->shape()));
+    return true;
+  }
+
+  /// search_sorted: seq and values of one numeric dtype (GraphBuilder::searchShape), an i64
+  /// sorter of seq's shape when the attribute says so, i32 or i64 indices shaped as values.
+  /// histogram: GraphBuilder::histogramError, a result [bins] of the operand's dtype.
+  bool checkSearch() {
+    const AttrMap &a = node_->attrs();
+    const Node *x = node_->operand(0);
+    if (node_->op() == OpKind::Histogram) {
+      std::string err =
+          GraphBuilder::histogramError(x, a.getInt("bins"), a.getFloat("min"), a.getFloat("max"));
+      if (!err.empty())
+        return fail(err);
+      std::vector<SymExpr> want{ctx_.constant(a.getInt("bins"))};
+      return node_->dtype() == x->dtype() && node_->shape() == want
+                 ? true
+                 : fail("result must be " + std::string(dtypeName(x->dtype())) + shapeText(want));
+    }
+    const Node *values = node_->operand(1);
+    if (node_->operands().size() != 2u + a.getBool("sorter"))
+      return fail("operand count does not match the 'sorter' attribute");
+    if (x->dtype() != values->dtype() || x->dtype() == DType::Bool)
+      return fail("sequence and values must share one numeric dtype");
+    std::string err = GraphBuilder::searchShape(x, values);
+    if (!err.empty())
+      return fail(err);
+    if (a.getBool("sorter") &&
+        (node_->operand(2)->dtype() != DType::Int64 || node_->operand(2)->shape() != x->shape()))
+      return fail("the sorter must be i64 of the sequence's shape");
+    if ((node_->dtype() != DType::Int64 && node_->dtype() != DType::Int32) ||
+        node_->shape() != values->shape())
+      return fail("result must be i32 or i64 of the values' shape");
     return true;
   }
 

@@ -54,6 +54,10 @@ Node *decomposeScan(GraphBuilder &b, Node *n);
 inline Node *decomposeCumSum(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 inline Node *decomposeCumProd(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
 inline Node *decomposeLogCumSumExp(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }
+Node *decomposeCumExtreme(GraphBuilder &b, Node *n);
+Node *decomposeCumExtremeIndex(GraphBuilder &b, Node *n);
+Node *decomposeSearchSorted(GraphBuilder &b, Node *n);
+Node *decomposeHistogram(GraphBuilder &b, Node *n);
 Node *decomposeAvgPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolGrad(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n);

@@ -3,6 +3,9 @@
 ///   cumprod(x)[j]      = prod_k (k <= j ? x[k] : 1)
 ///   logcumsumexp(x)[j] = m[j] + log(sum_k (k <= j ? exp(x[k] - m[j]) : 0)),
 ///                        m[j] = max_k (k <= j ? x[k] : -inf)  (a prefix max, so no underflow)
+///   cummax(x)[i]       = max_j (j <= i ? x[j] : x[0])  (x[0] is in every prefix), and its
+///                        index the last j <= i with x[j] equal to it (or both NaN); cummin
+///                        likewise.
 /// The work is quadratic in the scanned length.
 #include "braze/lowering/decompose/Decompose.h"
 
@@ -36,5 +39,42 @@ Node *decomposeScan(GraphBuilder &b, Node *n) {
     return b.add(b.unary(OpKind::Log, s), b.squeeze(shift, {d + 1}));
   }
 }
+
+namespace {
+/// cum_extreme's values and indices over [.., n (i), n (j), ..] with j <= i.
+std::pair<Node *, Node *> cumExtremeOf(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  bool max = n->attrs().getBool("max");
+  int64_t d = n->attrs().getInt("dim");
+  DType t = x->dtype() == DType::Bool ? DType::UInt8 : x->dtype();
+  Node *zeros = b.full(0.0, DType::Int64, x->shape());
+  for (const SymExpr &e : x->shape())
+    if (e->isConst(0)) // nothing to scan
+      return {x, zeros};
+  x = b.convert(x, t);
+  std::vector<SymExpr> wide = x->shape();
+  wide.insert(wide.begin() + d, x->shape()[d]);
+  Node *xj = b.expand(b.unsqueeze(x, d), wide);
+  Node *j = b.iota(DType::Int64, wide, d + 1);
+  Node *mask = b.binary(OpKind::Le, j, b.iota(DType::Int64, wide, d));
+  Node *first = b.unsqueeze(b.slice(x, d, 0, 1, 1), d + 1);
+  Node *values = b.reduce(max ? OpKind::Amax : OpKind::Amin, b.where(mask, xj, first), {d + 1},
+                          false);
+  Node *ve = b.unsqueeze(values, d + 1);
+  Node *hit = b.binary(OpKind::Eq, xj, ve);
+  if (isFloating(t))
+    hit = b.binary(OpKind::LogicalOr, hit,
+                   b.binary(OpKind::LogicalAnd, b.unary(OpKind::IsNan, xj),
+                            b.unary(OpKind::IsNan, ve)));
+  Node *at = b.where(b.binary(OpKind::LogicalAnd, mask, hit), j, b.scalar(-1, DType::Int64));
+  return {values, b.reduce(OpKind::Amax, at, {d + 1}, false)};
+}
+} // namespace
+
+Node *decomposeCumExtreme(GraphBuilder &b, Node *n) {
+  return b.convert(cumExtremeOf(b, n).first, n->dtype());
+}
+
+Node *decomposeCumExtremeIndex(GraphBuilder &b, Node *n) { return cumExtremeOf(b, n).second; }
 
 } // namespace braze::decomp

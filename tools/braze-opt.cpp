@@ -3,7 +3,7 @@
 /// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--dnnl] [--cudnn] [--tf32] [--help]
+///             [--no-fuse] [--cuda] [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
@@ -44,6 +44,7 @@ struct ToolOptions {
   bool fuse = true;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
+  std::vector<braze::DType> oneDnnHalf; ///< half dtypes eager's CPU kernels run through oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
   bool help = false;
@@ -68,7 +69,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--cudnn] [--tf32] [--help]\n"
+        " [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline. A loop program\n"
@@ -81,6 +82,8 @@ std::string usageText() {
         "  --no-fuse       schedule one kernel per computation\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
+        "  --onednn-half=LIST  half dtypes (bf16,f16) the machine's eager kernels run through\n"
+        "                  oneDNN: braze rounds them as those kernels do\n"
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them\n"
         "  --tf32          with --cuda: let f32 GEMMs and convolutions use TF32\n"
         "  --help          show this message\n"
@@ -127,6 +130,13 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.cuda = true;
     } else if (arg == "--dnnl") {
       o.dnnl = true;
+    } else if (arg.starts_with("--onednn-half=")) {
+      for (const std::string &name : splitCommas(arg.substr(14))) {
+        std::optional<braze::DType> t = braze::parseDType(name);
+        if (!t || (*t != braze::DType::Float16 && *t != braze::DType::BFloat16))
+          BRAZE_USER_ERROR("--onednn-half", "") << "expected f16 or bf16, got '" << name << "'";
+        o.oneDnnHalf.push_back(*t);
+      }
     } else if (arg == "--cudnn") {
       o.cudnn = true;
     } else if (arg == "--tf32") {
@@ -221,6 +231,7 @@ int run(int argc, char **argv) {
     opts.cuda->matmulTf32 = opts.cuda->convTf32 = true;
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
+  opts.oneDnnHalf = tool.oneDnnHalf;
   if (loops)
     std::cout << braze::printStage(braze::loop::parseProgram(text),
                                    tool.stage.value_or(braze::StageKind::Loops), opts);

@@ -189,7 +189,9 @@ def _try_node(node, device=None, trial=False):
         if trial:
             t.g.check_supported()
             return True, ""
-        return t.g.supports(cuda=device is not None and device.type == "cuda")
+        if device is not None and device.type == "cuda":
+            return t.g.supports(cuda=True)
+        return t.g.supports(one_dnn_half=cpu_support.one_dnn_half())
     except (Unsupported, _C.CompileError) as e:
         return False, str(e)
 
@@ -430,7 +432,9 @@ def _compile_whole(gm, opts, device=None, args=None):
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
     if device is None:
-        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=cpu_support.dnnl_library() if opts.dnnl else None)
+        compiled = t.g.compile(opts.log, opts.fuse, blas,
+                               dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
+                               one_dnn_half=cpu_support.one_dnn_half())
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))

@@ -57,6 +57,15 @@ def blas_library():
 
 
 @functools.lru_cache(maxsize=None)
+def one_dnn_half():
+    """The half-precision dtypes PyTorch's CPU kernels run through oneDNN on this machine
+    (braze rounds as they do: CompileOptions::oneDnnHalf)."""
+    return [name for name, supported in (("bf16", torch.ops.mkldnn._is_mkldnn_bf16_supported),
+                                         ("f16", torch.ops.mkldnn._is_mkldnn_fp16_supported))
+            if supported()]
+
+
+@functools.lru_cache(maxsize=None)
 def dnnl_library():
     """oneDNN's GNU OpenMP build (the onednn-cpu-gomp wheel) when installed; BRAZE_DNNL, read
     in C++, takes precedence. None: convolutions decompose into im2col and matrix products."""

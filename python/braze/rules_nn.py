@@ -51,21 +51,9 @@ def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, out
     return _conv_transpose(t, xh, wh, b, stride, padding, dilation, output_padding, groups)
 
 
-def _eager_uses_mkldnn(dt, stride, output_padding):
-    """Whether eager runs a half-precision transposed convolution through oneDNN (which
-    accumulates in f32 and rounds once) rather than its gemm + col2im kernel (which rounds
-    after the gemm and after each kernel tap's addition)."""
-    if any(o >= s for o, s in zip(output_padding, stride)):
-        return False
-    if dt == "bf16":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-
-
 def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, groups):
-    """One conv_transpose op (lowering/decompose/ConvTranspose.cpp). Half precision rounds as
-    eager's kernel on this machine does: once where eager uses oneDNN, else after each kernel
-    tap (round_per_tap)."""
+    """One conv_transpose op (lowering/decompose/ConvTranspose.cpp); half precision rounds as
+    eager's kernel on the target does (CompileOptions::oneDnnHalf, cpu.one_dnn_half)."""
     dt = t.g.dtype(x)
     if dt not in FLOAT_DTYPES + ("i64",):
         raise Unsupported(f"transposed convolution in {dt} (eager has no such kernel)")
@@ -74,9 +62,7 @@ def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, gr
         raise Unsupported(f"transposed convolution of rank {spatial + 2}")
     stride, padding = _as_list(stride, spatial), _as_list(padding, spatial)
     dilation, output_padding = _as_list(dilation, spatial), _as_list(output_padding, spatial)
-    per_tap = dt in _HALF and not _eager_uses_mkldnn(dt, stride, output_padding)
-    return t.g.conv_transpose(x, w, bias, stride, padding, dilation, output_padding, groups,
-                              per_tap)
+    return t.g.conv_transpose(x, w, bias, stride, padding, dilation, output_padding, groups)
 
 
 # ---- pooling: max_pool, avg_pool, adaptive pooling and max_pool_grad ops -------------------
@@ -141,187 +127,18 @@ def _soft_margin_loss(t, node, x, y, reduction=1):
     return t.g.mean(loss, dims, False) if reduction == 1 else t.g.reduce("sum", loss, dims, False, None)
 
 
-# ---- grid sampling --------------------------------------------------------------------------
+# ---- grid sampling: one grid_sample op (lowering/decompose/GridSample.cpp) ------------------
 
-def _f(t, v, dt):
-    return t.g.full(float(v), dt, [])
-
-
-def _unnormalize(t, g, size, align_corners, dt):
-    """Grid coordinate in [-1, 1] -> input position (PyTorch's convention)."""
-    one = _f(t, 1, dt)
-    if align_corners:
-        return ew(t, "mul", ew(t, "div", ew(t, "add", g, one), _f(t, 2, dt)), _f(t, size - 1, dt))
-    return ew(t, "div", ew(t, "sub", ew(t, "mul", ew(t, "add", g, one), _f(t, size, dt)), one),
-               _f(t, 2, dt))
+_GRID_MODES = ("bilinear", "nearest", "bicubic")
+_GRID_PADDINGS = ("zeros", "border", "reflection")
 
 
-def _clip(t, c, size, dt):
-    return ew(t, "minimum", ew(t, "maximum", c, _f(t, 0, dt)), _f(t, size - 1, dt))
-
-
-def _reflect(t, c, twice_low, twice_high, dt):
-    """c reflected into [twice_low / 2, twice_high / 2] by the interval's edges."""
-    if twice_low == twice_high:
-        return ew(t, "mul", c, _f(t, 0, dt))
-    low, span = twice_low / 2, (twice_high - twice_low) / 2
-    c = ew(t, "abs", ew(t, "sub", c, _f(t, low, dt)))
-    extra = ew(t, "fmod", c, _f(t, span, dt))
-    flips = ew(t, "floor", ew(t, "div", c, _f(t, span, dt)))
-    even = ew(t, "eq", ew(t, "fmod", flips, _f(t, 2, dt)), _f(t, 0, dt))
-    return ew(t, "where", even, ew(t, "add", extra, _f(t, low, dt)),
-               ew(t, "add", ew(t, "sub", _f(t, span, dt), extra), _f(t, low, dt)))
-
-
-def _apply_padding(t, c, size, padding_mode, align_corners, dt):
-    if padding_mode == 1:  # border
-        return _clip(t, c, size, dt)
-    if padding_mode == 2:  # reflection
-        if align_corners:
-            c = _reflect(t, c, 0, 2 * (size - 1), dt)
-        else:
-            c = _reflect(t, c, -1, 2 * size - 1, dt)
-        return _clip(t, c, size, dt)
-    return c
-
-
-class _Sampler:
-    """Reads input values at integer positions: x [N, C, *sizes] flattened to [N, C, P], the
-    positions (one i64 tensor [N, *out] per spatial dim, x's dims in order) turned into flat
-    indices; positions outside the input read 0."""
-
-    def __init__(self, t, x, sizes, out_shape):
-        self.t, self.sizes, self.out_shape = t, sizes, out_shape
-        shape = t.g.shape(x)
-        self.nc = list(shape[:2])
-        self.flat = t.g.reshape(x, self.nc + [t.g.sym_const(math.prod(sizes))])
-        out = [t.g.sym_str(d) for d in out_shape[1:]]
-        if not all(d.isdigit() for d in out):
-            raise Unsupported("grid_sampler with a dynamic grid size")
-        self.points = math.prod(int(d) for d in out)
-
-    def read(self, positions):
-        t = self.t
-        valid, flat = None, None
-        for p, n in zip(positions, self.sizes):
-            ok = ew(t, "logical_and", ew(t, "ge", p, _i64(t, 0)), ew(t, "lt", p, _i64(t, n)))
-            valid = ok if valid is None else ew(t, "logical_and", valid, ok)
-            p = ew(t, "minimum", ew(t, "maximum", p, _i64(t, 0)), _i64(t, n - 1))
-            flat = p if flat is None else ew(t, "add", ew(t, "mul", flat, _i64(t, n)), p)
-        n = self.out_shape[0]
-        idx = t.g.reshape(flat, [n, t.g.sym_const(1), t.g.sym_const(self.points)])
-        idx = t.g.expand(idx, self.nc + [t.g.sym_const(self.points)])
-        v = t.g.gather(self.flat, 2, idx)
-        v = t.g.reshape(v, self.nc + list(self.out_shape[1:]))
-        valid = t.g.unsqueeze(valid, 1)
-        return ew(t, "where", valid, v, t.g.full(0.0, t.g.dtype(v), []))
-
-
-def _cubic_coefficients(t, frac, dt):
-    """The four taps' weights of cubic convolution (A = -0.75) at fractional offset frac."""
-    a = -0.75
-
-    def near(x):  # |x| <= 1
-        return ew(t, "add", ew(t, "mul", ew(t, "mul", ew(t, "sub", ew(t, "mul", _f(t, a + 2, dt), x),
-                                                                   _f(t, a + 3, dt)), x), x), _f(t, 1, dt))
-
-    def far(x):  # 1 < |x| < 2
-        r = ew(t, "sub", ew(t, "mul", _f(t, a, dt), x), _f(t, 5 * a, dt))
-        r = ew(t, "add", ew(t, "mul", r, x), _f(t, 8 * a, dt))
-        return ew(t, "sub", ew(t, "mul", r, x), _f(t, 4 * a, dt))
-
-    rest = ew(t, "sub", _f(t, 1, dt), frac)
-    return [far(ew(t, "add", frac, _f(t, 1, dt))), near(frac), near(rest),
-            far(ew(t, "add", rest, _f(t, 1, dt)))]
-
-
-def _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, spatial):
-    """grid_sampler: bilinear (trilinear), nearest and (2-d) bicubic interpolation with zeros,
-    border and reflection padding."""
-    xh, gh = t.arg(x), t.arg(grid)
-    dt = t.g.dtype(xh)
-    if dt not in FLOAT_DTYPES or t.g.dtype(gh) != dt:
-        raise Unsupported(f"grid_sampler of {dt}")
-    if mode not in (0, 1, 2) or padding_mode not in (0, 1, 2) or (mode == 2 and spatial != 2):
+@rule(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+def _grid_sampler(t, node, x, grid, mode, padding_mode, align_corners):
+    if mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise Unsupported(f"grid_sampler mode {mode} padding {padding_mode}")
-    if len(t.g.shape(xh)) != spatial + 2 or len(t.g.shape(gh)) != spatial + 2:
-        raise Unsupported("grid_sampler of unexpected ranks")
-    sizes = _static_sizes(t, xh, range(2, spatial + 2))
-    if min(sizes) <= 0:
-        raise Unsupported("grid_sampler of an empty input")
-    # Eager's CPU kernels compute in the input dtype, rounding half precision after every
-    # operation; its CUDA kernels compute in f32 and round once. braze does the same as the
-    # kernels of its device, in the same order of operations.
-    work = "f32" if t.device is not None and t.device.type == "cuda" and dt in ("f16", "bf16") else dt
-    xw, gw = (xh, gh) if work == dt else (t.g.convert(xh, work), t.g.convert(gh, work))
-    out_shape = list(t.g.shape(gh))[:-1]  # [N, *out]
-    sampler = _Sampler(t, xw, sizes, out_shape)
-    # Grid component i addresses input dim spatial - 1 - i (x is the last dim).
-    coords = []
-    for i in range(spatial):
-        size = sizes[spatial - 1 - i]
-        c = _unnormalize(t, t.g.select(gw, -1, i), size, align_corners, work)
-        if mode != 2:
-            c = _apply_padding(t, c, size, padding_mode, align_corners, work)
-        coords.append(c)  # coords[i]: grid order (x, y, z)
-
-    def read(grid_order_positions):
-        return sampler.read(list(reversed(grid_order_positions)))
-
-    if mode == 1:
-        return t.g.convert(read([t.g.convert(ew(t, "round", c), "i64") for c in coords]), dt)
-    floors = [ew(t, "floor", c) for c in coords]
-    if mode == 0:
-        # Corners in eager's order (the last grid component outermost), weights multiplied
-        # x first.
-        out = None
-        for corner in range(2 ** spatial):
-            bits = [(corner >> (spatial - 1 - i)) & 1 for i in range(spatial)]
-            bits = list(reversed(bits))  # bits[i] for grid component i; x varies fastest
-            pos, w = [], None
-            for i, b in enumerate(bits):
-                # Eager's weights: (floor + 1) - c for the lower corner, c - floor for the upper.
-                if b:
-                    wi = ew(t, "sub", coords[i], floors[i])
-                else:
-                    wi = ew(t, "sub", ew(t, "add", floors[i], _f(t, 1, work)), coords[i])
-                w = wi if w is None else ew(t, "mul", w, wi)
-                p = t.g.convert(floors[i], "i64")
-                pos.append(ew(t, "add", p, _i64(t, 1)) if b else p)
-            term = ew(t, "mul", read(pos), t.g.unsqueeze(w, 1))
-            out = term if out is None else ew(t, "add", out, term)
-        return t.g.convert(out, dt)
-    # Bicubic: 4 x 4 taps around the floor, each tap's position padded on its own.
-    fx, fy = (ew(t, "sub", coords[i], floors[i]) for i in range(2))
-    cx, cy = _cubic_coefficients(t, fx, work), _cubic_coefficients(t, fy, work)
-    rows = []
-    for r in range(4):
-        row = None
-        for c in range(4):
-            pos = []
-            for i, off in ((0, c - 1), (1, r - 1)):
-                size = sizes[spatial - 1 - i]
-                p = ew(t, "add", floors[i], _f(t, off, work))
-                p = _apply_padding(t, p, size, padding_mode, align_corners, work)
-                pos.append(t.g.convert(p, "i64"))
-            term = ew(t, "mul", read(pos), t.g.unsqueeze(cx[c], 1))
-            row = term if row is None else ew(t, "add", row, term)
-        rows.append(row)
-    out = None
-    for r in range(4):
-        term = ew(t, "mul", rows[r], t.g.unsqueeze(cy[r], 1))
-        out = term if out is None else ew(t, "add", out, term)
-    return t.g.convert(out, dt)
-
-
-@rule(aten.grid_sampler_2d.default)
-def _grid_sampler_2d(t, node, x, grid, mode, padding_mode, align_corners):
-    return _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, 2)
-
-
-@rule(aten.grid_sampler_3d.default)
-def _grid_sampler_3d(t, node, x, grid, mode, padding_mode, align_corners):
-    return _grid_sample(t, node, x, grid, mode, padding_mode, align_corners, 3)
+    return t.g.grid_sample(t.arg(x), t.arg(grid), _GRID_MODES[mode], _GRID_PADDINGS[padding_mode],
+                           bool(align_corners))
 
 
 # ---- distances ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
-// convolution, max, average and adaptive pooling, a scatter reduce, a sort, a Fourier
-// transform), built with GraphBuilder, compiled and run on the CPU, and checked against
+// convolution, max, average and adaptive pooling, grid sampling, a scatter reduce, a sort, a
+// Fourier transform), built with GraphBuilder, compiled and run on the CPU, and checked against
 // reference values computed here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
@@ -42,7 +42,7 @@ TEST(OpsApiTest, TransposedConvolutionWithGroupsStrideAndBias) {
   Node *x = b.input("x", DType::Float32, {b.dim(n), b.dim(cin), b.dim(h), b.dim(wd)});
   Node *w = b.input("w", DType::Float32, {b.dim(cin), b.dim(cg), b.dim(kh), b.dim(kw)});
   Node *bias = b.input("bias", DType::Float32, {b.dim(g * cg)});
-  Node *y = b.convTranspose(x, w, bias, {sh, sw}, {ph, pw}, {dh, dw}, {oph, 0}, g, false);
+  Node *y = b.convTranspose(x, w, bias, {sh, sw}, {ph, pw}, {dh, dw}, {oph, 0}, g);
   ASSERT_EQ(shapeText(y->shape()), "[2, 6, " + std::to_string(oh) + ", " + std::to_string(ow) + "]");
   b.output({y});
   CompileResult r = compile(graph, testOptions());
@@ -162,6 +162,47 @@ TEST(OpsApiTest, IntegerAveragePoolingRoundsTowardZero3d) {
               }
         EXPECT_EQ(got[(a * outs[1] + e) * outs[2] + f], sum / count) << a << " " << e << " " << f;
       }
+}
+
+TEST(OpsApiTest, BilinearGridSampleReadsZerosOutsideTheInput) {
+  // x [N=2, C=3, 4, 5] sampled at grid [2, 3, 6, 2] entries in [-1.2, 1.2] without
+  // align_corners: -1 and 1 are the outer edges of the corner elements, so the points near
+  // them weigh taps outside the input, which read 0.
+  const int64_t n = 2, c = 3, h = 4, w = 5, oh = 3, ow = 6;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *x = b.input("x", DType::Float32, {b.dim(n), b.dim(c), b.dim(h), b.dim(w)});
+  Node *grid = b.input("grid", DType::Float32, {b.dim(n), b.dim(oh), b.dim(ow), b.dim(2)});
+  Node *y = b.gridSample(x, grid, "bilinear", "zeros", false);
+  ASSERT_EQ(shapeText(y->shape()), "[2, 3, 3, 6]");
+  b.output({y});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<float> xs = wave(n * c * h * w, 1.1f), gs = wave(n * oh * ow * 2, 1.2f),
+                     out(n * c * oh * ow);
+  r.executable->runRaw({xs.data(), gs.data()}, {{n, c, h, w}, {n, oh, ow, 2}}, {out.data()});
+  int64_t outside = 0;
+  for (int64_t b0 = 0; b0 < n; ++b0)
+    for (int64_t i = 0; i < oh * ow; ++i) {
+      // Entry 0 addresses the width, entry 1 the height.
+      double px = ((gs[(b0 * oh * ow + i) * 2] + 1.0) * w - 1) / 2;
+      double py = ((gs[(b0 * oh * ow + i) * 2 + 1] + 1.0) * h - 1) / 2;
+      double x0 = std::floor(px), y0 = std::floor(py);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double want = 0;
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx) {
+            int64_t xi = static_cast<int64_t>(x0) + dx, yi = static_cast<int64_t>(y0) + dy;
+            if (xi < 0 || xi >= w || yi < 0 || yi >= h) {
+              outside += ch == 0;
+              continue;
+            }
+            double weight = (dx ? px - x0 : x0 + 1 - px) * (dy ? py - y0 : y0 + 1 - py);
+            want += weight * xs[((b0 * c + ch) * h + yi) * w + xi];
+          }
+        EXPECT_NEAR(out[(b0 * c + ch) * oh * ow + i], want, 1e-5) << b0 << " " << ch << " " << i;
+      }
+    }
+  EXPECT_GT(outside, 0) << "no tap fell outside the input";
 }
 
 TEST(OpsApiTest, ScatterSumIncludingSelf) {

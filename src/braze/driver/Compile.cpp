@@ -97,6 +97,8 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   DecomposeOptions d;
   d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
   d.halfConvolutions = opts.cuda.has_value();
+  d.cpuHalfRounding = !opts.cuda;
+  d.oneDnnHalf = opts.oneDnnHalf;
   if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
     d.fusedAttentionDtypes = {DType::Float32};
     d.fusedAttentionBackwardDtypes = {DType::Float32};
@@ -320,15 +322,22 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
 
 } // namespace
 
-Support supports(const Graph &g, bool cuda) {
+Support supports(const Graph &g, const CompileOptions &opts) {
   std::string err = verifyGraph(g);
   if (!err.empty())
     return {false, "invalid graph: " + err};
-  if (cuda)
-    for (const auto &n : g.nodes())
-      if (isSpecialFunction(n->op()))
-        return {false, "special functions (" + std::string(opName(n->op())) +
-                           ") are not generated for CUDA yet"};
+  DecomposeOptions d = decomposeFor(opts);
+  for (const auto &n : g.nodes()) {
+    if (opts.cuda && isSpecialFunction(n->op()))
+      return {false, "special functions (" + std::string(opName(n->op())) +
+                         ") are not generated for CUDA yet"};
+    if (n->op() == OpKind::ConvTranspose && decomp::convTransposeRoundsPerTap(n.get(), d) &&
+        decomp::convTransposeTaps(n.get()) > GraphBuilder::kMaxRoundedTaps)
+      return {false, "a half-precision transposed convolution of " +
+                         std::to_string(decomp::convTransposeTaps(n.get())) +
+                         " kernel taps rounds after each, as eager's CPU kernel does; braze "
+                         "does for at most " + std::to_string(GraphBuilder::kMaxRoundedTaps)};
+  }
   return {};
 }
 

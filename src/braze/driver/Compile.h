@@ -27,6 +27,11 @@ struct CompileOptions {
   /// oneDNN's shared library (libdnnl.so.3, GNU OpenMP build): CPU f32 convolutions stay whole
   /// and run through it (empty: convolutions decompose into im2col and matrix products).
   std::string dnnlLibrary;
+  /// The half-precision dtypes that PyTorch's CPU kernels run through oneDNN on the machine
+  /// the model runs on (torch.ops.mkldnn._is_mkldnn_bf16_supported / _fp16_supported): braze
+  /// rounds as those kernels do there (DecomposeOptions::oneDnnHalf). The Python frontend asks
+  /// PyTorch; a C++ user states the machine's. Not used for CUDA.
+  std::vector<DType> oneDnnHalf;
 
   /// CUDA: set `cuda` to compile for a GPU (the caller describes the device and where NVRTC
   /// and cuBLASLt are; PyTorch's CUDA wheels ship both).
@@ -84,14 +89,16 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);
 
-/// Whether braze compiles `g` for a GPU (`cuda`) or the CPU, answered without lowering it: the
-/// graph verifies (the builder and the verifier state what every op takes), and the target
-/// generates each of its ops (CUDA has no special functions). A refusal says why.
+/// Whether braze compiles `g` for the target `opts` describes, answered without lowering it:
+/// the graph verifies (the builder and the verifier state what every op takes), and the
+/// target generates each of its ops (CUDA has no special functions; a CPU half-precision
+/// transposed convolution that rounds per kernel tap has at most kMaxRoundedTaps taps). A
+/// refusal says why.
 struct Support {
   bool ok = true;
   std::string reason;
 };
-Support supports(const Graph &g, bool cuda);
+Support supports(const Graph &g, const CompileOptions &opts);
 
 /// The trial behind `supports`: graph-level lowering (decompose, passes, to_loops, schedule,
 /// codegen for the CPU) without compiling; raises a Diagnostic if braze cannot take the graph.

@@ -299,10 +299,9 @@ NB_MODULE(_C, m) {
       })
       .def("conv_transpose", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
                                 IntList padding, IntList dilation, IntList outputPadding,
-                                int64_t groups, bool roundPerTap) {
+                                int64_t groups) {
         return g.node(g.builder().convTranspose(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
-                                                padding, dilation, outputPadding, groups,
-                                                roundPerTap));
+                                                padding, dilation, outputPadding, groups));
       })
       .def("attention", [](PyGraph &g, int q, int k, int v, std::optional<int> bias, double scale,
                            bool causal) {
@@ -337,6 +336,10 @@ NB_MODULE(_C, m) {
       })
       .def("adaptive_avg_pool", [](PyGraph &g, int x, IntList size) {
         return g.node(g.builder().adaptiveAvgPool(g.at(x), size));
+      })
+      .def("grid_sample", [](PyGraph &g, int x, int grid, const std::string &mode,
+                             const std::string &padding, bool alignCorners) {
+        return g.node(g.builder().gridSample(g.at(x), g.at(grid), mode, padding, alignCorners));
       })
       .def("scan", [](PyGraph &g, const std::string &op, int x, int64_t d, std::optional<std::string> dt) {
         std::optional<DType> t;
@@ -418,13 +421,19 @@ NB_MODULE(_C, m) {
       }, "outputs"_a, "strides"_a = std::vector<std::vector<int>>{})
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
-      .def("supports", [](PyGraph &g, bool cuda) {
-        Support s = supports(g.graph(), cuda);
+      .def("supports", [](PyGraph &g, bool cuda, const std::vector<std::string> &oneDnnHalf) {
+        CompileOptions o;
+        if (cuda)
+          o.cuda = CompileOptions::Cuda{};
+        for (const std::string &t : oneDnnHalf)
+          o.oneDnnHalf.push_back(dtypeFromName(t));
+        Support s = supports(g.graph(), o);
         return std::make_pair(s.ok, s.reason);
-      }, "cuda"_a = false)
+      }, "cuda"_a = false, "one_dnn_half"_a = std::vector<std::string>{})
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
                          std::optional<std::string> blas, std::optional<nb::dict> cuda,
-                         std::optional<std::string> dnnl) {
+                         std::optional<std::string> dnnl,
+                         const std::vector<std::string> &oneDnnHalf) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
@@ -435,6 +444,8 @@ NB_MODULE(_C, m) {
           o.blasLibrary = *blas;
         if (dnnl && o.dnnlLibrary.empty())
           o.dnnlLibrary = *dnnl;
+        for (const std::string &t : oneDnnHalf)
+          o.oneDnnHalf.push_back(dtypeFromName(t));
         if (cuda)
           o.cuda = cudaOptions(*cuda);
         std::unique_ptr<Graph> graph = g.take();
@@ -446,7 +457,7 @@ NB_MODULE(_C, m) {
         }
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit, r.times};
       }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none(),
-         "dnnl"_a = nb::none())
+         "dnnl"_a = nb::none(), "one_dnn_half"_a = std::vector<std::string>{})
       .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";

@@ -82,11 +82,11 @@ public:
                     IntList dilation, int64_t groups);
   /// N-d transposed convolution (1 to 3 spatial dims): x [N, Cin, *s], w [Cin, Cout/groups, *k]
   /// -> [N, Cout, *o], o = (s - 1) * stride - 2 * padding + dilation * (k - 1) + outputPadding + 1,
-  /// with static spatial and kernel sizes. Half-precision operands are computed in f32 and
-  /// rounded once (oneDNN's kernel), or with `roundPerTap` rounded as a gemm + col2im kernel
-  /// rounds: after the product and after each kernel tap's addition (at most kMaxRoundedTaps).
+  /// with static spatial and kernel sizes. Half-precision operands round as eager's kernel on
+  /// the target does (DecomposeOptions::cpuHalfRounding): once, or after the product and after
+  /// each kernel tap's addition (up to kMaxRoundedTaps taps; braze::supports refuses more).
   Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
-                      IntList dilation, IntList outputPadding, int64_t groups, bool roundPerTap);
+                      IntList dilation, IntList outputPadding, int64_t groups);
   static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
   /// A transposed convolution's output size along one spatial dim of `in` elements.
   static constexpr int64_t convTransposeSize(int64_t in, int64_t stride, int64_t padding,
@@ -138,6 +138,20 @@ public:
                             int64_t dilation, bool ceilMode);
   static std::string poolWindowError(int64_t kernel, int64_t stride, int64_t padding,
                                      int64_t dilation);
+  /// Grid sampling (PyTorch's grid_sample) of x [N, C, *S] (2 or 3 spatial dims, static and
+  /// non-empty) at the points of grid [N, *O, s] (static O) -> [N, C, *O]. A point's entries
+  /// (x, y[, z]) address the input's last dim first, -1 and 1 being its ends: the corner
+  /// elements' centers with `alignCorners`, else their outer edges. mode: "bilinear"
+  /// (trilinear in 3-d), "nearest" or "bicubic" (2-d only); paddingMode: what a tap outside
+  /// the input reads, "zeros", "border" (the nearest edge) or "reflection" (reflected off the
+  /// edges). Half precision rounds as eager's kernels on the target do
+  /// (DecomposeOptions::cpuHalfRounding): after every operation on the CPU, else computed in
+  /// f32 and rounded once.
+  Node *gridSample(Node *x, Node *grid, const std::string &mode, const std::string &paddingMode,
+                   bool alignCorners);
+  /// gridSample's result shape for x and grid, or why there is none ("" when `shape` is set).
+  static std::string gridSampleShape(const Node *x, const Node *grid, const std::string &mode,
+                                     const std::string &paddingMode, std::vector<SymExpr> &shape);
   /// Distances ||a_i - b_j||_p over the last dim between the rows of a [.., P, M] and
   /// b [.., R, M] (batch dims broadcast) -> [.., P, R]; p >= 0 or inf (0 counts differing
   /// features). `matmulForm` (p = 2) computes sqrt(max(|a|^2 - 2ab + |b|^2, 0)) through one

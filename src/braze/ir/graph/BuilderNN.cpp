@@ -144,8 +144,7 @@ Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, In
 }
 
 Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
-                                  IntList dilation, IntList outputPadding, int64_t groups,
-                                  bool roundPerTap) {
+                                  IntList dilation, IntList outputPadding, int64_t groups) {
   const char *op = "conv_transpose";
   int64_t spatial = x->rank() - 2;
   if (spatial < 1 || spatial > 3 || w->rank() != x->rank())
@@ -194,12 +193,6 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
       BRAZE_USER_ERROR(op, name_) << "spatial dim " << i << " would have " << out << " elements";
     shape.push_back(dim(out));
   }
-  int64_t taps = 1;
-  for (int64_t k : kernel)
-    taps *= k;
-  if (roundPerTap && taps > kMaxRoundedTaps)
-    BRAZE_USER_ERROR(op, name_) << "rounds after each of " << taps << " kernel taps; at most "
-                                << kMaxRoundedTaps << " are supported";
   if (bias && (bias->rank() != 1 || bias->shape()[0] != shape[1]))
     BRAZE_USER_ERROR(op, name_) << "bias must have shape [" << sym::toString(shape[1]) << "]";
   AttrMap attrs;
@@ -209,7 +202,6 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
   attrs.set("output_padding", outputPadding);
   attrs.set("groups", groups);
   attrs.set("bias", bias != nullptr);
-  attrs.set("round_per_tap", roundPerTap);
   std::vector<Node *> ops{x, w};
   if (bias)
     ops.push_back(convert(bias, x->dtype()));

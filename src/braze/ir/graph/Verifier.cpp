@@ -543,7 +543,7 @@ private:
           return fail(std::string("'") + name + "' entry " + std::to_string(e) +
                       " is out of range (at least " + std::to_string(least) + ")");
     }
-    int64_t groups = a.getInt("groups"), taps = 1;
+    int64_t groups = a.getInt("groups");
     std::vector<int64_t> ws;
     for (SymExpr d : w->shape()) {
       if (!d->isConst())
@@ -562,15 +562,11 @@ private:
       if (!in->isConst() || extra[i] >= std::max(st[i], dil[i]))
         return fail("needs static spatial sizes and output padding below the stride or the "
                     "dilation");
-      taps *= ws[2 + i];
       want.push_back(ctx_.constant(GraphBuilder::convTransposeSize(in->value(), st[i], pad[i],
                                                                    dil[i], ws[2 + i], extra[i])));
     }
     if (a.getBool("bias") && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
       return fail("bias must have shape [" + sym::toString(want[1]) + "]");
-    if (a.getBool("round_per_tap") && taps > GraphBuilder::kMaxRoundedTaps)
-      return fail("rounds after each of " + std::to_string(taps) + " kernel taps; at most " +
-                  std::to_string(GraphBuilder::kMaxRoundedTaps));
     return node_->shape() == want ? true : fail("result must be " + shapeText(want));
   }
 
@@ -659,6 +655,22 @@ private:
       shape.push_back(ctx_.constant(o[i]));
     }
     return node_->shape() == shape ? true : fail("result must be " + shapeText(shape));
+  }
+
+  /// Grid sampling: the input, grid and modes GraphBuilder::gridSampleShape accepts (static,
+  /// non-empty spatial dims and static grid points: the decomposition flattens both), and a
+  /// result of the input's dtype shaped [N, C, *O].
+  bool checkGridSample() {
+    const AttrMap &a = node_->attrs();
+    const Node *x = node_->operand(0);
+    std::vector<SymExpr> want;
+    std::string err = GraphBuilder::gridSampleShape(x, node_->operand(1), a.getString("mode"),
+                                                    a.getString("padding_mode"), want);
+    if (!err.empty())
+      return fail(err);
+    if (node_->dtype() != x->dtype())
+      return fail("result must be " + std::string(dtypeName(x->dtype())));
+    return node_->shape() == want ? true : fail("result must be " + shapeText(want));
   }
 
   /// Attention's operands and result: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] of one
@@ -836,6 +848,8 @@ private:
     case OpKind::AdaptiveMaxPoolIndices:
     case OpKind::AdaptiveAvgPool:
       return checkAdaptivePooling();
+    case OpKind::GridSample:
+      return checkGridSample();
     case OpKind::Scatter:
       return checkScatter();
     }

@@ -2,14 +2,18 @@
 /// the stride (stride - 1 zeros between elements) and padded by dilation * (k - 1) - padding on
 /// the left (plus output_padding on the right), with the weight's in and out channels swapped
 /// per group and its kernel flipped; stride 1, the same dilation and groups.
-/// Half-precision operands are computed in f32 and rounded once, or (round_per_tap) as a
-/// gemm + col2im kernel rounds:
+/// Half-precision operands are computed in f32 and rounded once, or, where eager on the CPU
+/// target uses its gemm + col2im kernel (DecomposeOptions::cpuHalfRounding), as that kernel
+/// rounds (up to GraphBuilder::kMaxRoundedTaps kernel taps; more round once):
 ///   1. cols[n, o, k.., s..] = sum_c w[c, o, k..] * x[n, c, s..] (one rounding, per group);
 ///   2. out = sum over the kernel taps k (row-major) of cols[:, :, k] placed at
 ///      s * stride - padding + k * dilation, each addition rounded;
 ///   3. out + bias.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
 #include <numeric>
 
 namespace braze::decomp {
@@ -130,13 +134,39 @@ Node *asCol2im(GraphBuilder &b, Node *x, Node *w, Node *bias, const Params &p) {
 
 } // namespace
 
-Node *decomposeConvTranspose(GraphBuilder &b, Node *n) {
+bool convTransposeRoundsPerTap(const Node *n, const DecomposeOptions &opts) {
+  DType t = n->dtype();
+  if (!opts.cpuHalfRounding || (t != DType::Float16 && t != DType::BFloat16))
+    return false;
+  const IntList &stride = n->attrs().getInts("stride");
+  const IntList &extra = n->attrs().getInts("output_padding");
+  bool oneDnn =
+      std::find(opts.oneDnnHalf.begin(), opts.oneDnnHalf.end(), t) != opts.oneDnnHalf.end();
+  for (size_t i = 0; i < stride.size(); ++i)
+    oneDnn &= extra[i] < stride[i];
+  return !oneDnn;
+}
+
+int64_t convTransposeTaps(const Node *n) {
+  int64_t taps = 1;
+  for (int64_t i = 2; i < n->operand(1)->rank(); ++i)
+    taps *= n->operand(1)->shape()[i]->value();
+  return taps;
+}
+
+Node *decomposeConvTranspose(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   Node *x = n->operand(0), *w = n->operand(1);
   Node *bias = n->attrs().getBool("bias") ? n->operand(2) : nullptr;
   Params p = paramsOf(n);
   bool half = x->dtype() == DType::Float16 || x->dtype() == DType::BFloat16;
-  if (half && n->attrs().getBool("round_per_tap"))
+  if (convTransposeRoundsPerTap(n, opts)) {
+    if (convTransposeTaps(n) > GraphBuilder::kMaxRoundedTaps)
+      BRAZE_USER_ERROR("conv_transpose", n->name())
+          << "rounds after each of " << convTransposeTaps(n)
+          << " kernel taps, as eager's CPU kernel does; at most "
+          << GraphBuilder::kMaxRoundedTaps;
     return asCol2im(b, x, w, bias, p);
+  }
   if (!half)
     return asConvolution(b, x, w, bias, p);
   Node *wide = asConvolution(b, upcast(b, x), upcast(b, w), bias ? upcast(b, bias) : nullptr, p);

@@ -5,6 +5,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace braze {
 
@@ -14,12 +15,24 @@ Node *downcastLike(GraphBuilder &b, Node *x, DType dtype) { return b.convert(x, 
 } // namespace decomp
 
 namespace {
+/// Calls a rule with the options when it takes them.
+template <class F>
+Node *callRule(F rule, GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
+  if constexpr (std::is_invocable_v<F, GraphBuilder &, Node *, const DecomposeOptions &>)
+    return rule(b, n, opts);
+  else
+    return rule(b, n);
+}
+
 /// The rule for a composite op: Ops.def's BRAZE_COMPOSITE entries, each lowered by
 /// decomp::decompose<Enum>.
 decomp::Rule ruleFor(OpKind op) {
   static const std::pair<OpKind, decomp::Rule> kRules[] = {
 #define BRAZE_OP(E, cat, text, lo, hi, attrs)
-#define BRAZE_COMPOSITE(E, text, lo, hi, attrs) {OpKind::E, decomp::decompose##E},
+#define BRAZE_COMPOSITE(E, text, lo, hi, attrs)                                                \
+  {OpKind::E, [](GraphBuilder &b, Node *n, const DecomposeOptions &o) {                        \
+     return callRule(decomp::decompose##E, b, n, o);                                           \
+   }},
 #include "braze/ir/graph/Ops.def"
   };
   for (const auto &[k, rule] : kRules)
@@ -71,7 +84,7 @@ void decompose(Graph &g, const DecomposeOptions &opts) {
       if (opCategory(n->op()) != OpCategoryKind::Composite || keptWhole(n, opts))
         continue;
       b.setName(n->name());
-      Node *r = ruleFor(n->op())(b, n);
+      Node *r = ruleFor(n->op())(b, n, opts);
       if (r->shape() != n->shape() || r->dtype() != n->dtype())
         BRAZE_USER_ERROR(std::string(opName(n->op())), n->name())
             << "declared " << dtypeName(n->dtype()) << shapeText(n->shape())

@@ -21,14 +21,21 @@ struct DecomposeOptions {
   /// Likewise for attention_lse and attention_grad (the forward's saved value and the backward).
   std::vector<DType> fusedAttentionBackwardDtypes;
   int64_t fusedAttentionMaxHeadDim = 0;
+  /// The target is the CPU, whose eager kernels round half precision as they go: a transposed
+  /// convolution rounds after each kernel tap (eager's gemm + col2im kernel) unless eager runs
+  /// it through oneDNN, for the dtypes in `oneDnnHalf` with an output padding below the
+  /// stride, which rounds once, as CUDA (cuDNN) does.
+  bool cpuHalfRounding = false;
+  std::vector<DType> oneDnnHalf;
 };
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
 
 
 namespace decomp {
-/// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it.
-using Rule = Node *(*)(GraphBuilder &b, Node *n);
+/// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it;
+/// a rule whose result depends on the target takes the DecomposeOptions too.
+using Rule = Node *(*)(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeSoftmax(GraphBuilder &b, Node *n);
 Node *decomposeLogSoftmax(GraphBuilder &b, Node *n);
 Node *decomposeMean(GraphBuilder &b, Node *n);
@@ -37,7 +44,11 @@ Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
 Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);
 Node *decomposeConvolution(GraphBuilder &b, Node *n);
-Node *decomposeConvTranspose(GraphBuilder &b, Node *n);
+Node *decomposeConvTranspose(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
+/// Whether a conv_transpose node rounds after each kernel tap under `opts` (eager's CPU gemm +
+/// col2im kernel), which its decomposition does for up to GraphBuilder::kMaxRoundedTaps taps.
+bool convTransposeRoundsPerTap(const Node *n, const DecomposeOptions &opts);
+int64_t convTransposeTaps(const Node *n);
 Node *decomposeAttention(GraphBuilder &b, Node *n);
 Node *decomposeAttentionLse(GraphBuilder &b, Node *n);
 Node *decomposeAttentionGrad(GraphBuilder &b, Node *n);
@@ -63,6 +74,7 @@ Node *decomposeMaxPoolGrad(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n);
+Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 // scatter family
 Node *decomposeScatter(GraphBuilder &b, Node *n);

@@ -1,0 +1,341 @@
+/// Verifier checks of the neural-network composites: convolution (transposed too), pooling,
+/// grid sampling and attention (forward, log-sum-exp and gradients).
+#include "braze/ir/graph/GraphVerifier.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace braze::detail {
+
+/// Ranks, per-spatial-dim attribute lengths and ranges, channel counts and the result's
+/// rank of a convolution (input [N, C, *S], weight [O, C / groups, *K], bias [O]).
+bool GraphVerifier::checkConvolution() {
+  const AttrMap &a = node_->attrs();
+  const Node *x = node_->operand(0), *w = node_->operand(1);
+  size_t rank = x->rank();
+  if (rank < 3 || rank > 5)
+    return fail("input must have rank 3 to 5 (batch, channels, 1-3 spatial dims), not " +
+                std::to_string(rank));
+  if (w->rank() != rank || node_->rank() != rank)
+    return fail("weight and result must have the input's rank " + std::to_string(rank) +
+                ", not " + std::to_string(w->rank()) + " and " +
+                std::to_string(node_->rank()));
+  size_t spatial = rank - 2;
+  if (!sharesNumericDtype())
+    return false;
+  for (const char *name : {"stride", "padding", "dilation"}) {
+    const IntList &v = a.getInts(name);
+    if (v.size() != spatial)
+      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+    int64_t least = std::string(name) == "padding" ? 0 : 1;
+    for (int64_t e : v)
+      if (e < least || e > (int64_t(1) << 40))
+        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                    " is out of range (at least " + std::to_string(least) + ")");
+  }
+  int64_t groups = a.getInt("groups");
+  if (groups < 1)
+    return fail("'groups' must be at least 1, not " + std::to_string(groups));
+  if (node_->operands().size() == 3 && node_->operand(2)->rank() != 1)
+    return fail("bias must have rank 1");
+  SymExpr c = x->shape()[1], wc = w->shape()[1], o = w->shape()[0];
+  if (!c->isConst() || !wc->isConst())
+    return fail("input and weight channels must be static, got " + shapeText(x->shape()) +
+                " and " + shapeText(w->shape()));
+  if (c->value() != wc->value() * groups)
+    return fail("input has " + std::to_string(c->value()) + " channels but weight takes " +
+                std::to_string(wc->value()) + " per group x " + std::to_string(groups) +
+                " groups");
+  if (o->isConst() && o->value() % groups != 0)
+    return fail("weight has " + std::to_string(o->value()) + " output channels, not a "
+                "multiple of groups " + std::to_string(groups));
+  if (o->isConst(0))
+    return fail("weight has no output channels");
+  if (node_->operands().size() == 3 && node_->operand(2)->shape()[0] != o)
+    return fail("bias has " + sym::toString(node_->operand(2)->shape()[0]) +
+                " entries for " + sym::toString(o) + " output channels");
+  if (node_->shape()[0] != x->shape()[0] || node_->shape()[1] != o)
+    return fail("result " + shapeText(node_->shape()) + " must have the input's batch " +
+                sym::toString(x->shape()[0]) + " and the weight's " + sym::toString(o) +
+                " output channels");
+  // Each spatial size is what the window gives: (in + 2p - d(k-1) - 1) / s + 1.
+  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                &dil = a.getInts("dilation");
+  for (size_t i = 0; i < spatial; ++i) {
+    SymExpr in = x->shape()[2 + i], k = w->shape()[2 + i], out = node_->shape()[2 + i];
+    if (!k->isConst())
+      return fail("kernel sizes must be static, got weight " + shapeText(w->shape()));
+    if (!in->isConst() || !out->isConst()) {
+      // A symbolic size must be the window arithmetic's expression, as the builder gives it.
+      SymExpr padded = ctx_.add(in, ctx_.constant(2 * pad[i]));
+      SymExpr span = ctx_.constant(dil[i] * (k->value() - 1) + 1);
+      if (!ctx_.provablyNonNegative(ctx_.sub(padded, span)))
+        return fail("spatial dim " + std::to_string(i) + ": the kernel may be larger than the "
+                    "padded input " + sym::toString(padded));
+      SymExpr want = ctx_.add(ctx_.floordiv(ctx_.sub(padded, span), ctx_.constant(st[i])),
+                              ctx_.constant(1));
+      if (out != want)
+        return fail("spatial dim " + std::to_string(i) + " of the result is " +
+                    sym::toString(out) + ", but the window gives " + sym::toString(want));
+      continue;
+    }
+    int64_t room = in->value() + 2 * pad[i] - dil[i] * (k->value() - 1) - 1;
+    int64_t want = room < 0 ? -1 : room / st[i] + 1;
+    if (want != out->value())
+      return fail("spatial dim " + std::to_string(i) + " of the result is " +
+                  std::to_string(out->value()) + ", but the window gives " +
+                  (want < 0 ? std::string("none (the kernel is larger than the padded input)")
+                            : std::to_string(want)));
+  }
+  return true;
+}
+
+/// A convolution's operands (input, weight, bias) and result: one numeric, non-bool dtype.
+bool GraphVerifier::sharesNumericDtype() {
+  DType t = node_->dtype();
+  bool ok = t != DType::Bool;
+  for (const Node *o : node_->operands())
+    ok &= o->dtype() == t;
+  return ok ? true
+            : fail("input, weight, bias and result must share one numeric (non-bool) dtype");
+}
+
+/// A transposed convolution (input [N, Cin, *S], weight [Cin, Cout / groups, *K], bias
+/// [Cout]): attribute lengths and ranges, static sizes, and the result
+/// [N, Cout, (S - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1].
+bool GraphVerifier::checkConvTranspose() {
+  const AttrMap &a = node_->attrs();
+  const Node *x = node_->operand(0), *w = node_->operand(1);
+  int rank = x->rank();
+  if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
+    return fail("input, weight and result must share a rank of 3 to 5");
+  size_t spatial = static_cast<size_t>(rank - 2);
+  if (!sharesNumericDtype())
+    return false;
+  for (const char *name : {"stride", "padding", "dilation", "output_padding"}) {
+    const IntList &v = a.getInts(name);
+    if (v.size() != spatial)
+      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+    int64_t least = name[0] == 's' || name[0] == 'd' ? 1 : 0;
+    for (int64_t e : v)
+      if (e < least || e > (int64_t(1) << 40))
+        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                    " is out of range (at least " + std::to_string(least) + ")");
+  }
+  int64_t groups = a.getInt("groups");
+  std::vector<int64_t> ws;
+  for (SymExpr d : w->shape()) {
+    if (!d->isConst())
+      return fail("the weight's sizes must be static");
+    ws.push_back(d->value());
+  }
+  if (groups < 1 || ws[0] % groups || x->shape()[1] != w->shape()[0])
+    return fail("input channels must equal the weight's first dim, a multiple of groups");
+  if (node_->operands().size() != 2u + a.getBool("bias"))
+    return fail("operand count does not match the 'bias' attribute");
+  std::vector<SymExpr> want{x->shape()[0], ctx_.constant(groups * ws[1])};
+  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                &dil = a.getInts("dilation"), &extra = a.getInts("output_padding");
+  for (size_t i = 0; i < spatial; ++i) {
+    SymExpr in = x->shape()[2 + i];
+    if (!in->isConst() || extra[i] >= std::max(st[i], dil[i]))
+      return fail("needs static spatial sizes and output padding below the stride or the "
+                  "dilation");
+    want.push_back(ctx_.constant(GraphBuilder::convTransposeSize(in->value(), st[i], pad[i],
+                                                                 dil[i], ws[2 + i], extra[i])));
+  }
+  if (a.getBool("bias") && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
+    return fail("bias must have shape [" + sym::toString(want[1]) + "]");
+  return node_->shape() == want ? true : fail("result must be " + shapeText(want));
+}
+
+/// Pooling over the last kernel.size() (1 to 3) dims: every window list of that length, each
+/// window in range (GraphBuilder::poolWindowError), constant pooled dims, and a pooled shape
+/// (the result's, or max_pool_grad's gradient and indices) whose leading dims are the
+/// input's and whose pooled dims the window arithmetic gives (rounded down, or up in ceil
+/// mode). Dtypes: max pools numbers, avg_pool floats and i64, max_pool_grad float gradients.
+bool GraphVerifier::checkPooling() {
+  const AttrMap &a = node_->attrs();
+  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
+                &d = a.getInts("dilation");
+  size_t spatial = k.size();
+  if (spatial < 1 || spatial > 3 || st.size() != spatial || p.size() != spatial ||
+      d.size() != spatial)
+    return fail("needs kernel, stride, padding and dilation lists of one length from 1 to 3");
+  bool grad = node_->op() == OpKind::MaxPoolGrad;
+  const Node *x = node_->operand(grad ? 1 : 0), *pooled = grad ? node_->operand(0) : node_;
+  DType t = x->dtype();
+  if (grad) {
+    if (!isFloating(pooled->dtype()) || node_->dtype() != pooled->dtype() ||
+        node_->shape() != x->shape())
+      return fail("result must be the gradient's floating-point dtype with the input's shape");
+    if (node_->operand(2)->dtype() != DType::Int64 ||
+        node_->operand(2)->shape() != pooled->shape())
+      return fail("indices must be i64 of the gradient's shape");
+  } else if (node_->op() == OpKind::AvgPool) {
+    if (!isFloating(t) && t != DType::Int64)
+      return fail("needs a floating-point or i64 input");
+    if (a.getInt("divisor") < 0)
+      return fail("divisor must be positive (or 0: the window count)");
+  } else if (t == DType::Bool) {
+    return fail("needs a numeric input, not bool");
+  }
+  DType want = node_->op() == OpKind::MaxPoolIndices ? DType::Int64 : t;
+  if (!grad && node_->dtype() != want)
+    return fail("result must be " + std::string(dtypeName(want)));
+  size_t r = x->rank();
+  if (r < spatial + 1 || pooled->rank() != r)
+    return fail("input and pooled shape need one rank of at least " +
+                std::to_string(spatial + 1) + ", not " + std::to_string(r) + " and " +
+                std::to_string(pooled->rank()));
+  for (size_t i = 0; i + spatial < r; ++i)
+    if (pooled->shape()[i] != x->shape()[i])
+      return fail("dim " + std::to_string(i) + " is not pooled and must equal the input's");
+  for (size_t i = 0; i < spatial; ++i) {
+    std::string err = GraphBuilder::poolWindowError(k[i], st[i], p[i], d[i]);
+    if (!err.empty())
+      return fail(err);
+    SymExpr in = x->shape()[r - spatial + i], out = pooled->shape()[r - spatial + i];
+    if (!in->isConst() || !out->isConst())
+      return fail("the pooled dims must be constants");
+    int64_t span = d[i] * (k[i] - 1) + 1;
+    if (in->value() + 2 * p[i] < span)
+      return fail("the window (" + std::to_string(span) + ") is larger than the padded input (" +
+                  std::to_string(in->value() + 2 * p[i]) + ")");
+    int64_t lo = GraphBuilder::pooledSize(in->value(), k[i], st[i], p[i], d[i], false),
+            hi = GraphBuilder::pooledSize(in->value(), k[i], st[i], p[i], d[i], true);
+    if (out->value() != lo && out->value() != hi)
+      return fail("pooled dim " + std::to_string(r - spatial + i) + " is " +
+                  std::to_string(out->value()) + " but the windows give " + std::to_string(lo) +
+                  (hi != lo ? " (or " + std::to_string(hi) + " in ceil mode)" : ""));
+  }
+  return true;
+}
+
+/// Adaptive pooling of the last output_size.size() (1 to 3) dims of a floating-point input:
+/// static, non-empty pooled dims, and a result of the input's leading dims and output_size.
+bool GraphVerifier::checkAdaptivePooling() {
+  const IntList &o = node_->attrs().getInts("output_size");
+  const Node *x = node_->operand(0);
+  size_t spatial = o.size(), r = x->rank();
+  if (spatial < 1 || spatial > 3 || r < spatial + 1)
+    return fail("needs 1 to 3 output sizes, and an input of a higher rank");
+  if (!isFloating(x->dtype()))
+    return fail("needs a floating-point input");
+  DType want = node_->op() == OpKind::AdaptiveMaxPoolIndices ? DType::Int64 : x->dtype();
+  if (node_->dtype() != want)
+    return fail("result must be " + std::string(dtypeName(want)));
+  std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - spatial);
+  for (size_t i = 0; i < spatial; ++i) {
+    SymExpr in = x->shape()[r - spatial + i];
+    if (!in->isConst() || in->value() < 1 || o[i] < 1 || o[i] > GraphBuilder::kMaxAdaptiveSize)
+      return fail("needs static, non-empty pooled dims and output sizes from 1 to " +
+                  std::to_string(GraphBuilder::kMaxAdaptiveSize));
+    shape.push_back(ctx_.constant(o[i]));
+  }
+  return node_->shape() == shape ? true : fail("result must be " + shapeText(shape));
+}
+
+/// Grid sampling: the input, grid and modes GraphBuilder::gridSampleShape accepts (static,
+/// non-empty spatial dims and static grid points: the decomposition flattens both), and a
+/// result of the input's dtype shaped [N, C, *O].
+bool GraphVerifier::checkGridSample() {
+  const AttrMap &a = node_->attrs();
+  const Node *x = node_->operand(0);
+  std::vector<SymExpr> want;
+  std::string err = GraphBuilder::gridSampleShape(x, node_->operand(1), a.getString("mode"),
+                                                  a.getString("padding_mode"), want);
+  if (!err.empty())
+    return fail(err);
+  if (node_->dtype() != x->dtype())
+    return fail("result must be " + std::string(dtypeName(x->dtype())));
+  return node_->shape() == want ? true : fail("result must be " + shapeText(want));
+}
+
+/// Attention's operands and result: q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] of one
+/// floating dtype, a bias of that dtype broadcasting to [B.., Sq, Sk], result [B.., Sq, Dv].
+bool GraphVerifier::checkAttention() {
+  const Node *q = node_->operand(0), *k = node_->operand(1), *v = node_->operand(2);
+  size_t r = q->shape().size();
+  if (r < 2 || k->shape().size() != r || v->shape().size() != r)
+    return fail("query, key and value must have one rank of at least 2");
+  if (!isFloating(q->dtype()) || k->dtype() != q->dtype() || v->dtype() != q->dtype() ||
+      node_->dtype() != q->dtype())
+    return fail("query, key, value and result must share one floating-point dtype");
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (k->shape()[i] != q->shape()[i] || v->shape()[i] != q->shape()[i])
+      return fail("query, key and value must share their batch dims");
+  if (k->shape()[r - 1] != q->shape()[r - 1] || v->shape()[r - 2] != k->shape()[r - 2])
+    return fail("key must be [.., Sk, D] for a query [.., Sq, D] and value [.., Sk, Dv]");
+  std::vector<SymExpr> want(q->shape().begin(), q->shape().end() - 1);
+  want.push_back(v->shape()[r - 1]);
+  if (node_->shape() != want)
+    return fail("result must be " + shapeText(want));
+  return node_->operands().size() != 4 || checkAttentionBias(node_->operand(3), q, k);
+}
+
+/// An attention's bias: the query's dtype, broadcasting to the scores [B.., Sq, Sk].
+bool GraphVerifier::checkAttentionBias(const Node *b, const Node *q, const Node *k) {
+  size_t r = q->shape().size();
+  std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
+  scores.push_back(k->shape()[r - 2]);
+  if (b->dtype() != q->dtype() || b->shape().size() > r)
+    return fail("bias must have the query's dtype and a rank of at most " + std::to_string(r));
+  size_t lead = r - b->shape().size();
+  for (size_t i = 0; i < b->shape().size(); ++i)
+    if (!b->shape()[i]->isConst(1) && b->shape()[i] != scores[lead + i])
+      return fail("bias " + shapeText(b->shape()) + " does not broadcast to the scores " +
+                  shapeText(scores));
+  return true;
+}
+
+/// attention_lse (q, k[, bias] -> [B.., Sq] in the compute type) and attention_grad
+/// (dout, q, k, v, out, lse[, bias] -> the shape and dtype of q, k or v as `wrt` says).
+bool GraphVerifier::checkAttentionSaved() {
+  const AttrMap &a = node_->attrs();
+  bool grad = node_->op() == OpKind::AttentionGrad;
+  size_t first = grad ? 1 : 0, operands = node_->operands().size();
+  if (operands != (grad ? 6u : 2u) + a.getBool("bias"))
+    return fail("operand count does not match the 'bias' attribute");
+  const Node *q = node_->operand(first), *k = node_->operand(first + 1);
+  size_t r = q->shape().size();
+  if (r < 2 || k->shape().size() != r || !isFloating(q->dtype()) || k->dtype() != q->dtype())
+    return fail("query and key must share one floating-point dtype and a rank of at least 2");
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (k->shape()[i] != q->shape()[i])
+      return fail("query and key must share their batch dims");
+  if (k->shape()[r - 1] != q->shape()[r - 1])
+    return fail("key must be [.., Sk, D] for a query [.., Sq, D]");
+  std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
+  if (a.getBool("bias") && !checkAttentionBias(node_->operand(operands - 1), q, k))
+    return false;
+  if (!grad)
+    return node_->dtype() == computeType(q->dtype()) && node_->shape() == rows
+               ? true
+               : fail("result must be " + std::string(dtypeName(computeType(q->dtype()))) +
+                      shapeText(rows));
+  const Node *v = node_->operand(3), *lse = node_->operand(5);
+  bool vOk = v->dtype() == q->dtype() && v->shape().size() == r &&
+             v->shape()[r - 2] == k->shape()[r - 2];
+  for (size_t i = 0; vOk && i + 2 < r; ++i)
+    vOk = v->shape()[i] == q->shape()[i];
+  if (!vOk)
+    return fail("value must be [B.., Sk, Dv] of the query's dtype and batch dims");
+  std::vector<SymExpr> outShape = rows;
+  outShape.push_back(v->shape()[r - 1]);
+  for (const Node *x : {node_->operand(0), node_->operand(4)})
+    if (x->dtype() != q->dtype() || x->shape() != outShape)
+      return fail("the output and its gradient must be " + shapeText(outShape));
+  if (lse->dtype() != computeType(q->dtype()) || lse->shape() != rows)
+    return fail("the log-sum-exp must be " + std::string(dtypeName(computeType(q->dtype()))) +
+                shapeText(rows));
+  const std::string &wrt = a.getString("wrt");
+  const Node *like = wrt == "q" ? q : wrt == "k" ? k : v;
+  if (node_->dtype() != q->dtype() || node_->shape() != like->shape())
+    return fail("result must be shaped as the operand named by wrt");
+  return true;
+}
+
+} // namespace braze::detail

@@ -1,0 +1,142 @@
+/// Verifier checks of the order-statistics, scan, search, distance and scatter composites.
+#include "braze/ir/graph/GraphVerifier.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace braze::detail {
+
+/// The sort family: a sorted dim of an operand of rank 1 or more within the sort limits;
+/// argsort gives i64 of the operand's shape, median_index and mode's results keep the dim
+/// as 1 (non-empty, and for mode an integer or bool operand).
+bool GraphVerifier::checkSort() {
+  const Node *x = node_->operand(0);
+  if (x->rank() == 0)
+    return fail("needs an operand of rank 1 or more");
+  if (!checkDim("dim", x->rank()))
+    return false;
+  int64_t dim = node_->attrs().getInt("dim");
+  std::string err = GraphBuilder::sortLimitError(x->shape(), dim);
+  if (!err.empty())
+    return fail(err);
+  OpKind op = node_->op();
+  std::vector<SymExpr> want = x->shape();
+  if (op != OpKind::Argsort) {
+    if (want[dim]->value() == 0)
+      return fail("needs a non-empty dim");
+    want[dim] = ctx_.constant(1);
+  }
+  if (op == OpKind::Mode && isFloating(x->dtype()))
+    return fail("takes integers and bools");
+  DType type = op == OpKind::Mode ? x->dtype() : DType::Int64;
+  if (node_->dtype() != type || node_->shape() != want)
+    return fail("result must be " + std::string(dtypeName(type)) + shapeText(want));
+  return true;
+}
+
+/// Scans: a scanned dim within GraphBuilder::scanLimitError, a result of the operand's shape
+/// and dtype (i64 for cum_extreme_index; cum_extreme needs a non-scalar operand).
+bool GraphVerifier::checkScan() {
+  const Node *x = node_->operand(0);
+  bool extreme = node_->op() == OpKind::CumExtreme || node_->op() == OpKind::CumExtremeIndex;
+  if (extreme && x->rank() == 0)
+    return fail("needs an operand of rank 1 or more");
+  if (!checkDim("dim", x->rank()))
+    return false;
+  std::string err = GraphBuilder::scanLimitError(x->shape(), node_->attrs().getInt("dim"));
+  if (!err.empty())
+    return fail(err);
+  DType want = node_->op() == OpKind::CumExtremeIndex ? DType::Int64 : x->dtype();
+  if (node_->op() == OpKind::LogCumSumExp && !isFloating(x->dtype()))
+    return fail("needs a floating-point operand");
+  if (node_->dtype() != want || node_->shape() != x->shape())
+    return fail("result must be " + std::string(dtypeName(want)) + shapeText(x->shape()));
+  return true;
+}
+
+/// search_sorted: seq and values of one numeric dtype (GraphBuilder::searchShape), an i64
+/// sorter of seq's shape when the attribute says so, i32 or i64 indices shaped as values.
+/// histogram: GraphBuilder::histogramError, a result [bins] of the operand's dtype.
+bool GraphVerifier::checkSearch() {
+  const AttrMap &a = node_->attrs();
+  const Node *x = node_->operand(0);
+  if (node_->op() == OpKind::Histogram) {
+    std::string err =
+        GraphBuilder::histogramError(x, a.getInt("bins"), a.getFloat("min"), a.getFloat("max"));
+    if (!err.empty())
+      return fail(err);
+    std::vector<SymExpr> want{ctx_.constant(a.getInt("bins"))};
+    return node_->dtype() == x->dtype() && node_->shape() == want
+               ? true
+               : fail("result must be " + std::string(dtypeName(x->dtype())) + shapeText(want));
+  }
+  const Node *values = node_->operand(1);
+  if (node_->operands().size() != 2u + a.getBool("sorter"))
+    return fail("operand count does not match the 'sorter' attribute");
+  if (x->dtype() != values->dtype() || x->dtype() == DType::Bool)
+    return fail("sequence and values must share one numeric dtype");
+  std::string err = GraphBuilder::searchShape(x, values);
+  if (!err.empty())
+    return fail(err);
+  if (a.getBool("sorter") &&
+      (node_->operand(2)->dtype() != DType::Int64 || node_->operand(2)->shape() != x->shape()))
+    return fail("the sorter must be i64 of the sequence's shape");
+  if ((node_->dtype() != DType::Int64 && node_->dtype() != DType::Int32) ||
+      node_->shape() != values->shape())
+    return fail("result must be i32 or i64 of the values' shape");
+  return true;
+}
+
+/// cdist: [.., P, M] and [.., R, M] (batch dims broadcast) -> [.., P, R]; pdist: [N, M] ->
+/// [N (N - 1) / 2]; f32 or f64 throughout, p >= 0.
+bool GraphVerifier::checkDistances() {
+  const Node *x = node_->operand(0);
+  double p = node_->attrs().getFloat("p");
+  if (std::isnan(p) || p < 0)
+    return fail("p must be >= 0 (or inf)");
+  if ((x->dtype() != DType::Float32 && x->dtype() != DType::Float64) ||
+      node_->dtype() != x->dtype())
+    return fail("operands and result must be f32 or f64, of one dtype");
+  std::vector<SymExpr> want;
+  if (node_->op() == OpKind::Pdist) {
+    if (x->rank() != 2 || !x->shape()[0]->isConst())
+      return fail("needs a [N, M] operand with a static N");
+    int64_t n = x->shape()[0]->value();
+    want.push_back(ctx_.constant(n * (n - 1) / 2));
+  } else {
+    const Node *y = node_->operand(1);
+    int r = x->rank();
+    if (r < 2 || y->rank() != r || y->dtype() != x->dtype() ||
+        x->shape()[r - 1] != y->shape()[r - 1])
+      return fail("needs operands [.., P, M] and [.., R, M] of one rank and dtype");
+    std::vector<SymExpr> a(x->shape().begin(), x->shape().end() - 2),
+        c(y->shape().begin(), y->shape().end() - 2);
+    size_t bad = 0;
+    if (!broadcastShape(a, c, want, bad))
+      return fail("batch dims do not broadcast");
+    want.push_back(x->shape()[r - 2]);
+    want.push_back(y->shape()[r - 2]);
+  }
+  return node_->shape() == want ? true : fail("result must be " + shapeText(want));
+}
+
+bool GraphVerifier::checkScatter() {
+  const AttrMap &a = node_->attrs();
+  static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
+  if (std::none_of(std::begin(kModes), std::end(kModes),
+                   [&](const char *m) { return a.getString("mode") == m; }))
+    return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
+                "\"amax\" or \"amin\"");
+  if (a.has("max_hits") &&
+      (a.getInt("max_hits") < 1 || a.getInt("max_hits") > GraphBuilder::kMaxScatterHits))
+    return fail("attribute 'max_hits' must be an integer from 1 to " +
+                std::to_string(GraphBuilder::kMaxScatterHits));
+  const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
+  if (!isIntegral(target->dtype()) || target->shape() != src->shape())
+    return fail("needs an integer target of the source's shape");
+  if (src->dtype() != self->dtype() || node_->type().shape != self->shape())
+    return fail("source and result must have self's dtype and shape");
+  return true;
+}
+
+} // namespace braze::detail

@@ -283,6 +283,14 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().cdist(g.at(a), g.at(b), p, matmulForm));
       })
       .def("pdist", [](PyGraph &g, int x, double p) { return g.node(g.builder().pdist(g.at(x), p)); })
+      .def("embedding_bag", [](PyGraph &g, int weight, int indices, std::optional<int> offsets,
+                               std::optional<int> weights, const std::string &mode,
+                               int64_t paddingIdx, bool includeLastOffset) {
+        return g.node(g.builder().embeddingBag(g.at(weight), g.at(indices),
+                                               offsets ? g.at(*offsets) : nullptr,
+                                               weights ? g.at(*weights) : nullptr, mode,
+                                               paddingIdx, includeLastOffset));
+      })
       .def("fft", [](PyGraph &g, int x, const std::string &mode, IntList dims, int64_t norm,
                      bool flag, int64_t lastSize) {
         return g.node(g.builder().fft(g.at(x), mode, dims, norm, flag, lastSize));

@@ -160,6 +160,20 @@ public:
   /// The upper triangle (row-major, diagonal excluded) of x's pairwise row distances:
   /// x [N, M] -> [N (N - 1) / 2], N static and at most kMaxPdistRows.
   Node *pdist(Node *x, double p);
+  /// Embedding bags: rows of weight [R, D] gathered by integer `indices` and reduced per bag
+  /// by `mode` ("sum", "mean" or "max"; an empty bag gives zeros) -> [B, D]. With 1-d
+  /// indices [L], bag b holds positions offsets[b] <= i < offsets[b + 1] (the last to the end,
+  /// or, with `includeLastOffset`, to the last offset, which then closes the last of B =
+  /// len(offsets) - 1 bags); 2-d indices [B, P] (no offsets) hold a bag per row. Rows equal to
+  /// `paddingIdx` (a row, or -1: none) are left out; per-sample `weights` (mode sum) scale the
+  /// rows.
+  Node *embeddingBag(Node *weight, Node *indices, Node *offsets, Node *weights,
+                     const std::string &mode, int64_t paddingIdx, bool includeLastOffset);
+  /// Why embeddingBag's operands are not taken ("" if they are; then `bags` is B).
+  static std::string embeddingBagError(const Node *weight, const Node *indices,
+                                       const Node *offsets, const Node *weights,
+                                       const std::string &mode, int64_t paddingIdx,
+                                       bool includeLastOffset, int64_t &bags);
   static constexpr int64_t kMaxPdistRows = 128; ///< a row is a slice; rows are concatenated
   /// A discrete Fourier transform over `dims` of a complex signal held as pairs ([.., 2]: real,
   /// imaginary) or a real one, computed in f64 and rounded to x's dtype once:

@@ -54,6 +54,7 @@ private:
   bool checkSearch();
   bool checkDistances();
   bool checkScatter();
+  bool checkEmbeddingBag();
 
   const Graph &g_;
   sym::SymContext &ctx_;

@@ -509,6 +509,8 @@ bool GraphVerifier::checkComposite() {
     return checkGridSample();
   case OpKind::Scatter:
     return checkScatter();
+  case OpKind::EmbeddingBag:
+    return checkEmbeddingBag();
   }
   return fail("is not a composite op");
 }

@@ -120,6 +120,31 @@ bool GraphVerifier::checkDistances() {
   return node_->shape() == want ? true : fail("result must be " + shapeText(want));
 }
 
+/// embedding_bag: GraphBuilder::embeddingBagError on its operands (as the attributes say which
+/// are there), i64 indices and offsets, and a result [B, D] of the weight's dtype.
+bool GraphVerifier::checkEmbeddingBag() {
+  const AttrMap &a = node_->attrs();
+  bool offsets = a.getBool("offsets"), weights = a.getBool("weights");
+  if (node_->operands().size() != 2u + offsets + weights)
+    return fail("operand count does not match the 'offsets' and 'weights' attributes");
+  const Node *w = node_->operand(0), *idx = node_->operand(1);
+  const Node *off = offsets ? node_->operand(2) : nullptr;
+  const Node *psw = weights ? node_->operand(node_->operands().size() - 1) : nullptr;
+  if (idx->dtype() != DType::Int64 || (off && off->dtype() != DType::Int64))
+    return fail("indices and offsets must be i64");
+  int64_t bags = 0;
+  std::string err =
+      GraphBuilder::embeddingBagError(w, idx, off, psw, a.getString("mode"),
+                                      a.getInt("padding_idx"), a.getBool("include_last_offset"),
+                                      bags);
+  if (!err.empty())
+    return fail(err);
+  std::vector<SymExpr> want{ctx_.constant(bags), w->shape()[1]};
+  return node_->dtype() == w->dtype() && node_->shape() == want
+             ? true
+             : fail("result must be " + std::string(dtypeName(w->dtype())) + shapeText(want));
+}
+
 bool GraphVerifier::checkScatter() {
   const AttrMap &a = node_->attrs();
   static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};

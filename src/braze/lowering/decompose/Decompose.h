@@ -60,6 +60,7 @@ Node *decomposeMode(GraphBuilder &b, Node *n);
 Node *decomposeModeIndex(GraphBuilder &b, Node *n);
 Node *decomposeCdist(GraphBuilder &b, Node *n);
 Node *decomposePdist(GraphBuilder &b, Node *n);
+Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n);
 Node *decomposeFft(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);
 inline Node *decomposeCumSum(GraphBuilder &b, Node *n) { return decomposeScan(b, n); }

@@ -45,6 +45,12 @@ Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<SymEx
       in[b[k]] = idx[a[k]];
     return in;
   }
+  // An empty tensor has no element to map (its loops run no iteration), and splitting a flat
+  // index over a dim of 0 would divide by it: every position maps to 0.
+  for (const std::vector<SymExpr> *shape : {&from, &to})
+    for (SymExpr d : *shape)
+      if (d->isConst(0))
+        return in;
   // 2. General case: flatten the result index row-major and split it over `to`.
   SymExpr flat = s.constant(0), stride = s.constant(1);
   for (size_t i = from.size(); i-- > 0;) {

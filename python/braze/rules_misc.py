@@ -139,22 +139,7 @@ def _ldexp(t, node, x, other):
 
 @rule(aten.round.decimals)
 def _round_decimals(t, node, x, decimals=0):
-    """nearbyint(x * 10^d) / 10^d (or x / 10^-d ... * 10^-d), in f32 for half precision and
-    rounded once at the end, as eager's kernel does."""
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"round with decimals on {dt}")
-    if decimals == 0:
-        return t.g.elementwise("round", [h])
-    ct = "f32" if dt in _HALVES else dt
-    h = t.g.convert(h, ct)
-    ten = _scalar(t, float(10.0 ** abs(decimals)), ct)
-    if decimals > 0:
-        r = t.g.elementwise("div", [t.g.elementwise("round", [t.g.elementwise("mul", [h, ten])]), ten])
-    else:
-        r = t.g.elementwise("mul", [t.g.elementwise("round", [t.g.elementwise("div", [h, ten])]), ten])
-    return t.g.convert(r, dt)
+    return t.g.round_decimals(t.arg(x), int(decimals))
 
 
 @rule(aten.hypot.default)
@@ -421,20 +406,6 @@ def _histc(t, node, x, bins=100, min=0, max=0):
 
 @rule(aten.linalg_cross.default)
 def _linalg_cross(t, node, a, b, dim=-1):
-    """r[i] = a[i+1] * b[i+2] - a[i+2] * b[i+1] (indices mod 3) along dim, each product and
-    difference rounded in the result dtype as eager's kernel does (PyTorch's decomposition,
-    used for the other dtypes, computes half precision in f32)."""
-    val = _meta(node)
-    dt = dtype_name(val.dtype)
-    rank = len(val.shape)
-    d = dim % rank
-    shape = t.shape(val.shape)
-    x = t.g.expand(t.g.convert(t.arg(a), dt), shape)
-    y = t.g.expand(t.g.convert(t.arg(b), dt), shape)
-    parts = []
-    for i in range(3):
-        j, k = (i + 1) % 3, (i + 2) % 3
-        ab = t.g.elementwise("mul", [t.g.select(x, d, j), t.g.select(y, d, k)])
-        ba = t.g.elementwise("mul", [t.g.select(x, d, k), t.g.select(y, d, j)])
-        parts.append(t.g.unsqueeze(t.g.elementwise("sub", [ab, ba]), d))
-    return t.g.concat(parts, d)
+    """One cross op, each product and difference rounded in the result dtype as eager's kernel
+    does (PyTorch's decomposition, used for the other dtypes, computes half precision in f32)."""
+    return t.g.cross(t.arg(a), t.arg(b), dim)

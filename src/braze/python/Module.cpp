@@ -283,6 +283,12 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().cdist(g.at(a), g.at(b), p, matmulForm));
       })
       .def("pdist", [](PyGraph &g, int x, double p) { return g.node(g.builder().pdist(g.at(x), p)); })
+      .def("cross", [](PyGraph &g, int a, int b, int64_t d) {
+        return g.node(g.builder().cross(g.at(a), g.at(b), d));
+      })
+      .def("round_decimals", [](PyGraph &g, int x, int64_t decimals) {
+        return g.node(g.builder().roundDecimals(g.at(x), decimals));
+      })
       .def("embedding_bag", [](PyGraph &g, int weight, int indices, std::optional<int> offsets,
                                std::optional<int> weights, const std::string &mode,
                                int64_t paddingIdx, bool includeLastOffset) {

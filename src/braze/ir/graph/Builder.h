@@ -160,6 +160,12 @@ public:
   /// The upper triangle (row-major, diagonal excluded) of x's pairwise row distances:
   /// x [N, M] -> [N (N - 1) / 2], N static and at most kMaxPdistRows.
   Node *pdist(Node *x, double p);
+  /// The cross product of a and b (dtypes promoted, shapes broadcast) along `dim`, of size 3.
+  Node *cross(Node *a, Node *b, int64_t dim);
+  /// x (floating point) rounded half to even at `decimals` decimal places (negative: tens,
+  /// hundreds...), at most kMaxDecimals either way.
+  Node *roundDecimals(Node *x, int64_t decimals);
+  static constexpr int64_t kMaxDecimals = 300; ///< 10^decimals stays a finite double
   /// Embedding bags: rows of weight [R, D] gathered by integer `indices` and reduced per bag
   /// by `mode` ("sum", "mean" or "max"; an empty bag gives zeros) -> [B, D]. With 1-d
   /// indices [L], bag b holds positions offsets[b] <= i < offsets[b + 1] (the last to the end,

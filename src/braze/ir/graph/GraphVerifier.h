@@ -55,6 +55,7 @@ private:
   bool checkDistances();
   bool checkScatter();
   bool checkEmbeddingBag();
+  bool checkArithmetic();
 
   const Graph &g_;
   sym::SymContext &ctx_;

@@ -511,6 +511,9 @@ bool GraphVerifier::checkComposite() {
     return checkScatter();
   case OpKind::EmbeddingBag:
     return checkEmbeddingBag();
+  case OpKind::Cross:
+  case OpKind::RoundDecimals:
+    return checkArithmetic();
   }
   return fail("is not a composite op");
 }

@@ -145,6 +145,28 @@ bool GraphVerifier::checkEmbeddingBag() {
              : fail("result must be " + std::string(dtypeName(w->dtype())) + shapeText(want));
 }
 
+/// cross: operands of the result's numeric dtype and shape, whose `dim` is 3 long;
+/// round_decimals: a floating-point operand of the result's type, decimals in range.
+bool GraphVerifier::checkArithmetic() {
+  const Node *x = node_->operand(0);
+  if (node_->op() == OpKind::RoundDecimals) {
+    int64_t d = node_->attrs().getInt("decimals");
+    if (d < -GraphBuilder::kMaxDecimals || d > GraphBuilder::kMaxDecimals)
+      return fail("decimals must be within +-" + std::to_string(GraphBuilder::kMaxDecimals));
+    return isFloating(x->dtype()) && node_->type().shape == x->shape() &&
+                   node_->dtype() == x->dtype()
+               ? true
+               : fail("needs a floating-point operand of the result's type");
+  }
+  for (const Node *o : node_->operands())
+    if (o->dtype() != node_->dtype() || o->shape() != node_->shape() || o->dtype() == DType::Bool)
+      return fail("operands must have the result's numeric dtype and shape");
+  if (x->rank() == 0 || !checkDim("dim", x->rank()))
+    return x->rank() == 0 ? fail("needs operands of rank 1 or more") : false;
+  return x->shape()[node_->attrs().getInt("dim")]->isConst(3) ? true
+                                                              : fail("dim must be 3 long");
+}
+
 bool GraphVerifier::checkScatter() {
   const AttrMap &a = node_->attrs();
   static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};

@@ -60,6 +60,8 @@ Node *decomposeMode(GraphBuilder &b, Node *n);
 Node *decomposeModeIndex(GraphBuilder &b, Node *n);
 Node *decomposeCdist(GraphBuilder &b, Node *n);
 Node *decomposePdist(GraphBuilder &b, Node *n);
+Node *decomposeCross(GraphBuilder &b, Node *n);
+Node *decomposeRoundDecimals(GraphBuilder &b, Node *n);
 Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n);
 Node *decomposeFft(GraphBuilder &b, Node *n);
 Node *decomposeScan(GraphBuilder &b, Node *n);

@@ -1,0 +1,36 @@
+/// Small arithmetic composites, in eager's order of operations:
+///   cross(a, b)[i] = a[i+1] * b[i+2] - a[i+2] * b[i+1] (indices mod 3 along dim), each product
+///                    and difference rounded in the dtype, as eager's kernel does;
+///   round_decimals(x) = round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d,
+///                    half precision in f32 and rounded once.
+#include "braze/lowering/decompose/Decompose.h"
+
+#include <cmath>
+
+namespace braze::decomp {
+
+Node *decomposeCross(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0), *y = n->operand(1);
+  int64_t d = n->attrs().getInt("dim");
+  std::vector<Node *> parts;
+  for (int64_t i = 0; i < 3; ++i) {
+    int64_t j = (i + 1) % 3, k = (i + 2) % 3;
+    Node *ab = b.mul(b.select(x, d, j), b.select(y, d, k));
+    Node *ba = b.mul(b.select(x, d, k), b.select(y, d, j));
+    parts.push_back(b.unsqueeze(b.sub(ab, ba), d));
+  }
+  return b.concat(parts, d);
+}
+
+Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {
+  Node *x = upcast(b, n->operand(0));
+  int64_t d = n->attrs().getInt("decimals");
+  if (d == 0)
+    return downcastLike(b, b.unary(OpKind::Round, x), n->dtype());
+  Node *ten = b.scalar(std::pow(10.0, static_cast<double>(std::abs(d))), x->dtype());
+  Node *r = d > 0 ? b.div(b.unary(OpKind::Round, b.mul(x, ten)), ten)
+                  : b.mul(b.unary(OpKind::Round, b.div(x, ten)), ten);
+  return downcastLike(b, r, n->dtype());
+}
+
+} // namespace braze::decomp

@@ -22,7 +22,11 @@ from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze import cudagraphs
 from braze import decompositions
-from braze.fx_import import Translator, Unsupported, supported_targets
+from braze.fx_import import Translator
+from braze.registry import Unsupported, supported_targets
+# Each rule module registers its rules in braze.registry when imported.
+from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort  # noqa: F401,E402
+from braze import rules_complex, rules_attention  # noqa: F401,E402
 from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import as_layout, concrete_layout, guard_eager_layouts, input_view
 

@@ -7,37 +7,8 @@ import torch
 
 from braze import _C
 
-aten = torch.ops.aten
-prims = torch.ops.prims
-
-_DTYPES = {
-    torch.bool: "bool", torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16",
-    torch.int32: "i32", torch.int64: "i64", torch.float16: "f16", torch.bfloat16: "bf16",
-    torch.float32: "f32", torch.float64: "f64",
-}
-
-# A complex value is held as (re, im) pairs of its parts' dtype (see rules_complex).
-_PARTS_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
-                     torch.complex128: torch.float64}
-
-
-# Names of the floating-point dtypes in the braze graph.
-FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
-
-
-def ew(t, op, *xs):
-    """The elementwise op `op` of the translator's graph over the handles xs."""
-    return t.g.elementwise(op, list(xs))
-
-
-class Unsupported(Exception):
-    """The node cannot be translated; the partitioner leaves it to eager PyTorch."""
-
-
-def dtype_name(dt):
-    if dt not in _DTYPES:
-        raise Unsupported(f"dtype {dt}")
-    return _DTYPES[dt]
+from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, Unsupported, aten,  # noqa: F401
+                            dtype_name, ew, prims, rule, rule_for, supported_targets)
 
 
 class Translator:
@@ -163,10 +134,10 @@ class Translator:
         return other if other in FLOAT_DTYPES else "f32"
 
     def translate(self, node):
-        fn = _RULES.get(node.target)
+        fn, accepts_complex = rule_for(node.target)
         if fn is None:
             raise Unsupported(f"op {node.target}")
-        if not getattr(fn, "accepts_complex", False):
+        if not accepts_complex:
             for a in node.all_input_nodes:
                 val = a.meta.get("val")
                 if isinstance(val, torch.Tensor) and val.is_complex():
@@ -181,7 +152,7 @@ class Translator:
     def match_meta(self, node, h):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            want = dtype_name(_PARTS_OF_COMPLEX.get(val.dtype, val.dtype))
+            want = dtype_name(PARTS_OF_COMPLEX.get(val.dtype, val.dtype))
             if self.g.dtype(h) != want:
                 h = self.g.convert(h, want)
         return h
@@ -191,17 +162,6 @@ class Translator:
             if isinstance(a, torch.fx.Node):
                 return self.values.get(a)
         return None
-
-
-_RULES = {}
-
-
-def rule(*targets):
-    def wrap(fn):
-        for t in targets:
-            _RULES[t] = fn
-        return fn
-    return wrap
 
 
 def _elementwise(op):
@@ -614,14 +574,3 @@ def _iota(t, node, length, *, start, step, dtype, device, requires_grad):
 def _full_like(t, node, x, value, dtype=None, **_):
     val = node.meta["val"]
     return t.g.full(float(value), dtype_name(val.dtype), t.shape(val.shape))
-
-
-def supported_targets():
-    return set(_RULES)
-from braze import rules_scatter  # noqa: E402,F401
-from braze import rules_special  # noqa: E402,F401
-from braze import rules_nn  # noqa: E402,F401
-from braze import rules_misc  # noqa: E402,F401
-from braze import rules_sort  # noqa: E402,F401
-from braze import rules_complex  # noqa: E402,F401
-from braze import rules_attention  # noqa: E402,F401

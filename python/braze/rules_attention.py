@@ -12,7 +12,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from braze.fx_import import rule, Unsupported, aten
+from braze.registry import rule, Unsupported, aten
 
 
 def _read_outputs(node):

@@ -12,13 +12,10 @@ in f64, rounded once; dims longer than GraphBuilder::kMaxDft fall back.
 """
 import torch
 
-from braze import fx_import
-from braze.fx_import import Unsupported, aten, dtype_name, ew, rule
+from braze.registry import Unsupported, aten, complex_rule, dtype_name, ew, real_rule
 
 _REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,
             torch.complex128: torch.float64}
-
-_previous = dict(fx_import._RULES)  # the real-valued rules this module wraps
 
 
 def _is_complex(node):
@@ -43,24 +40,17 @@ def _pack(t, re, im):
                       len(t.g.shape(re)))
 
 
-def _complex_rule(*targets):
-    """Registers a rule that accepts complex operands (Translator.translate checks the mark)."""
-    def wrap(fn):
-        fn.accepts_complex = True
-        return rule(*targets)(fn)
-    return wrap
-
-
 def _delegate(node, t, *args, **kwargs):
-    return _previous[node.target](t, node, *args, **kwargs)
+    """The real-valued rule of the node's target, for a node without complex values."""
+    return real_rule(node.target)(t, node, *args, **kwargs)
 
 
-@_complex_rule(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+@complex_rule(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
 def _clone(t, node, x, **kwargs):
     return t.arg(x)
 
 
-@_complex_rule(aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+@complex_rule(aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 def _to_copy(t, node, x, dtype=None, **kwargs):
     out = node.meta["val"]
     if not out.is_complex():
@@ -77,7 +67,7 @@ def _to_copy(t, node, x, dtype=None, **kwargs):
     return _pack(t, h, t.g.full(0.0, want, t.g.shape(h)))
 
 
-@_complex_rule(aten._conj.default, aten._conj_physical.default, aten.conj_physical.default)
+@complex_rule(aten._conj.default, aten._conj_physical.default, aten.conj_physical.default)
 def _conj(t, node, x):
     h = t.arg(x)
     if not _is_complex(x):
@@ -86,14 +76,14 @@ def _conj(t, node, x):
     return _pack(t, re, ew(t, "neg", im))
 
 
-@_complex_rule(aten.slice.Tensor)
+@complex_rule(aten.slice.Tensor)
 def _slice(t, node, x, dim=0, start=None, end=None, step=1):
     if _is_complex(x):
         dim %= max(x.meta["val"].dim(), 1)
     return _delegate(node, t, x, dim, start, end, step)
 
 
-@_complex_rule(aten.constant_pad_nd.default)
+@complex_rule(aten.constant_pad_nd.default)
 def _pad(t, node, x, pad, value=0):
     if not _is_complex(x):
         return _delegate(node, t, x, pad, value)
@@ -102,13 +92,13 @@ def _pad(t, node, x, pad, value=0):
     return _delegate(node, t, x, [0, 0] + list(pad), 0)
 
 
-@_complex_rule(aten.view_as_complex.default, aten.view_as_real.default)
+@complex_rule(aten.view_as_complex.default, aten.view_as_real.default)
 def _view_as(t, node, x):
     """Both are the identity on the pair representation."""
     return t.arg(x)
 
 
-@_complex_rule(aten.complex.default)
+@complex_rule(aten.complex.default)
 def _complex(t, node, re, im):
     want = _real_dtype(node.meta["val"])
     h_re, h_im = t.g.convert(t.arg(re), want), t.g.convert(t.arg(im), want)
@@ -131,17 +121,17 @@ def _fft(t, node, x, dim, complex_input, mode, normalization, flag, last_size=0)
     return t.g.fft(t.arg(x), mode, dims, int(normalization), bool(flag), int(last_size))
 
 
-@_complex_rule(aten._fft_r2c.default)
+@complex_rule(aten._fft_r2c.default)
 def _fft_r2c(t, node, x, dim, normalization, onesided):
     return _fft(t, node, x, dim, False, "r2c", normalization, onesided)
 
 
-@_complex_rule(aten._fft_c2c.default)
+@complex_rule(aten._fft_c2c.default)
 def _fft_c2c(t, node, x, dim, normalization, forward):
     return _fft(t, node, x, dim, True, "c2c", normalization, forward)
 
 
-@_complex_rule(aten._fft_c2r.default)
+@complex_rule(aten._fft_c2r.default)
 def _fft_c2r(t, node, x, dim, normalization, last_dim_size):
     if not isinstance(last_dim_size, int):
         raise Unsupported("c2r with a symbolic output size")

@@ -5,7 +5,8 @@ import math
 
 import torch
 
-from braze.fx_import import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims, scaled_add  # noqa: F401
+from braze.fx_import import scaled_add
+from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
 
 _HALVES = ("f16", "bf16")
 

@@ -6,7 +6,7 @@ import operator
 
 import torch
 
-from braze.fx_import import FLOAT_DTYPES, ew, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+from braze.registry import FLOAT_DTYPES, ew, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
 
 
 def _as_list(v, n):

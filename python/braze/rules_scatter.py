@@ -9,7 +9,7 @@ gather), then hand (self, targets, source) to the graph op `scatter`.
 import torch
 
 from braze import _C
-from braze.fx_import import rule, Unsupported, dtype_name, aten  # noqa: F401
+from braze.registry import rule, Unsupported, dtype_name, aten  # noqa: F401
 
 # scatter's decomposition is quadratic: numel(self) x numel(source) element pairs.
 _MAX_SCATTER_PAIRS = 1 << 26

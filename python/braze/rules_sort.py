@@ -13,7 +13,7 @@ which of its results braze's stable order reproduces.
   left to eager."""
 import operator
 
-from braze.fx_import import Unsupported, aten, rule
+from braze.registry import Unsupported, aten, rule
 
 # PyTorch's CPU sort is stable for dims up to this length even when not asked to be.
 _STABLE_SORT_DIM = 16

@@ -4,7 +4,7 @@ elementwise braze op on operands converted to the result's float dtype (integer 
 inputs promote to the default float dtype, as in eager)."""
 import torch
 
-from braze.fx_import import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten
+from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten
 
 
 

@@ -185,6 +185,21 @@ bool GraphVerifier::checkReduction(bool hasKeepdim) {
   }
   if (!hasKeepdim)
     return node_->rank() == 0 ? true : fail("result must have rank 0");
+  // The builder converts a sum's, product's, max's or min's operand to the result's dtype.
+  DType in = node_->operand(0)->dtype(), type = in;
+  OpKind op = node_->op();
+  if (op == OpKind::ArgMax || op == OpKind::ArgMin) {
+    if (in == DType::Bool)
+      return fail("needs a numeric operand, not bool");
+    type = DType::Int64;
+  } else if (op == OpKind::Any || op == OpKind::All) {
+    type = DType::Bool;
+  } else if (opCategory(op) == OpCategoryKind::Composite) { // mean, var: checked on their own
+    type = node_->dtype();
+  }
+  if (node_->dtype() != type)
+    return fail("result must be " + std::string(dtypeName(type)) + " for a " +
+                std::string(dtypeName(in)) + " operand");
   bool keep = a.getBool("keepdim");
   int64_t reduced = rank == 0 ? 0 : static_cast<int64_t>(dims.size());
   int64_t want = keep ? rank : rank - reduced;
@@ -232,6 +247,9 @@ bool GraphVerifier::checkElementwise() {
 bool GraphVerifier::checkView() {
   const Node *x = node_->operand(0);
   OpKind op = node_->op();
+  if (node_->dtype() != x->dtype())
+    return fail("a view keeps its operand's dtype " + std::string(dtypeName(x->dtype())) +
+                ", not " + std::string(dtypeName(node_->dtype())));
   if (op == OpKind::Reshape) {
     SymExpr a = ctx_.product(x->shape()), b = ctx_.product(node_->shape());
     if (a != b)
@@ -331,6 +349,8 @@ bool GraphVerifier::checkNode() {
     return checkView();
   case OpCategoryKind::Gather: {
     const Node *x = node_->operand(0), *index = node_->operand(1);
+    if (node_->dtype() != x->dtype())
+      return fail("result must have the input's dtype " + std::string(dtypeName(x->dtype())));
     if (!isIntegral(index->dtype()))
       return fail("index must be an integer tensor, got " +
                   std::string(dtypeName(index->dtype())));

@@ -303,6 +303,20 @@ void Graph::replaceAllUses(Node *from, Node *to) {
   outputStrides_.resize(outputs_.size());
 }
 
+void Graph::replaceUses(const std::unordered_map<const Node *, Node *> &map) {
+  if (map.empty())
+    return;
+  auto replaced = [&](Node *o) {
+    auto it = map.find(o);
+    return it == map.end() ? o : it->second;
+  };
+  for (auto &n : nodes_)
+    for (Node *&o : n->operands_)
+      o = replaced(o);
+  for (Node *&o : outputs_)
+    o = replaced(o);
+}
+
 void Graph::removeDeadNodes() {
   std::unordered_set<Node *> live(inputs_.begin(), inputs_.end());
   std::vector<Node *> work(outputs_.begin(), outputs_.end());

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -154,6 +155,8 @@ public:
 
   /// Replaces every use of `from` (operands and outputs) with `to`.
   void replaceAllUses(Node *from, Node *to);
+  /// replaceAllUses for many nodes at once, in one walk (to-nodes are not looked up again).
+  void replaceUses(const std::unordered_map<const Node *, Node *> &map);
   /// Keeps only nodes reachable from the outputs and the inputs; renumbers ids.
   void removeDeadNodes();
   /// Moves the nodes into a fresh order (must be topological); used by passes that rebuild.

@@ -94,6 +94,18 @@ def _adaptive_avg_pool(t, node, x, output_size):
     return t.g.adaptive_avg_pool(t.arg(x), _as_list(output_size, n))
 
 
+@rule(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool_backward(t, node, grad, x):
+    n = 3 if node.target is aten._adaptive_avg_pool3d_backward.default else 2
+    return t.g.adaptive_avg_pool_grad(t.arg(grad), t.arg(x), n)
+
+
+@rule(aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default)
+def _adaptive_max_pool_backward(t, node, grad, x, indices):
+    n = 3 if node.target is aten.adaptive_max_pool3d_backward.default else 2
+    return t.g.adaptive_max_pool_grad(t.arg(grad), t.arg(x), t.arg(indices), n)
+
+
 @rule(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
 def _max_pool_backward(t, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
                        indices):

@@ -103,6 +103,28 @@ def test_max_pool2d_backward():
         g, x, [3, 2], [2, 1], [1, 1], [1, 2], True, i), rand(*y.shape), x, i)
 
 
+def test_max_pool3d_backward_and_adaptive_pooling_backward():
+    # Windows that overlap (adaptive 9 -> 4) and ones of different lengths (7 -> 3); the 3-d
+    # max pooling backward over dilated, ceil-mode windows.
+    torch.manual_seed(0)
+    x3 = rand(1, 2, 5, 6, 7)
+    y, i = F.max_pool3d_with_indices(x3, (3, 2, 2), (2, 1, 2), 1, dilation=(1, 2, 1),
+                                     ceil_mode=True)
+    compiled_matches(lambda g, x, i: torch.ops.aten.max_pool3d_with_indices_backward(
+        g, x, [3, 2, 2], [2, 1, 2], [1, 1, 1], [1, 2, 1], True, i), rand(*y.shape), x3, i)
+    x = rand(2, 3, 9, 7)
+    compiled_matches(lambda g, x: torch.ops.aten._adaptive_avg_pool2d_backward(g, x),
+                     rand(2, 3, 4, 3), x)
+    compiled_matches(lambda g, x: torch.ops.aten._adaptive_avg_pool3d_backward(g, x),
+                     rand(1, 2, 2, 3, 4), x3)
+    _, i2 = F.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+    compiled_matches(lambda g, x, i: torch.ops.aten.adaptive_max_pool2d_backward(g, x, i),
+                     rand(2, 3, 4, 3), x, i2)
+    _, i3 = F.adaptive_max_pool3d(x3, (2, 3, 4), return_indices=True)
+    compiled_matches(lambda g, x, i: torch.ops.aten.adaptive_max_pool3d_backward(g, x, i),
+                     rand(1, 2, 2, 3, 4), x3, i3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_depthwise_convolution(dtype):
     # One channel per group (a fused window sum), 1-3 spatial dims, bias, stride, padding,

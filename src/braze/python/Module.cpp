@@ -351,6 +351,14 @@ NB_MODULE(_C, m) {
       .def("adaptive_avg_pool", [](PyGraph &g, int x, IntList size) {
         return g.node(g.builder().adaptiveAvgPool(g.at(x), size));
       })
+      .def("adaptive_avg_pool_grad", [](PyGraph &g, int grad, int x, int64_t spatial) {
+        return g.node(g.builder().adaptiveAvgPoolGrad(g.at(grad), g.at(x), spatial));
+      })
+      .def("adaptive_max_pool_grad", [](PyGraph &g, int grad, int x, int indices,
+                                        int64_t spatial) {
+        return g.node(
+            g.builder().adaptiveMaxPoolGrad(g.at(grad), g.at(x), g.at(indices), spatial));
+      })
       .def("grid_sample", [](PyGraph &g, int x, int grid, const std::string &mode,
                              const std::string &padding, bool alignCorners) {
         return g.node(g.builder().gridSample(g.at(x), g.at(grid), mode, padding, alignCorners));

@@ -132,6 +132,13 @@ public:
   /// Max gives values and flat plane positions, as maxPool.
   std::pair<Node *, Node *> adaptiveMaxPool(Node *x, IntList outputSize);
   Node *adaptiveAvgPool(Node *x, IntList outputSize);
+  /// The gradients of adaptive pooling of the last `spatial` dims for its input x, given the
+  /// output's gradient `grad`: average pooling spreads each output's gradient over
+  /// its window divided by the window's size; max pooling gives each input position the sum
+  /// of the gradients whose `indices` (as adaptiveMaxPool gives them) name it, which compares
+  /// each position of a pooled plane with each output (at most kMaxComparisons pairs).
+  Node *adaptiveAvgPoolGrad(Node *grad, Node *x, int64_t spatial);
+  Node *adaptiveMaxPoolGrad(Node *grad, Node *x, Node *indices, int64_t spatial);
   static constexpr int64_t kMaxAdaptiveSize = int64_t(1) << 20;
   /// PyTorch's pooled size of a dim of n elements; the window-parameter error ("" if none).
   static int64_t pooledSize(int64_t n, int64_t kernel, int64_t stride, int64_t padding,

@@ -364,6 +364,63 @@ Node *GraphBuilder::adaptiveAvgPool(Node *x, IntList outputSize) {
   return make(OpKind::AdaptiveAvgPool, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
+namespace {
+/// The output sizes of an adaptive pooling's gradient `grad` for the input x, checked as the
+/// forward checks them, and the plane's positions times outputs.
+IntList adaptiveGradSizes(GraphBuilder &b, const char *op, const std::string &node, Node *grad,
+                          Node *x, int64_t spatial, int64_t &pairs) {
+  if (grad->rank() != x->rank() || !isFloating(grad->dtype()) || spatial < 1 ||
+      spatial >= x->rank())
+    BRAZE_USER_ERROR(op, node) << "needs a floating-point gradient of the input's rank and 1 to "
+                                  "3 pooled dims below it, got "
+                               << dtypeName(grad->dtype()) << shapeText(grad->shape()) << " and "
+                               << spatial;
+  IntList out;
+  for (int64_t i = grad->rank() - spatial; i < grad->rank(); ++i) {
+    int64_t o;
+    if (!b.sym().constValue(grad->shape()[i], o))
+      BRAZE_USER_ERROR(op, node) << "needs static gradient sizes, got " << shapeText(grad->shape());
+    out.push_back(o);
+  }
+  std::vector<SymExpr> shape = adaptiveShape(b, op, node, x, out);
+  if (shape != grad->shape())
+    BRAZE_USER_ERROR(op, node) << "needs a gradient of the pooled shape " << shapeText(shape)
+                               << ", got " << shapeText(grad->shape());
+  pairs = 1;
+  for (int64_t i = 0; i < spatial; ++i)
+    if (__builtin_mul_overflow(pairs, out[i], &pairs) ||
+        __builtin_mul_overflow(pairs, x->shape()[x->rank() - spatial + i]->value(), &pairs))
+      pairs = INT64_MAX;
+  return out;
+}
+} // namespace
+
+Node *GraphBuilder::adaptiveAvgPoolGrad(Node *grad, Node *x, int64_t spatial) {
+  int64_t pairs;
+  IntList out = adaptiveGradSizes(*this, "adaptive_avg_pool_grad", name_, grad, x, spatial, pairs);
+  AttrMap attrs;
+  attrs.set("output_size", out);
+  return make(OpKind::AdaptiveAvgPoolGrad, {grad, x}, std::move(attrs),
+              TensorType{grad->dtype(), x->shape(), {}});
+}
+
+Node *GraphBuilder::adaptiveMaxPoolGrad(Node *grad, Node *x, Node *indices, int64_t spatial) {
+  int64_t pairs;
+  IntList out = adaptiveGradSizes(*this, "adaptive_max_pool_grad", name_, grad, x, spatial, pairs);
+  if (indices->dtype() != DType::Int64 || indices->shape() != grad->shape())
+    BRAZE_USER_ERROR("adaptive_max_pool_grad", name_)
+        << "needs i64 indices of the gradient's shape, got " << dtypeName(indices->dtype())
+        << shapeText(indices->shape());
+  if (pairs > kMaxComparisons)
+    BRAZE_USER_ERROR("adaptive_max_pool_grad", name_)
+        << "compares " << pairs << " positions and outputs per plane; at most "
+        << kMaxComparisons;
+  AttrMap attrs;
+  attrs.set("output_size", out);
+  return make(OpKind::AdaptiveMaxPoolGrad, {grad, x, indices}, std::move(attrs),
+              TensorType{grad->dtype(), x->shape(), {}});
+}
+
 Node *GraphBuilder::random(const std::string &distribution, DType dtype,
                            std::vector<SymExpr> shape, Node *seed) {
   if (distribution != "uniform" && distribution != "normal")

@@ -524,6 +524,8 @@ bool GraphVerifier::checkComposite() {
   case OpKind::AdaptiveMaxPool:
   case OpKind::AdaptiveMaxPoolIndices:
   case OpKind::AdaptiveAvgPool:
+  case OpKind::AdaptiveAvgPoolGrad:
+  case OpKind::AdaptiveMaxPoolGrad:
     return checkAdaptivePooling();
   case OpKind::GridSample:
     return checkGridSample();

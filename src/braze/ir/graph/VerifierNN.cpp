@@ -186,7 +186,7 @@ bool GraphVerifier::checkPooling() {
   if (!grad && node_->dtype() != want)
     return fail("result must be " + std::string(dtypeName(want)));
   size_t r = x->rank();
-  if (r < spatial + 1 || pooled->rank() != r)
+  if (r < spatial + 1 || static_cast<size_t>(pooled->rank()) != r)
     return fail("input and pooled shape need one rank of at least " +
                 std::to_string(spatial + 1) + ", not " + std::to_string(r) + " and " +
                 std::to_string(pooled->rank()));
@@ -218,24 +218,47 @@ bool GraphVerifier::checkPooling() {
 /// static, non-empty pooled dims, and a result of the input's leading dims and output_size.
 bool GraphVerifier::checkAdaptivePooling() {
   const IntList &o = node_->attrs().getInts("output_size");
-  const Node *x = node_->operand(0);
+  OpKind op = node_->op();
+  bool grad = op == OpKind::AdaptiveAvgPoolGrad || op == OpKind::AdaptiveMaxPoolGrad;
+  // The pooled shape is the result's, or a gradient's (then the result is the input's).
+  const Node *x = node_->operand(grad ? 1 : 0), *pooled = grad ? node_->operand(0) : node_;
   size_t spatial = o.size(), r = x->rank();
   if (spatial < 1 || spatial > 3 || r < spatial + 1)
     return fail("needs 1 to 3 output sizes, and an input of a higher rank");
   if (!isFloating(x->dtype()))
     return fail("needs a floating-point input");
-  DType want = node_->op() == OpKind::AdaptiveMaxPoolIndices ? DType::Int64 : x->dtype();
-  if (node_->dtype() != want)
-    return fail("result must be " + std::string(dtypeName(want)));
+  if (grad) {
+    if (!isFloating(pooled->dtype()) || node_->dtype() != pooled->dtype() ||
+        node_->shape() != x->shape())
+      return fail("result must be the gradient's floating-point dtype with the input's shape");
+  } else {
+    DType want = op == OpKind::AdaptiveMaxPoolIndices ? DType::Int64 : x->dtype();
+    if (node_->dtype() != want)
+      return fail("result must be " + std::string(dtypeName(want)));
+  }
   std::vector<SymExpr> shape(x->shape().begin(), x->shape().end() - spatial);
+  int64_t pairs = 1;
   for (size_t i = 0; i < spatial; ++i) {
     SymExpr in = x->shape()[r - spatial + i];
     if (!in->isConst() || in->value() < 1 || o[i] < 1 || o[i] > GraphBuilder::kMaxAdaptiveSize)
       return fail("needs static, non-empty pooled dims and output sizes from 1 to " +
                   std::to_string(GraphBuilder::kMaxAdaptiveSize));
     shape.push_back(ctx_.constant(o[i]));
+    if (__builtin_mul_overflow(pairs, in->value(), &pairs) ||
+        __builtin_mul_overflow(pairs, o[i], &pairs))
+      pairs = INT64_MAX;
   }
-  return node_->shape() == shape ? true : fail("result must be " + shapeText(shape));
+  if (pooled->shape() != shape)
+    return fail(std::string(grad ? "the gradient" : "result") + " must be " + shapeText(shape));
+  if (op == OpKind::AdaptiveMaxPoolGrad) {
+    const Node *indices = node_->operand(2);
+    if (indices->dtype() != DType::Int64 || indices->shape() != shape)
+      return fail("indices must be i64 of the gradient's shape");
+    if (pairs > GraphBuilder::kMaxComparisons)
+      return fail("compares " + std::to_string(pairs) + " positions and outputs per plane; at "
+                  "most " + std::to_string(GraphBuilder::kMaxComparisons));
+  }
+  return true;
 }
 
 /// Grid sampling: the input, grid and modes GraphBuilder::gridSampleShape accepts (static,

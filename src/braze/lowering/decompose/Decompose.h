@@ -77,6 +77,8 @@ Node *decomposeMaxPoolGrad(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n);
+Node *decomposeAdaptiveAvgPoolGrad(GraphBuilder &b, Node *n);
+Node *decomposeAdaptiveMaxPoolGrad(GraphBuilder &b, Node *n);
 Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 // scatter family

@@ -239,8 +239,8 @@ struct Adaptive {
   int64_t spatial;
 };
 
-Adaptive adaptiveOf(GraphBuilder &b, const Node *n) {
-  const Node *x = n->operand(0);
+/// `x` is the pooled input (the node's first operand, or a gradient's second).
+Adaptive adaptiveOf(GraphBuilder &b, const Node *n, const Node *x) {
   Adaptive a{{}, n->attrs().getInts("output_size"), {}, 0};
   a.spatial = static_cast<int64_t>(a.outs.size());
   for (int64_t i = 0; i < a.spatial; ++i) {
@@ -301,7 +301,7 @@ constexpr int64_t kMaxRoundedAdaptiveTaps = 512;
 } // namespace
 
 Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n) {
-  Adaptive a = adaptiveOf(b, n);
+  Adaptive a = adaptiveOf(b, n, n->operand(0));
   Node *w = adaptiveWindows(b, a, n->operand(0), std::nullopt);
   return b.reduce(OpKind::Amax, w, lastDims(w->rank(), a.spatial), false);
 }
@@ -309,7 +309,7 @@ Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n) {
 /// The first maximum of a flattened window is a real tap (a repeated tap comes after the one
 /// it repeats), at start_i(o_i) + t_i along each dim.
 Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n) {
-  Adaptive a = adaptiveOf(b, n);
+  Adaptive a = adaptiveOf(b, n, n->operand(0));
   Node *w = flattenLast(b, adaptiveWindows(b, a, n->operand(0), std::nullopt), a.spatial);
   std::vector<Node *> taps = splitTaps(b, b.reduce(OpKind::ArgMax, w, {-1}, false), a.taps);
   std::vector<Node *> coords;
@@ -321,7 +321,7 @@ Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n) {
 }
 
 Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n) {
-  Adaptive a = adaptiveOf(b, n);
+  Adaptive a = adaptiveOf(b, n, n->operand(0));
   Node *x = n->operand(0);
   DType t = x->dtype(), work = computeType(t);
   int64_t taps = 1;
@@ -344,6 +344,51 @@ Node *decomposeAdaptiveAvgPool(GraphBuilder &b, Node *n) {
     count = count ? b.mul(count, c) : c;
   }
   return b.convert(b.div(sum, count), t);
+}
+
+/// Each pooled dim in turn: the gradient's output dim o_i becomes the input dim n_i through
+/// the [n_i, o_i] matrix M[h, j] = (h in window j) / |window j| (an average spreads over its
+/// window; a window's size is the product of its per-dim lengths).
+Node *decomposeAdaptiveAvgPoolGrad(GraphBuilder &b, Node *n) {
+  Node *grad = n->operand(0);
+  Adaptive a = adaptiveOf(b, n, n->operand(1));
+  DType work = computeType(grad->dtype());
+  Node *t = b.convert(grad, work);
+  int64_t lead = grad->rank() - a.spatial;
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    int64_t d = lead + i, rest = a.spatial - 1 - i;
+    std::vector<SymExpr> shape{b.dim(a.sizes[i]), b.dim(a.outs[i])};
+    Node *h = b.iota(DType::Int64, shape, 0);
+    auto [start, end] = bounds(b, a, i, b.iota(DType::Int64, shape, 1));
+    Node *inside = b.binary(OpKind::LogicalAnd, b.binary(OpKind::Le, start, h),
+                            b.binary(OpKind::Lt, h, end));
+    Node *m = b.div(b.convert(inside, work), b.convert(b.sub(end, start), work));
+    shape.resize(2 + rest, b.dim(1));
+    Node *spread = b.mul(b.unsqueeze(t, d), b.reshape(m, shape)); // [.., n_i, o_i, ..]
+    t = b.reduce(OpKind::Sum, spread, {d + 1}, false);
+  }
+  return b.convert(t, grad->dtype());
+}
+
+/// Input position p of a pooled plane receives sum_j (indices[j] == p ? grad[j] : 0) over the
+/// plane's outputs j (a masked reduction over [.., P, O]).
+Node *decomposeAdaptiveMaxPoolGrad(GraphBuilder &b, Node *n) {
+  Node *grad = n->operand(0), *x = n->operand(1), *indices = n->operand(2);
+  Adaptive a = adaptiveOf(b, n, x);
+  DType work = computeType(grad->dtype());
+  int64_t positions = 1, outputs = 1;
+  for (int64_t i = 0; i < a.spatial; ++i) {
+    positions *= a.sizes[i];
+    outputs *= a.outs[i];
+  }
+  std::vector<SymExpr> flat(grad->shape().begin(), grad->shape().end() - a.spatial);
+  flat.push_back(b.dim(outputs));
+  Node *g = b.unsqueeze(b.reshape(b.convert(grad, work), flat), flat.size() - 1);
+  Node *at = b.unsqueeze(b.reshape(indices, flat), flat.size() - 1); // [.., 1, O]
+  Node *p = b.iota(DType::Int64, {b.dim(positions), b.dim(1)}, 0);
+  Node *picked = b.where(b.binary(OpKind::Eq, at, p), g, b.scalar(0.0, work));
+  Node *sums = b.reduce(OpKind::Sum, picked, {static_cast<int64_t>(flat.size())}, false);
+  return b.convert(b.reshape(sums, x->shape()), grad->dtype());
 }
 
 } // namespace braze::decomp

@@ -107,14 +107,7 @@ def _max_all(t, node, x):
 
 @rule(aten.fmax.default, aten.fmin.default)
 def _fmax(t, node, a, b):
-    """maximum / minimum that take the other operand where one is NaN."""
-    dt = dtype_name(_meta(node).dtype)
-    x, y = t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)
-    m = t.g.elementwise("maximum" if node.target == aten.fmax.default else "minimum", [x, y])
-    if dt not in FLOAT_DTYPES:
-        return m
-    m = t.g.elementwise("where", [t.g.elementwise("isnan", [y]), x, m])
-    return t.g.elementwise("where", [t.g.elementwise("isnan", [x]), y, m])
+    return t.g.fmax(t.arg(a), t.arg(b), node.target == aten.fmax.default)
 
 
 @rule(aten.signbit.default)

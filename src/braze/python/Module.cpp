@@ -286,6 +286,9 @@ NB_MODULE(_C, m) {
       .def("cross", [](PyGraph &g, int a, int b, int64_t d) {
         return g.node(g.builder().cross(g.at(a), g.at(b), d));
       })
+      .def("fmax", [](PyGraph &g, int a, int b, bool max) {
+        return g.node(g.builder().fmax(g.at(a), g.at(b), max));
+      })
       .def("round_decimals", [](PyGraph &g, int x, int64_t decimals) {
         return g.node(g.builder().roundDecimals(g.at(x), decimals));
       })

@@ -169,6 +169,9 @@ public:
   Node *pdist(Node *x, double p);
   /// The cross product of a and b (dtypes promoted, shapes broadcast) along `dim`, of size 3.
   Node *cross(Node *a, Node *b, int64_t dim);
+  /// The larger (`max`) or smaller of a and b (dtypes promoted, shapes broadcast), taking the
+  /// other operand where one is NaN (fmax / fmin; maximum / minimum propagate NaN).
+  Node *fmax(Node *a, Node *b, bool max);
   /// x (floating point) rounded half to even at `decimals` decimal places (negative: tens,
   /// hundreds...), at most kMaxDecimals either way.
   Node *roundDecimals(Node *x, int64_t decimals);

@@ -21,6 +21,15 @@ Node *GraphBuilder::cross(Node *a, Node *b, int64_t d) {
               std::move(attrs), TensorType{t, shape, {}});
 }
 
+Node *GraphBuilder::fmax(Node *a, Node *b, bool max) {
+  const char *op = max ? "fmax" : "fmin";
+  DType t = promoteTypes(a->dtype(), b->dtype());
+  std::vector<SymExpr> shape = broadcastShapes(op, a->shape(), b->shape());
+  return make(max ? OpKind::FMax : OpKind::FMin,
+              {expand(convert(a, t), shape), expand(convert(b, t), shape)}, {},
+              TensorType{t, shape, {}});
+}
+
 Node *GraphBuilder::roundDecimals(Node *x, int64_t decimals) {
   if (!isFloating(x->dtype()))
     BRAZE_USER_ERROR("round", name_) << "with decimals needs a floating-point input, got "

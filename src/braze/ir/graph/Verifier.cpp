@@ -534,6 +534,8 @@ bool GraphVerifier::checkComposite() {
   case OpKind::EmbeddingBag:
     return checkEmbeddingBag();
   case OpKind::Cross:
+  case OpKind::FMax:
+  case OpKind::FMin:
   case OpKind::RoundDecimals:
     return checkArithmetic();
   }

@@ -2,7 +2,8 @@
 ///   cross(a, b)[i] = a[i+1] * b[i+2] - a[i+2] * b[i+1] (indices mod 3 along dim), each product
 ///                    and difference rounded in the dtype, as eager's kernel does;
 ///   round_decimals(x) = round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d,
-///                    half precision in f32 and rounded once.
+///                    half precision in f32 and rounded once;
+///   fmax(a, b)     = isnan(a) ? b : isnan(b) ? a : maximum(a, b) (fmin with minimum).
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <cmath>
@@ -20,6 +21,15 @@ Node *decomposeCross(GraphBuilder &b, Node *n) {
     parts.push_back(b.unsqueeze(b.sub(ab, ba), d));
   }
   return b.concat(parts, d);
+}
+
+Node *decomposeFMax(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0), *y = n->operand(1);
+  Node *m = b.binary(n->op() == OpKind::FMax ? OpKind::Maximum : OpKind::Minimum, x, y);
+  if (!isFloating(n->dtype()))
+    return m;
+  m = b.where(b.unary(OpKind::IsNan, y), x, m);
+  return b.where(b.unary(OpKind::IsNan, x), y, m);
 }
 
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {

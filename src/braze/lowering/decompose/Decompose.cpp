@@ -11,6 +11,7 @@ namespace braze {
 
 namespace decomp {
 Node *upcast(GraphBuilder &b, Node *x) { return b.convert(x, computeType(x->dtype())); }
+Node *i64(GraphBuilder &b, int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); }
 Node *downcastLike(GraphBuilder &b, Node *x, DType dtype) { return b.convert(x, dtype); }
 } // namespace decomp
 

@@ -88,6 +88,8 @@ Node *decomposeScatter(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);
+/// An i64 scalar constant (indices, counts and window bounds).
+Node *i64(GraphBuilder &b, int64_t v);
 Node *downcastLike(GraphBuilder &b, Node *x, DType dtype);
 } // namespace decomp
 

@@ -21,7 +21,6 @@ Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n) {
   int64_t bags = n->shape()[0]->value(), length = 1;
   for (const SymExpr &d : indices->shape())
     length *= d->value();
-  auto i64 = [&](int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); };
   Node *flat = b.reshape(indices, {b.dim(length)});
   Node *pos = b.iota(DType::Int64, {b.dim(length)}, 0), *bag, *member;
   Node *bagIds = b.iota(DType::Int64, {b.dim(bags), b.dim(1)}, 0);
@@ -29,16 +28,17 @@ Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n) {
     Node *offsets = n->operand(2);
     Node *starts = b.reshape(b.slice(offsets, 0, 0, bags, 1), {b.dim(1), b.dim(bags)});
     Node *le = b.binary(OpKind::Le, starts, b.reshape(pos, {b.dim(length), b.dim(1)}));
-    bag = b.sub(b.reduce(OpKind::Sum, b.convert(le, DType::Int64), {1}, false), i64(1));
+    bag = b.sub(b.reduce(OpKind::Sum, b.convert(le, DType::Int64), {1}, false), i64(b, 1));
   } else {
-    bag = b.binary(OpKind::FloorDiv, pos, i64(std::max<int64_t>(indices->shape()[1]->value(), 1)));
+    int64_t per = std::max<int64_t>(indices->shape()[1]->value(), 1);
+    bag = b.binary(OpKind::FloorDiv, pos, i64(b, per));
   }
   member = b.binary(OpKind::Eq, b.reshape(bag, {b.dim(1), b.dim(length)}), bagIds);
   if (hasOffsets && a.getBool("include_last_offset"))
     member = b.binary(OpKind::LogicalAnd, member,
                       b.binary(OpKind::Lt, pos, b.select(n->operand(2), 0, bags)));
   if (int64_t pad = a.getInt("padding_idx"); pad >= 0)
-    member = b.binary(OpKind::LogicalAnd, member, b.binary(OpKind::Ne, flat, i64(pad)));
+    member = b.binary(OpKind::LogicalAnd, member, b.binary(OpKind::Ne, flat, i64(b, pad)));
   Node *rows = b.convert(b.take(weight, 0, flat), work); // [L, D]
   if (a.getBool("weights")) {
     Node *w = b.convert(b.reshape(n->operand(n->operands().size() - 1), {b.dim(length)}), work);

@@ -28,8 +28,6 @@ int64_t constOf(GraphBuilder &b, SymExpr e) {
   return v;
 }
 
-Node *i64(GraphBuilder &b, int64_t v) { return b.scalar(static_cast<double>(v), DType::Int64); }
-
 double lowestOf(DType t) {
   switch (t) {
   case DType::Bool:

@@ -13,16 +13,28 @@
 
 namespace braze::decomp {
 
+namespace {
+/// A scan's broadcast over [.., n (i), n (k), ..] along `d`: x[k], k, and the mask k <= i.
+struct Prefix {
+  Node *xs, *k, *mask;
+};
+
+Prefix prefixOf(GraphBuilder &b, Node *x, int64_t d) {
+  std::vector<SymExpr> wide = x->shape();
+  wide.insert(wide.begin() + d, x->shape()[d]);
+  Node *xs = b.expand(b.unsqueeze(x, d), wide);
+  Node *k = b.iota(DType::Int64, wide, d + 1);
+  return {xs, k, b.binary(OpKind::Le, k, b.iota(DType::Int64, wide, d))};
+}
+} // namespace
+
 Node *decomposeScan(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   if (x->rank() == 0)
     return x;
   int64_t d = n->attrs().getInt("dim");
-  // [.., n, ..] -> [.., n (j), n (k), ..]
-  std::vector<SymExpr> wide = x->shape();
-  wide.insert(wide.begin() + d, x->shape()[d]);
-  Node *xs = b.expand(b.unsqueeze(x, d), wide);
-  Node *mask = b.binary(OpKind::Le, b.iota(DType::Int64, wide, d + 1), b.iota(DType::Int64, wide, d));
+  Prefix p = prefixOf(b, x, d);
+  Node *xs = p.xs, *mask = p.mask;
   DType t = x->dtype();
   auto masked = [&](Node *v, double identity) { return b.where(mask, v, b.scalar(identity, t)); };
   if (n->op() == OpKind::CumSum)
@@ -52,11 +64,7 @@ std::pair<Node *, Node *> cumExtremeOf(GraphBuilder &b, Node *n) {
     if (e->isConst(0)) // nothing to scan
       return {x, zeros};
   x = b.convert(x, t);
-  std::vector<SymExpr> wide = x->shape();
-  wide.insert(wide.begin() + d, x->shape()[d]);
-  Node *xj = b.expand(b.unsqueeze(x, d), wide);
-  Node *j = b.iota(DType::Int64, wide, d + 1);
-  Node *mask = b.binary(OpKind::Le, j, b.iota(DType::Int64, wide, d));
+  auto [xj, j, mask] = prefixOf(b, x, d);
   Node *first = b.unsqueeze(b.slice(x, d, 0, 1, 1), d + 1);
   Node *values = b.reduce(max ? OpKind::Amax : OpKind::Amin, b.where(mask, xj, first), {d + 1},
                           false);
@@ -66,7 +74,7 @@ std::pair<Node *, Node *> cumExtremeOf(GraphBuilder &b, Node *n) {
     hit = b.binary(OpKind::LogicalOr, hit,
                    b.binary(OpKind::LogicalAnd, b.unary(OpKind::IsNan, xj),
                             b.unary(OpKind::IsNan, ve)));
-  Node *at = b.where(b.binary(OpKind::LogicalAnd, mask, hit), j, b.scalar(-1, DType::Int64));
+  Node *at = b.where(b.binary(OpKind::LogicalAnd, mask, hit), j, i64(b, -1));
   return {values, b.reduce(OpKind::Amax, at, {d + 1}, false)};
 }
 } // namespace

@@ -36,7 +36,7 @@ Node *decomposeHistogram(GraphBuilder &b, Node *n) {
                           b.binary(OpKind::Le, flat, hi));
   Node *scaled = b.mul(b.sub(flat, lo), b.scalar(static_cast<double>(bins), t));
   Node *pos = b.convert(b.div(scaled, b.sub(hi, lo)), DType::Int64);
-  pos = b.binary(OpKind::Minimum, pos, b.scalar(static_cast<double>(bins - 1), DType::Int64));
+  pos = b.binary(OpKind::Minimum, pos, i64(b, bins - 1));
   Node *which = b.iota(DType::Int64, {b.dim(1), b.dim(bins)}, 1);
   Node *hit = b.binary(OpKind::LogicalAnd, b.unsqueeze(inside, 1),
                        b.binary(OpKind::Eq, b.unsqueeze(pos, 1), which));

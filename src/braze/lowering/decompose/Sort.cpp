@@ -6,16 +6,27 @@
 /// stored, but the work is quadratic in the sorted length.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include <tuple>
+
 namespace braze::decomp {
+
+namespace {
+/// x broadcast to [.., n (j), n (i), ..] along `dim` twice: (wide shape, x[j], x[i]).
+std::tuple<std::vector<SymExpr>, Node *, Node *> pairViews(GraphBuilder &b, Node *x,
+                                                           int64_t dim) {
+  std::vector<SymExpr> wide = x->shape();
+  wide.insert(wide.begin() + dim, x->shape()[dim]);
+  Node *xj = b.expand(b.unsqueeze(x, dim + 1), wide);
+  return {wide, xj, b.expand(b.unsqueeze(x, dim), wide)};
+}
+} // namespace
 
 Node *decomposeArgsort(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   int64_t dim = n->attrs().getInt("dim");
   bool descending = n->attrs().getBool("descending");
-  std::vector<SymExpr> wide = x->shape();
-  wide.insert(wide.begin() + dim, x->shape()[dim]); // [.., n (j or r), n (i), ..]
+  auto [wide, xj, xi] = pairViews(b, x, dim); // [.., n (j or r), n (i), ..]
   auto op = [&](OpKind k, Node *a, Node *c) { return b.binary(k, a, c); };
-  Node *xj = b.expand(b.unsqueeze(x, dim + 1), wide), *xi = b.expand(b.unsqueeze(x, dim), wide);
   Node *j = b.iota(DType::Int64, wide, dim), *i = b.iota(DType::Int64, wide, dim + 1);
   Node *less, *same;
   if (isFloating(x->dtype())) {
@@ -37,13 +48,6 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
                   DType::Int64);
 }
 
-} // namespace braze::decomp
-
-namespace braze::decomp {
-
-namespace {
-Node *i64(GraphBuilder &b, double v) { return b.scalar(v, DType::Int64); }
-} // namespace
 
 /// The lower median's index: position k of the stable ascending order (NaN last), k = (n - 1)
 /// / 2, or with ignore_nan (count of non-NaN values - 1) / 2; without it, a row holding a NaN
@@ -67,7 +71,7 @@ Node *decomposeMedianIndex(GraphBuilder &b, Node *n) {
   if (ignoreNan || !nan)
     return index;
   Node *isnan = b.unary(OpKind::IsNan, x);
-  Node *at = b.where(isnan, b.iota(DType::Int64, x->shape(), dim), i64(b, 0x1p62));
+  Node *at = b.where(isnan, b.iota(DType::Int64, x->shape(), dim), i64(b, int64_t(1) << 62));
   return b.where(b.reduce(OpKind::Any, isnan, {dim}, true),
                  b.reduce(OpKind::Amin, at, {dim}, true), index);
 }
@@ -81,9 +85,7 @@ std::pair<Node *, Node *> modeOf(GraphBuilder &b, Node *n) {
   if (x->dtype() == DType::Bool)
     x = b.convert(x, DType::Int64);
   int64_t dim = n->attrs().getInt("dim");
-  std::vector<SymExpr> wide = x->shape();
-  wide.insert(wide.begin() + dim, x->shape()[dim]); // [.., n (j), n (i), ..]
-  Node *xj = b.expand(b.unsqueeze(x, dim + 1), wide), *xi = b.expand(b.unsqueeze(x, dim), wide);
+  auto [wide, xj, xi] = pairViews(b, x, dim);
   Node *count = b.reduce(OpKind::Sum, b.convert(b.binary(OpKind::Eq, xj, xi), DType::Int64),
                          {dim}, false, DType::Int64);
   Node *frequent =

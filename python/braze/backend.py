@@ -23,7 +23,9 @@ from braze import cuda as cuda_support
 from braze import cudagraphs
 from braze import decompositions
 from braze.fx_import import Translator
-from braze.registry import Unsupported, supported_targets
+from braze import support
+from braze.registry import Unsupported
+from braze.support import fetch_attr
 # Each rule module registers its rules in braze.registry when imported.
 from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort  # noqa: F401,E402
 from braze import rules_complex, rules_attention  # noqa: F401,E402
@@ -50,9 +52,6 @@ class _State:
         # (translation, partitioning and the rest of braze's Python), total (all of it).
         self.compile_times = collections.Counter()
         self.lock = threading.Lock()
-        # (key, device) -> (supported, reason): nodes that repeat (every layer of a
-        # transformer) are asked about once per process.
-        self.support_cache = {}
 
 
 _state = _State()
@@ -124,99 +123,6 @@ def _log_fallback(msg):
 
 def _strict(opts):
     return opts.strict or _C.strict_from_environment()
-
-
-def _support_key(node):
-    """What decides whether braze compiles `node` alone: its op, its non-tensor arguments, the
-    dtype, sizes and strides of its operands and results, and which of a tuple's results are
-    read (an attention whose log-sum-exp is read stays in eager). None where a value has no
-    stable text (then the node is tried)."""
-    def describe(x):
-        if isinstance(x, torch.fx.Node):
-            x = x.meta.get("val") if x.op != "get_attr" else _fetch_attr(x.graph.owning_module,
-                                                                          x.target)
-            leaves = torch.utils._pytree.tree_leaves(x)
-            return tuple((str(v.dtype), str(v.device), str(tuple(v.shape)), str(v.stride()))
-                         if isinstance(v, torch.Tensor) else repr(v) for v in leaves)
-        if isinstance(x, (list, tuple)):
-            return tuple(describe(v) for v in x)
-        if isinstance(x, dict):
-            return tuple((k, describe(v)) for k, v in sorted(x.items()))
-        if isinstance(x, torch.Tensor):
-            raise TypeError("a tensor argument")
-        return repr(x)
-    try:
-        read = tuple(sorted(repr(u.args[1]) for u in node.users
-                            if u.target is operator.getitem and u.users))
-        return (node.target, describe(node.args), describe(node.kwargs), describe(node), read)
-    except Exception:
-        return None
-
-
-
-def _node_support(node, device=None):
-    """(True, "") if braze can compile this call_function node alone in a graph on `device`
-    (None: the CPU), else (False, reason)."""
-    if node.target not in supported_targets():
-        return False, f"no braze rule for {node.target}"
-    if device is not None:
-        for n in [node, *node.all_input_nodes]:
-            for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
-                if isinstance(v, torch.Tensor) and v.device != device:
-                    return False, f"{n.name} is on {v.device} in a graph on {device}"
-    key = _support_key(node)
-    if key is not None and (key, device) in _state.support_cache:
-        return _state.support_cache[key, device]
-    result = _try_node(node, device)
-    if key is not None:
-        _state.support_cache[key, device] = result
-    return result
-
-
-def _try_node(node, device=None, trial=False):
-    """Translates `node` alone into a braze graph, whose builder checks what each op takes,
-    and asks braze whether it compiles that graph for `device` (braze::supports, which does
-    not lower it); with `trial`, lowers it instead. (True, "") or (False, reason)."""
-    t = Translator()
-    try:
-        for a in node.all_input_nodes:
-            if a.op == "get_attr":
-                val = _fetch_attr(node.graph.owning_module, a.target)
-            else:
-                val = a.meta.get("val")
-            if isinstance(val, tuple):
-                return False, "operand is a tuple"
-            t.input(a, val)
-        out = t.translate(node)
-        outs = list(out) if isinstance(out, tuple) else [out]
-        t.g.output([o for o in outs if o is not None])  # None: a result no node reads
-        if trial:
-            t.g.check_supported()
-            return True, ""
-        if device is not None and device.type == "cuda":
-            return t.g.supports(cuda=True)
-        return t.g.supports(one_dnn_half=cpu_support.one_dnn_half())
-    except (Unsupported, _C.CompileError) as e:
-        return False, str(e)
-
-
-def _refused_by_trial(gm, device, error):
-    """The nodes of `gm` that fail to lower alone, after braze::supports accepted each of them
-    but the whole graph failed to compile with `error`: {node: reason}, logged."""
-    refused = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
-            if node.args[0] in refused:
-                refused[node] = f"result of unsupported {node.args[0].name}"
-            continue
-        ok, why = _try_node(node, device, trial=True)
-        if not ok:
-            refused[node] = why
-    _log_fallback(f"supported nodes failed to compile together ({error}); the ones that fail "
-                  f"alone run in eager PyTorch: {', '.join(n.name for n in refused) or 'none'}")
-    return refused
 
 
 def _layout_error(e):
@@ -387,7 +293,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     constants = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            value = _fetch_attr(gm, node.target)
+            value = fetch_attr(gm, node.target)
             if not isinstance(value, torch.Tensor):
                 raise Unsupported(f"attribute {node.target} is not a tensor")
             t.input(node, value)
@@ -475,7 +381,7 @@ def _input_values(gm, t, args=None):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     vals = [args[i] if args is not None else n.meta["val"] for i, n in enumerate(placeholders)
             if isinstance(n.meta.get("val"), torch.Tensor)]
-    vals += [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    vals += [fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
     return [torch.view_as_real(v.resolve_conj()) if v.is_complex() else v for v in vals]
@@ -512,7 +418,7 @@ def _constants_to_device(gm, device):
     for node in gm.graph.nodes:
         if node.op != "get_attr":
             continue
-        value = _fetch_attr(gm, node.target)
+        value = fetch_attr(gm, node.target)
         if not isinstance(value, torch.Tensor) or value.device == device:
             continue
         # A real copy, also while AOTAutograd's fake mode is active around the compiler.
@@ -532,13 +438,6 @@ def _constants_to_device(gm, device):
                 user.meta["val"] = on_device
         moved += 1
     return moved
-
-
-def _fetch_attr(gm, target):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 @functools.lru_cache(maxsize=1)
@@ -656,7 +555,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
             if src in unsupported:
                 unsupported[node] = f"result of unsupported {src.name}"
             continue
-        ok, why = _node_support(node, device)
+        ok, why = support.node_support(node, device)
         if not ok:
             unsupported[node] = why
     _state.compile_times["support"] += time.perf_counter() - support_start
@@ -665,7 +564,10 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
             try:
                 fn, tuple_out = _compile_whole(gm, opts, device)
             except (Unsupported, _C.CompileError) as e:
-                unsupported = _refused_by_trial(gm, device, e)
+                unsupported = support.refused_by_trial(gm, device)
+                _log_fallback(f"supported nodes failed to compile together ({e}); the ones that "
+                              f"fail alone run in eager PyTorch: "
+                              f"{', '.join(n.name for n in unsupported) or 'none'}")
                 if not unsupported:
                     raise
         if not unsupported:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import braze
-from braze import backend
+from braze import backend, support
 
 
 @pytest.mark.cpu_only("the split is the same on every device; this checks its bookkeeping")
@@ -25,10 +25,10 @@ def test_compile_times_split_and_log(monkeypatch, capfd):
 @pytest.mark.cpu_only("support is decided before any device code exists")
 def test_repeated_nodes_are_tried_once(monkeypatch):
     tried = []
-    original = backend._try_node
-    monkeypatch.setattr(backend, "_try_node",
+    original = support.try_node
+    monkeypatch.setattr(support, "try_node",
                         lambda node, *a, **k: tried.append(node) or original(node, *a, **k))
-    backend._state.support_cache.clear()
+    support._cache.clear()
 
     def layers(x, w):
         for _ in range(6):
@@ -59,15 +59,15 @@ def test_partitions_compiled_on_threads_match_eager():
 def test_support_is_a_query_that_does_not_lower(monkeypatch):
     """The partitioner asks braze::supports, which verifies the node's graph without lowering
     it: the lowering trial never runs for a graph that compiles."""
-    lowered, original = [], backend._try_node
+    lowered, original = [], support.try_node
 
     def try_node(node, device=None, trial=False):
         if trial:
             lowered.append(node)
         return original(node, device, trial)
 
-    monkeypatch.setattr(backend, "_try_node", try_node)
-    backend._state.support_cache.clear()
+    monkeypatch.setattr(support, "try_node", try_node)
+    support._cache.clear()
 
     def f(x):
         return (x.exp() * 2).sum(-1)
@@ -90,7 +90,7 @@ def test_supports_names_what_the_target_cannot_generate():
 def test_nodes_that_fail_together_are_found_by_the_trial(monkeypatch):
     """When every node is supported alone but the whole graph fails to compile, the nodes that
     fail the lowering trial run in eager PyTorch and the rest stays compiled."""
-    original_try, original_whole = backend._try_node, backend._compile_whole
+    original_try, original_whole = support.try_node, backend._compile_whole
 
     def try_node(node, device=None, trial=False):
         if trial and node.target is torch.ops.aten.sin.default:
@@ -102,9 +102,9 @@ def test_nodes_that_fail_together_are_found_by_the_trial(monkeypatch):
             raise braze._C.CompileError("sin does not compile here")
         return original_whole(gm, *a, **k)
 
-    monkeypatch.setattr(backend, "_try_node", try_node)
+    monkeypatch.setattr(support, "try_node", try_node)
     monkeypatch.setattr(backend, "_compile_whole", compile_whole)
-    backend._state.support_cache.clear()
+    support._cache.clear()
 
     def f(x):
         return (x.exp() * 2).sin() + 1

@@ -1,0 +1,113 @@
+"""Which FX nodes braze takes: each node alone is translated into a braze graph, whose builder
+checks what its op takes, and braze::supports answers for the target without lowering it. Nodes
+that repeat (every layer of a transformer) are asked about once per process. When supported
+nodes fail to compile together, the lowering trial finds the ones that fail alone."""
+import operator
+
+import torch
+
+from braze import _C
+from braze import cpu as cpu_support
+from braze.fx_import import Translator
+from braze.registry import Unsupported, supported_targets
+
+# (key, device) -> (supported, reason)
+_cache = {}
+
+
+def fetch_attr(gm, target):
+    """The value of a get_attr node's dotted `target` in the graph module."""
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _key(node):
+    """What decides whether braze compiles `node` alone: its op, its non-tensor arguments, the
+    dtype, sizes and strides of its operands and results, and which of a tuple's results are
+    read (an attention whose log-sum-exp is read stays in eager). None where a value has no
+    stable text (then the node is tried)."""
+    def describe(x):
+        if isinstance(x, torch.fx.Node):
+            x = x.meta.get("val") if x.op != "get_attr" else fetch_attr(x.graph.owning_module,
+                                                                          x.target)
+            leaves = torch.utils._pytree.tree_leaves(x)
+            return tuple((str(v.dtype), str(v.device), str(tuple(v.shape)), str(v.stride()))
+                         if isinstance(v, torch.Tensor) else repr(v) for v in leaves)
+        if isinstance(x, (list, tuple)):
+            return tuple(describe(v) for v in x)
+        if isinstance(x, dict):
+            return tuple((k, describe(v)) for k, v in sorted(x.items()))
+        if isinstance(x, torch.Tensor):
+            raise TypeError("a tensor argument")
+        return repr(x)
+    try:
+        read = tuple(sorted(repr(u.args[1]) for u in node.users
+                            if u.target is operator.getitem and u.users))
+        return (node.target, describe(node.args), describe(node.kwargs), describe(node), read)
+    except Exception:
+        return None
+
+
+def node_support(node, device=None):
+    """(True, "") if braze can compile this call_function node alone in a graph on `device`
+    (None: the CPU), else (False, reason)."""
+    if node.target not in supported_targets():
+        return False, f"no braze rule for {node.target}"
+    if device is not None:
+        for n in [node, *node.all_input_nodes]:
+            for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
+                if isinstance(v, torch.Tensor) and v.device != device:
+                    return False, f"{n.name} is on {v.device} in a graph on {device}"
+    key = _key(node)
+    if key is not None and (key, device) in _cache:
+        return _cache[key, device]
+    result = try_node(node, device)
+    if key is not None:
+        _cache[key, device] = result
+    return result
+
+
+def try_node(node, device=None, trial=False):
+    """Translates `node` alone into a braze graph, whose builder checks what each op takes,
+    and asks braze whether it compiles that graph for `device` (braze::supports, which does
+    not lower it); with `trial`, lowers it instead. (True, "") or (False, reason)."""
+    t = Translator()
+    try:
+        for a in node.all_input_nodes:
+            if a.op == "get_attr":
+                val = fetch_attr(node.graph.owning_module, a.target)
+            else:
+                val = a.meta.get("val")
+            if isinstance(val, tuple):
+                return False, "operand is a tuple"
+            t.input(a, val)
+        out = t.translate(node)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        t.g.output([o for o in outs if o is not None])  # None: a result no node reads
+        if trial:
+            t.g.check_supported()
+            return True, ""
+        if device is not None and device.type == "cuda":
+            return t.g.supports(cuda=True)
+        return t.g.supports(one_dnn_half=cpu_support.one_dnn_half())
+    except (Unsupported, _C.CompileError) as e:
+        return False, str(e)
+
+
+def refused_by_trial(gm, device):
+    """The nodes of `gm` that fail to lower alone, after braze::supports accepted each of them
+    but the whole graph failed to compile: {node: reason}."""
+    refused = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            if node.args[0] in refused:
+                refused[node] = f"result of unsupported {node.args[0].name}"
+            continue
+        ok, why = try_node(node, device, trial=True)
+        if not ok:
+            refused[node] = why
+    return refused

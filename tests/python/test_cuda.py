@@ -54,6 +54,11 @@ WORKLOADS = {
                               torch.randn(2, 3, 90, 64, dtype=dt), torch.randn(70, 90, dtype=dt))),
     "causal_attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                          lambda dt: tuple(torch.randn(1, 2, 40, 256, dtype=dt) for _ in range(3))),
+    # codegen/SpecialMath's prelude as device functions (templates over the result type too)
+    "special": (lambda x, a: (torch.digamma(x) + torch.polygamma(2, a) + torch.erfinv(x.tanh())
+                              + torch.special.i1e(x) + torch.igamma(a, a + 1),
+                              torch.special.chebyshev_polynomial_t(x.float(), 5)),
+                lambda dt: (torch.randn(257, dtype=dt), torch.rand(257, dtype=dt) + 0.5)),
 }
 
 

@@ -6,7 +6,7 @@
 /// so that results agree where those roundings dominate. Edge cases (poles, NaN, infinities,
 /// arguments outside the domain) follow PyTorch's CPU kernels.
 ///
-/// The methods are textbook ones: power series (summed in long double where they cancel),
+/// The methods are textbook ones: power series (summed in BRAZE_SP_WIDE where they cancel),
 /// asymptotic expansions past the point where their smallest term is below double precision,
 /// Euler-Maclaurin summation for zeta, Halley's iteration for the inverses, Legendre's continued
 /// fraction for the upper incomplete gamma, the trapezoidal rule on
@@ -16,15 +16,34 @@
 
 namespace braze::codegen {
 
-const char *specialMathPrelude() {
-  return R"PRELUDE(
+namespace {
+
+// Both targets compile one text. BRAZE_SP_WIDE is the type of the series that cancel: long
+// double on the CPU; CUDA has no wider type than double, which keeps these series within the
+// tolerance of f64 (their largest terms reach about 1e8 times the result).
+const char *kCpuQualifiers = R"PRELUDE(
 // ---- Special functions --------------------------------------------------------------------
-static const double braze_sp_pi_ = 3.14159265358979323846;
-static const double braze_sp_euler_ = 0.57721566490153286061;
+#define BRAZE_SP_FN static inline
+#define BRAZE_SP_TABLE static const
+#define BRAZE_SP_WIDE long double
+#define BRAZE_SP_W(x) x##L
+)PRELUDE";
+
+const char *kCudaQualifiers = R"PRELUDE(
+// ---- Special functions --------------------------------------------------------------------
+#define BRAZE_SP_FN static __device__
+#define BRAZE_SP_TABLE const
+#define BRAZE_SP_WIDE double
+#define BRAZE_SP_W(x) x
+)PRELUDE";
+
+const char *kFunctions = R"PRELUDE(
+static constexpr double braze_sp_pi_ = 3.14159265358979323846;
+static constexpr double braze_sp_euler_ = 0.57721566490153286061;
 
 // Digamma: reflection psi(x) = psi(1-x) - pi/tan(pi x) for x < 0, the recurrence
 // psi(x) = psi(x+1) - 1/x up to x >= 10, then the asymptotic series with Bernoulli numbers.
-static inline double braze_sp_digamma(double x) {
+BRAZE_SP_FN double braze_sp_digamma(double x) {
   if (x == 0) return std::copysign(INFINITY, -x);
   double acc = 0;
   if (x < 0) {
@@ -43,7 +62,7 @@ static inline double braze_sp_digamma(double x) {
 // Trigamma: reflection psi1(x) = pi^2/sin^2(pi x) - psi1(1-x) for x < 1/2, the recurrence
 // psi1(x) = psi1(x+1) + 1/x^2, then the asymptotic series at x >= 6. The reflection term is
 // evaluated in T, as PyTorch does (its rounding dominates the float result for x < 0).
-template <typename T> static inline double braze_sp_trigamma(T xt) {
+template <typename T> BRAZE_SP_FN double braze_sp_trigamma(T xt) {
   double sign = 1, acc = 0, x = xt;
   if (xt < (T)0.5) {
     sign = -1;
@@ -61,8 +80,8 @@ template <typename T> static inline double braze_sp_trigamma(T xt) {
 // Hurwitz zeta(x, q) = sum_{k>=0} (q+k)^-x by Euler-Maclaurin summation: direct terms up to
 // a = q + N >= 9, the integral and half-term corrections, then B_2j/(2j)! x(x+1)...(x+2j-2)
 // a^(1-x-2j) until a term is below double precision.
-static inline double braze_sp_zeta(double x, double q) {
-  static const double kFactorialOverBernoulli[12] = {
+BRAZE_SP_FN double braze_sp_zeta(double x, double q) {
+  BRAZE_SP_TABLE double kFactorialOverBernoulli[12] = {
       2.0 / (1.0 / 6), 24.0 / (-1.0 / 30), 720.0 / (1.0 / 42), 40320.0 / (-1.0 / 30),
       3628800.0 / (5.0 / 66), 479001600.0 / (-691.0 / 2730), 87178291200.0 / (7.0 / 6),
       20922789888000.0 / (-3617.0 / 510), 6402373705728000.0 / (43867.0 / 798),
@@ -103,7 +122,7 @@ static inline double braze_sp_zeta(double x, double q) {
 }
 
 // polygamma(n, x) = (-1)^(n+1) n! zeta(n+1, x) for n >= 2.
-template <typename T> static inline double braze_sp_polygamma(T n, T x) {
+template <typename T> BRAZE_SP_FN double braze_sp_polygamma(T n, T x) {
   if (n == 0) return braze_sp_digamma(x);
   if (n == 1) return braze_sp_trigamma<T>(x);
   double nd = n, sign = std::fmod(nd, 2.0) != 0 ? 1.0 : -1.0;
@@ -113,7 +132,7 @@ template <typename T> static inline double braze_sp_polygamma(T n, T x) {
 // erfcx(x) = exp(x^2) erfc(x): the product directly while both factors are finite and normal,
 // the asymptotic series 1/(x sqrt(pi)) sum (-1)^k (2k-1)!! / (2x^2)^k for x >= 12, and
 // erfcx(-x) = 2 exp(x^2) - erfcx(x).
-static inline double braze_sp_erfcx_nonneg(double x) {
+BRAZE_SP_FN double braze_sp_erfcx_nonneg(double x) {
   if (x < 12) return std::exp(x * x) * std::erfc(x);
   double v = 0.5 / (x * x), t = 1, s = 1;
   for (int k = 1; k <= 12; ++k) { t *= -(2 * k - 1) * v; s += t; }
@@ -121,7 +140,7 @@ static inline double braze_sp_erfcx_nonneg(double x) {
 }
 // For x < 0, 2 exp(x^2) is evaluated in T as PyTorch does: in float its rounding (relative
 // error ~ x^2 ulp) dominates the result.
-template <typename T> static inline double braze_sp_erfcx(T x) {
+template <typename T> BRAZE_SP_FN double braze_sp_erfcx(T x) {
   if (x < 0) {
     if (x < (T)-26.7) return INFINITY;
     return (double)((T)2 * std::exp(x * x)) - braze_sp_erfcx_nonneg(-(double)x);
@@ -131,7 +150,7 @@ template <typename T> static inline double braze_sp_erfcx(T x) {
 
 // Starting points for the inverses: M. Giles' single-precision approximation of erfinv in
 // w = -log((1-x)(1+x)) ("Approximating the erfinv function", GPU Computing Gems, 2011).
-static inline double braze_sp_erfinv_guess(double x, double w) {
+BRAZE_SP_FN double braze_sp_erfinv_guess(double x, double w) {
   double p;
   if (w < 5) {
     w -= 2.5;
@@ -148,9 +167,9 @@ static inline double braze_sp_erfinv_guess(double x, double w) {
   }
   return p * x;
 }
-static const double braze_sp_two_over_sqrt_pi_ = 1.12837916709551257390;
+static constexpr double braze_sp_two_over_sqrt_pi_ = 1.12837916709551257390;
 // y with erf(y) = x, |x| <= 1/2: Halley's iteration on erf(y) - x.
-static inline double braze_sp_erfinv_center(double x) {
+BRAZE_SP_FN double braze_sp_erfinv_center(double x) {
   double y = braze_sp_erfinv_guess(x, -std::log((1 - x) * (1 + x)));
   for (int i = 0; i < 2; ++i) {
     double f = std::erf(y) - x;
@@ -160,7 +179,7 @@ static inline double braze_sp_erfinv_center(double x) {
 }
 // y > 0 with erfc(y) = z, 0 < z <= 1/2: Halley's iteration on (erfc(y) - z) exp(y^2), which
 // stays representable where erfc(y) underflows.
-static inline double braze_sp_erfcinv_tail(double z) {
+BRAZE_SP_FN double braze_sp_erfcinv_tail(double z) {
   double w = -std::log(z * (2 - z)), y;
   if (w < 25) {
     y = braze_sp_erfinv_guess(1 - z, w);
@@ -176,14 +195,14 @@ static inline double braze_sp_erfcinv_tail(double z) {
   }
   return y;
 }
-static inline double braze_sp_erfinv(double x) {
+BRAZE_SP_FN double braze_sp_erfinv(double x) {
   if (!(std::fabs(x) <= 1)) return NAN;
   if (std::fabs(x) == 1) return std::copysign(INFINITY, x);
   if (std::fabs(x) <= 0.5) return braze_sp_erfinv_center(x);
   return std::copysign(braze_sp_erfcinv_tail(1 - std::fabs(x)), x);
 }
 // ndtri(p) = sqrt(2) erfinv(2p - 1), computed through erfc's inverse in the tails.
-static inline double braze_sp_ndtri(double p) {
+BRAZE_SP_FN double braze_sp_ndtri(double p) {
   const double sqrt2 = 1.41421356237309504880;
   if (!(p >= 0 && p <= 1)) return NAN;
   if (p == 0) return -INFINITY;
@@ -196,7 +215,7 @@ static inline double braze_sp_ndtri(double p) {
 // ---- Modified Bessel functions of the first kind ----
 // I_nu(x) ~ e^x / sqrt(2 pi x) sum_k (-1)^k a_k(nu) / x^k, a_k = a_{k-1} (4nu^2 - (2k-1)^2)/(8k):
 // the sum, for x >= 20 where its smallest term is below double precision.
-static inline double braze_sp_i_asymptotic_sum(double nu, double x) {
+BRAZE_SP_FN double braze_sp_i_asymptotic_sum(double nu, double x) {
   double mu = 4 * nu * nu, t = 1, s = 1;
   for (int k = 1; k < 60; ++k) {
     double next = -t * (mu - (2.0 * k - 1) * (2.0 * k - 1)) / (8.0 * k * x);
@@ -208,7 +227,7 @@ static inline double braze_sp_i_asymptotic_sum(double nu, double x) {
   return s / std::sqrt(2 * braze_sp_pi_ * x);
 }
 // sum_k (x^2/4)^k / (k! (k+nu)!) for nu = 0, 1 (all terms positive).
-static inline double braze_sp_i_series(int nu, double x) {
+BRAZE_SP_FN double braze_sp_i_series(int nu, double x) {
   double q = 0.25 * x * x, t = 1, s = 1;
   for (int k = 1; k < 500; ++k) {
     t *= q / ((double)k * (k + nu));
@@ -217,25 +236,25 @@ static inline double braze_sp_i_series(int nu, double x) {
   }
   return s;
 }
-static inline double braze_sp_bessel_i0(double x) {
+BRAZE_SP_FN double braze_sp_bessel_i0(double x) {
   double ax = std::fabs(x);
   if (std::isinf(x)) return NAN;
   if (ax < 20) return braze_sp_i_series(0, x);
   return std::exp(ax) * braze_sp_i_asymptotic_sum(0, ax);
 }
-static inline double braze_sp_bessel_i0e(double x) {
+BRAZE_SP_FN double braze_sp_bessel_i0e(double x) {
   double ax = std::fabs(x);
   if (std::isinf(x)) return 0;
   if (ax < 20) return std::exp(-ax) * braze_sp_i_series(0, x);
   return braze_sp_i_asymptotic_sum(0, ax);
 }
-static inline double braze_sp_bessel_i1(double x) {
+BRAZE_SP_FN double braze_sp_bessel_i1(double x) {
   double ax = std::fabs(x);
   if (std::isinf(x)) return NAN;
   if (ax < 20) return 0.5 * x * braze_sp_i_series(1, x);
   return std::copysign(std::exp(ax) * braze_sp_i_asymptotic_sum(1, ax), x);
 }
-static inline double braze_sp_bessel_i1e(double x) {
+BRAZE_SP_FN double braze_sp_bessel_i1e(double x) {
   double ax = std::fabs(x);
   if (std::isinf(x)) return std::copysign(0.0, x);
   if (ax < 20) return std::exp(-ax) * 0.5 * x * braze_sp_i_series(1, x);
@@ -245,7 +264,7 @@ static inline double braze_sp_bessel_i1e(double x) {
 // ---- Modified Bessel functions of the second kind ----
 // e^x K_nu(x) = int_0^inf exp(-2x sinh^2(t/2)) cosh(nu t) dt by the trapezoidal rule; the step
 // keeps the rule's error below double precision for an integrand of width ~ 1/sqrt(x).
-static inline double braze_sp_k_scaled_integral(double nu, double x) {
+BRAZE_SP_FN double braze_sp_k_scaled_integral(double nu, double x) {
   double h = 0.6 / std::sqrt(x);
   if (h > 0.25) h = 0.25;
   double s = 0.5;
@@ -260,7 +279,7 @@ static inline double braze_sp_k_scaled_integral(double nu, double x) {
 // K0 and K1 for 0 < x <= 2 from the series of A&S 9.6.13 and 9.6.11 (harmonic numbers H_k):
 // K0 = -(log(x/2) + gamma) I0(x) + sum_{k>=1} H_k (x^2/4)^k / (k!)^2,
 // K1 = 1/x + log(x/2) I1(x) - x/4 sum_{k>=0} (H_k + H_{k+1} - 2 gamma) (x^2/4)^k / (k!(k+1)!).
-static inline double braze_sp_k0_series(double x) {
+BRAZE_SP_FN double braze_sp_k0_series(double x) {
   double q = 0.25 * x * x, t = 1, i0 = 1, hs = 0, h = 0;
   for (int k = 1; k < 100; ++k) {
     t *= q / ((double)k * k);
@@ -271,7 +290,7 @@ static inline double braze_sp_k0_series(double x) {
   }
   return -(std::log(0.5 * x) + braze_sp_euler_) * i0 + hs;
 }
-static inline double braze_sp_k1_series(double x) {
+BRAZE_SP_FN double braze_sp_k1_series(double x) {
   double q = 0.25 * x * x, t = 1, i1 = 1, h = 0, hs = 1 - 2 * braze_sp_euler_; // k = 0 term
   for (int k = 1; k < 100; ++k) {
     t *= q / ((double)k * (k + 1));
@@ -283,28 +302,28 @@ static inline double braze_sp_k1_series(double x) {
   }
   return 1 / x + 0.5 * x * (std::log(0.5 * x) * i1 - 0.5 * hs);
 }
-static inline double braze_sp_bessel_k0(double x) {
+BRAZE_SP_FN double braze_sp_bessel_k0(double x) {
   if (!(x >= 0)) return NAN;
   if (x == 0) return INFINITY;
   if (x <= 2) return braze_sp_k0_series(x);
   if (std::isinf(x)) return 0;
   return std::exp(-x) * braze_sp_k_scaled_integral(0, x);
 }
-static inline double braze_sp_bessel_k0e(double x) {
+BRAZE_SP_FN double braze_sp_bessel_k0e(double x) {
   if (!(x >= 0)) return NAN;
   if (x == 0) return INFINITY;
   if (x <= 2) return std::exp(x) * braze_sp_k0_series(x);
   if (std::isinf(x)) return 0;
   return braze_sp_k_scaled_integral(0, x);
 }
-static inline double braze_sp_bessel_k1(double x) {
+BRAZE_SP_FN double braze_sp_bessel_k1(double x) {
   if (!(x >= 0)) return NAN;
   if (x == 0) return INFINITY;
   if (x <= 2) return braze_sp_k1_series(x);
   if (std::isinf(x)) return 0;
   return std::exp(-x) * braze_sp_k_scaled_integral(1, x);
 }
-static inline double braze_sp_bessel_k1e(double x) {
+BRAZE_SP_FN double braze_sp_bessel_k1e(double x) {
   if (!(x >= 0)) return NAN;
   if (x == 0) return INFINITY;
   if (x <= 2) return std::exp(x) * braze_sp_k1_series(x);
@@ -317,7 +336,7 @@ static inline double braze_sp_bessel_k1e(double x) {
 // P = sum (-1)^k a_2k / x^2k, Q = sum (-1)^k a_2k+1 / x^2k+1, and
 // J_nu = sqrt(2/(pi x)) (P cos chi - Q sin chi), Y_nu = sqrt(2/(pi x)) (P sin chi + Q cos chi),
 // chi = x - (nu/2 + 1/4) pi; cos chi and sin chi come from cos x and sin x.
-static inline void braze_sp_hankel_pq(double nu, double x, double &p, double &q) {
+BRAZE_SP_FN void braze_sp_hankel_pq(double nu, double x, double &p, double &q) {
   double mu = 4 * nu * nu, t = 1, prev = INFINITY;
   p = 1;
   q = 0;
@@ -330,7 +349,7 @@ static inline void braze_sp_hankel_pq(double nu, double x, double &p, double &q)
     if (std::fabs(t) < 1e-17) break;
   }
 }
-static inline void braze_sp_jy_large(int n, double x, double &j, double &y) {
+BRAZE_SP_FN void braze_sp_jy_large(int n, double x, double &j, double &y) {
   double p, q;
   braze_sp_hankel_pq(n, x, p, q);
   double c = std::cos(x), s = std::sin(x), r = std::sqrt(2 / (braze_sp_pi_ * x)) * 0.70710678118654752440;
@@ -340,16 +359,16 @@ static inline void braze_sp_jy_large(int n, double x, double &j, double &y) {
   j = r * (p * cchi - q * schi);
   y = r * (p * schi + q * cchi);
 }
-// Power series of J0, J1, Y0, Y1 (A&S 9.1.10, 9.1.11), summed in long double: for x < 20 the
+// Power series of J0, J1, Y0, Y1 (A&S 9.1.10, 9.1.11), summed in BRAZE_SP_WIDE: for x < 20 the
 // alternating terms reach e^x/(2 pi x) times the result.
-static inline void braze_sp_jy_series(int n, double xd, double &j, double &y) {
-  long double x = xd, q = -0.25L * x * x, t = 1, sj = 1, h = 0, sh = 0;
-  const long double gamma = 0.577215664901532860606512090082402431L;
-  const long double pi = 3.14159265358979323846264338327950288L;
+BRAZE_SP_FN void braze_sp_jy_series(int n, double xd, double &j, double &y) {
+  BRAZE_SP_WIDE x = xd, q = -BRAZE_SP_W(0.25) * x * x, t = 1, sj = 1, h = 0, sh = 0;
+  const BRAZE_SP_WIDE gamma = BRAZE_SP_W(0.577215664901532860606512090082402431);
+  const BRAZE_SP_WIDE pi = BRAZE_SP_W(3.14159265358979323846264338327950288);
   if (n == 0) {
     for (int k = 1; k < 200; ++k) {
-      t *= q / ((long double)k * k);
-      h += 1.0L / k;
+      t *= q / ((BRAZE_SP_WIDE)k * k);
+      h += BRAZE_SP_W(1.0) / k;
       sj += t;
       sh += h * t;
       if (std::fabs((double)t) < 1e-22) break;
@@ -359,45 +378,45 @@ static inline void braze_sp_jy_series(int n, double xd, double &j, double &y) {
   } else {
     sh = 1 - 2 * gamma;
     for (int k = 1; k < 200; ++k) {
-      t *= q / ((long double)k * (k + 1));
-      long double hk = h + 1.0L / k;
+      t *= q / ((BRAZE_SP_WIDE)k * (k + 1));
+      BRAZE_SP_WIDE hk = h + BRAZE_SP_W(1.0) / k;
       h = hk;
       sj += t;
-      sh += (hk + hk + 1.0L / (k + 1) - 2 * gamma) * t;
+      sh += (hk + hk + BRAZE_SP_W(1.0) / (k + 1) - 2 * gamma) * t;
       if (std::fabs((double)t) < 1e-22) break;
     }
     j = (double)(x / 2 * sj);
     y = (double)(-2 / (pi * x) + 2 / pi * std::log(x / 2) * (x / 2 * sj) - x / (2 * pi) * sh);
   }
 }
-static inline double braze_sp_bessel_j0(double x) {
+BRAZE_SP_FN double braze_sp_bessel_j0(double x) {
   double ax = std::fabs(x), j, y;
   if (std::isinf(x)) return NAN;
   if (ax < 20) braze_sp_jy_series(0, ax, j, y); else braze_sp_jy_large(0, ax, j, y);
   return j;
 }
-static inline double braze_sp_bessel_j1(double x) {
+BRAZE_SP_FN double braze_sp_bessel_j1(double x) {
   double ax = std::fabs(x), j, y;
   if (std::isinf(x)) return NAN;
   if (ax == 0) return x;
   if (ax < 20) braze_sp_jy_series(1, ax, j, y); else braze_sp_jy_large(1, ax, j, y);
   return x < 0 ? -j : j;
 }
-static inline double braze_sp_bessel_y0(double x) {
+BRAZE_SP_FN double braze_sp_bessel_y0(double x) {
   double j, y;
   if (!(x >= 0) || std::isinf(x)) return NAN;
   if (x == 0) return -INFINITY;
   if (x < 20) braze_sp_jy_series(0, x, j, y); else braze_sp_jy_large(0, x, j, y);
   return y;
 }
-static inline double braze_sp_bessel_y1(double x) {
+BRAZE_SP_FN double braze_sp_bessel_y1(double x) {
   double j, y;
   if (!(x >= 0) || std::isinf(x)) return NAN;
   if (x == 0) return -INFINITY;
   if (x < 20) braze_sp_jy_series(1, x, j, y); else braze_sp_jy_large(1, x, j, y);
   return y;
 }
-static inline double braze_sp_spherical_bessel_j0(double x) {
+BRAZE_SP_FN double braze_sp_spherical_bessel_j0(double x) {
   if (std::isinf(x)) return 0;
   if (std::fabs(x) < 0.5) {
     double z = x * x; // sin(x)/x = sum (-z)^k / (2k+1)!
@@ -407,10 +426,10 @@ static inline double braze_sp_spherical_bessel_j0(double x) {
 }
 
 // ---- Airy function Ai ----
-// |x| moderate: Ai = c1 f - c2 g with the Maclaurin series f, g (DLMF 9.4.1) in long double;
+// |x| moderate: Ai = c1 f - c2 g with the Maclaurin series f, g (DLMF 9.4.1) in BRAZE_SP_WIDE;
 // x >= 2: Ai(x) = sqrt(x/3)/pi K_{1/3}(zeta), zeta = 2/3 x^{3/2}; x <= -8: the oscillatory
 // expansion (DLMF 9.7.9) in u_k = u_{k-1} (6k-5)(6k-3)(6k-1) / ((2k-1) 216 k).
-static inline double braze_sp_airy_ai(double x) {
+BRAZE_SP_FN double braze_sp_airy_ai(double x) {
   if (std::isinf(x)) return NAN;
   if (x >= 2) {
     double zeta = 2.0 / 3 * x * std::sqrt(x);
@@ -418,16 +437,16 @@ static inline double braze_sp_airy_ai(double x) {
            braze_sp_k_scaled_integral(1.0 / 3, zeta);
   }
   if (x > -8) {
-    long double xl = x, x3 = xl * xl * xl, f = 1, g = xl, tf = 1, tg = xl;
+    BRAZE_SP_WIDE xl = x, x3 = xl * xl * xl, f = 1, g = xl, tf = 1, tg = xl;
     for (int k = 1; k < 200; ++k) {
-      tf *= x3 / ((3.0L * k - 1) * (3.0L * k));
-      tg *= x3 / ((3.0L * k) * (3.0L * k + 1));
+      tf *= x3 / ((BRAZE_SP_W(3.0) * k - 1) * (BRAZE_SP_W(3.0) * k));
+      tg *= x3 / ((BRAZE_SP_W(3.0) * k) * (BRAZE_SP_W(3.0) * k + 1));
       f += tf;
       g += tg;
       if (std::fabs((double)tf) + std::fabs((double)tg) < 1e-22) break;
     }
-    const long double c1 = 0.355028053887817239260063186004183176L;
-    const long double c2 = 0.258819403792806798405183560189203963L;
+    const BRAZE_SP_WIDE c1 = BRAZE_SP_W(0.355028053887817239260063186004183176);
+    const BRAZE_SP_WIDE c2 = BRAZE_SP_W(0.258819403792806798405183560189203963);
     return (double)(c1 * f - c2 * g);
   }
   double z = -x, zeta = 2.0 / 3 * z * std::sqrt(z), u = 1, p = 1, q = 0, prev = INFINITY;
@@ -446,14 +465,14 @@ static inline double braze_sp_airy_ai(double x) {
 // ---- Regularized incomplete gamma functions P(a, x) and Q(a, x) = 1 - P(a, x) ----
 // log(x^a e^-x / Gamma(a)); for a > 10 through Stirling's series and log1p, so that the large
 // terms a log x, x and lgamma(a) cancel exactly.
-static inline double braze_sp_log_gamma_prefactor(double a, double x) {
+BRAZE_SP_FN double braze_sp_log_gamma_prefactor(double a, double x) {
   if (a <= 10) return a * std::log(x) - x - std::lgamma(a);
   double t = (x - a) / a, ia = 1 / a, ia2 = ia * ia;
   double stirling = ia * (1.0 / 12 - ia2 * (1.0 / 360 - ia2 * (1.0 / 1260 - ia2 / 1680)));
   return 0.5 * std::log(a) - 0.91893853320467274178 - stirling + a * (std::log1p(t) - t);
 }
 // P by its series x^a e^-x / Gamma(a) sum_n x^n / (a (a+1) ... (a+n)), for x < a + 1.
-static inline double braze_sp_igamma_series(double a, double x) {
+BRAZE_SP_FN double braze_sp_igamma_series(double a, double x) {
   double term = 1 / a, sum = term, ap = a;
   for (int n = 1; n < 2000000; ++n) {
     ap += 1;
@@ -465,7 +484,7 @@ static inline double braze_sp_igamma_series(double a, double x) {
 }
 // Q by Legendre's continued fraction x^a e^-x / Gamma(a) / (x + 1 - a - 1(1-a)/(x + 3 - a - ...)),
 // evaluated by the modified Lentz method, for x >= a + 1.
-static inline double braze_sp_igammac_fraction(double a, double x) {
+BRAZE_SP_FN double braze_sp_igammac_fraction(double a, double x) {
   const double tiny = 1e-300;
   double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
   for (int i = 1; i < 2000000; ++i) {
@@ -483,14 +502,14 @@ static inline double braze_sp_igammac_fraction(double a, double x) {
   return h * std::exp(braze_sp_log_gamma_prefactor(a, x));
 }
 // log Gamma(1 + a), keeping its relative accuracy for small a (Taylor series in zeta values).
-static inline double braze_sp_lgamma1p(double a) {
+BRAZE_SP_FN double braze_sp_lgamma1p(double a) {
   if (std::fabs(a) >= 1e-3) return std::lgamma(1 + a);
   const double z2 = 1.64493406684822643647, z3 = 1.20205690315959428540, z4 = 1.08232323371113819152;
   return a * (-braze_sp_euler_ + a * (z2 / 2 - a * (z3 / 3 - a * z4 / 4)));
 }
 // Q for a < 1 and x < a + 1, where 1 - P would cancel: from the series of the lower function,
 // Q = -expm1(a log x - lgamma(1+a)) - x^a / Gamma(a) sum_{n>=1} (-x)^n / (n! (a+n)).
-static inline double braze_sp_igammac_small_a(double a, double x) {
+BRAZE_SP_FN double braze_sp_igammac_small_a(double a, double x) {
   double sum = 0, term = 1;
   for (int n = 1; n < 200; ++n) {
     term *= -x / n;
@@ -503,7 +522,7 @@ static inline double braze_sp_igammac_small_a(double a, double x) {
 }
 // Edge cases as in PyTorch: a or x negative -> NaN; a = 0 -> P = 1 for x > 0 (else NaN);
 // x = 0 -> P = 0; a = inf -> P = 0 (NaN when x = inf too); x = inf -> P = 1.
-static inline double braze_sp_igamma(double a, double x) {
+BRAZE_SP_FN double braze_sp_igamma(double a, double x) {
   if (x < 0 || a < 0) return NAN;
   if (a == 0) return x > 0 ? 1 : NAN;
   if (x == 0) return 0;
@@ -512,7 +531,7 @@ static inline double braze_sp_igamma(double a, double x) {
   if (x < a + 1) return braze_sp_igamma_series(a, x);
   return 1 - braze_sp_igammac_fraction(a, x);
 }
-static inline double braze_sp_igammac(double a, double x) {
+BRAZE_SP_FN double braze_sp_igammac(double a, double x) {
   if (x < 0 || a < 0) return NAN;
   if (a == 0) return x > 0 ? 0 : NAN;
   if (x == 0) return 1;
@@ -527,12 +546,12 @@ static inline double braze_sp_igammac(double a, double x) {
 // does, so that overflow in the recurrence matches. n is a float holding an integer
 // (truncated like a C cast); n < 0 gives 0. |x| < 1 with large
 // n uses the trigonometric forms, otherwise the three-term recurrence, as PyTorch does.
-template <typename T> static inline bool braze_sp_degree(T n, int64_t &k) {
+template <typename T> BRAZE_SP_FN bool braze_sp_degree(T n, int64_t &k) {
   if (!(n > -9.2e18 && n < 9.2e18)) return false;
   k = (int64_t)n;
   return k >= 0;
 }
-template <typename T> static inline T braze_sp_chebyshev_t(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_chebyshev_t(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 1) return (x > 0 || n % 2 == 0) ? 1 : -1;
@@ -543,7 +562,7 @@ template <typename T> static inline T braze_sp_chebyshev_t(T x, T nf) {
   for (int64_t k = 2; k <= n; ++k) { r = (x + x) * q - p; p = q; q = r; }
   return r;
 }
-template <typename T> static inline T braze_sp_chebyshev_u(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_chebyshev_u(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 1) return (x > 0 || n % 2 == 0) ? n + 1 : -(n + 1);
@@ -558,7 +577,7 @@ template <typename T> static inline T braze_sp_chebyshev_u(T x, T nf) {
   for (int64_t k = 2; k <= n; ++k) { r = (x + x) * q - p; p = q; q = r; }
   return r;
 }
-template <typename T> static inline T braze_sp_chebyshev_v(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_chebyshev_v(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 1) {
@@ -576,7 +595,7 @@ template <typename T> static inline T braze_sp_chebyshev_v(T x, T nf) {
   for (int64_t k = 2; k <= n; ++k) { r = (x + x) * q - p; p = q; q = r; }
   return r;
 }
-template <typename T> static inline T braze_sp_chebyshev_w(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_chebyshev_w(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 1) {
@@ -596,12 +615,12 @@ template <typename T> static inline T braze_sp_chebyshev_w(T x, T nf) {
   return r;
 }
 // The shifted polynomials are the unshifted ones at 2x - 1.
-template <typename T> static inline T braze_sp_shifted_chebyshev_t(T x, T n) { return braze_sp_chebyshev_t(x + x - 1, n); }
-template <typename T> static inline T braze_sp_shifted_chebyshev_u(T x, T n) { return braze_sp_chebyshev_u(x + x - 1, n); }
-template <typename T> static inline T braze_sp_shifted_chebyshev_v(T x, T n) { return braze_sp_chebyshev_v(x + x - 1, n); }
-template <typename T> static inline T braze_sp_shifted_chebyshev_w(T x, T n) { return braze_sp_chebyshev_w(x + x - 1, n); }
+template <typename T> BRAZE_SP_FN T braze_sp_shifted_chebyshev_t(T x, T n) { return braze_sp_chebyshev_t(x + x - 1, n); }
+template <typename T> BRAZE_SP_FN T braze_sp_shifted_chebyshev_u(T x, T n) { return braze_sp_chebyshev_u(x + x - 1, n); }
+template <typename T> BRAZE_SP_FN T braze_sp_shifted_chebyshev_v(T x, T n) { return braze_sp_chebyshev_v(x + x - 1, n); }
+template <typename T> BRAZE_SP_FN T braze_sp_shifted_chebyshev_w(T x, T n) { return braze_sp_chebyshev_w(x + x - 1, n); }
 // Physicists' Hermite: H_{k+1} = 2x H_k - 2k H_{k-1}.
-template <typename T> static inline T braze_sp_hermite_h(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_hermite_h(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (n == 0) return 1;
@@ -611,7 +630,7 @@ template <typename T> static inline T braze_sp_hermite_h(T x, T nf) {
   return r;
 }
 // Probabilists' Hermite: He_{k+1} = x He_k - k He_{k-1}.
-template <typename T> static inline T braze_sp_hermite_he(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_hermite_he(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (n == 0) return 1;
@@ -621,7 +640,7 @@ template <typename T> static inline T braze_sp_hermite_he(T x, T nf) {
   return r;
 }
 // Laguerre: (k+1) L_{k+1} = (2k+1-x) L_k - k L_{k-1}.
-template <typename T> static inline T braze_sp_laguerre_l(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_laguerre_l(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 0) return 1;
@@ -632,7 +651,7 @@ template <typename T> static inline T braze_sp_laguerre_l(T x, T nf) {
   return r;
 }
 // Legendre: (k+1) P_{k+1} = (2k+1) x P_k - k P_{k-1}.
-template <typename T> static inline T braze_sp_legendre_p(T x, T nf) {
+template <typename T> BRAZE_SP_FN T braze_sp_legendre_p(T x, T nf) {
   int64_t n;
   if (!braze_sp_degree(nf, n)) return 0;
   if (std::fabs(x) == 1) return (x > 0 || n % 2 == 0) ? 1 : -1;
@@ -643,6 +662,11 @@ template <typename T> static inline T braze_sp_legendre_p(T x, T nf) {
   return r;
 }
 )PRELUDE";
+
+} // namespace
+
+std::string specialMathPrelude(bool cuda) {
+  return std::string(cuda ? kCudaQualifiers : kCpuQualifiers) + kFunctions;
 }
 
 } // namespace braze::codegen

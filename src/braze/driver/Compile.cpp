@@ -328,9 +328,6 @@ Support supports(const Graph &g, const CompileOptions &opts) {
     return {false, "invalid graph: " + err};
   DecomposeOptions d = decomposeFor(opts);
   for (const auto &n : g.nodes()) {
-    if (opts.cuda && isSpecialFunction(n->op()))
-      return {false, "special functions (" + std::string(opName(n->op())) +
-                         ") are not generated for CUDA yet"};
     if (n->op() == OpKind::ConvTranspose && decomp::convTransposeRoundsPerTap(n.get(), d) &&
         decomp::convTransposeTaps(n.get()) > GraphBuilder::kMaxRoundedTaps)
       return {false, "a half-precision transposed convolution of " +

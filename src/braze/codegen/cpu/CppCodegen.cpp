@@ -53,7 +53,7 @@ public:
     }
     // The special functions are long; only modules that call one of them get them.
     if (kernels.find(kSpecialMathPrefix) != std::string::npos)
-      out += specialMathPrelude();
+      out += specialMathPrelude(false);
     if (dnnl)
       out += dnnlPrelude();
     if (attention)

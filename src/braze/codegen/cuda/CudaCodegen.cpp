@@ -117,10 +117,10 @@ public:
         calls.push_back(launch);
       }
     }
-    if (kernels.find(kSpecialMathPrefix) != std::string::npos)
-      BRAZE_USER_ERROR("compile", "")
-          << "special functions (digamma, Bessel, zeta...) are not generated for CUDA yet";
-    out.device = cudaPrelude() + (attention ? cudaAttentionPrelude() : "") + kernels;
+    // The special functions are long; only modules that call one of them get them.
+    const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
+    out.device = cudaPrelude() + (special ? specialMathPrelude(true) : "") +
+                 (attention ? cudaAttentionPrelude() : "") + kernels;
     out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
     out.host = hostSource(s_, names_, calls);
     out.numKernels = static_cast<int>(s_.kernels.size());

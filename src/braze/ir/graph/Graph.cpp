@@ -104,15 +104,6 @@ std::string_view attrKindText(AttrKind k) {
   BRAZE_UNREACHABLE("bad AttrKind");
 }
 
-bool isSpecialFunction(OpKind k) {
-  static const OpKind kSpecial[] = {
-#define BRAZE_ELEMENTWISE(E, arity, text, result)
-#define BRAZE_SPECIAL(E, arity, text, result) OpKind::E,
-#include "braze/ir/types/ElementwiseOps.def"
-  };
-  return std::find(std::begin(kSpecial), std::end(kSpecial), k) != std::end(kSpecial);
-}
-
 namespace {
 enum class ResultKind { Same, Bool, Float };
 

@@ -41,8 +41,6 @@ enum class OpCategoryKind {
 
 std::string_view opName(OpKind k);
 OpCategoryKind opCategory(OpKind k);
-/// A special function (ElementwiseOps.def's BRAZE_SPECIAL entries: digamma, Bessel, zeta...).
-bool isSpecialFunction(OpKind k);
 bool parseOpKind(std::string_view name, OpKind &out);
 /// Number of operands of an elementwise op.
 int elementwiseArity(OpKind k);

@@ -120,55 +120,17 @@ def _no_wrap(t, idx, size):
                                      t.g.full(float(size), t.g.dtype(idx), []), idx])
 
 
-# ---- scatter along a dim ----------------------------------------------------------------
+# ---- scatter along a dim, index_reduce, put, diagonal_scatter: graph ops --------------------
+# (lowering/decompose/Scatter.cpp; GraphBuilder::scatterLikeError says what each takes)
 
 def _scatter_dim(t, node, x, dim, index, src, mode, include_self=True):
-    """self.scatter(dim, index, src): target[j..] = position of self[j.., index[j..] at dim, ..]
-    (a gather of the position tensor, which rejects indices outside the dim, negative ones
-    included, as eager does). src is an FX tensor or a Python scalar."""
-    name = str(node.target)
-    xs, ishape = _shape(x, name), _shape(index, name)
-    self_h, idx = t.arg(x), t.arg(index)
-    k = _numel(ishape)
-    if k == 0:
-        return self_h
-    if not xs:
-        # A 0-d self: index has one element, which must be 0.
-        pos = t.g.iota("i64", [t.g.sym_const(1)], 0)
-        target = t.g.gather(pos, 0, t.g.reshape(idx, [t.g.sym_const(k)]))
-        ishape = [k]
+    """self.scatter(dim, index, src) with src an FX tensor or a Python scalar."""
+    self_h = t.arg(x)
+    if not isinstance(src, torch.fx.Node):
+        src = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, _shape(index, str(node.target))))
     else:
-        if len(ishape) != len(xs):
-            raise Unsupported(f"{name}: index rank differs from self's")
-        dim %= len(xs)
-        if any(ishape[d] > xs[d] for d in range(len(xs)) if d != dim):
-            raise Unsupported(f"{name}: index larger than self")
-        target = t.g.gather(_positions(t, xs), dim, idx)
-    if isinstance(src, torch.fx.Node):
-        ss = _shape(src, name)
-        h = t.arg(src)
-        if not ss:
-            h, ss = t.g.reshape(h, [t.g.sym_const(1)]), [1]
-        if len(ss) != len(ishape) or any(i > s for i, s in zip(ishape, ss)):
-            raise Unsupported(f"{name}: index larger than src")
-        for d, (i, s) in enumerate(zip(ishape, ss)):
-            if i != s:
-                h = t.g.slice(h, d, 0, i, 1)
-    else:
-        h = t.g.full(float(src), t.g.dtype(self_h), _sym_shape(t, ishape))
-    if (mode == "overwrite" and xs and ishape[dim] == 1
-            and all(ishape[d] == xs[d] for d in range(len(xs)) if d != dim)):
-        # One index per line along dim (a loss's one-hot gradient): each element of self is
-        # compared with its line's target, in one pass, whatever the size. The target comes from
-        # the gather above, which rejects an index out of range as eager does.
-        shape = _sym_shape(t, xs)
-        hit = t.g.elementwise("eq", [_positions(t, xs), t.g.expand(target, shape)])
-        value = t.g.expand(t.g.convert(h, t.g.dtype(self_h)), shape)
-        return t.g.elementwise("where", [hit, value, self_h])
-    # Eager's scatter kernels accumulate a half-precision sum or product in f32 with self
-    # included and round once (mean: that sum rounded, then divided in half precision).
-    return _scatter(t, node, self_h, target, h, k, mode, include_self,
-                    fan_in=ishape[dim if xs else 0], ordered=False)
+        src = t.arg(src)
+    return t.g.scatter_dim(self_h, dim, t.arg(index), src, mode, include_self)
 
 
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod", "sum": "sum", "prod": "prod",
@@ -282,48 +244,16 @@ def _shape_of_handle(t, h):
 
 @rule(aten.put.default)
 def _put(t, node, x, index, source, accumulate=False):
-    """self.flatten()[index] = source (or +=), negative indices wrapping."""
-    name = str(node.target)
-    xs = _shape(x, name)
-    k = _numel(_shape(index, name))
-    self_h = t.arg(x)
-    if k == 0:
-        return self_h
-    flat = t.g.iota("i64", [t.g.sym_const(_numel(xs))], 0)
-    target = t.g.take(flat, 0, t.g.reshape(t.arg(index), [t.g.sym_const(k)]))
-    src = t.g.reshape(t.arg(source), [t.g.sym_const(_numel(_shape(source, name)))])
-    if _numel(_shape(source, name)) != k:
-        raise Unsupported(f"{name}: source and index sizes differ")
-    return _scatter(t, node, self_h, target, src, k, "sum" if accumulate else "overwrite")
+    return t.g.put(t.arg(x), t.arg(index), t.arg(source), accumulate)
 
 
 @rule(aten.index_reduce.default)
 def _index_reduce(t, node, x, dim, index, source, reduce, include_self=True):
-    """self.index_reduce(dim, index, source): source's slice j goes to self's slice index[j]
-    (indices outside the dim, negative ones included, are a run-time error as in eager)."""
-    name = str(node.target)
-    xs = _shape(x, name)
-    ishape = _shape(index, name)
-    self_h = t.arg(x)
-    if not xs:
-        xs_eff = [1]
-        pos = t.g.iota("i64", [t.g.sym_const(1)], 0)
-        dim = 0
-    else:
-        xs_eff = xs
-        pos = _positions(t, xs)
-        dim %= len(xs)
-    k = _numel(ishape)
-    if k == 0:
-        return self_h
-    idx = t.g.reshape(t.arg(index), [t.g.sym_const(k)])
-    target = t.g.take(pos, dim, _no_wrap(t, idx, xs_eff[dim]))
-    src = t.g.reshape(t.arg(source), t.g.shape(target))
-    return _scatter(t, node, self_h, target, src, _numel(_shape_of_handle(t, target)),
-                    _SCATTER_REDUCE[reduce], include_self, fan_in=k)
+    return t.g.index_reduce(t.arg(x), dim, t.arg(index), t.arg(source), _SCATTER_REDUCE[reduce],
+                            include_self)
 
 
-# ---- masked_scatter, diagonal_scatter, as_strided_scatter, nonzero_static -------------------
+# ---- masked_scatter, as_strided_scatter, nonzero_static -------------------------------
 
 @rule(aten.masked_scatter.default)
 def _masked_scatter(t, node, x, mask, source):
@@ -351,13 +281,7 @@ def _masked_scatter(t, node, x, mask, source):
 
 @rule(aten.diagonal_scatter.default)
 def _diagonal_scatter(t, node, x, src, offset=0, dim1=0, dim2=1):
-    name = str(node.target)
-    xs = _shape(x, name)
-    target = t.g.diagonal(_positions(t, xs), offset, dim1, dim2)
-    k = _numel(_shape_of_handle(t, target))
-    if k == 0:
-        return t.arg(x)
-    return _scatter(t, node, t.arg(x), target, t.arg(src), k, "overwrite")
+    return t.g.diagonal_scatter(t.arg(x), t.arg(src), offset, dim1, dim2)
 
 
 @rule(aten.as_strided_scatter.default)

@@ -428,6 +428,23 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().scatter(g.at(self), g.at(target), g.at(src), mode, includeSelf,
                                           maxHits));
       }, "self"_a, "target"_a, "src"_a, "mode"_a, "include_self"_a, "max_hits"_a = 0)
+      .def("scatter_dim", [](PyGraph &g, int self, int64_t dim, int index, int src,
+                             const std::string &mode, bool includeSelf) {
+        return g.node(g.builder().scatterDim(g.at(self), dim, g.at(index), g.at(src), mode,
+                                             includeSelf));
+      })
+      .def("index_reduce", [](PyGraph &g, int self, int64_t dim, int index, int source,
+                              const std::string &mode, bool includeSelf) {
+        return g.node(g.builder().indexReduce(g.at(self), dim, g.at(index), g.at(source), mode,
+                                              includeSelf));
+      })
+      .def("put", [](PyGraph &g, int self, int index, int source, bool accumulate) {
+        return g.node(g.builder().put(g.at(self), g.at(index), g.at(source), accumulate));
+      })
+      .def("diagonal_scatter", [](PyGraph &g, int self, int src, int64_t offset, int64_t dim1,
+                                  int64_t dim2) {
+        return g.node(g.builder().diagonalScatter(g.at(self), g.at(src), offset, dim1, dim2));
+      })
       .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
       .def("shape", [](PyGraph &g, int x) {
         std::vector<int> hs;

@@ -278,6 +278,28 @@ public:
   static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
   /// The most `maxHits` a scatter may promise (each is one more reduction over the pairs).
   static constexpr int64_t kMaxScatterHits = 16;
+  /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
+  /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's
+  /// (but at dim) and in src's. Indices outside the dim, negative ones included, are a run-time
+  /// error. Half precision accumulates in f32 and rounds once (eager's scatter kernels). One
+  /// index per line along dim with "overwrite" (a one-hot gradient) is one comparison per
+  /// element at any size; otherwise a scatter of numel(self) x numel(index) pairs.
+  Node *scatterDim(Node *self, int64_t dim, Node *index, Node *src, const std::string &mode,
+                   bool includeSelf);
+  /// self.index_reduce(dim, index, source): source's slice j along dim is combined into self's
+  /// slice index[j] (index 1-d; outside the dim, negative included, a run-time error). Half
+  /// precision rounds after each value in source order, as eager, up to kMaxScatterHits values.
+  Node *indexReduce(Node *self, int64_t dim, Node *index, Node *source, const std::string &mode,
+                    bool includeSelf);
+  /// self.put(index, source, accumulate): flat positions of self (negative ones wrap) set or
+  /// added from source, of index's element count.
+  Node *put(Node *self, Node *index, Node *source, bool accumulate);
+  /// self with its diagonal (offset, dim1, dim2; as diagonal()) replaced by src.
+  Node *diagonalScatter(Node *self, Node *src, int64_t offset, int64_t dim1, int64_t dim2);
+  /// Why a scatter_dim, index_reduce, put or diagonal_scatter node's operands and attributes
+  /// are not taken ("" if they are); the builder and the verifier both ask.
+  static std::string scatterLikeError(OpKind op, const std::vector<const Node *> &operands,
+                                      const AttrMap &attrs);
 
   void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }
 
@@ -292,6 +314,7 @@ public:
 private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
   int64_t sortedDim(const char *op, Node *x, int64_t dim);
+  Node *scatterLike(OpKind op, const char *text, std::vector<Node *> operands, AttrMap attrs);
   AttrMap poolAttrs(const std::string &op, Node *x, int64_t spatial, IntList kernel,
                     IntList stride, IntList padding, IntList dilation, bool ceilMode,
                     std::vector<SymExpr> &shape);

@@ -54,6 +54,7 @@ private:
   bool checkSearch();
   bool checkDistances();
   bool checkScatter();
+  bool checkScatterLike();
   bool checkEmbeddingBag();
   bool checkArithmetic();
 

@@ -531,6 +531,11 @@ bool GraphVerifier::checkComposite() {
     return checkGridSample();
   case OpKind::Scatter:
     return checkScatter();
+  case OpKind::ScatterDim:
+  case OpKind::IndexReduce:
+  case OpKind::Put:
+  case OpKind::DiagonalScatter:
+    return checkScatterLike();
   case OpKind::EmbeddingBag:
     return checkEmbeddingBag();
   case OpKind::Cross:

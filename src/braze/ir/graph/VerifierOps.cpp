@@ -191,4 +191,18 @@ bool GraphVerifier::checkScatter() {
   return true;
 }
 
+/// scatter_dim, index_reduce, put, diagonal_scatter: GraphBuilder::scatterLikeError, and a
+/// result of self's type.
+bool GraphVerifier::checkScatterLike() {
+  const std::vector<Node *> &ops = node_->operands();
+  std::string err = GraphBuilder::scatterLikeError(
+      node_->op(), std::vector<const Node *>(ops.begin(), ops.end()), node_->attrs());
+  if (!err.empty())
+    return fail(err);
+  const Node *self = ops[0];
+  return node_->dtype() == self->dtype() && node_->shape() == self->shape()
+             ? true
+             : fail("result must have self's dtype and shape");
+}
+
 } // namespace braze::detail

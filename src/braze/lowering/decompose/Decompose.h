@@ -85,6 +85,10 @@ Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts
 Node *decomposeRandom(GraphBuilder &b, Node *n);
 // scatter family
 Node *decomposeScatter(GraphBuilder &b, Node *n);
+Node *decomposeScatterDim(GraphBuilder &b, Node *n);
+Node *decomposeIndexReduce(GraphBuilder &b, Node *n);
+Node *decomposePut(GraphBuilder &b, Node *n);
+Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);

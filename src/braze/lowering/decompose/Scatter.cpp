@@ -17,9 +17,117 @@
 ///              target k and rank s, where there is one      (s < H)
 /// Without the bound, half precision accumulates in f32 and rounds once (eager's scatter
 /// kernels). The work is quadratic (N x M, times H for the ordered form); the builder caps N x M.
+///
+/// The other scatter-like ops become scatter: their targets are self's flat positions
+/// P = iota(numel(self)) shaped like self, indexed as the op indexes self, so that a gather
+/// or take of P brings the same bounds checks and negative-index rules as eager's op.
+///   scatter_dim:      target = gather(P, dim, index), src cut to index's shape (one index per
+///                     line with overwrite: where(P == target, src, self), no pairs)
+///   index_reduce:     target = take(P, dim, index with negatives moved out of range)
+///   put:              target = take(flat P, 0, index) (negatives wrap)
+///   diagonal_scatter: target = diagonal(P, offset, dim1, dim2)
 #include "braze/lowering/decompose/Decompose.h"
 
 namespace braze::decomp {
+
+namespace {
+
+int64_t numel(const Node *x) {
+  int64_t n = 1;
+  for (SymExpr d : x->shape())
+    n *= d->value();
+  return n;
+}
+
+/// Self's flat positions shaped like `shape` ([1] for a 0-d self).
+Node *positions(GraphBuilder &b, std::vector<SymExpr> shape) {
+  int64_t n = 1;
+  for (SymExpr d : shape)
+    n *= d->value();
+  if (shape.empty())
+    shape.push_back(b.dim(1));
+  return b.reshape(b.iota(DType::Int64, {b.dim(n)}, 0), shape);
+}
+
+/// Eager rounds a half-precision sum, product or mean after each value in source order; the
+/// scatter follows it for up to `k` values per element (the builder checked k).
+int64_t orderedHits(const Node *n, const std::string &mode, int64_t k) {
+  DType t = n->dtype();
+  bool ordered = (t == DType::Float16 || t == DType::BFloat16) &&
+                 (mode == "sum" || mode == "prod" || mode == "mean");
+  return ordered ? std::max<int64_t>(k, 1) : 0;
+}
+
+} // namespace
+
+Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *index = n->operand(1), *src = n->operand(2);
+  const AttrMap &a = n->attrs();
+  const std::string &mode = a.getString("mode");
+  int64_t dim = a.getInt("dim"), k = numel(index);
+  if (k == 0)
+    return self;
+  if (self->rank() == 0) {
+    Node *target = b.gather(positions(b, {}), 0, b.reshape(index, {b.dim(k)}));
+    Node *s = b.slice(b.reshape(src, {b.dim(std::max<int64_t>(numel(src), 1))}), 0, 0, k, 1);
+    return b.scatter(self, target, s, mode, a.getBool("include_self"));
+  }
+  Node *pos = positions(b, self->shape());
+  Node *target = b.gather(pos, dim, index);
+  for (int64_t d = 0; d < index->rank(); ++d)
+    if (index->shape()[d]->value() != src->shape()[d]->value())
+      src = b.slice(src, d, 0, index->shape()[d]->value(), 1);
+  bool oneHot = mode == "overwrite";
+  for (int64_t d = 0; d < self->rank(); ++d)
+    oneHot &= index->shape()[d]->value() == (d == dim ? 1 : self->shape()[d]->value());
+  if (oneHot) {
+    // One index per line along dim (a loss's one-hot gradient): each element is compared with
+    // its line's target, in one pass at any size; the gather rejects an index out of range.
+    Node *hit = b.binary(OpKind::Eq, pos, b.expand(target, self->shape()));
+    return b.where(hit, b.expand(src, self->shape()), self);
+  }
+  // Eager's scatter kernels accumulate half precision in f32 with self included and round once.
+  return b.scatter(self, target, src, mode, a.getBool("include_self"));
+}
+
+Node *decomposeIndexReduce(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *index = n->operand(1), *source = n->operand(2);
+  const AttrMap &a = n->attrs();
+  int64_t dim = a.getInt("dim"), k = numel(index);
+  if (k == 0)
+    return self;
+  Node *pos = positions(b, self->shape());
+  int64_t size = pos->shape()[dim]->value();
+  Node *idx = b.convert(b.reshape(index, {b.dim(k)}), DType::Int64);
+  // take wraps negative indices; eager's index_reduce rejects them: move them out of range.
+  idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
+                b.scalar(static_cast<double>(size), DType::Int64), idx);
+  Node *target = b.take(pos, dim, idx);
+  const std::string &mode = a.getString("mode");
+  return b.scatter(self, target, b.reshape(source, target->shape()), mode,
+                   a.getBool("include_self"), orderedHits(n, mode, k));
+}
+
+Node *decomposePut(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *index = n->operand(1), *source = n->operand(2);
+  int64_t k = numel(index);
+  if (k == 0)
+    return self;
+  SymExpr kDim = b.dim(k);
+  Node *target = b.take(b.iota(DType::Int64, {b.dim(numel(self))}, 0), 0, b.reshape(index, {kDim}));
+  std::string mode = n->attrs().getBool("accumulate") ? "sum" : "overwrite";
+  return b.scatter(self, target, b.reshape(source, {kDim}), mode, true, orderedHits(n, mode, k));
+}
+
+Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *src = n->operand(1);
+  const AttrMap &a = n->attrs();
+  if (numel(src) == 0)
+    return self;
+  Node *target = b.diagonal(positions(b, self->shape()), a.getInt("offset"), a.getInt("dim1"),
+                            a.getInt("dim2"));
+  return b.scatter(self, target, src, "overwrite", true);
+}
 
 Node *decomposeScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *target = n->operand(1), *src = n->operand(2);

@@ -445,6 +445,26 @@ NB_MODULE(_C, m) {
                                   int64_t dim2) {
         return g.node(g.builder().diagonalScatter(g.at(self), g.at(src), offset, dim1, dim2));
       })
+      .def("index_put", [](PyGraph &g, int self, IntList dims, const std::vector<int> &indices,
+                           int values, bool accumulate) {
+        std::vector<Node *> ix;
+        for (int i : indices)
+          ix.push_back(g.at(i));
+        return g.node(g.builder().indexPut(g.at(self), dims, ix, g.at(values), accumulate));
+      })
+      .def("mask_put", [](PyGraph &g, int self, int mask, int values, bool accumulate) {
+        return g.node(g.builder().maskPut(g.at(self), g.at(mask), g.at(values), accumulate));
+      })
+      .def("masked_scatter", [](PyGraph &g, int self, int mask, int source) {
+        return g.node(g.builder().maskedScatter(g.at(self), g.at(mask), g.at(source)));
+      })
+      .def("as_strided_scatter", [](PyGraph &g, int self, int src, IntList size, IntList stride,
+                                    int64_t offset) {
+        return g.node(g.builder().asStridedScatter(g.at(self), g.at(src), size, stride, offset));
+      })
+      .def("nonzero_static", [](PyGraph &g, int x, int64_t size, int64_t fill) {
+        return g.node(g.builder().nonzeroStatic(g.at(x), size, fill));
+      })
       .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
       .def("shape", [](PyGraph &g, int x) {
         std::vector<int> hs;

@@ -296,10 +296,34 @@ public:
   Node *put(Node *self, Node *index, Node *source, bool accumulate);
   /// self with its diagonal (offset, dim1, dim2; as diagonal()) replaced by src.
   Node *diagonalScatter(Node *self, Node *src, int64_t offset, int64_t dim1, int64_t dim2);
-  /// Why a scatter_dim, index_reduce, put or diagonal_scatter node's operands and attributes
-  /// are not taken ("" if they are); the builder and the verifier both ask.
+  /// self[i0, i1, ...] = values (or += with `accumulate`): integer `indices` for self's dims
+  /// `dims` (increasing), which broadcast together and place their dims as advanced indexing
+  /// does (in place when `dims` are adjacent, else first); values broadcast to that shape.
+  /// Negative indices wrap; others outside a dim are a run-time error. A half-precision sum
+  /// rounds after each value in source order, as eager, up to kMaxScatterHits values.
+  Node *indexPut(Node *self, std::vector<int64_t> dims, std::vector<Node *> indices,
+                 Node *values, bool accumulate);
+  /// self[mask] = values (or +=), for a bool or u8 mask of self's leading dims: values that
+  /// broadcast over the dims after the mask fill every masked element; values with a leading
+  /// dim of the number of trues (a run-time check) are taken in order.
+  Node *maskPut(Node *self, Node *mask, Node *values, bool accumulate);
+  /// masked_scatter: where the (broadcast) mask is true, the next element of source in order
+  /// (too few is a run-time error), else self; the result has the broadcast shape.
+  Node *maskedScatter(Node *self, Node *mask, Node *source);
+  /// self (contiguous values) with the view as_strided(size, stride, offset) replaced by src;
+  /// the view must not overlap itself or leave self.
+  Node *asStridedScatter(Node *self, Node *src, IntList size, IntList stride, int64_t offset);
+  /// i64 [size, rank(x)]: the coordinates of x's nonzero elements in C order, the rows past
+  /// their count filled with `fill`.
+  Node *nonzeroStatic(Node *x, int64_t size, int64_t fill);
+  /// Why a scatter-like node's (scatter_dim, index_reduce, put, diagonal_scatter, index_put,
+  /// mask_put, masked_scatter, as_strided_scatter, nonzero_static) operands and attributes are
+  /// not taken ("" if they are); the builder and the verifier both ask.
   static std::string scatterLikeError(OpKind op, const std::vector<const Node *> &operands,
                                       const AttrMap &attrs);
+  /// The result type of a scatter-like node whose scatterLikeError is "".
+  static TensorType scatterLikeType(OpKind op, const std::vector<const Node *> &operands,
+                                    const AttrMap &attrs, sym::SymContext &ctx);
 
   void output(std::vector<Node *> outs) { g_.setOutputs(std::move(outs)); }
 

@@ -133,6 +133,160 @@ std::string diagonalScatterError(const Node *self, const Node *src, const AttrMa
     return "src must have the diagonal's shape";
   return pairsError(numelOf(self), numelOf(src));
 }
+
+/// Static broadcast of two shapes, or nullopt.
+std::optional<std::vector<int64_t>> broadcastSizes(const std::vector<int64_t> &a,
+                                                   const std::vector<int64_t> &b) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t x = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    int64_t y = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+int64_t product(const std::vector<int64_t> &v) {
+  int64_t n = 1;
+  for (int64_t d : v)
+    n *= d;
+  return n;
+}
+
+/// index_put's target shape: the indices' broadcast shape placed as advanced indexing places
+/// it, or why there is none ("" error and the shape in `out`).
+std::string indexPutShape(const Node *self, const IntList &dims,
+                          const std::vector<const Node *> &indices, std::vector<int64_t> &out,
+                          int64_t &fanIn) {
+  std::vector<int64_t> xs = sizes(self);
+  int64_t rank = self->rank();
+  if (dims.empty() || dims.size() != indices.size())
+    return "needs one index per entry of dims";
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] < 0 || dims[i] >= rank || (i > 0 && dims[i] <= dims[i - 1]))
+      return "dims must be increasing dims of self";
+  std::vector<int64_t> b;
+  for (const Node *ix : indices) {
+    std::optional<std::vector<int64_t>> r = broadcastSizes(b, sizes(ix));
+    if (!r)
+      return "the indices do not broadcast together";
+    b = *r;
+  }
+  fanIn = product(b);
+  bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  out.clear();
+  if (adjacent)
+    out.insert(out.end(), xs.begin(), xs.begin() + dims.front());
+  out.insert(out.end(), b.begin(), b.end());
+  for (int64_t d = adjacent ? dims.back() + 1 : 0; d < rank; ++d)
+    if (adjacent || std::find(dims.begin(), dims.end(), d) == dims.end())
+      out.push_back(xs[d]);
+  return "";
+}
+
+std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a) {
+  const Node *self = ops[0], *values = ops.back();
+  std::vector<const Node *> indices(ops.begin() + 1, ops.end() - 1);
+  for (const Node *ix : indices)
+    if (!isIntegral(ix->dtype()) || ix->dtype() == DType::Bool)
+      return "indices must be integer tensors (a mask is mask_put)";
+  std::vector<int64_t> target;
+  int64_t fanIn = 0;
+  std::string e = indexPutShape(self, a.getInts("dims"), indices, target, fanIn);
+  if (!e.empty())
+    return e;
+  std::optional<std::vector<int64_t>> b = broadcastSizes(sizes(values), target);
+  if (!b || *b != target)
+    return "values do not broadcast to the indexed shape";
+  e = orderedHitsError(self->dtype(), a.getBool("accumulate") ? "sum" : "", fanIn);
+  return e.empty() ? pairsError(numelOf(self), product(target)) : e;
+}
+
+std::string maskPutError(const Node *self, const Node *mask, const Node *values,
+                         const AttrMap &a) {
+  if (mask->dtype() != DType::Bool && mask->dtype() != DType::UInt8)
+    return "the mask must be bool or u8";
+  std::vector<int64_t> xs = sizes(self), ms = sizes(mask), vs = sizes(values);
+  size_t r = ms.size();
+  if (r == 0 || r > xs.size() || !std::equal(ms.begin(), ms.end(), xs.begin()))
+    return "the mask must cover self's leading dims";
+  std::vector<int64_t> rest(xs.begin() + r, xs.end());
+  if (vs.size() <= rest.size() || vs[0] == 1) {
+    std::vector<int64_t> v = vs.size() > rest.size() ? std::vector<int64_t>(vs.begin() + 1, vs.end()) : vs;
+    std::optional<std::vector<int64_t>> b = broadcastSizes(v, xs);
+    if (!b || *b != xs)
+      return "values do not broadcast over the masked elements";
+  } else {
+    if (vs.size() != rest.size() + 1 || product(ms) > GraphBuilder::kMaxScan)
+      return "values must be [trues, ..] with the mask at most " +
+             std::to_string(GraphBuilder::kMaxScan) + " long";
+    std::vector<int64_t> v(vs.begin() + 1, vs.end());
+    std::optional<std::vector<int64_t>> b = broadcastSizes(v, rest);
+    if (!b || *b != rest)
+      return "values do not broadcast over the dims after the mask";
+  }
+  if (a.getBool("accumulate") && self->dtype() == DType::Bool)
+    return "accumulating into a bool tensor";
+  return "";
+}
+
+std::string maskedScatterError(const Node *self, const Node *mask, const Node *source) {
+  if (mask->dtype() != DType::Bool)
+    return "the mask must be bool";
+  std::optional<std::vector<int64_t>> out = broadcastSizes(sizes(self), sizes(mask));
+  if (!out)
+    return "self and mask do not broadcast together";
+  int64_t n = product(*out);
+  if (n > GraphBuilder::kMaxScan)
+    return "over " + std::to_string(n) + " elements (braze scans up to " +
+           std::to_string(GraphBuilder::kMaxScan) + ")";
+  if (n > 0 && numelOf(source) == 0)
+    return "an empty source";
+  return "";
+}
+
+std::string asStridedScatterError(const Node *self, const Node *src, const AttrMap &a) {
+  const IntList &size = a.getInts("size"), &stride = a.getInts("stride");
+  int64_t offset = a.getInt("offset");
+  if (size.size() != stride.size())
+    return "size and stride lengths differ";
+  if (offset < 0 || std::any_of(size.begin(), size.end(), [](int64_t d) { return d < 0; }) ||
+      std::any_of(stride.begin(), stride.end(), [](int64_t d) { return d < 0; }))
+    return "size, stride and offset must not be negative";
+  if (sizes(src) != std::vector<int64_t>(size.begin(), size.end()))
+    return "src must have the view's size";
+  int64_t k = product(std::vector<int64_t>(size.begin(), size.end()));
+  if (k == 0)
+    return "";
+  if (k > GraphBuilder::kMaxScan)
+    return "a view of " + std::to_string(k) + " elements (at most " +
+           std::to_string(GraphBuilder::kMaxScan) + ")";
+  std::vector<int64_t> positions{offset};
+  for (size_t d = 0; d < size.size(); ++d) {
+    std::vector<int64_t> next;
+    for (int64_t p : positions)
+      for (int64_t i = 0; i < size[d]; ++i)
+        next.push_back(p + i * stride[d]);
+    positions = std::move(next);
+  }
+  std::sort(positions.begin(), positions.end());
+  if (std::adjacent_find(positions.begin(), positions.end()) != positions.end() ||
+      positions.back() >= numelOf(self))
+    return "the view overlaps itself or leaves self";
+  return pairsError(numelOf(self), k);
+}
+
+std::string nonzeroStaticError(const Node *x, const AttrMap &a) {
+  int64_t size = a.getInt("size"), n = numelOf(x);
+  if (size < 0)
+    return "size must not be negative";
+  if (n > GraphBuilder::kMaxScan || (n != 0 && size > GraphBuilder::kMaxScatterPairs / n))
+    return "over " + std::to_string(n) + " elements for " + std::to_string(size) +
+           " rows (braze scans up to " + std::to_string(GraphBuilder::kMaxScan) + ")";
+  return "";
+}
 } // namespace
 
 std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const Node *> &operands,
@@ -141,8 +295,18 @@ std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const No
     if (!constNumel(x->shape()))
       return "needs constant shapes";
   const Node *self = operands[0];
+  if (op == OpKind::NonzeroStatic)
+    return nonzeroStaticError(self, attrs);
   if (operands.back()->dtype() != self->dtype())
     return "the source must have self's dtype";
+  if (op == OpKind::IndexPut)
+    return indexPutError(operands, attrs);
+  if (op == OpKind::MaskPut)
+    return maskPutError(self, operands[1], operands[2], attrs);
+  if (op == OpKind::MaskedScatter)
+    return maskedScatterError(self, operands[1], operands[2]);
+  if (op == OpKind::AsStridedScatter)
+    return asStridedScatterError(self, operands[1], attrs);
   if (op != OpKind::DiagonalScatter && !isIntegral(operands[1]->dtype()))
     return "index must be an integer tensor, got " + std::string(dtypeName(operands[1]->dtype()));
   if (op == OpKind::ScatterDim || op == OpKind::IndexReduce) {
@@ -196,16 +360,32 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
               TensorType{self->dtype(), self->shape(), {}});
 }
 
+TensorType GraphBuilder::scatterLikeType(OpKind op, const std::vector<const Node *> &operands,
+                                         const AttrMap &attrs, sym::SymContext &ctx) {
+  const Node *self = operands[0];
+  if (op == OpKind::NonzeroStatic)
+    return TensorType{DType::Int64, {ctx.constant(attrs.getInt("size")),
+                                     ctx.constant(self->rank())}, {}};
+  if (op == OpKind::MaskedScatter) {
+    std::vector<int64_t> out = *broadcastSizes(sizes(self), sizes(operands[1]));
+    std::vector<SymExpr> shape;
+    for (int64_t d : out)
+      shape.push_back(ctx.constant(d));
+    return TensorType{self->dtype(), shape, {}};
+  }
+  return TensorType{self->dtype(), self->shape(), {}};
+}
+
 Node *GraphBuilder::scatterLike(OpKind op, const char *text, std::vector<Node *> operands,
                                 AttrMap attrs) {
   Node *self = operands[0];
-  if (operands.back()->dtype() != self->dtype())
+  if (op != OpKind::NonzeroStatic && operands.back()->dtype() != self->dtype())
     operands.back() = convert(operands.back(), self->dtype());
-  std::string err = scatterLikeError(
-      op, std::vector<const Node *>(operands.begin(), operands.end()), attrs);
+  std::vector<const Node *> view(operands.begin(), operands.end());
+  std::string err = scatterLikeError(op, view, attrs);
   if (!err.empty())
     BRAZE_USER_ERROR(text, name_) << err;
-  TensorType type{self->dtype(), self->shape(), {}};
+  TensorType type = scatterLikeType(op, view, attrs, sym());
   return make(op, std::move(operands), std::move(attrs), std::move(type));
 }
 
@@ -242,6 +422,46 @@ Node *GraphBuilder::diagonalScatter(Node *self, Node *src, int64_t offset, int64
   attrs.set("dim2", normalizeDim("diagonal_scatter", dim2, self->rank()));
   return scatterLike(OpKind::DiagonalScatter, "diagonal_scatter", {self, src},
                      std::move(attrs));
+}
+
+Node *GraphBuilder::indexPut(Node *self, std::vector<int64_t> dims, std::vector<Node *> indices,
+                             Node *values, bool accumulate) {
+  for (int64_t &d : dims)
+    d = normalizeDim("index_put", d, self->rank());
+  AttrMap attrs;
+  attrs.set("dims", IntList(dims.begin(), dims.end()));
+  attrs.set("accumulate", accumulate);
+  std::vector<Node *> operands{self};
+  operands.insert(operands.end(), indices.begin(), indices.end());
+  operands.push_back(values);
+  return scatterLike(OpKind::IndexPut, "index_put", std::move(operands), std::move(attrs));
+}
+
+Node *GraphBuilder::maskPut(Node *self, Node *mask, Node *values, bool accumulate) {
+  AttrMap attrs;
+  attrs.set("accumulate", accumulate);
+  return scatterLike(OpKind::MaskPut, "mask_put", {self, mask, values}, std::move(attrs));
+}
+
+Node *GraphBuilder::maskedScatter(Node *self, Node *mask, Node *source) {
+  return scatterLike(OpKind::MaskedScatter, "masked_scatter", {self, mask, source}, {});
+}
+
+Node *GraphBuilder::asStridedScatter(Node *self, Node *src, IntList size, IntList stride,
+                                     int64_t offset) {
+  AttrMap attrs;
+  attrs.set("size", std::move(size));
+  attrs.set("stride", std::move(stride));
+  attrs.set("offset", offset);
+  return scatterLike(OpKind::AsStridedScatter, "as_strided_scatter", {self, src},
+                     std::move(attrs));
+}
+
+Node *GraphBuilder::nonzeroStatic(Node *x, int64_t size, int64_t fill) {
+  AttrMap attrs;
+  attrs.set("size", size);
+  attrs.set("fill", fill);
+  return scatterLike(OpKind::NonzeroStatic, "nonzero_static", {x}, std::move(attrs));
 }
 
 } // namespace braze

@@ -535,6 +535,11 @@ bool GraphVerifier::checkComposite() {
   case OpKind::IndexReduce:
   case OpKind::Put:
   case OpKind::DiagonalScatter:
+  case OpKind::IndexPut:
+  case OpKind::MaskPut:
+  case OpKind::MaskedScatter:
+  case OpKind::AsStridedScatter:
+  case OpKind::NonzeroStatic:
     return checkScatterLike();
   case OpKind::EmbeddingBag:
     return checkEmbeddingBag();

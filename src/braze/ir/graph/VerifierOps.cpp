@@ -191,18 +191,19 @@ bool GraphVerifier::checkScatter() {
   return true;
 }
 
-/// scatter_dim, index_reduce, put, diagonal_scatter: GraphBuilder::scatterLikeError, and a
-/// result of self's type.
+/// The scatter-like composites (scatter_dim ... nonzero_static): GraphBuilder::scatterLikeError
+/// and a result of GraphBuilder::scatterLikeType.
 bool GraphVerifier::checkScatterLike() {
   const std::vector<Node *> &ops = node_->operands();
-  std::string err = GraphBuilder::scatterLikeError(
-      node_->op(), std::vector<const Node *>(ops.begin(), ops.end()), node_->attrs());
+  std::vector<const Node *> view(ops.begin(), ops.end());
+  std::string err = GraphBuilder::scatterLikeError(node_->op(), view, node_->attrs());
   if (!err.empty())
     return fail(err);
-  const Node *self = ops[0];
-  return node_->dtype() == self->dtype() && node_->shape() == self->shape()
+  TensorType want = GraphBuilder::scatterLikeType(node_->op(), view, node_->attrs(), ctx_);
+  return node_->dtype() == want.dtype && node_->shape() == want.shape
              ? true
-             : fail("result must have self's dtype and shape");
+             : fail("result must be " + std::string(dtypeName(want.dtype)) +
+                    shapeText(want.shape));
 }
 
 } // namespace braze::detail

@@ -89,6 +89,11 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n);
 Node *decomposeIndexReduce(GraphBuilder &b, Node *n);
 Node *decomposePut(GraphBuilder &b, Node *n);
 Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n);
+Node *decomposeIndexPut(GraphBuilder &b, Node *n);
+Node *decomposeMaskPut(GraphBuilder &b, Node *n);
+Node *decomposeMaskedScatter(GraphBuilder &b, Node *n);
+Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n);
+Node *decomposeNonzeroStatic(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);

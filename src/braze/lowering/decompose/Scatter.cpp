@@ -26,7 +26,19 @@
 ///   index_reduce:     target = take(P, dim, index with negatives moved out of range)
 ///   put:              target = take(flat P, 0, index) (negatives wrap)
 ///   diagonal_scatter: target = diagonal(P, offset, dim1, dim2)
+///   index_put:        target = P[i0, i1, ...] (advanced indexing; negatives wrap), values
+///                     broadcast to it
+///   as_strided_scatter: target = offset + sum_d iota_d * stride_d over the view's size
+/// The mask-driven ops need no scatter: their k-th masked element takes the source at the
+/// count of trues before it (a cumulative sum), so their work is linear after the scan:
+///   mask_put:         where(mask, values (broadcast, or taken through the count), self), the
+///                     number of trues checked against the values' length at run time
+///   masked_scatter:   where(mask, source.flatten()[count - 1], self)
+///   nonzero_static:   row j = the coordinates of the k with mask[k] and count-before(k) == j
+///                     (a [size, numel] comparison reduced by amax), or fill
 #include "braze/lowering/decompose/Decompose.h"
+
+#include <algorithm>
 
 namespace braze::decomp {
 
@@ -221,6 +233,137 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
     r = isFloating(t) ? b.div(r, c) : b.binary(OpKind::FloorDiv, r, c);
   }
   return finish(b.where(reached, r, selfFlat));
+}
+
+Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *values = n->operands().back();
+  std::vector<Node *> indices(n->operands().begin() + 1, n->operands().end() - 1);
+  IntList dims = n->attrs().getInts("dims");
+  Node *pos = positions(b, self->shape());
+  Node *target;
+  if (dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size())) {
+    target = b.take(pos, dims.front(), indices);
+  } else {
+    std::vector<int64_t> order(dims.begin(), dims.end());
+    for (int64_t d = 0; d < self->rank(); ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end())
+        order.push_back(d);
+    target = b.take(b.permute(pos, order), 0, indices);
+  }
+  if (numel(target) == 0)
+    return self;
+  // Elements collide only where they share the coordinates of the dims taken whole.
+  int64_t fanIn = numel(target);
+  for (int64_t d = 0; d < self->rank(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end())
+      fanIn /= std::max<int64_t>(self->shape()[d]->value(), 1);
+  std::string mode = n->attrs().getBool("accumulate") ? "sum" : "overwrite";
+  return b.scatter(self, target, b.expand(values, target->shape()), mode, true,
+                   orderedHits(n, mode, fanIn));
+}
+
+namespace {
+/// The count of trues before each element of a flat i64 0/1 tensor, minus one where it is
+/// true: the index of the source element a masked element takes (clamped at 0).
+Node *sourceIndex(GraphBuilder &b, Node *flat) {
+  Node *count = b.scan(OpKind::CumSum, flat, 0, DType::Int64);
+  return b.binary(OpKind::Maximum, b.sub(count, b.scalar(1, DType::Int64)),
+                  b.scalar(0, DType::Int64));
+}
+} // namespace
+
+Node *decomposeMaskPut(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *mask = n->operand(1), *values = n->operand(2);
+  const std::vector<SymExpr> &xs = self->shape();
+  size_t r = mask->rank();
+  int64_t masked = numel(mask);
+  Node *m = mask->dtype() == DType::Bool ? mask
+                                         : b.binary(OpKind::Ne, mask, b.scalar(0, mask->dtype()));
+  std::vector<SymExpr> mShape(mask->shape());
+  mShape.resize(xs.size(), b.dim(1));
+  Node *mFull = b.expand(b.reshape(m, mShape), xs);
+  size_t rest = xs.size() - r;
+  Node *v = values;
+  if (static_cast<size_t>(v->rank()) <= rest || v->shape()[0]->value() == 1) {
+    if (static_cast<size_t>(v->rank()) > rest)
+      v = b.reshape(v, std::vector<SymExpr>(v->shape().begin() + 1, v->shape().end()));
+    v = b.expand(v, xs);
+  } else {
+    int64_t k = v->shape()[0]->value();
+    std::vector<SymExpr> vShape{v->shape()[0]};
+    vShape.insert(vShape.end(), xs.begin() + r, xs.end());
+    v = b.expand(v, vShape);
+    Node *flat = b.convert(b.reshape(m, {b.dim(masked)}), DType::Int64);
+    // The number of trues must be k: a take from a one-element tensor at (total - k), with a
+    // negative difference moved out of range, is 0 exactly then and a run-time error otherwise.
+    Node *total = b.reduce(OpKind::Sum, flat, {}, false, DType::Int64);
+    Node *diff = b.sub(total, b.scalar(static_cast<double>(k), DType::Int64));
+    diff = b.where(b.binary(OpKind::Lt, diff, b.scalar(0, DType::Int64)),
+                   b.scalar(1, DType::Int64), diff);
+    Node *zero = b.take(b.full(0, DType::Int64, {b.dim(1)}), 0, diff);
+    Node *pos = b.add(sourceIndex(b, flat), zero);
+    v = b.take(v, 0, b.reshape(pos, mask->shape()));
+  }
+  if (n->attrs().getBool("accumulate"))
+    return b.convert(b.where(mFull, b.add(self, v), self), self->dtype());
+  return b.where(mFull, v, self);
+}
+
+Node *decomposeMaskedScatter(GraphBuilder &b, Node *n) {
+  Node *self = b.expand(n->operand(0), n->shape());
+  Node *mask = b.expand(n->operand(1), n->shape());
+  Node *source = n->operand(2);
+  int64_t total = numel(n);
+  if (total == 0)
+    return self;
+  Node *flat = b.reshape(b.convert(mask, DType::Int64), {b.dim(total)});
+  Node *src = b.reshape(source, {b.dim(numel(source))});
+  Node *value = b.reshape(b.take(src, 0, sourceIndex(b, flat)), n->shape());
+  return b.where(mask, value, self);
+}
+
+Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n) {
+  Node *self = n->operand(0), *src = n->operand(1);
+  const IntList &stride = n->attrs().getInts("stride");
+  if (numel(src) == 0)
+    return self;
+  const std::vector<SymExpr> &shape = src->shape();
+  Node *target = b.full(static_cast<double>(n->attrs().getInt("offset")), DType::Int64, shape);
+  for (size_t d = 0; d < stride.size(); ++d)
+    target = b.add(target, b.mul(b.iota(DType::Int64, shape, static_cast<int64_t>(d)),
+                                 b.scalar(static_cast<double>(stride[d]), DType::Int64)));
+  return b.scatter(self, target, src, "overwrite", true);
+}
+
+Node *decomposeNonzeroStatic(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  int64_t size = n->attrs().getInt("size"), count = numel(x);
+  double fill = static_cast<double>(n->attrs().getInt("fill"));
+  if (count == 0 || size == 0 || x->rank() == 0)
+    return b.full(fill, DType::Int64, n->shape()); // a 0-d x has no coordinates: [size, 0]
+  SymExpr nDim = b.dim(count);
+  Node *nz = b.reshape(b.binary(OpKind::Ne, x, b.scalar(0, x->dtype())), {nDim});
+  Node *nz64 = b.convert(nz, DType::Int64);
+  Node *before = b.sub(b.scan(OpKind::CumSum, nz64, 0, DType::Int64), nz64);
+  std::vector<SymExpr> pairs{b.dim(size), nDim};
+  Node *hit = b.binary(
+      OpKind::LogicalAnd, b.expand(b.reshape(nz, {b.dim(1), nDim}), pairs),
+      b.binary(OpKind::Eq, b.expand(b.reshape(before, {b.dim(1), nDim}), pairs),
+               b.iota(DType::Int64, pairs, 0)));
+  Node *pos = b.where(hit, b.iota(DType::Int64, pairs, 1), b.scalar(-1, DType::Int64));
+  pos = b.reduce(OpKind::Amax, pos, {1}, true, DType::Int64); // [size, 1]
+  Node *found = b.binary(OpKind::Ge, pos, b.scalar(0, DType::Int64));
+  std::vector<Node *> cols;
+  int64_t stride = count;
+  for (SymExpr d : x->shape()) {
+    stride /= d->value();
+    Node *c = b.binary(OpKind::Remainder,
+                       b.binary(OpKind::FloorDiv, pos,
+                                b.scalar(static_cast<double>(stride), DType::Int64)),
+                       b.scalar(static_cast<double>(d->value()), DType::Int64));
+    cols.push_back(b.where(found, c, b.scalar(fill, DType::Int64)));
+  }
+  return cols.size() > 1 ? b.concat(cols, 1) : cols[0];
 }
 
 } // namespace braze::decomp

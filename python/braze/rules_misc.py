@@ -112,23 +112,12 @@ def _fmax(t, node, a, b):
 
 @rule(aten.signbit.default)
 def _signbit(t, node, x):
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    if dt in FLOAT_DTYPES:
-        # copysign carries the sign bit of -0.0 and of a negative NaN.
-        h = t.g.elementwise("copysign", [_scalar(t, 1.0, dt), h])
-    elif dt == "bool":
-        h = t.g.convert(h, "u8")
-    return t.g.elementwise("lt", [h, _scalar(t, 0, t.g.dtype(h))])
+    return t.g.signbit(t.arg(x))
 
 
 @rule(aten.ldexp.Tensor)
 def _ldexp(t, node, x, other):
-    """x * 2 ** other, as eager composes it (pow of the scalar 2, then mul)."""
-    e = t.arg(other)
-    pdt = t.g.dtype(e) if t.g.dtype(e) in FLOAT_DTYPES else "f32"
-    p = t.g.elementwise("pow", [_scalar(t, 2.0, pdt), t.g.convert(e, pdt)])
-    return t.g.elementwise("mul", [t.arg(x), p])
+    return t.g.ldexp(t.arg(x), t.arg(other))
 
 
 @rule(aten.round.decimals)
@@ -182,14 +171,11 @@ rule(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
 
 @rule(aten.angle.default)
 def _angle(t, node, x):
-    """Of a real number: pi for negatives, 0 otherwise, NaN stays NaN."""
+    """Of a real number; an integer input gives the default float dtype, as eager."""
     dt = dtype_name(_meta(node).dtype)
     if dt not in FLOAT_DTYPES:
         raise Unsupported(f"angle giving {dt}")
-    h = t.g.convert(t.arg(x), dt)
-    zero = _scalar(t, 0.0, dt)
-    r = t.g.elementwise("where", [t.g.elementwise("lt", [h, zero]), _scalar(t, math.pi, dt), zero])
-    return t.g.elementwise("where", [t.g.elementwise("isnan", [h]), h, r])
+    return t.g.angle(t.g.convert(t.arg(x), dt))
 
 
 # ---- small composites ----------------------------------------------------------------------

@@ -286,6 +286,11 @@ NB_MODULE(_C, m) {
       .def("cross", [](PyGraph &g, int a, int b, int64_t d) {
         return g.node(g.builder().cross(g.at(a), g.at(b), d));
       })
+      .def("signbit", [](PyGraph &g, int x) { return g.node(g.builder().signbit(g.at(x))); })
+      .def("ldexp", [](PyGraph &g, int x, int e) {
+        return g.node(g.builder().ldexp(g.at(x), g.at(e)));
+      })
+      .def("angle", [](PyGraph &g, int x) { return g.node(g.builder().angle(g.at(x))); })
       .def("fmax", [](PyGraph &g, int a, int b, bool max) {
         return g.node(g.builder().fmax(g.at(a), g.at(b), max));
       })

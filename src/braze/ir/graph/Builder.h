@@ -175,6 +175,15 @@ public:
   /// x (floating point) rounded half to even at `decimals` decimal places (negative: tens,
   /// hundreds...), at most kMaxDecimals either way.
   Node *roundDecimals(Node *x, int64_t decimals);
+  /// Whether x's sign bit is set (-0.0 and negative NaNs included), as bool.
+  Node *signbit(Node *x);
+  /// x * 2^e, as eager composes it: pow of the constant 2 in e's float dtype (f32 for integer
+  /// exponents), then a product with x promoted.
+  Node *ldexp(Node *x, Node *e);
+  /// The argument of a real number: pi for negatives, 0 otherwise, NaN kept (floating x).
+  Node *angle(Node *x);
+  /// ldexp's result dtype for operand dtypes x and e.
+  static DType ldexpType(DType x, DType e);
   static constexpr int64_t kMaxDecimals = 300; ///< 10^decimals stays a finite double
   /// Embedding bags: rows of weight [R, D] gathered by integer `indices` and reduced per bag
   /// by `mode` ("sum", "mean" or "max"; an empty bag gives zeros) -> [B, D]. With 1-d

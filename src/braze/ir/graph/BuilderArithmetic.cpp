@@ -42,4 +42,26 @@ Node *GraphBuilder::roundDecimals(Node *x, int64_t decimals) {
   return make(OpKind::RoundDecimals, {x}, std::move(attrs), x->type());
 }
 
+Node *GraphBuilder::signbit(Node *x) {
+  std::vector<SymExpr> shape = x->shape();
+  return make(OpKind::Signbit, {x}, {}, TensorType{DType::Bool, std::move(shape), {}});
+}
+
+DType GraphBuilder::ldexpType(DType x, DType e) {
+  return promoteTypes(x, isFloating(e) ? e : DType::Float32);
+}
+
+Node *GraphBuilder::ldexp(Node *x, Node *e) {
+  std::vector<SymExpr> shape = broadcastShapes("ldexp", x->shape(), e->shape());
+  return make(OpKind::Ldexp, {expand(x, shape), expand(e, shape)}, {},
+              TensorType{ldexpType(x->dtype(), e->dtype()), shape, {}});
+}
+
+Node *GraphBuilder::angle(Node *x) {
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR("angle", name_) << "needs a floating-point input, got "
+                                     << dtypeName(x->dtype());
+  return make(OpKind::Angle, {x}, {}, x->type());
+}
+
 } // namespace braze

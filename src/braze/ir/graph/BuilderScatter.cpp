@@ -11,18 +11,25 @@
 namespace braze {
 
 namespace {
-/// The element count of `shape` if every dim is constant.
+/// The element count of `shape` if every dim is constant (and the count fits in 64 bits).
 std::optional<int64_t> constNumel(const std::vector<SymExpr> &shape) {
   int64_t n = 1;
-  for (SymExpr d : shape) {
-    if (!d->isConst())
+  for (SymExpr d : shape)
+    if (!d->isConst() || d->value() < 0 || __builtin_mul_overflow(n, d->value(), &n))
       return std::nullopt;
-    n *= d->value();
-  }
   return n;
 }
 
 int64_t numelOf(const Node *x) { return constNumel(x->shape()).value_or(-1); }
+
+/// The product of `v`, or -1 where it does not fit in 64 bits.
+int64_t product(const std::vector<int64_t> &v) {
+  int64_t n = 1;
+  for (int64_t d : v)
+    if (__builtin_mul_overflow(n, d, &n))
+      return -1;
+  return n;
+}
 
 bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
@@ -50,6 +57,7 @@ std::string orderedHitsError(DType t, const std::string &mode, int64_t k) {
 std::vector<int64_t> diagonalShape(const std::vector<int64_t> &x, int64_t offset, int64_t d1,
                                    int64_t d2) {
   int64_t n1 = x[d1], n2 = x[d2];
+  offset = std::clamp(offset, -n1, n2); // past either end the diagonal is empty
   int64_t len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < x.size(); ++i)
@@ -110,9 +118,9 @@ std::string indexReduceError(const Node *self, const Node *index, const Node *so
   std::vector<int64_t> got = sizes(source);
   if (self->rank() == 0 ? source->rank() > 1 || numelOf(source) != k : got != want)
     return "source must have self's shape with index's length at dim";
-  int64_t targets = 1;
-  for (int64_t d : want)
-    targets *= d;
+  int64_t targets = product(want);
+  if (targets < 0)
+    return "too many source elements";
   std::string e = orderedHitsError(self->dtype(), mode, k);
   return e.empty() ? pairsError(numelOf(self), targets) : e;
 }
@@ -148,13 +156,6 @@ std::optional<std::vector<int64_t>> broadcastSizes(const std::vector<int64_t> &a
   return out;
 }
 
-int64_t product(const std::vector<int64_t> &v) {
-  int64_t n = 1;
-  for (int64_t d : v)
-    n *= d;
-  return n;
-}
-
 /// index_put's target shape: the indices' broadcast shape placed as advanced indexing places
 /// it, or why there is none ("" error and the shape in `out`).
 std::string indexPutShape(const Node *self, const IntList &dims,
@@ -175,6 +176,8 @@ std::string indexPutShape(const Node *self, const IntList &dims,
     b = *r;
   }
   fanIn = product(b);
+  if (fanIn < 0)
+    return "the indices' broadcast shape has too many elements";
   bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
   out.clear();
   if (adjacent)
@@ -201,7 +204,10 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   if (!b || *b != target)
     return "values do not broadcast to the indexed shape";
   e = orderedHitsError(self->dtype(), a.getBool("accumulate") ? "sum" : "", fanIn);
-  return e.empty() ? pairsError(numelOf(self), product(target)) : e;
+  if (!e.empty())
+    return e;
+  return product(target) < 0 ? "too many indexed elements"
+                             : pairsError(numelOf(self), product(target));
 }
 
 std::string maskPutError(const Node *self, const Node *mask, const Node *values,
@@ -239,9 +245,8 @@ std::string maskedScatterError(const Node *self, const Node *mask, const Node *s
   if (!out)
     return "self and mask do not broadcast together";
   int64_t n = product(*out);
-  if (n > GraphBuilder::kMaxScan)
-    return "over " + std::to_string(n) + " elements (braze scans up to " +
-           std::to_string(GraphBuilder::kMaxScan) + ")";
+  if (n < 0 || n > GraphBuilder::kMaxScan)
+    return "more than " + std::to_string(GraphBuilder::kMaxScan) + " elements (braze's scan limit)";
   if (n > 0 && numelOf(source) == 0)
     return "an empty source";
   return "";
@@ -255,14 +260,21 @@ std::string asStridedScatterError(const Node *self, const Node *src, const AttrM
   if (offset < 0 || std::any_of(size.begin(), size.end(), [](int64_t d) { return d < 0; }) ||
       std::any_of(stride.begin(), stride.end(), [](int64_t d) { return d < 0; }))
     return "size, stride and offset must not be negative";
-  if (sizes(src) != std::vector<int64_t>(size.begin(), size.end()))
+  if (sizes(src) != size)
     return "src must have the view's size";
-  int64_t k = product(std::vector<int64_t>(size.begin(), size.end()));
+  int64_t k = product(size);
   if (k == 0)
     return "";
-  if (k > GraphBuilder::kMaxScan)
-    return "a view of " + std::to_string(k) + " elements (at most " +
-           std::to_string(GraphBuilder::kMaxScan) + ")";
+  if (k < 0 || k > GraphBuilder::kMaxScan)
+    return "a view of more than " + std::to_string(GraphBuilder::kMaxScan) + " elements";
+  std::string e = pairsError(numelOf(self), k);
+  if (!e.empty())
+    return e;
+  // With numel(self) x k bounded, the positions below cannot overflow.
+  int64_t n = numelOf(self);
+  for (size_t d = 0; d < size.size(); ++d)
+    if (offset >= n || (size[d] > 1 && stride[d] >= n))
+      return "the view leaves self";
   std::vector<int64_t> positions{offset};
   for (size_t d = 0; d < size.size(); ++d) {
     std::vector<int64_t> next;
@@ -273,9 +285,9 @@ std::string asStridedScatterError(const Node *self, const Node *src, const AttrM
   }
   std::sort(positions.begin(), positions.end());
   if (std::adjacent_find(positions.begin(), positions.end()) != positions.end() ||
-      positions.back() >= numelOf(self))
+      positions.back() >= n)
     return "the view overlaps itself or leaves self";
-  return pairsError(numelOf(self), k);
+  return "";
 }
 
 std::string nonzeroStaticError(const Node *x, const AttrMap &a) {
@@ -293,7 +305,7 @@ std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const No
                                            const AttrMap &attrs) {
   for (const Node *x : operands)
     if (!constNumel(x->shape()))
-      return "needs constant shapes";
+      return "needs constant shapes of at most 2^63 elements";
   const Node *self = operands[0];
   if (op == OpKind::NonzeroStatic)
     return nonzeroStaticError(self, attrs);

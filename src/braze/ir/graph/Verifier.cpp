@@ -547,6 +547,9 @@ bool GraphVerifier::checkComposite() {
   case OpKind::FMax:
   case OpKind::FMin:
   case OpKind::RoundDecimals:
+  case OpKind::Signbit:
+  case OpKind::Ldexp:
+  case OpKind::Angle:
     return checkArithmetic();
   }
   return fail("is not a composite op");

@@ -150,6 +150,20 @@ bool GraphVerifier::checkEmbeddingBag() {
 /// round_decimals: a floating-point operand of the result's type, decimals in range.
 bool GraphVerifier::checkArithmetic() {
   const Node *x = node_->operand(0);
+  OpKind op = node_->op();
+  if (op == OpKind::Signbit || op == OpKind::Angle || op == OpKind::Ldexp) {
+    DType want = op == OpKind::Signbit ? DType::Bool
+                 : op == OpKind::Angle ? x->dtype()
+                                       : GraphBuilder::ldexpType(x->dtype(),
+                                                                 node_->operand(1)->dtype());
+    if (op == OpKind::Angle && !isFloating(x->dtype()))
+      return fail("needs a floating-point operand");
+    for (const Node *o : node_->operands())
+      if (o->shape() != node_->shape())
+        return fail("operands must have the result's shape");
+    return node_->dtype() == want ? true
+                                  : fail("result must be " + std::string(dtypeName(want)));
+  }
   if (node_->op() == OpKind::RoundDecimals) {
     int64_t d = node_->attrs().getInt("decimals");
     if (d < -GraphBuilder::kMaxDecimals || d > GraphBuilder::kMaxDecimals)

@@ -3,7 +3,11 @@
 ///                    and difference rounded in the dtype, as eager's kernel does;
 ///   round_decimals(x) = round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d,
 ///                    half precision in f32 and rounded once;
-///   fmax(a, b)     = isnan(a) ? b : isnan(b) ? a : maximum(a, b) (fmin with minimum).
+///   fmax(a, b)     = isnan(a) ? b : isnan(b) ? a : maximum(a, b) (fmin with minimum);
+///   signbit(x)     = copysign(1, x) < 0 for floats (the sign of -0.0 and of NaNs), x < 0
+///                    otherwise;
+///   ldexp(x, e)    = x * pow(2, e), 2 and e in e's float dtype (f32 for integers);
+///   angle(x)       = isnan(x) ? x : x < 0 ? pi : 0.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <cmath>
@@ -41,6 +45,31 @@ Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {
   Node *r = d > 0 ? b.div(b.unary(OpKind::Round, b.mul(x, ten)), ten)
                   : b.mul(b.unary(OpKind::Round, b.div(x, ten)), ten);
   return downcastLike(b, r, n->dtype());
+}
+
+Node *decomposeSignbit(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  DType t = x->dtype();
+  if (isFloating(t))
+    return b.binary(OpKind::Lt, b.binary(OpKind::CopySign, b.scalar(1.0, t), x), b.scalar(0, t));
+  if (t == DType::Bool)
+    return b.full(0, DType::Bool, x->shape());
+  return b.binary(OpKind::Lt, x, b.scalar(0, t));
+}
+
+Node *decomposeLdexp(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0), *e = n->operand(1);
+  DType p = isFloating(e->dtype()) ? e->dtype() : DType::Float32;
+  Node *scale = b.binary(OpKind::Pow, b.scalar(2.0, p), b.convert(e, p));
+  return b.convert(b.mul(x, scale), n->dtype());
+}
+
+Node *decomposeAngle(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  DType t = x->dtype();
+  Node *zero = b.scalar(0, t);
+  Node *r = b.where(b.binary(OpKind::Lt, x, zero), b.scalar(M_PI, t), zero);
+  return b.where(b.elementwise(OpKind::IsNan, {x}), x, r);
 }
 
 } // namespace braze::decomp

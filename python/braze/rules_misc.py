@@ -248,83 +248,47 @@ def _trilinear(t, node, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_di
 # ---- random distributions ------------------------------------------------------------------
 # Built on braze's Philox streams: uniform u in [0, 1) and standard normal z.
 
-def _draw(t, node, distribution, dt):
-    val = _meta(node)
+def _seed(t, node):
+    """The graph's seed input (made once), after refusing an explicit generator."""
     if node.kwargs.get("generator") is not None:
         raise Unsupported("random numbers from an explicit generator")
+    t.on_device(_meta(node).device, "random numbers")
     if t.seed is None:
         t.seed = t.g.input("seed", "i64", [], [])
-    return t.g.random(distribution, dt, t.shape(val.shape), t.seed)
-
-
-def _uniform48(t, node):
-    """A uniform f64 in [0, 1) with 48 random bits, from two 24-bit draws."""
-    hi = _draw(t, node, "uniform", "f64")
-    lo = _draw(t, node, "uniform", "f64")
-    return t.g.elementwise("add", [hi, t.g.elementwise("mul", [lo, _scalar(t, 2.0 ** -24, "f64")])])
+    return t.seed
 
 
 @rule(aten.randint.default, aten.randint.low, aten.randint_like.default,
       aten.randint_like.low_dtype)
 def _randint(t, node, *args, **kwargs):
-    """low + floor(u * (high - low)), an integer in [low, high)."""
+    """An integer in [low, high)."""
     if node.target in (aten.randint.default, aten.randint_like.default):
         low, high = 0, args[1] if node.target == aten.randint_like.default else args[0]
     else:
         low, high = (args[1], args[2]) if node.target == aten.randint_like.low_dtype else args[:2]
     if not isinstance(low, int) or not isinstance(high, int):
         raise Unsupported("randint with symbolic bounds")
-    span = high - low
-    # Bounds travel as f64 constants: exact up to 2^53.
-    if span <= 0 or max(abs(low), abs(high)) > 2 ** 53:
-        raise Unsupported(f"randint over [{low}, {high})")
-    dt = dtype_name(_meta(node).dtype)
-    u = _uniform48(t, node)
-    off = t.g.convert(t.g.elementwise("floor", [t.g.elementwise("mul", [u, _scalar(t, span, "f64")])]),
-                      "i64")
-    off = t.g.elementwise("minimum", [off, _scalar(t, span - 1, "i64")])
-    return t.g.convert(t.g.elementwise("add", [off, _scalar(t, low, "i64")]), dt)
+    val = _meta(node)
+    return t.g.random_integer(dtype_name(val.dtype), t.shape(val.shape), _seed(t, node), low, high)
 
 
 @rule(aten.uniform.default)
 def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
-    if generator is not None:
-        raise Unsupported("random numbers from an explicit generator")
-    dt = dtype_name(_meta(node).dtype)
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"uniform on {dt}")
-    ct = "f32" if dt in _HALVES else dt
-    u = _draw(t, node, "uniform", ct)
-    r = t.g.elementwise("add", [_scalar(t, low, ct),
-                                t.g.elementwise("mul", [u, _scalar(t, float(high) - float(low), ct)])])
-    return t.g.convert(r, dt)
+    val = _meta(node)
+    return t.g.random_uniform(dtype_name(val.dtype), t.shape(val.shape), _seed(t, node),
+                              float(low), float(high))
 
 
 @rule(aten.geometric.default)
 def _geometric(t, node, x, p, generator=None):
-    """The number of Bernoulli(p) trials up to the first success: floor(log1p(-u) / log1p(-p))
-    + 1, computed in f64 for every result dtype (integers included)."""
-    if generator is not None:
-        raise Unsupported("random numbers from an explicit generator")
-    if not 0 < p < 1:
-        raise Unsupported(f"geometric with p = {p}")
-    dt = dtype_name(_meta(node).dtype)
-    u = _draw(t, node, "uniform", "f64")
-    k = t.g.elementwise("div", [t.g.elementwise("log1p", [t.g.elementwise("neg", [u])]),
-                                _scalar(t, math.log1p(-p), "f64")])
-    return t.g.convert(t.g.elementwise("add", [t.g.elementwise("floor", [k]), _scalar(t, 1.0, "f64")]), dt)
+    val = _meta(node)
+    return t.g.random_geometric(dtype_name(val.dtype), t.shape(val.shape), _seed(t, node), p)
 
 
 @rule(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor,
       aten.normal.float_float, aten.normal_functional.default)
 def _normal(t, node, *args, **kwargs):
     """mean + std * z; mean and std are tensors or numbers."""
-    if kwargs.get("generator") is not None:
-        raise Unsupported("random numbers from an explicit generator")
-    dt = dtype_name(_meta(node).dtype)
-    if dt not in FLOAT_DTYPES:
-        raise Unsupported(f"normal on {dt}")
-    ct = "f32" if dt in _HALVES else dt
     if node.target == aten.normal_functional.default:
         mean, std = (list(args[1:3]) + [0.0, 1.0][len(args) - 1:])[:2]
         mean, std = kwargs.get("mean", mean), kwargs.get("std", std)
@@ -332,14 +296,12 @@ def _normal(t, node, *args, **kwargs):
         mean, std = args[0], args[1] if len(args) > 1 else kwargs.get("std", 1.0)
     else:
         mean, std = args[0], args[1]
-    z = _draw(t, node, "normal", ct)
+    val = _meta(node)
+    dt = dtype_name(val.dtype)
 
     def operand(v):
-        if isinstance(v, torch.fx.Node):
-            return t.g.convert(t.arg(v), ct)
-        return _scalar(t, v, ct)
-    r = t.g.elementwise("add", [operand(mean), t.g.elementwise("mul", [operand(std), z])])
-    return t.g.convert(r, dt)
+        return t.arg(v) if isinstance(v, torch.fx.Node) else _scalar(t, v, "f64")
+    return t.g.random_normal(dt, t.shape(val.shape), _seed(t, node), operand(mean), operand(std))
 
 
 # ---- searching, scans and histograms: search_sorted, cum_extreme and histogram ops ---------

@@ -394,6 +394,26 @@ NB_MODULE(_C, m) {
                         const std::vector<int> &shape, int seed) {
         return g.node(g.builder().random(dist, dtypeFromName(dt), g.shape(shape), g.at(seed)));
       })
+      .def("random_uniform", [](PyGraph &g, const std::string &dt, const std::vector<int> &shape,
+                                int seed, double low, double high) {
+        return g.node(g.builder().randomUniform(dtypeFromName(dt), g.shape(shape), g.at(seed),
+                                                low, high));
+      })
+      .def("random_normal", [](PyGraph &g, const std::string &dt, const std::vector<int> &shape,
+                               int seed, int mean, int std) {
+        return g.node(g.builder().randomNormal(dtypeFromName(dt), g.shape(shape), g.at(seed),
+                                               g.at(mean), g.at(std)));
+      })
+      .def("random_integer", [](PyGraph &g, const std::string &dt, const std::vector<int> &shape,
+                                int seed, int64_t low, int64_t high) {
+        return g.node(g.builder().randomInteger(dtypeFromName(dt), g.shape(shape), g.at(seed),
+                                                low, high));
+      })
+      .def("random_geometric", [](PyGraph &g, const std::string &dt,
+                                  const std::vector<int> &shape, int seed, double p) {
+        return g.node(g.builder().randomGeometric(dtypeFromName(dt), g.shape(shape), g.at(seed),
+                                                  p));
+      })
       .def("avg_pool", [](PyGraph &g, int x, int64_t spatial, IntList k, IntList s, IntList p,
                           bool ceil, bool include, int64_t divisor) {
         return g.node(g.builder().avgPool(g.at(x), spatial, k, s, p, ceil, include, divisor));

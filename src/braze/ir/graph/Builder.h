@@ -253,6 +253,23 @@ public:
   /// distribution "uniform" ([0, 1)) or "normal" (mean 0, variance 1). Each random node of a
   /// graph draws from its own stream, so two calls in one graph are independent.
   Node *random(const std::string &distribution, DType dtype, std::vector<SymExpr> shape, Node *seed);
+  /// The same draw from a given stream (a decomposition reusing its node's streams).
+  Node *random(const std::string &distribution, DType dtype, std::vector<SymExpr> shape,
+               Node *seed, int64_t stream);
+  /// Draws of PyTorch's distributions (random_draw nodes), as eager defines them, from
+  /// braze's streams: uniform in [low, high) (float dtypes; half precision computes in f32),
+  /// normal with tensor `mean` and `std` (broadcast to `shape`), an integer in [low, high)
+  /// (any numeric dtype; 48 random bits from two streams; |low|, |high| <= 2^53), and
+  /// geometric(p) (trials up to the first success, 0 < p < 1; computed in f64).
+  Node *randomUniform(DType dtype, std::vector<SymExpr> shape, Node *seed, double low, double high);
+  Node *randomNormal(DType dtype, std::vector<SymExpr> shape, Node *seed, Node *mean, Node *std);
+  Node *randomInteger(DType dtype, std::vector<SymExpr> shape, Node *seed, int64_t low,
+                      int64_t high);
+  Node *randomGeometric(DType dtype, std::vector<SymExpr> shape, Node *seed, double p);
+  /// Why a random_draw node's operands and attributes are not taken ("" if they are).
+  static std::string randomDrawError(const TensorType &type,
+                                     const std::vector<const Node *> &operands,
+                                     const AttrMap &attrs);
   /// The diagonal of dims d1 and d2 shifted by `offset` (a view): both dims are removed and
   /// a last dim of the diagonal's length is appended.
   Node *diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2);
@@ -348,6 +365,7 @@ private:
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
   int64_t sortedDim(const char *op, Node *x, int64_t dim);
   Node *scatterLike(OpKind op, const char *text, std::vector<Node *> operands, AttrMap attrs);
+  Node *randomDraw(std::vector<Node *> operands, AttrMap attrs, TensorType type);
   AttrMap poolAttrs(const std::string &op, Node *x, int64_t spatial, IntList kernel,
                     IntList stride, IntList padding, IntList dilation, bool ceilMode,
                     std::vector<SymExpr> &shape);

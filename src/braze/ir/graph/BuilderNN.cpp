@@ -4,6 +4,8 @@
 
 #include "braze/support/Diagnostic.h"
 
+#include <cmath>
+
 namespace braze {
 
 namespace {
@@ -430,10 +432,99 @@ Node *GraphBuilder::random(const std::string &distribution, DType dtype,
     BRAZE_USER_ERROR("random", name_) << "needs a floating-point dtype, got " << dtypeName(dtype);
   if (seed->dtype() != DType::Int64 || seed->rank() != 0)
     BRAZE_USER_ERROR("random", name_) << "the seed must be an i64 scalar";
+  return random(distribution, dtype, std::move(shape), seed, nextRandomStream_++);
+}
+
+Node *GraphBuilder::random(const std::string &distribution, DType dtype,
+                           std::vector<SymExpr> shape, Node *seed, int64_t stream) {
   AttrMap attrs;
   attrs.set("distribution", distribution);
-  attrs.set("stream", nextRandomStream_++);
+  attrs.set("stream", stream);
   return make(OpKind::Random, {seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+std::string GraphBuilder::randomDrawError(const TensorType &type,
+                                          const std::vector<const Node *> &operands,
+                                          const AttrMap &a) {
+  const std::string &dist = a.getString("distribution");
+  const Node *seed = operands[0];
+  if (seed->dtype() != DType::Int64 || seed->rank() != 0)
+    return "the seed must be an i64 scalar";
+  size_t want = dist == "normal" ? 3 : 1;
+  if (operands.size() != want)
+    return "a " + dist + " draw takes " + std::to_string(want) + " operands";
+  if ((dist == "uniform" || dist == "normal") && !isFloating(type.dtype))
+    return "a " + dist + " draw needs a floating-point dtype";
+  if (dist == "uniform" || dist == "integer") {
+    if (!a.has("low") || !a.has("high"))
+      return "needs attributes low and high";
+    double lo = a.getFloat("low"), hi = a.getFloat("high");
+    if (dist == "integer" &&
+        (!(lo < hi) || std::fabs(lo) > 9007199254740992.0 || std::fabs(hi) > 9007199254740992.0 ||
+         lo != std::floor(lo) || hi != std::floor(hi) || type.dtype == DType::Bool))
+      return "an integer draw needs integers low < high within 2^53 and a numeric dtype";
+    if (!std::isfinite(lo) || !std::isfinite(hi))
+      return "low and high must be finite";
+    return "";
+  }
+  if (dist == "normal") {
+    for (size_t i = 1; i < 3; ++i)
+      if (operands[i]->shape() != type.shape || !isFloating(operands[i]->dtype()))
+        return "mean and std must be floating-point tensors of the result's shape";
+    return "";
+  }
+  if (dist == "geometric")
+    return a.has("p") && a.getFloat("p") > 0 && a.getFloat("p") < 1 ? ""
+                                                                      : "needs 0 < p < 1";
+  return "distribution must be uniform, normal, integer or geometric, got '" + dist + "'";
+}
+
+Node *GraphBuilder::randomDraw(std::vector<Node *> operands, AttrMap attrs, TensorType type) {
+  std::string err =
+      randomDrawError(type, std::vector<const Node *>(operands.begin(), operands.end()), attrs);
+  if (!err.empty())
+    BRAZE_USER_ERROR("random_draw", name_) << err;
+  return make(OpKind::RandomDraw, std::move(operands), std::move(attrs), std::move(type));
+}
+
+Node *GraphBuilder::randomUniform(DType dtype, std::vector<SymExpr> shape, Node *seed,
+                                  double low, double high) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string("uniform"));
+  attrs.set("stream", nextRandomStream_++);
+  attrs.set("low", low);
+  attrs.set("high", high);
+  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::randomNormal(DType dtype, std::vector<SymExpr> shape, Node *seed, Node *mean,
+                                 Node *std) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string("normal"));
+  attrs.set("stream", nextRandomStream_++);
+  DType ct = isFloating(dtype) ? computeType(dtype) : DType::Float32;
+  Node *m = expand(convert(mean, ct), shape), *s = expand(convert(std, ct), shape);
+  return randomDraw({seed, m, s}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::randomInteger(DType dtype, std::vector<SymExpr> shape, Node *seed,
+                                  int64_t low, int64_t high) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string("integer"));
+  attrs.set("stream", nextRandomStream_);
+  nextRandomStream_ += 2; // two draws of 24 bits
+  attrs.set("low", static_cast<double>(low));
+  attrs.set("high", static_cast<double>(high));
+  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::randomGeometric(DType dtype, std::vector<SymExpr> shape, Node *seed,
+                                    double p) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string("geometric"));
+  attrs.set("stream", nextRandomStream_++);
+  attrs.set("p", p);
+  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
 } // namespace braze

@@ -496,6 +496,11 @@ bool GraphVerifier::checkComposite() {
   case OpKind::Silu:
   case OpKind::Random:
     return true;
+  case OpKind::RandomDraw: {
+    std::vector<const Node *> ops(node_->operands().begin(), node_->operands().end());
+    std::string err = GraphBuilder::randomDrawError(node_->type(), ops, a);
+    return err.empty() ? true : fail(err);
+  }
   case OpKind::Convolution:
     if (operands != 2u + a.getBool("bias"))
       return fail("operand count does not match the 'bias' attribute");

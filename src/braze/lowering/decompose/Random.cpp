@@ -1,7 +1,16 @@
 /// random(seed): element i (row-major) of stream s uses Philox counters from s * 2^40:
 ///   uniform: u = philox_uniform(seed, base + i)
 ///   normal:  sqrt(-2 log(1 - u1)) * cos(2 pi u2), u1 and u2 at counters base + 2i, base + 2i + 1
+/// random_draw: PyTorch's distributions from those draws (ct: f32 for half precision):
+///   uniform:   low + u * (high - low) in ct
+///   normal:    mean + std * z in ct
+///   integer:   u = u_s + u_{s+1} * 2^-24 (48 bits, f64), low + min(floor(u * span), span - 1)
+///   geometric: floor(log1p(-u) / log1p(-p)) + 1 in f64
 #include "braze/lowering/decompose/Decompose.h"
+
+#include "braze/support/Check.h"
+
+#include <cmath>
 
 namespace braze::decomp {
 
@@ -38,6 +47,44 @@ Node *decomposeRandom(GraphBuilder &b, Node *n) {
     r = b.mul(radius, b.unary(OpKind::Cos, b.mul(b.scalar(6.283185307179586, DType::Float32), u2)));
   }
   return b.convert(r, n->dtype());
+}
+
+Node *decomposeRandomDraw(GraphBuilder &b, Node *n) {
+  const AttrMap &a = n->attrs();
+  const std::string &dist = a.getString("distribution");
+  Node *seed = n->operand(0);
+  const std::vector<SymExpr> &shape = n->shape();
+  int64_t stream = a.getInt("stream");
+  DType out = n->dtype();
+  auto draw = [&](const char *kind, DType t, int64_t s) {
+    return b.random(kind, t, shape, seed, s);
+  };
+  if (dist == "uniform" || dist == "normal") {
+    DType ct = computeType(out);
+    Node *r;
+    if (dist == "uniform") {
+      double lo = a.getFloat("low"), hi = a.getFloat("high");
+      r = b.add(b.scalar(lo, ct), b.mul(draw("uniform", ct, stream), b.scalar(hi - lo, ct)));
+    } else {
+      r = b.add(n->operand(1), b.mul(n->operand(2), draw("normal", ct, stream)));
+    }
+    return b.convert(r, out);
+  }
+  if (dist == "integer") {
+    double lo = a.getFloat("low"), span = a.getFloat("high") - lo;
+    Node *u = b.add(draw("uniform", DType::Float64, stream),
+                    b.mul(draw("uniform", DType::Float64, stream + 1),
+                          b.scalar(1.0 / (1 << 24), DType::Float64)));
+    Node *off = b.convert(b.unary(OpKind::Floor, b.mul(u, b.scalar(span, DType::Float64))),
+                          DType::Int64);
+    off = b.binary(OpKind::Minimum, off, b.scalar(span - 1, DType::Int64));
+    return b.convert(b.add(off, b.scalar(lo, DType::Int64)), out);
+  }
+  BRAZE_CHECK(dist == "geometric") << "unknown distribution " << dist;
+  Node *u = draw("uniform", DType::Float64, stream);
+  Node *k = b.div(b.unary(OpKind::Log1p, b.unary(OpKind::Neg, u)),
+                  b.scalar(std::log1p(-a.getFloat("p")), DType::Float64));
+  return b.convert(b.add(b.unary(OpKind::Floor, k), b.scalar(1.0, DType::Float64)), out);
 }
 
 } // namespace braze::decomp

@@ -461,22 +461,7 @@ def _mm(t, node, a, b):
 
 @rule(aten.addmm.default, aten.baddbmm.default)
 def _addmm(t, node, bias, a, b, beta=1, alpha=1):
-    return scaled_add(t, bias, t.g.matmul(t.arg(a), t.arg(b)), beta, alpha)
-
-
-def scaled_add(t, bias, h, beta, alpha):
-    """beta * bias + alpha * h; with beta == 0 the bias is ignored, NaNs included. For integer
-    results eager converts the scalars to the integer type first (0.2 becomes 0)."""
-    if t.g.dtype(h) not in FLOAT_DTYPES:
-        alpha, beta = int(alpha), int(beta)
-    if alpha != 1:
-        h = t.g.elementwise("mul", [h, t.arg(alpha, h)])
-    if beta == 0:
-        return h
-    bh = t.arg(bias)
-    if beta != 1:
-        bh = t.g.elementwise("mul", [bh, t.arg(beta, bh)])
-    return t.g.elementwise("add", [bh, h])
+    return t.g.add_matmul(t.arg(bias), t.arg(a), t.arg(b), float(beta), float(alpha), False)
 
 
 @rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)

@@ -1,15 +1,12 @@
 """FX rules for a long tail of simpler ops: uninitialized creation, as_strided, whole-tensor
-max/min, single-kernel pointwise ops, addbmm and _trilinear, random distributions,
-bucketize / searchsorted, cummax / cummin and histc. Each rule either matches eager PyTorch or raises Unsupported."""
+max/min, pointwise ops, addbmm and _trilinear, random distributions, bucketize / searchsorted,
+cummax / cummin and histc. Each rule translates its node into graph ops (the composites are
+lowered in lowering/decompose) or raises Unsupported."""
 import math
 
 import torch
 
-from braze.fx_import import scaled_add
 from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
-
-_HALVES = ("f16", "bf16")
-
 
 def _meta(node):
     val = node.meta.get("val")
@@ -182,67 +179,15 @@ def _angle(t, node, x):
 
 @rule(aten.addbmm.default)
 def _addbmm(t, node, bias, b1, b2, beta=1, alpha=1):
-    """beta * bias + alpha * sum over the batch of b1[i] @ b2[i]; beta == 0 ignores bias."""
-    val = _meta(node)
-    dt = dtype_name(val.dtype)
     if any(d == 0 for d in node.args[1].meta["val"].shape[:1]):
         raise Unsupported("addbmm over an empty batch")
-    if dt in _HALVES:
-        return _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt)
-    return scaled_add(t, bias, t.g.reduce("sum", t.g.matmul(t.arg(b1), t.arg(b2)), [0], False, dt),
-                      beta, alpha)
-
-
-# Half-precision addbmm is unrolled over at most this many batches.
-_MAX_UNROLLED_BATCHES = 64
-
-
-def _addbmm_half(t, node, bias, b1, b2, beta, alpha, dt):
-    """Eager accumulates one addmm per batch, each computed in f32 and rounded to dt."""
-    batches = node.args[1].meta["val"].shape[0]
-    if not isinstance(batches, int) or batches > _MAX_UNROLLED_BATCHES:
-        raise Unsupported(f"half-precision addbmm over {batches} batches")
-    prods = t.g.matmul(t.g.convert(t.arg(b1), "f32"), t.g.convert(t.arg(b2), "f32"))
-    acc = None
-    for k in range(batches):
-        term = t.g.select(prods, 0, k)
-        if alpha != 1:
-            term = t.g.elementwise("mul", [term, _scalar(t, alpha, "f32")])
-        if acc is not None:
-            term = t.g.elementwise("add", [t.g.convert(acc, "f32"), term])
-        elif beta != 0:
-            bh = t.g.convert(t.arg(bias), "f32")
-            if beta != 1:
-                bh = t.g.elementwise("mul", [bh, _scalar(t, beta, "f32")])
-            term = t.g.elementwise("add", [bh, term])
-        acc = t.g.convert(term, dt)
-    return acc
+    return t.g.add_matmul(t.arg(bias), t.arg(b1), t.arg(b2), float(beta), float(alpha), True)
 
 
 @rule(aten._trilinear.default)
 def _trilinear(t, node, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
-    """The product of the three inputs, each unsqueezed at its expand dims, summed over sumdim.
-    As eager: i1 * i2 summed first over the sum dims that i3 lacks, then times i3 summed over
-    the rest; each stage accumulates in f32 for half precision and rounds once."""
-    dt = dtype_name(_meta(node).dtype)
-    ct = "f32" if dt in _HALVES else dt
-
-    def expanded(x, dims):
-        h = t.g.convert(t.arg(x), ct)
-        for d in sorted(dims):
-            h = t.g.unsqueeze(h, d)
-        return h
-    first = sorted(d for d in sumdim if d in expand3)
-    rest = sorted(d for d in sumdim if d not in expand3)
-    h = t.g.elementwise("mul", [expanded(i1, expand1), expanded(i2, expand2)])
-    if first:
-        h = t.g.convert(t.g.reduce("sum", h, first, True, ct), dt)
-        h = t.g.convert(h, ct)
-    h = t.g.elementwise("mul", [h, expanded(i3, expand3)])
-    if rest:
-        h = t.g.reduce("sum", h, rest, True, ct)
-    keep = [t.sym(s) for s in node.meta["val"].shape]
-    return t.g.reshape(t.g.convert(h, dt), keep)
+    return t.g.trilinear(t.arg(i1), t.arg(i2), t.arg(i3), list(expand1), list(expand2),
+                         list(expand3), list(sumdim))
 
 
 # ---- random distributions ------------------------------------------------------------------

@@ -287,6 +287,14 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().cross(g.at(a), g.at(b), d));
       })
       .def("signbit", [](PyGraph &g, int x) { return g.node(g.builder().signbit(g.at(x))); })
+      .def("add_matmul", [](PyGraph &g, int bias, int a, int b, double beta, double alpha,
+                            bool batchSum) {
+        return g.node(g.builder().addMatMul(g.at(bias), g.at(a), g.at(b), beta, alpha, batchSum));
+      })
+      .def("trilinear", [](PyGraph &g, int x1, int x2, int x3, IntList e1, IntList e2,
+                           IntList e3, IntList sumdim) {
+        return g.node(g.builder().trilinear(g.at(x1), g.at(x2), g.at(x3), e1, e2, e3, sumdim));
+      })
       .def("ldexp", [](PyGraph &g, int x, int e) {
         return g.node(g.builder().ldexp(g.at(x), g.at(e)));
       })

@@ -184,6 +184,22 @@ public:
   Node *angle(Node *x);
   /// ldexp's result dtype for operand dtypes x and e.
   static DType ldexpType(DType x, DType e);
+  /// beta * bias + alpha * (a @ b) for a [.., M, K] and b [.., K, N] of one rank >= 2 and
+  /// batch (addmm, baddbmm), or with `batchSum` the product summed over the batch dim of 3-d
+  /// operands (addbmm); bias broadcasts to the result. beta == 0 ignores bias (NaNs too); for
+  /// integers the scalars are truncated first, as eager does. A half-precision addbmm adds one
+  /// product per batch, each in f32 and rounded, as eager, up to kMaxUnrolledBatches batches.
+  Node *addMatMul(Node *bias, Node *a, Node *b, double beta, double alpha, bool batchSum);
+  static constexpr int64_t kMaxUnrolledBatches = 64;
+  /// The product of x1, x2, x3, each unsqueezed at its expand dims, summed over sumdim (those
+  /// dims removed), as aten._trilinear: x1 * x2 summed first over the sum dims x3 is expanded
+  /// in, then times x3 summed over the rest; half precision accumulates in f32.
+  Node *trilinear(Node *x1, Node *x2, Node *x3, IntList expand1, IntList expand2,
+                  IntList expand3, IntList sumdim);
+  /// Why an add_matmul or trilinear node's operands and attributes are not taken ("" if they
+  /// are; then `type` is the result's type).
+  static std::string productError(OpKind op, const std::vector<const Node *> &operands,
+                                  const AttrMap &attrs, sym::SymContext &ctx, TensorType &type);
   static constexpr int64_t kMaxDecimals = 300; ///< 10^decimals stays a finite double
   /// Embedding bags: rows of weight [R, D] gathered by integer `indices` and reduced per bag
   /// by `mode` ("sum", "mean" or "max"; an empty bag gives zeros) -> [B, D]. With 1-d

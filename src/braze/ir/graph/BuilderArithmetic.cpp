@@ -2,7 +2,10 @@
 // lowering/decompose/Arithmetic.cpp turns into elementwise ops in eager's order.
 #include "braze/ir/graph/Builder.h"
 
+#include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
+
+#include <algorithm>
 
 namespace braze {
 
@@ -62,6 +65,130 @@ Node *GraphBuilder::angle(Node *x) {
     BRAZE_USER_ERROR("angle", name_) << "needs a floating-point input, got "
                                      << dtypeName(x->dtype());
   return make(OpKind::Angle, {x}, {}, x->type());
+}
+
+namespace {
+
+bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+std::string addMatMulError(const std::vector<const Node *> &ops, const AttrMap &a,
+                           TensorType &type) {
+  const Node *bias = ops[0], *x = ops[1], *y = ops[2];
+  bool batchSum = a.getBool("batch_sum");
+  int64_t r = x->rank();
+  if (r < 2 || y->rank() != r || (batchSum && r != 3))
+    return batchSum ? "needs 3-d operands" : "needs operands of one rank, at least 2";
+  if (x->dtype() != y->dtype() || bias->dtype() != x->dtype() || x->dtype() == DType::Bool)
+    return "needs operands of one numeric dtype";
+  for (int64_t d = 0; d + 2 < r; ++d)
+    if (x->shape()[d] != y->shape()[d])
+      return "the operands' batch dims differ";
+  if (x->shape()[r - 1] != y->shape()[r - 2])
+    return "the operands cannot be multiplied";
+  std::vector<SymExpr> shape(x->shape().begin() + (batchSum ? 1 : 0), x->shape().end() - 1);
+  shape.push_back(y->shape().back());
+  if (bias->shape() != shape)
+    return "bias must be expanded to the result's shape";
+  if (batchSum && isHalf(x->dtype())) {
+    const SymExpr &batches = x->shape()[0];
+    if (!batches->isConst() || batches->value() < 1 ||
+        batches->value() > GraphBuilder::kMaxUnrolledBatches)
+      return "a half-precision addbmm over 1 to " +
+             std::to_string(GraphBuilder::kMaxUnrolledBatches) + " batches";
+  }
+  type = TensorType{x->dtype(), shape, {}};
+  return "";
+}
+
+std::string trilinearError(const std::vector<const Node *> &ops, const AttrMap &a,
+                           sym::SymContext &ctx, TensorType &type) {
+  const char *names[] = {"expand1", "expand2", "expand3"};
+  int64_t rank = -1;
+  std::vector<SymExpr> shape;
+  for (int i = 0; i < 3; ++i) {
+    const IntList &e = a.getInts(names[i]);
+    int64_t r = ops[i]->rank() + static_cast<int64_t>(e.size());
+    if (rank >= 0 && r != rank)
+      return "the operands unsqueezed at their expand dims must have one rank";
+    rank = r;
+    std::vector<SymExpr> s;
+    size_t next = 0;
+    for (int64_t d = 0; d < r; ++d) {
+      bool unsqueezed = std::find(e.begin(), e.end(), d) != e.end();
+      if (!unsqueezed && next >= static_cast<size_t>(ops[i]->rank()))
+        return std::string(names[i]) + " must name distinct dims of the expanded rank";
+      s.push_back(unsqueezed ? ctx.constant(1) : ops[i]->shape()[next++]);
+    }
+    if (next != static_cast<size_t>(ops[i]->rank()))
+      return std::string(names[i]) + " must name distinct dims of the expanded rank";
+    if (i == 0) {
+      shape = s;
+      continue;
+    }
+    for (int64_t d = 0; d < r; ++d) {
+      if (s[d]->isConst(1))
+        continue;
+      if (!shape[d]->isConst(1) && shape[d] != s[d])
+        return "the expanded operands do not broadcast together";
+      shape[d] = s[d];
+    }
+  }
+  if (ops[0]->dtype() != ops[1]->dtype() || ops[1]->dtype() != ops[2]->dtype())
+    return "needs operands of one dtype";
+  const IntList &sum = a.getInts("sumdim");
+  std::vector<SymExpr> out;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(sum.begin(), sum.end(), d) == sum.end())
+      out.push_back(shape[d]);
+  for (int64_t d : sum)
+    if (d < 0 || d >= rank)
+      return "sumdim must name dims of the expanded rank";
+  type = TensorType{ops[0]->dtype(), out, {}};
+  return "";
+}
+
+} // namespace
+
+std::string GraphBuilder::productError(OpKind op, const std::vector<const Node *> &operands,
+                                       const AttrMap &attrs, sym::SymContext &ctx,
+                                       TensorType &type) {
+  if (op == OpKind::AddMatMul)
+    return addMatMulError(operands, attrs, type);
+  BRAZE_CHECK(op == OpKind::Trilinear) << "not a product composite: " << opName(op);
+  return trilinearError(operands, attrs, ctx, type);
+}
+
+Node *GraphBuilder::addMatMul(Node *bias, Node *a, Node *b, double beta, double alpha,
+                              bool batchSum) {
+  AttrMap attrs;
+  attrs.set("beta", beta);
+  attrs.set("alpha", alpha);
+  attrs.set("batch_sum", batchSum);
+  if (a->rank() >= 2 && b->rank() == a->rank()) {
+    std::vector<SymExpr> shape(a->shape().begin() + (batchSum ? 1 : 0), a->shape().end() - 1);
+    shape.push_back(b->shape().back());
+    bias = expand(convert(bias, a->dtype()), shape);
+  }
+  std::vector<Node *> ops{bias, a, b};
+  TensorType type;
+  std::string err = productError(OpKind::AddMatMul, {bias, a, b}, attrs, sym(), type);
+  if (!err.empty())
+    BRAZE_USER_ERROR(batchSum ? "addbmm" : "addmm", name_) << err;
+  return make(OpKind::AddMatMul, std::move(ops), std::move(attrs), std::move(type));
+}
+
+Node *GraphBuilder::trilinear(Node *x1, Node *x2, Node *x3, IntList expand1, IntList expand2,
+                              IntList expand3, IntList sumdim) {
+  AttrMap attrs;
+  attrs.set("expand1", std::move(expand1));
+  attrs.set("expand2", std::move(expand2));
+  attrs.set("expand3", std::move(expand3));
+  attrs.set("sumdim", std::move(sumdim));
+  TensorType type;
+  std::string err = productError(OpKind::Trilinear, {x1, x2, x3}, attrs, sym(), type);
+  if (!err.empty())
+    BRAZE_USER_ERROR("trilinear", name_) << err;
+  return make(OpKind::Trilinear, {x1, x2, x3}, std::move(attrs), std::move(type));
 }
 
 } // namespace braze

@@ -496,6 +496,18 @@ bool GraphVerifier::checkComposite() {
   case OpKind::Silu:
   case OpKind::Random:
     return true;
+  case OpKind::AddMatMul:
+  case OpKind::Trilinear: {
+    std::vector<const Node *> ops(node_->operands().begin(), node_->operands().end());
+    TensorType want;
+    std::string err = GraphBuilder::productError(op, ops, a, ctx_, want);
+    if (!err.empty())
+      return fail(err);
+    return node_->dtype() == want.dtype && node_->shape() == want.shape
+               ? true
+               : fail("result must be " + std::string(dtypeName(want.dtype)) +
+                      shapeText(want.shape));
+  }
   case OpKind::RandomDraw: {
     std::vector<const Node *> ops(node_->operands().begin(), node_->operands().end());
     std::string err = GraphBuilder::randomDrawError(node_->type(), ops, a);

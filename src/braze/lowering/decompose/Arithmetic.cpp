@@ -7,9 +7,16 @@
 ///   signbit(x)     = copysign(1, x) < 0 for floats (the sign of -0.0 and of NaNs), x < 0
 ///                    otherwise;
 ///   ldexp(x, e)    = x * pow(2, e), 2 and e in e's float dtype (f32 for integers);
-///   angle(x)       = isnan(x) ? x : x < 0 ? pi : 0.
+///   angle(x)       = isnan(x) ? x : x < 0 ? pi : 0;
+///   add_matmul     = beta * bias + alpha * (a @ b) (summed over the batch for addbmm), the
+///                    scalars in the result's dtype (truncated for integers), beta == 0
+///                    dropping bias; half-precision addbmm adds one f32 product per batch,
+///                    rounding after each, as eager's loop of addmm calls;
+///   trilinear      = sum(x1' * x2' over the sum dims x3 is expanded in) * x3', summed over
+///                    the rest (x' unsqueezed at its expand dims; half precision in f32).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace braze::decomp {
@@ -70,6 +77,74 @@ Node *decomposeAngle(GraphBuilder &b, Node *n) {
   Node *zero = b.scalar(0, t);
   Node *r = b.where(b.binary(OpKind::Lt, x, zero), b.scalar(M_PI, t), zero);
   return b.where(b.elementwise(OpKind::IsNan, {x}), x, r);
+}
+
+Node *decomposeAddMatMul(GraphBuilder &b, Node *n) {
+  Node *bias = n->operand(0), *x = n->operand(1), *y = n->operand(2);
+  const AttrMap &a = n->attrs();
+  double beta = a.getFloat("beta"), alpha = a.getFloat("alpha");
+  DType t = n->dtype();
+  bool batchSum = a.getBool("batch_sum");
+  if (batchSum && (t == DType::Float16 || t == DType::BFloat16)) {
+    Node *prods = b.matmul(b.convert(x, DType::Float32), b.convert(y, DType::Float32));
+    Node *acc = nullptr;
+    for (int64_t k = 0; k < x->shape()[0]->value(); ++k) {
+      Node *term = b.select(prods, 0, k);
+      if (alpha != 1)
+        term = b.mul(term, b.scalar(alpha, DType::Float32));
+      if (acc != nullptr) {
+        term = b.add(b.convert(acc, DType::Float32), term);
+      } else if (beta != 0) {
+        Node *bh = b.convert(bias, DType::Float32);
+        if (beta != 1)
+          bh = b.mul(bh, b.scalar(beta, DType::Float32));
+        term = b.add(bh, term);
+      }
+      acc = b.convert(term, t);
+    }
+    return acc;
+  }
+  if (!isFloating(t)) {
+    alpha = std::trunc(alpha);
+    beta = std::trunc(beta);
+  }
+  Node *h = b.matmul(x, y);
+  if (batchSum)
+    h = b.reduce(OpKind::Sum, h, {0}, false, t);
+  if (alpha != 1)
+    h = b.mul(h, b.scalar(alpha, t));
+  if (beta == 0)
+    return h;
+  if (beta != 1)
+    bias = b.mul(bias, b.scalar(beta, t));
+  return b.add(bias, h);
+}
+
+Node *decomposeTrilinear(GraphBuilder &b, Node *n) {
+  const AttrMap &a = n->attrs();
+  DType t = n->dtype(), ct = computeType(t);
+  auto expanded = [&](Node *x, const IntList &dims) {
+    Node *h = b.convert(x, ct);
+    IntList sorted = dims;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t d : sorted)
+      h = b.unsqueeze(h, d);
+    return h;
+  };
+  const IntList &expand3 = a.getInts("expand3");
+  std::vector<int64_t> first, rest;
+  IntList sum = a.getInts("sumdim");
+  std::sort(sum.begin(), sum.end());
+  for (int64_t d : sum)
+    (std::find(expand3.begin(), expand3.end(), d) != expand3.end() ? first : rest).push_back(d);
+  Node *h = b.mul(expanded(n->operand(0), a.getInts("expand1")),
+                  expanded(n->operand(1), a.getInts("expand2")));
+  if (!first.empty())
+    h = b.convert(b.convert(b.reduce(OpKind::Sum, h, first, true, ct), t), ct);
+  h = b.mul(h, expanded(n->operand(2), expand3));
+  if (!rest.empty())
+    h = b.reduce(OpKind::Sum, h, rest, true, ct);
+  return b.reshape(b.convert(h, t), n->shape());
 }
 
 } // namespace braze::decomp

@@ -91,6 +91,8 @@ Node *decomposePut(GraphBuilder &b, Node *n);
 Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n);
 Node *decomposeIndexPut(GraphBuilder &b, Node *n);
 Node *decomposeSignbit(GraphBuilder &b, Node *n);
+Node *decomposeAddMatMul(GraphBuilder &b, Node *n);
+Node *decomposeTrilinear(GraphBuilder &b, Node *n);
 Node *decomposeRandomDraw(GraphBuilder &b, Node *n);
 Node *decomposeLdexp(GraphBuilder &b, Node *n);
 Node *decomposeAngle(GraphBuilder &b, Node *n);

@@ -2,8 +2,6 @@
 max/min, pointwise ops, addbmm and _trilinear, random distributions, bucketize / searchsorted,
 cummax / cummin and histc. Each rule translates its node into graph ops (the composites are
 lowered in lowering/decompose) or raises Unsupported."""
-import math
-
 import torch
 
 from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
@@ -48,15 +46,15 @@ def _empty(t, node, *args, **kwargs):
 
 @rule(aten.as_strided.default)
 def _as_strided(t, node, x, size, stride, storage_offset=None):
-    """A view of x's storage as an index remap: valid when x is contiguous, so that its storage
-    order is its row-major order, and every element the view reads lies inside x."""
+    """A view of x's storage read as a copy (the as_strided graph op): valid when x is
+    contiguous, so that its storage order is its row-major order."""
     if not isinstance(x, torch.fx.Node):
         raise Unsupported("as_strided of a non-tensor")
     src = x.meta.get("val")
     if not isinstance(src, torch.Tensor):
         raise Unsupported("as_strided of an input without a known layout")
     size, stride = _static(size, "as_strided"), _static(stride, "as_strided")
-    src_shape = _static(src.shape, "as_strided")
+    _static(src.shape, "as_strided")
     try:
         contiguous = bool(src.is_contiguous())
         base = int(src.storage_offset())
@@ -65,29 +63,7 @@ def _as_strided(t, node, x, size, stride, storage_offset=None):
         raise Unsupported("as_strided of a tensor with a symbolic layout")
     if not contiguous:
         raise Unsupported("as_strided of a non-contiguous tensor (its storage order is unknown)")
-    h = t.arg(x)
-    dt = t.g.dtype(h)
-    shape = [t.sym(s) for s in size]
-    if any(s == 0 for s in size):
-        return t.g.full(0.0, dt, shape)
-    off = offset - base
-    lo = off + sum(min(0, (s - 1) * st) for s, st in zip(size, stride))
-    hi = off + sum(max(0, (s - 1) * st) for s, st in zip(size, stride))
-    n = math.prod(src_shape)
-    if lo < 0 or hi >= n:
-        raise Unsupported("as_strided reads storage outside its input's elements")
-    flat = t.g.reshape(h, [t.sym(n)])
-    idx = _scalar(t, off, "i64")
-    for d, (s, st) in enumerate(zip(size, stride)):
-        if s != 1 and st != 0:
-            term = t.g.iota("i64", shape, d)
-            if st != 1:
-                term = t.g.elementwise("mul", [term, _scalar(t, st, "i64")])
-            idx = t.g.elementwise("add", [idx, term])
-    idx = t.g.expand(idx, shape)
-    if not shape:
-        return t.g.reshape(t.g.take(flat, 0, t.g.reshape(idx, [t.sym(1)])), [])
-    return t.g.take(flat, 0, idx)
+    return t.g.as_strided(t.arg(x), size, stride, offset - base)
 
 
 # ---- reductions ----------------------------------------------------------------------------

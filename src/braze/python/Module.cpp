@@ -495,6 +495,9 @@ NB_MODULE(_C, m) {
                                     int64_t offset) {
         return g.node(g.builder().asStridedScatter(g.at(self), g.at(src), size, stride, offset));
       })
+      .def("as_strided", [](PyGraph &g, int x, IntList size, IntList stride, int64_t offset) {
+        return g.node(g.builder().asStrided(g.at(x), size, stride, offset));
+      })
       .def("nonzero_static", [](PyGraph &g, int x, int64_t size, int64_t fill) {
         return g.node(g.builder().nonzeroStatic(g.at(x), size, fill));
       })

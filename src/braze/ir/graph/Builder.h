@@ -358,9 +358,13 @@ public:
   /// i64 [size, rank(x)]: the coordinates of x's nonzero elements in C order, the rows past
   /// their count filled with `fill`.
   Node *nonzeroStatic(Node *x, int64_t size, int64_t fill);
+  /// The view as_strided(size, stride, offset) of x's elements in row-major order (x's storage
+  /// when x is contiguous), as a copy: element i of the result is flat x[offset + sum_d i_d *
+  /// stride_d]; every element it reads must lie inside x (negative strides allowed).
+  Node *asStrided(Node *x, IntList size, IntList stride, int64_t offset);
   /// Why a scatter-like node's (scatter_dim, index_reduce, put, diagonal_scatter, index_put,
-  /// mask_put, masked_scatter, as_strided_scatter, nonzero_static) operands and attributes are
-  /// not taken ("" if they are); the builder and the verifier both ask.
+  /// mask_put, masked_scatter, as_strided_scatter, nonzero_static, as_strided) operands and
+  /// attributes are not taken ("" if they are); the builder and the verifier both ask.
   static std::string scatterLikeError(OpKind op, const std::vector<const Node *> &operands,
                                       const AttrMap &attrs);
   /// The result type of a scatter-like node whose scatterLikeError is "".

@@ -290,6 +290,27 @@ std::string asStridedScatterError(const Node *self, const Node *src, const AttrM
   return "";
 }
 
+std::string asStridedError(const Node *x, const AttrMap &a) {
+  const IntList &size = a.getInts("size"), &stride = a.getInts("stride");
+  if (size.size() != stride.size())
+    return "size and stride lengths differ";
+  if (std::any_of(size.begin(), size.end(), [](int64_t d) { return d < 0; }))
+    return "sizes must not be negative";
+  if (product(size) < 0)
+    return "the view has too many elements";
+  if (product(size) == 0)
+    return "";
+  // The lowest and highest flat positions read, in 128 bits so that no stride overflows.
+  __int128 lo = a.getInt("offset"), hi = lo;
+  for (size_t d = 0; d < size.size(); ++d) {
+    __int128 span = static_cast<__int128>(size[d] - 1) * stride[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  if (lo < 0 || hi >= numelOf(x))
+    return "the view reads outside its input's elements";
+  return "";
+}
+
 std::string nonzeroStaticError(const Node *x, const AttrMap &a) {
   int64_t size = a.getInt("size"), n = numelOf(x);
   if (size < 0)
@@ -309,6 +330,8 @@ std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const No
   const Node *self = operands[0];
   if (op == OpKind::NonzeroStatic)
     return nonzeroStaticError(self, attrs);
+  if (op == OpKind::AsStrided)
+    return asStridedError(self, attrs);
   if (operands.back()->dtype() != self->dtype())
     return "the source must have self's dtype";
   if (op == OpKind::IndexPut)
@@ -378,6 +401,12 @@ TensorType GraphBuilder::scatterLikeType(OpKind op, const std::vector<const Node
   if (op == OpKind::NonzeroStatic)
     return TensorType{DType::Int64, {ctx.constant(attrs.getInt("size")),
                                      ctx.constant(self->rank())}, {}};
+  if (op == OpKind::AsStrided) {
+    std::vector<SymExpr> shape;
+    for (int64_t d : attrs.getInts("size"))
+      shape.push_back(ctx.constant(d));
+    return TensorType{self->dtype(), shape, {}};
+  }
   if (op == OpKind::MaskedScatter) {
     std::vector<int64_t> out = *broadcastSizes(sizes(self), sizes(operands[1]));
     std::vector<SymExpr> shape;
@@ -391,7 +420,8 @@ TensorType GraphBuilder::scatterLikeType(OpKind op, const std::vector<const Node
 Node *GraphBuilder::scatterLike(OpKind op, const char *text, std::vector<Node *> operands,
                                 AttrMap attrs) {
   Node *self = operands[0];
-  if (op != OpKind::NonzeroStatic && operands.back()->dtype() != self->dtype())
+  if (op != OpKind::NonzeroStatic && op != OpKind::AsStrided &&
+      operands.back()->dtype() != self->dtype())
     operands.back() = convert(operands.back(), self->dtype());
   std::vector<const Node *> view(operands.begin(), operands.end());
   std::string err = scatterLikeError(op, view, attrs);
@@ -474,6 +504,14 @@ Node *GraphBuilder::nonzeroStatic(Node *x, int64_t size, int64_t fill) {
   attrs.set("size", size);
   attrs.set("fill", fill);
   return scatterLike(OpKind::NonzeroStatic, "nonzero_static", {x}, std::move(attrs));
+}
+
+Node *GraphBuilder::asStrided(Node *x, IntList size, IntList stride, int64_t offset) {
+  AttrMap attrs;
+  attrs.set("size", std::move(size));
+  attrs.set("stride", std::move(stride));
+  attrs.set("offset", offset);
+  return scatterLike(OpKind::AsStrided, "as_strided", {x}, std::move(attrs));
 }
 
 } // namespace braze

@@ -557,6 +557,7 @@ bool GraphVerifier::checkComposite() {
   case OpKind::MaskedScatter:
   case OpKind::AsStridedScatter:
   case OpKind::NonzeroStatic:
+  case OpKind::AsStrided:
     return checkScatterLike();
   case OpKind::EmbeddingBag:
     return checkEmbeddingBag();

@@ -100,6 +100,7 @@ Node *decomposeMaskPut(GraphBuilder &b, Node *n);
 Node *decomposeMaskedScatter(GraphBuilder &b, Node *n);
 Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n);
 Node *decomposeNonzeroStatic(GraphBuilder &b, Node *n);
+Node *decomposeAsStrided(GraphBuilder &b, Node *n);
 
 /// Half-precision inputs are upcast to f32 for the math and the result cast back.
 Node *upcast(GraphBuilder &b, Node *x);

@@ -36,6 +36,7 @@
 ///   masked_scatter:   where(mask, source.flatten()[count - 1], self)
 ///   nonzero_static:   row j = the coordinates of the k with mask[k] and count-before(k) == j
 ///                     (a [size, numel] comparison reduced by amax), or fill
+/// as_strided (a view read as a copy) is a take from flat x at offset + sum_d iota_d * stride_d.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <algorithm>
@@ -59,6 +60,17 @@ Node *positions(GraphBuilder &b, std::vector<SymExpr> shape) {
   if (shape.empty())
     shape.push_back(b.dim(1));
   return b.reshape(b.iota(DType::Int64, {b.dim(n)}, 0), shape);
+}
+
+/// offset + sum_d iota_d * stride_d over `shape`: the flat positions of a strided view.
+Node *stridedPositions(GraphBuilder &b, const std::vector<SymExpr> &shape, const IntList &stride,
+                       int64_t offset) {
+  Node *pos = b.full(static_cast<double>(offset), DType::Int64, shape);
+  for (size_t d = 0; d < stride.size(); ++d)
+    if (stride[d] != 0 && !shape[d]->isConst(1))
+      pos = b.add(pos, b.mul(b.iota(DType::Int64, shape, static_cast<int64_t>(d)),
+                             b.scalar(static_cast<double>(stride[d]), DType::Int64)));
+  return pos;
 }
 
 /// Eager rounds a half-precision sum, product or mean after each value in source order; the
@@ -327,12 +339,20 @@ Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n) {
   const IntList &stride = n->attrs().getInts("stride");
   if (numel(src) == 0)
     return self;
-  const std::vector<SymExpr> &shape = src->shape();
-  Node *target = b.full(static_cast<double>(n->attrs().getInt("offset")), DType::Int64, shape);
-  for (size_t d = 0; d < stride.size(); ++d)
-    target = b.add(target, b.mul(b.iota(DType::Int64, shape, static_cast<int64_t>(d)),
-                                 b.scalar(static_cast<double>(stride[d]), DType::Int64)));
+  Node *target = stridedPositions(b, src->shape(), stride, n->attrs().getInt("offset"));
   return b.scatter(self, target, src, "overwrite", true);
+}
+
+Node *decomposeAsStrided(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  if (numel(n) == 0)
+    return b.full(0, n->dtype(), n->shape());
+  Node *flat = b.reshape(x, {b.dim(numel(x))});
+  const AttrMap &a = n->attrs();
+  Node *pos = stridedPositions(b, n->shape(), a.getInts("stride"), a.getInt("offset"));
+  if (n->rank() == 0)
+    return b.reshape(b.take(flat, 0, b.reshape(pos, {b.dim(1)})), {});
+  return b.take(flat, 0, pos);
 }
 
 Node *decomposeNonzeroStatic(GraphBuilder &b, Node *n) {

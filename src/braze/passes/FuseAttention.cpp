@@ -57,8 +57,6 @@ bool isZeros(const Node *n) {
   return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0;
 }
 
-bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 /// Positions `offset + i` along dim `dim` of n's shape (an iota plus a constant, through
 /// reshapes that only add or remove unit dims, and expands).
 struct Positions {

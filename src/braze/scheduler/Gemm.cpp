@@ -15,8 +15,6 @@ using sym::SymExpr;
 using Affine = sym::AffineForm;
 using sym::affineIn;
 
-bool isHalfStorage(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 /// x = cast(load of a `storage` buffer) to f32: the load; otherwise nullptr.
 const Expr *widenedLoad(const Expr *x, DType storage) {
   if (x->kind() != ExprKind::Op || x->op() != loop::ScalarOpKind::Cast)
@@ -73,7 +71,7 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   // half-precision GEMM with f32 accumulation computes.
   // Widened operands stored to an f32 C are that product with an f32 result.
   DType storage = t;
-  if (t == DType::Float32 && c.out->dtype != t && isHalfStorage(c.out->dtype)) {
+  if (t == DType::Float32 && c.out->dtype != t && isHalf(c.out->dtype)) {
     storage = c.out->dtype;
     x = widenedLoad(x, storage);
     y = widenedLoad(y, storage);
@@ -197,7 +195,7 @@ public:
   /// The load of C that `e` becomes, when e is the pattern.
   const Expr *match(const Expr *e) {
     const Expr *sum = e;
-    if (isHalfStorage(c_->dtype)) {
+    if (isHalf(c_->dtype)) {
       if (e->kind() != ExprKind::Op || e->op() != loop::ScalarOpKind::Cast || e->dtype() != c_->dtype)
         return nullptr;
       sum = e->operands()[0];

@@ -320,6 +320,11 @@ public:
   static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
   /// The most `maxHits` a scatter may promise (each is one more reduction over the pairs).
   static constexpr int64_t kMaxScatterHits = 16;
+  /// A scatter mode: overwrite, sum, prod, mean, amax or amin.
+  static bool isScatterMode(const std::string &mode);
+  /// Whether eager rounds a `mode` scatter into `t` after each value in source order (a
+  /// half-precision sum, prod or mean), which braze follows for up to kMaxScatterHits values.
+  static bool scatterRoundsInOrder(DType t, const std::string &mode);
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's
   /// (but at dim) and in src's. Indices outside the dim, negative ones included, are a run-time

@@ -69,8 +69,6 @@ Node *GraphBuilder::angle(Node *x) {
 
 namespace {
 
-bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 std::string addMatMulError(const std::vector<const Node *> &ops, const AttrMap &a,
                            TensorType &type) {
   const Node *bias = ops[0], *x = ops[1], *y = ops[2];

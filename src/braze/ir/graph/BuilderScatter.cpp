@@ -1,6 +1,8 @@
 // GraphBuilder: scatter (self combined with a source at flat target positions) and the
-// composites that lowering/decompose/Scatter.cpp turns into it: scatter_dim, index_reduce, put
-// and diagonal_scatter, whose targets are positions of self indexed as each op indexes self.
+// scatter-like composites that lowering/decompose/Scatter.cpp lowers: scatter_dim,
+// index_reduce, put, diagonal_scatter, index_put and as_strided_scatter (scatters whose targets
+// are positions of self indexed as each op indexes self), mask_put, masked_scatter and
+// nonzero_static (driven by a mask's running count) and as_strided (a strided read).
 #include "braze/ir/graph/Builder.h"
 
 #include "braze/support/Check.h"
@@ -31,8 +33,6 @@ int64_t product(const std::vector<int64_t> &v) {
   return n;
 }
 
-bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 /// Why numel(self) x `sources` element pairs are too many for a scatter ("" if they are not).
 std::string pairsError(int64_t self, int64_t sources) {
   if (sources != 0 && self > GraphBuilder::kMaxScatterPairs / sources)
@@ -45,8 +45,7 @@ std::string pairsError(int64_t self, int64_t sources) {
 /// Why eager's one-value-at-a-time rounding of `k` half-precision values per element cannot be
 /// followed ("" if it can or need not be).
 std::string orderedHitsError(DType t, const std::string &mode, int64_t k) {
-  bool ordered = isHalf(t) && (mode == "sum" || mode == "prod" || mode == "mean");
-  if (ordered && k > GraphBuilder::kMaxScatterHits)
+  if (GraphBuilder::scatterRoundsInOrder(t, mode) && k > GraphBuilder::kMaxScatterHits)
     return "a half-precision " + mode + " of up to " + std::to_string(k) +
            " values per element (eager rounds after each; braze follows it for up to " +
            std::to_string(GraphBuilder::kMaxScatterHits) + ")";
@@ -193,7 +192,7 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   const Node *self = ops[0], *values = ops.back();
   std::vector<const Node *> indices(ops.begin() + 1, ops.end() - 1);
   for (const Node *ix : indices)
-    if (!isIntegral(ix->dtype()) || ix->dtype() == DType::Bool)
+    if (!isIntegral(ix->dtype()))
       return "indices must be integer tensors (a mask is mask_put)";
   std::vector<int64_t> target;
   int64_t fanIn = 0;
@@ -252,44 +251,6 @@ std::string maskedScatterError(const Node *self, const Node *mask, const Node *s
   return "";
 }
 
-std::string asStridedScatterError(const Node *self, const Node *src, const AttrMap &a) {
-  const IntList &size = a.getInts("size"), &stride = a.getInts("stride");
-  int64_t offset = a.getInt("offset");
-  if (size.size() != stride.size())
-    return "size and stride lengths differ";
-  if (offset < 0 || std::any_of(size.begin(), size.end(), [](int64_t d) { return d < 0; }) ||
-      std::any_of(stride.begin(), stride.end(), [](int64_t d) { return d < 0; }))
-    return "size, stride and offset must not be negative";
-  if (sizes(src) != size)
-    return "src must have the view's size";
-  int64_t k = product(size);
-  if (k == 0)
-    return "";
-  if (k < 0 || k > GraphBuilder::kMaxScan)
-    return "a view of more than " + std::to_string(GraphBuilder::kMaxScan) + " elements";
-  std::string e = pairsError(numelOf(self), k);
-  if (!e.empty())
-    return e;
-  // With numel(self) x k bounded, the positions below cannot overflow.
-  int64_t n = numelOf(self);
-  for (size_t d = 0; d < size.size(); ++d)
-    if (offset >= n || (size[d] > 1 && stride[d] >= n))
-      return "the view leaves self";
-  std::vector<int64_t> positions{offset};
-  for (size_t d = 0; d < size.size(); ++d) {
-    std::vector<int64_t> next;
-    for (int64_t p : positions)
-      for (int64_t i = 0; i < size[d]; ++i)
-        next.push_back(p + i * stride[d]);
-    positions = std::move(next);
-  }
-  std::sort(positions.begin(), positions.end());
-  if (std::adjacent_find(positions.begin(), positions.end()) != positions.end() ||
-      positions.back() >= n)
-    return "the view overlaps itself or leaves self";
-  return "";
-}
-
 std::string asStridedError(const Node *x, const AttrMap &a) {
   const IntList &size = a.getInts("size"), &stride = a.getInts("stride");
   if (size.size() != stride.size())
@@ -311,6 +272,37 @@ std::string asStridedError(const Node *x, const AttrMap &a) {
   return "";
 }
 
+std::string asStridedScatterError(const Node *self, const Node *src, const AttrMap &a) {
+  if (std::string e = asStridedError(self, a); !e.empty())
+    return e;
+  const IntList &size = a.getInts("size"), &stride = a.getInts("stride");
+  int64_t offset = a.getInt("offset");
+  if (offset < 0 || std::any_of(stride.begin(), stride.end(), [](int64_t d) { return d < 0; }))
+    return "size, stride and offset must not be negative";
+  if (sizes(src) != size)
+    return "src must have the view's size";
+  int64_t k = product(size);
+  if (k == 0)
+    return "";
+  if (k > GraphBuilder::kMaxScan)
+    return "a view of more than " + std::to_string(GraphBuilder::kMaxScan) + " elements";
+  if (std::string e = pairsError(numelOf(self), k); !e.empty())
+    return e;
+  // asStridedError kept every position inside self, so none of these overflows.
+  std::vector<int64_t> positions{offset};
+  for (size_t d = 0; d < size.size(); ++d) {
+    std::vector<int64_t> next;
+    for (int64_t p : positions)
+      for (int64_t i = 0; i < size[d]; ++i)
+        next.push_back(p + i * stride[d]);
+    positions = std::move(next);
+  }
+  std::sort(positions.begin(), positions.end());
+  if (std::adjacent_find(positions.begin(), positions.end()) != positions.end())
+    return "the view overlaps itself";
+  return "";
+}
+
 std::string nonzeroStaticError(const Node *x, const AttrMap &a) {
   int64_t size = a.getInt("size"), n = numelOf(x);
   if (size < 0)
@@ -321,6 +313,16 @@ std::string nonzeroStaticError(const Node *x, const AttrMap &a) {
   return "";
 }
 } // namespace
+
+bool GraphBuilder::isScatterMode(const std::string &mode) {
+  static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
+  return std::any_of(std::begin(kModes), std::end(kModes),
+                     [&](const char *m) { return mode == m; });
+}
+
+bool GraphBuilder::scatterRoundsInOrder(DType t, const std::string &mode) {
+  return isHalf(t) && (mode == "sum" || mode == "prod" || mode == "mean");
+}
 
 std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const Node *> &operands,
                                            const AttrMap &attrs) {
@@ -345,9 +347,8 @@ std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const No
   if (op != OpKind::DiagonalScatter && !isIntegral(operands[1]->dtype()))
     return "index must be an integer tensor, got " + std::string(dtypeName(operands[1]->dtype()));
   if (op == OpKind::ScatterDim || op == OpKind::IndexReduce) {
-    static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
     const std::string &mode = attrs.getString("mode");
-    if (std::none_of(std::begin(kModes), std::end(kModes), [&](const char *m) { return mode == m; }))
+    if (!isScatterMode(mode))
       return "mode must be overwrite, sum, prod, mean, amax or amin, got '" + mode + "'";
     if (mode == "mean" && self->dtype() == DType::Bool)
       return "mean of a bool tensor";
@@ -367,8 +368,7 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
   if (maxHits < 0 || maxHits > kMaxScatterHits)
     BRAZE_USER_ERROR("scatter", name_) << "max_hits must be from 0 to " << kMaxScatterHits
                                        << ", got " << maxHits;
-  if (mode != "overwrite" && mode != "sum" && mode != "prod" && mode != "mean" &&
-      mode != "amax" && mode != "amin")
+  if (!isScatterMode(mode))
     BRAZE_USER_ERROR("scatter", name_) << "mode must be overwrite, sum, prod, mean, amax or amin, "
                                        << "got '" << mode << "'";
   if (!isIntegral(target->dtype()))
@@ -381,9 +381,8 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
   std::optional<int64_t> n = constNumel(self->shape()), m = constNumel(src->shape());
   if (!n || !m)
     BRAZE_USER_ERROR("scatter", name_) << "needs constant shapes";
-  if (*m != 0 && *n > kMaxScatterPairs / *m)
-    BRAZE_USER_ERROR("scatter", name_) << *n << " x " << *m << " element pairs exceed the limit of "
-                                       << kMaxScatterPairs;
+  if (std::string err = pairsError(*n, *m); !err.empty())
+    BRAZE_USER_ERROR("scatter", name_) << err;
   if (src->dtype() != self->dtype())
     src = convert(src, self->dtype());
   AttrMap attrs;
@@ -401,19 +400,16 @@ TensorType GraphBuilder::scatterLikeType(OpKind op, const std::vector<const Node
   if (op == OpKind::NonzeroStatic)
     return TensorType{DType::Int64, {ctx.constant(attrs.getInt("size")),
                                      ctx.constant(self->rank())}, {}};
-  if (op == OpKind::AsStrided) {
+  auto constant = [&](const std::vector<int64_t> &dims) {
     std::vector<SymExpr> shape;
-    for (int64_t d : attrs.getInts("size"))
+    for (int64_t d : dims)
       shape.push_back(ctx.constant(d));
     return TensorType{self->dtype(), shape, {}};
-  }
-  if (op == OpKind::MaskedScatter) {
-    std::vector<int64_t> out = *broadcastSizes(sizes(self), sizes(operands[1]));
-    std::vector<SymExpr> shape;
-    for (int64_t d : out)
-      shape.push_back(ctx.constant(d));
-    return TensorType{self->dtype(), shape, {}};
-  }
+  };
+  if (op == OpKind::AsStrided)
+    return constant(attrs.getInts("size"));
+  if (op == OpKind::MaskedScatter)
+    return constant(*broadcastSizes(sizes(self), sizes(operands[1])));
   return TensorType{self->dtype(), self->shape(), {}};
 }
 

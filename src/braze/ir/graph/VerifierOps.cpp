@@ -188,9 +188,7 @@ bool GraphVerifier::checkArithmetic() {
 
 bool GraphVerifier::checkScatter() {
   const AttrMap &a = node_->attrs();
-  static const char *kModes[] = {"overwrite", "sum", "prod", "mean", "amax", "amin"};
-  if (std::none_of(std::begin(kModes), std::end(kModes),
-                   [&](const char *m) { return a.getString("mode") == m; }))
+  if (!GraphBuilder::isScatterMode(a.getString("mode")))
     return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
                 "\"amax\" or \"amin\"");
   if (a.has("max_hits") &&

@@ -43,6 +43,7 @@ static char category(DType t) {
 }
 
 bool isFloating(DType t) { return category(t) == 'f'; }
+bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 bool isIntegral(DType t) { return category(t) == 'i' || category(t) == 'u'; }
 bool isSigned(DType t) { return category(t) == 'i' || category(t) == 'f'; }
 

@@ -15,6 +15,8 @@ std::string_view dtypeName(DType t);
 std::optional<DType> parseDType(std::string_view name);
 int dtypeSize(DType t);
 bool isFloating(DType t);
+/// f16 or bf16: 16-bit floats, which kernels widen to f32 (computeType) to compute.
+bool isHalf(DType t);
 bool isIntegral(DType t); ///< signed or unsigned integers, not bool
 bool isSigned(DType t);
 /// PyTorch's promotion of two tensor dtypes (both "dimensioned" operands).

@@ -76,10 +76,7 @@ Node *stridedPositions(GraphBuilder &b, const std::vector<SymExpr> &shape, const
 /// Eager rounds a half-precision sum, product or mean after each value in source order; the
 /// scatter follows it for up to `k` values per element (the builder checked k).
 int64_t orderedHits(const Node *n, const std::string &mode, int64_t k) {
-  DType t = n->dtype();
-  bool ordered = (t == DType::Float16 || t == DType::BFloat16) &&
-                 (mode == "sum" || mode == "prod" || mode == "mean");
-  return ordered ? std::max<int64_t>(k, 1) : 0;
+  return GraphBuilder::scatterRoundsInOrder(n->dtype(), mode) ? std::max<int64_t>(k, 1) : 0;
 }
 
 } // namespace
@@ -158,11 +155,7 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   const std::string &mode = n->attrs().getString("mode");
   bool includeSelf = n->attrs().getBool("include_self");
   DType out = n->dtype();
-  int64_t numelOut = 1, numelSrc = 1;
-  for (SymExpr d : self->shape())
-    numelOut *= d->value();
-  for (SymExpr d : src->shape())
-    numelSrc *= d->value();
+  int64_t numelOut = numel(self), numelSrc = numel(src);
   if (numelSrc == 0)
     return self;
   SymExpr nDim = b.dim(numelOut), mDim = b.dim(numelSrc);

@@ -81,6 +81,11 @@ std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
   e->handle_ = dlopen(spec.libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!e->handle_)
     throw RunError("cannot load compiled module " + spec.libraryPath + ": " + dlerror());
+  // The module brings in the OpenMP runtime when the program has none of its own. Its worker
+  // threads outlive the module, so the runtime must stay loaded after dlclose (GCC's and
+  // LLVM's; NOLOAD leaves one the module did not load alone).
+  for (const char *openmp : {"libgomp.so.1", "libomp.so", "libomp.so.5"})
+    dlopen(openmp, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   auto sym = [&](const char *name) {
     void *p = dlsym(e->handle_, name);
     if (!p)

@@ -13,6 +13,7 @@
 #include "braze/scheduler/MemoryPlan.h"
 #include "braze/support/Check.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -116,7 +117,7 @@ private:
     for (size_t i = 0; i < c.vars.size(); ++i)
       map[c.vars[i]] = k.outerVars[i];
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
-    k.steps.push_back(Step{StepKind::Scalar, {Member{&c, nullptr, store, false}}});
+    k.steps.push_back(Step{StepKind::Scalar, {Member{&c, nullptr, store, false}}, {}});
     k.attention = &c;
     s_.kernels.push_back(std::move(k));
     Where w;
@@ -215,7 +216,7 @@ private:
     if (refineAt != SIZE_MAX) {
       k.innerVars.assign(k.outerVars.begin() + refineAt, k.outerVars.end());
       k.outerVars.resize(refineAt);
-      Step merged{StepKind::Loop, {}};
+      Step merged{StepKind::Loop, {}, {}};
       for (Step &st : k.steps)
         for (Member &m : st.members)
           merged.members.push_back(m);
@@ -234,7 +235,7 @@ private:
     bool append = !k.steps.empty() && k.steps.back().kind == kind &&
                   !(kind == StepKind::Loop && dependsOnLastStepReduction);
     if (!append)
-      k.steps.push_back(Step{kind, {}});
+      k.steps.push_back(Step{kind, {}, {}});
     k.steps.back().members.push_back(Member{&c, value, store, false});
     Where w;
     w.kernel = ki;
@@ -276,6 +277,125 @@ void decideStores(Schedule &s, const std::unordered_map<const Buffer *, Where> &
       }
 }
 
+/// Operations cheap enough to compute twice rather than store and load.
+bool cheapOp(loop::ScalarOpKind op) {
+  using K = loop::ScalarOpKind;
+  switch (op) {
+  case K::Add:
+  case K::Sub:
+  case K::Mul:
+  case K::Neg:
+  case K::Abs:
+  case K::Cast:
+  case K::Maximum:
+  case K::Minimum:
+  case K::Where:
+  case K::Eq:
+  case K::Ne:
+  case K::Lt:
+  case K::Le:
+  case K::Gt:
+  case K::Ge:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool costly(const Expr *e) {
+  if (e->kind() != ExprKind::Op)
+    return false;
+  if (!cheapOp(e->op()))
+    return true;
+  for (const Expr *o : e->operands())
+    if (costly(o))
+      return true;
+  return false;
+}
+
+void collectSubexpressions(const Expr *e, std::unordered_set<const Expr *> &out) {
+  if (!out.insert(e).second)
+    return;
+  for (const Expr *o : e->operands())
+    collectSubexpressions(o, out);
+}
+
+/// The largest subexpression of e (pre-order) in `earlier` that is costly, of `dtype` and
+/// reads at an inner point; null if none.
+const Expr *largestShared(const Expr *e, const std::unordered_set<const Expr *> &earlier,
+                          DType dtype, const std::vector<SymExpr> &innerVars) {
+  if (e->kind() != ExprKind::Op)
+    return nullptr;
+  if (earlier.count(e) && e->dtype() == dtype && costly(e)) {
+    bool inner = false;
+    loop::forEachLoad(e, [&](const Expr *ld) {
+      std::vector<SymExpr> syms;
+      collectSymbols(ld->index(), syms);
+      for (SymExpr v : syms)
+        inner |= std::find(innerVars.begin(), innerVars.end(), v) != innerVars.end();
+    });
+    if (inner)
+      return e;
+  }
+  for (const Expr *o : e->operands())
+    if (const Expr *found = largestShared(o, earlier, dtype, innerVars))
+      return found;
+  return nullptr;
+}
+
+const Expr *replaceSubexpression(loop::LoopProgram &p, const Expr *e, const Expr *from,
+                                 const Expr *to) {
+  if (e == from)
+    return to;
+  if (e->kind() != ExprKind::Op)
+    return e;
+  std::vector<const Expr *> ops;
+  bool changed = false;
+  for (const Expr *o : e->operands()) {
+    ops.push_back(replaceSubexpression(p, o, from, to));
+    changed |= ops.back() != o;
+  }
+  return changed ? p.exprs().op(e->op(), ops, e->dtype()) : e;
+}
+
+/// CPU kernels: a later Loop step's output member whose value repeats a costly value of an
+/// earlier Loop step reads it from a Stash instead (only outputs: they never share memory
+/// with another buffer, so storing early clobbers nothing). Other threads own other outer
+/// points, hence other store positions.
+void stashRecomputedValues(Schedule &s) {
+  for (Kernel &k : s.kernels) {
+    std::unordered_set<const Expr *> earlier;
+    for (size_t si = 0; si < k.steps.size(); ++si) {
+      Step &st = k.steps[si];
+      if (st.kind != StepKind::Loop)
+        continue;
+      if (!earlier.empty())
+        for (Member &m : st.members) {
+          const Buffer *b = m.comp->out;
+          if (m.comp->isReduction() || !m.store || b->kind != loop::BufferKind::Output)
+            continue;
+          const Expr *shared = largestShared(m.value, earlier, b->dtype, k.innerVars);
+          if (!shared)
+            continue;
+          for (size_t pi = 0; pi < si; ++pi) {
+            Step &prev = k.steps[pi];
+            std::unordered_set<const Expr *> mine;
+            for (const Member &pm : prev.members)
+              collectSubexpressions(pm.value, mine);
+            if (prev.kind == StepKind::Loop && mine.count(shared)) {
+              prev.stashes.push_back(Stash{shared, b, m.storeIndex});
+              break;
+            }
+          }
+          m.value = replaceSubexpression(*s.program, m.value, shared,
+                                         s.program->exprs().load(b, m.storeIndex));
+        }
+      for (const Member &m : st.members)
+        collectSubexpressions(m.value, earlier);
+    }
+  }
+}
+
 } // namespace
 
 Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const ScheduleOptions &opts) {
@@ -288,6 +408,8 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   for (const auto &c : p.computations())
     fuser.add(*c, opts.fuse);
   decideStores(s, fuser.producers());
+  if (target.kind == TargetKind::Cpu)
+    stashRecomputedValues(s);
   planMemory(s);
   return s;
 }

@@ -54,6 +54,8 @@ std::string printSchedule(const Schedule &s) {
                                        : std::string("pointwise ");
         out += m.store ? "(stored)\n" : "(register)\n";
       }
+      for (const Stash &sh : st.stashes)
+        out += "    %" + sh.buffer->name + "[" + sym::toString(sh.index) + "] = stash\n";
     }
   }
   out += "buffers:\n";

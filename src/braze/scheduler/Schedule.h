@@ -32,9 +32,20 @@ struct Member {
 
 enum class StepKind { Loop, Scalar };
 
+/// A costly value that a Loop step computes and a later Loop step of the same kernel needs
+/// again (softmax's exp(x - max), summed in one loop and divided in the next). The earlier
+/// step stores it where the later step's member will store its own result (an output, at
+/// the same point), and the later step loads it back instead of computing it again.
+struct Stash {
+  const Expr *value = nullptr; ///< in kernel variables; a subexpression of the step's members
+  const Buffer *buffer = nullptr;
+  SymExpr index = nullptr;
+};
+
 struct Step {
   StepKind kind = StepKind::Loop;
   std::vector<Member> members;
+  std::vector<Stash> stashes; ///< stored after the members, at each inner point
 };
 
 struct Kernel {

@@ -326,7 +326,7 @@ private:
       case ReduceKind::None:
         break;
       }
-      clauses += std::string(" reduction(") + op + ": " + names_.acc(*m.comp) + ")";
+      clauses += std::string(" reduction(") + op + ": " + accOf(*m.comp) + ")";
       if (tracksNan(*m.comp))
         clauses += " reduction(|: " + nanFlag(*m.comp) + ")";
     }
@@ -404,16 +404,17 @@ private:
       for (const Member &m : st.members)
         if (m.comp->isReduction())
           declareAccumulator(m, w);
-      std::string clause = simdClause(st);
-      for (size_t i = 0; i < k.innerVars.size(); ++i) {
-        if (i + 1 == k.innerVars.size() && !clause.empty())
-          w.line(clause);
+      size_t n = k.innerVars.size();
+      for (size_t i = 0; i + 1 < n; ++i) {
         w.line(loopHead(k.innerVars[i]) + " {");
         w.indent();
       }
+      sym::SymExpr last = k.innerVars[n - 1];
+      openInnermost(st, w, last, "0", names_.index(last->extent()));
       Scope inner(&outer);
       emitMembers(st, w, inner);
-      for (size_t i = 0; i < k.innerVars.size(); ++i) {
+      closeInnermost(st, w);
+      for (size_t i = 0; i + 1 < n; ++i) {
         w.dedent();
         w.line("}");
       }
@@ -464,10 +465,7 @@ private:
         w.line("const int64_t chunk = (" + extent + " + nthreads - 1) / nthreads;");
         w.line("const int64_t lo = std::min<int64_t>(" + extent + ", tid * chunk);");
         w.line("const int64_t hi = std::min<int64_t>(" + extent + ", lo + chunk);");
-        if (std::string clause = simdClause(st); !clause.empty())
-          w.line(clause);
-        w.line("for (int64_t " + name + " = lo; " + name + " < hi; ++" + name + ") {");
-        w.indent();
+        openInnermost(st, w, v, "lo", "hi");
       } else {
         w.line(std::string("#pragma omp for") + (n > 1 ? " collapse(" + std::to_string(n) + ")" : "") +
                (hasReduction ? " nowait" : ""));
@@ -478,8 +476,12 @@ private:
       }
       Scope inner(&region);
       emitMembers(st, w, inner);
-      size_t closing = n == 1 ? 2 : n; // the chunk's loop and its block, or the n loops
-      for (size_t i = 0; i < closing; ++i) {
+      if (n == 1) {
+        closeInnermost(st, w);
+        w.dedent();
+        w.line("}"); // the chunk's block
+      }
+      for (size_t i = 0; n != 1 && i < n; ++i) {
         w.dedent();
         w.line("}");
       }
@@ -520,6 +522,64 @@ private:
     w.line("for (int t = 0; t < nthreads; ++t) " + accumulatorUpdate(c, acc, acc + "_part[t]") + ";");
   }
 
+  /// A float sum folds into a float partial per block of kSumBlock inner points, in `omp simd`
+  /// lanes, and each block's partial into its double accumulator: the loop runs at float
+  /// width, and no float partial holds more than kSumBlock / lanes terms.
+  static constexpr int kSumBlock = 512;
+  static bool foldsInBlocks(const loop::Computation &c) {
+    return c.reduce == ReduceKind::Sum && c.value->dtype() == DType::Float32;
+  }
+
+  /// The accumulator a member folds into inside the loop being emitted.
+  std::string accOf(const loop::Computation &c) {
+    auto it = blockAcc_.find(&c);
+    return it == blockAcc_.end() ? names_.acc(c) : it->second;
+  }
+
+  /// Opens a Loop step's innermost loop over v in [lo, hi): its `omp simd` line and, when the
+  /// step has float sums and vectorizes, the blocks that hold their float partials.
+  void openInnermost(const Step &st, Writer &w, sym::SymExpr v, const std::string &lo,
+                     const std::string &hi) {
+    std::string name = names_.index(v);
+    blockAcc_.clear();
+    bool vectorizes = !simdClause(st).empty();
+    for (const Member &m : st.members)
+      if (vectorizes && foldsInBlocks(*m.comp))
+        blockAcc_[m.comp] = names_.acc(*m.comp) + "_blk";
+    blocked_ = !blockAcc_.empty();
+    if (blocked_) {
+      std::string b = name + "b";
+      w.line("for (int64_t " + b + " = " + lo + "; " + b + " < " + hi + "; " + b + " += " +
+             std::to_string(kSumBlock) + ") {");
+      w.indent();
+      for (const Member &m : st.members)
+        if (blockAcc_.count(m.comp))
+          w.line("float " + blockAcc_[m.comp] + " = 0;");
+      w.line(simdClause(st));
+      w.line("for (int64_t " + name + " = " + b + "; " + name + " < braze_imin(" + hi + ", " + b +
+             " + " + std::to_string(kSumBlock) + "); ++" + name + ") {");
+    } else {
+      if (std::string clause = simdClause(st); !clause.empty())
+        w.line(clause);
+      w.line("for (int64_t " + name + " = " + lo + "; " + name + " < " + hi + "; ++" + name + ") {");
+    }
+    w.indent();
+  }
+
+  void closeInnermost(const Step &st, Writer &w) {
+    w.dedent();
+    w.line("}");
+    if (!blocked_)
+      return;
+    for (const Member &m : st.members)
+      if (auto it = blockAcc_.find(m.comp); it != blockAcc_.end())
+        w.line(names_.acc(*m.comp) + " += " + it->second + ";");
+    w.dedent();
+    w.line("}");
+    blockAcc_.clear();
+    blocked_ = false;
+  }
+
   std::string accType(const loop::Computation &c) {
     DType t = c.value->dtype();
     if (c.reduce == ReduceKind::Sum && isFloating(t))
@@ -536,7 +596,7 @@ private:
       std::string v = ex.emit(m.value);
       const Buffer &b = *m.comp->out;
       if (m.comp->isReduction()) {
-        w.line(accFold(*m.comp, names_.acc(*m.comp), v) + ";");
+        w.line(accFold(*m.comp, accOf(*m.comp), v) + ";");
         continue;
       }
       std::string local = names_.local(b);
@@ -548,6 +608,9 @@ private:
         w.line(storeGuard.empty() ? st2 : "if (" + storeGuard + ") " + st2);
       }
     }
+    for (const sched::Stash &sh : st.stashes)
+      w.line(names_.buffer(*sh.buffer) + "[" + names_.index(sh.index) +
+             "] = " + convert(ex.emit(sh.value), sh.value->dtype(), sh.buffer->dtype) + ";");
   }
 
   void finishReductions(const Step &st, Writer &w, Scope &scope, const std::string &storeGuard) {
@@ -581,6 +644,8 @@ private:
   Names names_;
   int next_ = 0; ///< numbering of expression locals, unique per kernel
   const Kernel *kernel_ = nullptr; ///< the kernel being emitted
+  std::unordered_map<const loop::Computation *, std::string> blockAcc_; ///< float partials
+  bool blocked_ = false; ///< the innermost loop being emitted runs in blocks
 };
 
 } // namespace

@@ -74,6 +74,8 @@ BRAZE_FN uint16_t braze_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" 
 BRAZE_FN float braze_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+// The CPU target inlines its own float exp; here the device library's is the one.
+template <typename T> BRAZE_FN auto braze_exp(T x) -> decltype(std::exp(x)) { return std::exp(x); }
 )PRELUDE";
 
 const char *kCudaHelpers = R"PRELUDE(

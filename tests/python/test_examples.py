@@ -241,3 +241,51 @@ def test_softmax_stash_and_blocked_sums(dtype, cols):
     _, code = braze.run_and_get_code(torch.compile(fns[0], backend="braze", dynamic=False), x)
     if cols > 1:  # (one column folds the reductions away)
         assert code[0].count(" = braze_exp(") == (2 if dtype == torch.bfloat16 else 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("shape", [(37, 21), (2049, 19), (3, 100), (5, 16)])
+def test_reductions_along_an_outer_dim(shape, dtype):
+    """Reductions whose reads run along an outer dim (x.sum(0)) run in lane mode: blocks of 16
+    columns, each with its own accumulator, NaN flag and position; lanes past the last column
+    of a partial block are never touched."""
+    torch.manual_seed(shape[0])
+    x = (randn(*shape, scale=3) * (5 if not dtype.is_floating_point else 1)).to(dtype)
+    if dtype.is_floating_point:
+        x[shape[0] // 2, 1] = float("nan")
+        x[:, 2] = float("-inf")
+    fns = [lambda t: t.sum(0), lambda t: t.amax(0), lambda t: t.amin(0), lambda t: t.argmax(0),
+           lambda t: t.argmin(0), lambda t: (t.abs() + 1).prod(0) if t.is_floating_point() else t.sum(0),
+           lambda t: t.unsqueeze(2).expand(-1, -1, 3).sum((0, 2))]
+    if dtype.is_floating_point:
+        fns += [lambda t: t.mean(0), lambda t: t.nan_to_num(0, 0, 0).var(0)]
+    # a bf16 product of 37 terms may differ by two roundings; eager's f32 sums of 2049 terms
+    # of size 3 are off by about 1e-4
+    tol = dict(rtol=3.2e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=5e-4)
+    for fn in fns:
+        torch._dynamo.reset()
+        out, code = braze.run_and_get_code(torch.compile(fn, backend="braze", dynamic=False), x)
+        torch.testing.assert_close(out, fn(x), equal_nan=True, **tol)
+    torch._dynamo.reset()
+    _, code = braze.run_and_get_code(torch.compile(fns[0], backend="braze", dynamic=False), x)
+    assert "x0b += 16" in code[0], "the column sum runs in lane mode"
+
+
+@pytest.mark.parametrize("channels", [19, 64])
+def test_channels_last_pooling_and_pointwise(channels):
+    """A channels-last max pool (after batch norm and relu, as in ResNet's stem) and average
+    pool, and a channels-last pointwise result, written along C; strides as eager's."""
+    torch.manual_seed(channels)
+    x = randn(2, channels, 17, 18).contiguous(memory_format=torch.channels_last)
+    x[0, 3, 4, 5] = float("nan")
+    w, b = randn(channels, 1, 1), randn(channels, 1, 1)
+
+    def fn(t):
+        y = torch.relu(t * w + b)
+        return F.max_pool2d(y, 3, 2, 1), F.avg_pool2d(y, 2), y * 2
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="braze", dynamic=False)(x)
+    for got, want in zip(out, fn(x)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+        assert got.stride() == want.stride()

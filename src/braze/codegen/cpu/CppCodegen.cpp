@@ -13,10 +13,12 @@
 #include "braze/codegen/CFamily.h"
 #include "braze/codegen/KernelBody.h"
 #include "braze/codegen/SpecialMath.h"
+#include "braze/ir/loop/Rewrite.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -283,6 +285,8 @@ private:
     // 2-4.
     if (k.outerVars.empty())
       emitWithoutOuter(k, w);
+    else if (std::optional<size_t> lane = laneVar(k))
+      emitWithLanes(k, w, *lane);
     else
       emitWithOuter(k, w);
     return "static void " + name +
@@ -363,26 +367,54 @@ private:
   void applyNanFlags(const Step &st, Writer &w) {
     for (const Member &m : st.members)
       if (m.comp->isReduction() && tracksNan(*m.comp))
-        w.line("if (" + nanFlag(*m.comp) + ") " + names_.acc(*m.comp) + " = std::numeric_limits<" +
-               ctype(m.comp->value->dtype()) + ">::quiet_NaN();");
+        w.line("if (" + nanFlag(*m.comp) + lane_ + ") " + names_.acc(*m.comp) + lane_ +
+               " = std::numeric_limits<" + ctype(m.comp->value->dtype()) + ">::quiet_NaN();");
   }
 
   /// One element folded into an accumulator inside the loop.
   std::string accFold(const loop::Computation &c, const std::string &acc, const std::string &v) {
     if (isArgReduction(c))
-      return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) + " = " +
-             innerPosition() + "; }";
+      return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) + lane_ +
+             " = " + innerPosition() + "; }";
     if (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) {
       std::string cmp = c.reduce == ReduceKind::Max ? " > " : " < ";
       std::string fold = acc + " = " + v + cmp + acc + " ? " + v + " : " + acc;
-      return tracksNan(c) ? fold + "; " + nanFlag(c) + " |= (" + v + " != " + v + ")" : fold;
+      return tracksNan(c) ? fold + "; " + nanFlag(c) + lane_ + " |= (" + v + " != " + v + ")"
+                          : fold;
     }
     return accumulatorUpdate(c, acc, v);
+  }
+
+  /// The outer loops' order: as the kernel has them, except that a kernel without inner loops
+  /// runs innermost the variable along which its first store is contiguous (the `omp simd`
+  /// loop), so that a channels-last result is written in memory order.
+  std::vector<sym::SymExpr> outerOrder(const Kernel &k) {
+    std::vector<sym::SymExpr> order = k.outerVars;
+    if (!k.innerVars.empty() || order.size() < 2)
+      return order;
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members) {
+        if (!m.store)
+          continue;
+        for (size_t i = 0; i + 1 < order.size(); ++i) {
+          std::optional<int64_t> c = linearCoefficient(m.storeIndex, order[i]);
+          std::optional<int64_t> last = linearCoefficient(m.storeIndex, order.back());
+          if (c && *c == 1 && !(last && *last == 1)) {
+            sym::SymExpr v = order[i];
+            order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+            order.push_back(v);
+            break;
+          }
+        }
+        return order;
+      }
+    return order;
   }
 
   void emitWithOuter(const Kernel &k, Writer &w) {
     bool scalarOnly = k.innerVars.empty();
     size_t n = k.outerVars.size();
+    std::vector<sym::SymExpr> order = outerOrder(k);
     // A kernel without inner loops vectorizes its innermost outer loop.
     size_t parallelDims = scalarOnly && n > 1 ? n - 1 : n;
     std::string collapse = parallelDims > 1 ? " collapse(" + std::to_string(parallelDims) + ")" : "";
@@ -392,7 +424,7 @@ private:
     for (size_t i = 0; i < n; ++i) {
       if (scalarOnly && n > 1 && i == n - 1)
         w.line("#pragma omp simd");
-      w.line(loopHead(k.outerVars[i]) + " {");
+      w.line(loopHead(order[i]) + " {");
       w.indent();
     }
     Scope outer(nullptr);
@@ -425,6 +457,166 @@ private:
       w.dedent();
       w.line("}");
     }
+  }
+
+  /// Lane mode, for kernels whose reductions read memory along an outer dim (a column sum, a
+  /// channels-last pooling window): that dim is cut into blocks of kLanes consecutive values,
+  /// and every step runs its inner loops outside a `omp simd` loop over the block's values,
+  /// which keep their accumulators and results in arrays. Chosen when no load is contiguous
+  /// along the innermost inner variable and some load is along an outer one.
+  static constexpr int kLanes = 16;
+
+  std::optional<size_t> laneVar(const Kernel &k) {
+    if (k.innerVars.empty() || k.gemm || k.conv || k.attention)
+      return std::nullopt;
+    sym::SymExpr y = k.innerVars.back();
+    bool innerContiguous = false;
+    std::vector<int> along(k.outerVars.size(), 0);
+    for (const Step &st : k.steps) {
+      if (st.kind != StepKind::Loop)
+        continue;
+      for (const Member &m : st.members) {
+        loop::forEachLoad(m.value, [&](const loop::Expr *ld) {
+          if (!ld->indirect().empty())
+            return;
+          std::optional<int64_t> cy = linearCoefficient(ld->index(), y);
+          innerContiguous |= cy && *cy == 1;
+          for (size_t i = 0; i < k.outerVars.size(); ++i) {
+            std::optional<int64_t> c = linearCoefficient(ld->index(), k.outerVars[i]);
+            along[i] += c && *c == 1;
+          }
+        });
+      }
+    }
+    if (innerContiguous)
+      return std::nullopt;
+    for (size_t i = k.outerVars.size(); i-- > 0;)
+      if (along[i] > 0)
+        return i;
+    return std::nullopt;
+  }
+
+  /// v's constant coefficient in e's top-level sum, or nothing when v also appears elsewhere
+  /// (inside a min, a division, a product of variables).
+  static std::optional<int64_t> linearCoefficient(sym::SymExpr e, sym::SymExpr v) {
+    std::vector<sym::SymExpr> terms;
+    if (e->kind() == sym::SymKind::Add)
+      terms = e->operands();
+    else
+      terms = {e};
+    int64_t coef = 0;
+    for (sym::SymExpr t : terms) {
+      if (t == v) {
+        coef += 1;
+        continue;
+      }
+      if (t->kind() == sym::SymKind::Mul && t->operands().size() == 2 &&
+          t->operands()[0]->isConst() && t->operands()[1] == v) {
+        coef += t->operands()[0]->value();
+        continue;
+      }
+      std::vector<sym::SymExpr> syms;
+      sym::collectSymbols(t, syms);
+      if (std::find(syms.begin(), syms.end(), v) != syms.end())
+        return std::nullopt;
+    }
+    return coef;
+  }
+
+  /// The lane arrays a step's results live in: its reductions' accumulators, NaN flags,
+  /// positions and results, and a Scalar step's values.
+  void declareLaneLocals(const Step &st, Writer &w) {
+    std::string n = "[" + std::to_string(kLanes) + "]";
+    for (const Member &m : st.members) {
+      const loop::Computation &c = *m.comp;
+      if (!c.isReduction()) {
+        w.line(ctype(m.value->dtype()) + " " + names_.local(*c.out) + n + ";");
+        continue;
+      }
+      w.line(accType(c) + " " + names_.acc(c) + n + ";");
+      if (isArgReduction(c))
+        w.line("int64_t " + argIndex(c) + n + ";");
+      if (tracksNan(c))
+        w.line("int " + nanFlag(c) + n + ";");
+      DType localType = isArgReduction(c) ? DType::Int64 : m.value->dtype();
+      w.line(ctype(localType) + " " + names_.local(*c.out) + n + ";");
+    }
+  }
+
+  void emitWithLanes(const Kernel &k, Writer &w, size_t laneIndex) {
+    sym::SymExpr lane = k.outerVars[laneIndex];
+    std::string x = names_.index(lane), xb = x + "b", extent = names_.index(lane->extent());
+    std::vector<sym::SymExpr> rest;
+    for (size_t i = 0; i < k.outerVars.size(); ++i)
+      if (i != laneIndex)
+        rest.push_back(k.outerVars[i]);
+    std::string blockHead = "for (int64_t " + xb + " = 0; " + xb + " < " + extent + "; " + xb +
+                            " += " + std::to_string(kLanes) + ") {";
+    std::string parallel = "#pragma omp parallel for";
+    if (rest.size() > 1)
+      parallel += " collapse(" + std::to_string(rest.size()) + ")";
+    w.line(parallel + " if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
+    for (sym::SymExpr v : rest) {
+      w.line(loopHead(v) + " {");
+      w.indent();
+    }
+    w.line(blockHead);
+    w.indent();
+    w.line("const int64_t " + x + "e = braze_imin(" + extent + ", " + xb + " + " +
+           std::to_string(kLanes) + ");");
+    std::string laneLoop =
+        "for (int64_t " + x + " = " + xb + "; " + x + " < " + x + "e; ++" + x + ") {";
+    lane_ = "[" + x + " - " + xb + "]";
+    auto openLanes = [&] {
+      w.line("#pragma omp simd");
+      w.line(laneLoop);
+      w.indent();
+    };
+    auto close = [&] {
+      w.dedent();
+      w.line("}");
+    };
+    Scope outer(nullptr);
+    for (const Step &st : k.steps) {
+      declareLaneLocals(st, w);
+      if (st.kind == StepKind::Scalar) {
+        openLanes();
+        Scope body(&outer);
+        emitMembers(st, w, body, "", &outer);
+        close();
+        continue;
+      }
+      openLanes();
+      for (const Member &m : st.members) {
+        const loop::Computation &c = *m.comp;
+        if (!c.isReduction())
+          continue;
+        w.line(names_.acc(c) + lane_ + " = " + accumulatorInit(c) + ";");
+        if (isArgReduction(c))
+          w.line(argIndex(c) + lane_ + " = 0;");
+        if (tracksNan(c))
+          w.line(nanFlag(c) + lane_ + " = 0;");
+      }
+      close();
+      for (sym::SymExpr v : k.innerVars) {
+        w.line(loopHead(v) + " {");
+        w.indent();
+      }
+      openLanes();
+      Scope body(&outer);
+      emitMembers(st, w, body);
+      close();
+      for (size_t i = 0; i < k.innerVars.size(); ++i)
+        close();
+      openLanes();
+      applyNanFlags(st, w);
+      finishReductions(st, w, outer, "");
+      close();
+    }
+    lane_.clear();
+    close(); // the block
+    for (size_t i = 0; i < rest.size(); ++i)
+      close();
   }
 
   void emitWithoutOuter(const Kernel &k, Writer &w) {
@@ -533,7 +725,7 @@ private:
   /// The accumulator a member folds into inside the loop being emitted.
   std::string accOf(const loop::Computation &c) {
     auto it = blockAcc_.find(&c);
-    return it == blockAcc_.end() ? names_.acc(c) : it->second;
+    return it == blockAcc_.end() ? names_.acc(c) + lane_ : it->second;
   }
 
   /// Opens a Loop step's innermost loop over v in [lo, hi): its `omp simd` line and, when the
@@ -589,8 +781,10 @@ private:
 
   /// Emits the members of a step at the current point. Reductions fold into their accumulator;
   /// pointwise members define a local and store it if needed (`storeGuard` limits who stores).
+  /// `exportTo` (lane mode's Scalar steps): the members' values are lane arrays declared
+  /// before the lane loop (declareLaneLocals), visible to later steps through that scope.
   void emitMembers(const Step &st, Writer &w, Scope &scope,
-                   const std::string &storeGuard = "") {
+                   const std::string &storeGuard = "", Scope *exportTo = nullptr) {
     ExprWriter ex(w, scope, names_, *s_.program, next_);
     for (const Member &m : st.members) {
       std::string v = ex.emit(m.value);
@@ -600,8 +794,14 @@ private:
         continue;
       }
       std::string local = names_.local(b);
-      w.line("const " + ctype(m.value->dtype()) + " " + local + " = " + v + ";");
-      scope.defineLocal(&b, local, m.storeIndex);
+      if (exportTo) {
+        local += lane_;
+        w.line(local + " = " + v + ";");
+        exportTo->defineLocal(&b, local, m.storeIndex);
+      } else {
+        w.line("const " + ctype(m.value->dtype()) + " " + local + " = " + v + ";");
+        scope.defineLocal(&b, local, m.storeIndex);
+      }
       if (m.store) {
         std::string st2 = names_.buffer(b) + "[" + names_.index(m.storeIndex) +
                           "] = " + convert(local, m.value->dtype(), b.dtype) + ";";
@@ -620,9 +820,14 @@ private:
       const Buffer &b = *m.comp->out;
       std::string local = names_.local(b);
       DType localType = isArgReduction(*m.comp) ? DType::Int64 : m.value->dtype();
-      std::string value = isArgReduction(*m.comp) ? argIndex(*m.comp) : names_.acc(*m.comp);
-      w.line("const " + ctype(localType) + " " + local + " = (" + ctype(localType) + ")" + value +
-             ";");
+      std::string value = (isArgReduction(*m.comp) ? argIndex(*m.comp) : names_.acc(*m.comp)) + lane_;
+      if (lane_.empty()) {
+        w.line("const " + ctype(localType) + " " + local + " = (" + ctype(localType) + ")" +
+               value + ";");
+      } else {
+        local += lane_; // an array declared before the lane loop (declareLaneLocals)
+        w.line(local + " = (" + ctype(localType) + ")" + value + ";");
+      }
       scope.defineLocal(&b, local, m.storeIndex);
       if (m.store) {
         std::string st2 = names_.buffer(b) + "[" + names_.index(m.storeIndex) +
@@ -646,6 +851,7 @@ private:
   const Kernel *kernel_ = nullptr; ///< the kernel being emitted
   std::unordered_map<const loop::Computation *, std::string> blockAcc_; ///< float partials
   bool blocked_ = false; ///< the innermost loop being emitted runs in blocks
+  std::string lane_; ///< lane mode: `[x - xb]`, the lane's element of each lane array
 };
 
 } // namespace

@@ -159,15 +159,36 @@ private:
   /// Applies the realization policy to a freshly built lazy value.
   Value settle(Node *n, Value v) {
     bool shared = users_[n] > 1 && v.cost > opts_.inlineCostLimit;
-    if (shared || v.cost > opts_.maxInlineOps)
-      return opts_.channelsLast && n->rank() == 4 ? nhwcValue(realizeNhwc(n, v))
-                                                  : realize(n, v, BufferKind::Intermediate, -1);
-    return v;
+    if (!shared && v.cost <= opts_.maxInlineOps)
+      return v;
+    if (opts_.channelsLast && n->rank() == 4)
+      return nhwcValue(realizeNhwc(n, v));
+    return realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
+  }
+
+  /// A stored intermediate's strides (empty: row-major). In channels-last mode a value of rank
+  /// above 4 keeps dim 1 innermost: the channels of a value derived from a channels-last
+  /// image, such as a pooling's [N, C, OH, W, kh] windows, so its kernels run along them.
+  std::vector<SymExpr> intermediateStrides(Node *n) {
+    if (!opts_.channelsLast || n->rank() <= 4)
+      return {};
+    const std::vector<SymExpr> &shape = n->shape();
+    std::vector<SymExpr> st(shape.size());
+    st[1] = s_.constant(1);
+    SymExpr step = shape[1];
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (i == 1)
+        continue;
+      st[i] = step;
+      step = s_.mul(step, shape[i]);
+    }
+    return st;
   }
 
   // ---- Channels-last mode (LoweringOptions::channelsLast) ------------------------------------
   // A 4-d value stored for a convolution, or because several ops read it, lives in a buffer
-  // shaped [N, H, W, C], so the kernels that write and read it run along C.
+  // shaped [N, H, W, C], so the kernels that write and read it run along C; a stored value of
+  // higher rank keeps dim 1 innermost (intermediateStrides).
 
   static Index toNhwc(const Index &i) { return {i[0], i[2], i[3], i[1]}; }
   static Index fromNhwc(const Index &f) { return {f[0], f[3], f[1], f[2]}; }
@@ -380,7 +401,7 @@ private:
       // Overlapping windows read each element several times: a costly computed operand (the
       // batch norm and relu before a max pool) is stored once rather than recomputed per read.
       if (n->attrs().getInt("size") > step && x.cost > opts_.inlineCostLimit)
-        values_.at(xn) = realize(xn, x, BufferKind::Intermediate, -1);
+        values_.at(xn) = realize(xn, x, BufferKind::Intermediate, -1, "", intermediateStrides(xn));
       remap = [this, dim, step, dilation](const Index &idx) {
         Index in(idx.begin(), idx.end() - 1);
         in[dim] = s_.add(s_.mul(idx[dim], step), s_.mul(idx.back(), dilation));
@@ -453,7 +474,7 @@ private:
   Buffer *inMemory(Node *n) {
     Value &v = values_.at(n);
     if (!v.buffer)
-      v = realize(n, v, BufferKind::Intermediate, -1);
+      v = realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
     return v.buffer;
   }
 

@@ -309,8 +309,10 @@ def _compile_whole(gm, opts, device=None, args=None):
         # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
         return (lambda *args: []), True
     # Outputs that are None, or views of an argument (a transposed weight saved for the
-    # backward): made at each call, never computed into new memory.
-    made = [(i, None if o is None else input_view(gm, o)) for i, o in enumerate(flat)]
+    # backward; on the CPU the argument itself too): made at each call, never computed into
+    # new memory.
+    made = [(i, None if o is None else input_view(gm, o, bare=device is None))
+            for i, o in enumerate(flat)]
     none_slots = [(i, make) for (i, make), o in zip(made, flat) if o is None or make is not None]
     if len(none_slots) == len(flat):
         return (lambda *args: [make(args) if make is not None else None

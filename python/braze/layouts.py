@@ -94,10 +94,12 @@ _VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view
              aten.squeeze.default, aten.alias.default, aten.detach.default}
 
 
-def input_view(gm, out):
+def input_view(gm, out, bare=False):
     """For an output that is a chain of view ops over a tensor argument that the graph does not
     mutate, with no other node among their operands: args -> that view of the argument; None
-    otherwise."""
+    otherwise. With `bare`, an output that is the argument itself is returned as it is (a CPU
+    graph's saved input for an eager backward op; CUDA graphs copy such inputs per replay, so
+    there it stays a computed copy)."""
     chain, node = [], out
     while (isinstance(node, torch.fx.Node) and node.op == "call_function"
            and node.target in _VIEW_OPS):
@@ -105,7 +107,7 @@ def input_view(gm, out):
             return None
         chain.append(node)
         node = node.args[0]
-    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+    if (not chain and not bare) or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
         return None
     if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
         return None

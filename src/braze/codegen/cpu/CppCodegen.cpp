@@ -268,9 +268,11 @@ private:
       if (s_.placement.at(id).kind == PlacementKind::Local)
         continue;
       bool isConst = b.kind == loop::BufferKind::Input;
-      w.line(std::string(isConst ? "const " : "") + ctype(b.dtype) + "* __restrict " +
-             names_.buffer(b) + " = (" + (isConst ? "const " : "") + ctype(b.dtype) +
-             "*)bufs[" + std::to_string(id) + "];");
+      // bool elements are read and written as bytes: GCC does not vectorize loops that store
+      // `bool` (a mask type to it), and values convert to and from bool as they are used.
+      std::string ty = b.dtype == DType::Bool ? "uint8_t" : ctype(b.dtype);
+      w.line(std::string(isConst ? "const " : "") + ty + "* __restrict " + names_.buffer(b) +
+             " = (" + (isConst ? "const " : "") + ty + "*)bufs[" + std::to_string(id) + "];");
     }
     for (sym::SymExpr sy : syms)
       w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
@@ -659,23 +661,23 @@ private:
         w.line("const int64_t hi = std::min<int64_t>(" + extent + ", lo + chunk);");
         openInnermost(st, w, v, "lo", "hi");
       } else {
-        w.line(std::string("#pragma omp for") + (n > 1 ? " collapse(" + std::to_string(n) + ")" : "") +
+        // Several inner dims: the threads share all but the last, which each folds with simd.
+        w.line(std::string("#pragma omp for") +
+               (n > 2 ? " collapse(" + std::to_string(n - 1) + ")" : "") +
                (hasReduction ? " nowait" : ""));
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i = 0; i + 1 < n; ++i) {
           w.line(loopHead(k.innerVars[i]) + " {");
           w.indent();
         }
+        sym::SymExpr last = k.innerVars[n - 1];
+        openInnermost(st, w, last, "0", names_.index(last->extent()));
       }
       Scope inner(&region);
       emitMembers(st, w, inner);
-      if (n == 1) {
-        closeInnermost(st, w);
+      closeInnermost(st, w);
+      for (size_t i = 0; i + 1 < std::max<size_t>(n, 2); ++i) {
         w.dedent();
-        w.line("}"); // the chunk's block
-      }
-      for (size_t i = 0; n != 1 && i < n; ++i) {
-        w.dedent();
-        w.line("}");
+        w.line("}"); // the chunk's block, or the shared loops
       }
       if (n == 1 && !hasReduction)
         w.line("#pragma omp barrier");

@@ -211,6 +211,7 @@ def test_reductions_propagate_nan(shape):
             torch.testing.assert_close(out, fn(inp), equal_nan=True, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.cpu_only("the CPU code generator's stash and blocked sums")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("cols", [1, 7, 511, 512, 513, 4099])
 def test_softmax_stash_and_blocked_sums(dtype, cols):
@@ -243,6 +244,7 @@ def test_softmax_stash_and_blocked_sums(dtype, cols):
         assert code[0].count(" = braze_exp(") == (2 if dtype == torch.bfloat16 else 1)
 
 
+@pytest.mark.cpu_only("the CPU code generator's lane mode")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32])
 @pytest.mark.parametrize("shape", [(37, 21), (2049, 19), (3, 100), (5, 16)])
 def test_reductions_along_an_outer_dim(shape, dtype):
@@ -271,6 +273,7 @@ def test_reductions_along_an_outer_dim(shape, dtype):
     assert "x0b += 16" in code[0], "the column sum runs in lane mode"
 
 
+@pytest.mark.cpu_only("the CPU code generator's loop order and lane mode")
 @pytest.mark.parametrize("channels", [19, 64])
 def test_channels_last_pooling_and_pointwise(channels):
     """A channels-last max pool (after batch norm and relu, as in ResNet's stem) and average

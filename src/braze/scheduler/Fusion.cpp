@@ -396,6 +396,110 @@ void stashRecomputedValues(Schedule &s) {
   }
 }
 
+/// Whether e names v anywhere but in the index of a plain Load (an index value, an indirect
+/// load's index or binding).
+bool namedOtherwise(const Expr *e, SymExpr v) {
+  auto mentions = [v](SymExpr x) {
+    std::vector<SymExpr> syms;
+    collectSymbols(x, syms);
+    return std::find(syms.begin(), syms.end(), v) != syms.end();
+  };
+  if (e->kind() == ExprKind::IndexValue)
+    return mentions(e->index());
+  if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
+    if (mentions(e->index()))
+      return true;
+    for (const auto &binding : e->indirect())
+      if (namedOtherwise(binding.second, v))
+        return true;
+  }
+  for (const Expr *o : e->operands())
+    if (namedOtherwise(o, v))
+      return true;
+  return false;
+}
+
+/// Whether kernel k uses the adjacent loop variables a (outer) and b (inner, of constant
+/// extent) only as one: every load and store index is c_a * a + c_b * b + rest with
+/// c_a == extent(b) * c_b and neither in rest.
+bool flattenable(const Kernel &k, SymExpr a, SymExpr b) {
+  int64_t eb = 0;
+  if (!b->extent()->isConst())
+    return false;
+  eb = b->extent()->value();
+  bool ok = true;
+  auto check = [&](SymExpr index) {
+    std::optional<int64_t> ca = linearCoefficient(index, a), cb = linearCoefficient(index, b);
+    ok &= ca && cb && *ca == *cb * eb;
+  };
+  for (const Step &st : k.steps) {
+    for (const Member &m : st.members) {
+      if (namedOtherwise(m.value, a) || namedOtherwise(m.value, b))
+        return false;
+      loop::forEachLoad(m.value, [&](const Expr *ld) { check(ld->index()); });
+      check(m.storeIndex);
+    }
+    for (const Stash &sh : st.stashes)
+      check(sh.index);
+  }
+  return ok;
+}
+
+/// A kernel without inner loops runs innermost the variable its first store is contiguous
+/// along (so that a channels-last result is written in memory order, by the `omp simd` loop).
+void storeOrder(Kernel &k) {
+  std::vector<SymExpr> &order = k.outerVars;
+  if (!k.innerVars.empty() || order.size() < 2)
+    return;
+  for (const Step &st : k.steps)
+    for (const Member &m : st.members) {
+      if (!m.store)
+        continue;
+      std::optional<int64_t> last = linearCoefficient(m.storeIndex, order.back());
+      for (size_t i = 0; i + 1 < order.size() && !(last && *last == 1); ++i) {
+        std::optional<int64_t> c = linearCoefficient(m.storeIndex, order[i]);
+        if (c && *c == 1) {
+          SymExpr v = order[i];
+          order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+          order.push_back(v);
+          break;
+        }
+      }
+      return;
+    }
+}
+
+/// CPU kernels: adjacent loop variables that every index uses as one (the H and W of a
+/// contiguous NCHW tensor) become one loop, so that the innermost loop (the `omp simd` one)
+/// is long: a W of 32 is two vectors. Innermost pairs of the inner loops, and of the outer
+/// loops (in store order) of a kernel without inner loops.
+void flattenLoops(Schedule &s) {
+  sym::SymContext &sy = s.program->sym();
+  for (Kernel &k : s.kernels) {
+    if (k.gemm || k.conv || k.attention)
+      continue;
+    storeOrder(k);
+    std::vector<SymExpr> &vars = k.innerVars.empty() ? k.outerVars : k.innerVars;
+    while (vars.size() >= 2 && flattenable(k, vars[vars.size() - 2], vars.back())) {
+      SymExpr a = vars[vars.size() - 2], b = vars.back();
+      SymExpr f = sy.indexSymbol(a->name(), sy.mul(a->extent(), b->extent()));
+      std::unordered_map<SymExpr, SymExpr> map{{a, sy.constant(0)}, {b, f}};
+      for (Step &st : k.steps) {
+        for (Member &m : st.members) {
+          m.value = loop::substituteIndices(*s.program, m.value, map);
+          m.storeIndex = sy.substitute(m.storeIndex, map);
+        }
+        for (Stash &sh : st.stashes) {
+          sh.value = loop::substituteIndices(*s.program, sh.value, map);
+          sh.index = sy.substitute(sh.index, map);
+        }
+      }
+      vars.pop_back();
+      vars.back() = f;
+    }
+  }
+}
+
 } // namespace
 
 Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const ScheduleOptions &opts) {
@@ -408,8 +512,10 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   for (const auto &c : p.computations())
     fuser.add(*c, opts.fuse);
   decideStores(s, fuser.producers());
-  if (target.kind == TargetKind::Cpu)
+  if (target.kind == TargetKind::Cpu) {
     stashRecomputedValues(s);
+    flattenLoops(s);
+  }
   planMemory(s);
   return s;
 }

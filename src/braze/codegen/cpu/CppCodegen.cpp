@@ -387,49 +387,27 @@ private:
     return accumulatorUpdate(c, acc, v);
   }
 
-  /// The outer loops' order: as the kernel has them, except that a kernel without inner loops
-  /// runs innermost the variable along which its first store is contiguous (the `omp simd`
-  /// loop), so that a channels-last result is written in memory order.
-  std::vector<sym::SymExpr> outerOrder(const Kernel &k) {
-    std::vector<sym::SymExpr> order = k.outerVars;
-    if (!k.innerVars.empty() || order.size() < 2)
-      return order;
-    for (const Step &st : k.steps)
-      for (const Member &m : st.members) {
-        if (!m.store)
-          continue;
-        for (size_t i = 0; i + 1 < order.size(); ++i) {
-          std::optional<int64_t> c = linearCoefficient(m.storeIndex, order[i]);
-          std::optional<int64_t> last = linearCoefficient(m.storeIndex, order.back());
-          if (c && *c == 1 && !(last && *last == 1)) {
-            sym::SymExpr v = order[i];
-            order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
-            order.push_back(v);
-            break;
-          }
-        }
-        return order;
-      }
-    return order;
-  }
-
   void emitWithOuter(const Kernel &k, Writer &w) {
     bool scalarOnly = k.innerVars.empty();
     size_t n = k.outerVars.size();
-    std::vector<sym::SymExpr> order = outerOrder(k);
     // A kernel without inner loops vectorizes its innermost outer loop.
     size_t parallelDims = scalarOnly && n > 1 ? n - 1 : n;
     std::string collapse = parallelDims > 1 ? " collapse(" + std::to_string(parallelDims) + ")" : "";
     bool simdOnParallel = scalarOnly && n == 1;
+    Scope top(nullptr);
+    std::vector<const Step *> steps;
+    for (const Step &st : k.steps)
+      steps.push_back(&st);
+    hoistLoads(k, steps, allVars(k), w, top);
     w.line(std::string("#pragma omp parallel for") + (simdOnParallel ? " simd" : "") + collapse +
            " if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
     for (size_t i = 0; i < n; ++i) {
       if (scalarOnly && n > 1 && i == n - 1)
         w.line("#pragma omp simd");
-      w.line(loopHead(order[i]) + " {");
+      w.line(loopHead(k.outerVars[i]) + " {");
       w.indent();
     }
-    Scope outer(nullptr);
+    Scope outer(&top);
     for (const Step &st : k.steps) {
       if (st.kind == StepKind::Scalar) {
         emitMembers(st, w, outer);
@@ -438,6 +416,7 @@ private:
       for (const Member &m : st.members)
         if (m.comp->isReduction())
           declareAccumulator(m, w);
+      hoistLoads(k, {&st}, k.innerVars, w, outer);
       size_t n = k.innerVars.size();
       for (size_t i = 0; i + 1 < n; ++i) {
         w.line(loopHead(k.innerVars[i]) + " {");
@@ -481,10 +460,10 @@ private:
         loop::forEachLoad(m.value, [&](const loop::Expr *ld) {
           if (!ld->indirect().empty())
             return;
-          std::optional<int64_t> cy = linearCoefficient(ld->index(), y);
+          std::optional<int64_t> cy = sym::linearCoefficient(ld->index(), y);
           innerContiguous |= cy && *cy == 1;
           for (size_t i = 0; i < k.outerVars.size(); ++i) {
-            std::optional<int64_t> c = linearCoefficient(ld->index(), k.outerVars[i]);
+            std::optional<int64_t> c = sym::linearCoefficient(ld->index(), k.outerVars[i]);
             along[i] += c && *c == 1;
           }
         });
@@ -498,31 +477,40 @@ private:
     return std::nullopt;
   }
 
-  /// v's constant coefficient in e's top-level sum, or nothing when v also appears elsewhere
-  /// (inside a min, a division, a product of variables).
-  static std::optional<int64_t> linearCoefficient(sym::SymExpr e, sym::SymExpr v) {
-    std::vector<sym::SymExpr> terms;
-    if (e->kind() == sym::SymKind::Add)
-      terms = e->operands();
-    else
-      terms = {e};
-    int64_t coef = 0;
-    for (sym::SymExpr t : terms) {
-      if (t == v) {
-        coef += 1;
-        continue;
-      }
-      if (t->kind() == sym::SymKind::Mul && t->operands().size() == 2 &&
-          t->operands()[0]->isConst() && t->operands()[1] == v) {
-        coef += t->operands()[0]->value();
-        continue;
-      }
+  /// Emits, into `scope` before a loop nest, the loads of `steps` whose index names none of
+  /// `vars` (a per-channel scale read in a loop over the channel's points, a scalar read
+  /// everywhere), from buffers this kernel does not write. GCC does not hoist them itself
+  /// (it cannot tell a local restrict pointer's stores apart), and such a load feeding a
+  /// select stops a loop's vectorization.
+  void hoistLoads(const Kernel &k, const std::vector<const Step *> &steps,
+                  const std::vector<sym::SymExpr> &vars, Writer &w, Scope &scope) {
+    std::set<const Buffer *> written;
+    for (const Step &st : k.steps)
+      for (const Member &m : st.members)
+        written.insert(m.comp->out);
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    auto visit = [&](const loop::Expr *ld) {
+      if (!ld->indirect().empty() || written.count(ld->buffer()))
+        return;
       std::vector<sym::SymExpr> syms;
-      sym::collectSymbols(t, syms);
-      if (std::find(syms.begin(), syms.end(), v) != syms.end())
-        return std::nullopt;
+      sym::collectSymbols(ld->index(), syms);
+      for (sym::SymExpr v : vars)
+        if (std::find(syms.begin(), syms.end(), v) != syms.end())
+          return;
+      ex.emit(ld);
+    };
+    for (const Step *st : steps) {
+      for (const Member &m : st->members)
+        loop::forEachLoad(m.value, visit);
+      for (const sched::Stash &sh : st->stashes)
+        loop::forEachLoad(sh.value, visit);
     }
-    return coef;
+  }
+
+  static std::vector<sym::SymExpr> allVars(const Kernel &k) {
+    std::vector<sym::SymExpr> vars = k.outerVars;
+    vars.insert(vars.end(), k.innerVars.begin(), k.innerVars.end());
+    return vars;
   }
 
   /// The lane arrays a step's results live in: its reductions' accumulators, NaN flags,
@@ -649,6 +637,7 @@ private:
           hasReduction = true;
           declareAccumulator(m, w);
         }
+      hoistLoads(k, {&st}, k.innerVars, w, region);
       size_t n = k.innerVars.size();
       if (n == 1) {
         // One inner dim: each thread takes a contiguous chunk and folds it with simd.

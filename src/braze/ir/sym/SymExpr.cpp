@@ -391,6 +391,31 @@ void collectSymbols(SymExpr e, std::vector<SymExpr> &out) {
     collectSymbols(op, out);
 }
 
+std::optional<int64_t> linearCoefficient(SymExpr e, SymExpr v) {
+  std::vector<SymExpr> terms;
+  if (e->kind() == SymKind::Add)
+    terms = e->operands();
+  else
+    terms = {e};
+  int64_t coef = 0;
+  for (SymExpr t : terms) {
+    if (t == v) {
+      coef += 1;
+      continue;
+    }
+    if (t->kind() == SymKind::Mul && t->operands().size() == 2 && t->operands()[0]->isConst() &&
+        t->operands()[1] == v) {
+      coef += t->operands()[0]->value();
+      continue;
+    }
+    std::vector<SymExpr> syms;
+    collectSymbols(t, syms);
+    if (std::find(syms.begin(), syms.end(), v) != syms.end())
+      return std::nullopt;
+  }
+  return coef;
+}
+
 std::optional<AffineForm> affineIn(SymContext &s, SymExpr e, const std::vector<SymExpr> &vars) {
   std::unordered_map<SymExpr, SymExpr> zero;
   for (SymExpr v : vars)

@@ -153,6 +153,7 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   lo.widenedHalfMatMul = opts.cuda.has_value();
   lo.padRows = opts.cuda.has_value();
   lo.rowMajorConvolution = opts.cuda.has_value();
+  lo.permutedAttentionOutput = true; // both targets' attention kernels write strided rows
   // cuDNN's fast kernels are NHWC: a model fed channels-last images is kept channels-last.
   // oneDNN's are too (its NCHW path unfolds windows): a CNN of a few convolutions runs
   // channels-last inside whatever its input's layout.

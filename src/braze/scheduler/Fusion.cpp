@@ -14,6 +14,7 @@
 #include "braze/support/Check.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -48,6 +49,8 @@ public:
   Fuser(loop::LoopProgram &p, Schedule &s) : p_(p), s_(s), sym_(p.sym()) {}
 
   void add(const Computation &c, bool fuse) {
+    if (skipped_.count(c.id))
+      return;
     if (c.conv) {
       // A convolution keeps a kernel to itself, like a matrix product.
       startKernel(c);
@@ -82,6 +85,8 @@ public:
 
   const std::unordered_map<const Buffer *, Where> &producers() const { return where_; }
   void setGemmBias(std::map<int, const loop::Buffer *> bias) { bias_ = std::move(bias); }
+  /// Computations that compute nothing (copies a product now writes itself).
+  void skip(std::set<int> ids) { skipped_ = std::move(ids); }
 
 private:
   SymExpr freshVar(const char *prefix, size_t i, SymExpr extent) {
@@ -250,6 +255,7 @@ private:
   loop::LoopProgram &p_;
   Schedule &s_;
   std::map<int, const loop::Buffer *> bias_; ///< GEMM bias epilogues, by computation id
+  std::set<int> skipped_;                     ///< computations that compute nothing
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
 };
@@ -507,8 +513,10 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   s.program = &p;
   s.target = target;
   Fuser fuser(p, s);
-  if (target.kind == TargetKind::Cuda)
+  if (target.kind == TargetKind::Cuda) {
     fuser.setGemmBias(absorbGemmBias(p));
+    fuser.skip(forwardGemmCopies(p));
+  }
   for (const auto &c : p.computations())
     fuser.add(*c, opts.fuse);
   decideStores(s, fuser.producers());

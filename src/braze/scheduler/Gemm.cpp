@@ -2,6 +2,7 @@
 
 #include "braze/ir/loop/Rewrite.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace braze::sched {
@@ -287,7 +288,56 @@ bool layoutFixed(const GemmCall &g) {
          g.batchVars.empty() && g.offC->isConst(0);
 }
 
+/// The buffer `c` copies unchanged (its value is a load of that buffer at c's own position,
+/// read as its dtype or widened to f32 from a half dtype), or nullptr.
+const loop::Buffer *copiedBuffer(loop::LoopProgram &p, const loop::Computation &c) {
+  if (!c.value || c.isReduction() || c.conv || c.attention)
+    return nullptr;
+  const Expr *ld = unwiden(c.value);
+  if (ld != c.value && !isHalf(c.out->dtype))
+    return nullptr;
+  if (ld->kind() != ExprKind::Load || !ld->indirect().empty() ||
+      ld->buffer()->dtype != c.out->dtype || ld->buffer()->shape != c.out->shape)
+    return nullptr;
+  loop::Computation at; // c's iteration over the copied buffer's layout
+  at.out = const_cast<loop::Buffer *>(ld->buffer());
+  at.vars = c.vars;
+  return ld->index() == loop::storeIndex(p.sym(), at) ? ld->buffer() : nullptr;
+}
+
 } // namespace
+
+std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
+  std::set<int> copies;
+  const auto &comps = p.computations();
+  std::unordered_map<const loop::Buffer *, std::vector<size_t>> readers, writers;
+  for (size_t i = 0; i < comps.size(); ++i) {
+    writers[comps[i]->out].push_back(i);
+    loop::forEachBufferRead(*comps[i], comps[i]->value,
+                            [&](const loop::Buffer *b) { readers[b].push_back(i); });
+  }
+  for (size_t gi = 0; gi < comps.size(); ++gi) {
+    loop::Computation &g = *comps[gi];
+    std::optional<GemmCall> call = matchGemm(p, g);
+    const std::vector<size_t> &rs = readers[g.out];
+    if (!call || !layoutFixed(*call) || g.out->kind != loop::BufferKind::Intermediate ||
+        writers[g.out].size() != 1 || rs.empty() ||
+        std::any_of(rs.begin(), rs.end(), [&](size_t r) { return r != rs.front(); }))
+      continue;
+    loop::Computation &d = *comps[rs.front()];
+    if (copiedBuffer(p, d) != g.out || writers[d.out].size() != 1)
+      continue;
+    loop::Buffer *c = g.out;
+    g.out = d.out;
+    std::optional<GemmCall> moved = matchGemm(p, g);
+    if (!moved || !layoutFixed(*moved)) {
+      g.out = c;
+      continue;
+    }
+    copies.insert(d.id);
+  }
+  return copies;
+}
 
 std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
   std::map<int, const loop::Buffer *> out;

@@ -5,6 +5,7 @@
 #include "braze/ir/loop/LoopIR.h"
 
 #include <map>
+#include <set>
 #include <optional>
 
 namespace braze::sched {
@@ -51,5 +52,12 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
 /// holds round(A·B + bias) and the readers load it directly — one rounding, as PyTorch's addmm.
 /// Returns each absorbed product's bias, by computation id.
 std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p);
+
+/// Copies of products: where the only reader of a product C (an intermediate the GEMM library
+/// computes, as absorbGemmBias requires) stores C unchanged into a buffer D of the same shape
+/// and dtype (what a Linear's bias add is once the bias is absorbed), the product writes D
+/// itself when D's layout still suits the library. Returns the ids of the copies, which
+/// compute nothing any more.
+std::set<int> forwardGemmCopies(loop::LoopProgram &p);
 
 } // namespace braze::sched

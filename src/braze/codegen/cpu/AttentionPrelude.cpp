@@ -133,11 +133,22 @@ static inline float braze_attn_scale_row(float* si, int64_t seen, float scale, c
   return mx;
 }
 
+// The element offset of batch point b (row-major over dims[0..nb)) in an operand of strides st.
+static inline int64_t braze_attn_offset(int nb, const int64_t* dims, const int64_t* st,
+                                        int64_t b) {
+  int64_t off = 0;
+  for (int x = nb - 1; x >= 0; --x) {
+    off += (b % dims[x]) * st[x];
+    b /= dims[x];
+  }
+  return off;
+}
+
 static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                 const int64_t* qs, const float* k, const int64_t* ks,
                                 const float* v, const int64_t* vs, const float* bias,
-                                const int64_t* bs, float* out, float scale, bool causal,
-                                bool safe) {
+                                const int64_t* bs, float* out, const int64_t* os,
+                                float scale, bool causal, bool safe) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
@@ -146,7 +157,9 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
   if (batch == 0 || sq == 0 || dv == 0)
     return;
   if (sk == 0) { // no keys: the product with an empty value is zero
-    std::fill(out, out + batch * sq * dv, 0.f);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < sq; ++i)
+        std::fill_n(out + braze_attn_offset(nb, dims, os, b) + i * os[nb], dv, 0.f);
     return;
   }
   const int64_t bq = 64, bk = 256, blocks = (sq + bq - 1) / bq, tasks = batch * blocks;
@@ -211,12 +224,12 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
         }
         braze_attn_accumulate(rows, cols, dv, s, bk, v + vo + j0 * vs[nb], vs[nb], acc, dv);
       }
-      float* ob = out + (b * sq + i0) * dv;
+      float* ob = out + braze_attn_offset(nb, dims, os, b) + i0 * os[nb];
       for (int64_t i = 0; i < rows; ++i) {
         // every key masked: 0 (PyTorch's attention ops) or nan (a softmax written out)
         const float inv = l[i] > 0.f ? 1.f / l[i] : safe ? 0.f : NAN;
         for (int64_t e = 0; e < dv; ++e)
-          ob[i * dv + e] = acc[i * dv + e] * inv;
+          ob[i * os[nb] + e] = acc[i * dv + e] * inv;
       }
     }
     std::free(s);
@@ -226,16 +239,6 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
 
 /// The forward's log-sum-exp and the three gradients, over the same blocks as the forward.
 const char *kAttentionBackward = R"(
-// The element offset of batch point b (row-major over dims[0..nb)) in an operand of strides st.
-static inline int64_t braze_attn_offset(int nb, const int64_t* dims, const int64_t* st,
-                                        int64_t b) {
-  int64_t off = 0;
-  for (int x = nb - 1; x >= 0; --x) {
-    off += (b % dims[x]) * st[x];
-    b /= dims[x];
-  }
-  return off;
-}
 
 // lse[b.., i] = log sum_j exp(s[b.., i, j]) over the kept keys, row-major [B.., Sq]; -inf for a
 // row with none. Tasks and blocks as the forward's, with its running maximum and sum only.

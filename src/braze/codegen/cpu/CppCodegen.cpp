@@ -131,7 +131,7 @@ private:
 
   /// A fused attention part (braze_attention_f32, braze_attention_lse_f32 or
   /// braze_attention_grad_f32 in the prelude) over the operands' logical sizes and strides;
-  /// the output is row-major.
+  /// the output is strided with its last dim contiguous (row-major but for the output part).
   std::string emitAttentionKernel(const Kernel &k) {
     const loop::Computation &c = *k.attention;
     const loop::AttentionSpec &a = *c.attention;
@@ -162,8 +162,9 @@ private:
     std::string r = std::to_string(rank);
     switch (a.part) {
     case loop::AttentionPart::Output:
+      w.line("const int64_t os[" + r + "] = " + list(c.out->strides) + ";");
       w.line("braze_attention_f32(" + r + ", dims, " + q + ", " + kk + ", " + v + ", " + bias +
-             ", " + out + ", " + tail + ", " + (a.safe ? "true" : "false") + ");");
+             ", " + out + ", os, " + tail + ", " + (a.safe ? "true" : "false") + ");");
       break;
     case loop::AttentionPart::Lse:
       w.line("braze_attention_lse_f32(" + r + ", dims, " + q + ", " + kk + ", " + bias + ", " +

@@ -69,7 +69,7 @@ template <bool BF16> BRAZE_FN float braze_attn_bias(uint16_t h) {
 BRAZE_FN float braze_attn_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
 // Rows [i0, i0 + 64 * MT) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D],
-// v [Sk, DV], bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] row-major. 128 threads; warp
+// v [Sk, DV], bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] (row stride ors). 128 threads; warp
 // w holds MT tiles of 16 rows, rows i0 + 16 (MT w + mt) .., so each K/V fragment serves MT rows
 // tiles.
 template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE>
@@ -77,7 +77,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     const uint16_t* __restrict__ k, int64_t krs,
                                     const uint16_t* __restrict__ v, int64_t vrs,
                                     const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
-                                    uint16_t* __restrict__ o, int64_t sq, int64_t sk, int64_t i0,
+                                    uint16_t* __restrict__ o, int64_t ors, int64_t sq, int64_t sk, int64_t i0,
                                     float scale) {
   constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BM = 64 * MT;
   constexpr int KS = DP + 8, VS = DVP + 8; // padded rows: fragment reads hit distinct banks
@@ -280,7 +280,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           const int col = n * 8 + t * 2 + e;
           if (row < sq && col < DV) {
             const float val = oacc[mt][n][2 * h + e] * inv;
-            o[row * DV + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
+            o[row * ors + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
           }
         }
     }
@@ -337,17 +337,18 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   w.line("const int64_t blocks = (sq + " + bm + " - 1) / " + bm + ";");
   w.line("int64_t rest = (int64_t)blockIdx.x / blocks;");
   w.line("const int64_t i0 = ((int64_t)blockIdx.x % blocks) * " + bm + ";");
-  w.line("const int64_t point = rest;");
   std::vector<const loop::AttentionOperand *> ops = a.operands();
   const char *off[] = {"qo", "ko", "vo", "bo"};
   for (size_t i = 0; i < ops.size(); ++i)
     w.line("int64_t " + std::string(off[i]) + " = " + ix(ops[i]->offset) + ";");
+  w.line("int64_t oo = 0;");
   for (size_t x = nb; x-- > 0;) {
     w.line("{");
     w.line("  const int64_t at = rest % " + ix(a.q.shape[x]) + ";");
     w.line("  rest /= " + ix(a.q.shape[x]) + ";");
     for (size_t i = 0; i < ops.size(); ++i)
       w.line("  " + std::string(off[i]) + " += at * " + ix(ops[i]->strides[x]) + ";");
+    w.line("  oo += at * " + ix(c.out->strides[x]) + ";");
     w.line("}");
   }
   w.line("(void)rest;");
@@ -360,7 +361,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
          (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ", " + (a.safe ? "true" : "false") + ">(" +
          buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
          ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
-         ", " + names.buffer(*c.out) + " + point * sq * " + std::to_string(dv) + ", sq, sk, i0, " +
+         ", " + names.buffer(*c.out) + " + oo, " + ix(c.out->strides[nb]) + ", sq, sk, i0, " +
          literal(a.scale, 0, DType::Float32) + ");");
   return "extern \"C\" __global__ void __launch_bounds__(128) " + k.name + "(" + params +
          ") {\n" + body + "}\n\n";

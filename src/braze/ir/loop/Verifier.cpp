@@ -33,6 +33,33 @@ std::string symsText(const std::vector<SymExpr> &xs) {
 }
 
 /// Walks the program in execution order; the first violation is kept in error_.
+/// Whether b's layout is a row-major layout of its dims in some order that keeps the last dim
+/// innermost (contiguous rows that never overlap; a permuted [B, S, H, D] view of
+/// [B, H, S, D]). False for symbolic sizes or strides.
+bool stridedRows(const Buffer &b) {
+  size_t rank = b.shape.size();
+  std::vector<size_t> order; // dims by decreasing stride, unit dims left out
+  for (size_t i = 0; i < rank; ++i) {
+    if (b.shape[i]->isConst(1))
+      continue;
+    if (!b.shape[i]->isConst() || !b.strides[i]->isConst())
+      return false;
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return b.strides[x]->value() > b.strides[y]->value();
+  });
+  if (!order.empty() && order.back() != rank - 1 && !b.shape[rank - 1]->isConst(1))
+    return false;
+  int64_t step = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    if (b.strides[order[k]]->value() != step)
+      return false;
+    step *= b.shape[order[k]]->value();
+  }
+  return true;
+}
+
 class ProgramVerifier {
 public:
   explicit ProgramVerifier(const LoopProgram &p) : p_(p), ctx_(*p.symShared()) {}
@@ -185,8 +212,13 @@ private:
       rowMajor &= c.out->shape[i]->isConst(1) || c.out->strides[i] == step;
       step = ctx_.mul(step, c.out->shape[i]);
     }
-    if (!rowMajor)
-      return failHere("attention output %" + c.out->name + " must be row-major");
+    // The output part writes rows with a stride (a permuted layout); its other parts and the
+    // gradients write row-major.
+    if (!rowMajor && (a.part != AttentionPart::Output || !stridedRows(*c.out)))
+      return failHere("attention output %" + c.out->name +
+                      (a.part == AttentionPart::Output
+                           ? " must have a contiguous last dim and non-overlapping rows"
+                           : " must be row-major"));
     bool grad = a.part != AttentionPart::Output && a.part != AttentionPart::Lse;
     if ((a.part != AttentionPart::Lse) != (a.v.buffer != nullptr) || grad != a.dout.has_value() ||
         grad != a.out.has_value() || grad != a.lse.has_value())

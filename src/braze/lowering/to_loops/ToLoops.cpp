@@ -518,6 +518,32 @@ private:
                   }, cost));
   }
 
+  /// Whether v, n's value, loads (and at most widens) one buffer of n's dtype at an index
+  /// affine in n's indices
+  /// with a unit step along one of the last two dims (a reshape of a permuted buffer whose
+  /// layout makes it row-major): a matrix product can read it in place.
+  bool readsInPlace(Node *n, const Value &v) {
+    if (n->rank() < 2)
+      return false;
+    Index full;
+    std::vector<SymExpr> vars = freshVars(n->shape(), "a", full);
+    const Expr *e = v.load(full);
+    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
+      e = e->operands()[0]; // a half value computed in f32
+    if (e->kind() != loop::ExprKind::Load || !e->indirect().empty() || e->dtype() != n->dtype())
+      return false;
+    std::optional<sym::AffineForm> form = sym::affineIn(s_, e->index(), vars);
+    if (!form)
+      return false;
+    size_t rank = n->shape().size();
+    for (size_t d : {rank - 1, rank - 2}) {
+      auto at = std::find(vars.begin(), vars.end(), full[d]);
+      if (at != vars.end() && form->coef[at - vars.begin()]->isConst(1))
+        return true;
+    }
+    return false;
+  }
+
   /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always
   /// in memory (a computed operand is realized first, so nothing is recomputed per output),
   /// which the scheduler hands to BLAS when the layouts allow.
@@ -537,7 +563,7 @@ private:
       src = {wa, wb};
     for (Node *o : src) {
       Value &v = values_.at(o);
-      if (!v.affineView)
+      if (!v.affineView && !readsInPlace(o, v))
         v = realize(o, v, BufferKind::Intermediate, -1);
     }
     const Value &a = values_.at(src[0]), &b = values_.at(src[1]);
@@ -676,6 +702,103 @@ private:
     return withUnitDims({b, s_.constant(0), n->shape(), b->strides});
   }
 
+  /// LoweringOptions::permutedAttentionOutput: the strides that make the one permutation all
+  /// of n's readers apply to it row-major, or empty (row-major) when there is no such
+  /// permutation or n is a graph output.
+  std::vector<SymExpr> attentionOutputStrides(Node *n) {
+    if (!opts_.permutedAttentionOutput ||
+        std::find(g_.outputs().begin(), g_.outputs().end(), n) != g_.outputs().end())
+      return {};
+    std::optional<IntList> dims;
+    for (const auto &u : g_.nodes())
+      for (Node *o : u->operands()) {
+        if (o != n)
+          continue;
+        if (u->op() != OpKind::Permute || (dims && *dims != u->attrs().getInts("dims")))
+          return {};
+        dims = u->attrs().getInts("dims");
+      }
+    size_t rank = n->shape().size();
+    if (!dims || dims->size() != rank || dims->back() != static_cast<int64_t>(rank) - 1)
+      return {};
+    std::vector<SymExpr> strides(rank);
+    SymExpr step = s_.constant(1);
+    for (size_t i = rank; i-- > 0;) {
+      strides[(*dims)[i]] = step;
+      step = s_.mul(step, n->shape()[(*dims)[i]]);
+    }
+    return strides;
+  }
+
+  /// The node a chain of views starts from (n itself when n is not a view).
+  static Node *viewRoot(Node *n) {
+    while (opCategory(n->op()) == OpCategoryKind::View)
+      n = n->operand(0);
+    return n;
+  }
+
+  /// Stores, row-major, each computed value that attention operands are views of, where that
+  /// costs no more than storing the views that are not graph outputs: q, k and v sliced out of one projection
+  /// with its bias are then read in place from the projection (whose bias the scheduler gives
+  /// the product's epilogue) instead of being copied out one by one.
+  void storeViewedRoots(const std::vector<Node *> &operands) {
+    struct Viewed {
+      Node *root;
+      int64_t elements; ///< viewed by the operands
+      bool known;       ///< every viewing operand has a static shape
+    };
+    std::vector<Viewed> viewed; // in operand order: the stores are added deterministically
+    for (Node *o : operands) {
+      Node *root = o ? viewRoot(o) : nullptr;
+      // A graph output (a returned K/V cache) is stored anyway, and read in place.
+      bool output = o && std::find(g_.outputs().begin(), g_.outputs().end(), o) != g_.outputs().end();
+      if (!root || root == o || output || values_.at(root).buffer || values_.at(o).buffer ||
+          !stridedViewOfStored(o, root))
+        continue;
+      auto it = std::find_if(viewed.begin(), viewed.end(),
+                             [root](const Viewed &v) { return v.root == root; });
+      if (it == viewed.end())
+        it = viewed.insert(viewed.end(), {root, 0, true});
+      std::optional<int64_t> count = staticCount(o->shape());
+      it->known &= count.has_value();
+      it->elements += count.value_or(0);
+    }
+    for (const Viewed &v : viewed) {
+      std::optional<int64_t> size = staticCount(v.root->shape());
+      if (v.known && size && *size <= v.elements)
+        inMemory(v.root);
+    }
+  }
+
+  /// Whether o, a chain of views of root, would be a strided view with a unit last stride
+  /// were root stored row-major (a reshape that splits the heads of an expanded K/V is not):
+  /// o's index map is read off with root's values replaced by their positions.
+  bool stridedViewOfStored(Node *o, Node *root) {
+    const std::vector<SymExpr> &shape = root->shape();
+    Value positions = lazy([this, shape](const Index &idx) {
+      return ex_.indexValue(linearIndex(s_, idx, contiguousStrides(s_, shape)), DType::Int64);
+    }, 0);
+    std::swap(values_.at(root), positions);
+    Index full;
+    std::vector<SymExpr> vars = freshVars(o->shape(), "a", full);
+    const Expr *e = values_.at(o).load(full);
+    std::swap(values_.at(root), positions);
+    if (e->kind() != loop::ExprKind::IndexValue)
+      return false;
+    std::optional<sym::AffineForm> form = sym::affineIn(s_, e->index(), vars);
+    return form && (vars.empty() || full.back() != vars.back() || form->coef.back()->isConst(1));
+  }
+
+  static std::optional<int64_t> staticCount(const std::vector<SymExpr> &shape) {
+    int64_t count = 1;
+    for (SymExpr d : shape) {
+      if (!d->isConst() || (d->value() > 0 && count > INT64_MAX / d->value()))
+        return std::nullopt;
+      count *= d->value();
+    }
+    return count;
+  }
+
   /// An attention-family op the target fuses: one Computation with the spec and no value,
   /// writing a row-major buffer; the bias broadcasts by zero strides (dims it lacks or has as 1).
   Value lowerAttention(Node *n) {
@@ -683,6 +806,7 @@ private:
     loop::AttentionSpec spec;
     bool grad = n->op() == OpKind::AttentionGrad, lse = n->op() == OpKind::AttentionLse;
     Node *q = n->operand(grad), *k = n->operand(grad + 1);
+    storeViewedRoots({q, k, lse ? nullptr : n->operand(grad + 2)});
     spec.q = stridedOperand(q, true);
     spec.k = stridedOperand(k, true);
     if (!lse)
@@ -711,7 +835,11 @@ private:
       b.shape.push_back(k->shape()[rank - 2]);
       spec.bias = std::move(b);
     }
-    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    std::vector<SymExpr> strides;
+    if (spec.part == loop::AttentionPart::Output)
+      strides = attentionOutputStrides(n);
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate, -1,
+                                std::move(strides));
     Index o;
     p_->addComputation(out, freshVars(out->shape, "i", o), {}, ReduceKind::None, nullptr)
         ->attention = std::move(spec);

@@ -36,6 +36,11 @@ struct LoweringOptions {
   /// bytes, so that the GEMMs writing and reading it run on cuBLASLt's aligned kernels. An
   /// output computed so is returned with those strides, as TorchInductor's padding does.
   bool padRows = false;
+  /// A fused attention's output whose readers all view it through one permutation that keeps
+  /// the last dim last (a transformer's [B, H, S, D] -> [B, S, H, D] before the output
+  /// projection) is stored in the permuted order, so that the readers' view is row-major and
+  /// the projection reads it in place. For targets whose attention kernel writes strided rows.
+  bool permutedAttentionOutput = false;
 };
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});

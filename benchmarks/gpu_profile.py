@@ -1,0 +1,67 @@
+"""Where a model's GPU time goes: the kernels of one compiled call, by backend.
+
+    python benchmarks/gpu_profile.py gpt2 --backends inductor,braze_nocg --top 20
+
+For each backend: after warm-up, torch.profiler records --calls calls; the kernels are grouped
+by name and printed by total CUDA time per call, with launch counts per call, so that two
+backends' lists of the same model can be read side by side. Models are gpu_models.py's.
+"""
+import argparse
+import collections
+import os
+import sys
+
+sys.argv, _argv = sys.argv[:1], sys.argv  # gpu_models parses its own flags at import
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_models as gm  # noqa: E402
+sys.argv = _argv
+
+import torch  # noqa: E402
+import braze  # noqa: E402
+
+P = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+P.add_argument("model", choices=gm.MODELS)
+P.add_argument("--backends", default="inductor,braze_nocg")
+P.add_argument("--calls", type=int, default=3)
+P.add_argument("--top", type=int, default=20)
+
+
+def profile(call, fn, calls):
+    for _ in range(3):
+        call(fn)
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(calls):
+            call(fn)
+        torch.cuda.synchronize()
+    per = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name][0] += e.device_time_total / calls
+            per[e.name][1] += 1
+    return per
+
+
+def main():
+    a = P.parse_args()
+    model, call, _, train = gm.build(a.model)
+    grad = torch.enable_grad() if train else torch.no_grad()
+    with grad:
+        for b in a.backends.split(","):
+            before = braze.counters()
+            fn = gm.compiled(model, b)
+            per = profile(call, fn, a.calls)
+            after = braze.counters()
+            total = sum(v[0] for v in per.values())
+            launches = sum(v[1] for v in per.values()) / a.calls
+            print(f"\n## {a.model} · {b}: {total / 1000:.3f} ms of kernels per call, "
+                  f"{launches:.0f} launches; counters "
+                  f"{ {k: after[k] - before[k] for k in after if after[k] != before[k]} }")
+            rows = sorted(per.items(), key=lambda kv: -kv[1][0])[:a.top]
+            for name, (us, n) in rows:
+                print(f"{us:9.1f} us {n / a.calls:6.0f}x  {name[:110]}")
+
+
+if __name__ == "__main__":
+    main()

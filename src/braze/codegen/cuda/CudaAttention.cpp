@@ -264,6 +264,8 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
   }
   // 4. Normalize and store.
   const float none = SAFE ? 0.f : NAN; // a row with every key masked
+  // A thread's two adjacent columns go out as one 32-bit store where rows keep them aligned.
+  const bool pack = DV % 2 == 0 && ors % 2 == 0 && ((uintptr_t)o & 3) == 0;
   #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     #pragma unroll
@@ -274,15 +276,25 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
       const float inv = lt > 0.f ? 1.f / lt : none;
       const int64_t row = rows[mt][h];
       #pragma unroll
-      for (int n = 0; n < DVP / 8; ++n)
+      for (int n = 0; n < DVP / 8; ++n) {
+        const int col = n * 8 + t * 2;
+        if (row >= sq || col >= DV)
+          continue;
+        uint16_t out[2];
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = n * 8 + t * 2 + e;
-          if (row < sq && col < DV) {
-            const float val = oacc[mt][n][2 * h + e] * inv;
-            o[row * ors + col] = BF16 ? braze_f2bf(val) : braze_f2h(val);
-          }
+          const float val = oacc[mt][n][2 * h + e] * inv;
+          out[e] = BF16 ? braze_f2bf(val) : braze_f2h(val);
         }
+        uint16_t* at = o + row * ors + col;
+        if (pack) {
+          *reinterpret_cast<uint32_t*>(at) = (uint32_t)out[0] | ((uint32_t)out[1] << 16);
+        } else {
+          at[0] = out[0];
+          if (col + 1 < DV)
+            at[1] = out[1];
+        }
+      }
     }
 }
 )FLASH";

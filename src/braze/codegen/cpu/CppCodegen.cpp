@@ -224,7 +224,9 @@ private:
     w.line("const int threads = (double)batch * M * N * K < 4.0e5 ? 1 : omp_get_max_threads();");
     w.line("if (batch < threads) {");
     w.line("  split = (threads + batch - 1) / batch;");
-    w.line("  by_rows = M >= 8 * split || M >= N;");
+    // Each task packs the whole operand it does not split: split the larger of M and N, so
+    // the operand every thread packs again is the smaller one.
+    w.line("  by_rows = M >= N ? M >= 8 * split : N < 8 * split;");
     w.line("  split = std::max<int64_t>(1, std::min<int64_t>(split, (by_rows ? M : N) / 8));");
     w.line("}");
     w.line("const int64_t tasks = batch * split;");

@@ -137,17 +137,38 @@ private:
     Value &v = values_.at(n);
     bool rowMajor = g_.outputStrides(k).empty() ||
                     g_.outputStrides(k) == contiguousStrides(s_, n->shape());
-    // A stored value becomes the output as it is laid out: row-major, or with padded rows.
-    bool stored = v.buffer && (v.buffer->strides == contiguousStrides(s_, n->shape()) ||
-                               v.buffer->strides == paddedStrides(n->shape(), n->dtype()));
-    if (v.buffer && v.buffer->kind == BufferKind::Intermediate && rowMajor && stored) {
-      v.buffer->kind = BufferKind::Output;
-      v.buffer->ioIndex = k;
-      v.buffer->name = "out" + std::to_string(k);
+    // A stored value becomes the output as it is laid out: row-major, or with padded rows; so
+    // does a buffer that n only views as it is (the reshapes around an attention's result).
+    Buffer *b = v.buffer ? v.buffer : viewedAsItIs(n, v);
+    bool stored = b && (b->strides == contiguousStrides(s_, n->shape()) ||
+                        b->strides == paddedStrides(n->shape(), n->dtype()));
+    if (b && b->kind == BufferKind::Intermediate && rowMajor && stored) {
+      b->kind = BufferKind::Output;
+      b->ioIndex = k;
+      b->name = "out" + std::to_string(k);
       return;
     }
     // An input, an output already, or a lazy value: compute into a fresh output buffer.
     realize(n, v, BufferKind::Output, k);
+  }
+
+  /// The buffer of n's shape and dtype that v, n's value, reads at every index as it is (a
+  /// chain of views that changes nothing), or nullptr.
+  Buffer *viewedAsItIs(Node *n, const Value &v) {
+    Index full;
+    freshVars(n->shape(), "o", full);
+    const Expr *e = v.load(full);
+    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
+      e = e->operands()[0]; // a half value computed in f32
+    if (e->kind() != loop::ExprKind::Load || !e->indirect().empty() || e->dtype() != n->dtype())
+      return nullptr;
+    const Buffer *b = e->buffer();
+    if (b->shape != n->shape() || e->index() != linearIndex(s_, full, b->strides))
+      return nullptr;
+    for (const auto &own : p_->buffers())
+      if (own.get() == b)
+        return own.get();
+    return nullptr;
   }
 
   const Value &operandValue(Node *n, size_t i) { return values_.at(n->operand(i)); }

@@ -53,9 +53,9 @@ bool stridedRows(const Buffer &b) {
     return false;
   int64_t step = 1;
   for (size_t k = order.size(); k-- > 0;) {
-    if (b.strides[order[k]]->value() != step)
+    if (b.strides[order[k]]->value() != step ||
+        __builtin_mul_overflow(step, b.shape[order[k]]->value(), &step))
       return false;
-    step *= b.shape[order[k]]->value();
   }
   return true;
 }

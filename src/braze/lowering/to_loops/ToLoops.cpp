@@ -781,8 +781,7 @@ private:
       if (it == viewed.end())
         it = viewed.insert(viewed.end(), {root, 0, true});
       std::optional<int64_t> count = staticCount(o->shape());
-      it->known &= count.has_value();
-      it->elements += count.value_or(0);
+      it->known &= count.has_value() && !__builtin_add_overflow(it->elements, *count, &it->elements);
     }
     for (const Viewed &v : viewed) {
       std::optional<int64_t> size = staticCount(v.root->shape());
@@ -812,11 +811,9 @@ private:
 
   static std::optional<int64_t> staticCount(const std::vector<SymExpr> &shape) {
     int64_t count = 1;
-    for (SymExpr d : shape) {
-      if (!d->isConst() || (d->value() > 0 && count > INT64_MAX / d->value()))
+    for (SymExpr d : shape)
+      if (!d->isConst() || __builtin_mul_overflow(count, d->value(), &count))
         return std::nullopt;
-      count *= d->value();
-    }
     return count;
   }
 

@@ -66,6 +66,36 @@ int64_t placeBySize(const std::vector<Interval> &xs,
   return end;
 }
 
+/// Whether kernel `k` may write its stored buffer `n` over `d`, an arena buffer whose last
+/// use is this kernel: a kernel of one pointwise step whose one member that reads `d` is the
+/// member that writes `n`, reading it only at the position it writes, with elements of the
+/// same size and a layout `d` spans at least. Each point then reads d[i] before it writes n[i],
+/// and no other point touches either.
+bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
+  if (k.gemm || k.conv || k.attention || k.steps.size() != 1 ||
+      k.steps[0].kind != StepKind::Scalar || !k.steps[0].stashes.empty() ||
+      dtypeSize(d->dtype) != dtypeSize(n->dtype) || d->strides != n->strides ||
+      d->shape != n->shape)
+    return false;
+  const Member *writer = nullptr;
+  for (const Member &m : k.steps[0].members) {
+    bool reads = false;
+    loop::forEachBufferRead(*m.comp, m.value, [&](const Buffer *b) { reads |= b == d; });
+    if (m.comp->out == n)
+      writer = &m;
+    else if (reads)
+      return false;
+  }
+  if (!writer || !writer->store)
+    return false;
+  bool same = true;
+  loop::forEachLoad(writer->value, [&](const loop::Expr *ld) {
+    if (ld->buffer() == d)
+      same &= ld->indirect().empty() && ld->index() == writer->storeIndex;
+  });
+  return same;
+}
+
 } // namespace
 
 void planMemory(Schedule &s) {
@@ -101,13 +131,46 @@ void planMemory(Schedule &s) {
     xs.push_back({b, alignedBytes(ctx, *b), firstKernel[b], lastKernel[b]});
     constant &= xs.back().size->isConst();
   }
-  // 2. Constant sizes: greedy by size. Symbolic ones: slots in kernel order, a dead buffer's
-  //    slot reused by a later buffer provably no larger.
+  // 2. Constant sizes: a buffer that a pointwise kernel writes over one it reads for the last
+  //    time (writesInPlace) shares that buffer's place: the two become one interval. Then
+  //    greedy by size. Symbolic sizes: slots in kernel order, a dead buffer's slot reused by a
+  //    later buffer provably no larger.
   if (constant) {
+    std::unordered_map<const Buffer *, const Buffer *> host; // buffer -> the one it overwrites
+    std::unordered_map<const Buffer *, size_t> interval;
+    for (size_t i = 0; i < xs.size(); ++i)
+      interval[xs[i].buffer] = i;
+    auto root = [&](const Buffer *b) {
+      while (host.count(b))
+        b = host.at(b);
+      return b;
+    };
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const Kernel &k = s.kernels[xs[i].first];
+      for (const Interval &d : xs)
+        if (d.last == xs[i].first && d.first < xs[i].first &&
+            root(d.buffer) != root(xs[i].buffer) && !host.count(xs[i].buffer) &&
+            writesInPlace(k, d.buffer, xs[i].buffer)) {
+          host[xs[i].buffer] = d.buffer;
+          break;
+        }
+    }
+    std::vector<Interval> groups; // one per root, spanning its buffers
+    std::unordered_map<const Buffer *, size_t> groupOf;
+    for (const Interval &x : xs) {
+      const Buffer *r = root(x.buffer);
+      auto [it, fresh] = groupOf.try_emplace(r, groups.size());
+      if (fresh)
+        groups.push_back(xs[interval.at(r)]);
+      Interval &g = groups[it->second];
+      g.first = std::min(g.first, x.first);
+      g.last = std::max(g.last, x.last);
+      g.size = ctx.constant(std::max(g.size->value(), x.size->value()));
+    }
     std::unordered_map<const Buffer *, int64_t> at;
-    s.arenaBytes = ctx.constant(placeBySize(xs, at));
+    s.arenaBytes = ctx.constant(placeBySize(groups, at));
     for (const Interval &x : xs)
-      s.placement[x.buffer->id].offsetBytes = ctx.constant(at[x.buffer]);
+      s.placement[x.buffer->id].offsetBytes = ctx.constant(at[root(x.buffer)]);
     return;
   }
   struct Slot {

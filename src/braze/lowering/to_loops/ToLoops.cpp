@@ -77,10 +77,24 @@ public:
         ++users_[o];
     for (Node *o : g_.outputs())
       ++users_[o];
-    for (const auto &n : g_.nodes())
+    // An output that views a stored value (a returned K/V cache) is copied out right after
+    // that value is made, so the value's buffer need not stay alive to the end of the graph;
+    // the other outputs are stored at the end.
+    std::vector<bool> done(g_.outputs().size(), false);
+    for (const auto &n : g_.nodes()) {
       values_[n.get()] = lower(n.get());
+      const Value &v = values_.at(n.get());
+      if (v.buffer || !viewsStored(n.get(), v))
+        continue;
+      for (size_t k = 0; k < g_.outputs().size(); ++k)
+        if (g_.outputs()[k] == n.get() && !done[k]) {
+          realizeOutput(n.get(), static_cast<int>(k));
+          done[k] = true;
+        }
+    }
     for (size_t k = 0; k < g_.outputs().size(); ++k)
-      realizeOutput(g_.outputs()[k], static_cast<int>(k));
+      if (!done[k])
+        realizeOutput(g_.outputs()[k], static_cast<int>(k));
     return std::move(p_);
   }
 
@@ -150,6 +164,17 @@ private:
     }
     // An input, an output already, or a lazy value: compute into a fresh output buffer.
     realize(n, v, BufferKind::Output, k);
+  }
+
+  /// Whether v, n's value, only reads a stored buffer (a view of it, any index map).
+  bool viewsStored(Node *n, const Value &v) {
+    Index full;
+    freshVars(n->shape(), "o", full);
+    const Expr *e = v.load(full);
+    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
+      e = e->operands()[0];
+    return e->kind() == loop::ExprKind::Load && e->indirect().empty() &&
+           e->dtype() == n->dtype();
   }
 
   /// The buffer of n's shape and dtype that v, n's value, reads at every index as it is (a

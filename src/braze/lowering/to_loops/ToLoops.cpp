@@ -1,3 +1,7 @@
+/// Over 800 lines for a reason: the Lowerer below holds every node's lazy value and realizes
+/// values on demand, and its rules (views, reductions, products, convolution, attention and
+/// the outputs) read and realize each other's values through that one map, so they are one
+/// class in one file. Index arithmetic that needs no node lives in IndexMaps.
 #include "braze/lowering/to_loops/ToLoops.h"
 
 #include "braze/lowering/to_loops/IndexMaps.h"

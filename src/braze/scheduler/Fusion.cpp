@@ -405,15 +405,10 @@ void stashRecomputedValues(Schedule &s) {
 /// Whether e names v anywhere but in the index of a plain Load (an index value, an indirect
 /// load's index or binding).
 bool namedOtherwise(const Expr *e, SymExpr v) {
-  auto mentions = [v](SymExpr x) {
-    std::vector<SymExpr> syms;
-    collectSymbols(x, syms);
-    return std::find(syms.begin(), syms.end(), v) != syms.end();
-  };
   if (e->kind() == ExprKind::IndexValue)
-    return mentions(e->index());
+    return sym::mentions(e->index(), v);
   if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
-    if (mentions(e->index()))
+    if (sym::mentions(e->index(), v))
       return true;
     for (const auto &binding : e->indirect())
       if (namedOtherwise(binding.second, v))

@@ -137,9 +137,6 @@ void planMemory(Schedule &s) {
   //    later buffer provably no larger.
   if (constant) {
     std::unordered_map<const Buffer *, const Buffer *> host; // buffer -> the one it overwrites
-    std::unordered_map<const Buffer *, size_t> interval;
-    for (size_t i = 0; i < xs.size(); ++i)
-      interval[xs[i].buffer] = i;
     auto root = [&](const Buffer *b) {
       while (host.count(b))
         b = host.at(b);
@@ -155,13 +152,13 @@ void planMemory(Schedule &s) {
           break;
         }
     }
-    std::vector<Interval> groups; // one per root, spanning its buffers
+    std::vector<Interval> groups; // one per root, named by it, spanning its buffers
     std::unordered_map<const Buffer *, size_t> groupOf;
     for (const Interval &x : xs) {
       const Buffer *r = root(x.buffer);
       auto [it, fresh] = groupOf.try_emplace(r, groups.size());
       if (fresh)
-        groups.push_back(xs[interval.at(r)]);
+        groups.push_back({r, x.size, x.first, x.last});
       Interval &g = groups[it->second];
       g.first = std::min(g.first, x.first);
       g.last = std::max(g.last, x.last);

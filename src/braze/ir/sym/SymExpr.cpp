@@ -391,6 +391,15 @@ void collectSymbols(SymExpr e, std::vector<SymExpr> &out) {
     collectSymbols(op, out);
 }
 
+bool mentions(SymExpr e, SymExpr v) {
+  if (e == v)
+    return true;
+  for (SymExpr op : e->operands())
+    if (mentions(op, v))
+      return true;
+  return false;
+}
+
 std::optional<int64_t> linearCoefficient(SymExpr e, SymExpr v) {
   std::vector<SymExpr> terms;
   if (e->kind() == SymKind::Add)
@@ -408,9 +417,7 @@ std::optional<int64_t> linearCoefficient(SymExpr e, SymExpr v) {
       coef += t->operands()[0]->value();
       continue;
     }
-    std::vector<SymExpr> syms;
-    collectSymbols(t, syms);
-    if (std::find(syms.begin(), syms.end(), v) != syms.end())
+    if (mentions(t, v))
       return std::nullopt;
   }
   return coef;

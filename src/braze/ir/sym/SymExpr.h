@@ -149,6 +149,9 @@ std::string toString(SymExpr e);
 /// Collects the symbols in e (deterministic order: by creation).
 void collectSymbols(SymExpr e, std::vector<SymExpr> &out);
 
+/// Whether the symbol v occurs in e.
+bool mentions(SymExpr e, SymExpr v);
+
 /// v's constant coefficient in e's top-level sum (0 when e does not mention v), or nothing
 /// when v also appears elsewhere in e (inside a min, a division, a product of symbols).
 std::optional<int64_t> linearCoefficient(SymExpr e, SymExpr v);

@@ -87,8 +87,12 @@ public:
     std::vector<bool> done(g_.outputs().size(), false);
     for (const auto &n : g_.nodes()) {
       values_[n.get()] = lower(n.get());
+      if (!isGraphOutput(n.get()))
+        continue;
       const Value &v = values_.at(n.get());
-      if (v.buffer || !viewsStored(n.get(), v))
+      Index full;
+      std::vector<SymExpr> vars;
+      if (v.buffer || !plainLoad(n.get(), v, full, vars))
         continue;
       for (size_t k = 0; k < g_.outputs().size(); ++k)
         if (g_.outputs()[k] == n.get() && !done[k]) {
@@ -170,26 +174,29 @@ private:
     realize(n, v, BufferKind::Output, k);
   }
 
-  /// Whether v, n's value, only reads a stored buffer (a view of it, any index map).
-  bool viewsStored(Node *n, const Value &v) {
-    Index full;
-    freshVars(n->shape(), "o", full);
+  /// v, n's value, at fresh indices `full` (over `vars`, n's non-unit dims) when it only reads
+  /// one buffer of n's dtype (a view of it, a half value maybe widened to f32): that load, with
+  /// no indirection. nullptr when v computes anything.
+  const Expr *plainLoad(Node *n, const Value &v, Index &full, std::vector<SymExpr> &vars) {
+    vars = freshVars(n->shape(), "a", full);
     const Expr *e = v.load(full);
     if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
       e = e->operands()[0];
-    return e->kind() == loop::ExprKind::Load && e->indirect().empty() &&
-           e->dtype() == n->dtype();
+    return e->kind() == loop::ExprKind::Load && e->indirect().empty() && e->dtype() == n->dtype()
+               ? e : nullptr;
+  }
+
+  bool isGraphOutput(const Node *n) const {
+    return std::find(g_.outputs().begin(), g_.outputs().end(), n) != g_.outputs().end();
   }
 
   /// The buffer of n's shape and dtype that v, n's value, reads at every index as it is (a
   /// chain of views that changes nothing), or nullptr.
   Buffer *viewedAsItIs(Node *n, const Value &v) {
     Index full;
-    freshVars(n->shape(), "o", full);
-    const Expr *e = v.load(full);
-    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
-      e = e->operands()[0]; // a half value computed in f32
-    if (e->kind() != loop::ExprKind::Load || !e->indirect().empty() || e->dtype() != n->dtype())
+    std::vector<SymExpr> vars;
+    const Expr *e = plainLoad(n, v, full, vars);
+    if (!e)
       return nullptr;
     const Buffer *b = e->buffer();
     if (b->shape != n->shape() || e->index() != linearIndex(s_, full, b->strides))
@@ -568,19 +575,16 @@ private:
                   }, cost));
   }
 
-  /// Whether v, n's value, loads (and at most widens) one buffer of n's dtype at an index
-  /// affine in n's indices
-  /// with a unit step along one of the last two dims (a reshape of a permuted buffer whose
-  /// layout makes it row-major): a matrix product can read it in place.
+  /// Whether v, n's value, is a plain load (plainLoad) at an index affine in n's indices with a
+  /// unit step along one of the last two dims (a reshape of a permuted buffer whose layout
+  /// makes it row-major): a matrix product can read it in place.
   bool readsInPlace(Node *n, const Value &v) {
     if (n->rank() < 2)
       return false;
     Index full;
-    std::vector<SymExpr> vars = freshVars(n->shape(), "a", full);
-    const Expr *e = v.load(full);
-    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
-      e = e->operands()[0]; // a half value computed in f32
-    if (e->kind() != loop::ExprKind::Load || !e->indirect().empty() || e->dtype() != n->dtype())
+    std::vector<SymExpr> vars;
+    const Expr *e = plainLoad(n, v, full, vars);
+    if (!e)
       return false;
     std::optional<sym::AffineForm> form = sym::affineIn(s_, e->index(), vars);
     if (!form)
@@ -731,11 +735,8 @@ private:
     };
     Value &v = values_.at(n);
     Index full;
-    std::vector<SymExpr> vars = freshVars(n->shape(), "a", full);
-    const Expr *e = v.load(full);
-    if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
-      e = e->operands()[0];
-    if (e->kind() == loop::ExprKind::Load && e->indirect().empty() && e->dtype() == n->dtype()) {
+    std::vector<SymExpr> vars;
+    if (const Expr *e = plainLoad(n, v, full, vars)) {
       if (auto form = sym::affineIn(s_, e->index(), vars)) {
         loop::AttentionOperand o{e->buffer(), form->base, n->shape(), {}};
         size_t next = 0;
@@ -756,8 +757,7 @@ private:
   /// of n's readers apply to it row-major, or empty (row-major) when there is no such
   /// permutation or n is a graph output.
   std::vector<SymExpr> attentionOutputStrides(Node *n) {
-    if (!opts_.permutedAttentionOutput ||
-        std::find(g_.outputs().begin(), g_.outputs().end(), n) != g_.outputs().end())
+    if (!opts_.permutedAttentionOutput || isGraphOutput(n))
       return {};
     std::optional<IntList> dims;
     for (const auto &u : g_.nodes())
@@ -788,9 +788,9 @@ private:
   }
 
   /// Stores, row-major, each computed value that attention operands are views of, where that
-  /// costs no more than storing the views that are not graph outputs: q, k and v sliced out of one projection
-  /// with its bias are then read in place from the projection (whose bias the scheduler gives
-  /// the product's epilogue) instead of being copied out one by one.
+  /// costs no more than storing the views that are not graph outputs: q, k and v sliced out of
+  /// one projection with its bias are then read in place from the projection (whose bias the
+  /// scheduler gives the product's epilogue) instead of being copied out one by one.
   void storeViewedRoots(const std::vector<Node *> &operands) {
     struct Viewed {
       Node *root;
@@ -801,9 +801,8 @@ private:
     for (Node *o : operands) {
       Node *root = o ? viewRoot(o) : nullptr;
       // A graph output (a returned K/V cache) is stored anyway, and read in place.
-      bool output = o && std::find(g_.outputs().begin(), g_.outputs().end(), o) != g_.outputs().end();
-      if (!root || root == o || output || values_.at(root).buffer || values_.at(o).buffer ||
-          !stridedViewOfStored(o, root))
+      if (!root || root == o || isGraphOutput(o) || values_.at(root).buffer ||
+          values_.at(o).buffer || !stridedViewOfStored(o, root))
         continue;
       auto it = std::find_if(viewed.begin(), viewed.end(),
                              [root](const Viewed &v) { return v.root == root; });
@@ -900,11 +899,7 @@ private:
                            std::unordered_map<const Expr *, const Expr *> &done) {
     if (auto it = done.find(e); it != done.end())
       return it->second;
-    auto uses = [&](SymExpr x) {
-      std::vector<SymExpr> found;
-      sym::collectSymbols(x, found);
-      return std::find(found.begin(), found.end(), t) != found.end();
-    };
+    auto uses = [&](SymExpr x) { return sym::mentions(x, t); };
     const Expr *out = e;
     switch (e->kind()) {
     case loop::ExprKind::Const:

@@ -6,6 +6,9 @@
 ///      that computes pointwise members and folds reductions; a Scalar step computes values once;
 ///   4. stores for members whose value must reach memory.
 /// Values that stay in the kernel live in C++ locals named after their buffer.
+/// Over 800 lines for a reason: one CpuEmitter holds the names, scopes and options every kernel
+/// form shares (loop nests, lane mode, GEMM, convolution and attention calls, which fall back
+/// to the loop nest); the preludes those calls need live in their own files.
 #include "braze/codegen/cpu/CppCodegen.h"
 #include "braze/codegen/cpu/AttentionPrelude.h"
 #include "braze/codegen/cpu/DnnlPrelude.h"

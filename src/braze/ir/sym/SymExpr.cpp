@@ -553,16 +553,6 @@ std::string toString(SymExpr e) {
   return s;
 }
 
-namespace {
-bool occurs(SymExpr e, SymExpr symbol) {
-  if (e == symbol)
-    return true;
-  for (SymExpr op : e->operands())
-    if (occurs(op, symbol))
-      return true;
-  return false;
-}
-} // namespace
 
 bool SymContext::provablyNonNegative(SymExpr e) {
   // 1. Replace each index symbol that occurs in e only as one linear term with a negative
@@ -586,7 +576,7 @@ bool SymContext::provablyNonNegative(SymExpr e) {
       continue;
     SymExpr v = fs[0];
     bool elsewhere = std::any_of(terms.begin(), terms.end(),
-                                 [&](SymExpr other) { return other != t && occurs(other, v); });
+                                 [&](SymExpr other) { return other != t && mentions(other, v); });
     if (!elsewhere)
       top.emplace(v, sub(v->extent(), constant(1)));
   }

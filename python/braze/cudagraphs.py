@@ -113,23 +113,32 @@ class _Capture:
         self.templates = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
         # An output that views an input read in place (a transposed weight saved for the
         # backward) is that view at every replay that fits; its memory is the input's, not the
-        # pool's, so it is not counted. One that views a copied input would change at the next
-        # replay: not capturable.
+        # pool's, so it is not counted. One that views a copied input (a training forward
+        # returns its input ids for the backward) would change at the next replay: each call
+        # returns that view of the caller's own tensor instead, as eager does.
         in_place = {args[i].untyped_storage().data_ptr() for i, _, _ in self.fixed}
-        copied = {b.untyped_storage().data_ptr() for b in self.buffers.values()}
+        copied = {b.untyped_storage().data_ptr(): i for i, b in self.buffers.items()}
         self.storages = {}
-        for o in self.templates:
+        self.views = {}  # output position -> (input position, size, stride, offset in the input)
+        for j, o in enumerate(self.templates):
             if isinstance(o, torch.Tensor):
                 st = o.untyped_storage()
                 key = st.data_ptr()
                 if key in in_place:
                     continue
                 if key in copied:
-                    raise _Uncapturable("an output shares memory with an input copied per call")
+                    i = copied[key]
+                    if o.dtype != self.buffers[i].dtype:
+                        raise _Uncapturable("an output views an input copied per call with "
+                                            "another dtype")
+                    offset = o.storage_offset() - self.buffers[i].storage_offset()
+                    self.views[j] = (i, tuple(o.shape), o.stride(), offset)
+                    continue
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
-            f"call, {len(self.fixed)} read in place")
+            f"call, {len(self.fixed)} read in place, {len(self.views)} outputs viewing a "
+            f"caller's input")
 
     def busy(self):
         # Each template holds one use of its storage (and the storage object another).
@@ -137,15 +146,21 @@ class _Capture:
                    for held, st in self.storages.values())
 
     def fits(self, args):
-        """Whether every input read in place is where this capture reads it."""
-        return all(args[i].data_ptr() == ptr and args[i].stride() == stride
-                   for i, ptr, stride in self.fixed)
+        """Whether every input read in place is where this capture reads it, and every copied
+        input that an output views has the strides of its copy."""
+        return (all(args[i].data_ptr() == ptr and args[i].stride() == stride
+                    for i, ptr, stride in self.fixed) and
+                all(args[i].stride() == self.buffers[i].stride() for i, _, _, _ in
+                    self.views.values()))
 
     def run(self, args):
         for i, buf in self.buffers.items():
             buf.copy_(args[i])
         self.graph.replay()
         outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in self.templates]
+        for j, (i, size, stride, offset) in self.views.items():
+            a = args[i].detach()
+            outs[j] = a.as_strided(size, stride, a.storage_offset() + offset)
         return outs if self.is_list else outs[0]
 
 

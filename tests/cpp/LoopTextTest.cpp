@@ -187,6 +187,45 @@ std::string convProgram(const std::string &spec) {
          "}\n";
 }
 
+std::string callerLayoutProgram(const std::string &out) {
+  return "sizes s0\n"
+         "buffer %x: f32[s0, 6] input 0\n"
+         "buffer %" + out + "\n"
+         "compute %y[i0 < s0, i1 < 6] {\n"
+         "  %0 = load %x[6*i0 + i1] : f32\n"
+         "  %1 = exp(%0) : f32\n"
+         "  yield %1\n"
+         "}\n";
+}
+
+TEST(LoopText, RoundTripsAnOutputSeenInAnotherShape) {
+  // The caller sees the [s0, 6] row-major result as its transpose, [6, s0] strides {1, 6}.
+  std::string text = callerLayoutProgram("y: f32[s0, 6] output 0 as [6, s0]{1, 6}");
+  std::unique_ptr<LoopProgram> p = parseProgram(text);
+  ASSERT_EQ(verifyProgram(*p), "");
+  EXPECT_EQ(printProgram(*p), text);
+  const Buffer &y = *p->outputs()[0];
+  EXPECT_EQ(sym::toString(y.outputShape()[0]), "6");
+  EXPECT_EQ(sym::toString(y.outputStrides()[1]), "6");
+  EXPECT_EQ(sym::toString(y.shape[0]), "s0");
+  expectRoundTrip(*p);
+  auto error = [](const std::string &out) {
+    return verifyProgram(*parseProgram(callerLayoutProgram(out)));
+  };
+  EXPECT_EQ(error("y: f32[s0, 6] output 0 as [6, s0]{1, 6}"), "");
+  EXPECT_EQ(error("y: f32[s0, 6] output 0 as [3, 2, s0]{2, 1, 6}"), "");
+  EXPECT_EQ(error("y: f32[s0, 6] output 0 as [6, s0]{1, 7}"),
+            "buffer %y is seen by its caller as [6, s0] strides [1, 7] over [s0, 6] strides "
+            "[6, 1]; both must cover their elements once, without gaps");
+  EXPECT_EQ(error("y: f32[s0, 6] output 0 as [6, s0, 2]{1, 6, 0}"),
+            "buffer %y has 6*s0 elements but its caller's shape [6, s0, 2] has 12*s0");
+  EXPECT_EQ(error("y: f32[s0, 6] intermediate as [6, s0]{1, 6}"),
+            "buffer %y is an intermediate with a caller's shape; only an output has one");
+  EXPECT_NE(parseError(callerLayoutProgram("y: f32[s0, 6] output 0 as [6, s0]"))
+                .find("expected '{'"),
+            std::string::npos);
+}
+
 TEST(LoopText, RoundTripsAConvolutionSpec) {
   std::string text =
       convProgram("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2)");

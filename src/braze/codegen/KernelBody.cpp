@@ -307,9 +307,10 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
          unpack;
   size_t k = 0;
   for (const loop::Buffer *b : p.outputs())
-    for (size_t d = 0; d < b->shape.size(); ++d, ++k) {
-      out += "  shapes[" + std::to_string(k) + "] = " + names.index(b->shape[d]) + ";\n";
-      out += "  strides[" + std::to_string(k) + "] = " + names.index(b->strides[d]) + ";\n";
+    for (size_t d = 0; d < b->outputShape().size(); ++d, ++k) {
+      out += "  shapes[" + std::to_string(k) + "] = " + names.index(b->outputShape()[d]) + ";\n";
+      out += "  strides[" + std::to_string(k) + "] = " + names.index(b->outputStrides()[d]) +
+             ";\n";
     }
   out += "}\n\n";
   out += "int64_t braze_arena_bytes(const int64_t* syms) {\n" + unpack + "  return " +

@@ -280,4 +280,26 @@ std::vector<Buffer *> LoopProgram::outputs() const {
   return out;
 }
 
+/// Whether strides lay shape out densely: in some order of its dims, each stride is the product
+/// of the sizes inside it, so the elements fill [0, numel) once (unit dims may have any stride).
+bool denseLayout(sym::SymContext &ctx, const std::vector<SymExpr> &shape,
+                 const std::vector<SymExpr> &strides) {
+  std::vector<bool> placed(shape.size(), false);
+  size_t left = 0;
+  for (size_t i = 0; i < shape.size(); ++i)
+    left += !(placed[i] = shape[i]->isConst(1));
+  SymExpr step = ctx.constant(1);
+  while (left > 0) {
+    size_t i = 0;
+    while (i < shape.size() && (placed[i] || strides[i] != step))
+      ++i;
+    if (i == shape.size())
+      return false;
+    placed[i] = true;
+    --left;
+    step = ctx.mul(step, shape[i]);
+  }
+  return true;
+}
+
 } // namespace braze::loop

@@ -39,7 +39,20 @@ struct Buffer {
   std::vector<SymExpr> strides; ///< in elements; row-major unless an input says otherwise
   BufferKind kind = BufferKind::Intermediate;
   int ioIndex = -1; ///< position among the graph's inputs or outputs
+  /// An output the caller sees in another shape over the same elements (a saved activation
+  /// returned transposed, [N, M] with strides {1, N}, over the [M, N] row-major buffer that
+  /// computed it): that shape and its strides. Empty: the caller sees shape and strides.
+  std::vector<SymExpr> callerShape, callerStrides;
+  const std::vector<SymExpr> &outputShape() const { return callerShape.empty() ? shape : callerShape; }
+  const std::vector<SymExpr> &outputStrides() const {
+    return callerShape.empty() ? strides : callerStrides;
+  }
 };
+
+/// Whether strides lay shape out densely: in some order of its dims, each stride is the product
+/// of the sizes inside it, so the elements fill [0, numel) once (unit dims may have any stride).
+bool denseLayout(sym::SymContext &ctx, const std::vector<SymExpr> &shape,
+                 const std::vector<SymExpr> &strides);
 
 enum class ExprKind { Const, IndexValue, Load, Op };
 

@@ -139,7 +139,15 @@ private:
     if (std::isdigit(static_cast<unsigned char>(peek())) || peek() == '-')
       ioIndex = static_cast<int>(integer(std::numeric_limits<int>::min(),
                                          std::numeric_limits<int>::max()));
-    buffers_[name] = p_->addBuffer(name, t, std::move(shape), kind, ioIndex, std::move(strides));
+    Buffer *b = p_->addBuffer(name, t, std::move(shape), kind, ioIndex, std::move(strides));
+    if (peekWord() == "as") { // an output the caller sees in another shape: `as [dims]{strides}`
+      expectWord("as");
+      expect('[');
+      b->callerShape = sizeList(']');
+      expect('{');
+      b->callerStrides = sizeList('}');
+    }
+    buffers_[name] = b;
   }
 
   int64_t integer(int64_t lo, int64_t hi) {

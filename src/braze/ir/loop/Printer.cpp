@@ -193,6 +193,15 @@ std::string printProgram(const LoopProgram &p) {
          std::string(bufferKindName(b->kind));
     if (b->ioIndex != -1)
       s.append(" ").append(std::to_string(b->ioIndex));
+    if (!b->callerShape.empty()) {
+      s += " as [";
+      for (size_t i = 0; i < b->callerShape.size(); ++i)
+        s += (i ? ", " : "") + sym::toString(b->callerShape[i]);
+      s += "]{";
+      for (size_t i = 0; i < b->callerStrides.size(); ++i)
+        s += (i ? ", " : "") + sym::toString(b->callerStrides[i]);
+      s += "}";
+    }
     s += "\n";
   }
   for (const auto &c : p.computations()) {

@@ -141,11 +141,33 @@ private:
       if (b->kind != BufferKind::Intermediate && !slots.insert({b->kind, b->ioIndex}).second)
         return fail(what + ": another " + std::string(bufferKindName(b->kind)) +
                     " has io index " + std::to_string(b->ioIndex));
-      for (const auto *xs : {&b->shape, &b->strides})
+      for (const auto *xs : {&b->shape, &b->strides, &b->callerShape, &b->callerStrides})
         for (SymExpr e : *xs)
           if (!checkSymbols(e, {}, what))
             return false;
+      if (!b->callerShape.empty() && !checkCallerLayout(*b, what))
+        return false;
     }
+    return true;
+  }
+
+  /// An output seen by its caller in another shape: the same elements, both layouts dense.
+  bool checkCallerLayout(const Buffer &b, const std::string &what) {
+    if (b.kind != BufferKind::Output)
+      return fail(what + " is an " + std::string(bufferKindName(b.kind)) +
+                  " with a caller's shape; only an output has one");
+    if (b.callerStrides.size() != b.callerShape.size())
+      return fail(what + " has a caller's shape of rank " + std::to_string(b.callerShape.size()) +
+                  " but " + std::to_string(b.callerStrides.size()) + " strides");
+    if (ctx_.product(b.callerShape) != ctx_.product(b.shape))
+      return fail(what + " has " + sym::toString(ctx_.product(b.shape)) +
+                  " elements but its caller's shape " + symsText(b.callerShape) + " has " +
+                  sym::toString(ctx_.product(b.callerShape)));
+    if (!denseLayout(ctx_, b.shape, b.strides) ||
+        !denseLayout(ctx_, b.callerShape, b.callerStrides))
+      return fail(what + " is seen by its caller as " + symsText(b.callerShape) + " strides " +
+                  symsText(b.callerStrides) + " over " + symsText(b.shape) + " strides " +
+                  symsText(b.strides) + "; both must cover their elements once, without gaps");
     return true;
   }
 

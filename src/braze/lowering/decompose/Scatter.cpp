@@ -22,7 +22,8 @@
 /// P = iota(numel(self)) shaped like self, indexed as the op indexes self, so that a gather
 /// or take of P brings the same bounds checks and negative-index rules as eager's op.
 ///   scatter_dim:      target = gather(P, dim, index), src cut to index's shape (one index per
-///                     line with overwrite: where(P == target, src, self), no pairs)
+///                     line with overwrite: where(iota along dim == index, src, self), no
+///                     pairs and no P)
 ///   index_reduce:     target = take(P, dim, index with negatives moved out of range)
 ///   put:              target = take(flat P, 0, index) (negatives wrap)
 ///   diagonal_scatter: target = diagonal(P, offset, dim1, dim2)
@@ -93,8 +94,6 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
     Node *s = b.slice(b.reshape(src, {b.dim(std::max<int64_t>(numel(src), 1))}), 0, 0, k, 1);
     return b.scatter(self, target, s, mode, a.getBool("include_self"));
   }
-  Node *pos = positions(b, self->shape());
-  Node *target = b.gather(pos, dim, index);
   for (int64_t d = 0; d < index->rank(); ++d)
     if (index->shape()[d]->value() != src->shape()[d]->value())
       src = b.slice(src, d, 0, index->shape()[d]->value(), 1);
@@ -102,11 +101,20 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
   for (int64_t d = 0; d < self->rank(); ++d)
     oneHot &= index->shape()[d]->value() == (d == dim ? 1 : self->shape()[d]->value());
   if (oneHot) {
-    // One index per line along dim (a loss's one-hot gradient): each element is compared with
-    // its line's target, in one pass at any size; the gather rejects an index out of range.
-    Node *hit = b.binary(OpKind::Eq, pos, b.expand(target, self->shape()));
+    // One index per line along dim (a loss's one-hot gradient): each element compares its
+    // coordinate along dim with its line's index, in one pass at any size and with no
+    // positions in memory. The index goes through a take from iota(size) (negatives moved out
+    // of range, as eager rejects them), which checks it against the dim's size.
+    SymExpr size = self->shape()[dim];
+    Node *idx = b.convert(b.reshape(index, {b.dim(k)}), DType::Int64);
+    idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
+                  b.scalar(static_cast<double>(size->value()), DType::Int64), idx);
+    Node *checked = b.reshape(b.take(b.iota(DType::Int64, {size}, 0), 0, idx), index->shape());
+    Node *hit = b.binary(OpKind::Eq, b.iota(DType::Int64, self->shape(), dim),
+                         b.expand(checked, self->shape()));
     return b.where(hit, b.expand(src, self->shape()), self);
   }
+  Node *target = b.gather(positions(b, self->shape()), dim, index);
   // Eager's scatter kernels accumulate half precision in f32 with self included and round once.
   return b.scatter(self, target, src, mode, a.getBool("include_self"));
 }

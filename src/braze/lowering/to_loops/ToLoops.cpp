@@ -81,9 +81,10 @@ public:
         ++users_[o];
     for (Node *o : g_.outputs())
       ++users_[o];
-    // An output that views a stored value (a returned K/V cache) is copied out right after
-    // that value is made, so the value's buffer need not stay alive to the end of the graph;
-    // the other outputs are stored at the end.
+    // An output is stored right after its node is lowered, so what it reads need not stay
+    // alive to the end of the graph (a training forward returns dozens of saved activations):
+    // a view of a stored value (a returned K/V cache) is copied out or becomes that buffer, and
+    // a computed value is stored once, its later readers loading it.
     std::vector<bool> done(g_.outputs().size(), false);
     for (const auto &n : g_.nodes()) {
       values_[n.get()] = lower(n.get());
@@ -92,17 +93,17 @@ public:
       const Value &v = values_.at(n.get());
       Index full;
       std::vector<SymExpr> vars;
-      if (v.buffer || !plainLoad(n.get(), v, full, vars))
-        continue;
+      bool computed = !v.buffer && !plainLoad(n.get(), v, full, vars);
       for (size_t k = 0; k < g_.outputs().size(); ++k)
         if (g_.outputs()[k] == n.get() && !done[k]) {
-          realizeOutput(n.get(), static_cast<int>(k));
+          Buffer *b = realizeOutput(n.get(), static_cast<int>(k));
           done[k] = true;
+          if (computed) {
+            values_[n.get()] = bufferValue(b);
+            computed = false;
+          }
         }
     }
-    for (size_t k = 0; k < g_.outputs().size(); ++k)
-      if (!done[k])
-        realizeOutput(g_.outputs()[k], static_cast<int>(k));
     return std::move(p_);
   }
 
@@ -155,7 +156,8 @@ private:
     return opts_.padRows ? paddedRowStrides(s_, shape, dtypeSize(t)) : std::vector<SymExpr>{};
   }
 
-  void realizeOutput(Node *n, int k) {
+  /// Stores output k, n's value, and returns the buffer that holds it.
+  Buffer *realizeOutput(Node *n, int k) {
     Value &v = values_.at(n);
     bool rowMajor = g_.outputStrides(k).empty() ||
                     g_.outputStrides(k) == contiguousStrides(s_, n->shape());
@@ -165,13 +167,54 @@ private:
     bool stored = b && (b->strides == contiguousStrides(s_, n->shape()) ||
                         b->strides == paddedStrides(n->shape(), n->dtype()));
     if (b && b->kind == BufferKind::Intermediate && rowMajor && stored) {
-      b->kind = BufferKind::Output;
-      b->ioIndex = k;
-      b->name = "out" + std::to_string(k);
-      return;
+      claimAsOutput(b, k);
+      return b;
+    }
+    // A stored value the output views in another shape over the same elements (a saved
+    // activation returned transposed for the backward's weight gradient) is the output too; the
+    // caller sees it in the output's shape and strides.
+    std::vector<SymExpr> want =
+        g_.outputStrides(k).empty() ? contiguousStrides(s_, n->shape()) : g_.outputStrides(k);
+    if (Buffer *c = viewedInLayout(n, v, want)) {
+      claimAsOutput(c, k);
+      if (c->shape != n->shape() || c->strides != want) {
+        c->callerShape = n->shape();
+        c->callerStrides = want;
+      }
+      return c;
     }
     // An input, an output already, or a lazy value: compute into a fresh output buffer.
-    realize(n, v, BufferKind::Output, k);
+    return realize(n, v, BufferKind::Output, k).buffer;
+  }
+
+  void claimAsOutput(Buffer *b, int k) {
+    b->kind = BufferKind::Output;
+    b->ioIndex = k;
+    b->name = "out" + std::to_string(k);
+  }
+
+  /// The stored intermediate that v, n's value, reads as it is at every index when n is laid
+  /// out with `strides`: the same elements, both layouts dense; or nullptr.
+  Buffer *viewedInLayout(Node *n, const Value &v, const std::vector<SymExpr> &strides) {
+    Index full;
+    std::vector<SymExpr> vars;
+    const Expr *e = plainLoad(n, v, full, vars);
+    if (!e || e->index() != linearIndex(s_, full, strides))
+      return nullptr;
+    Buffer *b = ownBuffer(e->buffer());
+    if (!b || b->kind != BufferKind::Intermediate ||
+        s_.product(b->shape) != s_.product(n->shape()) ||
+        !loop::denseLayout(s_, b->shape, b->strides) || !loop::denseLayout(s_, n->shape(), strides))
+      return nullptr;
+    return b;
+  }
+
+  /// The program's own, mutable, buffer b.
+  Buffer *ownBuffer(const Buffer *b) {
+    for (const auto &own : p_->buffers())
+      if (own.get() == b)
+        return own.get();
+    return nullptr;
   }
 
   /// v, n's value, at fresh indices `full` (over `vars`, n's non-unit dims) when it only reads
@@ -201,10 +244,7 @@ private:
     const Buffer *b = e->buffer();
     if (b->shape != n->shape() || e->index() != linearIndex(s_, full, b->strides))
       return nullptr;
-    for (const auto &own : p_->buffers())
-      if (own.get() == b)
-        return own.get();
-    return nullptr;
+    return ownBuffer(b);
   }
 
   const Value &operandValue(Node *n, size_t i) { return values_.at(n->operand(i)); }

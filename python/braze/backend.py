@@ -342,7 +342,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
     blas = cpu_support.blas_library() if opts.blas else None
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
-    dtypes = [_real_dtype(o.meta["val"]) for o in flat if o is not None]
+    dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     if device is None:
         compiled = t.g.compile(opts.log, opts.fuse, blas,
                                dnnl=cpu_support.dnnl_library() if opts.dnnl else None,

@@ -1,18 +1,17 @@
 """FX rules for attention: the fused attention ops that AOTAutograd emits (PyTorch's CPU flash
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
-itself) become one braze attention op. PyTorch's CPU flash attention in training compiles whole:
-its log-sum-exp becomes an attention_lse op and its backward one attention_grad op per gradient.
-The other fused ops may have only their output read: a graph that reads their log-sum-exp or
-random seeds (a CUDA training graph, whose backward is an eager kernel) keeps the op in eager
-PyTorch, as does dropout. CPU training with attention dropout is traced as PyTorch's math path
-instead (trace_as_math_for_training), so that the dropout and the backward compile too."""
+itself) become one braze attention op. In training, a fused op's log-sum-exp becomes an
+attention_lse op and its backward one attention_grad op per gradient, on the CPU (fused kernels)
+and on CUDA (decomposed, up to MATH_TRAINING_MAX_SCORES scores per call). Dropout keeps the op
+in eager PyTorch. CPU training with attention dropout is traced as PyTorch's math path instead
+(trace_as_math_for_training), so that the dropout and the backward compile too."""
 import math
 import operator
 
 import torch
 import torch.nn.functional as F
 
-from braze.registry import rule, Unsupported, aten
+from braze.registry import rule, Unsupported, aten, dtype_name
 
 
 def _read_outputs(node):
@@ -63,21 +62,76 @@ def _operands(t, q, k, v, bias):
     return qh, kh, vh, (t.arg(bias) if bias is not None else None)
 
 
+def _lse_as(t, lse, val):
+    """braze's log-sum-exp [B.., Sq] in the layout of the fused op's (meta value `val`): with a
+    trailing unit dim (cuDNN's), or with the rows padded (memory-efficient attention pads them
+    to a multiple of 32; the padding is never read)."""
+    rows = t.g.shape(lse)
+    want = list(val.shape)
+    if len(want) == len(rows) + 1 and want[-1] == 1:
+        return t.g.reshape(lse, t.shape(want))
+    if len(want) == len(rows) and isinstance(want[-1], int) and isinstance(rows[-1], int) \
+            and want[-1] > rows[-1]:
+        return t.g.pad(lse, len(rows) - 1, 0, want[-1] - rows[-1], 0.0)
+    if len(want) != len(rows):
+        raise Unsupported(f"attention log-sum-exp of shape {tuple(want)}")
+    return lse
+
+
+def _lse_from(t, lse, q):
+    """A fused op's saved log-sum-exp as braze's [B.., Sq]: the inverse of _lse_as."""
+    rows = list(q.meta["val"].shape[:-1])
+    got = t.g.shape(lse)
+    if len(got) == len(rows) + 1:
+        lse = t.g.reshape(lse, t.shape(rows))
+    elif got[-1] != rows[-1]:
+        lse = t.g.slice(lse, len(rows) - 1, 0, rows[-1], 1)
+    return lse
+
+
+def _check_unfused_training(q, k):
+    """CUDA has no fused kernel for attention's log-sum-exp and backward: they compute their
+    batch x heads x Sq x Sk scores, which are bounded as the math path's are (eager's fused
+    kernels, whose memory grows with S, take larger ones)."""
+    qv, kv = q.meta["val"], k.meta["val"]
+    if qv.device.type != "cuda":
+        return
+    try:
+        scores = math.prod(int(d) for d in qv.shape[:-1]) * int(kv.shape[-2])
+    except (TypeError, RuntimeError):
+        raise Unsupported("attention training with symbolic sizes on CUDA")
+    if scores > MATH_TRAINING_MAX_SCORES:
+        raise Unsupported(f"attention training on CUDA with {scores} scores per call (over "
+                          f"{MATH_TRAINING_MAX_SCORES})")
+
+
 def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size, lse=False):
-    """The attention op; with `lse`, result 1 (PyTorch's CPU flash attention's log-sum-exp, a
-    training graph's saved value) may be read too, and becomes an attention_lse op."""
+    """The attention op; with `lse`, result 1 (the log-sum-exp a training graph saves for the
+    backward) may be read too, and becomes an attention_lse op. The fused CUDA ops' other
+    results (random seeds and offsets, unused without dropout) are zeros of their meta shape."""
     if dropout_p:
         raise Unsupported("attention with dropout")
     read = _read_outputs(node) if tuple_size else {0}
-    if read - ({0, 1} if lse else {0}):
+    if not lse and read - {0}:
         raise Unsupported("attention whose log-sum-exp or seeds are read")
     scale = _scale_of(q, scale)
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
     out = t.g.attention(qh, kh, vh, bh, scale, bool(is_causal))
     if not tuple_size:
         return out
-    saved = t.g.attention_lse(qh, kh, bh, scale, bool(is_causal)) if 1 in read else None
-    return (out, saved) + (None,) * (tuple_size - 2)
+    vals = node.meta["val"]
+    if read - {0}:
+        _check_unfused_training(q, k)
+    results = [out] + [None] * (tuple_size - 1)
+    for i in sorted(read - {0}):
+        if i == 1:
+            results[1] = _lse_as(t, t.g.attention_lse(qh, kh, bh, scale, bool(is_causal)),
+                                 vals[1])
+        elif isinstance(vals[i], torch.Tensor):
+            results[i] = t.g.full(0.0, dtype_name(vals[i].dtype), t.shape(list(vals[i].shape)))
+        else:
+            raise Unsupported(f"attention result {i} ({type(vals[i]).__name__}) is read")
+    return tuple(results)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -85,17 +139,21 @@ def _cpu_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=No
     return attention(t, node, q, k, v, attn_mask, dropout_p, is_causal, scale, 2, lse=True)
 
 
-@rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _cpu_flash_backward(t, node, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *,
-                        attn_mask=None, scale=None):
-    """The gradients of the CPU flash attention: one attention_grad op per gradient read. Under
-    grouped-query attention a key head's gradient sums those of the query heads that read it."""
+def attention_backward(t, node, grad_out, q, k, v, out, logsumexp, bias, dropout_p, is_causal,
+                       scale, tuple_size=3):
+    """The gradients of a fused attention: one attention_grad op per gradient read (of q, k and
+    v; a bias's gradient is not taken). Under grouped-query attention a key head's gradient sums
+    those of the query heads that read it."""
     if dropout_p:
         raise Unsupported("attention backward with dropout")
-    scale = _scale_of(q, scale)
-    qh, kh, vh, bh = _operands(t, q, k, v, attn_mask)
-    args = (t.arg(grad_out), qh, kh, vh, t.arg(out), t.arg(logsumexp), bh, scale, bool(is_causal))
     read = _read_outputs(node)
+    if read - {0, 1, 2}:
+        raise Unsupported("the gradient of an attention bias")
+    _check_unfused_training(q, k)
+    scale = _scale_of(q, scale)
+    qh, kh, vh, bh = _operands(t, q, k, v, bias)
+    args = (t.arg(grad_out), qh, kh, vh, t.arg(out), _lse_from(t, t.arg(logsumexp), q), bh, scale,
+            bool(is_causal))
     grads = []
     for i, (wrt, x) in enumerate(zip("qkv", (q, k, v))):
         if i not in read:
@@ -108,13 +166,44 @@ def _cpu_flash_backward(t, node, grad_out, q, k, v, out, logsumexp, dropout_p, i
             grouped = dims[:-2] + [heads[0] // own[0]] + dims[-2:]
             g = t.g.reduce("sum", t.g.reshape(g, t.shape(grouped)), [len(dims) - 2], False, None)
         grads.append(g)
-    return tuple(grads)
+    return tuple(grads) + (None,) * (tuple_size - 3)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _cpu_flash_backward(t, node, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *,
+                        attn_mask=None, scale=None):
+    return attention_backward(t, node, grad_out, q, k, v, out, logsumexp, attn_mask, dropout_p,
+                              is_causal, scale)
+
+
+@rule(aten._scaled_dot_product_efficient_attention_backward.default)
+def _efficient_backward(t, node, grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed,
+                        philox_offset, dropout_p, grad_input_mask, is_causal=False, *,
+                        scale=None):
+    return attention_backward(t, node, grad_out, q, k, v, out, logsumexp, attn_bias, dropout_p,
+                              is_causal, scale, tuple_size=4)
+
+
+@rule(aten._scaled_dot_product_flash_attention_backward.default)
+def _flash_backward(t, node, grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+                    max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    return attention_backward(t, node, grad_out, q, k, v, out, logsumexp, None, dropout_p,
+                              is_causal, scale)
+
+
+@rule(aten._scaled_dot_product_cudnn_attention_backward.default)
+def _cudnn_backward(t, node, grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset,
+                    attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, *,
+                    scale=None):
+    return attention_backward(t, node, grad_out, q, k, v, out, logsumexp, attn_bias, dropout_p,
+                              is_causal, scale)
 
 
 @rule(aten._scaled_dot_product_flash_attention.default)
 def _flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
            scale=None):
-    return attention(t, node, q, k, v, None, dropout_p, is_causal, scale, len(node.meta["val"]))
+    return attention(t, node, q, k, v, None, dropout_p, is_causal, scale, len(node.meta["val"]),
+                     lse=True)
 
 
 @rule(aten._scaled_dot_product_efficient_attention.default,
@@ -122,7 +211,7 @@ def _flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=F
 def _efficient(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
                return_debug_mask=False, *, scale=None):
     return attention(t, node, q, k, v, attn_bias, dropout_p, is_causal, scale,
-                     len(node.meta["val"]))
+                     len(node.meta["val"]), lse=True)
 
 
 @rule(aten.scaled_dot_product_attention.default)

@@ -144,9 +144,9 @@ def test_dynamic_sequence_length(device):
 
 
 def test_training_compiles_attention_and_its_backward(device):
-    """In training on the CPU, PyTorch's flash attention, its log-sum-exp and its backward
-    compile, so the forward and backward graphs compile whole (no op left to eager); on CUDA the
-    fused attention and its backward stay in eager. Values and gradients match either way."""
+    """In training, PyTorch's fused attention, its log-sum-exp and its backward compile (CPU
+    flash attention; CUDA memory-efficient attention), so the forward and backward graphs
+    compile whole, with no op left to eager, and values and gradients match."""
     torch.manual_seed(7)
     block = SelfAttention()
     x = torch.randn(2, 12, 64, requires_grad=True)
@@ -160,7 +160,7 @@ def test_training_compiles_attention_and_its_backward(device):
     want_out = block(x)
     want_out.sum().backward()
     want = [x.grad] + [p.grad for p in block.parameters()]
-    assert device == "cuda" or braze.counters()["fallback_ops"] == before
+    assert braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
@@ -324,10 +324,33 @@ def test_training_with_masks_matches_eager(device, mask):
     got = torch.autograd.grad(out, (q, k, v), out.detach() * 0.5 + 1)
     want_out = fn(q, k, v, m)
     want = torch.autograd.grad(want_out, (q, k, v), want_out.detach() * 0.5 + 1)
-    assert device == "cuda" or braze.counters()["fallback_ops"] == before
+    assert braze.counters()["fallback_ops"] == before
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1.3e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_training_attention_over_the_score_limit_stays_fused_in_eager(device, dtype):
+    """On CUDA, attention's log-sum-exp and backward are computed from their scores; above
+    MATH_TRAINING_MAX_SCORES scores per call the fused op and its backward run in eager (counted
+    as fallbacks), and the results still match."""
+    if device != "cuda":
+        pytest.skip("the score limit is CUDA's")
+    from braze import rules_attention
+    torch.manual_seed(3)
+    s = 4096
+    q, k, v = (torch.randn(1, 5, s, 64, dtype=dtype, requires_grad=True) for _ in range(3))
+    assert 5 * s * s > rules_attention.MATH_TRAINING_MAX_SCORES
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q * 1.5, k, v, is_causal=True)
+
+    got, want, fallbacks = _fused_training(fn, (q, k, v))
+    assert fallbacks >= 2  # the forward and the backward op
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
 
 
 def _fused_training(fn, args, grad_scale=0.5):
@@ -351,14 +374,13 @@ FUSED_TRAINING = [(2, 3, 3, 70, 300, 40), (1, 2, 2, 300, 70, 64), (2, 4, 2, 33, 
                   (1, 1, 1, 1, 5, 8)]
 
 
-@pytest.mark.cpu_only("CUDA keeps PyTorch's fused attention and its backward in eager")
 @pytest.mark.parametrize("shape", FUSED_TRAINING, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mask", ["none", "causal", "float", "bool with an empty row"])
 def test_fused_training_attention_compiles_forward_and_backward(shape, mask):
-    """PyTorch's CPU flash attention in training: its output and log-sum-exp (attention and
-    attention_lse) and its backward (one attention_grad per gradient) compile, with nothing left
-    to eager, and match eager's values and gradients. A row with no kept key has a zero
-    output and zero gradients."""
+    """PyTorch's fused attention in training (CPU flash attention, CUDA memory-efficient
+    attention): its output and log-sum-exp (attention and attention_lse) and its backward (one
+    attention_grad per gradient) compile, with nothing left to eager, and match eager's values
+    and gradients. A row with no kept key has a zero output and zero gradients."""
     torch.manual_seed(13)
     b, h, hk, sq, sk, d = shape
     q = torch.randn(b, h, sq, d, requires_grad=True)
@@ -381,7 +403,7 @@ def test_fused_training_attention_compiles_forward_and_backward(shape, mask):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, equal_nan=True)
 
 
-@pytest.mark.cpu_only("CUDA keeps PyTorch's fused attention and its backward in eager")
+@pytest.mark.cpu_only("CUDA keeps attention with dropout in eager")
 def test_training_with_attention_dropout_takes_the_math_path():
     """Attention dropout in CPU training: traced as PyTorch's math path (braze's fused training
     kernels have no dropout), so the dropout and the backward compile too. A dropped score gives

@@ -327,6 +327,24 @@ def test_outputs_that_view_an_argument_are_views_of_it():
         assert input_view(gm, outs[1]) is None
 
 
+def test_outputs_after_a_view_of_an_argument_keep_their_dtypes(device):
+    """A graph whose first output views an argument (made at each call, not compiled) and whose
+    later outputs have other dtypes (a training forward's saved random seeds): each compiled
+    output is allocated with its own dtype."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, i):
+        return x.t(), i + 1, x * 2, (x > 0).sum(0)
+
+    x, i = torch.randn(4, 5), torch.randint(0, 9, (3,))
+    gm = make_fx(f)(x, i)
+    fn, _ = braze.backend._compile_whole(gm, braze.backend.Options(),
+                                         device=x.device if device == "cuda" else None)
+    for got, want in zip(fn(x, i), f(x, i)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+
 def test_training_with_a_tied_weight_matches_eager():
     """A language-model head tied to the embedding: the forward saves the transposed weight
     for the backward as a view of the weight; loss and gradients match eager's."""

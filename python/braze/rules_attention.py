@@ -1,9 +1,10 @@
 """FX rules for attention: the fused attention ops that AOTAutograd emits (PyTorch's CPU flash
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
 itself) become one braze attention op. In training, a fused op's log-sum-exp becomes an
-attention_lse op and its backward one attention_grad op per gradient, on the CPU (fused kernels)
-and on CUDA (decomposed, up to MATH_TRAINING_MAX_SCORES scores per call). Dropout keeps the op
-in eager PyTorch. CPU training with attention dropout is traced as PyTorch's math path instead
+attention_lse op and its backward one attention_grad op per gradient: on the CPU (fused
+kernels), and on CUDA when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
+MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
+faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced as PyTorch's math path instead
 (trace_as_math_for_training), so that the dropout and the backward compile too."""
 import math
 import operator
@@ -89,6 +90,14 @@ def _lse_from(t, lse, q):
     return lse
 
 
+# Whether CUDA training graphs compile the fused attention ops' log-sum-exp and backward
+# (decomposed: braze has no fused CUDA attention backward). Off: the H100 GPT-2 6-layer f32
+# train step of benchmarks/gpu_models.py took 23.37 ms compiled against 18.99 ms with the fused
+# ops and their backward in eager (TorchInductor, which keeps them in eager too: 17.29 and
+# 16.03 ms in those runs), and the decomposed backward holds its scores.
+COMPILE_CUDA_TRAINING_ATTENTION = False
+
+
 def _check_unfused_training(q, k):
     """CUDA has no fused kernel for attention's log-sum-exp and backward: they compute their
     batch x heads x Sq x Sk scores, which are bounded as the math path's are (eager's fused
@@ -96,6 +105,8 @@ def _check_unfused_training(q, k):
     qv, kv = q.meta["val"], k.meta["val"]
     if qv.device.type != "cuda":
         return
+    if not COMPILE_CUDA_TRAINING_ATTENTION:
+        raise Unsupported("attention training on CUDA (COMPILE_CUDA_TRAINING_ATTENTION is off)")
     try:
         scores = math.prod(int(d) for d in qv.shape[:-1]) * int(kv.shape[-2])
     except (TypeError, RuntimeError):

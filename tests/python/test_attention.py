@@ -13,6 +13,13 @@ import torch.nn.functional as F
 import braze
 
 
+@pytest.fixture(autouse=True)
+def compile_cuda_training_attention(monkeypatch):
+    """These tests check the compiled training path on CUDA too (off by default there)."""
+    from braze import rules_attention
+    monkeypatch.setattr(rules_attention, "COMPILE_CUDA_TRAINING_ATTENTION", True)
+
+
 def _compile(fn, **kw):
     torch._dynamo.reset()
     return torch.compile(fn, backend="braze", **kw)
@@ -351,6 +358,23 @@ def test_cuda_training_attention_over_the_score_limit_stays_fused_in_eager(devic
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, **tol)
+
+
+def test_cuda_training_attention_stays_in_eager_by_default(device, monkeypatch):
+    """With COMPILE_CUDA_TRAINING_ATTENTION off (the default), CUDA training keeps the fused
+    attention op and its backward in eager, counted as fallbacks; the CPU compiles them."""
+    from braze import rules_attention
+    monkeypatch.setattr(rules_attention, "COMPILE_CUDA_TRAINING_ATTENTION", False)
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 3, 40, 16, requires_grad=True) for _ in range(3))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    got, want, fallbacks = _fused_training(fn, (q, k, v))
+    assert (fallbacks >= 2) == (device == "cuda")
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
 def _fused_training(fn, args, grad_scale=0.5):

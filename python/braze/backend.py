@@ -30,7 +30,8 @@ from braze.support import fetch_attr
 from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort  # noqa: F401,E402
 from braze import rules_complex, rules_attention  # noqa: F401,E402
 from braze.rules_attention import trace_as_math_for_training
-from braze.layouts import as_layout, concrete_layout, guard_eager_layouts, input_view
+from braze.layouts import (as_layout, computed_view, concrete_layout, guard_eager_layouts,
+                           input_view)
 
 class _State:
     """What the backend keeps for the process, in one place (counters(), compile_times(),
@@ -150,13 +151,15 @@ class _BrazeGraph:
 
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
                  complex_outputs=(), none_slots=(), run=None, device=None, *,
-                 input_layouts=(), output_layouts=(), recompile=None, strict=False):
+                 input_layouts=(), output_layouts=(), recompile=None, strict=False, bases=0):
         self.compiled = compiled
         self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
-        # (output position, None or args -> tensor) of each output the graph does not compute:
-        # None (e.g. no gradient for an input), or a view of an argument made in eager
+        # (output position, None or (args, bases) -> tensor) of each output the graph does not
+        # compute: None (e.g. no gradient for an input), or a view made in eager of an argument
+        # or of a base: one of the last `bases` computed outputs, which are not returned
         self.none_slots = none_slots
+        self.bases = bases
         self.tensor_positions = tensor_positions
         self.complex_outputs = complex_outputs  # output slots returned as complex views
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
@@ -185,14 +188,21 @@ class _BrazeGraph:
         call = run.guarded_call(self.tensor_positions, self.constants)
         if not self.none_slots:
             return call
-        slots = self.none_slots
+        fill = self._fill
 
         def with_slots(*args):
-            outs = call(*args)
-            for i, make in slots:
-                outs.insert(i, make(args) if make is not None else None)
-            return outs
+            return fill(args, call(*args))
         return with_slots
+
+    def _fill(self, args, outs):
+        """The outputs the graph returns: the computed ones, with the made ones inserted."""
+        bases = []
+        if self.bases:
+            bases = outs[-self.bases:]
+            del outs[-self.bases:]
+        for i, make in self.none_slots:
+            outs.insert(i, make(args, bases) if make is not None else None)
+        return outs
 
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
@@ -209,9 +219,7 @@ class _BrazeGraph:
                 outs[i] = torch.view_as_complex(outs[i])
             for i, shape, stride in self.output_layouts:
                 outs[i] = as_layout(outs[i], shape, stride)
-            for i, make in self.none_slots:
-                outs.insert(i, make(args) if make is not None else None)
-            return outs
+            return self._fill(args, outs)
         except _C.RunError as e:
             if _kernel_error(e) or self.strict:
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -317,8 +325,24 @@ def _compile_whole(gm, opts, device=None, args=None):
     if len(none_slots) == len(flat):
         return (lambda *args: [make(args) if make is not None else None
                                for _, make in none_slots]), isinstance(outputs, (tuple, list))
-    handles, layouts, complex_outputs, output_layouts = [], [], [], []
+    none_slots = [(i, make if make is None else (lambda args, bases, m=make: m(args)))
+                  for i, make in none_slots]
     injected = {i for i, _ in none_slots}
+    # Outputs that view a computed value without being dense (a K/V cache sliced from a fused
+    # projection): the value is computed as a base output and the view made of it.
+    bases = []
+    for j, o in enumerate(flat):
+        found = None if j in injected else computed_view(o)
+        if found is None or not isinstance(t.values.get(found[0]), int):
+            continue
+        base, view = found
+        if base not in bases:
+            bases.append(base)
+        k = bases.index(base)
+        none_slots.append((j, lambda args, made, k=k, view=view: view(made[k])))
+        injected.add(j)
+    none_slots.sort(key=lambda slot: slot[0])
+    handles, layouts, complex_outputs, output_layouts = [], [], [], []
     for j, o in enumerate(flat):
         if j in injected:
             continue
@@ -336,6 +360,9 @@ def _compile_whole(gm, opts, device=None, args=None):
         layouts.append(dense)
         if declared is not None and not dense and not val.is_contiguous():
             output_layouts.append((len(handles) - 1, *declared))
+    for base in bases:
+        handles.append(t.values[base])
+        layouts.append(_dense_layout(t, base.meta["val"]))
     t.g.output(handles, layouts)
     if opts.cuda_codegen_only:
         _check_cuda_codegen(t.g)
@@ -343,6 +370,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     blas = cpu_support.blas_library() if opts.blas else None
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
+    dtypes += [b.meta["val"].dtype for b in bases]
     if device is None:
         compiled = t.g.compile(opts.log, opts.fuse, blas,
                                dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
@@ -363,7 +391,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
                         complex_outputs, none_slots, run, device, input_layouts=input_layouts,
                         output_layouts=output_layouts, recompile=recompile,
-                        strict=_strict(opts)),
+                        strict=_strict(opts), bases=len(bases)),
             isinstance(outputs, (tuple, list)))
 
 

@@ -91,7 +91,85 @@ def guard_eager_layouts(gm, compiled_names):
 _VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
              aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
              aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
-             aten.squeeze.default, aten.alias.default, aten.detach.default}
+             aten.squeeze.default, aten.squeeze.dims, aten.alias.default, aten.detach.default}
+
+
+def _piece(node):
+    """A getitem of unbind, split or split_with_sizes as one view step: (the split node's input,
+    (op, args, kwargs)); None otherwise."""
+    if node.target is not operator.getitem or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    whole, i = node.args
+    if whole.op != "call_function" or any(
+            isinstance(a, torch.fx.Node) for a in list(whole.args[1:]) + list(whole.kwargs.values())):
+        return None
+    x, val = whole.args[0], whole.args[0].meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(i, int):
+        return None
+    if whole.target is aten.unbind.int:
+        dim = whole.args[1] if len(whole.args) > 1 else whole.kwargs.get("dim", 0)
+        return x, (aten.select.int, (dim, i), {})
+    if whole.target in (aten.split.Tensor, aten.split_with_sizes.default):
+        dim = whole.args[2] if len(whole.args) > 2 else whole.kwargs.get("dim", 0)
+        size, n = whole.args[1], val.shape[dim]
+        starts = list(range(0, n, size)) if isinstance(size, int) else \
+            [sum(size[:k]) for k in range(len(size))]
+        ends = starts[1:] + [n]
+        if i >= len(starts):
+            return None
+        return x, (aten.slice.Tensor, (dim, starts[i], ends[i]), {})
+    return None
+
+
+def _view_chain(out):
+    """(base, steps) for a chain of view ops (a piece of an unbind or a split among them) whose
+    only node operand is the previous one: the node they view and the ops that make `out` from
+    it; (out, []) when out is no view."""
+    steps, node = [], out
+    while isinstance(node, torch.fx.Node) and node.op == "call_function":
+        if node.target in _VIEW_OPS:
+            if any(isinstance(a, torch.fx.Node)
+                   for a in list(node.args[1:]) + list(node.kwargs.values())):
+                return None, None
+            steps.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+            node = node.args[0]
+            continue
+        piece = _piece(node)
+        if piece is None:
+            break
+        node, step = piece
+        steps.append(step)
+    return node, steps[::-1]
+
+
+def _apply(x, steps):
+    for op, rest, kwargs in steps:
+        x = op(x, *rest, **kwargs)
+    return x
+
+
+def computed_view(out):
+    """For an output that views a computed value without being a dense tensor itself (a K/V
+    cache sliced from a fused projection, an expanded bias): (base node, base -> that view).
+    The base, dense, is computed as an output of its own and the view is made of it at each
+    call, as eager returns it, instead of a copy. None otherwise."""
+    val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.is_complex():
+        return None
+    base, steps = _view_chain(out)
+    if not steps or not isinstance(base, torch.fx.Node) or base.op != "call_function":
+        return None
+    base_val = base.meta.get("val")
+    if not isinstance(base_val, torch.Tensor) or base_val.is_complex():
+        return None
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    try:
+        if is_non_overlapping_and_dense_or_false(val) or \
+                not is_non_overlapping_and_dense_or_false(base_val):
+            return None
+    except Exception:  # symbolic strides that cannot be decided
+        return None
+    return base, lambda b: _apply(b, steps)
 
 
 def input_view(gm, out, bare=False):
@@ -100,24 +178,11 @@ def input_view(gm, out, bare=False):
     otherwise. With `bare`, an output that is the argument itself is returned as it is (a CPU
     graph's saved input for an eager backward op; CUDA graphs copy such inputs per replay, so
     there it stays a computed copy)."""
-    chain, node = [], out
-    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
-           and node.target in _VIEW_OPS):
-        if any(isinstance(a, torch.fx.Node) for a in list(node.args[1:]) + list(node.kwargs.values())):
-            return None
-        chain.append(node)
-        node = node.args[0]
-    if (not chain and not bare) or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+    node, steps = _view_chain(out)
+    if (not steps and not bare) or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
         return None
     if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     position = placeholders.index(node)
-    steps = [(n.target, tuple(n.args[1:]), dict(n.kwargs)) for n in reversed(chain)]
-
-    def make(args):
-        x = args[position]
-        for op, rest, kwargs in steps:
-            x = op(x, *rest, **kwargs)
-        return x
-    return make
+    return lambda args: _apply(args[position], steps)

@@ -226,6 +226,52 @@ TEST(LoopText, RoundTripsAnOutputSeenInAnotherShape) {
             std::string::npos);
 }
 
+std::string scatterProgram(const std::string &init, const std::string &head,
+                           const std::string &at) {
+  return "buffer %src: f32[3, 2] input 0\n"
+         "buffer %idx: i64[3] input 1\n"
+         "buffer %out0: f32[5, 2] output 0\n" + init +
+         "compute %out0[i0 < 3, i1 < 2]" + head + " {\n"
+         "  %0 = load %src[2*i0 + i1] : f32\n"
+         "  %1 = load %idx[i0] : i64\n"
+         "  %2 = const 2 : i64\n"
+         "  %3 = mul(%1, %2) : i64\n"
+         "  %4 = index(i1) : i64\n"
+         "  %5 = add(%3, %4) : i64\n"
+         "  %6 = const 1.5 : f32\n"
+         "  yield %0" + at + "\n"
+         "}\n";
+}
+
+TEST(LoopText, RoundTripsAnAccumulatingScatter) {
+  const std::string init = "compute %out0[i0 < 5, i1 < 2] {\n"
+                           "  %0 = const 0.0 : f32\n"
+                           "  yield %0\n"
+                           "}\n";
+  // The position is printed after the value it adds, in the same body.
+  std::string text = scatterProgram(init, " scatter add", " at %5");
+  const std::string unused = "  %6 = const 1.5 : f32\n";
+  text.erase(text.find(unused), unused.size());
+  std::unique_ptr<LoopProgram> p = parseProgram(text);
+  ASSERT_EQ(verifyProgram(*p), "");
+  EXPECT_EQ(printProgram(*p), text);
+  const Computation &c = *p->computations()[1];
+  ASSERT_NE(c.scatterAt, nullptr);
+  EXPECT_EQ(c.scatterAt->dtype(), DType::Int64);
+  expectRoundTrip(*p);
+  // Nothing wrote the buffer before the scatter adds into it.
+  EXPECT_EQ(verifyProgram(*parseProgram(scatterProgram("", " scatter add", " at %5"))),
+            "compute 0 (%out0): scatters into %out0 before anything writes it");
+  // A position must be an integer.
+  EXPECT_EQ(verifyProgram(*parseProgram(scatterProgram(init, " scatter add", " at %6"))),
+            "compute 1 (%out0): scatters at a position of type f32; positions are integers");
+  // Without `scatter add` the computation must cover its buffer.
+  EXPECT_NE(verifyProgram(*parseProgram(scatterProgram(init, "", ""))).find("does not cover"),
+            std::string::npos);
+  EXPECT_NE(parseError(scatterProgram(init, " scatter add", "")).find("expected 'at'"),
+            std::string::npos);
+}
+
 TEST(LoopText, RoundTripsAConvolutionSpec) {
   std::string text =
       convProgram("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2)");

@@ -327,6 +327,37 @@ def test_outputs_that_view_an_argument_are_views_of_it():
         assert input_view(gm, outs[1]) is None
 
 
+@pytest.mark.parametrize("split", ["unbind", "split", "split_with_sizes"])
+def test_outputs_that_view_a_computed_value_share_it_as_in_eager(split):
+    """A returned K/V cache sliced from a fused projection (a strided view, not a dense tensor)
+    is made as that view of the projection, which braze computes as an output of its own: the
+    slices share one storage and have eager's strides, and no copy is made. An expanded
+    computed value is returned expanded."""
+    def f(x, w, b):
+        qkv = x @ w + b
+        if split == "unbind":
+            q, k, v = qkv.view(2, 8, 3, 4, 16).unbind(2)
+        elif split == "split":
+            q, k, v = (t.view(2, 8, 4, 16) for t in qkv.view(2, 8, 192).split(64, dim=2))
+        else:
+            q, k, v = (t.reshape(2, 8, 4, 16)
+                       for t in qkv.view(2, 8, 192).split_with_sizes([64, 64, 64], dim=2))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        y = torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+        return y, k, v, (b * 2).unsqueeze(0).expand(16, 192)
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(16, 64), torch.randn(64, 192), torch.randn(192)
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="braze", options={"strict": True})
+    with torch.no_grad():
+        got, want = g(x, w, b), f(x, w, b)
+    for a, e in zip(got, want):
+        assert a.shape == e.shape and a.stride() == e.stride()
+        torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+    assert got[1].untyped_storage().data_ptr() == got[2].untyped_storage().data_ptr()
+
+
 def test_outputs_after_a_view_of_an_argument_keep_their_dtypes(device):
     """A graph whose first output views an argument (made at each call, not compiled) and whose
     later outputs have other dtypes (a training forward's saved random seeds): each compiled

@@ -40,14 +40,16 @@ class DropoutMlp(torch.nn.Module):
         return F.dropout(self.b(h), p=0.1, training=self.training).square().mean()
 
 
-def _train_steps(cuda_graphs):
+def _train_steps(model, cuda_graphs, batches, seed=None):
+    """Loss and gradients of a training step of `model` (a fresh one, made after seeding) on
+    each batch; `seed` reseeds before the first step (random ops)."""
     torch.manual_seed(0)
-    m = DropoutMlp().cuda().train()
+    m = model().cuda().train()
     step = compiled(m, cuda_graphs)
-    x = torch.randn(16, 64, device="cuda")
-    torch.manual_seed(1)
+    if seed is not None:
+        torch.manual_seed(seed)
     history = []
-    for _ in range(4):
+    for x in batches:
         m.zero_grad(set_to_none=True)
         loss = step(x)
         loss.backward()
@@ -57,11 +59,12 @@ def _train_steps(cuda_graphs):
 
 def test_training_with_dropout_replays_equal_the_uncaptured_run():
     before = braze.counters()
-    captured = _train_steps(True)
+    x = torch.randn(16, 64, device="cuda")
+    captured = _train_steps(DropoutMlp, True, [x] * 4, seed=1)
     d = delta(before)
     assert d["cuda_graphs"] >= 2 and d["cuda_graph_replays"] >= 4, d  # forward and backward
     torch._dynamo.reset()
-    plain = _train_steps(False)
+    plain = _train_steps(DropoutMlp, False, [x] * 4, seed=1)
     for step_c, step_p in zip(captured, plain):
         for c, p in zip(step_c, step_p):
             torch.testing.assert_close(c, p, rtol=0, atol=0)
@@ -79,30 +82,17 @@ class EmbeddingHead(torch.nn.Module):
         return F.cross_entropy(self.head(F.gelu(self.emb(ids))).flatten(0, 1), ids.flatten())
 
 
-def _embedding_steps(cuda_graphs, batches):
-    torch.manual_seed(0)
-    m = EmbeddingHead().cuda().train()
-    step = compiled(m, cuda_graphs)
-    history = []
-    for ids in batches:
-        m.zero_grad(set_to_none=True)
-        loss = step(ids)
-        loss.backward()
-        history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
-    return history
-
-
 def test_a_forward_that_returns_its_input_for_the_backward_is_captured():
     # The forward saves its ids (copied into the capture per call) for the embedding's
     # backward: each replay hands the backward the caller's ids, not the capture's copy, so a
     # step with new ids at a new address computes its own gradients.
     batches = [torch.randint(0, 100, (4, 16), device="cuda") for _ in range(5)]
     before = braze.counters()
-    captured = _embedding_steps(True, batches)
+    captured = _train_steps(EmbeddingHead, True, batches)
     d = delta(before)
     assert d["cuda_graphs"] >= 2 and d["cuda_graph_replays"] >= 6, d  # forward and backward
     torch._dynamo.reset()
-    plain = _embedding_steps(False, batches)
+    plain = _train_steps(EmbeddingHead, False, batches)
     for step_c, step_p in zip(captured, plain):
         for c, p in zip(step_c, step_p):
             torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)

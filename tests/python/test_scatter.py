@@ -274,15 +274,75 @@ def test_half_precision_accumulation_with_many_duplicates_falls_back():
 
 
 def test_scatter_beyond_the_pair_cap_falls_back():
-    """The decomposition is quadratic; 2^14 x 2^13 element pairs stay in eager."""
+    """The decomposition is quadratic; 2^14 x 2^13 element pairs of a scatter that cannot add
+    in place (an amax) stay in eager."""
     x = torch.zeros(1 << 14)
     index = torch.arange(1 << 13) * 2
     src = torch.ones(1 << 13)
     torch._dynamo.reset()
     before = braze.counters()["fallback_ops"]
-    out = torch.compile(lambda x, i, s: x.scatter_add(0, i, s), backend="braze")(x, index, src)
+    fn = lambda x, i, s: x.scatter_reduce(0, i, s, "amax")
+    out = torch.compile(fn, backend="braze")(x, index, src)
     assert braze.counters()["fallback_ops"] == before + 1
-    torch.testing.assert_close(out, x.scatter_add(0, index, src))
+    torch.testing.assert_close(out, fn(x, index, src))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64])
+def test_sums_beyond_the_pair_cap_add_in_place(dtype):
+    """An accumulating index_put, put-free scatter_add and index_add beyond the pair cap
+    (2^26 pairs) add their values in place, with repeated and negative indices, and match
+    eager (atomic adds on CUDA: floats to a tolerance)."""
+    g = torch.Generator().manual_seed(5)
+    x = _make((3000, 64), dtype, g)
+    ids = torch.randint(-3000, 3000, (700,), generator=g)
+    ids[:40] = 17
+    rows = _make((700, 64), dtype, g)
+    idx2 = torch.randint(0, 64, (3000, 40), generator=g)
+    src2 = _make((3000, 40), dtype, g)
+    fns = [lambda x, i, r: x.index_put((i,), r, accumulate=True) * 2,
+           lambda x, i, r: x.index_add(0, i.remainder(3000), r) + 1]
+    for fn in fns:
+        _compiled_matches(fn, x, ids, rows)
+    _compiled_matches(lambda x, i, s: x.scatter_add(1, i, s) - 1, x, idx2, src2)
+
+
+def test_sums_beyond_the_pair_cap_check_their_indices():
+    x, rows = torch.zeros(3000, 64), torch.ones(700, 64)
+    for bad in (3000, -3001):
+        ids = torch.randint(0, 3000, (700,))
+        ids[5] = bad
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, i, r: x.index_put((i,), r, accumulate=True),
+                          backend="braze", options={"strict": True})
+        with pytest.raises(Exception, match="out of bounds|index"):
+            f(x, ids, rows)
+            if x.is_cuda:
+                torch.cuda.synchronize()
+
+
+def test_training_a_large_embedding_compiles_its_backward():
+    """An embedding's backward (an accumulating index_put into a vocabulary x dim table far
+    beyond the pair cap) compiles with nothing left to eager, and its gradients match."""
+    torch.manual_seed(2)
+    emb, head = torch.nn.Embedding(8000, 64), torch.nn.Linear(64, 10)
+    ids = torch.randint(0, 8000, (4, 96))
+    ids[:, :8] = 3  # repeated tokens
+
+    def step(model_fn):
+        emb.zero_grad(set_to_none=True)
+        head.zero_grad(set_to_none=True)
+        loss = model_fn(ids)
+        loss.backward()
+        return [loss.detach(), emb.weight.grad.clone(), head.weight.grad.clone()]
+
+    fn = lambda i: head(torch.tanh(emb(i))).square().mean()
+    torch._dynamo.reset()
+    before = braze.counters()["fallback_ops"]
+    got = step(torch.compile(fn, backend="braze"))
+    assert braze.counters()["fallback_ops"] == before
+    want = step(fn)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 def test_index_select_of_a_0d_tensor():

@@ -128,19 +128,25 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
     addSyms(v->extent());
   for (sym::SymExpr v : k.innerVars)
     addSyms(v->extent());
+  auto addExpr = [&](const loop::Expr *e) {
+    if (e->kind() == loop::ExprKind::Load)
+      used.insert(e->buffer()->id);
+    if (e->index())
+      addSyms(e->index());
+    for (const auto &b : e->indirect())
+      addSyms(b.first->extent());
+  };
   for (const sched::Step &st : k.steps)
     for (const sched::Member &m : st.members) {
       used.insert(m.comp->out->id);
       addSyms(m.storeIndex);
-      forEachExpr(m.value, [&](const loop::Expr *e) {
-        if (e->kind() == loop::ExprKind::Load)
-          used.insert(e->buffer()->id);
-        if (e->index())
-          addSyms(e->index());
-        for (const auto &b : e->indirect())
-          addSyms(b.first->extent());
-      });
+      forEachExpr(m.value, addExpr);
     }
+  if (k.scatterAt) { // the positions, and the size of the buffer they must lie in
+    forEachExpr(k.scatterAt, addExpr);
+    for (sym::SymExpr e : k.scatter->out->shape)
+      addSyms(e);
+  }
   if (k.conv) // a library call takes the buffers' sizes and strides
     for (const loop::Buffer *b : {k.conv->conv->input, k.conv->conv->weight,
                                   static_cast<const loop::Buffer *>(k.conv->out)}) {

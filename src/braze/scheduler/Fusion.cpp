@@ -61,6 +61,10 @@ public:
       startAttentionKernel(c);
       return;
     }
+    if (c.scatterAt) {
+      startScatterKernel(c);
+      return;
+    }
     std::optional<GemmCall> gemm = matchGemm(p_, c);
     if (!gemm && fuse && !s_.kernels.empty() && !standsAlone(s_.kernels.back()) &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
@@ -94,7 +98,9 @@ private:
   }
 
   /// A matrix product, a convolution or an attention keeps a kernel to itself.
-  static bool standsAlone(const Kernel &k) { return k.gemm || k.conv || k.attention; }
+  static bool standsAlone(const Kernel &k) {
+    return k.gemm || k.conv || k.attention || k.scatter;
+  }
 
   /// An empty kernel over c's space: outer variables for its vars, inner ones for its rvars.
   Kernel newKernel(const Computation &c) {
@@ -129,6 +135,30 @@ private:
     w.kernel = static_cast<int>(s_.kernels.size()) - 1;
     w.step = 0;
     w.storeIndex = store;
+    where_[c.out] = w;
+  }
+
+  /// An accumulating scatter is a kernel of its own with one Scalar-step member over the
+  /// source's space. The buffer's readers after it read memory: it is recorded as the
+  /// buffer's producer, and no computation joins its kernel.
+  void startScatterKernel(const Computation &c) {
+    Kernel k = newKernel(c);
+    std::unordered_map<SymExpr, SymExpr> map;
+    for (size_t i = 0; i < c.vars.size(); ++i)
+      map[c.vars[i]] = k.outerVars[i];
+    SymExpr point = sym_.constant(0); // the source point, row-major (no element of c.out)
+    for (SymExpr v : k.outerVars)
+      point = sym_.add(sym_.mul(point, v->extent()), v);
+    k.steps.push_back(Step{StepKind::Scalar,
+                           {Member{&c, loop::substituteIndices(p_, c.value, map), point, true}},
+                           {}});
+    k.scatter = &c;
+    k.scatterAt = loop::substituteIndices(p_, c.scatterAt, map);
+    s_.kernels.push_back(std::move(k));
+    Where w;
+    w.kernel = static_cast<int>(s_.kernels.size()) - 1;
+    w.step = 0;
+    w.storeIndex = point;
     where_[c.out] = w;
   }
 
@@ -477,7 +507,7 @@ void storeOrder(Kernel &k) {
 void flattenLoops(Schedule &s) {
   sym::SymContext &sy = s.program->sym();
   for (Kernel &k : s.kernels) {
-    if (k.gemm || k.conv || k.attention)
+    if (k.gemm || k.conv || k.attention || k.scatter)
       continue;
     storeOrder(k);
     std::vector<SymExpr> &vars = k.innerVars.empty() ? k.outerVars : k.innerVars;

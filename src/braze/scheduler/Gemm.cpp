@@ -291,7 +291,7 @@ bool layoutFixed(const GemmCall &g) {
 /// The buffer `c` copies unchanged (its value is a load of that buffer at c's own position,
 /// read as its dtype or widened to f32 from a half dtype), or nullptr.
 const loop::Buffer *copiedBuffer(loop::LoopProgram &p, const loop::Computation &c) {
-  if (!c.value || c.isReduction() || c.conv || c.attention)
+  if (!c.value || c.isReduction() || c.conv || c.attention || c.scatterAt)
     return nullptr;
   const Expr *ld = unwiden(c.value);
   if (ld != c.value && !isHalf(c.out->dtype))

@@ -44,12 +44,15 @@ std::string printSchedule(const Schedule &s) {
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +
              (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "");
+    if (k.scatter)
+      out += " scatter add";
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";
       for (const Member &m : st.members) {
         out += "    %" + m.comp->out->name + "[" + sym::toString(m.storeIndex) + "] = ";
-        out += m.comp->attention     ? std::string("attention ")
+        out += k.scatter             ? std::string("added at a position ")
+               : m.comp->attention     ? std::string("attention ")
                : m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
                                        : std::string("pointwise ");
         out += m.store ? "(stored)\n" : "(register)\n";

@@ -61,6 +61,12 @@ struct Kernel {
   /// Set when the kernel is one fused attention (its only computation, which has an
   /// AttentionSpec and no value): codegen writes the attention kernel itself.
   const loop::Computation *attention = nullptr;
+  /// Set when the kernel is one accumulating scatter (its only computation, which has a
+  /// scatterAt): its one member's value is added at `scatterAt` (in kernel variables) of the
+  /// computation's buffer. Codegen writes it as its own loop: atomic adds on CUDA, one thread
+  /// in order on the CPU.
+  const loop::Computation *scatter = nullptr;
+  const loop::Expr *scatterAt = nullptr;
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

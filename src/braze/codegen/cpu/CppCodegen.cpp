@@ -52,6 +52,7 @@ public:
       dnnl |= usesDnnl(k);
       attention |= k.attention != nullptr;
       kernels += k.attention   ? emitAttentionKernel(k)
+                 : k.scatter   ? emitScatterKernel(k)
                  : usesBlas(k) ? emitGemmKernel(k)
                  : usesDnnl(k) ? emitConvKernel(k)
                                : emitKernel(k, k.name);
@@ -260,12 +261,40 @@ private:
            body + "}\n\n";
   }
 
-  std::string emitKernel(const Kernel &k, const std::string &name) {
+  /// An accumulating scatter: one thread adds the values in order (the same result on every
+  /// run, as eager's CPU kernels), each position checked against the buffer's size.
+  std::string emitScatterKernel(const Kernel &k) {
     next_ = 0;
     kernel_ = &k;
     std::string body;
     Writer w(body, 1);
-    // 1. Pointers and sizes.
+    emitPointers(k, w);
+    for (sym::SymExpr v : k.outerVars) {
+      w.line(loopHead(v) + " {");
+      w.indent();
+    }
+    Scope scope(nullptr);
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    const Member &m = k.steps.at(0).members.at(0);
+    const Buffer &b = *k.scatter->out;
+    std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt);
+    std::string size = "INT64_C(1)";
+    for (sym::SymExpr e : b.shape)
+      size += " * " + names_.index(e);
+    w.line("const int64_t at = (int64_t)(" + at + ");");
+    w.line("if (at < 0 || at >= " + size + ") { __atomic_store_n(err, 1, __ATOMIC_RELAXED); } "
+           "else { " + names_.buffer(b) + "[at] += " + convert(v, m.value->dtype(), b.dtype) +
+           "; }");
+    for (size_t i = 0; i < k.outerVars.size(); ++i) {
+      w.dedent();
+      w.line("}");
+    }
+    return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
+           body + "}\n\n";
+  }
+
+  /// The kernel's buffer pointers and size symbols, as locals.
+  void emitPointers(const Kernel &k, Writer &w) {
     std::set<int> used;
     std::vector<sym::SymExpr> syms;
     collectKernelUses(k, names_, used, syms);
@@ -283,6 +312,15 @@ private:
     for (sym::SymExpr sy : syms)
       w.line("const int64_t " + names_.symbol(sy) + " = syms[" +
              std::to_string(names_.symbolIndex(sy)) + "];");
+  }
+
+  std::string emitKernel(const Kernel &k, const std::string &name) {
+    next_ = 0;
+    kernel_ = &k;
+    std::string body;
+    Writer w(body, 1);
+    // 1. Pointers and sizes.
+    emitPointers(k, w);
     std::string work = "INT64_C(1)";
     for (sym::SymExpr v : k.outerVars)
       work += " * " + names_.index(v->extent());

@@ -104,6 +104,12 @@ public:
         calls.push_back(cudaAttentionLaunch(s_, names_, k, index));
         continue;
       }
+      if (k.scatter) {
+        add(k, emitScatterKernel(k));
+        calls.push_back(launchStatement(s_, names_, k, index, kScatterBlock,
+                                        std::to_string(kScatterBlock)));
+        continue;
+      }
       KernelPlan plan = planKernel(k);
       add(k, emitKernel(k, plan));
       std::string launch = launchCall(k, plan, index);
@@ -238,6 +244,37 @@ private:
       }
     }
     w.line("(void)" + rest + ";");
+  }
+
+  /// An accumulating scatter: a thread per source point adds its value atomically at its
+  /// position, which is checked against the buffer's size (the error flag, as an indirect
+  /// load's index).
+  static constexpr int kScatterBlock = 256;
+  std::string emitScatterKernel(const Kernel &k) {
+    next_ = 0;
+    kernel_ = &k;
+    std::string body;
+    Writer w(body, 1);
+    w.line("const int64_t first = (int64_t)blockIdx.x * " + std::to_string(kScatterBlock) +
+           " + threadIdx.x;");
+    w.line("if (first >= " + product(k.outerVars) + ") return;");
+    if (!k.outerVars.empty())
+      decompose(w, k.outerVars, "first", names_.index(k.outerVars.back()));
+    Scope scope(nullptr);
+    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ex.setErrorStatement("*err = 1;");
+    const Member &m = k.steps.at(0).members.at(0);
+    const Buffer &b = *k.scatter->out;
+    std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt);
+    std::string size = "INT64_C(1)";
+    for (SymExpr e : b.shape)
+      size += " * " + names_.index(e);
+    w.line("const int64_t at = (int64_t)(" + at + ");");
+    w.line("if (at < 0 || at >= " + size + ") { *err = 1; return; }");
+    w.line("braze_atomic_add(" + names_.buffer(b) + " + at, " +
+           convert(v, m.value->dtype(), b.dtype) + ");");
+    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kScatterBlock) +
+           ") " + k.name + "(" + params(k) + ") {\n" + body + "}\n\n";
   }
 
   std::string emitKernel(const Kernel &k, const KernelPlan &plan) {

@@ -72,6 +72,13 @@ template <> struct numeric_limits<double> {
 BRAZE_FN float braze_h2f(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 BRAZE_FN uint16_t braze_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 BRAZE_FN float braze_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+// The adds of an accumulating scatter (float, double, int32 and int64 elements).
+BRAZE_FN void braze_atomic_add(float* p, float v) { atomicAdd(p, v); }
+BRAZE_FN void braze_atomic_add(double* p, double v) { atomicAdd(p, v); }
+BRAZE_FN void braze_atomic_add(int32_t* p, int32_t v) { atomicAdd((int*)p, (int)v); }
+BRAZE_FN void braze_atomic_add(int64_t* p, int64_t v) {
+  atomicAdd((unsigned long long*)p, (unsigned long long)v);
+}
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 // The CPU target inlines its own float exp; here the device library's is the one.

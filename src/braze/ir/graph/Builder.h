@@ -311,7 +311,8 @@ public:
   /// with src: mode "overwrite" (the last src in source order wins), "sum", "prod", "mean",
   /// "amax" or "amin"; `includeSelf` false leaves self out of the reduction at the positions
   /// src reaches. Targets outside [0, numel(self)) are a run-time error. The work is
-  /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs.
+  /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs unless
+  /// the scatter adds in place (scatterAddsInPlace).
   /// `maxHits` > 0 promises that at most that many source elements share a target: a
   /// half-precision sum/prod/mean then adds them one at a time in source order, rounding
   /// after each as eager's kernels do (maxHits more reductions).
@@ -325,6 +326,10 @@ public:
   /// Whether eager rounds a `mode` scatter into `t` after each value in source order (a
   /// half-precision sum, prod or mean), which braze follows for up to kMaxScatterHits values.
   static bool scatterRoundsInOrder(DType t, const std::string &mode);
+  /// Whether a `mode` scatter into `t` may add its values in place in any order: a sum of
+  /// f32, f64, i32 or i64 that includes self. Such a scatter has no pairs limit; above it, it
+  /// runs as an accumulating scatter (atomic adds on CUDA) instead of the pairs' reductions.
+  static bool scatterAddsInPlace(DType t, const std::string &mode, bool includeSelf);
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's
   /// (but at dim) and in src's. Indices outside the dim, negative ones included, are a run-time

@@ -42,6 +42,12 @@ std::string pairsError(int64_t self, int64_t sources) {
   return "";
 }
 
+/// pairsError, but none for a scatter that adds in place (GraphBuilder::scatterAddsInPlace).
+std::string pairsError(int64_t self, int64_t sources, DType t, const std::string &mode,
+                       bool includeSelf) {
+  return GraphBuilder::scatterAddsInPlace(t, mode, includeSelf) ? "" : pairsError(self, sources);
+}
+
 /// Why eager's one-value-at-a-time rounding of `k` half-precision values per element cannot be
 /// followed ("" if it can or need not be).
 std::string orderedHitsError(DType t, const std::string &mode, int64_t k) {
@@ -96,7 +102,8 @@ std::string scatterDimError(const Node *self, const Node *index, const Node *src
       return "index is larger than self (but at dim) or than src";
     oneHot &= d == dim ? is[d] == 1 : is[d] == xs[d];
   }
-  return oneHot ? "" : pairsError(numelOf(self), numelOf(index));
+  return oneHot ? "" : pairsError(numelOf(self), numelOf(index), self->dtype(), mode,
+                                  a.getBool("include_self"));
 }
 
 std::string indexReduceError(const Node *self, const Node *index, const Node *source,
@@ -128,8 +135,9 @@ std::string putError(const Node *self, const Node *index, const Node *source, co
   int64_t k = numelOf(index);
   if (numelOf(source) != k)
     return "source must have as many elements as index";
-  std::string e = orderedHitsError(self->dtype(), a.getBool("accumulate") ? "sum" : "", k);
-  return e.empty() ? pairsError(numelOf(self), k) : e;
+  std::string mode = a.getBool("accumulate") ? "sum" : "";
+  std::string e = orderedHitsError(self->dtype(), mode, k);
+  return e.empty() ? pairsError(numelOf(self), k, self->dtype(), mode, true) : e;
 }
 
 std::string diagonalScatterError(const Node *self, const Node *src, const AttrMap &a) {
@@ -202,11 +210,13 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   std::optional<std::vector<int64_t>> b = broadcastSizes(sizes(values), target);
   if (!b || *b != target)
     return "values do not broadcast to the indexed shape";
-  e = orderedHitsError(self->dtype(), a.getBool("accumulate") ? "sum" : "", fanIn);
+  std::string mode = a.getBool("accumulate") ? "sum" : "";
+  e = orderedHitsError(self->dtype(), mode, fanIn);
   if (!e.empty())
     return e;
-  return product(target) < 0 ? "too many indexed elements"
-                             : pairsError(numelOf(self), product(target));
+  return product(target) < 0
+             ? "too many indexed elements"
+             : pairsError(numelOf(self), product(target), self->dtype(), mode, true);
 }
 
 std::string maskPutError(const Node *self, const Node *mask, const Node *values,
@@ -320,6 +330,11 @@ bool GraphBuilder::isScatterMode(const std::string &mode) {
                      [&](const char *m) { return mode == m; });
 }
 
+bool GraphBuilder::scatterAddsInPlace(DType t, const std::string &mode, bool includeSelf) {
+  return mode == "sum" && includeSelf &&
+         (t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64);
+}
+
 bool GraphBuilder::scatterRoundsInOrder(DType t, const std::string &mode) {
   return isHalf(t) && (mode == "sum" || mode == "prod" || mode == "mean");
 }
@@ -381,7 +396,7 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
   std::optional<int64_t> n = constNumel(self->shape()), m = constNumel(src->shape());
   if (!n || !m)
     BRAZE_USER_ERROR("scatter", name_) << "needs constant shapes";
-  if (std::string err = pairsError(*n, *m); !err.empty())
+  if (std::string err = pairsError(*n, *m, self->dtype(), mode, includeSelf); !err.empty())
     BRAZE_USER_ERROR("scatter", name_) << err;
   if (src->dtype() != self->dtype())
     src = convert(src, self->dtype());

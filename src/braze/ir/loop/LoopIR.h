@@ -210,6 +210,11 @@ struct Computation {
   /// Set when the computation is a fused attention (then `value` is null and vars/rvars are
   /// the output's dims and nothing).
   std::optional<AttentionSpec> attention;
+  /// Set when the computation is an accumulating scatter: for every point of its space (the
+  /// source's), `value` is added to out at the flat element `scatterAt` (an integer Expr), which
+  /// must lie in out. out holds its initial values from an earlier computation; the adds may
+  /// land in any order (atomic on CUDA). Not a reduction, convolution or attention.
+  const Expr *scatterAt = nullptr;
 
   bool isReduction() const { return reduce != ReduceKind::None; }
   std::vector<SymExpr> extents() const;

@@ -224,6 +224,11 @@ private:
     std::optional<AttentionSpec> attention;
     if (peekWord().substr(0, 9) == "attention")
       attention = attentionSpec();
+    bool scatter = peekWord() == "scatter";
+    if (scatter) {
+      expectWord("scatter");
+      expectWord("add");
+    }
     expect('{');
     while (peekWord() != "yield")
       parseStatement();
@@ -231,10 +236,16 @@ private:
     const Expr *value = nullptr;
     if (peek() == '%')
       value = use();
+    const Expr *at = nullptr;
+    if (scatter) {
+      expectWord("at");
+      at = use();
+    }
     expect('}');
     Computation *c = p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
     c->conv = std::move(conv);
     c->attention = std::move(attention);
+    c->scatterAt = at;
   }
 
   /// `(%buf, offset, [size, ..], [stride, ..])`

@@ -92,13 +92,18 @@ std::string printExpr(const Expr *e) {
 namespace {
 
 /// The statements of one computation body, numbered from %0.
-void printBody(const Expr *value, std::string &s) {
+void printBody(const Expr *value, const Expr *scatterAt, std::string &s) {
   std::unordered_map<const Expr *, std::string> names;
   auto nameOf = [&](const Expr *e) {
     auto it = names.find(e);
     return it == names.end() ? std::string("%<null>") : it->second;
   };
-  for (const Expr *e : exprPostOrder(value)) {
+  std::vector<const Expr *> order = exprPostOrder(value);
+  std::unordered_set<const Expr *> inValue(order.begin(), order.end());
+  for (const Expr *e : exprPostOrder(scatterAt))
+    if (!inValue.count(e))
+      order.push_back(e);
+  for (const Expr *e : order) {
     std::string name = std::string("%").append(std::to_string(names.size()));
     s += "  " + name + " = ";
     switch (e->kind()) {
@@ -124,7 +129,8 @@ void printBody(const Expr *value, std::string &s) {
     s += " : " + std::string(dtypeName(e->dtype())) + "\n";
     names.emplace(e, name);
   }
-  s += value ? "  yield " + nameOf(value) + "\n" : "  yield\n";
+  s += value ? "  yield " + nameOf(value) : "  yield";
+  s += scatterAt ? " at " + nameOf(scatterAt) + "\n" : "\n";
 }
 
 std::string intList(const std::vector<int64_t> &xs) {
@@ -214,8 +220,10 @@ std::string printProgram(const LoopProgram &p) {
       s += " " + convText(*c->conv);
     if (c->attention)
       s += " " + attentionText(*c->attention);
+    if (c->scatterAt)
+      s += " scatter add";
     s += " {\n";
-    printBody(c->value, s);
+    printBody(c->value, c->scatterAt, s);
     s += "}\n";
   }
   return s;

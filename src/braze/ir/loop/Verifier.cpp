@@ -76,7 +76,7 @@ public:
       if (!checkComputation(written))
         return error_;
       written.insert(c->out);
-      if (c->out->kind == BufferKind::Output && ++outputWrites[c->out] > 1)
+      if (c->out->kind == BufferKind::Output && !c->scatterAt && ++outputWrites[c->out] > 1)
         return where() + "output %" + c->out->name + " is written more than once";
     }
     for (const Buffer *b : p_.outputs())
@@ -203,17 +203,35 @@ private:
         scope.insert(v);
       }
     SymExpr space = ctx_.product(c.extents());
-    if (space != ctx_.product(c.out->shape))
+    if (!c.scatterAt && space != ctx_.product(c.out->shape))
       return failHere("iteration space " + symsText(c.extents()) +
                       " does not cover buffer shape " + symsText(c.out->shape));
 
     std::vector<const Expr *> order = exprPostOrder(c.value);
+    for (const Expr *e : exprPostOrder(c.scatterAt))
+      if (std::find(order.begin(), order.end(), e) == order.end())
+        order.push_back(e);
     for (size_t i = 0; i < order.size(); ++i)
       if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;
+    if (c.scatterAt)
+      return checkScatter(c, written);
     if (c.attention)
       return checkAttention(*c.attention, written);
     return !c.conv || checkConv(*c.conv, order);
+  }
+
+  /// An accumulating scatter adds into values an earlier computation wrote, at an integer
+  /// position, one value per point (no reduction, convolution or attention of its own).
+  bool checkScatter(const Computation &c, const std::set<const Buffer *> &written) {
+    if (c.isReduction() || c.conv || c.attention)
+      return failHere("is a scatter and a reduction, a convolution or an attention");
+    if (!written.count(c.out))
+      return failHere("scatters into %" + c.out->name + " before anything writes it");
+    if (!isIntegral(c.scatterAt->dtype()))
+      return failHere("scatters at a position of type " + dt(c.scatterAt->dtype()) +
+                      "; positions are integers");
+    return true;
   }
 
   /// An attention's operands: written buffers of q's floating dtype (the bias and the

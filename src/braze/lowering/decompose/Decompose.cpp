@@ -60,10 +60,27 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
   return true;
 }
 
+/// Whether a scatter adds in place (GraphBuilder::scatterAddsInPlace) and has more element
+/// pairs than its reductions may take: to_loops lowers it as an accumulating scatter.
+bool accumulatingScatter(const Node *n) {
+  if (n->op() != OpKind::Scatter ||
+      !GraphBuilder::scatterAddsInPlace(n->dtype(), n->attrs().getString("mode"),
+                                        n->attrs().getBool("include_self")))
+    return false;
+  int64_t self = 1, src = 1;
+  for (SymExpr d : n->operand(0)->shape())
+    self *= d->value();
+  for (SymExpr d : n->operand(2)->shape())
+    src *= d->value();
+  return src > 0 && self > GraphBuilder::kMaxScatterPairs / src;
+}
+
 /// Whether decompose leaves `n` whole under `opts` (a convolution a library takes, an
-/// attention the target fuses).
+/// attention the target fuses, an accumulating scatter).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
+  if (accumulatingScatter(n))
+    return true;
   if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
       n->op() == OpKind::AttentionGrad)
     return fusedAttention(n, opts);

@@ -114,9 +114,31 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
                          b.expand(checked, self->shape()));
     return b.where(hit, b.expand(src, self->shape()), self);
   }
+  bool includeSelf = a.getBool("include_self");
+  if (GraphBuilder::scatterAddsInPlace(self->dtype(), mode, includeSelf) &&
+      numel(self) > GraphBuilder::kMaxScatterPairs / k) {
+    // Too many pairs for the reductions: an accumulating scatter, its positions computed
+    // (the index checked by a take from iota(size), negatives moved out of range as eager
+    // rejects them) rather than gathered from self's positions in memory.
+    const std::vector<SymExpr> &is = index->shape();
+    std::vector<int64_t> stride(self->rank(), 1);
+    for (int64_t d = self->rank() - 1; d > 0; --d)
+      stride[d - 1] = stride[d] * self->shape()[d]->value();
+    SymExpr size = self->shape()[dim];
+    Node *idx = b.convert(b.reshape(index, {b.dim(k)}), DType::Int64);
+    idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
+                  b.scalar(static_cast<double>(size->value()), DType::Int64), idx);
+    Node *target = b.reshape(b.take(b.iota(DType::Int64, {size}, 0), 0, idx), is);
+    target = b.mul(target, b.scalar(static_cast<double>(stride[dim]), DType::Int64));
+    for (int64_t d = 0; d < self->rank(); ++d)
+      if (d != dim)
+        target = b.add(target, b.mul(b.iota(DType::Int64, is, d),
+                                     b.scalar(static_cast<double>(stride[d]), DType::Int64)));
+    return b.scatter(self, target, src, mode, includeSelf);
+  }
   Node *target = b.gather(positions(b, self->shape()), dim, index);
   // Eager's scatter kernels accumulate half precision in f32 with self included and round once.
-  return b.scatter(self, target, src, mode, a.getBool("include_self"));
+  return b.scatter(self, target, src, mode, includeSelf);
 }
 
 Node *decomposeIndexReduce(GraphBuilder &b, Node *n) {
@@ -248,13 +270,65 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   return finish(b.where(reached, r, selfFlat));
 }
 
+namespace {
+/// take(positions of self, dims.front(), indices) for consecutive dims and indices of one
+/// shape, computed without self's positions in memory: each index goes through a take from
+/// iota(its dim's size) (negatives wrapped once, every entry checked against the dim, as the
+/// take would), times its dim's row-major stride, plus the positions of the other dims.
+Node *takenPositions(GraphBuilder &b, Node *self, int64_t first, const std::vector<Node *> &indices) {
+  const std::vector<SymExpr> &xs = self->shape();
+  std::vector<int64_t> stride(xs.size(), 1);
+  for (size_t d = xs.size(); d-- > 1;)
+    stride[d - 1] = stride[d] * xs[d]->value();
+  std::vector<SymExpr> shape(xs.begin(), xs.begin() + first);
+  const std::vector<SymExpr> &is = indices[0]->shape();
+  shape.insert(shape.end(), is.begin(), is.end());
+  size_t rest = first + indices.size();
+  shape.insert(shape.end(), xs.begin() + rest, xs.end());
+  Node *pos = b.full(0, DType::Int64, shape);
+  auto times = [&](Node *x, int64_t k) {
+    return k == 1 ? x : b.mul(x, b.scalar(static_cast<double>(k), DType::Int64));
+  };
+  for (int64_t d = 0; d < first; ++d)
+    pos = b.add(pos, times(b.iota(DType::Int64, shape, d), stride[d]));
+  for (size_t d = rest; d < xs.size(); ++d)
+    pos = b.add(pos, times(b.iota(DType::Int64, shape, d - rest + first + is.size()), stride[d]));
+  std::vector<SymExpr> lined(static_cast<size_t>(first), b.dim(1));
+  lined.insert(lined.end(), is.begin(), is.end());
+  lined.resize(shape.size(), b.dim(1));
+  for (size_t m = 0; m < indices.size(); ++m) {
+    Node *checked = b.take(b.iota(DType::Int64, {xs[first + m]}, 0), 0,
+                           b.convert(indices[m], DType::Int64));
+    pos = b.add(pos, times(b.expand(b.reshape(checked, lined), shape), stride[first + m]));
+  }
+  return pos;
+}
+} // namespace
+
 Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *values = n->operands().back();
   std::vector<Node *> indices(n->operands().begin() + 1, n->operands().end() - 1);
   IntList dims = n->attrs().getInts("dims");
+  bool accumulate = n->attrs().getBool("accumulate");
+  bool consecutive = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  bool oneShape = std::all_of(indices.begin(), indices.end(), [&](Node *i) {
+    return i->shape() == indices[0]->shape();
+  });
+  int64_t taken = numel(indices[0]);
+  for (int64_t d = 0; d < self->rank(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end())
+      taken *= self->shape()[d]->value();
+  if (accumulate && consecutive && oneShape && taken > 0 &&
+      GraphBuilder::scatterAddsInPlace(self->dtype(), "sum", true) &&
+      numel(self) > GraphBuilder::kMaxScatterPairs / taken) {
+    // Too many pairs for the reductions: an accumulating scatter, whose positions are
+    // computed rather than taken from self's positions in memory.
+    Node *target = takenPositions(b, self, dims.front(), indices);
+    return b.scatter(self, target, b.expand(values, target->shape()), "sum", true);
+  }
   Node *pos = positions(b, self->shape());
   Node *target;
-  if (dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size())) {
+  if (consecutive) {
     target = b.take(pos, dims.front(), indices);
   } else {
     std::vector<int64_t> order(dims.begin(), dims.end());

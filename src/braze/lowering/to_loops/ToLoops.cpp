@@ -4,6 +4,7 @@
 /// class in one file. Index arithmetic that needs no node lives in IndexMaps.
 #include "braze/lowering/to_loops/ToLoops.h"
 
+#include "braze/ir/graph/Builder.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -383,6 +384,8 @@ private:
       if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
           n->op() == OpKind::AttentionGrad)
         return lowerAttention(n);
+      if (n->op() == OpKind::Scatter)
+        return lowerAccumulatingScatter(n);
       BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
     }
     BRAZE_UNREACHABLE("bad category");
@@ -682,6 +685,25 @@ private:
   /// form ConvSpec describes, over the input and weight in memory, with the spec attached.
   /// Window positions in the padding read the clamped edge and are zeroed by a `where`. The
   /// bias, if any, is a pointwise add after it that fuses into the consumer.
+  /// A scatter decompose kept whole adds in place (GraphBuilder::scatterAddsInPlace): self is
+  /// copied into a row-major buffer, then one computation over src's space adds each source
+  /// value at its flat position (loop::Computation::scatterAt), which codegen checks.
+  Value lowerAccumulatingScatter(Node *n) {
+    Node *target = n->operand(1), *src = n->operand(2);
+    BRAZE_CHECK(GraphBuilder::scatterAddsInPlace(n->dtype(), n->attrs().getString("mode"),
+                                                 n->attrs().getBool("include_self")))
+        << "scatter " << n->name() << " reached lowering without adding in place";
+    Value out = realize(n, values_.at(n->operand(0)), BufferKind::Intermediate, -1, "",
+                        contiguousStrides(s_, n->shape()));
+    Index full;
+    std::vector<SymExpr> vars = freshVars(src->shape(), "i", full);
+    const Expr *value = ex_.cast(values_.at(src).load(full), n->dtype());
+    loop::Computation *c =
+        p_->addComputation(out.buffer, vars, {}, ReduceKind::None, value);
+    c->scatterAt = ex_.cast(values_.at(target).load(full), DType::Int64);
+    return out;
+  }
+
   Value lowerConvolution(Node *n) {
     const AttrMap &a = n->attrs();
     loop::ConvSpec spec;

@@ -293,12 +293,15 @@ def test_sums_beyond_the_pair_cap_add_in_place(dtype):
     (2^26 pairs) add their values in place, with repeated and negative indices, and match
     eager (atomic adds on CUDA: floats to a tolerance)."""
     g = torch.Generator().manual_seed(5)
-    x = _make((3000, 64), dtype, g)
-    ids = torch.randint(-3000, 3000, (700,), generator=g)
-    ids[:40] = 17
-    rows = _make((700, 64), dtype, g)
-    idx2 = torch.randint(0, 64, (3000, 40), generator=g)
-    src2 = _make((3000, 40), dtype, g)
+    with torch.device("cpu"):  # the generator is a CPU one; the tensors move to the device
+        x = _make((3000, 64), dtype, g)
+        ids = torch.randint(-3000, 3000, (700,), generator=g)
+        ids[:40] = 17
+        rows = _make((700, 64), dtype, g)
+        idx2 = torch.randint(0, 64, (3000, 40), generator=g)
+        src2 = _make((3000, 40), dtype, g)
+    device = torch.get_default_device()
+    x, ids, rows, idx2, src2 = (t.to(device) for t in (x, ids, rows, idx2, src2))
     fns = [lambda x, i, r: x.index_put((i,), r, accumulate=True) * 2,
            lambda x, i, r: x.index_add(0, i.remainder(3000), r) + 1]
     for fn in fns:

@@ -123,43 +123,46 @@ private:
   /// A fused attention is a kernel of its own with one Scalar-step member that has no value:
   /// codegen writes the whole kernel from the spec.
   void startAttentionKernel(const Computation &c) {
-    Kernel k = newKernel(c);
     std::unordered_map<SymExpr, SymExpr> map;
-    for (size_t i = 0; i < c.vars.size(); ++i)
-      map[c.vars[i]] = k.outerVars[i];
+    Kernel k = soloKernel(c, map);
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
-    k.steps.push_back(Step{StepKind::Scalar, {Member{&c, nullptr, store, false}}, {}});
     k.attention = &c;
-    s_.kernels.push_back(std::move(k));
-    Where w;
-    w.kernel = static_cast<int>(s_.kernels.size()) - 1;
-    w.step = 0;
-    w.storeIndex = store;
-    where_[c.out] = w;
+    pushSolo(std::move(k), Member{&c, nullptr, store, false});
   }
 
   /// An accumulating scatter is a kernel of its own with one Scalar-step member over the
   /// source's space. The buffer's readers after it read memory: it is recorded as the
   /// buffer's producer, and no computation joins its kernel.
   void startScatterKernel(const Computation &c) {
-    Kernel k = newKernel(c);
     std::unordered_map<SymExpr, SymExpr> map;
-    for (size_t i = 0; i < c.vars.size(); ++i)
-      map[c.vars[i]] = k.outerVars[i];
+    Kernel k = soloKernel(c, map);
     SymExpr point = sym_.constant(0); // the source point, row-major (no element of c.out)
     for (SymExpr v : k.outerVars)
       point = sym_.add(sym_.mul(point, v->extent()), v);
-    k.steps.push_back(Step{StepKind::Scalar,
-                           {Member{&c, loop::substituteIndices(p_, c.value, map), point, true}},
-                           {}});
     k.scatter = &c;
     k.scatterAt = loop::substituteIndices(p_, c.scatterAt, map);
+    pushSolo(std::move(k), Member{&c, loop::substituteIndices(p_, c.value, map), point, true});
+  }
+
+  /// A kernel over c's space, for c alone; `map` takes c's variables to the kernel's.
+  Kernel soloKernel(const Computation &c, std::unordered_map<SymExpr, SymExpr> &map) {
+    Kernel k = newKernel(c);
+    for (size_t i = 0; i < c.vars.size(); ++i)
+      map[c.vars[i]] = k.outerVars[i];
+    return k;
+  }
+
+  /// Appends kernel k with `m` as its one Scalar-step member, the producer of m's buffer.
+  void pushSolo(Kernel k, Member m) {
+    const Buffer *out = m.comp->out;
+    SymExpr store = m.storeIndex;
+    k.steps.push_back(Step{StepKind::Scalar, {std::move(m)}, {}});
     s_.kernels.push_back(std::move(k));
     Where w;
     w.kernel = static_cast<int>(s_.kernels.size()) - 1;
     w.step = 0;
-    w.storeIndex = point;
-    where_[c.out] = w;
+    w.storeIndex = store;
+    where_[out] = w;
   }
 
   /// Maps c's variables onto kernel variables, or returns false if its space does not fit.

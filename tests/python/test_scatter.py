@@ -323,11 +323,17 @@ def test_sums_beyond_the_pair_cap_check_their_indices():
                 torch.cuda.synchronize()
 
 
-def test_training_a_large_embedding_compiles_its_backward():
+@pytest.mark.parametrize("tied", [False, True])
+def test_training_a_large_embedding_compiles_its_backward(tied):
     """An embedding's backward (an accumulating index_put into a vocabulary x dim table far
-    beyond the pair cap) compiles with nothing left to eager, and its gradients match."""
+    beyond the pair cap) compiles with nothing left to eager, and its gradients match. Tied to
+    the output layer's weight, the lookups' scatter adds into that layer's weight gradient
+    (fold-scatter-add)."""
     torch.manual_seed(2)
-    emb, head = torch.nn.Embedding(8000, 64), torch.nn.Linear(64, 10)
+    emb = torch.nn.Embedding(8000, 64)
+    head = torch.nn.Linear(64, 8000 if tied else 10)
+    if tied:
+        head.weight = emb.weight
     ids = torch.randint(0, 8000, (4, 96))
     ids[:, :8] = 3  # repeated tokens
 
@@ -336,7 +342,8 @@ def test_training_a_large_embedding_compiles_its_backward():
         head.zero_grad(set_to_none=True)
         loss = model_fn(ids)
         loss.backward()
-        return [loss.detach(), emb.weight.grad.clone(), head.weight.grad.clone()]
+        return [loss.detach(), emb.weight.grad.clone(), head.weight.grad.clone(),
+                head.bias.grad.clone()]
 
     fn = lambda i: head(torch.tanh(emb(i))).square().mean()
     torch._dynamo.reset()

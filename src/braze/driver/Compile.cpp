@@ -113,7 +113,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
   runPasses(g, {"fuse-attention"});
   decompose(g, decomposeFor(opts));
-  runPasses(g, {"fold-matmul-reshapes", "fold-constants", "cse", "dce"});
+  runPasses(g, {"fold-matmul-reshapes", "fold-scatter-add", "fold-constants", "cse", "dce"});
 }
 
 struct Lowered {

@@ -325,7 +325,13 @@ std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
         std::any_of(rs.begin(), rs.end(), [&](size_t r) { return r != rs.front(); }))
       continue;
     loop::Computation &d = *comps[rs.front()];
-    if (copiedBuffer(p, d) != g.out || writers[d.out].size() != 1)
+    // d must be its buffer's only writer but for accumulating scatters after it, which add
+    // into whatever d (now the product) wrote.
+    const std::vector<size_t> &ws = writers[d.out];
+    if (copiedBuffer(p, d) != g.out ||
+        std::any_of(ws.begin(), ws.end(), [&](size_t w) {
+          return w != rs.front() && (!comps[w]->scatterAt || w < rs.front());
+        }))
       continue;
     loop::Buffer *c = g.out;
     g.out = d.out;

@@ -1,0 +1,59 @@
+/// fold-scatter-add: a sum of a value and a zero tensor that a scatter added into is a scatter
+/// that adds into the value:
+///   add(x, scatter(full(0), target, src) {mode="sum", include_self=true})
+///     ->  scatter(x, target, src) {mode="sum", include_self=true}
+/// with x of the scatter's shape and dtype, and the scatter read by that addition alone. An
+/// embedding's backward in a model whose embedding is tied to its output layer is that
+/// addition (the layer's weight gradient plus the lookups' scatter): folded, the zeros are never
+/// stored and the scatter adds into the weight gradient in place, one table-sized buffer instead
+/// of three. The sum is reassociated: x + (v1 + v2 + ..) becomes (x + v1) + v2 + ...
+#include "braze/passes/PassManager.h"
+
+#include "braze/ir/graph/Builder.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace braze {
+
+namespace {
+
+bool zeroFull(const Node *n) {
+  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0.0;
+}
+
+/// The scatter that adds into zeros, when `s` is one read only by its addition.
+bool addsIntoZeros(const Node *s, int readers) {
+  return s->op() == OpKind::Scatter && readers == 1 && zeroFull(s->operand(0)) &&
+         s->attrs().getString("mode") == "sum" && s->attrs().getBool("include_self") &&
+         !s->attrs().has("max_hits");
+}
+
+} // namespace
+
+void foldScatterAdd(Graph &g) {
+  std::vector<Node *> adds;
+  for (const auto &n : g.nodes())
+    if (n->op() == OpKind::Add)
+      adds.push_back(n.get());
+  std::unordered_map<const Node *, int> readers = countReaders(g);
+  GraphBuilder b(g);
+  bool changed = false;
+  for (Node *n : adds)
+    for (int side = 0; side < 2; ++side) {
+      Node *s = n->operand(side), *x = n->operand(1 - side);
+      if (!addsIntoZeros(s, readers[s]) || x->shape() != s->shape() ||
+          x->dtype() != s->dtype() || n->dtype() != s->dtype() || n->shape() != s->shape())
+        continue;
+      b.setName(n->name());
+      g.replaceAllUses(n, b.scatter(x, s->operand(1), s->operand(2), "sum", true));
+      changed = true;
+      break;
+    }
+  if (changed) {
+    sortTopologically(g);
+    g.removeDeadNodes();
+  }
+}
+
+} // namespace braze

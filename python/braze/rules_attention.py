@@ -4,8 +4,9 @@ itself) become one braze attention op. In training, a fused op's log-sum-exp bec
 attention_lse op and its backward one attention_grad op per gradient: on the CPU (fused
 kernels), and on CUDA when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
 MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
-faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced as PyTorch's math path instead
-(trace_as_math_for_training), so that the dropout and the backward compile too."""
+faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced
+as PyTorch's math path instead (trace_as_math_for_training), so that the dropout and the
+backward compile too."""
 import math
 import operator
 
@@ -107,9 +108,8 @@ def _check_unfused_training(q, k):
         return
     if not COMPILE_CUDA_TRAINING_ATTENTION:
         raise Unsupported("attention training on CUDA (COMPILE_CUDA_TRAINING_ATTENTION is off)")
-    try:
-        scores = math.prod(int(d) for d in qv.shape[:-1]) * int(kv.shape[-2])
-    except (TypeError, RuntimeError):
+    scores = _score_count(qv, kv)
+    if scores is None:
         raise Unsupported("attention training with symbolic sizes on CUDA")
     if scores > MATH_TRAINING_MAX_SCORES:
         raise Unsupported(f"attention training on CUDA with {scores} scores per call (over "
@@ -259,6 +259,12 @@ def _scores(node):
     q, k = (a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in args)
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         return None
+    return _score_count(q, k)
+
+
+def _score_count(q, k):
+    """How many scores attention of query `q` over keys `k` computes: batch x heads x Sq x Sk;
+    None when a size is symbolic."""
     try:
         return math.prod(int(d) for d in q.shape[:-1]) * int(k.shape[-2])
     except (TypeError, RuntimeError):

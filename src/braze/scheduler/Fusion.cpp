@@ -66,7 +66,7 @@ public:
       return;
     }
     std::optional<GemmCall> gemm = matchGemm(p_, c);
-    if (!gemm && fuse && !s_.kernels.empty() && !standsAlone(s_.kernels.back()) &&
+    if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
     startKernel(c);
@@ -95,11 +95,6 @@ public:
 private:
   SymExpr freshVar(const char *prefix, size_t i, SymExpr extent) {
     return sym_.indexSymbol(prefix + std::to_string(i), extent);
-  }
-
-  /// A matrix product, a convolution or an attention keeps a kernel to itself.
-  static bool standsAlone(const Kernel &k) {
-    return k.gemm || k.conv || k.attention || k.scatter;
   }
 
   /// An empty kernel over c's space: outer variables for its vars, inner ones for its rvars.
@@ -510,7 +505,7 @@ void storeOrder(Kernel &k) {
 void flattenLoops(Schedule &s) {
   sym::SymContext &sy = s.program->sym();
   for (Kernel &k : s.kernels) {
-    if (k.gemm || k.conv || k.attention || k.scatter)
+    if (k.standsAlone())
       continue;
     storeOrder(k);
     std::vector<SymExpr> &vars = k.innerVars.empty() ? k.outerVars : k.innerVars;

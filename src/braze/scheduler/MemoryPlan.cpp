@@ -72,7 +72,7 @@ int64_t placeBySize(const std::vector<Interval> &xs,
 /// same size and a layout `d` spans at least. Each point then reads d[i] before it writes n[i],
 /// and no other point touches either.
 bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
-  if (k.gemm || k.conv || k.attention || k.scatter || k.steps.size() != 1 ||
+  if (k.standsAlone() || k.steps.size() != 1 ||
       k.steps[0].kind != StepKind::Scalar || !k.steps[0].stashes.empty() ||
       dtypeSize(d->dtype) != dtypeSize(n->dtype) || d->strides != n->strides ||
       d->shape != n->shape)

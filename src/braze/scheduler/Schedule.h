@@ -67,6 +67,10 @@ struct Kernel {
   /// in order on the CPU.
   const loop::Computation *scatter = nullptr;
   const loop::Expr *scatterAt = nullptr;
+
+  /// A matrix product, a convolution, an attention or a scatter: one computation, which
+  /// codegen writes in a form of its own; no other computation joins it.
+  bool standsAlone() const { return gemm || conv || attention || scatter; }
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

@@ -492,7 +492,7 @@ private:
   static constexpr int kLanes = 16;
 
   std::optional<size_t> laneVar(const Kernel &k) {
-    if (k.innerVars.empty() || k.gemm || k.conv || k.attention)
+    if (k.innerVars.empty() || k.standsAlone())
       return std::nullopt;
     sym::SymExpr y = k.innerVars.back();
     bool innerContiguous = false;

@@ -330,6 +330,16 @@ public:
   /// f32, f64, i32 or i64 that includes self. Such a scatter has no pairs limit; above it, it
   /// runs as an accumulating scatter (atomic adds on CUDA) instead of the pairs' reductions.
   static bool scatterAddsInPlace(DType t, const std::string &mode, bool includeSelf);
+  /// Whether numel(self) x `sources` element pairs exceed kMaxScatterPairs.
+  static bool exceedsScatterPairs(int64_t self, int64_t sources) {
+    return sources != 0 && self > kMaxScatterPairs / sources;
+  }
+  /// Whether such a scatter runs as an accumulating scatter: it adds in place and has more
+  /// pairs than the reductions take. decompose keeps it whole and to_loops lowers it.
+  static bool scatterAccumulates(DType t, const std::string &mode, bool includeSelf,
+                                 int64_t self, int64_t sources) {
+    return scatterAddsInPlace(t, mode, includeSelf) && exceedsScatterPairs(self, sources);
+  }
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's
   /// (but at dim) and in src's. Indices outside the dim, negative ones included, are a run-time

@@ -35,7 +35,7 @@ int64_t product(const std::vector<int64_t> &v) {
 
 /// Why numel(self) x `sources` element pairs are too many for a scatter ("" if they are not).
 std::string pairsError(int64_t self, int64_t sources) {
-  if (sources != 0 && self > GraphBuilder::kMaxScatterPairs / sources)
+  if (GraphBuilder::exceedsScatterPairs(self, sources))
     return std::to_string(self) + " x " + std::to_string(sources) +
            " element pairs exceed the scatter limit of " +
            std::to_string(GraphBuilder::kMaxScatterPairs);

@@ -36,6 +36,7 @@
 /// - `#` starts a comment that runs to the end of the line.
 #include "braze/ir/loop/LoopIR.h"
 
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -49,5 +50,7 @@ std::unique_ptr<LoopProgram> parseProgram(std::string_view text);
 /// The Exprs reachable from `root`, each once, operands (and indirect bindings, then the load
 /// itself) before their users: the printer's statement order.
 std::vector<const Expr *> exprPostOrder(const Expr *root);
+/// The same over several roots in turn (a scatter's value, then its position): each Expr once.
+std::vector<const Expr *> exprPostOrder(std::initializer_list<const Expr *> roots);
 
 } // namespace braze::loop

@@ -45,7 +45,9 @@ std::string bindingText(const IndirectBinding &b, const std::string &value) {
 
 } // namespace
 
-std::vector<const Expr *> exprPostOrder(const Expr *root) {
+std::vector<const Expr *> exprPostOrder(const Expr *root) { return exprPostOrder({root}); }
+
+std::vector<const Expr *> exprPostOrder(std::initializer_list<const Expr *> roots) {
   std::vector<const Expr *> order;
   std::unordered_set<const Expr *> seen;
   std::function<void(const Expr *)> visit = [&](const Expr *e) {
@@ -57,7 +59,8 @@ std::vector<const Expr *> exprPostOrder(const Expr *root) {
       visit(o);
     order.push_back(e);
   };
-  visit(root);
+  for (const Expr *root : roots)
+    visit(root);
   return order;
 }
 
@@ -98,12 +101,7 @@ void printBody(const Expr *value, const Expr *scatterAt, std::string &s) {
     auto it = names.find(e);
     return it == names.end() ? std::string("%<null>") : it->second;
   };
-  std::vector<const Expr *> order = exprPostOrder(value);
-  std::unordered_set<const Expr *> inValue(order.begin(), order.end());
-  for (const Expr *e : exprPostOrder(scatterAt))
-    if (!inValue.count(e))
-      order.push_back(e);
-  for (const Expr *e : order) {
+  for (const Expr *e : exprPostOrder({value, scatterAt})) {
     std::string name = std::string("%").append(std::to_string(names.size()));
     s += "  " + name + " = ";
     switch (e->kind()) {

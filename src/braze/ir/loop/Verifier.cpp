@@ -207,10 +207,7 @@ private:
       return failHere("iteration space " + symsText(c.extents()) +
                       " does not cover buffer shape " + symsText(c.out->shape));
 
-    std::vector<const Expr *> order = exprPostOrder(c.value);
-    for (const Expr *e : exprPostOrder(c.scatterAt))
-      if (std::find(order.begin(), order.end(), e) == order.end())
-        order.push_back(e);
+    std::vector<const Expr *> order = exprPostOrder({c.value, c.scatterAt});
     for (size_t i = 0; i < order.size(); ++i)
       if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;

@@ -60,19 +60,17 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
   return true;
 }
 
-/// Whether a scatter adds in place (GraphBuilder::scatterAddsInPlace) and has more element
-/// pairs than its reductions may take: to_loops lowers it as an accumulating scatter.
+/// Whether `n` is a scatter that runs as an accumulating scatter (GraphBuilder::scatterAccumulates).
 bool accumulatingScatter(const Node *n) {
-  if (n->op() != OpKind::Scatter ||
-      !GraphBuilder::scatterAddsInPlace(n->dtype(), n->attrs().getString("mode"),
-                                        n->attrs().getBool("include_self")))
+  if (n->op() != OpKind::Scatter)
     return false;
   int64_t self = 1, src = 1;
   for (SymExpr d : n->operand(0)->shape())
     self *= d->value();
   for (SymExpr d : n->operand(2)->shape())
     src *= d->value();
-  return src > 0 && self > GraphBuilder::kMaxScatterPairs / src;
+  return GraphBuilder::scatterAccumulates(n->dtype(), n->attrs().getString("mode"),
+                                          n->attrs().getBool("include_self"), self, src);
 }
 
 /// Whether decompose leaves `n` whole under `opts` (a convolution a library takes, an

@@ -74,6 +74,29 @@ Node *stridedPositions(GraphBuilder &b, const std::vector<SymExpr> &shape, const
   return pos;
 }
 
+/// `index` flattened to i64 with its negatives moved out of range (the scatters reject them, as
+/// eager does), through a take from iota(size), which rejects every entry outside [0, size) at
+/// run time: the checked index, [numel(index)].
+Node *checkedIndex(GraphBuilder &b, Node *index, SymExpr size) {
+  Node *idx = b.convert(b.reshape(index, {b.dim(numel(index))}), DType::Int64);
+  idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
+                b.scalar(static_cast<double>(size->value()), DType::Int64), idx);
+  return b.take(b.iota(DType::Int64, {size}, 0), 0, idx);
+}
+
+/// The row-major strides of a constant shape, in elements.
+std::vector<int64_t> rowMajorStrides(const std::vector<SymExpr> &shape) {
+  std::vector<int64_t> stride(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    stride[d - 1] = stride[d] * shape[d]->value();
+  return stride;
+}
+
+/// x * k for an i64 x (x itself when k is 1).
+Node *scaled(GraphBuilder &b, Node *x, int64_t k) {
+  return k == 1 ? x : b.mul(x, b.scalar(static_cast<double>(k), DType::Int64));
+}
+
 /// Eager rounds a half-precision sum, product or mean after each value in source order; the
 /// scatter follows it for up to `k` values per element (the builder checked k).
 int64_t orderedHits(const Node *n, const std::string &mode, int64_t k) {
@@ -105,35 +128,23 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
     // coordinate along dim with its line's index, in one pass at any size and with no
     // positions in memory. The index goes through a take from iota(size) (negatives moved out
     // of range, as eager rejects them), which checks it against the dim's size.
-    SymExpr size = self->shape()[dim];
-    Node *idx = b.convert(b.reshape(index, {b.dim(k)}), DType::Int64);
-    idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
-                  b.scalar(static_cast<double>(size->value()), DType::Int64), idx);
-    Node *checked = b.reshape(b.take(b.iota(DType::Int64, {size}, 0), 0, idx), index->shape());
+    Node *checked = b.reshape(checkedIndex(b, index, self->shape()[dim]), index->shape());
     Node *hit = b.binary(OpKind::Eq, b.iota(DType::Int64, self->shape(), dim),
                          b.expand(checked, self->shape()));
     return b.where(hit, b.expand(src, self->shape()), self);
   }
   bool includeSelf = a.getBool("include_self");
-  if (GraphBuilder::scatterAddsInPlace(self->dtype(), mode, includeSelf) &&
-      numel(self) > GraphBuilder::kMaxScatterPairs / k) {
+  if (GraphBuilder::scatterAccumulates(self->dtype(), mode, includeSelf, numel(self), k)) {
     // Too many pairs for the reductions: an accumulating scatter, its positions computed
-    // (the index checked by a take from iota(size), negatives moved out of range as eager
-    // rejects them) rather than gathered from self's positions in memory.
+    // (the index checked against the dim) rather than gathered from self's positions in
+    // memory.
     const std::vector<SymExpr> &is = index->shape();
-    std::vector<int64_t> stride(self->rank(), 1);
-    for (int64_t d = self->rank() - 1; d > 0; --d)
-      stride[d - 1] = stride[d] * self->shape()[d]->value();
-    SymExpr size = self->shape()[dim];
-    Node *idx = b.convert(b.reshape(index, {b.dim(k)}), DType::Int64);
-    idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
-                  b.scalar(static_cast<double>(size->value()), DType::Int64), idx);
-    Node *target = b.reshape(b.take(b.iota(DType::Int64, {size}, 0), 0, idx), is);
-    target = b.mul(target, b.scalar(static_cast<double>(stride[dim]), DType::Int64));
+    std::vector<int64_t> stride = rowMajorStrides(self->shape());
+    Node *target = scaled(b, b.reshape(checkedIndex(b, index, self->shape()[dim]), is),
+                          stride[dim]);
     for (int64_t d = 0; d < self->rank(); ++d)
       if (d != dim)
-        target = b.add(target, b.mul(b.iota(DType::Int64, is, d),
-                                     b.scalar(static_cast<double>(stride[d]), DType::Int64)));
+        target = b.add(target, scaled(b, b.iota(DType::Int64, is, d), stride[d]));
     return b.scatter(self, target, src, mode, includeSelf);
   }
   Node *target = b.gather(positions(b, self->shape()), dim, index);
@@ -192,12 +203,9 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   DType t = out == DType::Bool ? DType::Int64 : out;
   Node *selfFlat = b.convert(b.reshape(self, {nDim}), t);
   Node *srcFlat = b.convert(b.reshape(src, {mDim}), t);
-  Node *tgt = b.convert(b.reshape(target, {mDim}), DType::Int64);
   // Bounds check: a negative target becomes N, and take rejects every entry outside [0, N).
+  Node *tgt = checkedIndex(b, target, nDim);
   Node *zero64 = b.scalar(0, DType::Int64);
-  Node *outside = b.where(b.binary(OpKind::Lt, tgt, zero64),
-                          b.scalar(static_cast<double>(numelOut), DType::Int64), tgt);
-  tgt = b.take(b.iota(DType::Int64, {nDim}, 0), 0, outside);
 
   std::vector<SymExpr> pairs{nDim, mDim};
   Node *hit = b.binary(OpKind::Eq, b.expand(b.reshape(tgt, {b.dim(1), mDim}), pairs),
@@ -277,29 +285,25 @@ namespace {
 /// take would), times its dim's row-major stride, plus the positions of the other dims.
 Node *takenPositions(GraphBuilder &b, Node *self, int64_t first, const std::vector<Node *> &indices) {
   const std::vector<SymExpr> &xs = self->shape();
-  std::vector<int64_t> stride(xs.size(), 1);
-  for (size_t d = xs.size(); d-- > 1;)
-    stride[d - 1] = stride[d] * xs[d]->value();
+  std::vector<int64_t> stride = rowMajorStrides(xs);
   std::vector<SymExpr> shape(xs.begin(), xs.begin() + first);
   const std::vector<SymExpr> &is = indices[0]->shape();
   shape.insert(shape.end(), is.begin(), is.end());
   size_t rest = first + indices.size();
   shape.insert(shape.end(), xs.begin() + rest, xs.end());
   Node *pos = b.full(0, DType::Int64, shape);
-  auto times = [&](Node *x, int64_t k) {
-    return k == 1 ? x : b.mul(x, b.scalar(static_cast<double>(k), DType::Int64));
-  };
   for (int64_t d = 0; d < first; ++d)
-    pos = b.add(pos, times(b.iota(DType::Int64, shape, d), stride[d]));
+    pos = b.add(pos, scaled(b, b.iota(DType::Int64, shape, d), stride[d]));
   for (size_t d = rest; d < xs.size(); ++d)
-    pos = b.add(pos, times(b.iota(DType::Int64, shape, d - rest + first + is.size()), stride[d]));
+    pos = b.add(pos, scaled(b, b.iota(DType::Int64, shape, d - rest + first + is.size()),
+                            stride[d]));
   std::vector<SymExpr> lined(static_cast<size_t>(first), b.dim(1));
   lined.insert(lined.end(), is.begin(), is.end());
   lined.resize(shape.size(), b.dim(1));
   for (size_t m = 0; m < indices.size(); ++m) {
     Node *checked = b.take(b.iota(DType::Int64, {xs[first + m]}, 0), 0,
                            b.convert(indices[m], DType::Int64));
-    pos = b.add(pos, times(b.expand(b.reshape(checked, lined), shape), stride[first + m]));
+    pos = b.add(pos, scaled(b, b.expand(b.reshape(checked, lined), shape), stride[first + m]));
   }
   return pos;
 }
@@ -318,9 +322,8 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   for (int64_t d = 0; d < self->rank(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end())
       taken *= self->shape()[d]->value();
-  if (accumulate && consecutive && oneShape && taken > 0 &&
-      GraphBuilder::scatterAddsInPlace(self->dtype(), "sum", true) &&
-      numel(self) > GraphBuilder::kMaxScatterPairs / taken) {
+  if (accumulate && consecutive && oneShape &&
+      GraphBuilder::scatterAccumulates(self->dtype(), "sum", true, numel(self), taken)) {
     // Too many pairs for the reductions: an accumulating scatter, whose positions are
     // computed rather than taken from self's positions in memory.
     Node *target = takenPositions(b, self, dims.front(), indices);

@@ -681,10 +681,6 @@ private:
     return bufferValue(out);
   }
 
-  /// A convolution the decomposer kept (a library takes it): one sum reduction in the direct
-  /// form ConvSpec describes, over the input and weight in memory, with the spec attached.
-  /// Window positions in the padding read the clamped edge and are zeroed by a `where`. The
-  /// bias, if any, is a pointwise add after it that fuses into the consumer.
   /// A scatter decompose kept whole adds in place (GraphBuilder::scatterAddsInPlace): self is
   /// copied into a row-major buffer, then one computation over src's space adds each source
   /// value at its flat position (loop::Computation::scatterAt), which codegen checks.
@@ -704,6 +700,10 @@ private:
     return out;
   }
 
+  /// A convolution the decomposer kept (a library takes it): one sum reduction in the direct
+  /// form ConvSpec describes, over the input and weight in memory, with the spec attached.
+  /// Window positions in the padding read the clamped edge and are zeroed by a `where`. The
+  /// bias, if any, is a pointwise add after it that fuses into the consumer.
   Value lowerConvolution(Node *n) {
     const AttrMap &a = n->attrs();
     loop::ConvSpec spec;

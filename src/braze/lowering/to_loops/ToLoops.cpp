@@ -259,6 +259,11 @@ private:
     bool shared = users_[n] > 1 && v.cost > opts_.inlineCostLimit;
     if (!shared && v.cost <= opts_.maxInlineOps)
       return v;
+    return storeIntermediate(n, v);
+  }
+
+  /// n's value v stored once: [N, H, W, C] in channels-last mode, else intermediateStrides.
+  Value storeIntermediate(Node *n, const Value &v) {
     if (opts_.channelsLast && n->rank() == 4)
       return nhwcValue(realizeNhwc(n, v));
     return realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
@@ -419,9 +424,15 @@ private:
     const Value &x = values_.at(xn);
     const IntList &dims = n->attrs().getInts("dims");
     bool keepdim = n->attrs().getBool("keepdim");
-    Buffer *b = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate);
+    // In channels-last mode a 4-d result (a max pool's) is stored [N, H, W, C], so that its
+    // kernel runs along C, as its channels-last operand is laid out.
+    bool nhwc = opts_.channelsLast && n->rank() == 4;
+    Buffer *b = p_->addBuffer(n->name(), n->dtype(), nhwc ? toNhwc(n->shape()) : n->shape(),
+                              BufferKind::Intermediate);
     Index outIdx, redIdx;
-    std::vector<SymExpr> vars = freshVars(n->shape(), "i", outIdx);
+    std::vector<SymExpr> vars = freshVars(b->shape, "i", outIdx);
+    if (nhwc)
+      outIdx = fromNhwc(outIdx);
     std::vector<SymExpr> redExtents;
     for (int64_t d : dims)
       redExtents.push_back(xn->shape()[d]);
@@ -448,6 +459,8 @@ private:
     if (rvars.empty() && (kind == ReduceKind::ArgMax || kind == ReduceKind::ArgMin))
       value = ex_.constant(0, DType::Int64);
     p_->addComputation(b, vars, rvars, rvars.empty() ? ReduceKind::None : kind, value);
+    if (nhwc)
+      return nhwcValue(nhwc_[n] = b);
     return bufferValue(b);
   }
 
@@ -501,7 +514,7 @@ private:
       // Overlapping windows read each element several times: a costly computed operand (the
       // batch norm and relu before a max pool) is stored once rather than recomputed per read.
       if (n->attrs().getInt("size") > step && x.cost > opts_.inlineCostLimit)
-        values_.at(xn) = realize(xn, x, BufferKind::Intermediate, -1, "", intermediateStrides(xn));
+        values_.at(xn) = storeIntermediate(xn, x);
       remap = [this, dim, step, dilation](const Index &idx) {
         Index in(idx.begin(), idx.end() - 1);
         in[dim] = s_.add(s_.mul(idx[dim], step), s_.mul(idx.back(), dilation));

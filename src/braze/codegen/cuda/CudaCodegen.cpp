@@ -44,6 +44,7 @@ namespace {
 constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
+constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 
 int64_t nextPow2(int64_t v) {
@@ -605,6 +606,18 @@ private:
     return out;
   }
 
+  /// Whether every operand the members read in memory is contiguous along the last row
+  /// variable, so that neighbouring rows read neighbouring elements.
+  bool rowsAdjacent(const std::vector<const Member *> &members,
+                    const std::vector<SymExpr> &rowVars, const std::set<const Buffer *> &writes) {
+    if (rowVars.empty())
+      return false;
+    std::vector<const loop::Expr *> loads = plainLoads(members, writes);
+    return !loads.empty() && std::all_of(loads.begin(), loads.end(), [&](const loop::Expr *l) {
+      return contiguousIn(l->index(), rowVars.back());
+    });
+  }
+
   KernelPlan planKernel(const Kernel &k) {
     KernelPlan p;
     std::set<const Buffer *> writes = written(k);
@@ -625,9 +638,15 @@ private:
         e.push_back(v->extent());
       return e;
     }());
-    // Threads per row: about four vectors per thread, within a block's limit.
+    // Threads per row: about four vectors per thread, within a block's limit. A short row of
+    // elements apart in memory whose neighbouring rows are neighbours (a max pool's window
+    // over channels-last values) is one thread's: a warp then reads 32 adjacent rows at each
+    // step, where threads sharing a row would each read a few scattered elements.
     int64_t perThread = 4 * p.vec;
     int64_t guess = length->isConst() ? (length->value() + perThread - 1) / perThread : 1024;
+    if (p.vec == 1 && length->isConst() && length->value() <= kShortRow &&
+        rowsAdjacent(all, k.outerVars, writes))
+      guess = 1;
     p.threads = static_cast<int>(std::clamp<int64_t>(nextPow2(guess), 1, s_.target.maxThreadsPerBlock));
     p.block = std::max(p.threads, kRowBlock);
     if (!length->isConst())

@@ -611,7 +611,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         fused = _compile_partitioned(gm, unsupported, opts, device)
         graphs = [m.fn for m in fused.modules()
                   if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]
-        return make_boxed_func(replayed(fused.forward, graphs))
+        return make_boxed_func(replayed(_checked_once(fused.forward, graphs), graphs))
     except (Unsupported, _C.CompileError, _C.RunError) as e:  # RunError: a library won't load
         if _strict(opts):
             raise
@@ -624,6 +624,26 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
+
+
+def _checked_once(forward, graphs):
+    """forward, a partitioned graph's call, with the bad-index checks of its partitions made
+    once, after the last one: each would otherwise wait for its kernels in the middle of the
+    graph, and the GPU would idle while the host launches what follows. A bad index still
+    raises from the call that had it, before any result reaches the caller."""
+    checking = [g.run for g in graphs if getattr(g.run, "checks", False)]
+    if not checking:
+        return forward
+    for run in checking:
+        run.deferred = True
+
+    def call(*args):
+        out = forward(*args)
+        if not torch.cuda.is_current_stream_capturing():  # under capture, the replays check
+            for run in checking:
+                run.check()
+        return out
+    return call
 
 
 def _count_fallback_op(node):

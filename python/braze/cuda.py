@@ -132,6 +132,9 @@ class CudaGraph:
         # Kernels that bounds-check indices report through a flag; such graphs wait for their
         # kernels so that a bad index raises from the call that had it (never a silent answer).
         self.checks = compiled.checks_indices
+        # Set by a partitioned graph whose other partitions follow this one: it checks once
+        # after its last partition (check()), so the stream is not drained between them.
+        self.deferred = False
         self.shapes = [s for s, _ in input_specs]
         self.strides = [st for _, st in input_specs]
         self.static = not any(isinstance(d, torch.SymInt) for s in self.shapes for d in s)
@@ -159,7 +162,7 @@ class CudaGraph:
         stream = torch._C._cuda_getCurrentRawStream(self.index)
         self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],
                                arena.data_ptr() if arena is not None else 0, syms, stream)
-        if self.checks and not torch.cuda.is_current_stream_capturing():
+        if self.checks and not self.deferred and not torch.cuda.is_current_stream_capturing():
             # A bad index is an error of this call; under capture, the replays check it.
             self.compiled.synchronize(stream)
         return outs

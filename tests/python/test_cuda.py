@@ -158,6 +158,38 @@ def test_out_of_bounds_index_is_an_error_of_that_call():
     torch.testing.assert_close(f(x, torch.tensor([3], device="cuda")), x[[3]] * 2)
 
 
+@torch.library.custom_op("braze_test::eager_halve", mutates_args=())
+def eager_halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+@eager_halve.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@needs_gpu
+def test_partitions_check_indices_once_after_the_last():
+    """A graph cut by an eager op: its partitions that check indices do not wait for their
+    kernels one by one, in the middle of the graph, but once after the last partition; a bad
+    index still raises from the call that had it, and the next call is right."""
+    x, w = torch.randn(10, device="cuda"), torch.randn(6, device="cuda")
+
+    def fn(x, i, j):
+        y = eager_halve(x[i] * 2)
+        return torch.ops.braze_test.eager_halve(w[j] + y)
+
+    before = braze.counters()
+    f = torch.compile(fn, backend="braze", options={"cuda_graphs": False})
+    i, j = torch.tensor([1, 2], device="cuda"), torch.tensor([0, 5], device="cuda")
+    torch.testing.assert_close(f(x, i, j), fn(x, i, j))
+    assert braze.counters()["fallback_ops"] - before["fallback_ops"] == 2
+    for bad_i, bad_j in ((torch.tensor([1, 12]), j.cpu()), (i.cpu(), torch.tensor([0, 6]))):
+        with pytest.raises(braze.RunError, match="out of bounds"):
+            f(x, bad_i.cuda(), bad_j.cuda())
+    torch.testing.assert_close(f(x, j, i), fn(x, j, i))
+
+
 @needs_gpu
 def test_outputs_are_owned_by_pytorch():
     x = torch.randn(1000, 1000, device="cuda")

@@ -76,6 +76,31 @@ class Options:
     # decides (on unless "0"), and graphs of very few launches are left uncaptured; True: every
     # graph where it is safe.
     cuda_graphs: bool = None
+    # CUDA graphs whose kernels bounds-check indices (gather, indexing, scatter). "assert": a
+    # bad index stops the CUDA stream with a device-side assertion, as eager's own kernels do,
+    # and no call waits for its kernels (CUDA is then unusable in this process, as after
+    # eager's assertion). "sync": each call waits for its kernels and raises braze.RunError
+    # naming the bad index; CUDA stays usable. None: BRAZE_INDEX_CHECKS, else "assert".
+    index_checks: str = None
+
+    def __post_init__(self):
+        if self.index_checks is not None:
+            _index_checks_mode(self.index_checks, "Options(index_checks=...)")
+
+    def sync_index_checks(self):
+        """Whether CUDA calls wait for their index checks (index_checks, resolved)."""
+        mode = self.index_checks
+        if mode is None:
+            mode = _index_checks_mode(os.environ.get("BRAZE_INDEX_CHECKS", "assert"),
+                                      "BRAZE_INDEX_CHECKS")
+        return mode == "sync"
+
+
+def _index_checks_mode(mode, where):
+    if mode not in ("assert", "sync"):
+        raise ValueError(f"{where} is {mode!r}; expected 'assert' (a device-side assertion, "
+                         f"no waiting) or 'sync' (each call waits and raises braze.RunError)")
+    return mode
 
 
 def counters():
@@ -378,7 +403,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
-        run = cuda_support.CudaGraph(compiled, device, specs, dtypes)
+        run = cuda_support.CudaGraph(compiled, device, specs, dtypes, opts.sync_index_checks())
     with _state.lock:  # partitions compile on several threads
         _state.compile_times.update(compiled.times)
         _record_source(compiled.source)

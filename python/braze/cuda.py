@@ -122,16 +122,21 @@ class CudaGraph:
     """A compiled CUDA graph called with a flat list of device tensors. Static graphs keep their
     output layouts and arena size; a call whose inputs differ from the compiled shapes or
     strides goes through bind_shapes, which names what does not match. Graphs whose kernels
-    check indices (gather, indexing, scatter) wait for them and raise a bad index at once."""
+    check indices (gather, indexing, scatter) either wait for them and raise a bad index at
+    once (sync_checks) or end each call with a device-side assertion on one."""
 
-    def __init__(self, compiled, device, input_specs, output_dtypes):
+    def __init__(self, compiled, device, input_specs, output_dtypes, sync_checks=True):
         self.compiled = compiled
         self.device = device
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.output_dtypes = output_dtypes
-        # Kernels that bounds-check indices report through a flag; such graphs wait for their
-        # kernels so that a bad index raises from the call that had it (never a silent answer).
-        self.checks = compiled.checks_indices
+        # Kernels that bounds-check indices report through a flag. With sync_checks such graphs
+        # wait for their kernels so that a bad index raises from the call that had it; without,
+        # the module ends each call with a device-side assertion on a bad index (never a
+        # silent answer either way).
+        self.checks = compiled.checks_indices and sync_checks
+        if compiled.checks_indices and not sync_checks:
+            compiled.set_assert_indices(True)
         # Set by a partitioned graph whose other partitions follow this one: it checks once
         # after its last partition (check()), so the stream is not drained between them.
         self.deferred = False

@@ -6,6 +6,10 @@ import torch
 
 # Each test session compiles into its own cache so results never depend on earlier runs.
 os.environ.setdefault("BRAZE_CACHE_DIR", tempfile.mkdtemp(prefix="braze-test-cache-"))
+# Bad indices raise braze.RunError from the call on CUDA too, and CUDA stays usable for the
+# tests after: the default device-side assertion would end CUDA in this process (test_cuda.py
+# checks that mode in a child process).
+os.environ.setdefault("BRAZE_INDEX_CHECKS", "sync")
 torch.set_num_threads(2)
 
 

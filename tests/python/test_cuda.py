@@ -90,6 +90,25 @@ def test_generated_cuda_compiles_with_dynamic_sizes():
 
 
 @needs_nvrtc
+def test_graphs_that_check_indices_end_with_the_index_guard():
+    """A graph whose kernels bounds-check an index has one more kernel, launched last when the
+    runtime asks (index_checks="assert"): it asserts on the error flag. NVRTC compiles it; a
+    graph without indexing has none."""
+    def sources_of(fn, *args):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=lambda gm, ex: braze.braze_backend(
+            gm, ex, Options(cuda_codegen_only=True, strict=True)))
+        return "\n".join(braze.run_and_get_code(compiled, *args)[1])
+
+    src = sources_of(lambda x, i: x[i] * 2, torch.randn(10), torch.tensor([1, 2]))
+    assert 'extern "C" __global__ void braze_index_guard(const int* __restrict__ err)' in src
+    assert "__assertfail(" in src
+    assert "if (api->assertIndices) {" in src
+    plain = sources_of(lambda x: x.sin() * 2, torch.randn(10))
+    assert "void braze_index_guard(" not in plain and "if (api->assertIndices)" not in plain
+
+
+@needs_nvrtc
 @pytest.mark.parametrize("tf32", [False, True])
 def test_f32_products_follow_the_tf32_flag(tf32):
     """An f32 product may use TF32 exactly when torch.backends.cuda.matmul.allow_tf32 (or
@@ -156,6 +175,55 @@ def test_out_of_bounds_index_is_an_error_of_that_call():
     with pytest.raises(braze.RunError, match="out of bounds"):
         f(x, torch.tensor([1, 12], device="cuda"))
     torch.testing.assert_close(f(x, torch.tensor([3], device="cuda")), x[[3]] * 2)
+
+
+_ASSERTING_CHILD = """
+import sys, torch, braze
+x = torch.randn(10, device="cuda")
+f = torch.compile(lambda x, i: x[i] * 2, backend="braze",
+                  options={"index_checks": "assert", "cuda_graphs": False})
+assert torch.equal(f(x, torch.tensor([1, 2], device="cuda")), x[[1, 2]] * 2)
+print("good call ok", flush=True)
+y = f(x, torch.tensor([1, 12], device="cuda"))  # returns at once: nothing waits
+print("bad call returned", flush=True)
+try:
+    y.cpu()
+except Exception as e:
+    print("raised:", type(e).__name__, str(e).splitlines()[0], flush=True)
+    sys.exit(0)
+print("no error", flush=True)
+sys.exit(1)
+"""
+
+
+@needs_gpu
+def test_by_default_a_bad_index_stops_cuda_with_a_device_side_assertion():
+    """index_checks="assert" (the default outside this test session): a call with a bad index
+    returns without waiting for its kernels; the guard after them stops the stream with an
+    assertion that names the bad index, so the result is never read. In a child process: CUDA
+    is unusable after it, as after eager's own assertions."""
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    env.pop("BRAZE_INDEX_CHECKS", None)
+    r = subprocess.run([sys.executable, "-c", _ASSERTING_CHILD], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "good call ok" in r.stdout and "bad call returned" in r.stdout, r.stdout
+    assert "raised:" in r.stdout and "assert" in r.stdout.lower(), r.stdout
+    assert "braze: an index is out of bounds" in r.stderr, r.stderr[-2000:]
+
+
+def test_index_checks_option_is_validated(monkeypatch):
+    with pytest.raises(ValueError, match="index_checks.*'wait'.*'assert'.*'sync'"):
+        Options(index_checks="wait")
+    assert Options(index_checks="sync").sync_index_checks()
+    assert not Options(index_checks="assert").sync_index_checks()
+    monkeypatch.delenv("BRAZE_INDEX_CHECKS", raising=False)
+    assert not Options().sync_index_checks()
+    monkeypatch.setenv("BRAZE_INDEX_CHECKS", "later")
+    with pytest.raises(ValueError, match="BRAZE_INDEX_CHECKS is 'later'"):
+        Options().sync_index_checks()
 
 
 @torch.library.custom_op("braze_test::eager_halve", mutates_args=())

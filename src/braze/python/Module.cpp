@@ -614,7 +614,8 @@ NB_MODULE(_C, m) {
         nb::gil_scoped_release release;
         c.exe->synchronizeAndCheck(reinterpret_cast<void *>(stream));
       }, "stream"_a = 0)
-      .def_prop_ro("checks_indices", [](PyCompiled &c) { return c.exe->spec().checksIndices; });
+      .def_prop_ro("checks_indices", [](PyCompiled &c) { return c.exe->spec().checksIndices; })
+      .def("set_assert_indices", [](PyCompiled &c, bool on) { c.exe->setAssertIndices(on); });
 
   m.def("counters", []() {
     Counters &c = counters();

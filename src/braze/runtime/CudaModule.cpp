@@ -329,6 +329,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
   }
   s.api.ctx = &s;
   s.api.err = reinterpret_cast<int *>(errDev);
+  s.api.assertIndices = 0;
   s.api.launch = [](void *ctx, int kernel, int64_t blocks, int threads, void **args) -> int {
     State &st = *static_cast<State *>(ctx);
     if (blocks > 0x7fffffff) {
@@ -432,6 +433,11 @@ void CudaModule::run(CudaRunFn run, void *const *inputs, void *const *outputs, c
   int code = run(inputs, outputs, arena, syms, &s.api);
   if (code != 0)
     throw RunError(s.failure.empty() ? kernelErrorText(code) : s.failure);
+}
+
+void CudaModule::setAssertIndices(bool on) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->api.assertIndices = on ? 1 : 0;
 }
 
 void CudaModule::synchronizeAndCheck(void *stream) {

@@ -38,6 +38,9 @@ struct CudaApi {
   /// 0: done; 1: cuDNN declined it (the caller launches the loop kernel); 2: failed.
   int (*conv)(void *ctx, const CudaConvCall *c);
   int *err;
+  /// Launch the module's index guard (a device-side assertion on a bad index) after its
+  /// kernels, instead of leaving the error flag to synchronizeAndCheck.
+  int assertIndices;
 };
 
 /// The module's host entry point: braze_run with the callbacks.
@@ -64,6 +67,12 @@ public:
   /// Waits for `stream` and raises the error a kernel recorded, if any. Graphs whose kernels
   /// check indices call it after each run, so that a bad index is an error of that call.
   void synchronizeAndCheck(void *stream);
+
+  /// A module whose kernels check indices: with `on`, each run ends with a device-side
+  /// assertion when one of its kernels found an index out of bounds, so that no caller waits
+  /// for the kernels (the CUDA context is then unusable, as after eager's own assertions);
+  /// without, the flag waits for synchronizeAndCheck (the default).
+  void setAssertIndices(bool on);
 
 private:
   CudaModule() = default;

@@ -212,6 +212,11 @@ void Executable::synchronizeAndCheck(void *stream) {
     cuda_->synchronizeAndCheck(stream);
 }
 
+void Executable::setAssertIndices(bool on) {
+  if (cuda_)
+    cuda_->setAssertIndices(on);
+}
+
 void Executable::runBound(const std::vector<const void *> &inputs,
                           const std::vector<void *> &outputs, const std::vector<int64_t> &syms) {
   launch(inputs, outputs, boundSymbols(inputs.size(), outputs.size(), syms));

@@ -106,6 +106,8 @@ public:
   void runCuda(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
                void *arena, const std::vector<int64_t> &syms, void *stream);
   void synchronizeAndCheck(void *stream = nullptr);
+  /// CUDA modules: CudaModule::setAssertIndices.
+  void setAssertIndices(bool on);
 
 private:
   Executable() = default;

@@ -45,6 +45,14 @@ constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
+
+const char *kIndexGuardKernel = R"GUARD(
+extern "C" __global__ void braze_index_guard(const int* __restrict__ err) {
+  if (*(volatile const int*)err)
+    __assertfail("braze: an index is out of bounds (gather/indexing/scatter with an index "
+                 "outside the dim)", "braze", 0, "braze_index_guard", 1);
+}
+)GUARD";
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 
 int64_t nextPow2(int64_t v) {
@@ -129,6 +137,16 @@ public:
     out.device = cudaPrelude() + (special ? specialMathPrelude(true) : "") +
                  (attention ? cudaAttentionPrelude() : "") + kernels;
     out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
+    if (out.checksIndices) {
+      // Last, when the runtime asks for it (BrazeCudaApi::assertIndices): a bad index this call's
+      // kernels found stops the stream with a device-side assertion, as eager's kernels do,
+      // and nothing waits for the kernels.
+      out.device += kIndexGuardKernel;
+      calls.push_back("if (api->assertIndices) { void* args[] = {(void*)&api->err}; err = "
+                      "api->launch(api->ctx, " + std::to_string(out.kernels.size()) +
+                      ", 1, 1, args); }");
+      out.kernels.push_back("braze_index_guard");
+    }
     out.host = hostSource(s_, names_, calls);
     out.numKernels = static_cast<int>(s_.kernels.size());
     return out;

@@ -154,6 +154,7 @@ struct BrazeCudaApi {
   int (*gemm)(void* ctx, const BrazeGemm* g);
   int (*conv)(void* ctx, const BrazeConv* c); // 0 done, 1 declined (launch the loops), 2 failed
   int* err; // device-visible error flag of the kernels
+  int assertIndices; // launch braze_index_guard after the kernels that check indices
 };
 
 #define BRAZE_FN static inline

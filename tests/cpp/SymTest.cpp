@@ -462,6 +462,17 @@ TEST_F(SymTest, SplitIndexRecombines) {
   EXPECT_EQ(ctx.mod(ctx.mod(f, c(12)), c(4)), ctx.mod(f, c(4)));
   // Not rewritten: the partner's coefficient does not match.
   EXPECT_NE(ctx.add(ctx.mul(ctx.floordiv(s0, c(4)), c(3)), ctx.mod(s0, c(4))), s0);
+  // A dim split twice and merged back (heads into groups of 4, then 64-wide rows): the
+  // partner of (x // 64) % 4 is (x // 64) // 4 in its canonical form x // 256.
+  SymExpr x = i1;
+  SymExpr twice = ctx.add(ctx.add(ctx.mul(ctx.floordiv(x, c(256)), c(256)),
+                                  ctx.mul(ctx.mod(ctx.floordiv(x, c(64)), c(4)), c(64))),
+                          ctx.mod(x, c(64)));
+  EXPECT_EQ(twice, x);
+  EXPECT_EQ(ctx.add(ctx.mul(ctx.floordiv(f, c(12)), c(3)), ctx.mod(ctx.floordiv(f, c(4)), c(3))),
+            ctx.floordiv(f, c(4)));
+  EXPECT_NE(ctx.add(ctx.mul(ctx.floordiv(f, c(12)), c(2)), ctx.mod(ctx.floordiv(f, c(4)), c(3))),
+            ctx.floordiv(f, c(4)));
 }
 
 // ---- provers and evaluation ---------------------------------------------------------------

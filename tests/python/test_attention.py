@@ -109,6 +109,28 @@ def test_grouped_query_attention(device):
                                                           enable_gqa=True), q, k, v)
 
 
+def _repeat_kv(x, n):
+    b, g, s, d = x.shape
+    return x[:, :, None].expand(b, g, n, s, d).reshape(b, g * n, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_keys_repeated_per_query_head(device, dtype):
+    """A LLaMA-style block repeats 2 key/value heads for 8 query heads (repeat_kv) and reads
+    the result transposed back to rows: grouped-attention reads the keys and values once per
+    group, in place, and the rows are written where the projection reads them."""
+    torch.manual_seed(5)
+    q = torch.randn(2, 8, 24, 16, dtype=dtype)
+    k, v = torch.randn(2, 2, 24, 16, dtype=dtype), torch.randn(2, 2, 24, 16, dtype=dtype)
+    w = torch.randn(128, 32, dtype=dtype) / 8
+
+    def block(q, k, v, w):
+        o = F.scaled_dot_product_attention(q, _repeat_kv(k, 4), _repeat_kv(v, 4), is_causal=True)
+        return o.transpose(1, 2).reshape(2, 24, 128) @ w
+
+    _check(block, q, k, v, w, dtype=dtype)
+
+
 def test_explicit_scale_and_sequence_longer_than_keys(device):
     torch.manual_seed(4)
     q, k, v = torch.randn(1, 2, 70, 32), torch.randn(1, 2, 30, 32), torch.randn(1, 2, 30, 32)

@@ -218,14 +218,16 @@ SymExpr SymContext::add(SymExpr a, SymExpr b) {
     else
       addOne(x);
   }
-  // Rule: k*(x // d)*d + k*(x % d) -> k*x, which undoes the split of a flat index.
+  // Rule: k*(x // d)*d + k*(x % d) -> k*x, which undoes the split of a flat index. x // d is
+  // taken in its canonical form: ((y // a) // b)*b*k + ((y // a) % b)*k is (y // (a*b))*b*k
+  // + ((y // a) % b)*k (a heads dim split into groups and back), and folds to (y // a)*k.
   for (auto &[mono, k] : terms) {
     if (k == 0 || mono->kind() != SymKind::Mod)
       continue;
     SymExpr x = mono->lhs(), d = mono->rhs();
-    SymExpr div = makeRaw(SymKind::FloorDiv, {x, d});
-    if (applySymRules(*this, SymKind::FloorDiv, x, d) != div)
-      continue; // not a canonical floordiv node
+    SymExpr div = applySymRules(*this, SymKind::FloorDiv, x, d);
+    if (div->isConst())
+      continue;
     int64_t dc;
     std::vector<SymExpr> dfs;
     factorsOf(mul(div, d), dc, dfs);

@@ -5,6 +5,7 @@
 #include "braze/lowering/to_loops/ToLoops.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/loop/LoopText.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -13,6 +14,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 namespace braze {
@@ -57,6 +59,26 @@ ScalarOpKind scalarOpFor(OpKind op) {
   BRAZE_UNREACHABLE("not elementwise: " << opName(op));
 }
 
+/// A library function of many instructions per element (sin, exp, erf, pow, ...): the
+/// float-valued ops other than the few that are one instruction or a division.
+bool manyInstructions(ScalarOpKind op) {
+  switch (op) {
+  case ScalarOpKind::Sqrt:
+  case ScalarOpKind::Rsqrt:
+  case ScalarOpKind::Reciprocal:
+  case ScalarOpKind::Div:
+  case ScalarOpKind::CopySign:
+    return false;
+  default:
+    break;
+  }
+#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
+  if (op == ScalarOpKind::E)                                                   \
+    return std::string_view(#result) == "float" || op == ScalarOpKind::Pow;
+#include "braze/ir/types/ElementwiseOps.def"
+  return false;
+}
+
 ReduceKind reduceKindFor(OpKind op) {
   static const std::pair<OpKind, ReduceKind> kKinds[] = {
       {OpKind::Sum, ReduceKind::Sum}, {OpKind::Prod, ReduceKind::Prod},
@@ -68,6 +90,10 @@ ReduceKind reduceKindFor(OpKind op) {
       return r;
   BRAZE_UNREACHABLE("not a reduction: " << opName(op));
 }
+
+/// An operand read this many times per element through broadcasting is stored when it calls a
+/// library function (Lowerer::storeBroadcastLibraryCalls).
+constexpr int64_t kStoredBroadcast = 16;
 
 class Lowerer {
 public:
@@ -396,7 +422,50 @@ private:
     BRAZE_UNREACHABLE("bad category");
   }
 
+  /// How many times each element of an operand of shape `in` is read by a value of shape
+  /// `out` that broadcasts it (the product of the extents it is broadcast along); 0 when a
+  /// size is symbolic.
+  int64_t broadcastFactor(const std::vector<SymExpr> &in, const std::vector<SymExpr> &out) {
+    int64_t factor = 1;
+    size_t lead = out.size() - in.size();
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (d >= lead && !in[d - lead]->isConst(1))
+        continue;
+      if (!out[d]->isConst())
+        return 0;
+      factor *= out[d]->value();
+    }
+    return factor;
+  }
+
+  /// Whether v, n's value, calls a library function of many instructions per element.
+  bool callsLibraryFunction(Node *n, const Value &v) {
+    if (v.buffer || v.cost == 0)
+      return false;
+    Index full;
+    freshVars(n->shape(), "i", full);
+    for (const Expr *e : loop::exprPostOrder(v.load(full)))
+      if (e->kind() == loop::ExprKind::Op && manyInstructions(e->op()))
+        return true;
+    return false;
+  }
+
+  /// An operand broadcast to many times its size whose body calls a library function (the
+  /// cos and sin tables of rotary embeddings, read once per batch point and head) is stored
+  /// once, so that the function runs once per element of the operand, not of the result.
+  void storeBroadcastLibraryCalls(Node *n) {
+    for (size_t i = 0; i < n->operands().size(); ++i) {
+      Node *xn = n->operand(i);
+      const Value &x = values_.at(xn);
+      if (x.buffer || x.cost == 0 || broadcastFactor(xn->shape(), n->shape()) < kStoredBroadcast)
+        continue;
+      if (callsLibraryFunction(xn, x))
+        values_.at(xn) = storeIntermediate(xn, x);
+    }
+  }
+
   Value lowerElementwise(Node *n) {
+    storeBroadcastLibraryCalls(n);
     std::vector<const Value *> xs;
     std::vector<std::vector<SymExpr>> shapes;
     int cost = 1;
@@ -834,25 +903,55 @@ private:
   std::vector<SymExpr> attentionOutputStrides(Node *n) {
     if (!opts_.permutedAttentionOutput || isGraphOutput(n))
       return {};
+    // A grouped attention's result [.., G, R, S, D] (grouped-attention) is read through one
+    // reshape that merges G and R back into the heads: its strides are the merged value's,
+    // split.
+    Node *m = n;
+    std::vector<Node *> readers = readersOf(n);
+    size_t h = n->rank() >= 4 ? static_cast<size_t>(n->rank()) - 4 : 0;
+    bool grouped = readers.size() == 1 && readers[0]->op() == OpKind::Reshape &&
+                   n->rank() >= 4 && readers[0]->rank() + 1 == n->rank() &&
+                   !isGraphOutput(readers[0]) && mergesDims(n->shape(), readers[0]->shape(), h);
+    if (grouped)
+      m = readers[0];
     std::optional<IntList> dims;
-    for (const auto &u : g_.nodes())
-      for (Node *o : u->operands()) {
-        if (o != n)
-          continue;
-        if (u->op() != OpKind::Permute || (dims && *dims != u->attrs().getInts("dims")))
-          return {};
-        dims = u->attrs().getInts("dims");
-      }
-    size_t rank = n->shape().size();
+    for (Node *u : readersOf(m)) {
+      if (u->op() != OpKind::Permute || (dims && *dims != u->attrs().getInts("dims")))
+        return {};
+      dims = u->attrs().getInts("dims");
+    }
+    size_t rank = m->shape().size();
     if (!dims || dims->size() != rank || dims->back() != static_cast<int64_t>(rank) - 1)
       return {};
     std::vector<SymExpr> strides(rank);
     SymExpr step = s_.constant(1);
     for (size_t i = rank; i-- > 0;) {
       strides[(*dims)[i]] = step;
-      step = s_.mul(step, n->shape()[(*dims)[i]]);
+      step = s_.mul(step, m->shape()[(*dims)[i]]);
     }
+    if (grouped)
+      strides.insert(strides.begin() + static_cast<std::ptrdiff_t>(h),
+                     s_.mul(strides[h], n->shape()[h + 1]));
     return strides;
+  }
+
+  /// The nodes that read n, once each, in graph order.
+  std::vector<Node *> readersOf(const Node *n) const {
+    std::vector<Node *> out;
+    for (const auto &u : g_.nodes())
+      if (std::find(u->operands().begin(), u->operands().end(), n) != u->operands().end())
+        out.push_back(u.get());
+    return out;
+  }
+
+  /// Whether `to` is `from` with dims h and h + 1 merged into one.
+  bool mergesDims(const std::vector<SymExpr> &from, const std::vector<SymExpr> &to, size_t h) {
+    for (size_t d = 0; d < to.size(); ++d) {
+      SymExpr want = d < h ? from[d] : d == h ? s_.mul(from[h], from[h + 1]) : from[d + 1];
+      if (to[d] != want)
+        return false;
+    }
+    return true;
   }
 
   /// The node a chain of views starts from (n itself when n is not a view).

@@ -1,0 +1,89 @@
+/// grouped-attention: attention whose keys and values are shared by groups of query heads
+/// (grouped-query and multi-query attention), read through a copy per query head, reads them
+/// once per group instead:
+///   attention(q, reshape(expand(reshape(k, [B, G, 1, S, D]), [B, G, R, S, D]), [B, G*R, S, D]),
+///                same for v)
+///     ->  reshape(attention(reshape(q, [B, G, R, Sq, D]), expand(reshape(k, [B, G, 1, S, D])),
+///                           expand(reshape(v, [B, G, 1, S, DV]))), [B, G*R, Sq, DV])
+/// The expanded keys and values are views with a zero stride along R, which the fused attention
+/// reads in place: the B*G*R*S*D copies of k and v (a LLaMA-style model's repeat_kv) are never
+/// stored. Without a bias only (a mask would need its own regrouping), for attention ops kept
+/// whole after decompose.
+#include "braze/passes/PassManager.h"
+
+#include "braze/ir/graph/Builder.h"
+
+#include <optional>
+#include <vector>
+
+namespace braze {
+
+namespace {
+
+/// For n = reshape(expand(reshape(x, [.., G, 1, S, D]), [.., G, R, S, D]), [.., G*R, S, D]):
+/// the grouped view expand(reshape(x)) [.., G, R, S, D] (the inner two nodes) and R.
+struct Grouped {
+  Node *view = nullptr; ///< the expand
+  SymExpr groups, repeats;
+};
+
+std::optional<Grouped> groupedHeads(sym::SymContext &s, Node *n) {
+  if (n->op() != OpKind::Reshape || n->rank() < 3)
+    return std::nullopt;
+  Node *e = n->operand(0);
+  if (e->op() != OpKind::Expand || e->rank() != n->rank() + 1)
+    return std::nullopt;
+  Node *r = e->operand(0);
+  if (r->op() != OpKind::Reshape || r->rank() != e->rank())
+    return std::nullopt;
+  size_t h = static_cast<size_t>(n->rank()) - 3; // the heads dim of n
+  const std::vector<SymExpr> &ns = n->shape(), &es = e->shape(), &rs = r->shape();
+  const std::vector<SymExpr> &xs = r->operand(0)->shape();
+  // r splits heads G into [G, 1]: x is [.., G, S, D] and r is [.., G, 1, S, D].
+  if (xs.size() != ns.size() || !rs[h + 1]->isConst(1) || es[h + 1]->isConst(1))
+    return std::nullopt;
+  for (size_t d = 0; d < ns.size(); ++d) {
+    size_t rd = d <= h ? d : d + 1;
+    if (xs[d] != rs[rd] || (d != h && (ns[d] != es[rd] || es[rd] != rs[rd])))
+      return std::nullopt;
+  }
+  Grouped g{e, es[h], es[h + 1]};
+  if (s.mul(g.groups, g.repeats) != ns[h] || es[h] != rs[h])
+    return std::nullopt;
+  return g;
+}
+
+} // namespace
+
+void groupAttentionHeads(Graph &g) {
+  std::vector<Node *> attentions;
+  for (const auto &n : g.nodes())
+    if (n->op() == OpKind::Attention && !n->attrs().getBool("bias"))
+      attentions.push_back(n.get());
+  GraphBuilder b(g);
+  bool changed = false;
+  for (Node *n : attentions) {
+    std::optional<Grouped> k = groupedHeads(g.sym(), n->operand(1)),
+                           v = groupedHeads(g.sym(), n->operand(2));
+    Node *q = n->operand(0);
+    if (!k || !v || k->groups != v->groups || k->repeats != v->repeats)
+      continue;
+    size_t h = static_cast<size_t>(q->rank()) - 3;
+    std::vector<SymExpr> qShape(q->shape());
+    qShape[h] = k->groups;
+    qShape.insert(qShape.begin() + static_cast<std::ptrdiff_t>(h) + 1, k->repeats);
+    const AttrMap &a = n->attrs();
+    b.setName(n->name() + "_grouped");
+    Node *grouped = b.attention(b.reshape(q, qShape), k->view, v->view, nullptr,
+                                a.getFloat("scale"), a.getBool("causal"), a.getBool("safe"));
+    b.setName(n->name());
+    g.replaceAllUses(n, b.reshape(grouped, n->shape()));
+    changed = true;
+  }
+  if (changed) {
+    sortTopologically(g);
+    g.removeDeadNodes();
+  }
+}
+
+} // namespace braze

@@ -205,8 +205,8 @@ TEST(LoopText, RoundTripsAnOutputSeenInAnotherShape) {
   ASSERT_EQ(verifyProgram(*p), "");
   EXPECT_EQ(printProgram(*p), text);
   const Buffer &y = *p->outputs()[0];
-  EXPECT_EQ(sym::toString(y.outputShape()[0]), "6");
-  EXPECT_EQ(sym::toString(y.outputStrides()[1]), "6");
+  EXPECT_EQ(sym::toString(y.seenShape()[0]), "6");
+  EXPECT_EQ(sym::toString(y.seenStrides()[1]), "6");
   EXPECT_EQ(sym::toString(y.shape[0]), "s0");
   expectRoundTrip(*p);
   auto error = [](const std::string &out) {
@@ -220,10 +220,30 @@ TEST(LoopText, RoundTripsAnOutputSeenInAnotherShape) {
   EXPECT_EQ(error("y: f32[s0, 6] output 0 as [6, s0, 2]{1, 6, 0}"),
             "buffer %y has 6*s0 elements but its caller's shape [6, s0, 2] has 12*s0");
   EXPECT_EQ(error("y: f32[s0, 6] intermediate as [6, s0]{1, 6}"),
-            "buffer %y is an intermediate with a caller's shape; only an output has one");
+            "buffer %y is an intermediate with a caller's shape; only an input or an output has "
+            "one");
   EXPECT_NE(parseError(callerLayoutProgram("y: f32[s0, 6] output 0 as [6, s0]"))
                 .find("expected '{'"),
             std::string::npos);
+}
+
+TEST(LoopText, RoundTripsAnInputSeenInAnotherShape) {
+  // A channels-last image the caller passes as [2, 3, 4, 5] strides {60, 1, 15, 3}, read as
+  // the [2, 4, 5, 3] buffer its memory is.
+  std::string text = "buffer %x: f32[2, 4, 5, 3] input 0 as [2, 3, 4, 5]{60, 1, 15, 3}\n"
+                     "buffer %y: f32[2, 4, 5, 3] output 0\n"
+                     "compute %y[i0 < 2, i1 < 4, i2 < 5, i3 < 3] {\n"
+                     "  %0 = load %x[60*i0 + 15*i1 + 3*i2 + i3] : f32\n"
+                     "  %1 = exp(%0) : f32\n"
+                     "  yield %1\n"
+                     "}\n";
+  std::unique_ptr<LoopProgram> p = parseProgram(text);
+  ASSERT_EQ(verifyProgram(*p), "");
+  EXPECT_EQ(printProgram(*p), text);
+  const Buffer &x = *p->inputs()[0];
+  EXPECT_EQ(sym::toString(x.seenShape()[1]), "3");
+  EXPECT_EQ(sym::toString(x.seenStrides()[1]), "1");
+  expectRoundTrip(*p);
 }
 
 std::string scatterProgram(const std::string &init, const std::string &head,

@@ -270,8 +270,8 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
   std::unordered_set<sym::SymExpr> bound;
   std::vector<loop::Buffer *> inputs = p.inputs();
   for (const loop::Buffer *b : inputs)
-    for (size_t d = 0; d < b->shape.size(); ++d) {
-      sym::SymExpr e = b->shape[d];
+    for (size_t d = 0; d < b->seenShape().size(); ++d) {
+      sym::SymExpr e = b->seenShape()[d];
       if (e->isSymbol() && bound.insert(e).second)
         w.line("syms[" + std::to_string(names.symbolIndex(e)) + "] = shapes[" +
                std::to_string(b->ioIndex) + "][" + std::to_string(d) + "];");
@@ -284,22 +284,22 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
     w.line("const int64_t " + names.symbol(sy) + " = syms[" + std::to_string(names.symbolIndex(sy)) +
            "]; (void)" + names.symbol(sy) + ";");
   for (const loop::Buffer *b : inputs)
-    for (size_t d = 0; d < b->shape.size(); ++d) {
+    for (size_t d = 0; d < b->seenShape().size(); ++d) {
       std::string i = std::to_string(b->ioIndex), ds = std::to_string(d);
-      std::string want = names.index(b->shape[d]);
+      std::string want = names.index(b->seenShape()[d]);
       w.line("if (shapes[" + i + "][" + ds + "] != " + want + ") { snprintf(msg, msglen, " +
              "\"input " + i + " dim " + ds + " is %lld but the compiled graph expects " +
-             sym::toString(b->shape[d]) + " = %lld\", (long long)shapes[" + i + "][" + ds +
+             sym::toString(b->seenShape()[d]) + " = %lld\", (long long)shapes[" + i + "][" + ds +
              "], (long long)(" + want + ")); return 1; }");
     }
   // Strides only once every dim is known to match (a wrong dim explains a wrong stride).
   for (const loop::Buffer *b : inputs)
-    for (size_t d = 0; d < b->shape.size(); ++d) {
+    for (size_t d = 0; d < b->seenShape().size(); ++d) {
       std::string i = std::to_string(b->ioIndex), ds = std::to_string(d);
       w.line("if (shapes[" + i + "][" + ds + "] > 1 && strides[" + i + "][" + ds + "] != " +
-             names.index(b->strides[d]) + ") { snprintf(msg, msglen, \"input " + i + " dim " + ds +
+             names.index(b->seenStrides()[d]) + ") { snprintf(msg, msglen, \"input " + i + " dim " + ds +
              " has stride %lld but the compiled graph expects %lld\", (long long)strides[" + i +
-             "][" + ds + "], (long long)(" + names.index(b->strides[d]) + ")); return 1; }");
+             "][" + ds + "], (long long)(" + names.index(b->seenStrides()[d]) + ")); return 1; }");
     }
   out += "int braze_bind(const int64_t* const* shapes, const int64_t* const* strides, "
          "int64_t* syms, char* msg, int64_t msglen) {\n" +
@@ -313,9 +313,9 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
          unpack;
   size_t k = 0;
   for (const loop::Buffer *b : p.outputs())
-    for (size_t d = 0; d < b->outputShape().size(); ++d, ++k) {
-      out += "  shapes[" + std::to_string(k) + "] = " + names.index(b->outputShape()[d]) + ";\n";
-      out += "  strides[" + std::to_string(k) + "] = " + names.index(b->outputStrides()[d]) +
+    for (size_t d = 0; d < b->seenShape().size(); ++d, ++k) {
+      out += "  shapes[" + std::to_string(k) + "] = " + names.index(b->seenShape()[d]) + ";\n";
+      out += "  strides[" + std::to_string(k) + "] = " + names.index(b->seenStrides()[d]) +
              ";\n";
     }
   out += "}\n\n";

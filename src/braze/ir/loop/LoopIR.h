@@ -39,12 +39,14 @@ struct Buffer {
   std::vector<SymExpr> strides; ///< in elements; row-major unless an input says otherwise
   BufferKind kind = BufferKind::Intermediate;
   int ioIndex = -1; ///< position among the graph's inputs or outputs
-  /// An output the caller sees in another shape over the same elements (a saved activation
-  /// returned transposed, [N, M] with strides {1, N}, over the [M, N] row-major buffer that
-  /// computed it): that shape and its strides. Empty: the caller sees shape and strides.
+  /// An input or output the caller sees in another shape over the same memory: a saved
+  /// activation returned transposed ([N, M] with strides {1, N} over the [M, N] row-major
+  /// buffer that computed it), or a channels-last image passed in ([N, C, H, W] with strides
+  /// {HWC, 1, WC, C} over an [N, H, W, C] buffer). That shape and its strides; empty: the
+  /// caller sees shape and strides.
   std::vector<SymExpr> callerShape, callerStrides;
-  const std::vector<SymExpr> &outputShape() const { return callerShape.empty() ? shape : callerShape; }
-  const std::vector<SymExpr> &outputStrides() const {
+  const std::vector<SymExpr> &seenShape() const { return callerShape.empty() ? shape : callerShape; }
+  const std::vector<SymExpr> &seenStrides() const {
     return callerShape.empty() ? strides : callerStrides;
   }
 };

@@ -140,7 +140,7 @@ private:
       ioIndex = static_cast<int>(integer(std::numeric_limits<int>::min(),
                                          std::numeric_limits<int>::max()));
     Buffer *b = p_->addBuffer(name, t, std::move(shape), kind, ioIndex, std::move(strides));
-    if (peekWord() == "as") { // an output the caller sees in another shape: `as [dims]{strides}`
+    if (peekWord() == "as") { // the caller sees it in another shape: `as [dims]{strides}`
       expectWord("as");
       expect('[');
       b->callerShape = sizeList(']');

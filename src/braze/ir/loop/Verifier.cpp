@@ -151,11 +151,12 @@ private:
     return true;
   }
 
-  /// An output seen by its caller in another shape: the same elements, both layouts dense.
+  /// An input or output seen by its caller in another shape: the same elements, both layouts
+  /// dense.
   bool checkCallerLayout(const Buffer &b, const std::string &what) {
-    if (b.kind != BufferKind::Output)
-      return fail(what + " is an " + std::string(bufferKindName(b.kind)) +
-                  " with a caller's shape; only an output has one");
+    if (b.kind == BufferKind::Intermediate)
+      return fail(what + " is an intermediate with a caller's shape; only an input or an output "
+                         "has one");
     if (b.callerStrides.size() != b.callerShape.size())
       return fail(what + " has a caller's shape of rank " + std::to_string(b.callerShape.size()) +
                   " but " + std::to_string(b.callerStrides.size()) + " strides");

@@ -330,6 +330,20 @@ private:
                  nullptr, 0, true};
   }
 
+  /// In channels-last mode: a 4-d input laid out channels-last and dense ({HWC, 1, WC, C}),
+  /// other than a convolution's weight (channelsLastWeight reads those).
+  bool channelsLastInput(Node *n) {
+    if (!opts_.channelsLast || n->rank() != 4 || n->type().strides.empty())
+      return false;
+    for (Node *u : readersOf(n))
+      if (u->op() == OpKind::Convolution && u->operand(1) == n)
+        return false;
+    const std::vector<SymExpr> &s = n->shape();
+    std::vector<SymExpr> want{s_.mul(s_.mul(s[2], s[3]), s[1]), s_.constant(1), s_.mul(s[3], s[1]),
+                              s[1]};
+    return n->type().strides == want;
+  }
+
   /// n's values in a [N, H, W, C] buffer (made once per node).
   Buffer *realizeNhwc(Node *n, const Value &v) {
     if (auto it = nhwc_.find(n); it != nhwc_.end())
@@ -359,9 +373,17 @@ private:
   Value lower(Node *n) {
     switch (opCategory(n->op())) {
     case OpCategoryKind::Input: {
-      Buffer *b = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Input,
-                                static_cast<int>(n->attrs().getInt("index")), n->type().strides);
-      return bufferValue(b);
+      int index = static_cast<int>(n->attrs().getInt("index"));
+      if (channelsLastInput(n)) {
+        // Its memory is an [N, H, W, C] buffer as it is: read in place, not copied.
+        Buffer *b = p_->addBuffer(n->name(), n->dtype(), toNhwc(n->shape()), BufferKind::Input,
+                                  index);
+        b->callerShape = n->shape();
+        b->callerStrides = n->type().strides;
+        return nhwcValue(nhwc_[n] = b);
+      }
+      return bufferValue(p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Input, index,
+                                       n->type().strides));
     }
     case OpCategoryKind::Full: {
       // A half-precision tensor holds the value rounded to its dtype.

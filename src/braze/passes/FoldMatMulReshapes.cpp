@@ -68,10 +68,7 @@ private:
 } // namespace
 
 void foldMatMulReshapes(Graph &g) {
-  std::vector<Node *> reshapes;
-  for (const auto &n : g.nodes())
-    if (n->op() == OpKind::Reshape)
-      reshapes.push_back(n.get());
+  std::vector<Node *> reshapes = nodesOf(g, OpKind::Reshape);
   MatMulReshapeFolder folder(g);
   size_t before = g.nodes().size();
   bool changed = false;

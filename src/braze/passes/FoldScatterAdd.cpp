@@ -32,10 +32,7 @@ bool addsIntoZeros(const Node *s, int readers) {
 } // namespace
 
 void foldScatterAdd(Graph &g) {
-  std::vector<Node *> adds;
-  for (const auto &n : g.nodes())
-    if (n->op() == OpKind::Add)
-      adds.push_back(n.get());
+  std::vector<Node *> adds = nodesOf(g, OpKind::Add);
   std::unordered_map<const Node *, int> readers = countReaders(g);
   GraphBuilder b(g);
   bool changed = false;

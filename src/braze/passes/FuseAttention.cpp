@@ -422,10 +422,7 @@ private:
 } // namespace
 
 void fuseAttention(Graph &g) {
-  std::vector<Node *> products;
-  for (const auto &n : g.nodes())
-    if (n->op() == OpKind::MatMul)
-      products.push_back(n.get());
+  std::vector<Node *> products = nodesOf(g, OpKind::MatMul);
   bool changed = false;
   auto m = std::make_unique<AttentionMatcher>(g);
   for (Node *o : products)
@@ -435,12 +432,8 @@ void fuseAttention(Graph &g) {
     }
   // Positional masks.
   GraphBuilder b(g);
-  std::vector<Node *> attentions;
-  for (const auto &n : g.nodes())
-    if (n->op() == OpKind::Attention && n->attrs().getBool("bias"))
-      attentions.push_back(n.get());
-  for (Node *a : attentions) {
-    MaskKind kind = classifyMask(a);
+  for (Node *a : nodesOf(g, OpKind::Attention)) {
+    MaskKind kind = a->attrs().getBool("bias") ? classifyMask(a) : MaskKind::Other;
     if (kind == MaskKind::Other)
       continue;
     b.setName(a->name());

@@ -56,13 +56,11 @@ std::optional<Grouped> groupedHeads(sym::SymContext &s, Node *n) {
 } // namespace
 
 void groupAttentionHeads(Graph &g) {
-  std::vector<Node *> attentions;
-  for (const auto &n : g.nodes())
-    if (n->op() == OpKind::Attention && !n->attrs().getBool("bias"))
-      attentions.push_back(n.get());
   GraphBuilder b(g);
   bool changed = false;
-  for (Node *n : attentions) {
+  for (Node *n : nodesOf(g, OpKind::Attention)) {
+    if (n->attrs().getBool("bias"))
+      continue;
     std::optional<Grouped> k = groupedHeads(g.sym(), n->operand(1)),
                            v = groupedHeads(g.sym(), n->operand(2));
     Node *q = n->operand(0);

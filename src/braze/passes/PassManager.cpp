@@ -21,6 +21,14 @@ const PassInfo *findPass(std::string_view name) {
   return nullptr;
 }
 
+std::vector<Node *> nodesOf(const Graph &g, OpKind op) {
+  std::vector<Node *> out;
+  for (const auto &n : g.nodes())
+    if (n->op() == op)
+      out.push_back(n.get());
+  return out;
+}
+
 std::unordered_map<const Node *, int> countReaders(const Graph &g) {
   std::unordered_map<const Node *, int> readers;
   for (const auto &n : g.nodes())

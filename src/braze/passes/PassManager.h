@@ -23,6 +23,9 @@ const std::vector<PassInfo> &registeredPasses();
 /// Looks a pass up by its command-line name; nullptr if unknown.
 const PassInfo *findPass(std::string_view name);
 
+/// The nodes of op `op`, in graph order: a snapshot a rewrite may add nodes after.
+std::vector<Node *> nodesOf(const Graph &g, OpKind op);
+
 /// How many times each node is read: as an operand of a node, and as a graph output.
 std::unordered_map<const Node *, int> countReaders(const Graph &g);
 

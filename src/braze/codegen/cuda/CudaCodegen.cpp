@@ -45,7 +45,9 @@ constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
+constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 
+/// Launched last in a module whose kernels check indices (CudaEmitter::run).
 const char *kIndexGuardKernel = R"GUARD(
 extern "C" __global__ void braze_index_guard(const int* __restrict__ err) {
   if (*(volatile const int*)err)
@@ -53,7 +55,6 @@ extern "C" __global__ void braze_index_guard(const int* __restrict__ err) {
                  "outside the dim)", "braze", 0, "braze_index_guard", 1);
 }
 )GUARD";
-constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 
 int64_t nextPow2(int64_t v) {
   int64_t p = 1;

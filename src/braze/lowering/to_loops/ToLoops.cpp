@@ -69,12 +69,14 @@ bool manyInstructions(ScalarOpKind op) {
   case ScalarOpKind::Div:
   case ScalarOpKind::CopySign:
     return false;
+  case ScalarOpKind::Pow: // typed as its operands, a library call all the same
+    return true;
   default:
     break;
   }
 #define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
   if (op == ScalarOpKind::E)                                                   \
-    return std::string_view(#result) == "float" || op == ScalarOpKind::Pow;
+    return std::string_view(#result) == "float";
 #include "braze/ir/types/ElementwiseOps.def"
   return false;
 }
@@ -301,7 +303,12 @@ private:
   std::vector<SymExpr> intermediateStrides(Node *n) {
     if (!opts_.channelsLast || n->rank() <= 4)
       return {};
-    const std::vector<SymExpr> &shape = n->shape();
+    return channelsLastStrides(n->shape());
+  }
+
+  /// Dense strides with dim 1 innermost and the others row-major ({HWC, 1, WC, C} for
+  /// [N, C, H, W]).
+  std::vector<SymExpr> channelsLastStrides(const std::vector<SymExpr> &shape) {
     std::vector<SymExpr> st(shape.size());
     st[1] = s_.constant(1);
     SymExpr step = shape[1];
@@ -333,15 +340,13 @@ private:
   /// In channels-last mode: a 4-d input laid out channels-last and dense ({HWC, 1, WC, C}),
   /// other than a convolution's weight (channelsLastWeight reads those).
   bool channelsLastInput(Node *n) {
-    if (!opts_.channelsLast || n->rank() != 4 || n->type().strides.empty())
+    if (!opts_.channelsLast || n->rank() != 4 ||
+        n->type().strides != channelsLastStrides(n->shape()))
       return false;
     for (Node *u : readersOf(n))
       if (u->op() == OpKind::Convolution && u->operand(1) == n)
         return false;
-    const std::vector<SymExpr> &s = n->shape();
-    std::vector<SymExpr> want{s_.mul(s_.mul(s[2], s[3]), s[1]), s_.constant(1), s_.mul(s[3], s[1]),
-                              s[1]};
-    return n->type().strides == want;
+    return true;
   }
 
   /// n's values in a [N, H, W, C] buffer (made once per node).
@@ -360,11 +365,7 @@ private:
   /// copying it if it is not.
   Buffer *channelsLastWeight(Node *n) {
     Buffer *w = inMemory(n);
-    std::vector<SymExpr> st = n->shape(), want(4);
-    want[1] = s_.constant(1);
-    want[3] = st[1];
-    want[2] = s_.mul(st[1], st[3]);
-    want[0] = s_.mul(want[2], st[2]);
+    std::vector<SymExpr> want = channelsLastStrides(n->shape());
     if (w->strides == want)
       return w;
     return realize(n, values_.at(n), BufferKind::Intermediate, -1, "_cl", want).buffer;
@@ -479,9 +480,8 @@ private:
     for (size_t i = 0; i < n->operands().size(); ++i) {
       Node *xn = n->operand(i);
       const Value &x = values_.at(xn);
-      if (x.buffer || x.cost == 0 || broadcastFactor(xn->shape(), n->shape()) < kStoredBroadcast)
-        continue;
-      if (callsLibraryFunction(xn, x))
+      if (broadcastFactor(xn->shape(), n->shape()) >= kStoredBroadcast &&
+          callsLibraryFunction(xn, x))
         values_.at(xn) = storeIntermediate(xn, x);
     }
   }

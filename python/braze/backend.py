@@ -584,13 +584,9 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     def replayed(fn, graphs, whole=False):
         """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
         wait for them and raise a bad index, as their uncaptured calls do."""
-        def checks():
-            for g in graphs:
-                if getattr(g.run, "checks", False):
-                    g.run.check()
         launches = graphs[0].compiled.num_kernels if whole and graphs else None
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               checks, launches)
+                               _check_runs(_checking_runs(graphs)), launches)
 
     device, why = _graph_device(gm, example_inputs)
     if why:
@@ -651,22 +647,39 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     return make_boxed_func(gm.forward)
 
 
+def _checking_runs(graphs):
+    """The calls of those braze graphs whose kernels check indices and that wait for them
+    (index_checks="sync")."""
+    return [g.run for g in graphs if getattr(g.run, "checks", False)]
+
+
+def _check_runs(runs):
+    """A callable that waits for the kernels of `runs` and raises a bad index; None for none."""
+    if not runs:
+        return None
+
+    def check():
+        for run in runs:
+            run.check()
+    return check
+
+
 def _checked_once(forward, graphs):
     """forward, a partitioned graph's call, with the bad-index checks of its partitions made
     once, after the last one: each would otherwise wait for its kernels in the middle of the
     graph, and the GPU would idle while the host launches what follows. A bad index still
     raises from the call that had it, before any result reaches the caller."""
-    checking = [g.run for g in graphs if getattr(g.run, "checks", False)]
-    if not checking:
+    runs = _checking_runs(graphs)
+    if not runs:
         return forward
-    for run in checking:
+    for run in runs:
         run.deferred = True
+    check = _check_runs(runs)
 
     def call(*args):
         out = forward(*args)
         if not torch.cuda.is_current_stream_capturing():  # under capture, the replays check
-            for run in checking:
-                run.check()
+            check()
         return out
     return call
 

@@ -59,8 +59,8 @@ def cublaslt_library():
 
 @functools.lru_cache(maxsize=None)
 def cudnn_library():
-    """cuDNN for convolutions, when PyTorch's CUDA wheels installed it; BRAZE_CUDNN="" keeps
-    convolutions on braze's own im2col kernels."""
+    """cuDNN for convolutions and attention, when PyTorch's CUDA wheels installed it;
+    BRAZE_CUDNN="" keeps both on braze's own kernels."""
     if os.environ.get("BRAZE_CUDNN") == "":
         return None
     return find_library("cudnn", "BRAZE_CUDNN")
@@ -82,10 +82,12 @@ def device_options(index):
 
 
 def precision_options():
-    """PyTorch's precision flags as they are now: f32 products and convolutions may use TF32
-    where eager's would."""
+    """PyTorch's flags as they are now: f32 products and convolutions may use TF32 where
+    eager's would; attention runs on cuDNN where eager's may
+    (torch.backends.cuda.enable_cudnn_sdp)."""
     return {"matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "conv_tf32": bool(torch.backends.cudnn.allow_tf32)}
+            "conv_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cudnn_attention": bool(torch.backends.cuda.cudnn_sdp_enabled())}
 
 
 def compile_options(index):

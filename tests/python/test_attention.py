@@ -399,6 +399,64 @@ def test_cuda_training_attention_stays_in_eager_by_default(device, monkeypatch):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
+def _kernel_names(fn, *args):
+    """Names of the CUDA kernels one call of fn launches."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.key for e in prof.key_averages() if e.device_type.name == "CUDA"]
+
+
+def _cudnn_layouts(dtype):
+    """(name, fn, args, cuDNN takes it): row-major operands, grouped heads repeated by
+    repeat_kv (5-d, keys and values at stride 0), odd sizes, and keys and values broadcast
+    over the batch (stride 0), which do not map to cuDNN's operands."""
+    def rows(b, s, h, d):  # [b, h, s, d] read from a [b, s, h, d] projection
+        return torch.randn(b, s, h, d, dtype=dtype).transpose(1, 2)
+
+    q, k, v = rows(2, 70, 8, 64), rows(2, 70, 2, 64), rows(2, 70, 2, 64)
+    return [
+        ("row-major causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         (rows(2, 77, 4, 64), rows(2, 77, 4, 64), rows(2, 77, 4, 64)), True),
+        ("repeat_kv", lambda q, k, v: F.scaled_dot_product_attention(
+            q, _repeat_kv(k, 4), _repeat_kv(v, 4), is_causal=True), (q, k, v), True),
+        ("more keys, d 128", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         (torch.randn(1, 2, 33, 128, dtype=dtype), torch.randn(1, 2, 129, 128, dtype=dtype),
+          torch.randn(1, 2, 129, 128, dtype=dtype)), True),
+        ("keys and values shared by the batch", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+         (torch.randn(2, 3, 40, 64, dtype=dtype),
+          torch.randn(1, 3, 40, 64, dtype=dtype).expand(2, 3, 40, 64),
+          torch.randn(1, 3, 40, 64, dtype=dtype).expand(2, 3, 40, 64)), False),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
+    """With cuDNN (PyTorch's CUDA wheels) an f16/bf16 attention runs as cuDNN's fused flash
+    attention; torch.backends.cuda.enable_cudnn_sdp(False), or operands cuDNN does not take,
+    run braze's own kernel. Both match eager."""
+    from braze import cuda
+    if device != "cuda" or not cuda.cudnn_library():
+        pytest.skip("needs CUDA and cuDNN")
+    torch.manual_seed(6)
+    for name, fn, args, takes in _cudnn_layouts(dtype):
+        for enabled in (True, False):
+            torch.backends.cuda.enable_cudnn_sdp(enabled)
+            try:
+                compiled = _compile(fn)
+                with torch.no_grad():
+                    got = compiled(*args)
+                    names = _kernel_names(compiled, *args)
+                    want = fn(*args)
+            finally:
+                torch.backends.cuda.enable_cudnn_sdp(True)
+            _assert_matches(got, want, args, fn, dtype)
+            on_cudnn = any("sdpa" in n or "fmha" in n or "cudnn" in n for n in names)
+            assert on_cudnn == (enabled and takes), (name, enabled, names)
+
+
 def _fused_training(fn, args, grad_scale=0.5):
     """Values and gradients of compiled fn and of eager fn, and the fallback ops counted while
     the compiled one ran."""

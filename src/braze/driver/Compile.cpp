@@ -135,6 +135,7 @@ codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
   codegen::CudaCodegenOptions o;
   o.matmulTf32 = cuda.matmulTf32;
   o.convTf32 = cuda.convTf32;
+  o.cudnnAttention = cuda.cudnnAttention && !cuda.cudnnLibrary.empty();
   return o;
 }
 
@@ -308,7 +309,7 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   spec.device = cuda.device;
   if (l.cuda.usesGemm)
     spec.cublasLtLibrary = cuda.cublasLtLibrary;
-  if (l.cuda.usesConv)
+  if (l.cuda.usesCudnn)
     spec.cudnnLibrary = cuda.cudnnLibrary;
   spec.checksIndices = l.cuda.checksIndices;
   CompileResult r;

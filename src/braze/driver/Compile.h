@@ -49,6 +49,9 @@ struct CompileOptions {
     /// (torch.backends.cuda.matmul.allow_tf32), f32 convolutions may
     /// (torch.backends.cudnn.allow_tf32).
     bool matmulTf32 = false, convTf32 = false;
+    /// f16/bf16 attention runs on cuDNN's fused attention where cuDNN takes it (with a
+    /// cuDNN library; torch.backends.cuda.enable_cudnn_sdp), else on braze's kernel.
+    bool cudnnAttention = true;
   };
   std::optional<Cuda> cuda;
 

@@ -43,6 +43,8 @@ CompileOptions::Cuda cudaOptions(const nb::dict &d) {
     c.matmulTf32 = nb::cast<bool>(d["matmul_tf32"]);
   if (d.contains("conv_tf32"))
     c.convTf32 = nb::cast<bool>(d["conv_tf32"]);
+  if (d.contains("cudnn_attention"))
+    c.cudnnAttention = nb::cast<bool>(d["cudnn_attention"]);
   return c;
 }
 

@@ -178,9 +178,27 @@ struct CudaModule::State {
   void *convWorkspace = nullptr; ///< Cudnn::recommendedWorkspaceBytes() of device memory
   void *padded = nullptr; ///< kPaddedResultBytes of device memory
   std::string failure; ///< message of a failed launch or GEMM
-  bool logFallback = false;        ///< say why cuDNN declined a convolution, once per reason
+  bool logFallback = false;        ///< say why cuDNN declined a call, once per reason
   std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
+
+  /// The callback's code for a cuDNN call of `what`: 0 done, 1 declined (said once per reason
+  /// with logFallback; the caller runs its own kernel), 2 failed (`failure` says why).
+  int dnnResult(const char *what, DnnStatus status) {
+    switch (status) {
+    case DnnStatus::Done:
+      return 0;
+    case DnnStatus::Declined:
+      if (logFallback && declined.insert(failure).second)
+        std::fprintf(stderr, "braze: cuDNN declined %s %s (%s); braze's kernel runs\n",
+                     what[0] == 'a' ? "an" : "a", what, failure.c_str());
+      failure.clear();
+      return 1;
+    case DnnStatus::Failed:
+      return 2;
+    }
+    return 2;
+  }
 };
 
 namespace {
@@ -381,20 +399,17 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
-    switch (st.dnn->conv(*c, st.stream, st.convWorkspace, Cudnn::recommendedWorkspaceBytes(),
-                         st.failure)) {
-    case ConvStatus::Done:
-      return 0;
-    case ConvStatus::Declined:
-      if (st.logFallback && st.declined.insert(st.failure).second)
-        std::fprintf(stderr, "braze: cuDNN declined a convolution (%s); its loop kernel runs\n",
-                     st.failure.c_str());
-      st.failure.clear();
+    return st.dnnResult("convolution",
+                        st.dnn->conv(*c, st.stream, st.convWorkspace,
+                                     Cudnn::recommendedWorkspaceBytes(), st.failure));
+  };
+  s.api.attention = [](void *ctx, const CudaAttentionCall *a) -> int {
+    State &st = *static_cast<State *>(ctx);
+    if (!st.dnn)
       return 1;
-    case ConvStatus::Failed:
-      return 2;
-    }
-    return 2;
+    return st.dnnResult("attention",
+                        st.dnn->attention(*a, st.stream, st.convWorkspace,
+                                          Cudnn::recommendedWorkspaceBytes(), st.failure));
   };
   return m;
 }

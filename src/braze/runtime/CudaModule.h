@@ -31,6 +31,8 @@ struct CudaGemmCall {
 };
 /// A convolution, as the generated code's BrazeConv lays it out.
 using CudaConvCall = ConvProblem;
+/// A fused attention, as the generated code's BrazeAttention lays it out.
+using CudaAttentionCall = AttentionProblem;
 struct CudaApi {
   void *ctx;
   int (*launch)(void *ctx, int kernel, int64_t blocks, int threads, void **args);
@@ -41,6 +43,8 @@ struct CudaApi {
   /// Launch the module's index guard (a device-side assertion on a bad index) after its
   /// kernels, instead of leaving the error flag to synchronizeAndCheck.
   int assertIndices;
+  /// As conv: 1 when cuDNN declines it (the caller launches its own attention kernel).
+  int (*attention)(void *ctx, const CudaAttentionCall *a);
 };
 
 /// The module's host entry point: braze_run with the callbacks.
@@ -50,8 +54,8 @@ class CudaModule {
 public:
   /// Loads `cubinPaths` on `device` (its primary context) and looks up each of `kernels` in
   /// them (each is in one); cuBLASLt and cuDNN are loaded from `cublasLtLibrary` and
-  /// `cudnnLibrary` when non-empty. With `logFallback`, a convolution cuDNN declines is said on
-  /// stderr (once per reason). Throws RunError naming what failed.
+  /// `cudnnLibrary` when non-empty. With `logFallback`, a convolution or attention cuDNN declines
+  /// is said on stderr (once per reason). Throws RunError naming what failed.
   static std::unique_ptr<CudaModule> load(const std::vector<std::string> &cubinPaths,
                                           const std::vector<std::string> &kernels, int device,
                                           const std::string &cublasLtLibrary,

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -67,25 +68,39 @@ using BackendGetFn = Status (*)(void *desc, int name, int type, int64_t requeste
 using BackendExecuteFn = Status (*)(void *handle, void *plan, void *variantPack);
 
 // cudnnBackendDescriptorType_t
-constexpr int kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3, kEngineHeurDesc = 4,
-              kExecutionPlanDesc = 5, kConvForwardOpDesc = 10, kOperationGraphDesc = 15,
-              kVariantPackDesc = 16, kTensorDesc = 17;
+constexpr int kPointwiseDesc = 0, kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3,
+              kEngineHeurDesc = 4, kExecutionPlanDesc = 5, kConvForwardOpDesc = 10,
+              kPointwiseOperation = 13, kOperationGraphDesc = 15, kVariantPackDesc = 16,
+              kTensorDesc = 17, kMatmulDesc = 18, kMatmulOperation = 19, kReductionDesc = 21,
+              kReductionOperation = 22;
 // cudnnBackendAttributeType_t
-constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4,
-              kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8,
-              kTypeNumericalNote = 11, kTypeDescriptor = 15;
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3,
+              kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7,
+              kTypeHeurMode = 8, kTypeNumericalNote = 11, kTypePointwiseMode = 14,
+              kTypeDescriptor = 15, kTypeReductionOp = 18;
 // cudnnBackendAttributeName_t
-constexpr int kConvCompType = 100, kConvMode = 101, kConvDilations = 102,
-              kConvFilterStrides = 103, kConvPostPaddings = 104, kConvPrePaddings = 105,
-              kConvSpatialDims = 106, kHeurMode = 200, kHeurOperationGraph = 201,
-              kHeurResults = 202, kEngineCfgEngine = 300, kPlanHandle = 400,
-              kPlanEngineConfig = 401, kPlanWorkspaceSize = 402, kFwdAlpha = 700, kFwdBeta = 701,
-              kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704, kFwdY = 705, kOpGraphHandle = 800,
-              kOpGraphOps = 801, kTensorByteAlignment = 900, kTensorDataType = 901,
-              kTensorDimensions = 902, kTensorStrides = 903, kTensorUniqueId = 906,
+constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kConvMode = 101,
+              kConvDilations = 102, kConvFilterStrides = 103, kConvPostPaddings = 104,
+              kConvPrePaddings = 105, kConvSpatialDims = 106, kHeurMode = 200,
+              kHeurOperationGraph = 201, kHeurResults = 202, kEngineCfgEngine = 300,
+              kPlanHandle = 400, kPlanEngineConfig = 401, kPlanWorkspaceSize = 402,
+              kFwdAlpha = 700, kFwdBeta = 701, kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704,
+              kFwdY = 705, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753,
+              kPwOpT = 758, kOpGraphHandle = 800, kOpGraphOps = 801, kTensorByteAlignment = 900,
+              kTensorDataType = 901, kTensorDimensions = 902, kTensorStrides = 903,
+              kTensorUniqueId = 906, kTensorIsVirtual = 907, kTensorIsByValue = 908,
               kPackUniqueIds = 1000, kPackDataPointers = 1001, kPackWorkspace = 1003,
-              kEngineNumericalNote = 1303;
-constexpr int kHeurInstant = 0;                                 // cudnnBackendHeurMode_t
+              kEngineNumericalNote = 1303, kMatmulCompType = 1500, kMatmulOpA = 1520,
+              kMatmulOpB = 1521, kMatmulOpC = 1522, kMatmulOpDesc = 1523,
+              kReductionOperator = 1600, kReductionCompType = 1601, kReductionOpX = 1610,
+              kReductionOpY = 1611, kReductionOpDesc = 1612;
+constexpr int kInt32 = 4, kBoolean = 11; // cudnnDataType_t, beyond the floating types
+// cudnnPointwiseMode_t
+constexpr int kPwAdd = 0, kPwMul = 1, kPwDiv = 6, kPwSub = 9, kPwExp = 13, kPwLog = 15,
+              kPwCmpGe = 303, kPwGenIndex = 501, kPwBinarySelect = 601;
+constexpr int kReduceAdd = 0, kReduceMax = 3; // cudnnReduceTensorOp_t
+// cudnnBackendHeurMode_t
+constexpr int kHeurInstant = 0, kHeurFallback = 2, kHeurA = 3;
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1; // cudnnBackendNumericalNote_t
 
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;
@@ -187,98 +202,201 @@ struct Cudnn::Impl {
     return d;
   }
 
-  /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
-  /// forward operation and its graph, then the first of cuDNN's heuristic engine configs that
-  /// finalizes into an execution plan within the workspace and computes what the precision
-  /// flags allow (no TF32 in f32 unless allowed, no down-converted inputs). False if none does
-  /// (the legacy API is tried next).
-  bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
-                      size_t workspaceBytes) {
-    if (!backendCreate)
-      return false;
+  /// Makes, sets and finalizes backend descriptors that `plan` owns. `ok` turns false at the
+  /// first call cuDNN rejects; the calls after it do nothing.
+  struct Builder {
+    Impl &im;
+    Plan &plan;
     bool ok = true;
-    auto set = [&](void *d, int name, int attrType, int64_t count, const void *values) {
-      ok = ok && d && backendSet(d, name, attrType, count, values) == 0;
-    };
-    auto finalize = [&](void *d) { ok = ok && d && backendFinalize(d) == 0; };
-    auto tensor = [&](int64_t uid, const int64_t *dims, const int64_t *strides, const void *ptr) {
-      void *t = describe(plan, kTensorDesc);
-      int64_t align = alignmentOf(ptr); // a backend plan is built for its operands' alignment
+    std::string why; ///< the first call cuDNN rejected
+
+    void *make(int type) {
+      void *d = ok ? im.describe(plan, type) : nullptr;
+      if (ok && !d)
+        fail("creating descriptor type " + std::to_string(type), -1);
+      return d;
+    }
+    void set(void *d, int name, int attrType, int64_t count, const void *values) {
+      if (ok && d)
+        if (Status s = im.backendSet(d, name, attrType, count, values); s != 0)
+          fail("setting attribute " + std::to_string(name), s);
+    }
+    void finalize(void *d) {
+      if (ok && d)
+        if (Status s = im.backendFinalize(d); s != 0)
+          fail("finalizing descriptor " + std::to_string(plan.descriptors.size() - 1), s);
+    }
+    void fail(const std::string &what, Status s) {
+      ok = false;
+      why = what + (s >= 0 ? " (" + im.failed("call", s) + ")" : "");
+    }
+    /// A tensor of `type` and `rank` dims; a virtual one lives inside the plan, a by-value one
+    /// is a host scalar the variant pack points at.
+    void *tensor(int64_t uid, int type, int rank, const int64_t *dims, const int64_t *strides,
+                 int64_t align, bool isVirtual = false, bool byValue = false) {
+      void *t = make(kTensorDesc);
       set(t, kTensorDataType, kTypeDataType, 1, &type);
-      set(t, kTensorDimensions, kTypeInt64, c.rank, dims);
-      set(t, kTensorStrides, kTypeInt64, c.rank, strides);
+      set(t, kTensorDimensions, kTypeInt64, rank, dims);
+      set(t, kTensorStrides, kTypeInt64, rank, strides);
       set(t, kTensorUniqueId, kTypeInt64, 1, &uid);
       set(t, kTensorByteAlignment, kTypeInt64, 1, &align);
+      if (isVirtual)
+        set(t, kTensorIsVirtual, kTypeBoolean, 1, &isVirtual);
+      if (byValue)
+        set(t, kTensorIsByValue, kTypeBoolean, 1, &byValue);
       finalize(t);
       return t;
-    };
-    void *x = tensor('x', c.xd, c.xs, p.x), *w = tensor('w', c.wd, c.ws, p.w),
-         *y = tensor('y', c.yd, c.ys, p.y);
-    void *conv = describe(plan, kConvolutionDesc);
-    int compute = p.dtype == 1 ? kDouble : kFloat, mode = kCrossCorrelation;
-    int64_t spatial = c.spatial;
-    set(conv, kConvCompType, kTypeDataType, 1, &compute);
-    set(conv, kConvMode, kTypeConvMode, 1, &mode);
-    set(conv, kConvSpatialDims, kTypeInt64, 1, &spatial);
-    set(conv, kConvDilations, kTypeInt64, spatial, c.dilation);
-    set(conv, kConvFilterStrides, kTypeInt64, spatial, c.stride);
-    set(conv, kConvPrePaddings, kTypeInt64, spatial, c.padding);
-    set(conv, kConvPostPaddings, kTypeInt64, spatial, c.padding);
-    finalize(conv);
-    void *op = describe(plan, kConvForwardOpDesc);
-    double one64 = 1, zero64 = 0;
-    float one32 = 1, zero32 = 0;
-    bool f64 = p.dtype == 1;
-    set(op, kFwdAlpha, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&one64 : (void *)&one32);
-    set(op, kFwdBeta, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&zero64 : (void *)&zero32);
-    set(op, kFwdConvDesc, kTypeDescriptor, 1, &conv);
-    set(op, kFwdX, kTypeDescriptor, 1, &x);
-    set(op, kFwdW, kTypeDescriptor, 1, &w);
-    set(op, kFwdY, kTypeDescriptor, 1, &y);
-    finalize(op);
-    void *graph = describe(plan, kOperationGraphDesc);
-    set(graph, kOpGraphOps, kTypeDescriptor, 1, &op);
-    set(graph, kOpGraphHandle, kTypeHandle, 1, &handle);
-    finalize(graph);
-    void *heur = describe(plan, kEngineHeurDesc);
-    int heurMode = kHeurInstant;
-    set(heur, kHeurOperationGraph, kTypeDescriptor, 1, &graph);
-    set(heur, kHeurMode, kTypeHeurMode, 1, &heurMode);
-    finalize(heur);
-    int64_t count = 0;
-    ok = ok && backendGet(heur, kHeurResults, kTypeDescriptor, 0, &count, nullptr) == 0;
-    if (!ok || count <= 0)
+    }
+    /// y = mode(x[, b][, t]) computed in `precision`; `axis` for an index generator.
+    void *pointwise(int mode, int precision, void *x, void *b, void *t, void *y, int64_t axis = -1) {
+      void *pw = make(kPointwiseDesc);
+      set(pw, kPwMode, kTypePointwiseMode, 1, &mode);
+      set(pw, kPwMathPrec, kTypeDataType, 1, &precision);
+      if (axis >= 0)
+        set(pw, kPwAxis, kTypeInt64, 1, &axis);
+      finalize(pw);
+      void *op = make(kPointwiseOperation);
+      set(op, kPwOpDesc, kTypeDescriptor, 1, &pw);
+      set(op, kPwOpX, kTypeDescriptor, 1, &x);
+      if (b)
+        set(op, kPwOpB, kTypeDescriptor, 1, &b);
+      if (t)
+        set(op, kPwOpT, kTypeDescriptor, 1, &t);
+      set(op, kPwOpY, kTypeDescriptor, 1, &y);
+      finalize(op);
+      return op;
+    }
+    /// y = x reduced with `reduce` over the dims where y has size 1, in f32.
+    void *reduction(int reduce, void *x, void *y) {
+      void *r = make(kReductionDesc);
+      int compute = kFloat;
+      set(r, kReductionOperator, kTypeReductionOp, 1, &reduce);
+      set(r, kReductionCompType, kTypeDataType, 1, &compute);
+      finalize(r);
+      void *op = make(kReductionOperation);
+      set(op, kReductionOpDesc, kTypeDescriptor, 1, &r);
+      set(op, kReductionOpX, kTypeDescriptor, 1, &x);
+      set(op, kReductionOpY, kTypeDescriptor, 1, &y);
+      finalize(op);
+      return op;
+    }
+    /// c = a b over the last two dims (batched over the others), accumulated in f32.
+    void *matmul(void *a, void *b, void *c) {
+      void *mm = make(kMatmulDesc);
+      int compute = kFloat;
+      set(mm, kMatmulCompType, kTypeDataType, 1, &compute);
+      finalize(mm);
+      void *op = make(kMatmulOperation);
+      set(op, kMatmulOpDesc, kTypeDescriptor, 1, &mm);
+      set(op, kMatmulOpA, kTypeDescriptor, 1, &a);
+      set(op, kMatmulOpB, kTypeDescriptor, 1, &b);
+      set(op, kMatmulOpC, kTypeDescriptor, 1, &c);
+      finalize(op);
+      return op;
+    }
+  };
+
+  /// Finalizes `ops` into an operation graph and sets plan.graphPlan to the first engine config
+  /// of cuDNN's heuristics (each mode of `modes` in turn) that finalizes into an execution plan
+  /// within the workspace and computes what the precision allows (allowedEngine). False if
+  /// none does.
+  bool finishPlan(Builder &b, const std::vector<void *> &ops, bool narrowTypes,
+                  size_t workspaceBytes, std::initializer_list<int> modes) {
+    void *graph = b.make(kOperationGraphDesc);
+    b.set(graph, kOpGraphOps, kTypeDescriptor, int64_t(ops.size()), ops.data());
+    b.set(graph, kOpGraphHandle, kTypeHandle, 1, &handle);
+    b.finalize(graph);
+    if (!b.ok) {
+      b.plan.declined = "cuDNN rejected its operation graph: " + b.why;
       return false;
-    std::vector<void *> configs;
-    for (int64_t i = 0; i < count; ++i)
-      if (void *cfg = describe(plan, kEngineCfgDesc))
-        configs.push_back(cfg);
-    int64_t got = 0;
-    if (backendGet(heur, kHeurResults, kTypeDescriptor, int64_t(configs.size()), &got,
-                   configs.data()) != 0)
-      return false;
-    for (int64_t i = 0; i < got && i < int64_t(configs.size()); ++i) {
-      if (!allowedEngine(plan, configs[i], p))
+    }
+    b.plan.declined = "cuDNN's heuristics offer no engine for it";
+    for (int mode : modes) {
+      Plan &plan = b.plan;
+      void *heur = describe(plan, kEngineHeurDesc);
+      int64_t count = 0;
+      if (!heur || backendSet(heur, kHeurOperationGraph, kTypeDescriptor, 1, &graph) != 0 ||
+          backendSet(heur, kHeurMode, kTypeHeurMode, 1, &mode) != 0 ||
+          backendFinalize(heur) != 0 ||
+          backendGet(heur, kHeurResults, kTypeDescriptor, 0, &count, nullptr) != 0 || count <= 0)
         continue;
-      void *exec = describe(plan, kExecutionPlanDesc);
-      if (!exec || backendSet(exec, kPlanHandle, kTypeHandle, 1, &handle) != 0 ||
-          backendSet(exec, kPlanEngineConfig, kTypeDescriptor, 1, &configs[i]) != 0 ||
-          backendFinalize(exec) != 0)
+      plan.declined = "none of the " + std::to_string(count) +
+                      " engine configs cuDNN's heuristics offer builds a plan within the workspace";
+      std::vector<void *> configs;
+      for (int64_t i = 0; i < count; ++i)
+        if (void *cfg = describe(plan, kEngineCfgDesc))
+          configs.push_back(cfg);
+      int64_t got = 0;
+      if (backendGet(heur, kHeurResults, kTypeDescriptor, int64_t(configs.size()), &got,
+                     configs.data()) != 0)
         continue;
-      int64_t bytes = 0, n = 0;
-      if (backendGet(exec, kPlanWorkspaceSize, kTypeInt64, 1, &n, &bytes) != 0 || bytes < 0 ||
-          size_t(bytes) > workspaceBytes)
-        continue;
-      plan.graphPlan = exec;
-      plan.graphWorkspace = bytes;
-      return true;
+      for (int64_t i = 0; i < got && i < int64_t(configs.size()); ++i) {
+        if (!allowedEngine(plan, configs[i], narrowTypes))
+          continue;
+        void *exec = describe(plan, kExecutionPlanDesc);
+        if (!exec || backendSet(exec, kPlanHandle, kTypeHandle, 1, &handle) != 0 ||
+            backendSet(exec, kPlanEngineConfig, kTypeDescriptor, 1, &configs[i]) != 0 ||
+            backendFinalize(exec) != 0)
+          continue;
+        int64_t bytes = 0, n = 0;
+        if (backendGet(exec, kPlanWorkspaceSize, kTypeInt64, 1, &n, &bytes) != 0 || bytes < 0 ||
+            size_t(bytes) > workspaceBytes)
+          continue;
+        plan.graphPlan = exec;
+        plan.graphWorkspace = bytes;
+        return true;
+      }
     }
     return false;
   }
 
-  /// Whether engine config `cfg` computes what eager would: no TF32 tensor cores in f32 unless
-  /// allowed (nor in f64), and never inputs converted down to a narrower type.
-  bool allowedEngine(Plan &plan, void *cfg, const ConvProblem &p) {
+  /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
+  /// forward operation, and the plan finishPlan picks (no TF32 in f32 unless allowed). False
+  /// if none (the legacy API is tried next).
+  bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
+                      size_t workspaceBytes) {
+    if (!backendCreate)
+      return false;
+    Builder b{*this, plan};
+    // a backend plan is built for its operands' alignment
+    void *x = b.tensor('x', type, c.rank, c.xd, c.xs, alignmentOf(p.x)),
+         *w = b.tensor('w', type, c.rank, c.wd, c.ws, alignmentOf(p.w)),
+         *y = b.tensor('y', type, c.rank, c.yd, c.ys, alignmentOf(p.y));
+    void *conv = b.make(kConvolutionDesc);
+    int compute = p.dtype == 1 ? kDouble : kFloat, mode = kCrossCorrelation;
+    int64_t spatial = c.spatial;
+    b.set(conv, kConvCompType, kTypeDataType, 1, &compute);
+    b.set(conv, kConvMode, kTypeConvMode, 1, &mode);
+    b.set(conv, kConvSpatialDims, kTypeInt64, 1, &spatial);
+    b.set(conv, kConvDilations, kTypeInt64, spatial, c.dilation);
+    b.set(conv, kConvFilterStrides, kTypeInt64, spatial, c.stride);
+    b.set(conv, kConvPrePaddings, kTypeInt64, spatial, c.padding);
+    b.set(conv, kConvPostPaddings, kTypeInt64, spatial, c.padding);
+    b.finalize(conv);
+    void *op = b.make(kConvForwardOpDesc);
+    double one64 = 1, zero64 = 0;
+    float one32 = 1, zero32 = 0;
+    bool f64 = p.dtype == 1;
+    b.set(op, kFwdAlpha, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&one64 : (void *)&one32);
+    b.set(op, kFwdBeta, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&zero64 : (void *)&zero32);
+    b.set(op, kFwdConvDesc, kTypeDescriptor, 1, &conv);
+    b.set(op, kFwdX, kTypeDescriptor, 1, &x);
+    b.set(op, kFwdW, kTypeDescriptor, 1, &w);
+    b.set(op, kFwdY, kTypeDescriptor, 1, &y);
+    b.finalize(op);
+    bool narrowTypes = p.dtype >= 2 || (p.dtype == 0 && p.allowTf32);
+    return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant});
+  }
+
+  /// Builds plan.graphPlan for attention `p`: the operation graph of cuDNN's fused flash
+  /// attention (two products around a softmax in f32, the causal mask as index comparisons),
+  /// which its heuristics hand to that engine. False if no engine takes it.
+  bool buildAttentionPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes);
+
+  /// Whether engine config `cfg` computes what eager would: no tensor cores unless
+  /// `narrowTypes` (f16/bf16, or f32 with TF32 allowed), and never inputs converted down to a
+  /// narrower type.
+  bool allowedEngine(Plan &plan, void *cfg, bool narrowTypes) {
     void *engine = describe(plan, kEngineDesc);
     int64_t n = 0;
     if (!engine || backendGet(cfg, kEngineCfgEngine, kTypeDescriptor, 1, &n, &engine) != 0)
@@ -287,7 +405,6 @@ struct Cudnn::Impl {
     int64_t count = 0;
     if (backendGet(engine, kEngineNumericalNote, kTypeNumericalNote, 16, &count, notes) != 0)
       return false;
-    bool narrowTypes = p.dtype >= 2 || (p.dtype == 0 && p.allowTf32);
     for (int64_t i = 0; i < count && i < 16; ++i)
       if (notes[i] == kNoteDownConvertInputs || (notes[i] == kNoteTensorCore && !narrowTypes))
         return false;
@@ -298,6 +415,30 @@ struct Cudnn::Impl {
   /// false, with `error` set, if cuDNN cannot create a descriptor.
   bool legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
                   size_t workspaceBytes, std::string &error);
+
+  /// Runs plan.graphPlan on the handle's stream with the `n` tensors of `uids` at `pointers`.
+  DnnStatus execute(const Plan &plan, int64_t n, const int64_t *uids, const void *const *pointers,
+                    void *workspace, std::string &error) {
+    void *pack = nullptr;
+    Status s = backendCreate(kVariantPackDesc, &pack);
+    if (s == 0)
+      s = backendSet(pack, kPackUniqueIds, kTypeInt64, n, uids);
+    if (s == 0)
+      s = backendSet(pack, kPackDataPointers, kTypeVoidPtr, n, pointers);
+    if (s == 0)
+      s = backendSet(pack, kPackWorkspace, kTypeVoidPtr, 1, &workspace);
+    if (s == 0)
+      s = backendFinalize(pack);
+    if (s == 0)
+      s = backendExecute(handle, plan.graphPlan, pack);
+    if (pack)
+      backendDestroy(pack);
+    if (s != 0) {
+      error = failed("cudnnBackendExecute", s);
+      return DnnStatus::Failed;
+    }
+    return DnnStatus::Done;
+  }
 
   std::string failed(const char *call, Status s) {
     return std::string("cuDNN ") + call + " failed: " + (errorString ? errorString(s) : "") +
@@ -349,13 +490,13 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
   return *instance;
 }
 
-ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                       std::string &error) {
+DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
+                      std::string &error) {
   Impl &im = *impl_;
   if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3) {
     error = "rank " + std::to_string(p.rank) + " or dtype code " + std::to_string(p.dtype) +
             " is not one cuDNN takes";
-    return ConvStatus::Declined;
+    return DnnStatus::Declined;
   }
   std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32 != 0, alignmentOf(p.x),
                            alignmentOf(p.w), alignmentOf(p.y)};
@@ -376,40 +517,22 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
       plan.descriptors.clear();
       if (!im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
         im.plans.erase(it);
-        return ConvStatus::Failed;
+        return DnnStatus::Failed;
       }
     }
   }
   if (!plan.graphPlan && plan.algo < 0) {
     error = plan.declined;
-    return ConvStatus::Declined;
+    return DnnStatus::Declined;
   }
   if (Status s = im.setStream(im.handle, stream); s != 0) {
     error = im.failed("cudnnSetStream", s);
-    return ConvStatus::Failed;
+    return DnnStatus::Failed;
   }
   if (plan.graphPlan) {
-    void *pack = nullptr;
-    int64_t uids[3] = {'x', 'w', 'y'};
+    const int64_t uids[3] = {'x', 'w', 'y'};
     const void *pointers[3] = {p.x, p.w, p.y};
-    Status s = im.backendCreate(kVariantPackDesc, &pack);
-    if (s == 0)
-      s = im.backendSet(pack, kPackUniqueIds, kTypeInt64, 3, uids);
-    if (s == 0)
-      s = im.backendSet(pack, kPackDataPointers, kTypeVoidPtr, 3, pointers);
-    if (s == 0)
-      s = im.backendSet(pack, kPackWorkspace, kTypeVoidPtr, 1, &workspace);
-    if (s == 0)
-      s = im.backendFinalize(pack);
-    if (s == 0)
-      s = im.backendExecute(im.handle, plan.graphPlan, pack);
-    if (pack)
-      im.backendDestroy(pack);
-    if (s != 0) {
-      error = im.failed("cudnnBackendExecute", s);
-      return ConvStatus::Failed;
-    }
-    return ConvStatus::Done;
+    return im.execute(plan, 3, uids, pointers, workspace, error);
   }
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
@@ -419,9 +542,9 @@ ConvStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size
                             workspace, plan.workspace, beta, plan.y, p.y);
       s != 0) {
     error = im.failed("cudnnConvolutionForward", s);
-    return ConvStatus::Failed;
+    return DnnStatus::Failed;
   }
-  return ConvStatus::Done;
+  return DnnStatus::Done;
 }
 
 bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
@@ -487,6 +610,107 @@ bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, 
     plan.declined = "none of cuDNN's " + std::to_string(returned) +
                     " algorithms runs it within the workspace";
   return true;
+}
+
+namespace {
+// The tensors of an attention plan, by unique id.
+enum AttentionUid : int64_t {
+  kUidQ = 1, kUidK, kUidV, kUidO, kUidScale, kUidNegInf, kUidScores, kUidScaled, kUidRow,
+  kUidCol, kUidKeep, kUidMasked, kUidMax, kUidCentered, kUidExp, kUidSum, kUidProbs, kUidLogSum,
+  kUidStats
+};
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+} // namespace
+
+bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
+                                     size_t workspaceBytes) {
+  if (!backendCreate)
+    return false;
+  Builder b{*this, plan};
+  int io = p.dtype == 3 ? kBFloat16 : kHalf;
+  // K enters the first product transposed: [b, hk, d, skv].
+  const int64_t qd[4] = {p.b, p.hq, p.sq, p.d}, kd[4] = {p.b, p.hk, p.d, p.skv},
+                vd[4] = {p.b, p.hk, p.skv, p.dv}, od[4] = {p.b, p.hq, p.sq, p.dv};
+  const int64_t ks[4] = {p.kStrides[0], p.kStrides[1], p.kStrides[3], p.kStrides[2]};
+  void *q = b.tensor(kUidQ, io, 4, qd, p.qStrides, alignmentOf(p.q));
+  void *k = b.tensor(kUidK, io, 4, kd, ks, alignmentOf(p.k));
+  void *v = b.tensor(kUidV, io, 4, vd, p.vStrides, alignmentOf(p.v));
+  void *o = b.tensor(kUidO, io, 4, od, p.oStrides, alignmentOf(p.o));
+  const int64_t unit[4] = {1, 1, 1, 1};
+  void *scale = b.tensor(kUidScale, kFloat, 4, unit, unit, 16, false, true);
+  // The scores and what follows them live inside the fused kernel: virtual, row-major.
+  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
+                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
+  const int64_t rd[4] = {p.b, p.hq, p.sq, 1}, rs[4] = {p.hq * p.sq, p.sq, 1, 1};
+  auto scores = [&](int64_t uid, int type = kFloat) {
+    return b.tensor(uid, type, 4, sd, ss, 16, true);
+  };
+  auto rows = [&](int64_t uid) { return b.tensor(uid, kFloat, 4, rd, rs, 16, true); };
+  std::vector<void *> ops;
+  void *s = scores(kUidScores), *scaled = scores(kUidScaled);
+  ops.push_back(b.matmul(q, k, s));
+  ops.push_back(b.pointwise(kPwMul, kFloat, s, scale, nullptr, scaled));
+  if (p.causal) {
+    // keep key j of row i where i >= j; the others become -inf
+    void *negInf = b.tensor(kUidNegInf, kFloat, 4, unit, unit, 16, false, true);
+    void *row = scores(kUidRow, kInt32), *col = scores(kUidCol, kInt32);
+    void *keep = scores(kUidKeep, kBoolean), *masked = scores(kUidMasked);
+    ops.push_back(b.pointwise(kPwGenIndex, kFloat, scaled, nullptr, nullptr, row, 2));
+    ops.push_back(b.pointwise(kPwGenIndex, kFloat, scaled, nullptr, nullptr, col, 3));
+    ops.push_back(b.pointwise(kPwCmpGe, kBoolean, row, col, nullptr, keep));
+    ops.push_back(b.pointwise(kPwBinarySelect, kFloat, scaled, negInf, keep, masked));
+    scaled = masked;
+  }
+  void *max = rows(kUidMax), *centered = scores(kUidCentered), *e = scores(kUidExp);
+  void *sum = rows(kUidSum), *probs = scores(kUidProbs, io);
+  ops.push_back(b.reduction(kReduceMax, scaled, max));
+  ops.push_back(b.pointwise(kPwSub, kFloat, scaled, max, nullptr, centered));
+  ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, e));
+  ops.push_back(b.reduction(kReduceAdd, e, sum));
+  // The rows' log-sum-exp, virtual here: cuDNN recognizes the softmax by it.
+  void *logSum = rows(kUidLogSum), *stats = rows(kUidStats);
+  ops.push_back(b.pointwise(kPwLog, kFloat, sum, nullptr, nullptr, logSum));
+  ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
+  ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
+  ops.push_back(b.matmul(probs, v, o));
+  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes, {kHeurA, kHeurFallback});
+}
+
+DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *workspace,
+                           size_t workspaceBytes, std::string &error) {
+  Impl &im = *impl_;
+  if ((p.dtype != 2 && p.dtype != 3) || p.hk <= 0 || p.hq % p.hk != 0 || p.d % 8 != 0 ||
+      p.dv % 8 != 0 || p.d > 256 || p.dv > 256) {
+    error = "dtype code " + std::to_string(p.dtype) + ", heads " + std::to_string(p.hq) + "/" +
+            std::to_string(p.hk) + " or head dims " + std::to_string(p.d) + "/" +
+            std::to_string(p.dv) + " are not ones cuDNN's fused attention takes";
+    return DnnStatus::Declined;
+  }
+  std::vector<int64_t> key{-1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv, p.d, p.dv,
+                           alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v), alignmentOf(p.o)};
+  for (const int64_t *a : {p.qStrides, p.kStrides, p.vStrides, p.oStrides})
+    key.insert(key.end(), a, a + 4);
+  std::lock_guard<std::mutex> lock(im.mu);
+  auto [it, fresh] = im.plans.try_emplace(key);
+  Plan &plan = it->second;
+  if (fresh && !im.buildAttentionPlan(plan, p, workspaceBytes)) {
+    for (void *d : plan.descriptors)
+      im.backendDestroy(d);
+    plan.descriptors.clear();
+    if (!im.backendCreate)
+      plan.declined = "this cuDNN has no backend API";
+  }
+  if (!plan.graphPlan) {
+    error = plan.declined;
+    return DnnStatus::Declined;
+  }
+  if (Status s = im.setStream(im.handle, stream); s != 0) {
+    error = im.failed("cudnnSetStream", s);
+    return DnnStatus::Failed;
+  }
+  const int64_t uids[6] = {kUidQ, kUidK, kUidV, kUidO, kUidScale, kUidNegInf};
+  const void *pointers[6] = {p.q, p.k, p.v, p.o, &p.scale, &kNegInf};
+  return im.execute(plan, p.causal ? 6 : 5, uids, pointers, workspace, error);
 }
 
 } // namespace braze::runtime

@@ -1,6 +1,7 @@
 #pragma once
-/// Convolution on the GPU through cuDNN, loaded at run time (dlopen) like cuBLASLt, so braze
-/// builds without the CUDA toolkit and a compiled graph runs without libtorch. Each problem
+/// Convolution and fused attention on the GPU through cuDNN, loaded at run time (dlopen) like
+/// cuBLASLt, so braze builds without the CUDA toolkit and a compiled graph runs without libtorch.
+/// Each problem
 /// (sizes, strides, dtype, operand alignment) gets a plan once, from cuDNN's heuristics with no
 /// trial runs, so a first call may be captured into a CUDA graph: an execution plan of the
 /// backend (graph) API, whose calls cost a few microseconds of host time, or, where none can
@@ -29,7 +30,23 @@ struct ConvProblem {
   int allowTf32 = 0;
 };
 
-enum class ConvStatus { Done, Declined, Failed };
+/// o = softmax(scale * q kᵀ [causal: keys j > i dropped]) v, cuDNN's fused flash attention
+/// (inference: no log-sum-exp). Every operand is 4-d, [batch, heads, sequence, head dim]:
+/// q [b, hq, sq, d], k [b, hk, skv, d], v [b, hk, skv, dv], o [b, hq, sq, dv], strides in
+/// elements with the last one 1. hq is a multiple of hk: query head h reads key/value head
+/// h / (hq / hk) (grouped-query attention). A CUDA module's host code fills one as its
+/// BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
+struct AttentionProblem {
+  int dtype = 2; ///< of q, k, v and o: 2 f16, 3 bf16 (as ConvProblem's)
+  int causal = 0;
+  int64_t b = 0, hq = 0, hk = 0, sq = 0, skv = 0, d = 0, dv = 0;
+  int64_t qStrides[4] = {}, kStrides[4] = {}, vStrides[4] = {}, oStrides[4] = {};
+  float scale = 1;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void *o = nullptr;
+};
+
+enum class DnnStatus { Done, Declined, Failed };
 
 /// The process-wide cuDNN instance. Thread-safe: conv() serializes on an internal mutex.
 class Cudnn {
@@ -42,8 +59,14 @@ public:
   /// (workspaceBytes of device memory). Declined: cuDNN takes no such problem (a weight layout
   /// other than contiguous or channels-last, sizes beyond int32, no algorithm within the
   /// workspace); the caller computes it another way. Failed: `error` names the cuDNN call.
-  ConvStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                  std::string &error);
+  DnnStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
+                 std::string &error);
+
+  /// Enqueues the attention on `stream`, as conv() does. Declined: no cuDNN engine runs this
+  /// problem (dtype, head dims, alignment, or a cuDNN without fused attention); the caller
+  /// launches its own kernel.
+  DnnStatus attention(const AttentionProblem &p, void *stream, void *workspace,
+                      size_t workspaceBytes, std::string &error);
 
   static size_t recommendedWorkspaceBytes(); ///< 64 MiB
 

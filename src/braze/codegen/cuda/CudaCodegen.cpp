@@ -111,7 +111,12 @@ public:
       if (k.attention) {
         attention = true;
         add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores));
-        calls.push_back(cudaAttentionLaunch(s_, names_, k, index));
+        std::string launch = cudaAttentionLaunch(s_, names_, k, index);
+        if (opts_.cudnnAttention && !k.attention->attention->bias) {
+          out.usesCudnn = true;
+          launch = attentionStatement(names_, k, launch);
+        }
+        calls.push_back(launch);
         continue;
       }
       if (k.scatter) {
@@ -127,7 +132,7 @@ public:
         out.usesGemm = true;
         calls.push_back(gemmStatement(sym_, names_, k, launch, opts_.matmulTf32));
       } else if (k.conv) {
-        out.usesConv = true;
+        out.usesCudnn = true;
         calls.push_back(convStatement(names_, k, launch, opts_.convTf32));
       } else {
         calls.push_back(launch);

@@ -16,7 +16,7 @@ struct CudaGeneratedSource {
   std::vector<std::string> kernels; ///< __global__ names, indexed by the launch calls
   int numKernels = 0;               ///< schedule kernels (a GEMM with its fallback counts once)
   bool usesGemm = false;            ///< some kernel calls cuBLASLt
-  bool usesConv = false;            ///< some kernel calls cuDNN
+  bool usesCudnn = false;           ///< some kernel calls cuDNN (convolution or attention)
   bool checksIndices = false;       ///< some kernel bounds-checks an index (sets the error flag)
 };
 
@@ -24,6 +24,8 @@ struct CudaGeneratedSource {
 struct CudaCodegenOptions {
   bool matmulTf32 = false; ///< f32 GEMMs may round inputs to TF32 (torch.backends.cuda.matmul)
   bool convTf32 = false;   ///< f32 convolutions may use TF32 (torch.backends.cudnn.allow_tf32)
+  /// f16/bf16 attention outputs call cuDNN's fused attention first (cuDNN is available).
+  bool cudnnAttention = false;
 };
 
 /// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).

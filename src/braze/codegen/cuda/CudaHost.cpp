@@ -118,7 +118,46 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   return out;
 }
 
-  std::string hostSource(const sched::Schedule &s, Names &names,
+std::string attentionStatement(const Names &names, const sched::Kernel &k,
+                               const std::string &fallback) {
+  const loop::Computation &c = *k.attention;
+  const loop::AttentionSpec &a = *c.attention;
+  size_t r = a.q.shape.size();
+  auto ix = [&](sym::SymExpr e) { return names.index(e); };
+  auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names, xs); };
+  std::string esz = std::to_string(dtypeSize(c.out->dtype));
+  auto at = [&](const loop::AttentionOperand &o) {
+    return "(const char*)bufs[" + std::to_string(o.buffer->id) + "] + (" + ix(o.offset) +
+           ") * " + esz;
+  };
+  std::vector<sym::SymExpr> batch(a.q.shape.begin(), a.q.shape.end() - 2);
+  std::string out;
+  Writer w(out, 1);
+  w.line("{");
+  w.indent();
+  w.line("BrazeAttention a = {};");
+  w.line("a.dtype = " + code(c.out->dtype) + ";");
+  w.line("a.causal = " + std::string(a.causal ? "1" : "0") + ";");
+  w.line("a.sq = " + ix(a.q.shape[r - 2]) + "; a.skv = " + ix(a.k.shape[r - 2]) + ";");
+  w.line("a.d = " + ix(a.q.shape[r - 1]) + "; a.dv = " + ix(a.v.shape[r - 1]) + ";");
+  w.line("a.scale = " + literal(a.scale, 0, DType::Float32) + ";");
+  w.line("a.q = " + at(a.q) + "; a.k = " + at(a.k) + "; a.v = " + at(a.v) + ";");
+  w.line("a.o = bufs[" + std::to_string(c.out->id) + "];");
+  w.line("const int64_t batch[] = " + list(batch) + ";");
+  w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
+         ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
+  w.line("err = braze_attention_layout(&a, " + std::to_string(r) +
+         ", batch, qs, ks, vs, os) ? api->attention(api->ctx, &a) : 1;");
+  w.line("if (err == 1) {");
+  w.line("  err = 0;");
+  w.line("  " + fallback);
+  w.line("}");
+  w.dedent();
+  w.line("}");
+  return out;
+}
+
+std::string hostSource(const sched::Schedule &s, Names &names,
                        const std::vector<std::string> &calls) {
     std::string out = R"HOST(#include <algorithm>
 #include <cstdint>
@@ -148,6 +187,14 @@ struct BrazeConv {
   const void* x; const void* w; void* y;
   int allowTf32; // f32: cuDNN may use TF32
 };
+struct BrazeAttention {
+  int dtype; // 2 f16, 3 bf16
+  int causal;
+  int64_t b, hq, hk, sq, skv, d, dv; // q [b, hq, sq, d], k [b, hk, skv, d], v [b, hk, skv, dv]
+  int64_t q_strides[4], k_strides[4], v_strides[4], o_strides[4];
+  float scale;
+  const void* q; const void* k; const void* v; void* o;
+};
 struct BrazeCudaApi {
   void* ctx;
   int (*launch)(void* ctx, int kernel, int64_t blocks, int threads, void** args);
@@ -155,7 +202,47 @@ struct BrazeCudaApi {
   int (*conv)(void* ctx, const BrazeConv* c); // 0 done, 1 declined (launch the loops), 2 failed
   int* err; // device-visible error flag of the kernels
   int assertIndices; // launch braze_index_guard after the kernels that check indices
+  int (*attention)(void* ctx, const BrazeAttention* a); // as conv (1: launch braze's kernel)
 };
+
+// An attention's operands of rank r ([batch.., s, d]; strides qs, ks, vs and os, the output's)
+// as cuDNN's [b, h, s, d] in a: r = 3 has one head; r = 5 merges its two head dims, where keys
+// and values may repeat along the second (stride 0: grouped-query attention). 0 where they do
+// not map.
+static int braze_attention_layout(BrazeAttention* a, int r, const int64_t* batch,
+                                  const int64_t* qs, const int64_t* ks, const int64_t* vs,
+                                  const int64_t* os) {
+  const int64_t* src[4] = {qs, ks, vs, os};
+  int64_t* dst[4] = {a->q_strides, a->k_strides, a->v_strides, a->o_strides};
+  int64_t heads[4];
+  if (r < 3 || r > 5 || a->sq <= 0 || a->skv <= 0 || batch[0] <= 0)
+    return 0;
+  a->b = batch[0];
+  for (int i = 0; i < 4; ++i) {
+    const int64_t* s = src[i];
+    if ((a->b > 1 && s[0] <= 0) || s[r - 1] != 1)
+      return 0;
+    dst[i][0] = s[0];
+    dst[i][2] = s[r - 2];
+    dst[i][3] = 1;
+    if (r == 3) {
+      heads[i] = 1, dst[i][1] = s[0];
+    } else if (r == 4) {
+      bool repeated = s[1] == 0 && batch[1] > 1;
+      heads[i] = repeated ? 1 : batch[1], dst[i][1] = repeated ? s[0] : s[1];
+    } else if (batch[2] == 1 || s[1] == s[2] * batch[2]) {
+      heads[i] = batch[1] * batch[2], dst[i][1] = batch[2] == 1 ? s[1] : s[2];
+    } else if (s[2] == 0) {
+      heads[i] = batch[1], dst[i][1] = s[1];
+    } else {
+      return 0;
+    }
+    if (heads[i] > 1 && dst[i][1] <= 0)
+      return 0;
+  }
+  a->hq = heads[0], a->hk = heads[1];
+  return heads[3] == a->hq && heads[2] == a->hk && a->hq % a->hk == 0;
+}
 
 #define BRAZE_FN static inline
 )HOST";

@@ -31,7 +31,7 @@ from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort
 from braze import rules_complex, rules_attention  # noqa: F401,E402
 from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import (as_layout, computed_view, concrete_layout, guard_eager_layouts,
-                           input_view)
+                           input_view, shared_outputs)
 
 class _State:
     """What the backend keeps for the process, in one place (counters(), compile_times(),
@@ -341,11 +341,9 @@ def _compile_whole(gm, opts, device=None, args=None):
     if not flat:
         # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
         return (lambda *args: []), True
-    # Outputs that are None, or views of an argument (a transposed weight saved for the
-    # backward; on the CPU the argument itself too): made at each call, never computed into
-    # new memory.
-    made = [(i, None if o is None else input_view(gm, o, bare=device is None))
-            for i, o in enumerate(flat)]
+    # Outputs that are None, or arguments or views of one (a weight or its transpose saved for
+    # the backward): made at each call, never computed into new memory.
+    made = [(i, None if o is None else input_view(gm, o)) for i, o in enumerate(flat)]
     none_slots = [(i, make) for (i, make), o in zip(made, flat) if o is None or make is not None]
     if len(none_slots) == len(flat):
         return (lambda *args: [make(args) if make is not None else None
@@ -366,6 +364,16 @@ def _compile_whole(gm, opts, device=None, args=None):
         k = bases.index(base)
         none_slots.append((j, lambda args, made, k=k, view=view: view(made[k])))
         injected.add(j)
+    # Outputs that share memory in eager (a saved activation and its transpose): the base is
+    # computed once and each of them made of it.
+    for base, members in shared_outputs(flat, injected):
+        if base not in bases:
+            bases.append(base)
+        k = bases.index(base)
+        for j, size, stride, offset in members:
+            none_slots.append((j, lambda args, made, k=k, size=size, stride=stride, offset=offset:
+                               made[k].as_strided(size, stride, made[k].storage_offset() + offset)))
+            injected.add(j)
     none_slots.sort(key=lambda slot: slot[0])
     handles, layouts, complex_outputs, output_layouts = [], [], [], []
     for j, o in enumerate(flat):

@@ -172,14 +172,44 @@ def computed_view(out):
     return base, lambda b: _apply(b, steps)
 
 
-def input_view(gm, out, bare=False):
-    """For an output that is a chain of view ops over a tensor argument that the graph does not
-    mutate, with no other node among their operands: args -> that view of the argument; None
-    otherwise. With `bare`, an output that is the argument itself is returned as it is (a CPU
-    graph's saved input for an eager backward op; CUDA graphs copy such inputs per replay, so
-    there it stays a computed copy)."""
+def shared_outputs(flat, skip):
+    """Groups of outputs (positions in `flat`, not in `skip`) that share memory in eager: a
+    saved activation returned twice, or with its reshape or transpose beside it. For each group
+    whose memory one member covers densely from its start (the base): (base node,
+    [(position, size, stride, storage offset)] of every member). braze computes the base once
+    and makes each member of it, as eager's views are, in place of a copy per output."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    from torch.multiprocessing.reductions import StorageWeakRef
+    groups = {}
+    for j, o in enumerate(flat):
+        val = o.meta.get("val") if isinstance(o, torch.fx.Node) and j not in skip else None
+        if not isinstance(val, torch.Tensor) or val.is_complex():
+            continue
+        try:
+            layout = (tuple(int(d) for d in val.shape), tuple(int(d) for d in val.stride()),
+                      int(val.storage_offset()), int(val.untyped_storage().nbytes()))
+        except Exception:  # a symbolic size, stride or offset
+            continue
+        groups.setdefault(StorageWeakRef(val.untyped_storage()), []).append((j, o, val, layout))
+    out = []
+    for members in groups.values():
+        if len(members) < 2 or len({v.dtype for _, _, v, _ in members}) != 1:
+            continue
+        base = next((o for _, o, v, (_, _, offset, nbytes) in members
+                     if offset == 0 and v.numel() * v.element_size() == nbytes
+                     and is_non_overlapping_and_dense_or_false(v)), None)
+        if base is not None:
+            out.append((base, [(j, *layout[:3]) for j, _, _, layout in members]))
+    return out
+
+
+def input_view(gm, out):
+    """For an output that is a tensor argument the graph does not mutate, or a chain of view
+    ops over one with no other node among their operands: args -> that argument or view of it
+    (a saved weight, or its transpose, for the backward); None otherwise. CUDA graphs return a
+    view of the caller's own argument for one they copy per call (cudagraphs._Capture)."""
     node, steps = _view_chain(out)
-    if (not steps and not bare) or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+    if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
         return None
     if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
         return None

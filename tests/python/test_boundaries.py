@@ -376,6 +376,31 @@ def test_outputs_after_a_view_of_an_argument_keep_their_dtypes(device):
         torch.testing.assert_close(got, want)
 
 
+def test_outputs_that_share_memory_in_eager_share_it(device):
+    """Outputs that are one value and views of it (an activation a training forward saves
+    twice, beside its transpose and its reshape) are one computed buffer and views of it, as in
+    eager, not a copy each; an argument returned as it is (a saved weight) is the argument,
+    on CUDA too."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        y = torch.relu(x @ w)
+        return y, y.t(), y.view(-1), y, w, x * 2
+
+    x, w = torch.randn(6, 4), torch.randn(4, 5)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    fn, _ = braze.backend._compile_whole(gm, braze.backend.Options(),
+                                         device=x.device if device == "cuda" else None)
+    got = fn(x, w)
+    for a, e in zip(got, f(x, w)):
+        assert a.shape == e.shape and a.stride() == e.stride()
+        torch.testing.assert_close(a, e)
+    ptr = got[0].untyped_storage().data_ptr()
+    assert all(g.untyped_storage().data_ptr() == ptr for g in got[1:4])
+    assert got[4].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    assert got[5].untyped_storage().data_ptr() not in (ptr, x.untyped_storage().data_ptr())
+
+
 def test_training_with_a_tied_weight_matches_eager():
     """A language-model head tied to the embedding: the forward saves the transposed weight
     for the backward as a view of the weight; loss and gradients match eager's."""

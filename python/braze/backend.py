@@ -799,11 +799,14 @@ def braze_backend(gm, example_inputs, options=None):
         opts = options
     else:
         opts = Options()
-    # Inference (grad mode off, which Dynamo guards on): if the forward graph compiles whole and
-    # AOTAutograd's runtime wrapper would do nothing for it, Dynamo calls braze directly.
+    # Inference (grad mode off, or no input that requires grad: Dynamo guards on both): if the
+    # forward graph compiles whole and AOTAutograd's runtime wrapper would do nothing for it,
+    # Dynamo calls braze directly.
     plain = all(type(a) in (torch.Tensor, torch.nn.Parameter) or not isinstance(a, torch.Tensor)
                 for a in example_inputs)
-    direct = {"inputs": len(example_inputs)} if plain and not torch.is_grad_enabled() else None
+    inference = not torch.is_grad_enabled() or not any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+    direct = {"inputs": len(example_inputs)} if plain and inference else None
     trace_as_math_for_training(gm, example_inputs)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)

@@ -185,11 +185,10 @@ def shared_outputs(flat, skip):
         val = o.meta.get("val") if isinstance(o, torch.fx.Node) and j not in skip else None
         if not isinstance(val, torch.Tensor) or val.is_complex():
             continue
-        try:
-            layout = (tuple(int(d) for d in val.shape), tuple(int(d) for d in val.stride()),
-                      int(val.storage_offset()), int(val.untyped_storage().nbytes()))
-        except Exception:  # a symbolic size, stride or offset
-            continue
+        layout = (tuple(val.shape), tuple(val.stride()), val.storage_offset(),
+                  val.untyped_storage().nbytes())
+        if any(isinstance(d, torch.SymInt) for d in (*layout[0], *layout[1], *layout[2:])):
+            continue  # symbolic: reading it would specialize the graph to this size
         groups.setdefault(StorageWeakRef(val.untyped_storage()), []).append((j, o, val, layout))
     out = []
     for members in groups.values():

@@ -48,6 +48,36 @@ def test_seed_dynamic_shapes_one_artifact():
     assert braze.counters()["graphs_compiled"] - before == 2
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_inference_calls_braze_without_aot_wrappers(grad):
+    """An inference call (grad mode off, or no input that requires grad) of a graph that
+    compiles whole goes from Dynamo straight to braze's lean call, without AOTAutograd's
+    runtime wrappers; dynamic sizes still settle on one dynamic graph."""
+    import cProfile
+    import pstats
+    torch._dynamo.reset()
+    fn = torch.compile(seed, backend="braze", dynamic=False)
+    with torch.set_grad_enabled(grad):
+        a, b = randn(8, 13), randn(8, 13)
+        torch.testing.assert_close(fn(a, b), seed(a, b))
+        profile = cProfile.Profile()
+        profile.enable()
+        fn(a, b)
+        profile.disable()
+    called = [(f, name) for f, _, name in pstats.Stats(profile).stats]
+    assert not any("runtime_wrapper" in f or "runtime_wrapper" in name
+                   for f, name in called), sorted(called)
+    torch._dynamo.reset()
+    fn = torch.compile(seed, backend="braze")
+    before = braze.counters()["graphs_compiled"]
+    with torch.set_grad_enabled(grad):
+        for rows in (5, 9, 17, 33):
+            a, b = randn(rows, 13), randn(rows, 13)
+            torch.testing.assert_close(fn(a, b), seed(a, b))
+    # the first shape compiles statically, the second marks the dim dynamic; then no more
+    assert braze.counters()["graphs_compiled"] - before == 2
+
+
 def test_seed_writes_no_full_size_intermediate():
     a, b = randn(256, 512), randn(256, 512)
     _, code = braze.run_and_get_code(torch.compile(seed, backend="braze", dynamic=False), a, b)

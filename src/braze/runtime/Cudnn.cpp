@@ -248,7 +248,8 @@ struct Cudnn::Impl {
       return t;
     }
     /// y = mode(x[, b][, t]) computed in `precision`; `axis` for an index generator.
-    void *pointwise(int mode, int precision, void *x, void *b, void *t, void *y, int64_t axis = -1) {
+    void *pointwise(int mode, int precision, void *x, void *b, void *t, void *y,
+                    int64_t axis = -1) {
       void *pw = make(kPointwiseDesc);
       set(pw, kPwMode, kTypePointwiseMode, 1, &mode);
       set(pw, kPwMathPrec, kTypeDataType, 1, &precision);

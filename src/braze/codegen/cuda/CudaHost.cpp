@@ -38,6 +38,16 @@ std::string launchBlocks(const sched::Schedule &s, const Names &names, const sch
 }
 
 namespace {
+/// Writes `err = call;` and, where the library declined the call (1), `fallback` (the launch
+/// of braze's own kernel) in its place.
+void callOrFallback(Writer &w, const std::string &call, const std::string &fallback) {
+  w.line("err = " + call + ";");
+  w.line("if (err == 1) {");
+  w.line("  err = 0;");
+  w.line("  " + fallback);
+  w.line("}");
+}
+
 /// The dtype code BrazeGemm and BrazeConv carry: 0 f32, 1 f64, 2 f16, 3 bf16.
 std::string code(DType t) {
   return std::to_string(t == DType::Float32 ? 0 : t == DType::Float64 ? 1
@@ -108,11 +118,7 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
          ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
          ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(cv.input) + ", " +
          ptr(cv.weight) + ", " + ptr(c.out) + ", " + (tf32 && t == DType::Float32 ? "1" : "0") + "};");
-  w.line("err = api->conv(api->ctx, &c);");
-  w.line("if (err == 1) {");
-  w.line("  err = 0;");
-  w.line("  " + fallback);
-  w.line("}");
+  callOrFallback(w, "api->conv(api->ctx, &c)", fallback);
   w.dedent();
   w.line("}");
   return out;
@@ -146,12 +152,9 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
   w.line("const int64_t batch[] = " + list(batch) + ";");
   w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
          ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
-  w.line("err = braze_attention_layout(&a, " + std::to_string(r) +
-         ", batch, qs, ks, vs, os) ? api->attention(api->ctx, &a) : 1;");
-  w.line("if (err == 1) {");
-  w.line("  err = 0;");
-  w.line("  " + fallback);
-  w.line("}");
+  callOrFallback(w, "braze_attention_layout(&a, " + std::to_string(r) +
+                        ", batch, qs, ks, vs, os) ? api->attention(api->ctx, &a) : 1",
+                 fallback);
   w.dedent();
   w.line("}");
   return out;

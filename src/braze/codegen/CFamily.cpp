@@ -130,8 +130,8 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
     return call("std::log1p", a);
   case ScalarOpKind::Sqrt:
     return call("std::sqrt", a);
-  case ScalarOpKind::Rsqrt:
-    return wrap(t, "1 / std::sqrt(" + x + ")");
+  case ScalarOpKind::Rsqrt: // each target's prelude defines braze_rsqrt as its eager does
+    return wrap(t, "braze_rsqrt((" + ctype(t) + ")(" + x + "))");
   case ScalarOpKind::Sin:
     return call("std::sin", a);
   case ScalarOpKind::Cos:
@@ -376,6 +376,9 @@ BRAZE_SIMD_MATH(erfc)
 static inline float braze_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
 static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
 static inline float braze_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+// 1/sqrt(x) correctly rounded twice, as PyTorch's CPU kernels compute rsqrt.
+static inline float braze_rsqrt(float x) { return 1 / std::sqrt(x); }
+static inline double braze_rsqrt(double x) { return 1 / std::sqrt(x); }
 static inline uint16_t braze_f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);

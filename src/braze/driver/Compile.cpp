@@ -113,8 +113,8 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
   runPasses(g, {"fuse-attention"});
   decompose(g, decomposeFor(opts));
-  runPasses(g, {"grouped-attention", "fold-matmul-reshapes", "fold-scatter-add", "fold-constants",
-                "cse", "dce"});
+  runPasses(g, {"grouped-attention", "fold-matmul-reshapes", "fold-scatter-add", "fold-rsqrt",
+                "fold-constants", "cse", "dce"});
 }
 
 struct Lowered {

@@ -81,6 +81,10 @@ BRAZE_FN void braze_atomic_add(int64_t* p, int64_t v) {
 }
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+// The device library's reciprocal square root (one instruction in f32, within 2 ulp), which
+// PyTorch's CUDA kernels call for rsqrt and inside batch norm.
+BRAZE_FN float braze_rsqrt(float x) { return ::rsqrtf(x); }
+BRAZE_FN double braze_rsqrt(double x) { return ::rsqrt(x); }
 // The CPU target inlines its own float exp; here the device library's is the one.
 template <typename T> BRAZE_FN auto braze_exp(T x) -> decltype(std::exp(x)) { return std::exp(x); }
 )PRELUDE";

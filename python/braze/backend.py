@@ -354,22 +354,25 @@ def _compile_whole(gm, opts, device=None, args=None):
     # Outputs that view a computed value without being dense (a K/V cache sliced from a fused
     # projection): the value is computed as a base output and the view made of it.
     bases = []
+
+    def base_slot(base):
+        """base's position among the computed bases (added once)."""
+        if base not in bases:
+            bases.append(base)
+        return bases.index(base)
+
     for j, o in enumerate(flat):
         found = None if j in injected else computed_view(o)
         if found is None or not isinstance(t.values.get(found[0]), int):
             continue
         base, view = found
-        if base not in bases:
-            bases.append(base)
-        k = bases.index(base)
+        k = base_slot(base)
         none_slots.append((j, lambda args, made, k=k, view=view: view(made[k])))
         injected.add(j)
     # Outputs that share memory in eager (a saved activation and its transpose): the base is
     # computed once and each of them made of it.
     for base, members in shared_outputs(flat, injected):
-        if base not in bases:
-            bases.append(base)
-        k = bases.index(base)
+        k = base_slot(base)
         for j, size, stride, offset in members:
             none_slots.append((j, lambda args, made, k=k, size=size, stride=stride, offset=offset:
                                made[k].as_strided(size, stride, made[k].storage_offset() + offset)))
@@ -411,7 +414,8 @@ def _compile_whole(gm, opts, device=None, args=None):
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
-        run = cuda_support.CudaGraph(compiled, device, specs, dtypes, opts.sync_index_checks())
+        run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
+                                     opts.sync_index_checks())
     with _state.lock:  # partitions compile on several threads
         _state.compile_times.update(compiled.times)
         _record_source(compiled.source)
@@ -593,8 +597,9 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
         wait for them and raise a bad index, as their uncaptured calls do."""
         launches = graphs[0].compiled.num_kernels if whole and graphs else None
+        check = cuda_support.check_runs(cuda_support.checking_runs(graphs))
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               _check_runs(_checking_runs(graphs)), launches)
+                               check, launches)
 
     device, why = _graph_device(gm, example_inputs)
     if why:
@@ -640,7 +645,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         fused = _compile_partitioned(gm, unsupported, opts, device)
         graphs = [m.fn for m in fused.modules()
                   if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]
-        return make_boxed_func(replayed(_checked_once(fused.forward, graphs), graphs))
+        return make_boxed_func(replayed(cuda_support.checked_once(fused.forward, graphs), graphs))
     except (Unsupported, _C.CompileError, _C.RunError) as e:  # RunError: a library won't load
         if _strict(opts):
             raise
@@ -653,43 +658,6 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
-
-
-def _checking_runs(graphs):
-    """The calls of those braze graphs whose kernels check indices and that wait for them
-    (index_checks="sync")."""
-    return [g.run for g in graphs if getattr(g.run, "checks", False)]
-
-
-def _check_runs(runs):
-    """A callable that waits for the kernels of `runs` and raises a bad index; None for none."""
-    if not runs:
-        return None
-
-    def check():
-        for run in runs:
-            run.check()
-    return check
-
-
-def _checked_once(forward, graphs):
-    """forward, a partitioned graph's call, with the bad-index checks of its partitions made
-    once, after the last one: each would otherwise wait for its kernels in the middle of the
-    graph, and the GPU would idle while the host launches what follows. A bad index still
-    raises from the call that had it, before any result reaches the caller."""
-    runs = _checking_runs(graphs)
-    if not runs:
-        return forward
-    for run in runs:
-        run.deferred = True
-    check = _check_runs(runs)
-
-    def call(*args):
-        out = forward(*args)
-        if not torch.cuda.is_current_stream_capturing():  # under capture, the replays check
-            check()
-        return out
-    return call
 
 
 def _count_fallback_op(node):

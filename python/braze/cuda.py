@@ -199,3 +199,40 @@ class CudaGraph:
             return outs
         call.constants = constants  # const_ptrs stay valid while the closure holds these
         return call
+
+
+def checking_runs(graphs):
+    """The calls of those braze graphs whose kernels check indices and that wait for them
+    (index_checks="sync")."""
+    return [g.run for g in graphs if getattr(g.run, "checks", False)]
+
+
+def check_runs(runs):
+    """A callable that waits for the kernels of `runs` and raises a bad index; None for none."""
+    if not runs:
+        return None
+
+    def check():
+        for run in runs:
+            run.check()
+    return check
+
+
+def checked_once(forward, graphs):
+    """forward, a partitioned graph's call, with the bad-index checks of its partitions made
+    once, after the last one: each would otherwise wait for its kernels in the middle of the
+    graph, and the GPU would idle while the host launches what follows. A bad index still
+    raises from the call that had it, before any result reaches the caller."""
+    runs = checking_runs(graphs)
+    if not runs:
+        return forward
+    for run in runs:
+        run.deferred = True
+    check = check_runs(runs)
+
+    def call(*args):
+        out = forward(*args)
+        if not torch.cuda.is_current_stream_capturing():  # under capture, the replays check
+            check()
+        return out
+    return call

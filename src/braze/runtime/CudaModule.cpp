@@ -182,16 +182,17 @@ struct CudaModule::State {
   std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
 
-  /// The callback's code for a cuDNN call of `what`: 0 done, 1 declined (said once per reason
-  /// with logFallback; the caller runs its own kernel), 2 failed (`failure` says why).
+  /// The callback's code for a cuDNN call of `what` ("a convolution"): 0 done, 1 declined
+  /// (said once per reason with logFallback; the caller runs its own kernel), 2 failed
+  /// (`failure` says why).
   int dnnResult(const char *what, DnnStatus status) {
     switch (status) {
     case DnnStatus::Done:
       return 0;
     case DnnStatus::Declined:
       if (logFallback && declined.insert(failure).second)
-        std::fprintf(stderr, "braze: cuDNN declined %s %s (%s); braze's kernel runs\n",
-                     what[0] == 'a' ? "an" : "a", what, failure.c_str());
+        std::fprintf(stderr, "braze: cuDNN declined %s (%s); braze's kernel runs\n", what,
+                     failure.c_str());
       failure.clear();
       return 1;
     case DnnStatus::Failed:
@@ -399,7 +400,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
-    return st.dnnResult("convolution",
+    return st.dnnResult("a convolution",
                         st.dnn->conv(*c, st.stream, st.convWorkspace,
                                      Cudnn::recommendedWorkspaceBytes(), st.failure));
   };
@@ -407,7 +408,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
-    return st.dnnResult("attention",
+    return st.dnnResult("an attention",
                         st.dnn->attention(*a, st.stream, st.convWorkspace,
                                           Cudnn::recommendedWorkspaceBytes(), st.failure));
   };

@@ -645,7 +645,21 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         fused = _compile_partitioned(gm, unsupported, opts, device)
         graphs = [m.fn for m in fused.modules()
                   if isinstance(m, _Partition) and isinstance(m.fn, _BrazeGraph)]
-        return make_boxed_func(replayed(cuda_support.checked_once(fused.forward, graphs), graphs))
+        forward = cuda_support.checked_once(fused.forward, graphs)
+
+        def unboxed(*args):
+            return forward(list(args))
+        captured = replayed(unboxed, graphs)
+        if captured is not unboxed:
+            return make_boxed_func(captured)
+
+        # AOTAutograd's boxed call: its list of arguments is the caller's only reference to
+        # them, and fused.forward empties it, so each dies after the partition that last reads
+        # it (a backward's saved activations, its incoming gradients).
+        def boxed(args):
+            return forward(args)
+        boxed._boxed_call = True
+        return boxed
     except (Unsupported, _C.CompileError, _C.RunError) as e:  # RunError: a library won't load
         if _strict(opts):
             raise
@@ -707,8 +721,24 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
         names.add(name)
     # Eager results reach eager ops and the caller laid out as their meta values say.
     guard_eager_layouts(fused, names)
+    fused.graph.set_codegen(_ArgumentList())
     fused.recompile()
     return fused
+
+
+class _ArgumentList(torch.fx.graph.CodeGen):
+    """A graph module's code that takes its arguments as one list and empties it, as
+    AOTAutograd's boxed calls pass them: FX's code drops each argument after its last use, so
+    with the caller's list emptied the argument's memory is freed there."""
+
+    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):
+        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+        lines = [f"def {getattr(self, '_func_name', 'forward')}(self, args_list)"
+                 f"{maybe_return_annotation}:"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = args_list")
+            lines.append("    args_list.clear()")
+        return "\n".join(lines)
 
 
 def _compile_all(subs, opts, device):

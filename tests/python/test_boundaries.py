@@ -46,6 +46,21 @@ def _(x):
     return torch.empty_like(x)
 
 
+_probed = {}
+
+
+@torch.library.custom_op("braze_test::probe_argument", mutates_args=())
+def probe_argument(x: torch.Tensor) -> torch.Tensor:
+    """x + 0.5, noting whether the tensor _probed["ref"] names is still alive."""
+    _probed["alive"] = _probed.get("ref", lambda: None)() is not None
+    return x + 0.5
+
+
+@probe_argument.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 def _delta(before, after, *keys):
     return {k: after[k] - before[k] for k in keys}
 
@@ -464,3 +479,26 @@ def test_training_saves_logits_not_their_log_softmax():
     torch.testing.assert_close(got, want)
     for p, gw in zip(lin.parameters(), grads):
         torch.testing.assert_close(p.grad, gw)
+
+
+def test_partitioned_calls_free_each_argument_after_its_last_reader(device):
+    """A partitioned graph takes AOTAutograd's boxed call (one list of arguments, which it
+    empties): an argument that only the first partition reads (a saved activation in a
+    backward) is freed before the eager op that follows it runs, not held to the end."""
+    import weakref
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(a, b):
+        return (probe_argument(torch.tanh(a) * 2) + b,)
+
+    a, b = torch.randn(64, 32, device=device), torch.randn(64, 32, device=device)
+    gm = make_fx(f, tracing_mode="fake")(a, b)
+    fn = braze.backend._compile_fx(gm, [a, b], braze.backend.Options(cuda_graphs=False))
+    assert getattr(fn, "_boxed_call", False)
+    want = f(a, b)
+    args = [a.clone(), b]
+    _probed["ref"] = weakref.ref(args[0])
+    del a
+    got = fn(args)
+    assert args == [] and _probed["alive"] is False
+    torch.testing.assert_close(got[0], want[0])

@@ -22,6 +22,7 @@ from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze import cudagraphs
 from braze import decompositions
+from braze import partition
 from braze.fx_import import Translator
 from braze import support
 from braze.registry import Unsupported
@@ -685,22 +686,12 @@ def _count_fallback_op(node):
 
 
 def _compile_partitioned(gm, unsupported, opts, device=None):
-    """Supported nodes are grouped into as few partitions as possible; each partition is
+    """Supported nodes are grouped into partitions (partition.propose); each partition is
     compiled by braze and the rest runs eagerly."""
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-    from torch.fx.passes.operator_support import OperatorSupportBase
-
     for node, why in unsupported.items():
         if _count_fallback_op(node):
             _log_fallback(f"{node.name} ({node.target}): {why}")
-
-    class Support(OperatorSupportBase):
-        def is_node_supported(self, submodules, node):
-            return node.op == "call_function" and node not in unsupported
-
-    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
-    partitions = partitioner.propose_partitions()
-    fused = partitioner.fuse_partitions(partitions)
+    fused = partition.fuse(gm, partition.propose(gm, unsupported))
     names = set()
     subs = [(name, sub) for name, sub in fused.named_children() if name.startswith("fused_")]
     for (name, sub), result in zip(subs, _compile_all(subs, opts, device)):
@@ -721,24 +712,9 @@ def _compile_partitioned(gm, unsupported, opts, device=None):
         names.add(name)
     # Eager results reach eager ops and the caller laid out as their meta values say.
     guard_eager_layouts(fused, names)
-    fused.graph.set_codegen(_ArgumentList())
+    fused.graph.set_codegen(partition.ArgumentList())
     fused.recompile()
     return fused
-
-
-class _ArgumentList(torch.fx.graph.CodeGen):
-    """A graph module's code that takes its arguments as one list and empties it, as
-    AOTAutograd's boxed calls pass them: FX's code drops each argument after its last use, so
-    with the caller's list emptied the argument's memory is freed there."""
-
-    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):
-        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
-        lines = [f"def {getattr(self, '_func_name', 'forward')}(self, args_list)"
-                 f"{maybe_return_annotation}:"]
-        if names:
-            lines.append(f"    {', '.join(names)}, = args_list")
-            lines.append("    args_list.clear()")
-        return "\n".join(lines)
 
 
 def _compile_all(subs, opts, device):

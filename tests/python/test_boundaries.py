@@ -502,3 +502,40 @@ def test_partitioned_calls_free_each_argument_after_its_last_reader(device):
     got = fn(args)
     assert args == [] and _probed["alive"] is False
     torch.testing.assert_close(got[0], want[0])
+
+
+def test_partitions_follow_the_graph_order_around_eager_ops():
+    """A product that reads only what comes before an eager op (a layer's weight gradient in a
+    backward) is computed in the partition before that op, so what it reads can die there; fx's
+    CapabilityBasedPartitioner merged it into the last partition. Neighbouring runs with no
+    path between them through an eager op are one partition."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from braze import partition
+
+    def f(x, w1, w2):
+        h = torch.tanh(x @ w1)
+        gw = h.t() @ h
+        e = plain_eager(h)
+        return e @ w2, gw, torch.relu(x) * 3
+
+    x, w1, w2 = torch.randn(8, 4), torch.randn(4, 4), torch.randn(4, 4)
+    gm = make_fx(f)(x, w1, w2)
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    parts = partition.propose(gm, eager)
+    mms = [n for n in gm.graph.nodes if n.target is torch.ops.aten.mm.default]
+    assert len(parts) == 2
+    assert mms[0] in parts[0] and mms[1] in parts[0] and mms[2] in parts[1]
+    relu = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default)
+    assert relu in parts[1]  # after the eager op in graph order, merged with its neighbour
+    fn = braze.backend._compile_fx(gm, [x, w1, w2], braze.backend.Options(cuda_graphs=False))
+    for got, want in zip(fn([x, w1, w2]), f(x, w1, w2)):
+        torch.testing.assert_close(got, want)
+
+    def g(x):
+        a = x * 2
+        e = plain_eager(x)  # reads no partition's result: the runs around it are one
+        return a + 1, e * a
+
+    gm = make_fx(g)(x)
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    assert [len(p) for p in partition.propose(gm, eager)] == [3]

@@ -1,0 +1,81 @@
+"""Which FX nodes braze compiles together when some run in eager PyTorch, and the calling
+convention of the graph module that strings the partitions and the eager nodes together.
+
+Partitions follow the graph's order. AOTAutograd orders a backward as autograd runs it: a layer's
+weight gradients right after the gradient they read, then the eager op (an attention backward)
+that the next layer waits for. A partition is the run of supported nodes between two eager nodes;
+two neighbouring runs are one partition when no path leads from the first through an eager node
+into the second. Merging every pair that forms no cycle (fx's CapabilityBasedPartitioner) put
+each layer's weight-gradient products into the last partition, which kept the gradients and
+activations they read alive across the whole backward."""
+import operator
+
+import torch
+
+
+def propose(gm, unsupported):
+    """The partitions of gm (lists of nodes): runs of call_function nodes not in `unsupported`,
+    in graph order, cut at each unsupported node, with neighbours merged where that forms no
+    cycle. A getitem joins the partition of the node whose result it picks; a getitem of an
+    unsupported node does not cut a run (it names a result of an eager node that ran before)."""
+    runs, where, cut = [], {}, True
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        picks = node.args[0] if node.target is operator.getitem else None
+        if node not in unsupported:
+            if picks in where:
+                runs[where[picks]].append(node)
+                where[node] = where[picks]
+                continue
+            if cut:
+                runs.append([])
+                cut = False
+            runs[-1].append(node)
+            where[node] = len(runs) - 1
+        elif picks not in unsupported:
+            cut = True
+    merged = []
+    for run in runs:
+        if merged and not _cycle(set(merged[-1]) | set(run)):
+            merged[-1] = merged[-1] + run
+        else:
+            merged.append(run)
+    return merged
+
+
+def _cycle(members):
+    """Whether a node outside `members` both reads from them and feeds them (directly or
+    through other nodes), so that they cannot run as one call."""
+    seen, stack = set(), [u for n in members for u in n.users if u not in members]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for user in node.users:
+            if user in members:
+                return True
+            stack.append(user)
+    return False
+
+
+def fuse(gm, partitions):
+    """gm with each partition replaced by a call of a submodule fused_<i>."""
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+    return fuse_by_partitions(gm, [dict.fromkeys(p) for p in partitions], prefix="fused_")
+
+
+class ArgumentList(torch.fx.graph.CodeGen):
+    """A graph module's code that takes its arguments as one list and empties it, as
+    AOTAutograd's boxed calls pass them: FX's code drops each argument after its last use, so
+    with the caller's list emptied the argument's memory is freed there."""
+
+    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):
+        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+        lines = [f"def {getattr(self, '_func_name', 'forward')}(self, args_list)"
+                 f"{maybe_return_annotation}:"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = args_list")
+            lines.append("    args_list.clear()")
+        return "\n".join(lines)

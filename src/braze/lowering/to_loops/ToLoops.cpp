@@ -6,6 +6,7 @@
 
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/loop/LoopText.h"
+#include "braze/ir/loop/Rewrite.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -14,6 +15,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -284,10 +286,26 @@ private:
 
   /// Applies the realization policy to a freshly built lazy value.
   Value settle(Node *n, Value v) {
-    bool shared = users_[n] > 1 && v.cost > opts_.inlineCostLimit;
+    bool shared = users_[n] > 1 && (v.cost > opts_.inlineCostLimit ||
+                                    largeReads(n, v) > opts_.maxSharedReads);
     if (!shared && v.cost <= opts_.maxInlineOps)
       return v;
     return storeIntermediate(n, v);
+  }
+
+  /// The buffers v, n's value, loads from that hold at least as many elements as n (its
+  /// full-size operands; a broadcast bias or a gathered row's indices are not counted).
+  int largeReads(Node *n, const Value &v) {
+    Index full;
+    freshVars(n->shape(), "r", full);
+    std::set<const Buffer *> large;
+    SymExpr size = s_.product(n->shape());
+    loop::forEachLoad(v.load(full), [&](const Expr *ld) {
+      SymExpr elements = s_.product(ld->buffer()->shape);
+      if (elements == size || s_.provablyNonNegative(s_.sub(elements, size)))
+        large.insert(ld->buffer());
+    });
+    return static_cast<int>(large.size());
   }
 
   /// n's value v stored once: [N, H, W, C] in channels-last mode, else intermediateStrides.

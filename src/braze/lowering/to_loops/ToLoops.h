@@ -5,7 +5,10 @@
 ///   - graph inputs (input buffers) and outputs (output buffers);
 ///   - reduction results;
 ///   - gather sources (an indirect load needs memory);
-///   - a pointwise value with several users whose body costs more than `inlineCostLimit` ops,
+///   - a pointwise value with several users whose body costs more than `inlineCostLimit` ops
+///     or reads more than `maxSharedReads` buffers at least its size (each reader would read
+///     them all again: a transformer's residual stream, left unstored, is summed from every
+///     layer's output by every later layer's norm, which keeps all those outputs alive),
 ///     or any value whose body grows past `maxInlineOps` ops.
 #include "braze/ir/graph/Graph.h"
 #include "braze/ir/loop/LoopIR.h"
@@ -16,6 +19,7 @@ namespace braze {
 
 struct LoweringOptions {
   int inlineCostLimit = 16;
+  int maxSharedReads = 1;
   int maxInlineOps = 64;
   /// A product of two f16/bf16 tensors converted to f32 reads the half operands and widens each
   /// element as it loads it, so the GEMM library (cuBLASLt) takes them with an f32 result and

@@ -38,6 +38,12 @@ WORKLOADS = {
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t),
                       lambda dt: (torch.randn(8, 32000, dtype=dt), torch.randint(0, 32000, (8,)))),
     "argmax": (lambda x: x.argmax(-1), lambda dt: (torch.randn(7, 33, dtype=dt),)),
+    # column mode: reductions over the rows of row-major matrices (and the product's own
+    # fallback kernel, A^T A), wide and narrow (a block of whole warps for 4 columns)
+    "column_sums": (lambda x, y: (x.sum(0), x.argmin(0), x.var(0), y.t() @ y, y.amax(0)),
+                    lambda dt: (torch.randn(300, 40, dtype=dt), torch.randn(16, 4, dtype=dt))),
+    "transposed_store": (lambda x: torch.sin(x).t().contiguous() * 3,
+                         lambda dt: (torch.randn(50, 70, dtype=dt),)),
     "matmul_bias_gelu": (lambda x, w, b: F.gelu(x @ w.t() + b),
                          lambda dt: (torch.randn(64, 32, dtype=dt), torch.randn(16, 32, dtype=dt),
                                      torch.randn(16, dtype=dt))),

@@ -475,7 +475,8 @@ bool flattenable(const Kernel &k, SymExpr a, SymExpr b) {
 }
 
 /// A kernel without inner loops runs innermost the variable its first store is contiguous
-/// along (so that a channels-last result is written in memory order, by the `omp simd` loop).
+/// along (so that a channels-last result is written in memory order, by the `omp simd` loop
+/// on the CPU, by neighbouring threads on CUDA).
 void storeOrder(Kernel &k) {
   std::vector<SymExpr> &order = k.outerVars;
   if (!k.innerVars.empty() || order.size() < 2)
@@ -546,6 +547,13 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   if (target.kind == TargetKind::Cpu) {
     stashRecomputedValues(s);
     flattenLoops(s);
+  } else {
+    // CUDA's neighbouring threads take neighbouring values of the innermost outer variable:
+    // a result stored transposed (a saved activation returned as its transpose) is then
+    // written, and its row-major source read, in memory order.
+    for (Kernel &k : s.kernels)
+      if (!k.standsAlone())
+        storeOrder(k);
   }
   planMemory(s);
   return s;

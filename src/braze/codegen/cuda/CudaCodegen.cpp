@@ -45,6 +45,7 @@ constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
+constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 
 /// Launched last in a module whose kernels check indices (CudaEmitter::run).
@@ -55,6 +56,14 @@ extern "C" __global__ void braze_index_guard(const int* __restrict__ err) {
                  "outside the dim)", "braze", 0, "braze_index_guard", 1);
 }
 )GUARD";
+
+/// The largest power of two not above v (v >= 1).
+int64_t prevPow2(int64_t v) {
+  int64_t p = 1;
+  while (p * 2 <= v)
+    p <<= 1;
+  return p;
+}
 
 int64_t nextPow2(int64_t v) {
   int64_t p = 1;
@@ -70,6 +79,12 @@ struct KernelPlan {
   int block = kRowBlock; ///< threads per block
   int vec = 1;           ///< consecutive elements per thread per iteration
   bool persistent = false;
+  /// Columns: the rows' elements lie apart in memory and neighbouring rows are neighbours
+  /// (a sum over the rows of a row-major matrix, per column). A block holds R rows; its
+  /// neighbouring threads take neighbouring rows, so that a warp reads adjacent elements at each
+  /// step, and a row's T threads, R apart, combine by shuffles and through shared memory.
+  bool columns = false;
+  int columnRows = 32;   ///< columns: R, rows per block
   int64_t iters = 0;     ///< persistent: iterations per thread
   int64_t length = 0;    ///< persistent: the row length (constant)
   bool ragged = false;   ///< persistent: the last iteration is partial
@@ -642,6 +657,28 @@ private:
     });
   }
 
+  /// Whether the members read columns: every operand in memory that differs between rows and
+  /// along the row (`inner`) is contiguous along the last row variable and not along the last
+  /// inner one. An operand the rows share (a per-element mean every column reads) or that a row
+  /// reads once does not count. The smallest element size of those operands in bytes, or 0
+  /// when there are none or they do not.
+  int columnBytes(const std::vector<const Member *> &members,
+                  const std::vector<SymExpr> &rowVars, const std::vector<SymExpr> &inner,
+                  const std::set<const Buffer *> &writes) {
+    if (rowVars.empty())
+      return 0;
+    int bytes = 0;
+    for (const loop::Expr *l : plainLoads(members, writes)) {
+      if (!sym::mentions(l->index(), rowVars.back()) || !dependsOn(l->index(), inner))
+        continue; // the rows share it, or it is read once per row
+      if (!contiguousIn(l->index(), rowVars.back()) || contiguousIn(l->index(), inner.back()))
+        return 0;
+      int size = static_cast<int>(dtypeSize(l->buffer()->dtype));
+      bytes = bytes ? std::min(bytes, size) : size;
+    }
+    return bytes;
+  }
+
   KernelPlan planKernel(const Kernel &k) {
     KernelPlan p;
     std::set<const Buffer *> writes = written(k);
@@ -673,6 +710,24 @@ private:
       guess = 1;
     p.threads = static_cast<int>(std::clamp<int64_t>(nextPow2(guess), 1, s_.target.maxThreadsPerBlock));
     p.block = std::max(p.threads, kRowBlock);
+    if (int bytes = guess > 1 ? columnBytes(all, k.outerVars, k.innerVars, writes) : 0) {
+      // Columns: R rows per block, the rows a warp reads side by side: enough blocks for every
+      // multiprocessor, at least a 32-byte sector per warp row, at most a warp. Each of a
+      // row's T threads reads about kColumnSteps elements.
+      int64_t rows = 1;
+      for (SymExpr v : k.outerVars)
+        rows = v->extent()->isConst() && rows ? rows * v->extent()->value() : 0;
+      int64_t r = rows ? prevPow2(std::max<int64_t>(1, rows / std::max(1, s_.target.cores))) : 32;
+      p.columns = true;
+      p.vec = 1;
+      p.columnRows = static_cast<int>(std::clamp<int64_t>(r, std::max(1, 32 / bytes), 32));
+      int64_t perRow = length->isConst() ? (length->value() + kColumnSteps - 1) / kColumnSteps
+                                         : s_.target.maxThreadsPerBlock;
+      p.threads = static_cast<int>(std::clamp<int64_t>(  // a block is whole warps
+          nextPow2(perRow), std::max(2, 32 / p.columnRows),
+          s_.target.maxThreadsPerBlock / p.columnRows));
+      p.block = p.columnRows * p.threads;
+    }
     if (!length->isConst())
       return p;
     p.length = length->value();
@@ -697,11 +752,14 @@ private:
     std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
     std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
     std::string rows = product(k.outerVars);
-    w.line("const int64_t row_raw = (int64_t)blockIdx.x * " + rowsPerBlock + " + threadIdx.x / " +
-           T + ";");
+    // A row's threads are neighbours, or (columns) 32 apart.
+    std::string R = std::to_string(plan.columnRows);
+    std::string inBlock = plan.columns ? "threadIdx.x % " + R : "threadIdx.x / " + T;
+    w.line("const int64_t row_raw = (int64_t)blockIdx.x * " + rowsPerBlock + " + " + inBlock +
+           ";");
     w.line("const bool row_ok = row_raw < " + rows + ";");
     w.line("const int64_t row = row_ok ? row_raw : 0;");
-    w.line("const int lr = threadIdx.x % " + T + ";");
+    w.line(std::string("const int lr = threadIdx.x ") + (plan.columns ? "/ " + R : "% " + T) + ";");
     w.line("(void)row; (void)lr;");
     if (!k.outerVars.empty())
       decompose(w, k.outerVars, "row", names_.index(k.outerVars.back()));
@@ -829,6 +887,47 @@ private:
                ")) { " + acc + " = " + ov + "; " + ai + " = " + oi + "; }";
       return accumulatorUpdate(c, acc, ov) + ";";
     };
+    if (plan.columns) {
+      // A row's threads are R apart: the 32 / R of them in one warp combine by shuffles, then
+      // each warp leaves its R partial results in shared memory, and every thread of a row
+      // merges its row's partial results of all warps.
+      int R = plan.columnRows, warps = plan.block / 32;
+      std::string Rs = std::to_string(R), sm = "sm_" + acc;
+      if (R < 32) {
+        w.line("#pragma unroll");
+        w.line("for (int o = 16; o >= " + Rs + "; o >>= 1) {");
+        w.indent();
+        w.line("const " + ty + " ov = braze_shfl_xor(" + acc + ", o);");
+        if (arg)
+          w.line("const int64_t oi = braze_shfl_xor(" + ai + ", o);");
+        w.line(merge("ov", arg ? "oi" : ""));
+        w.dedent();
+        w.line("}");
+      }
+      std::string n = std::to_string(warps * R);
+      w.line("__shared__ " + ty + " " + sm + "[" + n + "];");
+      if (arg)
+        w.line("__shared__ int64_t " + sm + "_i[" + n + "];");
+      w.line("if ((threadIdx.x & 31) < " + Rs + ") { " + sm + "[(threadIdx.x >> 5) * " + Rs +
+             " + (threadIdx.x & 31)] = " + acc + ";" +
+             (arg ? " " + sm + "_i[(threadIdx.x >> 5) * " + Rs + " + (threadIdx.x & 31)] = " +
+                        ai + ";"
+                  : "") +
+             " }");
+      w.line("__syncthreads();");
+      w.line("{");
+      w.indent();
+      w.line("const int r0 = threadIdx.x % " + Rs + ";");
+      w.line(acc + " = " + sm + "[r0];");
+      if (arg)
+        w.line(ai + " = " + sm + "_i[r0];");
+      w.line("for (int g = 1; g < " + std::to_string(warps) + "; ++g) {");
+      w.line("  " + merge(sm + "[g * " + Rs + " + r0]", sm + "_i[g * " + Rs + " + r0]"));
+      w.line("}");
+      w.dedent();
+      w.line("}");
+      return;
+    }
     int warpLanes = std::min(plan.threads, 32);
     if (warpLanes > 1) {
       w.line("#pragma unroll");

@@ -763,6 +763,16 @@ private:
     return false;
   }
 
+  /// The value o reshapes (through reshapes only) when it is computed lazily and read by
+  /// other nodes too, or nullptr.
+  Node *reshapedSharedValue(Node *o) {
+    Node *x = o;
+    while (x->op() == OpKind::Reshape)
+      x = x->operand(0);
+    const Value &xv = values_.at(x);
+    return x != o && !xv.buffer && users_[x] > 1 && !isGraphOutput(x) ? x : nullptr;
+  }
+
   /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always
   /// in memory (a computed operand is realized first, so nothing is recomputed per output),
   /// which the scheduler hands to BLAS when the layouts allow.
@@ -782,8 +792,17 @@ private:
       src = {wa, wb};
     for (Node *o : src) {
       Value &v = values_.at(o);
-      if (!v.affineView && !readsInPlace(o, v))
-        v = realize(o, v, BufferKind::Intermediate, -1);
+      if (v.affineView || readsInPlace(o, v))
+        continue;
+      // A reshape of a computed value that others read too (the q, k and v gradients joined by
+      // a cat, read by both of a projection's gradient products through two reshapes) stores
+      // that value once; the reshape then reads it in place.
+      if (Node *x = reshapedSharedValue(o)) {
+        values_.at(x) = storeIntermediate(x, values_.at(x));
+        if (readsInPlace(o, v))
+          continue;
+      }
+      v = realize(o, v, BufferKind::Intermediate, -1);
     }
     const Value &a = values_.at(src[0]), &b = values_.at(src[1]);
     Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate, -1,

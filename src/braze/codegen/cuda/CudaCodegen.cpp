@@ -887,51 +887,10 @@ private:
                ")) { " + acc + " = " + ov + "; " + ai + " = " + oi + "; }";
       return accumulatorUpdate(c, acc, ov) + ";";
     };
-    if (plan.columns) {
-      // A row's threads are R apart: the 32 / R of them in one warp combine by shuffles, then
-      // each warp leaves its R partial results in shared memory, and every thread of a row
-      // merges its row's partial results of all warps.
-      int R = plan.columnRows, warps = plan.block / 32;
-      std::string Rs = std::to_string(R), sm = "sm_" + acc;
-      if (R < 32) {
-        w.line("#pragma unroll");
-        w.line("for (int o = 16; o >= " + Rs + "; o >>= 1) {");
-        w.indent();
-        w.line("const " + ty + " ov = braze_shfl_xor(" + acc + ", o);");
-        if (arg)
-          w.line("const int64_t oi = braze_shfl_xor(" + ai + ", o);");
-        w.line(merge("ov", arg ? "oi" : ""));
-        w.dedent();
-        w.line("}");
-      }
-      std::string n = std::to_string(warps * R);
-      w.line("__shared__ " + ty + " " + sm + "[" + n + "];");
-      if (arg)
-        w.line("__shared__ int64_t " + sm + "_i[" + n + "];");
-      w.line("if ((threadIdx.x & 31) < " + Rs + ") { " + sm + "[(threadIdx.x >> 5) * " + Rs +
-             " + (threadIdx.x & 31)] = " + acc + ";" +
-             (arg ? " " + sm + "_i[(threadIdx.x >> 5) * " + Rs + " + (threadIdx.x & 31)] = " +
-                        ai + ";"
-                  : "") +
-             " }");
-      w.line("__syncthreads();");
-      w.line("{");
-      w.indent();
-      w.line("const int r0 = threadIdx.x % " + Rs + ";");
-      w.line(acc + " = " + sm + "[r0];");
-      if (arg)
-        w.line(ai + " = " + sm + "_i[r0];");
-      w.line("for (int g = 1; g < " + std::to_string(warps) + "; ++g) {");
-      w.line("  " + merge(sm + "[g * " + Rs + " + r0]", sm + "_i[g * " + Rs + " + r0]"));
-      w.line("}");
-      w.dedent();
-      w.line("}");
-      return;
-    }
-    int warpLanes = std::min(plan.threads, 32);
-    if (warpLanes > 1) {
+    // Shuffles over lane distances first, first / 2, ... while `more` holds.
+    auto shuffle = [&](const std::string &first, const std::string &more) {
       w.line("#pragma unroll");
-      w.line("for (int o = " + std::to_string(warpLanes / 2) + "; o > 0; o >>= 1) {");
+      w.line("for (int o = " + first + "; " + more + "; o >>= 1) {");
       w.indent();
       w.line("const " + ty + " ov = braze_shfl_xor(" + acc + ", o);");
       if (arg)
@@ -939,29 +898,53 @@ private:
       w.line(merge("ov", arg ? "oi" : ""));
       w.dedent();
       w.line("}");
+    };
+    // Through shared memory: threads where `leaves` put their result at `at`; then each thread
+    // merges `count` results from `start`, `step` apart.
+    auto shared = [&](int n, const std::string &leaves, const std::string &at,
+                      const std::string &start, int count, const std::string &step) {
+      std::string sm = "sm_" + acc, size = "[" + std::to_string(n) + "]";
+      w.line("__shared__ " + ty + " " + sm + size + ";");
+      if (arg)
+        w.line("__shared__ int64_t " + sm + "_i" + size + ";");
+      w.line("if (" + leaves + ") { " + sm + "[" + at + "] = " + acc + ";" +
+             (arg ? " " + sm + "_i[" + at + "] = " + ai + ";" : "") + " }");
+      w.line("__syncthreads();");
+      w.line("{");
+      w.indent();
+      w.line("const int g0 = " + start + ";");
+      w.line(acc + " = " + sm + "[g0];");
+      if (arg)
+        w.line(ai + " = " + sm + "_i[g0];");
+      w.line("for (int g = 1; g < " + std::to_string(count) + "; ++g) {");
+      std::string k = step == "1" ? "[g0 + g]" : "[g0 + g * " + step + "]";
+      w.line("  " + merge(sm + k, sm + "_i" + k));
+      w.line("}");
+      w.dedent();
+      w.line("}");
+    };
+    int warps = plan.block / 32;
+    if (plan.columns) {
+      // A row's threads are R apart: the 32 / R of them in one warp combine by shuffles, then
+      // each warp leaves its R partial results in shared memory, and every thread of a row
+      // merges its row's partial results of all warps.
+      std::string R = std::to_string(plan.columnRows);
+      if (plan.columnRows < 32)
+        shuffle("16", "o >= " + R);
+      shared(warps * plan.columnRows, "(threadIdx.x & 31) < " + R,
+             "(threadIdx.x >> 5) * " + R + " + (threadIdx.x & 31)", "threadIdx.x % " + R, warps,
+             R);
+      return;
     }
+    int warpLanes = std::min(plan.threads, 32);
+    if (warpLanes > 1)
+      shuffle(std::to_string(warpLanes / 2), "o > 0");
     if (plan.threads <= 32)
       return;
-    int warps = plan.block / 32, perRow = plan.threads / 32;
-    std::string sm = "sm_" + acc;
-    w.line("__shared__ " + ty + " " + sm + "[" + std::to_string(warps) + "];");
-    if (arg)
-      w.line("__shared__ int64_t " + sm + "_i[" + std::to_string(warps) + "];");
-    w.line("if ((threadIdx.x & 31) == 0) { " + sm + "[threadIdx.x >> 5] = " + acc + ";" +
-           (arg ? " " + sm + "_i[threadIdx.x >> 5] = " + ai + ";" : "") + " }");
-    w.line("__syncthreads();");
-    w.line("{");
-    w.indent();
-    w.line("const int g0 = (threadIdx.x / " + std::to_string(plan.threads) + ") * " +
-           std::to_string(perRow) + ";");
-    w.line(acc + " = " + sm + "[g0];");
-    if (arg)
-      w.line(ai + " = " + sm + "_i[g0];");
-    w.line("for (int g = 1; g < " + std::to_string(perRow) + "; ++g) {");
-    w.line("  " + merge(sm + "[g0 + g]", sm + "_i[g0 + g]"));
-    w.line("}");
-    w.dedent();
-    w.line("}");
+    int perRow = plan.threads / 32;
+    shared(warps, "(threadIdx.x & 31) == 0", "threadIdx.x >> 5",
+           "(threadIdx.x / " + std::to_string(plan.threads) + ") * " + std::to_string(perRow),
+           perRow, "1");
   }
 
   void finishReductions(Writer &w, Scope &scope, const std::vector<const Member *> &members,

@@ -12,6 +12,8 @@
 ///      row fits the register budget (rows per block x row length x cached operands x element
 ///      size <= the target's budget) the loop is unrolled and every operand that more than one
 ///      step reads is loaded once into registers ("persistent"); otherwise the loop re-reads.
+///      Rows whose elements lie apart in memory while neighbouring rows are neighbours (sums
+///      per column) run in column mode: a block's neighbouring threads take neighbouring rows.
 /// A kernel that is a matrix product also gets a host-side call of cuBLASLt through the
 /// runtime, with the loop kernel as the fallback for layouts cuBLASLt does not take (the host
 /// text is in CudaHost.cpp).
@@ -679,6 +681,14 @@ private:
     return bytes;
   }
 
+  /// The number of points the loop variables `vars` span (product() writes it as C text).
+  SymExpr points(const std::vector<SymExpr> &vars) {
+    std::vector<SymExpr> extents;
+    for (SymExpr v : vars)
+      extents.push_back(v->extent());
+    return sym_.product(extents);
+  }
+
   KernelPlan planKernel(const Kernel &k) {
     KernelPlan p;
     std::set<const Buffer *> writes = written(k);
@@ -693,12 +703,7 @@ private:
         for (const Member &m : st.members)
           all.push_back(&m);
     p.vec = laneCount(all, k.innerVars.back(), writes);
-    SymExpr length = sym_.product([&] {
-      std::vector<SymExpr> e;
-      for (SymExpr v : k.innerVars)
-        e.push_back(v->extent());
-      return e;
-    }());
+    SymExpr length = points(k.innerVars);
     // Threads per row: about four vectors per thread, within a block's limit. A short row of
     // elements apart in memory whose neighbouring rows are neighbours (a max pool's window
     // over channels-last values) is one thread's: a warp then reads 32 adjacent rows at each
@@ -714,10 +719,10 @@ private:
       // Columns: R rows per block, the rows a warp reads side by side: enough blocks for every
       // multiprocessor, at least a 32-byte sector per warp row, at most a warp. Each of a
       // row's T threads reads about kColumnSteps elements.
-      int64_t rows = 1;
-      for (SymExpr v : k.outerVars)
-        rows = v->extent()->isConst() && rows ? rows * v->extent()->value() : 0;
-      int64_t r = rows ? prevPow2(std::max<int64_t>(1, rows / std::max(1, s_.target.cores))) : 32;
+      SymExpr rows = points(k.outerVars);
+      int64_t r = rows->isConst()
+                      ? prevPow2(std::max<int64_t>(1, rows->value() / std::max(1, s_.target.cores)))
+                      : 32;
       p.columns = true;
       p.vec = 1;
       p.columnRows = static_cast<int>(std::clamp<int64_t>(r, std::max(1, 32 / bytes), 32));
@@ -752,7 +757,7 @@ private:
     std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
     std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
     std::string rows = product(k.outerVars);
-    // A row's threads are neighbours, or (columns) 32 apart.
+    // A row's threads are neighbours, or (columns) R apart.
     std::string R = std::to_string(plan.columnRows);
     std::string inBlock = plan.columns ? "threadIdx.x % " + R : "threadIdx.x / " + T;
     w.line("const int64_t row_raw = (int64_t)blockIdx.x * " + rowsPerBlock + " + " + inBlock +

@@ -108,6 +108,50 @@ def test_scatter_of_one_index_per_line_rejects_an_index_out_of_range():
         torch.compile(lambda x, i: x.scatter(1, i, 1.0), backend="braze")(x, i)
 
 
+def _one_hot_sums(i, v, w):
+    hot = torch.zeros(i.shape[0], 300, dtype=v.dtype, device=v.device).scatter(1, i, v)
+    scaled = hot * w
+    return scaled.sum(1, keepdim=True), hot.sum(1), scaled
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sums_of_one_hot_rows_match_eager(dtype):
+    """A one-hot row's sum (fold-one-hot-sums) is its value times the row's factor, with eager's
+    NaN where the factor is infinite or NaN (0 * inf in the other terms)."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(4)
+    i = torch.randint(0, 300, (16, 1), generator=g)
+    v = _make((16, 1), dtype, g)
+    w = _make((16, 1), dtype, g)
+    w[3], w[7], w[9] = float("inf"), float("-inf"), float("nan")
+    _compiled_matches(_one_hot_sums, i, v, w)
+
+
+def test_one_hot_sums_keep_their_index_check():
+    i = torch.randint(0, 300, (8, 1))
+    i[2] = 300
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="out of bounds"):
+        torch.compile(_one_hot_sums, backend="braze")(i, torch.randn(8, 1), torch.randn(8, 1))
+
+
+def test_cross_entropy_gradient_matches_eager():
+    """The loss backward whose log-softmax gradient sums one-hot rows, with ignored targets."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(5)
+    logits = torch.randn(64, 1000, generator=g, requires_grad=True)
+    target = torch.randint(0, 1000, (64,), generator=g)
+    target[::7] = -100
+
+    def loss(x, t):
+        return torch.nn.functional.cross_entropy(x, t)
+    torch._dynamo.reset()
+    got = torch.compile(loss, backend="braze")(logits, target)
+    (got_grad,) = torch.autograd.grad(got, logits)
+    want = loss(logits, target)
+    (want_grad,) = torch.autograd.grad(want, logits)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.bool])
 def test_scatter_reduce(reduce, dtype):

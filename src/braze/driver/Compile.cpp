@@ -111,7 +111,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 }
 
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
-  runPasses(g, {"fuse-attention"});
+  runPasses(g, {"fuse-attention", "fold-one-hot-sums"});
   decompose(g, decomposeFor(opts));
   runPasses(g, {"grouped-attention", "fold-matmul-reshapes", "fold-scatter-add", "fold-rsqrt",
                 "fold-constants", "cse", "dce"});

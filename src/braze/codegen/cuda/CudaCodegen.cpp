@@ -49,6 +49,8 @@ constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persist
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
 constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
+constexpr int kSpread = 4;           ///< spread: points per thread of a large scalar kernel
+constexpr int64_t kSpreadMin = 1 << 20; ///< spread: from this many points
 
 /// Launched last in a module whose kernels check indices (CudaEmitter::run).
 const char *kIndexGuardKernel = R"GUARD(
@@ -80,6 +82,7 @@ struct KernelPlan {
   int threads = 32;      ///< rows: T, threads per row (a power of two)
   int block = kRowBlock; ///< threads per block
   int vec = 1;           ///< consecutive elements per thread per iteration
+  int spread = 1;        ///< pointwise without lanes: points per thread, a block apart
   bool persistent = false;
   /// Columns: the rows' elements lie apart in memory and neighbouring rows are neighbours
   /// (a sum over the rows of a row-major matrix, per column). A block holds R rows; its
@@ -273,11 +276,19 @@ private:
                  const std::string &lastName) {
     if (vars.empty())
       return;
+    // Where every point's number fits 32 bits, the divisions are unsigned 32-bit ones: a
+    // division by a constant is then a multiply-high and a shift, where a 64-bit one is a long
+    // emulated sequence (it dominated a large pointwise kernel's time).
+    SymExpr count = points(vars);
+    bool narrow = count->isConst() && count->value() <= INT32_MAX &&
+                  std::all_of(vars.begin(), vars.end(), [](SymExpr v) { return v->extent()->isConst(); });
     std::string rest = "rest" + std::to_string(next_++);
-    w.line("int64_t " + rest + " = " + linear + ";");
+    w.line(narrow ? "uint32_t " + rest + " = (uint32_t)(" + linear + ");"
+                  : "int64_t " + rest + " = " + linear + ";");
     for (size_t i = vars.size(); i-- > 0;) {
       std::string name = i + 1 == vars.size() ? lastName : names_.index(vars[i]);
-      std::string ext = names_.index(vars[i]->extent());
+      std::string ext = narrow ? std::to_string(vars[i]->extent()->value()) + "u"
+                               : names_.index(vars[i]->extent());
       if (i == 0) {
         w.line("const int64_t " + name + " = " + rest + ";");
       } else {
@@ -372,16 +383,41 @@ private:
     std::vector<const Member *> members = allMembers(k);
     std::set<const Buffer *> writes = written(k);
     SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
-    int vec = plan.vec;
-    w.line("const int64_t first = ((int64_t)blockIdx.x * " + std::to_string(kPointwiseBlock) +
-           " + threadIdx.x) * " + std::to_string(vec) + ";");
-    w.line("if (first >= " + product(k.outerVars) + ") return;");
-    std::string base = var ? names_.index(var) + "_base" : "";
-    decompose(w, k.outerVars, "first", base);
-    Scope outer(nullptr);
-    if (var)
-      hoistInvariants(w, outer, members, {var}, writes);
-    emitLanes(w, outer, members, var, base, vec, writes, {}, "", "");
+    std::string total = product(k.outerVars), block = std::to_string(kPointwiseBlock);
+    auto points = [&] { // the members at point `first` (lane 0 of vec)
+      std::string base = var ? names_.index(var) + "_base" : "";
+      decompose(w, k.outerVars, "first", base);
+      Scope outer(nullptr);
+      if (var)
+        hoistInvariants(w, outer, members, {var}, writes);
+      emitLanes(w, outer, members, var, base, plan.vec, writes, {}, "", "");
+    };
+    if (plan.spread == 1) {
+      w.line("const int64_t first = ((int64_t)blockIdx.x * " + block + " + threadIdx.x) * " +
+             std::to_string(plan.vec) + ";");
+      w.line("if (first >= " + total + ") return;");
+      points();
+      return;
+    }
+    // Spread: S points a block apart per thread. In a block whose points all exist, nothing
+    // guards them, so their loads are issued together.
+    std::string tile = block + " * " + std::to_string(plan.spread);
+    w.line("const int64_t tile = (int64_t)blockIdx.x * " + tile + ";");
+    for (bool whole : {true, false}) {
+      w.line(whole ? "if (tile + " + tile + " <= " + total + ") {" : "} else {");
+      w.indent();
+      w.line("#pragma unroll");
+      w.line("for (int u = 0; u < " + std::to_string(plan.spread) + "; ++u) {");
+      w.indent();
+      w.line("const int64_t first = tile + u * " + block + " + threadIdx.x;");
+      if (!whole)
+        w.line("if (first >= " + total + ") break;");
+      points();
+      w.dedent();
+      w.line("}");
+      w.dedent();
+    }
+    w.line("}");
   }
 
   /// Emits the members for `vec` consecutive values of var (from `base`), each lane in its own
@@ -695,6 +731,12 @@ private:
     if (k.innerVars.empty()) {
       p.block = kPointwiseBlock;
       p.vec = laneCount(allMembers(k), k.outerVars.empty() ? nullptr : k.outerVars.back(), writes);
+      // Without vector lanes, one scalar access per thread keeps too few bytes in flight for
+      // the memory's bandwidth (a [1024, 50257] gradient of unaligned rows): a thread of a
+      // large kernel takes kSpread points.
+      SymExpr count = points(k.outerVars);
+      if (p.vec == 1 && count->isConst() && count->value() >= kSpreadMin)
+        p.spread = kSpread;
       return p;
     }
     std::vector<const Member *> all;
@@ -704,6 +746,12 @@ private:
           all.push_back(&m);
     p.vec = laneCount(all, k.innerVars.back(), writes);
     SymExpr length = points(k.innerVars);
+    // Fewer rows than multiprocessors: the rows' threads are all the kernel has, so lanes give
+    // way to threads (a single row of 1,024 values took 16 threads of 16 lanes each).
+    SymExpr rowCount = points(k.outerVars);
+    if (rowCount->isConst() && length->isConst() && rowCount->value() < s_.target.cores)
+      while (p.vec > 1 && length->value() / (4 * p.vec) < s_.target.maxThreadsPerBlock)
+        p.vec /= 2;
     // Threads per row: about four vectors per thread, within a block's limit. A short row of
     // elements apart in memory whose neighbouring rows are neighbours (a max pool's window
     // over channels-last values) is one thread's: a warp then reads 32 adjacent rows at each
@@ -974,9 +1022,10 @@ private:
 
   /// A statement that launches k's kernel (setting `err`).
   std::string launchCall(const Kernel &k, const KernelPlan &plan, int index) {
-    // Points per block: VEC per thread (pointwise), or one row per group of T threads.
+    // Points per block: VEC (or spread) per thread (pointwise), or one row per group of T
+    // threads.
     std::string per = k.innerVars.empty()
-                          ? std::to_string(plan.block) + " * " + std::to_string(plan.vec)
+                          ? std::to_string(plan.block) + " * " + std::to_string(plan.vec * plan.spread)
                           : std::to_string(plan.block / plan.threads);
     return launchStatement(s_, names_, k, index, plan.block, per);
   }

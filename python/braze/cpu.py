@@ -20,6 +20,8 @@ class CpuGraph:
         self.static = not any(isinstance(d, torch.SymInt) for s in shapes + strides for d in s)
         self.checks = False  # a CPU kernel's bad index comes back as the call's own RunError
         self.syms, self.layouts = [], None
+        self.shapes = [tuple(s) for s in shapes]
+        self.strides = [tuple(st) for st in strides]
         if self.static:
             self.syms = list(compiled.bind_shapes(shapes, strides))
             self.layouts = compiled.output_layouts(self.syms)

@@ -187,12 +187,22 @@ class CudaGraph:
         layouts = [(tuple(shape), tuple(stride), dt)
                    for (shape, stride), dt in zip(self.layouts, self.output_dtypes)]
         arena_bytes, syms, run_cuda = self.arena, self.syms, self.compiled.run_cuda
-        empty_strided, empty = torch.empty_strided, torch.empty
-        stream = torch._C._cuda_getCurrentRawStream
+        empty_strided = torch.empty_strided
+        stream, current = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+        # PyTorch's allocation on the current CUDA device without the dispatcher (the one
+        # TorchInductor's generated code calls): a partition allocating a dozen saved activations
+        # per call spent more host time on them than its GPU spent on its kernels.
+        direct = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+        direct = getattr(direct, "_empty_strided_cuda", None)
+        if arena_bytes:
+            layouts.append(((arena_bytes,), (1,), torch.uint8))
 
         def call(*args):
-            outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
-            arena = empty(arena_bytes, dtype=torch.uint8, device=device) if arena_bytes else None
+            if direct is not None and current() == index:
+                outs = [direct(s, st, dt) for s, st, dt in layouts]
+            else:
+                outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
+            arena = outs.pop() if arena_bytes else None
             run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
                      [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,
                      stream(index))

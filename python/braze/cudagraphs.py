@@ -87,6 +87,11 @@ def _dense(t):
     return True
 
 
+# PyTorch's comparison of tensors' addresses with recorded ones, in one call (its CUDA-graph
+# trees use it); None where this PyTorch lacks it.
+_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
 class _Capture:
     def __init__(self, fn, args, static, name):
         self.graph = torch.cuda.CUDAGraph()
@@ -103,6 +108,13 @@ class _Capture:
             elif isinstance(a, torch.Tensor):
                 self.fixed.append((i, a.data_ptr(), a.stride()))
             inputs.append(a)
+        # fits() compares the addresses of the inputs read in place in one call; a parameter's
+        # strides are Dynamo's to guard, the others' are compared here.
+        self.fixed_ptrs = [None] * len(args)
+        for i, ptr, _ in self.fixed:
+            self.fixed_ptrs[i] = ptr
+        self.fixed_positions = [i for i, _, _ in self.fixed]
+        self.fixed_strides = [(i, stride) for i, _, stride in self.fixed if i not in static]
         torch.cuda.synchronize()
         with torch.cuda.graph(self.graph, pool=torch.cuda.graph_pool_handle()):
             outs = fn(*inputs)
@@ -148,14 +160,18 @@ class _Capture:
     def fits(self, args):
         """Whether every input read in place is where this capture reads it, and every copied
         input that an output views has the strides of its copy."""
-        return (all(args[i].data_ptr() == ptr and args[i].stride() == stride
-                    for i, ptr, stride in self.fixed) and
+        if _ptrs_equal is not None:
+            if not _ptrs_equal(list(args), self.fixed_ptrs, self.fixed_positions):
+                return False
+        elif any(args[i].data_ptr() != self.fixed_ptrs[i] for i in self.fixed_positions):
+            return False
+        return (all(args[i].stride() == stride for i, stride in self.fixed_strides) and
                 all(args[i].stride() == self.buffers[i].stride() for i, _, _, _ in
                     self.views.values()))
 
     def run(self, args):
-        for i, buf in self.buffers.items():
-            buf.copy_(args[i])
+        if self.buffers:
+            torch._foreach_copy_(list(self.buffers.values()), [args[i] for i in self.buffers])
         self.graph.replay()
         outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in self.templates]
         for j, (i, size, stride, offset) in self.views.items():

@@ -88,7 +88,7 @@ def guard_eager_layouts(gm, compiled_names):
 
 # Ops that view their first operand (or, for reshape, may copy it): an output that is a chain
 # of them over a graph argument is made by running the chain on the argument.
-_VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
+VIEW_OPS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
              aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
              aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
              aten.squeeze.default, aten.squeeze.dims, aten.alias.default, aten.detach.default}
@@ -127,7 +127,7 @@ def _view_chain(out):
     it; (out, []) when out is no view."""
     steps, node = [], out
     while isinstance(node, torch.fx.Node) and node.op == "call_function":
-        if node.target in _VIEW_OPS:
+        if node.target in VIEW_OPS:
             if any(isinstance(a, torch.fx.Node)
                    for a in list(node.args[1:]) + list(node.kwargs.values())):
                 return None, None
@@ -169,7 +169,24 @@ def computed_view(out):
             return None
     except Exception:  # symbolic strides that cannot be decided
         return None
+    static = _static_view(val, base_val)
+    if static is not None:  # one call in place of the chain
+        size, stride, offset = static
+        return base, lambda b: b.as_strided(size, stride, b.storage_offset() + offset)
     return base, lambda b: _apply(b, steps)
+
+
+def _static_view(val, base_val):
+    """(size, stride, offset in base_val) of val, a view of base_val's memory with sizes that
+    are all numbers; None when a size is symbolic or val has memory of its own (a reshape that
+    copied)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    layout = (*val.shape, *val.stride(), val.storage_offset(), base_val.storage_offset())
+    if any(isinstance(d, torch.SymInt) for d in layout) or val.dtype != base_val.dtype:
+        return None
+    if StorageWeakRef(val.untyped_storage()) != StorageWeakRef(base_val.untyped_storage()):
+        return None
+    return tuple(val.shape), tuple(val.stride()), val.storage_offset() - base_val.storage_offset()
 
 
 def shared_outputs(flat, skip):

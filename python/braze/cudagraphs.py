@@ -87,6 +87,13 @@ def _dense(t):
     return True
 
 
+# Addresses of the memory that replays write their outputs to. An input there (a forward's saved
+# activation, read by the backward) is read in place, not copied per call: a replay writes the
+# same memory each time, and a capture whose outputs are still in use is not replayed (busy()),
+# so such an input is where the capture read it for as long as it is used. Reading an input in
+# place is right whenever it is at the captured address; fits() checks that.
+_replay_outputs = set()
+
 # PyTorch's comparison of tensors' addresses with recorded ones, in one call (its CUDA-graph
 # trees use it); None where this PyTorch lacks it.
 _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
@@ -102,7 +109,8 @@ class _Capture:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and i not in static and (
                     a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES
-                    and _dense(a)):
+                    and _dense(a)
+                    and a.untyped_storage().data_ptr() not in _replay_outputs):
                 a = self.buffers[i] = torch.empty_strided(
                     a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
             elif isinstance(a, torch.Tensor):
@@ -148,6 +156,7 @@ class _Capture:
                     continue
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
+        _replay_outputs.update(self.storages)
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
             f"call, {len(self.fixed)} read in place, {len(self.views)} outputs viewing a "
             f"caller's input")

@@ -44,6 +44,9 @@ WORKLOADS = {
                     lambda dt: (torch.randn(300, 40, dtype=dt), torch.randn(16, 4, dtype=dt))),
     "transposed_store": (lambda x: torch.sin(x).t().contiguous() * 3,
                          lambda dt: (torch.randn(50, 70, dtype=dt),)),
+    # 2^20 points or more in rows without vector lanes: 4 points per thread, a block apart
+    "unaligned_rows": (lambda x, y: (x * 2).sin() + y,
+                       lambda dt: (torch.randn(1024, 1025, dtype=dt), torch.randn(1025, dtype=dt))),
     "matmul_bias_gelu": (lambda x, w, b: F.gelu(x @ w.t() + b),
                          lambda dt: (torch.randn(64, 32, dtype=dt), torch.randn(16, 32, dtype=dt),
                                      torch.randn(16, dtype=dt))),

@@ -384,7 +384,7 @@ private:
     std::set<const Buffer *> writes = written(k);
     SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
     std::string total = product(k.outerVars), block = std::to_string(kPointwiseBlock);
-    auto points = [&] { // the members at point `first` (lane 0 of vec)
+    auto emitPoint = [&] { // the members at point `first` (lane 0 of vec)
       std::string base = var ? names_.index(var) + "_base" : "";
       decompose(w, k.outerVars, "first", base);
       Scope outer(nullptr);
@@ -396,7 +396,7 @@ private:
       w.line("const int64_t first = ((int64_t)blockIdx.x * " + block + " + threadIdx.x) * " +
              std::to_string(plan.vec) + ";");
       w.line("if (first >= " + total + ") return;");
-      points();
+      emitPoint();
       return;
     }
     // Spread: S points a block apart per thread. In a block whose points all exist, nothing
@@ -412,7 +412,7 @@ private:
       w.line("const int64_t first = tile + u * " + block + " + threadIdx.x;");
       if (!whole)
         w.line("if (first >= " + total + ") break;");
-      points();
+      emitPoint();
       w.dedent();
       w.line("}");
       w.dedent();

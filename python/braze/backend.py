@@ -32,7 +32,7 @@ from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort
 from braze import rules_complex, rules_attention  # noqa: F401,E402
 from braze.rules_attention import trace_as_math_for_training
 from braze.layouts import (as_layout, computed_view, concrete_layout, guard_eager_layouts,
-                           input_view, match_layout, shared_outputs)
+                           input_view, shared_outputs)
 
 class _State:
     """What the backend keeps for the process, in one place (counters(), compile_times(),
@@ -219,27 +219,6 @@ class _BrazeGraph:
         def with_slots(*args):
             return fill(args, call(*args))
         return with_slots
-
-    def in_partitioned(self, unguarded):
-        """The callable a partitioned graph calls: fast() while the arguments at positions
-        `unguarded` (the others' layouts are fixed) have the layouts this graph was compiled
-        for; a call whose do not goes through self, which compiles a variant for them."""
-        fast = self.fast()
-        if fast is self:
-            return self
-        run = self.run
-        expect = [(i, run.shapes[k], run.strides[k])
-                  for k, i in enumerate(self.tensor_positions) if i in unguarded]
-        if not expect:
-            return fast
-
-        def call(*args):
-            for i, shape, stride in expect:
-                a = args[i]
-                if a.shape != shape or a.stride() != stride:
-                    return self(*args)
-            return fast(*args)
-        return call
 
     def _fill(self, args, outs):
         """The outputs the graph returns: the computed ones, with the made ones inserted."""
@@ -729,49 +708,21 @@ def _compile_partitioned(gm, unsupported, opts, device=None, forward=True):
             _log_fallback(f"partition {name} runs in eager PyTorch: {e}")
     # Eager results reach eager ops and the caller laid out as their meta values say.
     guard_eager_layouts(fused, set(compiled))
+    calls = [n for n in fused.graph.nodes if n.op == "call_module" and n.target in compiled]
+    unguarded = {n: partition.unguarded_arguments(n, set(calls), forward) for n in calls}
     graphs = []
-    for node in list(fused.graph.nodes):
-        if node.op != "call_module" or node.target not in compiled:
-            continue
+    for node in calls:
         name = node.target
         fn, tuple_out = compiled[name]
         if isinstance(fn, _BrazeGraph):
             graphs.append(fn)
-            fn = fn.in_partitioned(_unguarded_arguments(node, compiled, forward))
-        node.op, node.target = "call_function", _partition_call(fn, tuple_out, name)
+            fn = partition.lean_call(fn, unguarded[node])
+        node.op, node.target = "call_function", partition.partition_call(fn, tuple_out, name)
     for name in compiled:
         fused.delete_submodule(name)
     fused.graph.set_codegen(partition.ArgumentList())
     fused.recompile()
     return fused, graphs
-
-
-def _unguarded_arguments(node, compiled, forward):
-    """Positions of a partition's arguments whose layouts nothing fixes: results of eager ops
-    and, in a backward graph, the graph's own arguments (Dynamo's guards fix a forward's).
-    Results of braze's partitions and of layout guards have the layouts their meta values say."""
-    def fixed(a):
-        if a.op == "placeholder":
-            return forward
-        if a.target is match_layout:
-            return True
-        return (a.op == "call_function" and a.target is operator.getitem
-                and isinstance(a.args[0], torch.fx.Node) and a.args[0].op == "call_module"
-                and a.args[0].target in compiled)
-    return frozenset(i for i, a in enumerate(node.args)
-                     if isinstance(a, torch.fx.Node) and not fixed(a))
-
-
-def _partition_call(fn, tuple_out, name):
-    """A compiled partition as the function the partitioned module's code calls."""
-    if tuple_out:
-        def call(*args):
-            return tuple(fn(*args))
-    else:
-        def call(*args):
-            return fn(*args)[0]
-    call.__name__ = call.__qualname__ = name
-    return call
 
 
 def _compile_all(subs, opts, device):

@@ -12,6 +12,9 @@ import operator
 
 import torch
 
+from braze import _C
+from braze.layouts import match_layout
+
 
 def propose(gm, unsupported):
     """The partitions of gm (lists of nodes): runs of call_function nodes not in `unsupported`,
@@ -64,6 +67,57 @@ def fuse(gm, partitions):
     """gm with each partition replaced by a call of a submodule fused_<i>."""
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
     return fuse_by_partitions(gm, [dict.fromkeys(p) for p in partitions], prefix="fused_")
+
+
+def unguarded_arguments(node, calls, forward):
+    """Positions of a partition's arguments whose layouts nothing fixes: results of eager ops
+    and, in a backward graph, the graph's own arguments (Dynamo's guards fix a forward's).
+    Results of braze's partitions (`calls`) and of layout guards have the layouts their meta
+    values say."""
+    def fixed(a):
+        if a.op == "placeholder":
+            return forward
+        if a.target is match_layout:
+            return True
+        return a.target is operator.getitem and a.args[0] in calls
+    return frozenset(i for i, a in enumerate(node.args)
+                     if isinstance(a, torch.fx.Node) and not fixed(a))
+
+
+def lean_call(graph, unguarded):
+    """What a partitioned module calls for the compiled partition `graph` (a backend graph
+    callable): its lean call (graph.fast()) while the arguments at positions `unguarded` have
+    the layouts it was compiled for; a call whose do not, or whose lean call fails, goes through
+    graph itself, which compiles a variant for them or runs the partition in eager."""
+    fast = graph.fast()
+    if fast is graph:
+        return graph
+    run = graph.run
+    expect = [(i, run.shapes[k], run.strides[k])
+              for k, i in enumerate(graph.tensor_positions) if i in unguarded]
+
+    def call(*args):
+        for i, shape, stride in expect:
+            a = args[i]
+            if a.shape != shape or a.stride() != stride:
+                return graph(*args)
+        try:
+            return fast(*args)
+        except _C.RunError:  # graph's own call path runs it again, or in eager, with a warning
+            return graph(*args)
+    return call
+
+
+def partition_call(fn, tuple_out, name):
+    """A compiled partition as the function the partitioned module's code calls."""
+    if tuple_out:
+        def call(*args):
+            return tuple(fn(*args))
+    else:
+        def call(*args):
+            return fn(*args)[0]
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 class ArgumentList(torch.fx.graph.CodeGen):

@@ -4,7 +4,8 @@
 /// Emits one __global__ function per schedule kernel, in one of two shapes:
 ///   1. Pointwise (no inner space): the outer space is flattened; each thread computes VEC
 ///      consecutive points of the innermost outer dim ("lanes"), reading and writing operands
-///      that are contiguous along it as whole 16-byte words when they are aligned.
+///      that are contiguous along it as whole 16-byte words when they are aligned. A large
+///      kernel without lanes gives each thread several points a block apart ("spread").
 ///   2. Row kernels (an inner space): a group of T threads owns one outer point (a row) and a
 ///      block holds BLOCK / T rows. Each Loop step strides over the row VEC elements at a time,
 ///      each thread folds its elements, and the group combines the partial results with warp

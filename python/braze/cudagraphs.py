@@ -104,7 +104,7 @@ class _Capture:
         self.graph = torch.cuda.CUDAGraph()
         self.static = static
         self.buffers = {}  # position -> this capture's copy of an input that may move
-        self.fixed = []  # (position, address, strides): inputs read where they were captured
+        fixed = []  # (position, address, strides): inputs read where they were captured
         inputs = []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and i not in static and (
@@ -114,15 +114,15 @@ class _Capture:
                 a = self.buffers[i] = torch.empty_strided(
                     a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
             elif isinstance(a, torch.Tensor):
-                self.fixed.append((i, a.data_ptr(), a.stride()))
+                fixed.append((i, a.data_ptr(), a.stride()))
             inputs.append(a)
         # fits() compares the addresses of the inputs read in place in one call; a parameter's
         # strides are Dynamo's to guard, the others' are compared here.
         self.fixed_ptrs = [None] * len(args)
-        for i, ptr, _ in self.fixed:
+        for i, ptr, _ in fixed:
             self.fixed_ptrs[i] = ptr
-        self.fixed_positions = [i for i, _, _ in self.fixed]
-        self.fixed_strides = [(i, stride) for i, _, stride in self.fixed if i not in static]
+        self.fixed_positions = [i for i, _, _ in fixed]
+        self.fixed_strides = [(i, stride) for i, _, stride in fixed if i not in static]
         torch.cuda.synchronize()
         with torch.cuda.graph(self.graph, pool=torch.cuda.graph_pool_handle()):
             outs = fn(*inputs)
@@ -136,7 +136,7 @@ class _Capture:
         # pool's, so it is not counted. One that views a copied input (a training forward
         # returns its input ids for the backward) would change at the next replay: each call
         # returns that view of the caller's own tensor instead, as eager does.
-        in_place = {args[i].untyped_storage().data_ptr() for i, _, _ in self.fixed}
+        in_place = {args[i].untyped_storage().data_ptr() for i in self.fixed_positions}
         copied = {b.untyped_storage().data_ptr(): i for i, b in self.buffers.items()}
         self.storages = {}
         self.views = {}  # output position -> (input position, size, stride, offset in the input)
@@ -158,7 +158,7 @@ class _Capture:
                 self.storages[key] = (held + 1, st)
         _replay_outputs.update(self.storages)
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
-            f"call, {len(self.fixed)} read in place, {len(self.views)} outputs viewing a "
+            f"call, {len(fixed)} read in place, {len(self.views)} outputs viewing a "
             f"caller's input")
 
     def busy(self):

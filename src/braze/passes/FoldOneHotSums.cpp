@@ -25,8 +25,7 @@ namespace {
 /// Whether s writes one value per line along its dim into zeros: the sum along the dim is
 /// src. `index` and `src` are of s's shape but 1 at the dim.
 bool oneHot(const Node *s) {
-  if (s->op() != OpKind::ScatterDim || s->operand(0)->op() != OpKind::Full ||
-      s->operand(0)->attrs().getFloat("value") != 0.0)
+  if (s->op() != OpKind::ScatterDim || !isZeros(s->operand(0)))
     return false;
   const std::string &mode = s->attrs().getString("mode");
   if (mode != "overwrite" && mode != "sum")

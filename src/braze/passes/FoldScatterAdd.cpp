@@ -18,13 +18,9 @@ namespace braze {
 
 namespace {
 
-bool zeroFull(const Node *n) {
-  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0.0;
-}
-
 /// The scatter that adds into zeros, when `s` is one read only by its addition.
 bool addsIntoZeros(const Node *s, int readers) {
-  return s->op() == OpKind::Scatter && readers == 1 && zeroFull(s->operand(0)) &&
+  return s->op() == OpKind::Scatter && readers == 1 && isZeros(s->operand(0)) &&
          s->attrs().getString("mode") == "sum" && s->attrs().getBool("include_self") &&
          !s->attrs().has("max_hits");
 }

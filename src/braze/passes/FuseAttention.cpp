@@ -52,11 +52,6 @@ bool isNegInfinity(const Node *n) {
   return v && *v == -std::numeric_limits<double>::infinity();
 }
 
-/// Whether n fills its shape with zeros (any rank).
-bool isZeros(const Node *n) {
-  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0;
-}
-
 /// Positions `offset + i` along dim `dim` of n's shape (an iota plus a constant, through
 /// reshapes that only add or remove unit dims, and expands).
 struct Positions {

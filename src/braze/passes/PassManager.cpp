@@ -39,6 +39,10 @@ std::unordered_map<const Node *, int> countReaders(const Graph &g) {
   return readers;
 }
 
+bool isZeros(const Node *n) {
+  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0.0;
+}
+
 void runPasses(Graph &g, const std::vector<std::string> &names) {
   for (const std::string &name : names) {
     const PassInfo *p = findPass(name);

@@ -29,6 +29,9 @@ std::vector<Node *> nodesOf(const Graph &g, OpKind op);
 /// How many times each node is read: as an operand of a node, and as a graph output.
 std::unordered_map<const Node *, int> countReaders(const Graph &g);
 
+/// Whether n fills its shape with zeros (a full of 0, any rank).
+bool isZeros(const Node *n);
+
 /// Runs passes in order; after each one the graph is verified and a failure is an internal
 /// error that names the pass.
 void runPasses(Graph &g, const std::vector<std::string> &names);

@@ -768,9 +768,8 @@ private:
       // Columns: R rows per block, the rows a warp reads side by side: enough blocks for every
       // multiprocessor, at least a 32-byte sector per warp row, at most a warp. Each of a
       // row's T threads reads about kColumnSteps elements.
-      SymExpr rows = points(k.outerVars);
-      int64_t r = rows->isConst()
-                      ? prevPow2(std::max<int64_t>(1, rows->value() / std::max(1, s_.target.cores)))
+      int64_t r = rowCount->isConst()
+                      ? prevPow2(std::max<int64_t>(1, rowCount->value() / std::max(1, s_.target.cores)))
                       : 32;
       p.columns = true;
       p.vec = 1;

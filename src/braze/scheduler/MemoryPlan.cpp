@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace braze::sched {
 
@@ -67,10 +68,11 @@ int64_t placeBySize(const std::vector<Interval> &xs,
 }
 
 /// Whether kernel `k` may write its stored buffer `n` over `d`, an arena buffer whose last
-/// use is this kernel: a kernel of one pointwise step whose one member that reads `d` is the
-/// member that writes `n`, reading it only at the position it writes, with elements of the
-/// same size and a layout `d` spans at least. Each point then reads d[i] before it writes n[i],
-/// and no other point touches either.
+/// use is this kernel: a kernel of one pointwise step whose member that writes `n` reads `d`
+/// only at the position it writes, with elements of the same size and a layout `d` spans at
+/// least; any other member that reads `d` comes before that writer and reads it there too (a
+/// register value the writer uses, such as GELU's derivative times the incoming gradient).
+/// Each point then reads d[i] before it writes n[i], and no other point touches either.
 bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
   if (k.standsAlone() || k.steps.size() != 1 ||
       k.steps[0].kind != StepKind::Scalar || !k.steps[0].stashes.empty() ||
@@ -78,22 +80,28 @@ bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
       d->shape != n->shape)
     return false;
   const Member *writer = nullptr;
+  for (const Member &m : k.steps[0].members)
+    if (m.comp->out == n)
+      writer = &m;
+  if (!writer || !writer->store)
+    return false;
+  bool readerAfterWriter = false, atWriterPoint = true, passed = false;
   for (const Member &m : k.steps[0].members) {
     bool reads = false;
     loop::forEachBufferRead(*m.comp, m.value, [&](const Buffer *b) { reads |= b == d; });
-    if (m.comp->out == n)
-      writer = &m;
-    else if (reads)
+    if (reads && passed && &m != writer)
+      readerAfterWriter = true;
+    passed |= &m == writer;
+    if (!reads)
+      continue;
+    if (m.storeIndex != writer->storeIndex)
       return false;
+    loop::forEachLoad(m.value, [&](const loop::Expr *ld) {
+      if (ld->buffer() == d)
+        atWriterPoint &= ld->indirect().empty() && ld->index() == writer->storeIndex;
+    });
   }
-  if (!writer || !writer->store)
-    return false;
-  bool same = true;
-  loop::forEachLoad(writer->value, [&](const loop::Expr *ld) {
-    if (ld->buffer() == d)
-      same &= ld->indirect().empty() && ld->index() == writer->storeIndex;
-  });
-  return same;
+  return atWriterPoint && !readerAfterWriter;
 }
 
 } // namespace
@@ -137,6 +145,8 @@ void planMemory(Schedule &s) {
   //    later buffer provably no larger.
   if (constant) {
     std::unordered_map<const Buffer *, const Buffer *> host; // buffer -> the one it overwrites
+    std::unordered_set<const Buffer *> hosts; // overwritten by one buffer (two members of a
+                                              // kernel may each read it where they write)
     auto root = [&](const Buffer *b) {
       while (host.count(b))
         b = host.at(b);
@@ -147,8 +157,9 @@ void planMemory(Schedule &s) {
       for (const Interval &d : xs)
         if (d.last == xs[i].first && d.first < xs[i].first &&
             root(d.buffer) != root(xs[i].buffer) && !host.count(xs[i].buffer) &&
-            writesInPlace(k, d.buffer, xs[i].buffer)) {
+            !hosts.count(d.buffer) && writesInPlace(k, d.buffer, xs[i].buffer)) {
           host[xs[i].buffer] = d.buffer;
+          hosts.insert(d.buffer);
           break;
         }
     }

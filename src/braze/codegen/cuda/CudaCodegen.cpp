@@ -629,15 +629,21 @@ private:
   /// computes it. Only the outermost such values (a shared value whose every later use is inside
   /// another shared value is left out), and no bare widening of a load.
   std::vector<std::pair<const loop::Expr *, int>> rowValues(const Kernel &k) {
+    // Each step's values as a set, and in the order its members visit them: the order the
+    // result follows (a set of pointers iterates in address order, which differs from process
+    // to process, and so would the kernel's source and its cache key).
     std::vector<std::set<const loop::Expr *>> dags;
+    std::vector<std::vector<const loop::Expr *>> visits;
     std::map<const loop::Expr *, bool> inner;
     for (const Step &st : k.steps) {
       if (st.kind != StepKind::Loop)
         continue;
       std::set<const loop::Expr *> dag;
+      std::vector<const loop::Expr *> visit;
       for (const Member &m : st.members)
         forEachExpr(m.value, [&](const loop::Expr *e) {
-          dag.insert(e);
+          if (dag.insert(e).second)
+            visit.push_back(e);
           bool dep = e->index() && dependsOn(e->index(), k.innerVars);
           for (const loop::Expr *o : e->operands())
             dep = dep || inner[o];
@@ -646,6 +652,7 @@ private:
           inner[e] = dep;
         });
       dags.push_back(std::move(dag));
+      visits.push_back(std::move(visit));
     }
     std::map<const loop::Expr *, int> first, count;
     for (size_t i = 0; i < dags.size(); ++i)
@@ -661,7 +668,7 @@ private:
     };
     std::vector<std::pair<const loop::Expr *, int>> out;
     for (size_t i = 0; i < dags.size(); ++i)
-      for (const loop::Expr *e : dags[i]) {
+      for (const loop::Expr *e : visits[i]) {
         if (first[e] != static_cast<int>(i) || !candidate(e))
           continue;
         // Needed unless every use in a later step is under another candidate.

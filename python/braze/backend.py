@@ -690,6 +690,8 @@ def _compile_partitioned(gm, unsupported, opts, device=None, forward=True):
     for node, why in unsupported.items():
         if _count_fallback_op(node):
             _log_fallback(f"{node.name} ({node.target}): {why}")
+    if not forward:
+        partition.sink_large_products(gm, unsupported)
     fused = partition.fuse(gm, partition.propose(gm, unsupported))
     compiled = {}
     subs = [(name, sub) for name, sub in fused.named_children() if name.startswith("fused_")]

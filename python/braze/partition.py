@@ -7,7 +7,8 @@ that the next layer waits for. A partition is the run of supported nodes between
 two neighbouring runs are one partition when no path leads from the first through an eager node
 into the second. Merging every pair that forms no cycle (fx's CapabilityBasedPartitioner) put
 each layer's weight-gradient products into the last partition, which kept the gradients and
-activations they read alive across the whole backward."""
+activations they read alive across the whole backward. The other way round, a large product of
+a backward that only a late node reads moves down to it (sink_large_products)."""
 import operator
 
 import torch
@@ -61,6 +62,72 @@ def _cycle(members):
                 return True
             stack.append(user)
     return False
+
+
+aten = torch.ops.aten
+# Products whose results may move; the views that may follow them.
+_PRODUCTS = (aten.mm.default, aten.bmm.default, aten.addmm.default)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.permute.default, aten.t.default, aten.transpose.int, aten.expand.default,
+          aten.squeeze.dim, aten.unsqueeze.default)
+_SINK_MIN_BYTES = 1 << 20
+
+
+def _bytes(node):
+    val = node.meta.get("val")
+    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
+
+
+def sink_large_products(gm, unsupported):
+    """In a backward graph, moves a matrix product (with the views of it that follow) down to
+    just before the first node that reads it, when an eager node lies between, so that it runs
+    in a later partition. It moves when its result is larger than twice what the move keeps
+    alive longer: its operands that nothing reads at or after that point, except the incoming
+    gradients, which the autograd call holds to its end. A tied embedding's output-layer
+    gradient (GPT-2's wte: [vocab, hidden], read only by the sum with the embedding's gradient
+    at the end of the backward) was computed in the first partition of the backward, so its
+    147 MiB were live beside every layer's saved activations. Returns whether it moved
+    anything."""
+    def base(n):
+        while n.op == "call_function" and n.target in _VIEWS:
+            n = n.args[0]
+        return n
+
+    def held(n):
+        b = base(n)
+        return b.op == "placeholder" and b.name.startswith("tangents")
+
+    moved = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _PRODUCTS:
+            continue
+        if _bytes(node) < _SINK_MIN_BYTES:
+            continue
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        chain, members = [node], {node}
+        for n in list(gm.graph.nodes)[order[node] + 1:]:
+            if n.op == "call_function" and n.target in _VIEWS and n.args[0] in members:
+                chain.append(n)
+                members.add(n)
+        readers = [u for c in chain for u in c.users if u not in members]
+        if not readers:
+            continue
+        first = min(readers, key=order.get)
+        if not any(order[node] < order[e] < order[first] for e in unsupported):
+            continue
+        kept = 0  # the operands' bytes that the move keeps alive longer
+        for a in node.all_input_nodes:
+            later = [u for u in a.users if u is not node and order[u] >= order[first]]
+            kept += 0 if held(a) or later else _bytes(a)
+        if _bytes(node) <= 2 * kept:
+            continue
+        for c in chain:
+            first.prepend(c)
+        moved = True
+    if moved:
+        gm.graph.lint()
+        gm.recompile()
+    return moved
 
 
 def fuse(gm, partitions):

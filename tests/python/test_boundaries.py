@@ -539,3 +539,54 @@ def test_partitions_follow_the_graph_order_around_eager_ops():
     gm = make_fx(g)(x)
     eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
     assert [len(p) for p in partition.propose(gm, eager)] == [3]
+
+
+def test_a_large_product_read_after_an_eager_op_runs_in_the_later_partition():
+    """A product read only after an eager op moves past it when its result is larger than twice
+    what the move keeps alive longer: a tied embedding's output-layer gradient in a backward
+    (the incoming gradient, which the autograd call holds anyway, times a small activation) is
+    computed where the embedding's gradient is summed into it, not beside every saved
+    activation. A product whose operands die with it, and are larger than it, stays."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from braze import partition
+
+    def f(tangents, h, x):
+        gw = tangents.t() @ h  # [8192, 64]: 2 MiB from a held 1 MiB gradient and 8 KiB of h
+        e = plain_eager(torch.tanh(x))
+        return gw + e.mean(), e
+
+    args = [torch.randn(32, 8192), torch.randn(32, 64), torch.randn(16, 16)]
+    gm = make_fx(f)(*args)
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    mm = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.mm.default)
+    op = next(iter(eager))
+    assert list(gm.graph.nodes).index(mm) < list(gm.graph.nodes).index(op)
+    assert partition.sink_large_products(gm, eager)
+    assert list(gm.graph.nodes).index(mm) > list(gm.graph.nodes).index(op)
+    parts = partition.propose(gm, eager)
+    assert len(parts) == 2 and mm in parts[1]
+    fn = braze.backend._compile_fx(gm, args, braze.backend.Options(cuda_graphs=False),
+                                   forward=False)
+    for got, want in zip(fn(list(args)), f(*args)):
+        torch.testing.assert_close(got, want)
+
+    def g(tangents, a, b, x):
+        p = a @ b  # 1 MiB from 2 MiB + 2 MiB that die with it
+        e = plain_eager(x)
+        return p + e.mean(), tangents * 2
+
+    gm = make_fx(g)(torch.randn(4), torch.randn(512, 1024), torch.randn(1024, 512),
+                    torch.randn(4))
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    assert not partition.sink_large_products(gm, eager)
+
+    def k(tangents, g, a, x):
+        w = g.t() @ a  # 8 MiB; g (16 MiB) is read again below, but only before the eager op
+        s = g.sum(0)
+        e = plain_eager(x)
+        return w + e.mean(), s, tangents * 2
+
+    gm = make_fx(k)(torch.randn(4), torch.randn(1024, 4096), torch.randn(1024, 512),
+                    torch.randn(4))
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    assert not partition.sink_large_products(gm, eager)

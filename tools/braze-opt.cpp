@@ -9,8 +9,8 @@
 /// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
 ///    `buffer ..` and `compute ..` lines, as --print=loops writes them), which starts the
 ///    pipeline at its loops stage (default print: loops).
-/// 3. Run the --passes (graph passes, each verified after it runs), then print the --print stage
-///    (default: the graph).
+/// 3. Run the --passes (graph passes and `decompose`, each verified after it runs), then print
+///    the --print stage (default: the graph).
 /// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
 /// internal error (InternalError, or any other exception: braze let something escape).
 #include "braze/driver/Compile.h"
@@ -78,7 +78,8 @@ std::string usageText() {
         "options:\n"
         "  --print=STAGE   graph (default; loops for a loop program), decomposed, loops,\n"
         "                  schedule or code\n"
-        "  --passes=LIST   graph passes to run in order, comma-separated, before printing\n"
+        "  --passes=LIST   graph passes (or decompose) to run in order, comma-separated,\n"
+        "                  before printing\n"
         "  --no-fuse       schedule one kernel per computation\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
@@ -96,6 +97,14 @@ std::string usageText() {
   for (const braze::PassInfo &p : braze::registeredPasses())
     os << "  " << p.name << std::string(width - p.name.size() + 2, ' ') << p.description
        << "\n";
+  for (const braze::GraphStep &s : braze::graphSteps())
+    if (s.lowering)
+      os << "  " << s.name << std::string(width - std::min(width, s.name.size()) + 2, ' ')
+         << s.description << "\n";
+  os << "\nthe pipeline's graph steps (what --print=decomposed runs, in this order):\n  ";
+  for (size_t i = 0; i < braze::graphSteps().size(); ++i)
+    os << (i ? "," : "") << braze::graphSteps()[i].name;
+  os << "\n";
   return os.str();
 }
 
@@ -121,7 +130,9 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.stage = *stage;
     } else if (arg.starts_with("--passes=")) {
       for (std::string &name : splitCommas(arg.substr(9))) {
-        if (!braze::findPass(name))
+        bool step = std::any_of(braze::graphSteps().begin(), braze::graphSteps().end(),
+                                [&](const braze::GraphStep &s) { return s.name == name; });
+        if (!braze::findPass(name) && !step)
           BRAZE_USER_ERROR("--passes", "") << "unknown pass '" << name << "' (see --help)";
         o.passes.push_back(std::move(name));
       }
@@ -210,16 +221,6 @@ int run(int argc, char **argv) {
     first = firstWord(eol == std::string_view::npos ? std::string_view() : rest.substr(eol));
   }
   bool loops = first == "buffer";
-  std::unique_ptr<braze::Graph> g;
-  if (!loops) {
-    g = braze::parseGraph(text);
-    std::string err = braze::verifyGraph(*g);
-    if (!err.empty())
-      BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
-    braze::runPasses(*g, tool.passes);
-  } else if (!tool.passes.empty()) {
-    BRAZE_USER_ERROR("--passes", "") << "the passes rewrite graphs; the input is a loop program";
-  }
   braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
   opts.fuse = tool.fuse;
   if (tool.cuda)
@@ -233,6 +234,17 @@ int run(int argc, char **argv) {
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
   opts.oneDnnHalf = tool.oneDnnHalf;
+  std::unique_ptr<braze::Graph> g;
+  if (!loops) {
+    g = braze::parseGraph(text);
+    std::string err = braze::verifyGraph(*g);
+    if (!err.empty())
+      BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
+    for (const std::string &name : tool.passes)
+      braze::runGraphStep(*g, name, opts);
+  } else if (!tool.passes.empty()) {
+    BRAZE_USER_ERROR("--passes", "") << "the passes rewrite graphs; the input is a loop program";
+  }
   if (loops)
     std::cout << braze::printStage(braze::loop::parseProgram(text),
                                    tool.stage.value_or(braze::StageKind::Loops), opts);

@@ -111,10 +111,8 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 }
 
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
-  runPasses(g, {"fuse-attention", "fold-one-hot-sums"});
-  decompose(g, decomposeFor(opts));
-  runPasses(g, {"grouped-attention", "fold-matmul-reshapes", "fold-scatter-add", "fold-rsqrt",
-                "fold-constants", "cse", "dce"});
+  for (const GraphStep &s : graphSteps())
+    runGraphStep(g, s.name, opts);
 }
 
 struct Lowered {
@@ -426,6 +424,30 @@ std::optional<StageKind> stageByName(std::string_view name) {
     if (s.name == name)
       return s.kind;
   return std::nullopt;
+}
+
+const std::vector<GraphStep> &graphSteps() {
+  auto pass = [](std::string_view name) {
+    const PassInfo *p = findPass(name);
+    BRAZE_CHECK(p) << "Pipeline.def names '" << name << "', which Passes.def does not have";
+    return GraphStep{name, p->description, false};
+  };
+  static const std::vector<GraphStep> steps = {
+#define GRAPH_PASS(name) pass(name),
+#define GRAPH_STEP(name, desc) GraphStep{name, desc, true},
+#include "braze/driver/Pipeline.def"
+  };
+  return steps;
+}
+
+void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts) {
+  if (name == "decompose") {
+    decompose(g, decomposeFor(opts));
+    std::string err = verifyGraph(g);
+    BRAZE_CHECK(err.empty()) << "decompose broke the graph: " << err;
+    return;
+  }
+  runPasses(g, {std::string(name)});
 }
 
 std::vector<std::string_view> stageNames() {

@@ -89,6 +89,17 @@ enum class StageKind {
 std::optional<StageKind> stageByName(std::string_view name);
 std::vector<std::string_view> stageNames();
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
+
+/// The graph steps of the pipeline (Pipeline.def), in the order compile runs them: graph
+/// passes (passes/Passes.def) and lowering steps (`decompose`). runGraphStep runs one of them,
+/// or any other graph pass, on g (verified after it); `decompose` takes its options from
+/// `opts`' target.
+struct GraphStep {
+  std::string_view name, description;
+  bool lowering; ///< a lowering step (its options come from CompileOptions), not a graph pass
+};
+const std::vector<GraphStep> &graphSteps();
+void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);
 

@@ -98,17 +98,19 @@ def sink_large_products(gm, unsupported):
         return b.op == "placeholder" and b.name.startswith("tangents")
 
     moved = False
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # renumbered after each move
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _PRODUCTS:
             continue
         if _bytes(node) < _SINK_MIN_BYTES:
             continue
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
-        chain, members = [node], {node}
-        for n in list(gm.graph.nodes)[order[node] + 1:]:
-            if n.op == "call_function" and n.target in _VIEWS and n.args[0] in members:
-                chain.append(n)
-                members.add(n)
+        members, stack = {node}, [node]  # node and the views of it, in graph order below
+        while stack:
+            for u in stack.pop().users:
+                if u.op == "call_function" and u.target in _VIEWS and u.args[0] in members:
+                    members.add(u)
+                    stack.append(u)
+        chain = sorted(members, key=order.get)
         readers = [u for c in chain for u in c.users if u not in members]
         if not readers:
             continue
@@ -124,6 +126,7 @@ def sink_large_products(gm, unsupported):
         for c in chain:
             first.prepend(c)
         moved = True
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
     if moved:
         gm.graph.lint()
         gm.recompile()

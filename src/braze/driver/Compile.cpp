@@ -110,6 +110,8 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   return d;
 }
 
+void decomposeStep(Graph &g, const CompileOptions &opts) { decompose(g, decomposeFor(opts)); }
+
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
   for (const GraphStep &s : graphSteps())
     runGraphStep(g, s.name, opts);
@@ -430,23 +432,24 @@ const std::vector<GraphStep> &graphSteps() {
   auto pass = [](std::string_view name) {
     const PassInfo *p = findPass(name);
     BRAZE_CHECK(p) << "Pipeline.def names '" << name << "', which Passes.def does not have";
-    return GraphStep{name, p->description, false};
+    return GraphStep{name, p->description, nullptr};
   };
   static const std::vector<GraphStep> steps = {
 #define GRAPH_PASS(name) pass(name),
-#define GRAPH_STEP(name, desc) GraphStep{name, desc, true},
+#define GRAPH_STEP(name, fn, desc) GraphStep{name, desc, &fn},
 #include "braze/driver/Pipeline.def"
   };
   return steps;
 }
 
 void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts) {
-  if (name == "decompose") {
-    decompose(g, decomposeFor(opts));
-    std::string err = verifyGraph(g);
-    BRAZE_CHECK(err.empty()) << "decompose broke the graph: " << err;
-    return;
-  }
+  for (const GraphStep &s : graphSteps())
+    if (s.name == name && s.lowering) {
+      s.lowering(g, opts);
+      std::string err = verifyGraph(g);
+      BRAZE_CHECK(err.empty()) << "step '" << name << "' broke the graph: " << err;
+      return;
+    }
   runPasses(g, {std::string(name)});
 }
 

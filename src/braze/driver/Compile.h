@@ -89,6 +89,8 @@ enum class StageKind {
 std::optional<StageKind> stageByName(std::string_view name);
 std::vector<std::string_view> stageNames();
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
+std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
+                       const CompileOptions &opts);
 
 /// The graph steps of the pipeline (Pipeline.def), in the order compile runs them: graph
 /// passes (passes/Passes.def) and lowering steps (`decompose`). runGraphStep runs one of them,
@@ -96,12 +98,11 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 /// `opts`' target.
 struct GraphStep {
   std::string_view name, description;
-  bool lowering; ///< a lowering step (its options come from CompileOptions), not a graph pass
+  /// A lowering step (its options come from CompileOptions); null for a graph pass.
+  void (*lowering)(Graph &, const CompileOptions &);
 };
 const std::vector<GraphStep> &graphSteps();
 void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts);
-std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
-                       const CompileOptions &opts);
 
 /// Whether braze compiles `g` for the target `opts` describes, answered without lowering it:
 /// the graph verifies (the builder and the verifier state what every op takes), and the

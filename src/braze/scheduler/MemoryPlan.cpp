@@ -85,23 +85,22 @@ bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
       writer = &m;
   if (!writer || !writer->store)
     return false;
-  bool readerAfterWriter = false, atWriterPoint = true, passed = false;
+  bool afterWriter = false;
   for (const Member &m : k.steps[0].members) {
     bool reads = false;
     loop::forEachBufferRead(*m.comp, m.value, [&](const Buffer *b) { reads |= b == d; });
-    if (reads && passed && &m != writer)
-      readerAfterWriter = true;
-    passed |= &m == writer;
-    if (!reads)
-      continue;
-    if (m.storeIndex != writer->storeIndex)
+    if (reads && (afterWriter || m.storeIndex != writer->storeIndex))
       return false;
+    afterWriter |= &m == writer;
+    bool atWriterPoint = true;
     loop::forEachLoad(m.value, [&](const loop::Expr *ld) {
       if (ld->buffer() == d)
         atWriterPoint &= ld->indirect().empty() && ld->index() == writer->storeIndex;
     });
+    if (!atWriterPoint)
+      return false;
   }
-  return atWriterPoint && !readerAfterWriter;
+  return true;
 }
 
 } // namespace

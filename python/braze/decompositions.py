@@ -1,6 +1,8 @@
 """The decomposition table braze hands AOTAutograd: Core ATen's, plus PyTorch's own
 decompositions of the ops braze compiles best written out, minus the composites braze lowers
 itself (lowering/decompose)."""
+import functools
+
 import torch
 
 
@@ -43,15 +45,30 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
+def _core_aten():
+    """Core ATen's decompositions of the ops that reach AOTAutograd's tracing. The public
+    table (core_aten_decompositions) adds every CompositeImplicitAutograd op, mapped to that
+    op's own composite kernel, which AOTAutograd runs for such ops anyway; collecting them costs
+    0.04-0.14 s per call."""
+    import torch._decomp as decomp
+    post_autograd = getattr(decomp, "_core_aten_decompositions_post_autograd", None)
+    return dict(post_autograd() if post_autograd else decomp.core_aten_decompositions())
+
+
 def table(training=False):
-    """The decomposition table AOTAutograd applies. It keeps CPU flash attention whole: braze
-    takes it as one attention op (rules_attention); PyTorch's decomposition of it returns the
-    attention weights where the op returns the log-sum-exp. For `training` (grad mode on), a
-    log-softmax is written out too, so that the min-cut partition saves its logits and row
-    statistics for the backward rather than its whole result (a language model's loss: no
-    second [tokens, vocabulary] tensor is stored)."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
-    table = dict(core_aten_decompositions())
+    """The decomposition table AOTAutograd applies (a fresh copy of one built per process). It
+    keeps CPU flash attention whole: braze takes it as one attention op (rules_attention);
+    PyTorch's decomposition of it returns the attention weights where the op returns the
+    log-sum-exp. For `training` (grad mode on), a log-softmax is written out too, so that the
+    min-cut partition saves its logits and row statistics for the backward rather than its
+    whole result (a language model's loss: no second [tokens, vocabulary] tensor is stored)."""
+    return dict(_table(bool(training)))
+
+
+@functools.lru_cache(maxsize=None)
+def _table(training):
+    from torch._decomp import get_decompositions
+    table = _core_aten()
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     aten = torch.ops.aten
     extra = []

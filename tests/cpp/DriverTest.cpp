@@ -3,6 +3,7 @@
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/graph/GraphText.h"
+#include "braze/jit/HostCompiler.h"
 #include "braze/runtime/CublasLt.h"
 #include "braze/support/Diagnostic.h"
 
@@ -10,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <memory>
 #include <vector>
 
@@ -167,3 +169,61 @@ TEST(DriverTest, LinearOverABatchFoldsIntoRows) {
     EXPECT_EQ(r.m, 512);
   }
 }
+
+// The host side of a CUDA module (launches, cuBLASLt, cuDNN and attention calls, shape checks
+// and symbolic sizes) is C++ that the host compiler builds on any machine: it compiles and
+// loads here, without a GPU, for a batched and a grouped-query product, a fused attention (with
+// and without cuDNN), channels-last convolutions and a graph of symbolic size.
+namespace braze {
+TEST(DriverTest, CudaHostSourceCompilesWithoutAGpu) {
+  const char *graphs[] = {
+      R"(graph(%q: bf16[2, 4, 8, 16], %k: bf16[2, 1, 16, 8], %k2: bf16[2, 4, 16, 8]) {
+  %s0 = matmul(%q, %k2) : bf16[2, 4, 8, 8]
+  %ke = expand(%k) : bf16[2, 4, 16, 8]
+  %s1 = matmul(%q, %ke) : bf16[2, 4, 8, 8]
+  return %s0, %s1
+})",
+      R"(graph(%x: bf16[32, 32], %w: bf16[32, 96], %b: bf16[96]) {
+  %mm = matmul(%x, %w) : bf16[32, 96]
+  %y = add(%mm, %b) : bf16[32, 96]
+  %r = reshape(%y) : bf16[2, 16, 3, 2, 16]
+  %p = permute(%r) {dims=[2, 0, 3, 1, 4]} : bf16[3, 2, 2, 16, 16]
+  %q = select(%p) {dim=0, index=0} : bf16[2, 2, 16, 16]
+  %k = select(%p) {dim=0, index=1} : bf16[2, 2, 16, 16]
+  %v = select(%p) {dim=0, index=2} : bf16[2, 2, 16, 16]
+  %a = attention(%q, %k, %v) {bias=false, causal=true, safe=true, scale=0.25} : bf16[2, 2, 16, 16]
+  return %a
+})",
+      R"(graph(%x: f16[2, 6, 9, 7]{378, 1, 42, 6}, %w: f16[4, 6, 3, 3], %b: f16[4]) {
+  %c = convolution(%x, %w, %b) {bias=true, dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1]} : f16[2, 4, 9, 7]
+  %r = relu(%c) : f16[2, 4, 9, 7]
+  return %r
+})",
+      R"(graph(%a: f32[s0, 64], %w: f32[64, 32]) {
+  %m = matmul(%a, %w) : f32[s0, 32]
+  %s = softmax(%m) {dim=1} : f32[s0, 32]
+  return %s
+})"};
+  CompileOptions base = testOptions();
+  for (bool cudnn : {false, true})
+    for (const char *text : graphs) {
+      CompileOptions o = base;
+      o.cuda = CompileOptions::Cuda{};
+      if (cudnn)
+        o.cuda->cudnnLibrary = "libcudnn.so.9";
+      std::unique_ptr<Graph> g = parseGraph(text);
+      std::string host = generateCudaSources(*g, o).host;
+      ASSERT_NE(host.find("braze_run"), std::string::npos);
+      jit::HostCompilerOptions jo;
+      jo.compiler = base.cxx;
+      jo.cacheDir = base.cacheDir;
+      jo.optimization = "-O1";
+      jit::CompiledLibrary lib;
+      ASSERT_NO_THROW(lib = jit::compileCpp(host, jo)) << text;
+      void *h = dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      ASSERT_NE(h, nullptr) << dlerror();
+      EXPECT_NE(dlsym(h, "braze_run"), nullptr);
+      dlclose(h);
+    }
+}
+} // namespace braze

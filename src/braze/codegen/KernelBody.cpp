@@ -178,9 +178,9 @@ std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &nam
   w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
   w.line("const int64_t lda = " + ix(g.lda) + ", ldb = " + ix(g.ldb) + ", ldc = " + ix(g.ldc) +
          ";");
-  std::string okA = g.transA ? "lda >= std::max<int64_t>(1, M)" : "lda >= std::max<int64_t>(1, K)";
-  std::string okB = g.transB ? "ldb >= std::max<int64_t>(1, K)" : "ldb >= std::max<int64_t>(1, N)";
-  return okA + " && " + okB + " && ldc >= std::max<int64_t>(1, N)";
+  std::string okA = g.transA ? "lda >= braze_imax(1, M)" : "lda >= braze_imax(1, K)";
+  std::string okB = g.transB ? "ldb >= braze_imax(1, K)" : "ldb >= braze_imax(1, N)";
+  return okA + " && " + okB + " && ldc >= braze_imax(1, N)";
 }
 
 bool isArgReduction(const loop::Computation &c) {

@@ -162,9 +162,8 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
 
 std::string hostSource(const sched::Schedule &s, Names &names,
                        const std::vector<std::string> &calls) {
-    std::string out = R"HOST(#include <algorithm>
-#include <cstdint>
-#include <cstdio>
+    std::string out = R"HOST(#include <stdint.h>
+#include <stdio.h>
 
 // The runtime's side of a CUDA module (runtime/CudaModule.cpp): launches kernels by index,
 // GEMMs through cuBLASLt and convolutions through cuDNN, on the stream of the current call.

@@ -134,9 +134,51 @@ def sink_large_products(gm, unsupported):
 
 
 def fuse(gm, partitions):
-    """gm with each partition replaced by a call of a submodule fused_<i>."""
-    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-    return fuse_by_partitions(gm, [dict.fromkeys(p) for p in partitions], prefix="fused_")
+    """gm, changed in place, with each partition replaced by a call of a submodule fused_<i>:
+    its arguments are the values it reads from outside, in the order of first use; it returns
+    the values read outside it (one, or a tuple), each picked by a getitem. The submodules are
+    lazy graph modules: braze reads their graphs, and their Python code is generated only if
+    a partition runs in eager PyTorch."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    from torch.fx.passes.tools_common import stable_topological_sort
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for index, nodes in enumerate(partitions):
+        members = sorted(nodes, key=position.__getitem__)
+        inside = set(members)
+        sub, copied, inputs = torch.fx.Graph(), {}, []
+
+        def value(x):
+            if x not in copied:  # read from outside: a placeholder
+                copied[x] = sub.placeholder(x.name, type_expr=x.type)
+                copied[x].meta = dict(x.meta)
+                inputs.append(x)
+            return copied[x]
+        for n in members:
+            copied[n] = sub.node_copy(n, value)
+        results = [n for n in members if any(u not in inside for u in n.users)]
+        sub.output(copied[results[0]] if len(results) == 1
+                   else tuple(copied[n] for n in results))
+        name = f"fused_{index}"
+        gm.add_submodule(name, _LazyGraphModule(gm, sub, class_name=name))
+        with gm.graph.inserting_after(members[-1]):
+            call = gm.graph.call_module(name, tuple(inputs))
+        if len(results) == 1:
+            call.meta = dict(results[0].meta)
+            results[0].replace_all_uses_with(call, delete_user_cb=lambda u: u not in inside)
+        else:
+            at = call
+            for i, n in enumerate(results):
+                with gm.graph.inserting_after(at):
+                    at = gm.graph.call_function(operator.getitem, (call, i))
+                at.meta = dict(n.meta)
+                n.replace_all_uses_with(at, delete_user_cb=lambda u: u not in inside)
+        for n in reversed(members):
+            gm.graph.erase_node(n)
+    # An outside node placed between a partition's members that reads one of them now comes
+    # before the call that computes it.
+    stable_topological_sort(gm)
+    gm.graph.lint()
+    return gm
 
 
 def unguarded_arguments(node, calls, forward):

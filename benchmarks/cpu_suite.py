@@ -129,6 +129,19 @@ WORKLOADS = {
 }
 
 
+# Workloads that also time the floor under torch.compile: a backend that computes nothing and
+# returns outputs made once at compile time, so its call is Dynamo's guards and call alone.
+FLOOR = {"pointwise-16"}
+
+
+def _floor_backend(gm, example_inputs):
+    outs = gm(*example_inputs)
+
+    def call(*args):
+        return outs
+    return call
+
+
 # ----------------------------------------------------------------------------------------------
 # Measurement
 
@@ -175,7 +188,7 @@ def run_workload(name, repeats):
     torch.manual_seed(ARGS.seed)
     args = make_inputs()
     res = {"name": name, "workload": desc, "repeats": repeats}
-    return _run(res, fn, args, repeats, settle=False)
+    return _run(res, fn, args, repeats, settle=False, floor=name in FLOOR)
 
 
 def run_model(name, repeats):
@@ -186,7 +199,7 @@ def run_model(name, repeats):
     return _run(res, fn, args, repeats, settle=True, tol=tol)
 
 
-def _run(res, fn, args, repeats, settle, tol=None):
+def _run(res, fn, args, repeats, settle, tol=None, floor=False):
     """Compiles fn with both backends, checks them against eager, times the three contenders
     interleaved; fills in and returns res. settle: let the process's threads go idle before each
     sample (harness.settle), for the models, whose matrix products braze runs on OpenBLAS."""
@@ -216,6 +229,8 @@ def _run(res, fn, args, repeats, settle, tol=None):
         except Exception as e:
             res["inductor_error"] = f"{type(e).__name__}: {e}"
 
+    if floor:
+        contenders["floor"], _, _, _, _ = _compile(fn, args, _floor_backend, eager_call_s)
     # Warm-up, then pick each contender's inner count from its warm call time.
     inner = {}
     for k, f in contenders.items():
@@ -354,6 +369,13 @@ def _print_notes(results):
                          "workload was timed: its timings are not trustworthy")
         for w in r.get("braze_warnings", []):
             notes.append(f"warning: {w}")
+        if "floor_ms" in r:
+            notes.append("the floor under torch.compile (a backend that computes nothing and "
+                         "returns outputs made at compile time) takes "
+                         f"{r['floor_ms'] * 1e3:.1f} µs per call; braze "
+                         f"{r.get('braze_ms', float('nan')) * 1e3:.1f} µs, Inductor "
+                         f"{r.get('inductor_ms', float('nan')) * 1e3:.1f} µs, eager "
+                         f"{r['eager_ms'] * 1e3:.1f} µs")
         if "inductor_error" in r:
             notes.append(f"Inductor raised {r['inductor_error']}")
         if r.get("inductor_mismatch"):

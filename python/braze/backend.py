@@ -781,6 +781,9 @@ def braze_backend(gm, example_inputs, options=None):
         isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and inference else None
     trace_as_math_for_training(gm, example_inputs)
+    for index in {a.device.index for a in example_inputs
+                  if isinstance(a, torch.Tensor) and a.device.type == "cuda"}:
+        cuda_support.preload(torch.cuda.current_device() if index is None else index)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     bw = functools.partial(_compile_fx, opts=opts, forward=False)
     # The min-cut partition (TorchInductor's): the backward recomputes what braze fuses cheaply

@@ -106,6 +106,19 @@ def nvrtc_load_error(path):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def preload(index):
+    """Starts loading, on a thread of its own, the libraries the first compiled module of CUDA
+    device `index` loads (cuBLASLt, cuDNN), so that this overlaps AOTAutograd's tracing rather
+    than following it. Once per device; a library that fails is reported where it is used."""
+    if unavailable_reason(torch.device("cuda", index)):
+        return
+    import threading
+    options = device_options(index)
+    threading.Thread(target=_C.cuda_preload, args=(index, options["cublaslt"], options["cudnn"]),
+                     name="braze-preload", daemon=True).start()
+
+
 def unavailable_reason(device):
     """None when braze can compile for `device`, else why not."""
     if not torch.cuda.is_available():

@@ -629,6 +629,8 @@ NB_MODULE(_C, m) {
     return d;
   });
   m.def("cuda_driver_available", []() { return runtime::cudaDriverAvailable(); });
+  m.def("cuda_preload", &runtime::CudaModule::preload, nb::arg("device"),
+        nb::arg("cublaslt"), nb::arg("cudnn"), nb::call_guard<nb::gil_scoped_release>());
   m.def("nvrtc_compile", &compileCudaSource);
   m.def("nvrtc_version", [](const std::string &library) { return nvrtcVersion(library); });
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });

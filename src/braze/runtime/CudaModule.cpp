@@ -415,6 +415,31 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
   return m;
 }
 
+void CudaModule::preload(int device, const std::string &cublasLtLibrary,
+                         const std::string &cudnnLibrary) {
+  try {
+    const Driver &d = driver();
+    if (!d.ok)
+      return;
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    if (d.deviceGet(&dev, device) != 0 || d.primaryCtxRetain(&ctx, dev) != 0 ||
+        d.ctxSetCurrent(ctx) != 0)
+      return;
+    if (!cublasLtLibrary.empty()) {
+      CublasLt::load(cublasLtLibrary);
+      gemmWorkspace(device);
+      paddedResult(device);
+    }
+    if (!cudnnLibrary.empty()) {
+      Cudnn::load(cudnnLibrary);
+      deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
+    }
+  } catch (const std::exception &) {
+    // load() reports it
+  }
+}
+
 CudaModule::~CudaModule() {
   if (!state_ || !driver().ok)
     return;

@@ -63,6 +63,13 @@ public:
                                           bool logFallback = false);
   ~CudaModule();
 
+  /// Loads what the first module of `device` would load before it can run (cuBLASLt and cuDNN
+  /// from their paths when non-empty, each with its workspace), so that a caller can do it on
+  /// a thread of its own while it compiles. Never throws: a library that fails here fails again,
+  /// with its message, in load().
+  static void preload(int device, const std::string &cublasLtLibrary,
+                      const std::string &cudnnLibrary);
+
   /// Calls `run` with the callbacks bound to `stream`; throws RunError if a launch or GEMM
   /// fails, or if a kernel of an earlier call on this module reported an error.
   void run(CudaRunFn run, void *const *inputs, void *const *outputs, char *arena,

@@ -426,15 +426,12 @@ void CudaModule::preload(int device, const std::string &cublasLtLibrary,
     if (d.deviceGet(&dev, device) != 0 || d.primaryCtxRetain(&ctx, dev) != 0 ||
         d.ctxSetCurrent(ctx) != 0)
       return;
-    if (!cublasLtLibrary.empty()) {
+    // The libraries only: their workspaces are allocated by the first module that uses them
+    // (a graph without products or convolutions never holds them).
+    if (!cublasLtLibrary.empty())
       CublasLt::load(cublasLtLibrary);
-      gemmWorkspace(device);
-      paddedResult(device);
-    }
-    if (!cudnnLibrary.empty()) {
+    if (!cudnnLibrary.empty())
       Cudnn::load(cudnnLibrary);
-      deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
-    }
   } catch (const std::exception &) {
     // load() reports it
   }

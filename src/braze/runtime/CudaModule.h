@@ -63,10 +63,9 @@ public:
                                           bool logFallback = false);
   ~CudaModule();
 
-  /// Loads what the first module of `device` would load before it can run (cuBLASLt and cuDNN
-  /// from their paths when non-empty, each with its workspace), so that a caller can do it on
-  /// a thread of its own while it compiles. Never throws: a library that fails here fails again,
-  /// with its message, in load().
+  /// Loads the libraries the first module of `device` would load (cuBLASLt and cuDNN, from
+  /// their paths when non-empty), so that a caller can do it on a thread of its own while it
+  /// compiles. Never throws: a library that fails here fails again, with its message, in load().
   static void preload(int device, const std::string &cublasLtLibrary,
                       const std::string &cudnnLibrary);
 

@@ -98,6 +98,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
   d.halfConvolutions = opts.cuda.has_value();
   d.cpuHalfRounding = !opts.cuda;
+  d.softmaxReciprocal = !opts.cuda;
   d.oneDnnHalf = opts.oneDnnHalf;
   if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
     d.fusedAttentionDtypes = {DType::Float32};

@@ -27,6 +27,10 @@ struct DecomposeOptions {
   /// stride, which rounds once, as CUDA (cuDNN) does.
   bool cpuHalfRounding = false;
   std::vector<DType> oneDnnHalf;
+  /// Softmax scales each exponential by 1 / sum rather than dividing it by the sum, as eager's
+  /// CPU kernel does (one division per row, not per element; results as eager's to the bit
+  /// more often).
+  bool softmaxReciprocal = false;
 };
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
@@ -36,7 +40,7 @@ namespace decomp {
 /// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it;
 /// a rule whose result depends on the target takes the DecomposeOptions too.
 using Rule = Node *(*)(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
-Node *decomposeSoftmax(GraphBuilder &b, Node *n);
+Node *decomposeSoftmax(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeLogSoftmax(GraphBuilder &b, Node *n);
 Node *decomposeMean(GraphBuilder &b, Node *n);
 Node *decomposeVar(GraphBuilder &b, Node *n);

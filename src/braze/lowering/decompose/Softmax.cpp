@@ -1,4 +1,5 @@
-/// softmax(x) = exp(x - max(x)) / sum(exp(x - max(x)))
+/// softmax(x) = exp(x - max(x)) / sum(exp(x - max(x))), or times 1 / sum
+/// (DecomposeOptions::softmaxReciprocal)
 /// log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x))))
 #include "braze/lowering/decompose/Decompose.h"
 
@@ -13,12 +14,13 @@ Node *shiftByMax(GraphBuilder &b, Node *x, int64_t dim) {
 }
 } // namespace
 
-Node *decomposeSoftmax(GraphBuilder &b, Node *n) {
+Node *decomposeSoftmax(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   int64_t dim = n->attrs().getInt("dim");
   Node *x = upcast(b, n->operand(0));
   Node *e = b.unary(OpKind::Exp, shiftByMax(b, x, dim));
   Node *s = b.reduce(OpKind::Sum, e, {dim}, true);
-  return downcastLike(b, b.div(e, s), n->dtype());
+  Node *p = opts.softmaxReciprocal ? b.mul(e, b.unary(OpKind::Reciprocal, s)) : b.div(e, s);
+  return downcastLike(b, p, n->dtype());
 }
 
 Node *decomposeLogSoftmax(GraphBuilder &b, Node *n) {

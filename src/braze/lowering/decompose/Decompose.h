@@ -28,8 +28,7 @@ struct DecomposeOptions {
   bool cpuHalfRounding = false;
   std::vector<DType> oneDnnHalf;
   /// Softmax scales each exponential by 1 / sum rather than dividing it by the sum, as eager's
-  /// CPU kernel does (one division per row, not per element; results as eager's to the bit
-  /// more often).
+  /// CPU kernel does (one division per row, not per element).
   bool softmaxReciprocal = false;
 };
 

@@ -540,6 +540,19 @@ def test_partitions_follow_the_graph_order_around_eager_ops():
     eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
     assert [len(p) for p in partition.propose(gm, eager)] == [3]
 
+    def h(x):
+        a = x * 2
+        e = plain_eager(a)  # reads the partition that continues after it
+        return e, x + 1
+
+    # The eager op comes before the call of the one partition it reads; fuse moves it after.
+    gm = make_fx(h)(x)
+    eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
+    assert [len(p) for p in partition.propose(gm, eager)] == [2]
+    fn = braze.backend._compile_fx(gm, [x], braze.backend.Options(cuda_graphs=False, strict=True))
+    for got, want in zip(fn([x]), h(x)):
+        torch.testing.assert_close(got, want)
+
 
 def test_a_large_product_read_after_an_eager_op_runs_in_the_later_partition():
     """A product read only after an eager op moves past it when its result is larger than twice

@@ -463,9 +463,11 @@ def _check_cuda_codegen(graph):
     nvrtc = cuda_support.nvrtc_library()
     if nvrtc is None:
         raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
-    device, host = graph.generate_cuda({"cc": 90, "sms": 132, **cuda_support.precision_options()})
+    device, host, deferred = graph.generate_cuda(
+        {"cc": 90, "sms": 132, **cuda_support.precision_options()})
     with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
-        _C.nvrtc_compile(device, nvrtc, 90, tmp)
+        for program in [device, *deferred]:
+            _C.nvrtc_compile(program, nvrtc, 90, tmp)
         path = os.path.join(tmp, "host.cpp")
         with open(path, "w") as f:
             f.write(host)

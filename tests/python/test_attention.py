@@ -436,7 +436,8 @@ def _cudnn_layouts(dtype):
 def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
     """With cuDNN (PyTorch's CUDA wheels) an f16/bf16 attention runs as cuDNN's fused flash
     attention; torch.backends.cuda.enable_cudnn_sdp(False), or operands cuDNN does not take,
-    run braze's own kernel. Both match eager."""
+    run braze's own kernel. Both match eager. Offered to cuDNN, braze's kernel is deferred:
+    compiled and loaded only when cuDNN declines (deferred_kernels_loaded)."""
     from braze import cuda
     if device != "cuda" or not cuda.cudnn_library():
         pytest.skip("needs CUDA and cuDNN")
@@ -446,8 +447,10 @@ def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
             torch.backends.cuda.enable_cudnn_sdp(enabled)
             try:
                 compiled = _compile(fn)
+                before = braze.counters()["deferred_kernels_loaded"]
                 with torch.no_grad():
                     got = compiled(*args)
+                    loaded = braze.counters()["deferred_kernels_loaded"] - before
                     names = _kernel_names(compiled, *args)
                     want = fn(*args)
             finally:
@@ -455,6 +458,7 @@ def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
             _assert_matches(got, want, args, fn, dtype)
             on_cudnn = any("sdpa" in n or "fmha" in n or "cudnn" in n for n in names)
             assert on_cudnn == (enabled and takes), (name, enabled, names)
+            assert (loaded > 0) == (enabled and not takes), (name, enabled, loaded)
 
 
 def _fused_training(fn, args, grad_scale=0.5):

@@ -124,6 +124,7 @@ void checkSupported(Graph &g);
 /// The CUDA sources braze generates for `g` (consumed), without compiling them.
 struct CudaSources {
   std::string device, host;
+  std::vector<std::string> deferred; ///< one NVRTC program per kernel compiled at first launch
 };
 CudaSources generateCudaSources(Graph &g, const CompileOptions &opts);
 
@@ -137,6 +138,9 @@ std::string nvrtcVersion(const std::string &library);
 /// Cumulative counts for this process.
 struct Counters {
   std::atomic<int64_t> graphsCompiled{0}, kernelsGenerated{0}, cacheHits{0}, cacheMisses{0};
+  /// Deferred CUDA kernels (codegen::DeferredKernel) compiled, or found in the cache, and loaded
+  /// at their first launch, because a library declined the call they stand in for.
+  std::atomic<int64_t> deferredKernelsLoaded{0};
 };
 Counters &counters();
 

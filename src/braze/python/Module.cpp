@@ -565,7 +565,7 @@ NB_MODULE(_C, m) {
         o.cuda = cuda ? cudaOptions(*cuda) : CompileOptions::Cuda{};
         std::unique_ptr<Graph> graph = g.take();
         CudaSources c = generateCudaSources(*graph, o);
-        return std::make_pair(c.device, c.host);
+        return std::make_tuple(c.device, c.host, c.deferred);
       }, "cuda"_a = nb::none());
 
   nb::class_<PyCompiled>(m, "Compiled")
@@ -626,6 +626,7 @@ NB_MODULE(_C, m) {
     d["kernels_generated"] = c.kernelsGenerated.load();
     d["cache_hits"] = c.cacheHits.load();
     d["cache_misses"] = c.cacheMisses.load();
+    d["deferred_kernels_loaded"] = c.deferredKernelsLoaded.load();
     return d;
   });
   m.def("cuda_driver_available", []() { return runtime::cudaDriverAvailable(); });

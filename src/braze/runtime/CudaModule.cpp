@@ -4,6 +4,7 @@
 #include "braze/runtime/Cudnn.h"
 #include "braze/runtime/Executable.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <dlfcn.h>
 #include <fstream>
@@ -169,6 +170,7 @@ struct CudaModule::State {
   CUcontext ctx = nullptr;
   std::vector<CUmodule> modules; ///< the kernels, in one or more cubins
   std::vector<CUfunction> functions;
+  std::vector<std::string> names; ///< of functions
   int *errHost = nullptr; ///< mapped host memory the kernels write
   CudaApi api{};
   CUstream stream = nullptr; ///< of the call in progress
@@ -177,10 +179,38 @@ struct CudaModule::State {
   void *workspace = nullptr;
   void *convWorkspace = nullptr; ///< Cudnn::recommendedWorkspaceBytes() of device memory
   void *padded = nullptr; ///< kPaddedResultBytes of device memory
+  /// Per kernel: its compile where it is deferred (its function stays null until the first
+  /// launch compiles and loads it), else empty.
+  std::vector<std::function<std::string()>> deferred;
   std::string failure; ///< message of a failed launch or GEMM
   bool logFallback = false;        ///< say why cuDNN declined a call, once per reason
   std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
+
+  /// Compiles and loads deferred kernel `kernel` (and every launch index of the same function);
+  /// false with `failure` set when that fails.
+  bool loadDeferred(int kernel) {
+    try {
+      if (logFallback)
+        std::fprintf(stderr, "braze: compiling kernel %s at its first launch (a library "
+                             "declined the call it stands in for)\n", names[kernel].c_str());
+      std::string image = readBinary(deferred[kernel]());
+      CUmodule module = nullptr;
+      check(driver().moduleLoadData(&module, image.data()),
+            "loading deferred kernel " + names[kernel]);
+      modules.push_back(module);
+      CUfunction f = nullptr;
+      check(driver().moduleGetFunction(&f, module, names[kernel].c_str()),
+            "looking up kernel " + names[kernel]);
+      for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] == names[kernel])
+          functions[i] = f;
+      return true;
+    } catch (const std::exception &e) {
+      failure = std::string("compiling deferred kernel ") + names[kernel] + ": " + e.what();
+      return false;
+    }
+  }
 
   /// The callback's code for a cuDNN call of `what` ("a convolution"): 0 done, 1 declined
   /// (said once per reason with logFallback; the caller runs its own kernel), 2 failed
@@ -298,17 +328,14 @@ bool cudaDriverAvailable() {
   return d.ok && d.deviceGetCount(&n) == 0 && n > 0;
 }
 
-std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cubinPaths,
-                                             const std::vector<std::string> &kernels, int device,
-                                             const std::string &cublasLtLibrary,
-                                             const std::string &cudnnLibrary,
-                                             bool logFallback) {
+std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   const Driver &d = driver();
   if (!d.ok)
     throw RunError(d.why);
   std::unique_ptr<CudaModule> m(new CudaModule());
   m->state_ = std::make_unique<State>();
   State &s = *m->state_;
+  const int device = spec.device;
   CUdevice dev = 0;
   check(d.deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
   check(d.primaryCtxRetain(&s.ctx, dev), "retaining the primary context");
@@ -316,19 +343,28 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
   d.ctxGetCurrent(&current);
   if (current != s.ctx)
     check(d.ctxSetCurrent(s.ctx), "cuCtxSetCurrent");
-  for (const std::string &path : cubinPaths) {
+  for (const std::string &path : spec.cubinPaths) {
     std::string image = readBinary(path);
     CUmodule module = nullptr;
     check(d.moduleLoadData(&module, image.data()), "loading CUDA module " + path);
     s.modules.push_back(module);
   }
-  for (const std::string &k : kernels) {
+  s.names = spec.kernels;
+  s.deferred.resize(spec.kernels.size());
+  for (size_t i = 0; i < spec.kernels.size(); ++i) {
+    const std::string &k = spec.kernels[i];
     CUfunction f = nullptr;
-    CUresult r = kNotFound; // in no module
-    for (CUmodule module : s.modules)
-      if ((r = d.moduleGetFunction(&f, module, k.c_str())) == 0)
-        break;
-    check(r, "looking up kernel " + k);
+    auto later = std::find_if(spec.deferred.begin(), spec.deferred.end(),
+                              [&](const DeferredCubin &c) { return c.kernel == k; });
+    if (later != spec.deferred.end()) {
+      s.deferred[i] = later->compile;
+    } else {
+      CUresult r = kNotFound; // in no module
+      for (CUmodule module : s.modules)
+        if ((r = d.moduleGetFunction(&f, module, k.c_str())) == 0)
+          break;
+      check(r, "looking up kernel " + k);
+    }
     s.functions.push_back(f);
   }
   check(d.memHostAlloc(reinterpret_cast<void **>(&s.errHost), sizeof(int), kHostAllocDeviceMap),
@@ -336,14 +372,14 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
   *s.errHost = 0;
   CUdeviceptr errDev = 0;
   check(d.memHostGetDevicePointer(&errDev, s.errHost, 0), "mapping the kernel error flag");
-  if (!cublasLtLibrary.empty()) {
-    s.lt = &CublasLt::load(cublasLtLibrary);
+  if (!spec.cublasLtLibrary.empty()) {
+    s.lt = &CublasLt::load(spec.cublasLtLibrary);
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
   }
-  s.logFallback = logFallback;
-  if (!cudnnLibrary.empty()) {
-    s.dnn = &Cudnn::load(cudnnLibrary);
+  s.logFallback = spec.logFallback;
+  if (!spec.cudnnLibrary.empty()) {
+    s.dnn = &Cudnn::load(spec.cudnnLibrary);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
   }
   s.api.ctx = &s;
@@ -355,6 +391,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const std::vector<std::string> &cub
       st.failure = "a launch needs " + std::to_string(blocks) + " blocks, more than CUDA allows";
       return 2;
     }
+    if (!st.functions[kernel] && !st.loadDeferred(kernel))
+      return 2;
     CUresult r = driver().launchKernel(st.functions[kernel], static_cast<unsigned>(blocks), 1, 1,
                                        static_cast<unsigned>(threads), 1, 1, 0, st.stream, args,
                                        nullptr);

@@ -12,6 +12,8 @@
 
 namespace braze::runtime {
 
+struct ModuleSpec;
+
 /// The callbacks a CUDA module's braze_run receives (layout shared with the generated code).
 struct CudaGemmCall {
   int dtype; ///< 0 f32, 1 f64, 2 f16, 3 bf16
@@ -52,15 +54,12 @@ using CudaRunFn = int (*)(void *const *, void *const *, char *, const int64_t *,
 
 class CudaModule {
 public:
-  /// Loads `cubinPaths` on `device` (its primary context) and looks up each of `kernels` in
-  /// them (each is in one); cuBLASLt and cuDNN are loaded from `cublasLtLibrary` and
-  /// `cudnnLibrary` when non-empty. With `logFallback`, a convolution or attention cuDNN declines
-  /// is said on stderr (once per reason). Throws RunError naming what failed.
-  static std::unique_ptr<CudaModule> load(const std::vector<std::string> &cubinPaths,
-                                          const std::vector<std::string> &kernels, int device,
-                                          const std::string &cublasLtLibrary,
-                                          const std::string &cudnnLibrary = "",
-                                          bool logFallback = false);
+  /// Loads spec's cubins on its device (the primary context) and looks up each of its kernels
+  /// in them (each is in one, or deferred: compiled at its first launch); cuBLASLt and cuDNN
+  /// are loaded from spec's libraries where named. With spec.logFallback, a convolution or
+  /// attention cuDNN declines, and a deferred kernel compiled, is said on stderr (once per
+  /// reason). Throws RunError naming what failed.
+  static std::unique_ptr<CudaModule> load(const ModuleSpec &spec);
   ~CudaModule();
 
   /// Loads the libraries the first module of `device` would load (cuBLASLt and cuDNN, from

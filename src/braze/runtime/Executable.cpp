@@ -100,8 +100,7 @@ std::shared_ptr<Executable> Executable::load(const ModuleSpec &spec) {
   e->arena_ = reinterpret_cast<ArenaFn>(sym("braze_arena_bytes"));
   e->run_ = reinterpret_cast<RunFn>(sym("braze_run"));
   if (spec.cuda)
-    e->cuda_ = CudaModule::load(spec.cubinPaths, spec.kernels, spec.device, spec.cublasLtLibrary,
-                                 spec.cudnnLibrary, spec.logFallback);
+    e->cuda_ = CudaModule::load(spec);
   return e;
 }
 

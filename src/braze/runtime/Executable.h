@@ -5,6 +5,7 @@
 #include "braze/runtime/DLPack.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,11 @@ namespace braze::runtime {
 struct TensorSpec {
   DLDataType dtype{};
   int rank = 0;
+};
+
+struct DeferredCubin {
+  std::string kernel;
+  std::function<std::string()> compile;
 };
 
 struct ModuleSpec {
@@ -29,6 +35,9 @@ struct ModuleSpec {
   std::string cudnnLibrary;    ///< non-empty when the module calls cuDNN
   bool logFallback = false;    ///< say on stderr when a library declines a call
   bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)
+  /// Kernels (named in `kernels`, in none of cubinPaths) compiled at their first launch: each
+  /// compile returns its cubin's path.
+  std::vector<DeferredCubin> deferred;
 };
 
 class CudaModule;

@@ -113,27 +113,30 @@ public:
 
   CudaGeneratedSource run() {
     CudaGeneratedSource out;
-    std::string kernels;
     std::vector<std::string> calls;
-    bool attention = false;
     // Kernels whose text is the same but for their name and numbered names (a layer repeated
     // N times) are one function, compiled once: the launches of the others call the first,
-    // which is emitted as generated.
+    // which is emitted as generated. A function that only runs where a library declines its
+    // call (a GEMM's, a convolution's or a cuDNN attention's own kernel) is deferred.
     std::map<std::string, std::string> unique; // canonical text -> the function's name
-    auto add = [&](const Kernel &k, const std::string &text) {
+    std::vector<std::pair<std::string, std::string>> functions; // name, text, in source order
+    std::set<std::string> needed; // functions some launch runs unconditionally
+    auto add = [&](const Kernel &k, const std::string &text, bool fallbackOnly) {
       std::string canonical = canonicalKernel(text, k.name);
       auto [it, fresh] = unique.emplace(canonical, k.name);
       out.kernels.push_back(it->second);
       if (fresh)
-        kernels += text;
+        functions.emplace_back(k.name, text);
+      if (!fallbackOnly)
+        needed.insert(it->second);
     };
     for (const Kernel &k : s_.kernels) {
       int index = static_cast<int>(out.kernels.size());
       if (k.attention) {
-        attention = true;
-        add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores));
+        bool cudnn = opts_.cudnnAttention && !k.attention->attention->bias;
+        add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores), cudnn);
         std::string launch = cudaAttentionLaunch(s_, names_, k, index);
-        if (opts_.cudnnAttention && !k.attention->attention->bias) {
+        if (cudnn) {
           out.usesCudnn = true;
           launch = attentionStatement(names_, k, launch);
         }
@@ -141,13 +144,13 @@ public:
         continue;
       }
       if (k.scatter) {
-        add(k, emitScatterKernel(k));
+        add(k, emitScatterKernel(k), false);
         calls.push_back(launchStatement(s_, names_, k, index, kScatterBlock,
                                         std::to_string(kScatterBlock)));
         continue;
       }
       KernelPlan plan = planKernel(k);
-      add(k, emitKernel(k, plan));
+      add(k, emitKernel(k, plan), k.gemm || k.conv);
       std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
         out.usesGemm = true;
@@ -159,11 +162,15 @@ public:
         calls.push_back(launch);
       }
     }
-    // The special functions are long; only modules that call one of them get them.
-    const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
-    out.device = cudaPrelude() + (special ? specialMathPrelude(true) : "") +
-                 (attention ? cudaAttentionPrelude() : "") + kernels;
-    out.checksIndices = kernels.find("*err = 1;") != std::string::npos;
+    std::string kernels;
+    for (const auto &[name, text] : functions) {
+      if (needed.count(name))
+        kernels += text;
+      else
+        out.deferred.push_back({name, withPrelude(text)});
+      out.checksIndices = out.checksIndices || text.find("*err = 1;") != std::string::npos;
+    }
+    out.device = kernels.empty() && !out.checksIndices ? "" : withPrelude(kernels);
     if (out.checksIndices) {
       // Last, when the runtime asks for it (BrazeCudaApi::assertIndices): a bad index this call's
       // kernels found stops the stream with a device-side assertion, as eager's kernels do,
@@ -180,6 +187,15 @@ public:
   }
 
 private:
+  /// The helpers `kernels` use, then `kernels`: one NVRTC program's source. The special
+  /// functions and the attention templates are long; only programs that call them get them.
+  static std::string withPrelude(const std::string &kernels) {
+    const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
+    const bool attention = kernels.find("braze_flash_attention") != std::string::npos;
+    return cudaPrelude() + (special ? specialMathPrelude(true) : "") +
+           (attention ? cudaAttentionPrelude() : "") + kernels;
+  }
+
   // ---- Facts about a kernel ------------------------------------------------------------------
 
   bool inMemory(const Buffer &b) const {
@@ -1046,6 +1062,16 @@ private:
 };
 
 } // namespace
+
+std::string CudaGeneratedSource::text() const {
+  std::string t = device;
+  for (const DeferredKernel &k : deferred) {
+    size_t start = k.source.find("extern \"C\" __global__");
+    t += "\n// " + k.name + ": compiled at its first launch, where the library declines the call\n" +
+         k.source.substr(start == std::string::npos ? 0 : start);
+  }
+  return t + "\n" + host;
+}
 
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts) {
   BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "generateCuda needs a CUDA target";

@@ -10,14 +10,29 @@
 
 namespace braze::codegen {
 
+/// A kernel that runs only where a library declines its call: a GEMM's loop kernel (cuBLASLt),
+/// a convolution's (cuDNN), a cuDNN attention's own kernel. It is compiled at its first launch,
+/// so that a graph whose calls the libraries take compiles none of these.
+struct DeferredKernel {
+  std::string name;   ///< the __global__ function
+  std::string source; ///< a whole NVRTC program: the prelude it needs and the kernel
+};
+
 struct CudaGeneratedSource {
-  std::string device;               ///< CUDA C++ for NVRTC
+  std::string device;               ///< CUDA C++ for NVRTC: the kernels compiled with the graph
+                                    ///< (empty when there are none)
+  std::vector<DeferredKernel> deferred; ///< the kernels compiled at their first launch
   std::string host;                 ///< C++ for the host compiler
   std::vector<std::string> kernels; ///< __global__ names, indexed by the launch calls
+                                    ///< (device's and deferred's)
   int numKernels = 0;               ///< schedule kernels (a GEMM with its fallback counts once)
   bool usesGemm = false;            ///< some kernel calls cuBLASLt
   bool usesCudnn = false;           ///< some kernel calls cuDNN (convolution or attention)
   bool checksIndices = false;       ///< some kernel bounds-checks an index (sets the error flag)
+
+  /// The generated code as a reader wants it: the device source, each deferred kernel (after a
+  /// comment saying so), then the host source.
+  std::string text() const;
 };
 
 /// What PyTorch's precision flags allow the libraries (read when a graph is compiled).

@@ -19,7 +19,10 @@ minus one eager call, cold caches), GPU time (CUDA events around each call, medi
 samples, backends interleaved within every repeat) and peak memory during one call.
 Backends: eager, inductor (default mode), inductor_ro (mode="reduce-overhead"), braze (which
 replays static graphs as CUDA graphs by default) and braze_nocg (braze without CUDA graphs).
-With CUDA graphs, memory held by a capture's pool is not counted in one call's peak.
+Peak memory is max_memory_allocated() during one call over memory_allocated() before it, once
+the outputs of the call before are released (training: the gradients, set to None): counting
+them in the base would credit a backend whose gradients take more memory, as the step frees
+them. Memory a backend holds between calls (workspaces, a capture's pool) is not counted.
 The exit status is 1 when braze raised, ran a graph in eager, or differs from eager beyond the
 tolerance (relative error 5e-2 in bf16/f16, 1e-3 in f32).
 """
@@ -190,6 +193,8 @@ def run_model(name, backends):
                     row["ok"] = row["ok"] and row["fallback_graphs"] == 0
                     row["warnings"] = sorted({str(w.message)[:200] for w in caught
                                               if "braze" in str(w.message)})
+                if train:
+                    model.zero_grad(set_to_none=True)  # the step's first act
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 call(fn)

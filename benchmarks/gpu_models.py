@@ -22,7 +22,9 @@ replays static graphs as CUDA graphs by default) and braze_nocg (braze without C
 Peak memory is max_memory_allocated() during one call over memory_allocated() before it, once
 the outputs of the call before are released (training: the gradients, set to None): counting
 them in the base would credit a backend whose gradients take more memory, as the step frees
-them. Memory a backend holds between calls (workspaces, a capture's pool) is not counted.
+them. Memory a backend holds between calls (workspaces, a capture's pool) is not counted. The
+allocator's cache is emptied first: a cached block too large for a request but too small to
+split is handed out, and counted, whole, so the peak would depend on the backends before.
 The exit status is 1 when braze raised, ran a graph in eager, or differs from eager beyond the
 tolerance (relative error 5e-2 in bf16/f16, 1e-3 in f32).
 """
@@ -195,6 +197,7 @@ def run_model(name, backends):
                                               if "braze" in str(w.message)})
                 if train:
                     model.zero_grad(set_to_none=True)  # the step's first act
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 call(fn)

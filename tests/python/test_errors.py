@@ -65,11 +65,17 @@ def test_cache_hit_in_a_fresh_process(tmp_path):
         "x = torch.randn(8, 8)\n"
         "torch.testing.assert_close(f(x), (x * 2).sin().sum(-1))\n"
         "c = braze.counters(); print(c['cache_hits'], c['cache_misses'])\n")
-    env = dict(__import__("os").environ, BRAZE_CACHE_DIR=str(tmp_path))
+    env = dict(__import__("os").environ, BRAZE_CACHE_DIR=str(tmp_path), BRAZE_LOG="cache")
     first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert first.stdout.split() == ["0", "1"], first.stderr
     assert second.stdout.split() == ["1", "0"], second.stderr
+    # The second process loads the graph through the first one's manifest: no lowering, and
+    # no lookup of the library by its source.
+    said = [line.split()[0] for line in second.stderr.splitlines()
+            if line.startswith(("hit ", "miss "))]
+    assert "miss" in first.stderr and said == ["hit"], second.stderr
+    assert "(manifest)" in second.stderr
 
 
 def test_gather_index_longer_than_input_is_rejected():

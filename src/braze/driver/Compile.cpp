@@ -2,6 +2,7 @@
 
 #include "braze/codegen/cpu/CppCodegen.h"
 #include "braze/codegen/cuda/CudaCodegen.h"
+#include "braze/driver/Manifest.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/jit/HostCompiler.h"
 #include "braze/jit/Nvrtc.h"
@@ -268,12 +269,55 @@ double lap(std::chrono::steady_clock::time_point &start) {
   return s;
 }
 
+/// NVRTC's options for the kernels of a graph compiled with `cuda`, cached where `jo` caches.
+jit::NvrtcOptions nvrtcFor(const CompileOptions::Cuda &cuda, const jit::HostCompilerOptions &jo) {
+  jit::NvrtcOptions no;
+  no.library = cuda.nvrtcLibrary;
+  no.computeCapability = cuda.computeCapability;
+  no.cacheDir = jo.cacheDir;
+  no.logCache = jo.logCache;
+  return no;
+}
+
+/// Loads what a compile produced (just now, or recorded in a manifest) as the module `spec`
+/// describes with it.
+CompileResult loadCompiled(const ManifestEntry &e, runtime::ModuleSpec spec,
+                           const CompileOptions &opts, const jit::HostCompilerOptions &jo,
+                           CompileTimes times, std::chrono::steady_clock::time_point clock) {
+  spec.libraryPath = e.libraryPath;
+  spec.cuda = e.cuda;
+  if (e.cuda) {
+    const CompileOptions::Cuda &cuda = *opts.cuda;
+    spec.cubinPaths = e.cubinPaths;
+    spec.kernels = e.kernels;
+    spec.device = cuda.device;
+    if (e.usesGemm)
+      spec.cublasLtLibrary = cuda.cublasLtLibrary;
+    if (e.usesCudnn)
+      spec.cudnnLibrary = cuda.cudnnLibrary;
+    spec.checksIndices = e.checksIndices;
+    jit::NvrtcOptions no = nvrtcFor(cuda, jo);
+    for (const auto &[name, program] : e.deferred)
+      spec.deferred.push_back({name, [source = program, no] {
+                                 ++counters().deferredKernelsLoaded;
+                                 return jit::compileCuda(source, no).paths.at(0);
+                               }});
+  }
+  CompileResult r;
+  r.executable = runtime::Executable::load(spec);
+  times.load = lap(clock);
+  r.times = times;
+  r.source = e.source;
+  r.numKernels = e.numKernels;
+  return r;
+}
+
 /// The host code through the host compiler and, at the same time, the kernels through NVRTC;
 /// both cached. times.hostCompile and times.nvrtc are each compiler's own time (they overlap).
-CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
-                                const jit::HostCompilerOptions &jo,
-                                const CompileOptions::Cuda &cuda, CompileTimes times,
-                                std::chrono::steady_clock::time_point clock) {
+/// What they produced, for loadCompiled and the manifest; `cacheHit` when both were cached.
+ManifestEntry compileCudaModule(Lowered &l, const jit::HostCompilerOptions &jo,
+                                const CompileOptions::Cuda &cuda, CompileTimes &times,
+                                std::chrono::steady_clock::time_point &clock, bool &cacheHit) {
   if (cuda.nvrtcLibrary.empty())
     BRAZE_USER_ERROR("compile", "") << "compiling for CUDA needs NVRTC, and none was found";
   if (l.cuda.usesGemm && cuda.cublasLtLibrary.empty())
@@ -290,14 +334,9 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
         jit::CompiledLibrary lib = jit::compileCpp(l.cuda.host, host);
         return std::make_pair(lib, lap(start));
       });
-  jit::NvrtcOptions no;
-  no.library = cuda.nvrtcLibrary;
-  no.computeCapability = cuda.computeCapability;
-  no.cacheDir = jo.cacheDir;
-  no.logCache = jo.logCache;
   jit::CompiledCubin cubin;
   try {
-    cubin = jit::compileCuda(l.cuda.device, no);
+    cubin = jit::compileCuda(l.cuda.device, nvrtcFor(cuda, jo));
   } catch (...) {
     hostJob.wait(); // it reads `l` and `jo`
     throw;
@@ -306,30 +345,20 @@ CompileResult compileCudaModule(Lowered &l, runtime::ModuleSpec spec,
   auto [host, hostSeconds] = hostJob.get();
   times.hostCompile = hostSeconds;
   lap(clock);
-  spec.libraryPath = host.path;
-  spec.cuda = true;
-  spec.cubinPaths = cubin.paths;
-  spec.kernels = l.cuda.kernels;
-  spec.device = cuda.device;
-  if (l.cuda.usesGemm)
-    spec.cublasLtLibrary = cuda.cublasLtLibrary;
-  if (l.cuda.usesCudnn)
-    spec.cudnnLibrary = cuda.cudnnLibrary;
-  spec.checksIndices = l.cuda.checksIndices;
+  ManifestEntry e;
+  e.libraryPath = host.path;
+  e.cuda = true;
+  e.cubinPaths = cubin.paths;
+  e.kernels = l.cuda.kernels;
   for (const codegen::DeferredKernel &k : l.cuda.deferred)
-    spec.deferred.push_back({k.name, [source = k.source, no] {
-                               ++counters().deferredKernelsLoaded;
-                               return jit::compileCuda(source, no).paths.at(0);
-                             }});
-  CompileResult r;
-  r.executable = runtime::Executable::load(spec);
-  times.load = lap(clock);
-  r.times = times;
-  r.source = l.cuda.text();
-  r.numKernels = l.cuda.numKernels;
-  r.cacheHit = host.cacheHit && cubin.cacheHit;
-  countCompile(r.numKernels, r.cacheHit);
-  return r;
+    e.deferred.push_back({k.name, k.source});
+  e.usesGemm = l.cuda.usesGemm;
+  e.usesCudnn = l.cuda.usesCudnn;
+  e.checksIndices = l.cuda.checksIndices;
+  e.source = l.cuda.text();
+  e.numKernels = l.cuda.numKernels;
+  cacheHit = host.cacheHit && cubin.cacheHit;
+  return e;
 }
 
 } // namespace
@@ -372,34 +401,54 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   spec.numSymbols = static_cast<int>(g.sizeSymbols().size());
   auto clock = std::chrono::steady_clock::now();
   CompileTimes times;
-  Lowered l = lowerAll(g, opts);
-  times.lower = lap(clock);
   jit::HostCompilerOptions jo;
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
   spec.logFallback = opts.log.has(LogStage::Fallback);
-  if (opts.cuda)
-    return compileCudaModule(l, spec, jo, *opts.cuda, times, clock);
-  auto link = [&](const std::string &library) {
-    std::string dir = library.substr(0, library.find_last_of('/'));
-    jo.linkFlags += (jo.linkFlags.empty() ? "" : " ") + library + " -Wl,-rpath," + dir;
-  };
-  if (l.code.usesBlas)
-    link(opts.blasLibrary);
-  if (l.code.usesDnnl)
-    link(opts.dnnlLibrary);
-  jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
-  times.hostCompile = lap(clock);
-  spec.libraryPath = lib.path;
-  CompileResult r;
-  r.executable = runtime::Executable::load(spec);
-  times.load = lap(clock);
-  r.times = times;
-  r.source = l.code.source;
-  r.numKernels = l.code.numKernels;
-  r.cacheHit = lib.cacheHit;
+  // A graph compiled before (by any process, with this build and these options): load what
+  // that compile produced, without lowering; unless a stage's log asks to see the lowering.
+  bool logsStage = false;
+#define STAGE(K, name, stageLog, logName, desc) \
+  logsStage = logsStage || opts.log.has(LogStage::stageLog);
+#include "braze/driver/Stages.def"
+  const std::string key = manifestKey(g, opts);
+  std::optional<ManifestEntry> recorded;
+  if (!logsStage)
+    recorded = readManifest(jo.cacheDir, key, jo.logCache);
+  if (recorded) {
+    times.lower = lap(clock);
+    CompileResult r = loadCompiled(*recorded, spec, opts, jo, times, clock);
+    r.cacheHit = true;
+    countCompile(r.numKernels, true);
+    return r;
+  }
+  Lowered l = lowerAll(g, opts);
+  times.lower = lap(clock);
+  ManifestEntry e;
+  bool cacheHit = false;
+  if (opts.cuda) {
+    e = compileCudaModule(l, jo, *opts.cuda, times, clock, cacheHit);
+  } else {
+    auto link = [&](const std::string &library) {
+      std::string dir = library.substr(0, library.find_last_of('/'));
+      jo.linkFlags += (jo.linkFlags.empty() ? "" : " ") + library + " -Wl,-rpath," + dir;
+    };
+    if (l.code.usesBlas)
+      link(opts.blasLibrary);
+    if (l.code.usesDnnl)
+      link(opts.dnnlLibrary);
+    jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
+    times.hostCompile = lap(clock);
+    e.libraryPath = lib.path;
+    e.source = l.code.source;
+    e.numKernels = l.code.numKernels;
+    cacheHit = lib.cacheHit;
+  }
+  CompileResult r = loadCompiled(e, spec, opts, jo, times, clock);
+  r.cacheHit = cacheHit;
   countCompile(r.numKernels, r.cacheHit);
+  writeManifest(jo.cacheDir, key, e, jo.logCache);
   return r;
 }
 

@@ -206,4 +206,10 @@ fs::path storeEntry(const std::string &cacheDir, const fs::path &entry, const fs
   return moved;
 }
 
+std::filesystem::path checksumPath(const std::filesystem::path &entry) {
+  if (entry.extension() == ".so")
+    return std::filesystem::path(entry).replace_extension(".sha256");
+  return entry.string() + ".sha256";
+}
+
 } // namespace braze::jit

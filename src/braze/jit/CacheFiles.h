@@ -51,6 +51,9 @@ std::string writeFile(const std::filesystem::path &p, const std::string &data);
 std::string writeFileAtomically(const std::filesystem::path &p, const std::string &data);
 /// Both files exist and `sum` holds the SHA-256 of `entry`.
 bool cacheEntryIsValid(const std::filesystem::path &entry, const std::filesystem::path &sum);
+/// The checksum file of a compiled entry: <key>.sha256 for a host library (<key>.so), else
+/// the entry's name with ".sha256" appended (<key>.cubin.sha256).
+std::filesystem::path checksumPath(const std::filesystem::path &entry);
 
 /// Stores `data` as the entry `entry` (from entryDir(cacheDir, ...)) with its checksum file
 /// `sum`, and returns where the entry now is: `entry`, or, when the cache cannot take it (full,

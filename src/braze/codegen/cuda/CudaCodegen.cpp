@@ -1067,7 +1067,8 @@ std::string CudaGeneratedSource::text() const {
   std::string t = device;
   for (const DeferredKernel &k : deferred) {
     size_t start = k.source.find("extern \"C\" __global__");
-    t += "\n// " + k.name + ": compiled at its first launch, where the library declines the call\n" +
+    t += "\n// " + k.name +
+         ": compiled at its first launch, where the library declines the call\n" +
          k.source.substr(start == std::string::npos ? 0 : start);
   }
   return t + "\n" + host;

@@ -1,0 +1,207 @@
+#include "braze/driver/Manifest.h"
+
+#include "braze/ir/graph/GraphText.h"
+#include "braze/jit/CacheFiles.h"
+#include "braze/support/Hashing.h"
+#include "braze/support/Log.h"
+#include "braze/target/Target.h"
+
+#include <dlfcn.h>
+#include <filesystem>
+#include <sys/stat.h>
+
+namespace braze {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// This braze build: the path, size and modification time of the module that holds this code.
+const std::string &buildIdentity() {
+  static const std::string id = [] {
+    Dl_info info{};
+    struct stat st{};
+    if (!dladdr(reinterpret_cast<void *>(&manifestKey), &info) || !info.dli_fname ||
+        stat(info.dli_fname, &st) != 0)
+      return std::string("unknown build ") + __DATE__ " " __TIME__;
+    return std::string(info.dli_fname) + ";" + std::to_string(st.st_size) + ";" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  }();
+  return id;
+}
+
+/// The options that reach lowering and code generation (not logging, strictness or the
+/// device's index), as text.
+std::string optionsText(const CompileOptions &o) {
+  std::string s = "fuse=" + std::to_string(o.fuse) + ";cxx=" + o.cxx + ";blas=" + o.blasLibrary +
+                  ";dnnl=" + o.dnnlLibrary + ";half=";
+  for (DType t : o.oneDnnHalf)
+    s += std::string(dtypeName(t)) + ",";
+  if (o.cuda) {
+    const CompileOptions::Cuda &c = *o.cuda;
+    s += ";cuda cc=" + std::to_string(c.computeCapability) +
+         ";sms=" + std::to_string(c.multiprocessors) +
+         ";regs=" + std::to_string(c.registerBytesPerSm) + ";nvrtc=" + c.nvrtcLibrary +
+         ";cublaslt=" + c.cublasLtLibrary + ";cudnn=" + c.cudnnLibrary +
+         ";tf32=" + std::to_string(c.matmulTf32) + std::to_string(c.convTf32) +
+         ";cudnn_attention=" + std::to_string(c.cudnnAttention);
+  }
+  Target t = o.cuda ? Target::cudaDevice(o.cuda->computeCapability, o.cuda->multiprocessors,
+                                         o.cuda->registerBytesPerSm)
+                    : Target::hostCpu();
+  return s + ";target=" + t.fingerprint() + ";cores=" + std::to_string(t.cores);
+}
+
+void put(std::string &out, const std::string &name, const std::string &value) {
+  out += name + " " + std::to_string(value.size()) + "\n" + value + "\n";
+}
+
+constexpr const char *kHeader = "braze-manifest 1\n";
+
+fs::path manifestPath(const std::string &cacheDir, const std::string &key) {
+  return jit::entryDir(cacheDir, key) / (key + ".manifest");
+}
+
+} // namespace
+
+std::string manifestKey(const Graph &g, const CompileOptions &opts) {
+  return sha256Hex("manifest\n" + printGraph(g) + "\n" + optionsText(opts) + "\n" +
+                   buildIdentity() + "\n" + jit::kBrazeVersion);
+}
+
+std::string manifestText(const ManifestEntry &e) {
+  std::string out = kHeader;
+  put(out, "library", e.libraryPath);
+  put(out, "cuda", e.cuda ? "1" : "0");
+  for (const std::string &c : e.cubinPaths)
+    put(out, "cubin", c);
+  for (const std::string &k : e.kernels)
+    put(out, "kernel", k);
+  for (const auto &[name, program] : e.deferred) {
+    put(out, "deferred", name);
+    put(out, "program", program);
+  }
+  put(out, "gemm", e.usesGemm ? "1" : "0");
+  put(out, "cudnn", e.usesCudnn ? "1" : "0");
+  put(out, "checks", e.checksIndices ? "1" : "0");
+  put(out, "kernels", std::to_string(e.numKernels));
+  put(out, "source", e.source);
+  return out;
+}
+
+std::optional<ManifestEntry> parseManifest(const std::string &text) {
+  std::string_view header = kHeader;
+  if (text.compare(0, header.size(), header) != 0)
+    return std::nullopt;
+  ManifestEntry e;
+  size_t at = header.size();
+  bool sawSource = false, awaitingProgram = false;
+  while (at < text.size()) {
+    size_t space = text.find(' ', at), eol = text.find('\n', at);
+    if (space == std::string::npos || eol == std::string::npos || space > eol)
+      return std::nullopt;
+    std::string name = text.substr(at, space - at);
+    size_t length = 0;
+    for (size_t i = space + 1; i < eol; ++i) {
+      if (text[i] < '0' || text[i] > '9' || length > (size_t(1) << 40))
+        return std::nullopt;
+      length = length * 10 + static_cast<size_t>(text[i] - '0');
+    }
+    if (eol == space + 1 || eol + 1 + length >= text.size() ||
+        text[eol + 1 + length] != '\n')
+      return std::nullopt;
+    std::string value = text.substr(eol + 1, length);
+    at = eol + 2 + length;
+    bool flag = value == "1";
+    if (awaitingProgram != (name == "program"))
+      return std::nullopt;
+    if (name == "library") {
+      e.libraryPath = value;
+    } else if (name == "cuda") {
+      e.cuda = flag;
+    } else if (name == "cubin") {
+      e.cubinPaths.push_back(value);
+    } else if (name == "kernel") {
+      e.kernels.push_back(value);
+    } else if (name == "deferred") {
+      e.deferred.push_back({value, ""});
+      awaitingProgram = true;
+    } else if (name == "program") {
+      e.deferred.back().second = value;
+      awaitingProgram = false;
+    } else if (name == "gemm") {
+      e.usesGemm = flag;
+    } else if (name == "cudnn") {
+      e.usesCudnn = flag;
+    } else if (name == "checks") {
+      e.checksIndices = flag;
+    } else if (name == "kernels") {
+      if (value.empty() || value.size() > 9 ||
+          value.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+      e.numKernels = std::stoi(value);
+    } else if (name == "source") {
+      e.source = value;
+      sawSource = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!sawSource || awaitingProgram || e.libraryPath.empty())
+    return std::nullopt;
+  return e;
+}
+
+std::optional<ManifestEntry> readManifest(const std::string &cacheDir, const std::string &key,
+                                          bool logCache) {
+  fs::path path = manifestPath(cacheDir, key), sum = path.string() + ".sha256";
+  std::optional<ManifestEntry> e;
+  if (jit::cacheEntryIsValid(path, sum))
+    e = parseManifest(jit::readFile(path));
+  if (e) {
+    e->libraryPath = (fs::path(cacheDir) / e->libraryPath).string();
+    for (std::string &c : e->cubinPaths)
+      c = (fs::path(cacheDir) / c).string();
+  }
+  // The files it names are checked as their own cache hits would check them: a damaged one
+  // makes this a miss, and lowering the graph again rebuilds it.
+  auto intact = [](const std::string &p) {
+    return jit::cacheEntryIsValid(p, jit::checksumPath(p));
+  };
+  bool present = e && intact(e->libraryPath);
+  for (size_t i = 0; present && i < e->cubinPaths.size(); ++i)
+    present = intact(e->cubinPaths[i]);
+  if (logCache)
+    logBlock("cache", std::string(present ? "hit " : "miss ") + key + " (manifest)\n");
+  if (!present)
+    return std::nullopt;
+  return e;
+}
+
+void writeManifest(const std::string &cacheDir, const std::string &key, const ManifestEntry &e,
+                   bool logCache) {
+  // Paths are kept relative to the cache, so that a cache moved or copied whole still serves.
+  // Files outside it (a cache that could not take them) are this process's only.
+  ManifestEntry rel = e;
+  const std::string prefix = (fs::path(cacheDir) / "").string();
+  auto relative = [&](std::string &p) {
+    bool inside = p.compare(0, prefix.size(), prefix) == 0;
+    if (inside)
+      p = p.substr(prefix.size());
+    return inside;
+  };
+  if (!relative(rel.libraryPath))
+    return;
+  for (std::string &c : rel.cubinPaths)
+    if (!relative(c))
+      return;
+  try {
+    fs::path path = manifestPath(cacheDir, key);
+    jit::storeEntry(cacheDir, path, path.string() + ".sha256", manifestText(rel));
+  } catch (const std::exception &ex) {
+    if (logCache)
+      logBlock("cache", "manifest " + key + " not stored: " + ex.what() + "\n");
+  }
+}
+
+} // namespace braze

@@ -51,7 +51,8 @@ def test_backend_registered_by_entry_point_once():
 def test_counters_have_the_documented_keys():
     c = braze.counters()
     for key in ("graphs", "partitions", "recompiles", "graphs_compiled", "kernels_generated",
-                "cache_hits", "cache_misses", "fallback_ops", "fallback_graphs"):
+                "cache_hits", "cache_misses", "fallback_ops", "fallback_graphs",
+                "deferred_kernels_loaded"):
         assert isinstance(c[key], int)
     assert all(isinstance(n, int) for n in braze.fallback_ops_by_op().values())
 

@@ -235,6 +235,29 @@ def test_a_damaged_cache_entry_is_compiled_again_not_loaded(two_entries, tmp_pat
     assert all(_checksum_holds(e) for e in _entries(cache))
 
 
+@pytest.mark.cpu_only(HOST)
+@pytest.mark.parametrize("how", ["truncated", "flipped byte", "checksum removed"])
+def test_a_damaged_manifest_is_lowered_again(two_entries, tmp_path, how):
+    """A manifest that fails its checksum is a miss: the graph is lowered again and finds its
+    library in the cache, and the manifest is written anew."""
+    cache = tmp_path / "cache"
+    shutil.copytree(two_entries, cache)
+    manifests = _entries(cache, ".manifest")
+    assert len(manifests) == 2
+    victim = manifests[0]
+    _damage(victim if how != "checksum removed" else victim.with_name(victim.name + ".sha256"),
+            how)
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(cache), BRAZE_LOG="cache")
+    second = subprocess.run([sys.executable, "-c", TWO_GRAPHS], env=env, capture_output=True,
+                            text=True)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == ["2", "0", "0", "2"], second.stderr
+    said = [line for line in second.stderr.splitlines() if line.endswith("(manifest)")]
+    assert [line.split()[0] for line in said] == ["miss", "hit"] or \
+        [line.split()[0] for line in said] == ["hit", "miss"], said
+    assert all(_checksum_holds(m) for m in _entries(cache, ".manifest"))
+
+
 NVRTC_SOURCE = 'extern "C" __global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }'
 
 

@@ -25,6 +25,13 @@ Counters &counters() {
   return c;
 }
 
+Target targetFor(const CompileOptions &opts) {
+  if (!opts.cuda)
+    return Target::hostCpu();
+  return Target::cudaDevice(opts.cuda->computeCapability, opts.cuda->multiprocessors,
+                            opts.cuda->registerBytesPerSm);
+}
+
 CompileOptions CompileOptions::fromEnvironment() {
   CompileOptions o;
   if (const char *v = std::getenv("BRAZE_LOG"))
@@ -126,12 +133,6 @@ struct Lowered {
   codegen::CudaGeneratedSource cuda; ///< CUDA
 };
 
-Target targetFor(const CompileOptions &opts) {
-  if (!opts.cuda)
-    return Target::hostCpu();
-  return Target::cudaDevice(opts.cuda->computeCapability, opts.cuda->multiprocessors,
-                            opts.cuda->registerBytesPerSm);
-}
 
 codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
   codegen::CudaCodegenOptions o;
@@ -409,9 +410,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   // A graph compiled before (by any process, with this build and these options): load what
   // that compile produced, without lowering; unless a stage's log asks to see the lowering.
   bool logsStage = false;
-#define STAGE(K, name, stageLog, logName, desc) \
-  logsStage = logsStage || opts.log.has(LogStage::stageLog);
-#include "braze/driver/Stages.def"
+  for (const StageInfo &s : kStages)
+    logsStage = logsStage || opts.log.has(s.log);
   const std::string key = manifestKey(g, opts);
   std::optional<ManifestEntry> recorded;
   if (!logsStage)

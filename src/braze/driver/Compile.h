@@ -5,6 +5,7 @@
 #include "braze/ir/loop/LoopIR.h"
 #include "braze/runtime/Executable.h"
 #include "braze/support/Log.h"
+#include "braze/target/Target.h"
 
 #include <atomic>
 #include <optional>
@@ -75,6 +76,9 @@ struct CompileResult {
   bool cacheHit = false;
   CompileTimes times;
 };
+
+/// The target `opts` describes: the CUDA device of opts.cuda, else this machine's CPU.
+Target targetFor(const CompileOptions &opts);
 
 /// Compiles `g` (which is consumed: passes rewrite it in place).
 CompileResult compile(Graph &g, const CompileOptions &opts);

@@ -46,9 +46,7 @@ std::string optionsText(const CompileOptions &o) {
          ";tf32=" + std::to_string(c.matmulTf32) + std::to_string(c.convTf32) +
          ";cudnn_attention=" + std::to_string(c.cudnnAttention);
   }
-  Target t = o.cuda ? Target::cudaDevice(o.cuda->computeCapability, o.cuda->multiprocessors,
-                                         o.cuda->registerBytesPerSm)
-                    : Target::hostCpu();
+  Target t = targetFor(o);
   return s + ";target=" + t.fingerprint() + ";cores=" + std::to_string(t.cores);
 }
 
@@ -154,7 +152,7 @@ std::optional<ManifestEntry> parseManifest(const std::string &text) {
 
 std::optional<ManifestEntry> readManifest(const std::string &cacheDir, const std::string &key,
                                           bool logCache) {
-  fs::path path = manifestPath(cacheDir, key), sum = path.string() + ".sha256";
+  fs::path path = manifestPath(cacheDir, key), sum = jit::checksumPath(path);
   std::optional<ManifestEntry> e;
   if (jit::cacheEntryIsValid(path, sum))
     e = parseManifest(jit::readFile(path));
@@ -197,7 +195,7 @@ void writeManifest(const std::string &cacheDir, const std::string &key, const Ma
       return;
   try {
     fs::path path = manifestPath(cacheDir, key);
-    jit::storeEntry(cacheDir, path, path.string() + ".sha256", manifestText(rel));
+    jit::storeEntry(cacheDir, path, jit::checksumPath(path), manifestText(rel));
   } catch (const std::exception &ex) {
     if (logCache)
       logBlock("cache", "manifest " + key + " not stored: " + ex.what() + "\n");

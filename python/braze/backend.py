@@ -3,6 +3,8 @@ translated into a braze graph, compiled in C++, and wrapped in a callable. Ops b
 run in eager PyTorch between compiled partitions; an internal error falls back to eager for the
 whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT=1)."""
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import operator
@@ -51,9 +53,14 @@ class _State:
         self.source_records = []
         # Seconds spent compiling, by stage (compile_times()): support (deciding which FX nodes
         # braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, python
-        # (translation, partitioning and the rest of braze's Python), total (all of it).
+        # (translation, partitioning and the rest of braze's Python), total (all of it). Of the
+        # total, background is what backward graphs took on a background thread
+        # (Options.early_backward), and waited is how long calls waited for those: what braze
+        # added to the calls that compiled is total - background + waited.
         self.compile_times = collections.Counter()
         self.lock = threading.Lock()
+        self.background = None  # the thread pool of early backward compiles, once needed
+        self.pending = set()  # its compiles not yet done
 
 
 _state = _State()
@@ -83,6 +90,13 @@ class Options:
     # eager's assertion). "sync": each call waits for its kernels and raises braze.RunError
     # naming the bad index; CUDA stays usable. None: BRAZE_INDEX_CHECKS, else "assert".
     index_checks: str = None
+    # Training: compile each backward graph on a background thread as soon as AOTAutograd has
+    # it, with its forward, rather than at the first backward call; the compile overlaps the
+    # forward's run and the graphs that follow a graph break, and the first backward call
+    # waits for what is left of it. False: compile it at the first backward call, as
+    # AOTAutograd does by default (a forward with grad enabled whose backward never runs then
+    # compiles no backward graph).
+    early_backward: bool = True
 
     def __post_init__(self):
         if self.index_checks is not None:
@@ -141,6 +155,21 @@ def _record_source(source):
     """Hands `source` to the open run_and_get_code calls (call with _state.lock held)."""
     for sources in _state.source_records:
         sources.append(source)
+
+
+# The stage times of the graph compile that runs in this context (_compile_fx). Partitions
+# compile on pool threads and backward graphs in the background, so one graph's split cannot be
+# read off the process's totals.
+_graph_times = contextvars.ContextVar("braze_graph_times", default=None)
+
+
+def _add_times(times):
+    """Adds stage seconds to compile_times() and to the split of the graph being compiled
+    (call with _state.lock held)."""
+    _state.compile_times.update(times)
+    own = _graph_times.get()
+    if own is not None:
+        own.update(times)
 
 
 def _log_fallback(msg):
@@ -418,7 +447,7 @@ def _compile_whole(gm, opts, device=None, args=None):
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
                                      opts.sync_index_checks())
     with _state.lock:  # partitions compile on several threads
-        _state.compile_times.update(compiled.times)
+        _add_times(compiled.times)
         _record_source(compiled.source)
         _state.counts["partitions"] += args is None
     recompile = None
@@ -568,33 +597,84 @@ def _plain_inference():
         return False
 
 
-def _compile_fx(gm, example_inputs, opts, direct=None, forward=True):
+def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, background=False):
     """Compiles one AOTAutograd graph (see _compile_graph), timing its stages."""
-    before = collections.Counter(_state.compile_times)
+    with _state.lock:
+        _state.counts["graphs"] += 1
+        number = _state.counts["graphs"]
+    spent = collections.Counter()
+    token = _graph_times.set(spent)
     start = time.perf_counter()
     try:
-        return _compile_graph(gm, example_inputs, opts, direct, forward)
+        return _compile_graph(gm, example_inputs, opts, direct, forward, number)
     finally:
         total = time.perf_counter() - start
-        spent = collections.Counter(_state.compile_times)
-        spent.subtract(before)
-        _state.compile_times["total"] += total
-        _state.compile_times["python"] += max(0.0, total - sum(spent.values()))
+        _graph_times.reset(token)
+        python = max(0.0, total - sum(spent.values()))
+        with _state.lock:
+            _state.compile_times["total"] += total
+            _state.compile_times["python"] += python
+            if background:
+                _state.compile_times["background"] += total
         if _C.log_compile_time_from_environment():
             # stage times are summed over the threads that compile partitions
             split = ", ".join(f"{k} {spent[k]:.3f}" for k in
                               ("support", "lower", "host_compile", "nvrtc", "load"))
-            print(f"===== braze: compile_time =====\ngraph {_state.counts['graphs']} "
-                  f"({len(gm.graph.nodes)} FX nodes): {total:.3f} s: {split}, python "
-                  f"{max(0.0, total - sum(spent.values())):.3f}", file=sys.stderr)
+            where = ", in the background" if background else ""
+            print(f"===== braze: compile_time =====\ngraph {number} ({len(gm.graph.nodes)} FX "
+                  f"nodes{where}): {total:.3f} s: {split}, python {python:.3f}", file=sys.stderr)
 
 
-def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
-    """Compiles one AOTAutograd graph. With `direct` (inference graphs), a callable that Dynamo
-    may call without AOTAutograd's runtime wrapper is left in direct["fn"] when there is one.
-    Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
-    _state.counts["graphs"] += 1
-    name = f"graph {_state.counts['graphs']} ({'forward' if forward else 'backward'})"
+def _compile_early(gm, example_inputs, opts):
+    """A backward graph's compile (_compile_fx) started on a background thread: a boxed
+    callable that waits for it at its first call (see Options.early_backward)."""
+    with _state.lock:
+        if _state.background is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _state.background = ThreadPoolExecutor(2, thread_name_prefix="braze-backward")
+        pool = _state.background
+
+    def compile_without_grad():
+        with torch.no_grad():  # as at a backward call, where AOTAutograd compiles it otherwise
+            return _compile_fx(gm, example_inputs, opts, forward=False, background=True)
+    future = pool.submit(compile_without_grad)
+    with _state.lock:
+        _state.pending.add(future)
+    future.add_done_callback(_finished)
+    compiled = None
+
+    def call(args):
+        nonlocal compiled
+        if compiled is None:
+            start = time.perf_counter()
+            fn = future.result()  # raises what the compile raised (Options(strict=True))
+            with _state.lock:
+                _state.compile_times["waited"] += time.perf_counter() - start
+            compiled = fn
+        return compiled(args)
+    call._boxed_call = True
+    return call
+
+
+def _finished(future):
+    with _state.lock:
+        _state.pending.discard(future)
+
+
+def wait_for_background_compiles():
+    """Waits until every backward graph compiling in the background is done (their errors
+    are raised by the calls that use them)."""
+    with _state.lock:
+        pending = list(_state.pending)
+    for future in pending:
+        future.exception()
+
+
+def _compile_graph(gm, example_inputs, opts, direct, forward, number):
+    """Compiles AOTAutograd graph number `number`. With `direct` (inference graphs), a callable
+    that Dynamo may call without AOTAutograd's runtime wrapper is left in direct["fn"] when
+    there is one. Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
+    name = f"graph {number} ({'forward' if forward else 'backward'})"
 
     def replayed(fn, graphs, whole=False):
         """fn as CUDA graphs; after a replay, the braze graphs whose kernels check indices
@@ -606,7 +686,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
 
     device, why = _graph_device(gm, example_inputs)
     if why:
-        _state.counts["fallback_graphs"] += 1
+        _count_fallback_graph()
         _log_fallback(why)
         return make_boxed_func(gm.forward)
     if device is not None:
@@ -625,7 +705,8 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         ok, why = support.node_support(node, device)
         if not ok:
             unsupported[node] = why
-    _state.compile_times["support"] += time.perf_counter() - support_start
+    with _state.lock:
+        _add_times({"support": time.perf_counter() - support_start})
     try:
         if not unsupported:
             try:
@@ -669,7 +750,7 @@ def _compile_graph(gm, example_inputs, opts, direct=None, forward=True):
         if _strict(opts):
             raise
         reason = f"internal error in braze ({type(e).__name__}: {e})"
-    _state.counts["fallback_graphs"] += 1
+    _count_fallback_graph()
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
@@ -680,9 +761,15 @@ def _count_fallback_op(node):
     getitem (one result of an op counted already)."""
     if node.target is operator.getitem:
         return False
-    _state.counts["fallback_ops"] += 1
-    _state.fallback_ops_by_op[str(node.target)] += 1
+    with _state.lock:  # backward graphs compile in the background
+        _state.counts["fallback_ops"] += 1
+        _state.fallback_ops_by_op[str(node.target)] += 1
     return True
+
+
+def _count_fallback_graph():
+    with _state.lock:
+        _state.counts["fallback_graphs"] += 1
 
 
 def _compile_partitioned(gm, unsupported, opts, device=None, forward=True):
@@ -742,8 +829,10 @@ def _compile_all(subs, opts, device):
     if workers <= 1:
         return [one(item) for item in subs]
     from concurrent.futures import ThreadPoolExecutor
+    # Each in a copy of this context, so that its stage times count to this graph's split.
+    contexts = [contextvars.copy_context() for _ in subs]
     with ThreadPoolExecutor(workers, thread_name_prefix="braze-compile") as pool:
-        return list(pool.map(one, subs))
+        return list(pool.map(lambda c, item: c.run(one, item), contexts, subs))
 
 
 def _integer_interpolation(gm):
@@ -764,7 +853,7 @@ def _integer_interpolation(gm):
 def braze_backend(gm, example_inputs, options=None):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
     if _integer_interpolation(gm):
-        _state.counts["fallback_graphs"] += 1
+        _count_fallback_graph()
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
                       "differently from its kernel; running this graph in eager PyTorch")
         return gm.forward
@@ -787,11 +876,21 @@ def braze_backend(gm, example_inputs, options=None):
                   if isinstance(a, torch.Tensor) and a.device.type == "cuda"}:
         cuda_support.preload(torch.cuda.current_device() if index is None else index)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
-    bw = functools.partial(_compile_fx, opts=opts, forward=False)
+    # AOTAutograd hands over a backward graph with its forward only when asked to (where this
+    # PyTorch can be asked).
+    early = (opts.early_backward and not inference
+             and hasattr(torch._functorch.config, "force_non_lazy_backward_lowering"))
+    if early:
+        bw = functools.partial(_compile_early, opts=opts)
+        handover = torch._functorch.config.patch(force_non_lazy_backward_lowering=True)
+    else:
+        bw = functools.partial(_compile_fx, opts=opts, forward=False)
+        handover = contextlib.nullcontext()
     # The min-cut partition (TorchInductor's): the backward recomputes what braze fuses cheaply
     # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
-    compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
-                            partition_fn=min_cut_rematerialization_partition,
-                            decompositions=decompositions.table(torch.is_grad_enabled()))(
-                                gm, example_inputs)
+    with handover:
+        compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
+                                partition_fn=min_cut_rematerialization_partition,
+                                decompositions=decompositions.table(torch.is_grad_enabled()))(
+                                    gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

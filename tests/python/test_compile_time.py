@@ -128,3 +128,84 @@ def test_nodes_that_fail_together_are_found_by_the_trial(monkeypatch):
     assert after["fallback_ops"] - before["fallback_ops"] == 1
     assert after["fallback_graphs"] == before["fallback_graphs"]
     assert after["partitions"] - before["partitions"] == 2
+
+
+def _loss(x, w1, w2):
+    return ((x @ w1).tanh() @ w2).square().mean()
+
+
+def _weights():
+    torch.manual_seed(0)
+    return (torch.randn(8, 16), torch.randn(16, 16, requires_grad=True),
+            torch.randn(16, 4, requires_grad=True))
+
+
+def _step(f, x, w1, w2):
+    """One training step's loss and gradients (cleared after)."""
+    loss = f(x, w1, w2)
+    loss.backward()
+    out = (loss.detach(), w1.grad.clone(), w2.grad.clone())
+    w1.grad = w2.grad = None
+    return out
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_backward_compiles_in_the_background_from_the_forward(monkeypatch, early):
+    """With Options.early_backward (the default) a training graph's backward is handed over with
+    its forward and compiles on a background thread while the forward runs; the first backward
+    call waits for it. Off, AOTAutograd compiles it at the first backward call."""
+    handed = []
+    original = backend._compile_early
+    monkeypatch.setattr(backend, "_compile_early",
+                        lambda *a, **k: handed.append(a[0]) or original(*a, **k))
+    x, w1, w2 = _weights()
+    want = _step(_loss, x, w1, w2)
+    times = braze.compile_times()
+    before = braze.counters()
+    f = torch.compile(_loss, backend="braze", options={"early_backward": early})
+    loss = f(x, w1, w2)
+    assert len(handed) == (1 if early else 0)  # before any backward call
+    loss.backward()
+    got = (loss.detach(), w1.grad.clone(), w2.grad.clone())
+    w1.grad = w2.grad = None
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    after = braze.counters()
+    assert after["graphs"] - before["graphs"] == 2
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    now = braze.compile_times()
+    assert (now.get("background", 0) > times.get("background", 0)) == early
+    for _ in range(2):  # later steps use the compiled backward
+        torch.testing.assert_close(_step(f, x, w1, w2), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cpu_only("the background compile's errors are device-independent bookkeeping")
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_backward_that_fails_in_the_background(monkeypatch, strict):
+    """A backward graph that fails to compile on the background thread runs in eager PyTorch,
+    counted and with a warning, as it would have at its first call; with strict=True its error
+    is raised by the backward call."""
+    import threading
+    original = backend._compile_whole
+
+    def compile_whole(gm, *a, **k):
+        if threading.current_thread().name.startswith("braze-backward"):
+            raise braze.CompileError("the backward does not compile here")
+        return original(gm, *a, **k)
+
+    monkeypatch.setattr(backend, "_compile_whole", compile_whole)
+    x, w1, w2 = _weights()
+    want = _step(_loss, x, w1, w2)
+    before = braze.counters()
+    f = torch.compile(_loss, backend="braze", options={"strict": strict})
+    if strict:
+        loss = f(x, w1, w2)
+        with pytest.raises(braze.CompileError, match="the backward does not compile here"):
+            loss.backward()
+        return
+    # The warning comes from the background thread, by the time the backward call returns.
+    with pytest.warns(UserWarning, match="the backward does not compile here"):
+        loss = f(x, w1, w2)
+        loss.backward()
+    got = (loss.detach(), w1.grad.clone(), w2.grad.clone())
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert braze.counters()["fallback_graphs"] - before["fallback_graphs"] == 1

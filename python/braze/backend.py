@@ -5,7 +5,6 @@ whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT
 import collections
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import operator
 import os
@@ -22,11 +21,13 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from braze import _C
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
+from braze import background
 from braze import cudagraphs
 from braze import decompositions
 from braze import partition
 from braze.fx_import import Translator
 from braze import support
+from braze.options import Options
 from braze.registry import Unsupported
 from braze.support import fetch_attr
 # Each rule module registers its rules in braze.registry when imported.
@@ -55,67 +56,14 @@ class _State:
         # braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, python
         # (translation, partitioning and the rest of braze's Python), total (all of it). Of the
         # total, background is what backward graphs took on a background thread
-        # (Options.early_backward), and waited is how long calls waited for those: what braze
-        # added to the calls that compiled is total - background + waited.
+        # (Options.early_backward); compile_times() adds waited, how long calls waited for
+        # those (braze/background.py): what braze added to the calls that compiled is
+        # total - background + waited.
         self.compile_times = collections.Counter()
         self.lock = threading.Lock()
-        self.background = None  # the thread pool of early backward compiles, once needed
-        self.pending = set()  # its compiles not yet done
 
 
 _state = _State()
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """Per-compile options: `torch.compile(fn, backend=braze.braze_backend_with(options))`
-    or `torch.compile(fn, backend="braze", options={"strict": True})`."""
-    strict: bool = False
-    log: str = None  # e.g. "graph,loops,output_code"; None reads BRAZE_LOG
-    fuse: bool = True
-    blas: bool = True  # matrix products through OpenBLAS when installed; False: loop nests
-    # CPU f32 convolutions through oneDNN when installed (onednn-cpu-gomp); False: im2col and
-    # matrix products.
-    dnnl: bool = True
-    # Tests on machines without a GPU: generate each graph's CUDA sources and compile them with
-    # NVRTC and the host compiler (nothing runs on a GPU; the graph itself runs in eager).
-    cuda_codegen_only: bool = False
-    # Replay static CUDA graphs as CUDA graphs (braze/cudagraphs.py). None: BRAZE_CUDA_GRAPHS
-    # decides (on unless "0"), and graphs of very few launches are left uncaptured; True: every
-    # graph where it is safe.
-    cuda_graphs: bool = None
-    # CUDA graphs whose kernels bounds-check indices (gather, indexing, scatter). "assert": a
-    # bad index stops the CUDA stream with a device-side assertion, as eager's own kernels do,
-    # and no call waits for its kernels (CUDA is then unusable in this process, as after
-    # eager's assertion). "sync": each call waits for its kernels and raises braze.RunError
-    # naming the bad index; CUDA stays usable. None: BRAZE_INDEX_CHECKS, else "assert".
-    index_checks: str = None
-    # Training: compile each backward graph on a background thread as soon as AOTAutograd has
-    # it, with its forward, rather than at the first backward call; the compile overlaps the
-    # forward's run and the graphs that follow a graph break, and the first backward call
-    # waits for what is left of it. False: compile it at the first backward call, as
-    # AOTAutograd does by default (a forward with grad enabled whose backward never runs then
-    # compiles no backward graph).
-    early_backward: bool = True
-
-    def __post_init__(self):
-        if self.index_checks is not None:
-            _index_checks_mode(self.index_checks, "Options(index_checks=...)")
-
-    def sync_index_checks(self):
-        """Whether CUDA calls wait for their index checks (index_checks, resolved)."""
-        mode = self.index_checks
-        if mode is None:
-            mode = _index_checks_mode(os.environ.get("BRAZE_INDEX_CHECKS", "assert"),
-                                      "BRAZE_INDEX_CHECKS")
-        return mode == "sync"
-
-
-def _index_checks_mode(mode, where):
-    if mode not in ("assert", "sync"):
-        raise ValueError(f"{where} is {mode!r}; expected 'assert' (a device-side assertion, "
-                         f"no waiting) or 'sync' (each call waits and raises braze.RunError)")
-    return mode
 
 
 def counters():
@@ -129,7 +77,10 @@ def counters():
 def compile_times():
     """Seconds braze has spent compiling in this process, by stage (BRAZE_LOG=compile_time
     prints each graph's split as it is compiled)."""
-    return dict(_state.compile_times)
+    times = dict(_state.compile_times)
+    if background.waited():
+        times["waited"] = background.waited()
+    return times
 
 
 def fallback_ops_by_op():
@@ -431,7 +382,9 @@ def _compile_whole(gm, opts, device=None, args=None):
         layouts.append(_dense_layout(t, base.meta["val"]))
     t.g.output(handles, layouts)
     if opts.cuda_codegen_only:
-        _check_cuda_codegen(t.g)
+        source = cuda_support.check_codegen(t.g)
+        with _state.lock:
+            _record_source(source)
         return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
     blas = cpu_support.blas_library() if opts.blas else None
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
@@ -482,30 +435,6 @@ def _input_values(gm, t, args=None):
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
     return [torch.view_as_real(v.resolve_conj()) if v.is_complex() else v for v in vals]
-
-
-def _check_cuda_codegen(graph):
-    """Generates the graph's CUDA sources and compiles them: the kernels with NVRTC for sm_90,
-    the host code with the host compiler (syntax only). Raises on any error."""
-    import subprocess
-    import tempfile
-    nvrtc = cuda_support.nvrtc_library()
-    if nvrtc is None:
-        raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
-    device, host, deferred = graph.generate_cuda(
-        {"cc": 90, "sms": 132, **cuda_support.precision_options()})
-    with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
-        for program in [device, *deferred]:
-            _C.nvrtc_compile(program, nvrtc, 90, tmp)
-        path = os.path.join(tmp, "host.cpp")
-        with open(path, "w") as f:
-            f.write(host)
-        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-w", path],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
-    with _state.lock:
-        _record_source(device + "\n" + host)
 
 
 def _constants_to_device(gm, device):
@@ -628,46 +557,10 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, background=
 def _compile_early(gm, example_inputs, opts):
     """A backward graph's compile (_compile_fx) started on a background thread: a boxed
     callable that waits for it at its first call (see Options.early_backward)."""
-    with _state.lock:
-        if _state.background is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _state.background = ThreadPoolExecutor(2, thread_name_prefix="braze-backward")
-        pool = _state.background
-
     def compile_without_grad():
         with torch.no_grad():  # as at a backward call, where AOTAutograd compiles it otherwise
             return _compile_fx(gm, example_inputs, opts, forward=False, background=True)
-    future = pool.submit(compile_without_grad)
-    with _state.lock:
-        _state.pending.add(future)
-    future.add_done_callback(_finished)
-    compiled = None
-
-    def call(args):
-        nonlocal compiled
-        if compiled is None:
-            start = time.perf_counter()
-            fn = future.result()  # raises what the compile raised (Options(strict=True))
-            with _state.lock:
-                _state.compile_times["waited"] += time.perf_counter() - start
-            compiled = fn
-        return compiled(args)
-    call._boxed_call = True
-    return call
-
-
-def _finished(future):
-    with _state.lock:
-        _state.pending.discard(future)
-
-
-def wait_for_background_compiles():
-    """Waits until every backward graph compiling in the background is done (their errors
-    are raised by the calls that use them)."""
-    with _state.lock:
-        pending = list(_state.pending)
-    for future in pending:
-        future.exception()
+    return background.start(compile_without_grad)
 
 
 def _compile_graph(gm, example_inputs, opts, direct, forward, number):

@@ -259,3 +259,26 @@ def checked_once(forward, graphs):
             check()
         return out
     return call
+
+
+def check_codegen(graph):
+    """Generates the graph's CUDA sources and compiles them (Options.cuda_codegen_only): the
+    kernels with NVRTC for sm_90, the host code with the host compiler (syntax only). Raises on
+    any error; returns the device and host sources."""
+    import subprocess
+    import tempfile
+    nvrtc = nvrtc_library()
+    if nvrtc is None:
+        raise RuntimeError("cuda_codegen_only needs NVRTC (libnvrtc.so), which was not found")
+    device, host, deferred = graph.generate_cuda({"cc": 90, "sms": 132, **precision_options()})
+    with tempfile.TemporaryDirectory(prefix="braze-nvrtc-") as tmp:
+        for program in [device, *deferred]:
+            _C.nvrtc_compile(program, nvrtc, 90, tmp)
+        path = os.path.join(tmp, "host.cpp")
+        with open(path, "w") as f:
+            f.write(host)
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-w", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"generated CUDA host code does not compile:\n{r.stderr[:4000]}")
+    return device + "\n" + host

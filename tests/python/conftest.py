@@ -47,6 +47,6 @@ def fresh_dynamo():
     yield
     # A backward graph a test never called may still compile in the background: it finishes
     # here, not during the next test, whose counters it would move.
-    from braze import backend
-    backend.wait_for_background_compiles()
+    from braze import background
+    background.wait_all()
     torch._dynamo.reset()

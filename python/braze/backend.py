@@ -526,7 +526,7 @@ def _plain_inference():
         return False
 
 
-def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, background=False):
+def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, in_background=False):
     """Compiles one AOTAutograd graph (see _compile_graph), timing its stages."""
     with _state.lock:
         _state.counts["graphs"] += 1
@@ -543,13 +543,13 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, background=
         with _state.lock:
             _state.compile_times["total"] += total
             _state.compile_times["python"] += python
-            if background:
+            if in_background:
                 _state.compile_times["background"] += total
         if _C.log_compile_time_from_environment():
             # stage times are summed over the threads that compile partitions
             split = ", ".join(f"{k} {spent[k]:.3f}" for k in
                               ("support", "lower", "host_compile", "nvrtc", "load"))
-            where = ", in the background" if background else ""
+            where = ", in the background" if in_background else ""
             print(f"===== braze: compile_time =====\ngraph {number} ({len(gm.graph.nodes)} FX "
                   f"nodes{where}): {total:.3f} s: {split}, python {python:.3f}", file=sys.stderr)
 
@@ -559,7 +559,7 @@ def _compile_early(gm, example_inputs, opts):
     callable that waits for it at its first call (see Options.early_backward)."""
     def compile_without_grad():
         with torch.no_grad():  # as at a backward call, where AOTAutograd compiles it otherwise
-            return _compile_fx(gm, example_inputs, opts, forward=False, background=True)
+            return _compile_fx(gm, example_inputs, opts, forward=False, in_background=True)
     return background.start(compile_without_grad)
 
 

@@ -771,7 +771,10 @@ def braze_backend(gm, example_inputs, options=None):
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     # AOTAutograd hands over a backward graph with its forward only when asked to (where this
     # PyTorch can be asked).
-    early = (opts.early_backward and not inference
+    early = opts.early_backward
+    if early is None:
+        early = any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs)
+    early = (early and not inference
              and hasattr(torch._functorch.config, "force_non_lazy_backward_lowering"))
     if early:
         bw = functools.partial(_compile_early, opts=opts)

@@ -27,13 +27,15 @@ class Options:
     # eager's assertion). "sync": each call waits for its kernels and raises braze.RunError
     # naming the bad index; CUDA stays usable. None: BRAZE_INDEX_CHECKS, else "assert".
     index_checks: str = None
-    # Training: compile each backward graph on a background thread as soon as AOTAutograd has
-    # it, with its forward, rather than at the first backward call; the compile overlaps the
-    # forward's run and the graphs that follow a graph break, and the first backward call
-    # waits for what is left of it. False: compile it at the first backward call, as
-    # AOTAutograd does by default (a forward with grad enabled whose backward never runs then
-    # compiles no backward graph).
-    early_backward: bool = True
+    # Training: True compiles each backward graph on a background thread as soon as
+    # AOTAutograd has it, with its forward, rather than at the first backward call; the compile
+    # overlaps the forward's run and the graphs that follow a graph break, and the first
+    # backward call waits for what is left of it. A forward with grad enabled whose backward
+    # never runs then compiles its backward anyway. False: at the first backward call, as
+    # AOTAutograd does by default. None: True for CUDA graphs, whose forward leaves the host's
+    # cores to the compile while the GPU runs; False on the CPU, where the compile would take
+    # them from the forward.
+    early_backward: bool = None
 
     def __post_init__(self):
         if self.index_checks is not None:

@@ -149,11 +149,16 @@ def _step(f, x, w1, w2):
     return out
 
 
-@pytest.mark.parametrize("early", [True, False])
-def test_backward_compiles_in_the_background_from_the_forward(monkeypatch, early):
-    """With Options.early_backward (the default) a training graph's backward is handed over with
-    its forward and compiles on a background thread while the forward runs; the first backward
-    call waits for it. Off, AOTAutograd compiles it at the first backward call."""
+@pytest.mark.parametrize("early", [True, False, None])
+def test_backward_compiles_in_the_background_from_the_forward(monkeypatch, device, early):
+    """With Options.early_backward (by default on CUDA) a training graph's backward is handed
+    over with its forward and compiles on a background thread while the forward runs; the first
+    backward call waits for it. Off (by default on the CPU), AOTAutograd compiles it at the
+    first backward call."""
+    if early is None:
+        early_here = device == "cuda"
+    else:
+        early_here = early
     handed = []
     original = backend._compile_early
     monkeypatch.setattr(backend, "_compile_early",
@@ -164,7 +169,7 @@ def test_backward_compiles_in_the_background_from_the_forward(monkeypatch, early
     before = braze.counters()
     f = torch.compile(_loss, backend="braze", options={"early_backward": early})
     loss = f(x, w1, w2)
-    assert len(handed) == (1 if early else 0)  # before any backward call
+    assert len(handed) == (1 if early_here else 0)  # before any backward call
     loss.backward()
     got = (loss.detach(), w1.grad.clone(), w2.grad.clone())
     w1.grad = w2.grad = None
@@ -173,7 +178,7 @@ def test_backward_compiles_in_the_background_from_the_forward(monkeypatch, early
     assert after["graphs"] - before["graphs"] == 2
     assert after["fallback_graphs"] == before["fallback_graphs"]
     now = braze.compile_times()
-    assert (now.get("background", 0) > times.get("background", 0)) == early
+    assert (now.get("background", 0) > times.get("background", 0)) == early_here
     for _ in range(2):  # later steps use the compiled backward
         torch.testing.assert_close(_step(f, x, w1, w2), want, rtol=1e-5, atol=1e-6)
 
@@ -196,7 +201,7 @@ def test_a_backward_that_fails_in_the_background(monkeypatch, strict):
     x, w1, w2 = _weights()
     want = _step(_loss, x, w1, w2)
     before = braze.counters()
-    f = torch.compile(_loss, backend="braze", options={"strict": strict})
+    f = torch.compile(_loss, backend="braze", options={"strict": strict, "early_backward": True})
     if strict:
         loss = f(x, w1, w2)
         with pytest.raises(braze.CompileError, match="the backward does not compile here"):

@@ -765,15 +765,16 @@ def braze_backend(gm, example_inputs, options=None):
         isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
     direct = {"inputs": len(example_inputs)} if plain and inference else None
     trace_as_math_for_training(gm, example_inputs)
-    for index in {a.device.index for a in example_inputs
-                  if isinstance(a, torch.Tensor) and a.device.type == "cuda"}:
+    cuda_indices = {a.device.index for a in example_inputs
+                    if isinstance(a, torch.Tensor) and a.device.type == "cuda"}
+    for index in cuda_indices:
         cuda_support.preload(torch.cuda.current_device() if index is None else index)
     fw = functools.partial(_compile_fx, opts=opts, direct=direct)
     # AOTAutograd hands over a backward graph with its forward only when asked to (where this
     # PyTorch can be asked).
     early = opts.early_backward
     if early is None:
-        early = any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs)
+        early = bool(cuda_indices)
     early = (early and not inference
              and hasattr(torch._functorch.config, "force_non_lazy_backward_lowering"))
     if early:

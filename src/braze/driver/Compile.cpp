@@ -133,7 +133,6 @@ struct Lowered {
   codegen::CudaGeneratedSource cuda; ///< CUDA
 };
 
-
 codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
   codegen::CudaCodegenOptions o;
   o.matmulTf32 = cuda.matmulTf32;

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import braze
+from braze import background
 
 
 @pytest.fixture(autouse=True)
@@ -461,16 +462,23 @@ def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
             assert (loaded > 0) == (enabled and not takes), (name, enabled, loaded)
 
 
+def _fallbacks():
+    c = braze.counters()
+    return c["fallback_ops"] + c["fallback_graphs"] + c["recompiles"]
+
+
 def _fused_training(fn, args, grad_scale=0.5):
-    """Values and gradients of compiled fn and of eager fn, and the fallback ops counted while
-    the compiled one ran."""
+    """Values and gradients of compiled fn and of eager fn, and the fallbacks (ops and whole
+    graphs left to eager, and variants recompiled for inputs laid out otherwise than traced)
+    counted while the compiled one ran."""
     compiled = _compile(fn)
-    before = braze.counters()["fallback_ops"]
+    before = _fallbacks()
     out = compiled(*args)
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     g = torch.randn_like(out) * grad_scale
     got = [out.detach()] + list(torch.autograd.grad(out, leaves, g))
-    fallbacks = braze.counters()["fallback_ops"] - before
+    background.wait_all()
+    fallbacks = _fallbacks() - before
     out = fn(*args)
     want = [out.detach()] + list(torch.autograd.grad(out, leaves, g))
     return got, want, fallbacks

@@ -217,7 +217,10 @@ class _BrazeGraph:
             return self._eager(args, f"an input is not on {self.device or 'cpu'}, where this "
                                      "graph was compiled")
         if self.needs_seed:
-            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=self.device))
+            # On the graph's device, never torch's default one (a CPU graph of factory ops run
+            # under torch.set_default_device("cuda") would get a CUDA seed).
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64,
+                                        device=self.device or torch.device("cpu")))
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
             outs = self._run(args, inputs)

@@ -16,6 +16,9 @@ torch.set_num_threads(2)
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cpu_only(reason): the test is about the CPU path and has no CUDA variant")
+    config.addinivalue_line(
+        "markers", "graph_fallback(reason): the test makes braze run a whole graph in eager "
+        "PyTorch on purpose")
 
 
 @pytest.fixture(autouse=True, params=["cpu", "cuda"])
@@ -42,11 +45,20 @@ def device(request):
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
+def fresh_dynamo(request):
+    """A fresh Dynamo per test, and no graph left to eager PyTorch unless the test is marked
+    graph_fallback: a test that checks only its ops' fallbacks would pass while a whole graph
+    silently ran in eager (counted in fallback_graphs alone)."""
+    import braze
+    from braze import background
     torch._dynamo.reset()
+    before = braze.counters()["fallback_graphs"]
     yield
     # A backward graph a test never called may still compile in the background: it finishes
     # here, not during the next test, whose counters it would move.
-    from braze import background
     background.wait_all()
     torch._dynamo.reset()
+    moved = braze.counters()["fallback_graphs"] - before
+    if moved and not request.node.get_closest_marker("graph_fallback"):
+        pytest.fail(f"{moved} graph(s) ran in eager PyTorch (braze.counters()['fallback_graphs']); "
+                    "BRAZE_LOG=fallback says why. Mark the test graph_fallback if it means to.")

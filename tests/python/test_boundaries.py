@@ -169,6 +169,7 @@ def _break_variants(monkeypatch, exc):
     monkeypatch.setattr(braze.backend, "_compile_whole", compile_whole)
 
 
+@pytest.mark.graph_fallback("calls that braze's call path refuses run in eager")
 def test_eager_fallback_receives_the_layouts_it_was_traced_with(monkeypatch):
     """The last resort: when no variant can be compiled, the partition's call runs in eager on
     inputs laid out as its meta values say (so its `view` holds), with one warning."""
@@ -191,6 +192,7 @@ def test_eager_fallback_receives_the_layouts_it_was_traced_with(monkeypatch):
     assert braze.counters()["fallback_graphs"] - before["fallback_graphs"] == 2
 
 
+@pytest.mark.graph_fallback("an internal error in the call path runs the call in eager")
 def test_an_internal_error_in_the_call_path_runs_eager(monkeypatch):
     _break_variants(monkeypatch, RuntimeError("internal failure in this test"))
 

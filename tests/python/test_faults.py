@@ -112,6 +112,23 @@ def test_a_full_cache_directory_compiles_without_it(tmp_path):
     assert said[0].startswith(f"braze: the cache directory {cache} cannot be used (cannot write "
                               f"{cache}/"), said[0]
     assert "No space left on device); compiling without it, into " in said[0]
+    scratch = said[0].split("compiling without it, into ")[1]
+    assert not os.path.exists(scratch)  # its entries are of no use once the process ends
+
+
+@pytest.mark.cpu_only(HOST)
+def test_a_process_leaves_no_empty_scratch_folder(tmp_path):
+    """The compilers' scratch folder (TMPDIR/braze-cache-<pid>) is removed when the process
+    ends; each process used to leave one behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp))
+    r = subprocess.run([sys.executable, "-c", TWO_GRAPHS], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2", "0", "2", "0"], r.stderr  # both compiled, through scratch
+    assert len(_entries(tmp_path / "cache")) == 2
+    assert not list(tmp.iterdir())
 
 
 @pytest.mark.cpu_only(HOST)
@@ -297,6 +314,7 @@ def nvrtc_from_environment(monkeypatch):
     cuda_support.nvrtc_library.cache_clear()
 
 
+@pytest.mark.graph_fallback("without NVRTC the graph runs in eager")
 @pytest.mark.cpu_only("cuda_codegen_only compiles CUDA code on the host")
 @pytest.mark.parametrize("what", ["missing", "not a library", "no NVRTC inside"])
 def test_an_nvrtc_that_does_not_load_is_named_and_the_graph_runs_in_eager(
@@ -336,6 +354,7 @@ def _compiler(tmp_path, what):
                   f"({status}; the source is ")
 
 
+@pytest.mark.graph_fallback("without a host compiler the graph runs in eager")
 @pytest.mark.cpu_only(HOST)
 @pytest.mark.parametrize("what", ["missing", "fails", "writes nothing"])
 def test_a_missing_or_failing_host_compiler_is_named_and_the_graph_runs_in_eager(
@@ -387,6 +406,7 @@ def test_a_cublaslt_that_does_not_load_is_named_and_the_graph_runs_in_eager(devi
                     "running this graph in eager PyTorch"], r.stdout
 
 
+@pytest.mark.graph_fallback("without NVRTC the graph runs in eager")
 def test_an_nvrtc_that_does_not_load_sends_cuda_graphs_to_eager(device, nvrtc_from_environment,
                                                                 tmp_path):
     if device != "cuda":

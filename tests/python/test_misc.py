@@ -200,22 +200,28 @@ def test_cross_in_half_precision_rounds_each_step():
 N = 1 << 18
 
 
-def test_randint_covers_its_range_uniformly():
-    r = run_compiled(lambda: torch.randint(-3, 5, (N,)), )[0]
+def test_randint_covers_its_range_uniformly(device):
+    # The device is explicit: under torch.set_default_device("cuda") these factory overloads
+    # still make CPU tensors, and the CUDA variant would test the CPU kernels.
+    r = run_compiled(lambda: torch.randint(-3, 5, (N,), device=device), )[0]
+    assert r.device.type == device
     assert r.dtype == torch.int64 and r.min() == -3 and r.max() == 4
     counts = torch.bincount(r + 3, minlength=8).double()
     assert (counts - N / 8).abs().max() < 6 * math.sqrt(N / 8)
     like = run_compiled(lambda x: torch.randint_like(x, 10, 12), torch.zeros(1000, dtype=torch.int16))[0]
     assert like.dtype == torch.int16 and set(like.unique().tolist()) == {10, 11}
-    big = run_compiled(lambda: torch.randint(0, 2 ** 40, (N,)))[0]
+    big = run_compiled(lambda: torch.randint(0, 2 ** 40, (N,), device=device))[0]
     assert big.min() >= 0 and big.max() < 2 ** 40
     assert abs(big.double().mean().item() / 2 ** 40 - 0.5) < 6 * math.sqrt(1 / 12 / N)
 
 
 def test_continuous_distributions():
     def fn(x):
+        # normal's size overload is given x's device: under torch.set_default_device("cuda") it
+        # makes a CPU tensor, and a graph that mixes devices runs in eager.
         return (torch.empty_like(x).uniform_(-2, 6), torch.normal(torch.full_like(x, 3.0), 2.0),
-                torch.normal(1.0, 0.5, (N,)), torch.empty_like(x).exponential_(4.0),
+                torch.normal(1.0, 0.5, (N,), device=x.device),
+                torch.empty_like(x).exponential_(4.0),
                 torch.empty_like(x).geometric_(0.25), torch.empty_like(x).cauchy_(1.0, 2.0),
                 torch.empty_like(x).log_normal_(0.0, 0.5))
     u, n1, n2, ex, ge, ca, ln = run_compiled(fn, torch.empty(N, dtype=torch.float64))[0]

@@ -76,7 +76,22 @@ fs::path scratchDir() {
   fs::path tmp = fs::temp_directory_path(ec);
   if (ec)
     BRAZE_USER_ERROR("compile", "") << "no temporary folder: " << ec.message();
-  return created(tmp / ("braze-cache-" + std::to_string(::getpid())));
+  fs::path dir = tmp / ("braze-cache-" + std::to_string(::getpid()));
+  /// Cleared at exit: the entries stored here in place of an unusable cache (its bucket
+  /// folders; no later process looks here) go, and so does the folder once empty. The source
+  /// of a compile that failed stays, since its error names it.
+  struct ClearedAtExit {
+    fs::path dir;
+    ~ClearedAtExit() {
+      std::error_code ec;
+      for (const fs::directory_entry &e : fs::directory_iterator(dir, ec))
+        if (e.is_directory(ec))
+          fs::remove_all(e.path(), ec);
+      fs::remove(dir, ec); // removes only an empty folder
+    }
+  };
+  static const ClearedAtExit cleared{dir};
+  return created(dir);
 }
 
 fs::path entryDir(const std::string &cacheDir, const std::string &key) {

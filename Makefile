@@ -20,7 +20,7 @@ $(STAMP): Makefile
 	# Every version pinned to the one tested (an unpinned package changes under CI).
 	$(PIP) install -q numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0 nanobind==3.1.0 \
 	    scikit-build-core==1.1.2 cmake==4.4.4 ninja==1.13.2 scipy-openblas64==0.3.34.481.3 \
-	    transformers==5.23.0
+	    transformers==5.23.0 pytest-xdist==3.8.0 execnet==2.1.2
 	# oneDNN's GNU OpenMP build: CPU convolutions (it shares PyTorch's libgomp thread pool).
 	$(PIP) install -q onednn-cpu-gomp==2023.2.0
 	# NVRTC alone (no GPU needed): the tests compile braze's generated CUDA code with it.
@@ -40,8 +40,10 @@ demo: build
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j2
 
+# Two worker processes: the tests wait on the host compiler most of the time, so two share the
+# two cores well (about 6.5 minutes here against 12.5 for one).
 test-python: build
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q -n 2 tests/python
 
 # A fixed subset of the OpInfo sweep (a few minutes): zero wrong, zero crashed or it fails.
 test-conformance: build

@@ -452,6 +452,8 @@ def _constants_to_device(gm, device):
         value = fetch_attr(gm, node.target)
         if not isinstance(value, torch.Tensor) or value.device == device:
             continue
+        if not _read_on(node, device):
+            continue  # a CPU op of a graph that mixes devices reads it: it stays
         # A real copy, also while AOTAutograd's fake mode is active around the compiler.
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         with unset_fake_temporarily():
@@ -469,6 +471,20 @@ def _constants_to_device(gm, device):
                 user.meta["val"] = on_device
         moved += 1
     return moved
+
+
+def _read_on(node, device):
+    """Whether every node that reads `node` (through the copies Dynamo makes of a constant)
+    computes on `device`: its results are there, or it has none."""
+    for user in node.users:
+        if user.target is torch.ops.aten.lift_fresh_copy.default:
+            if not _read_on(user, device):
+                return False
+            continue
+        for v in torch.utils._pytree.tree_leaves(user.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device != device:
+                return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
@@ -489,7 +505,9 @@ def _dense_layout(t, val):
 
 def _graph_device(gm, example_inputs):
     """(device, None) for a graph braze can compile: None for the CPU, a torch.device for CUDA;
-    (None, reason) when it cannot. Outputs count too (a graph of factory ops has no inputs)."""
+    (None, reason) when it cannot. Outputs count too (a graph of factory ops has no inputs). A
+    graph on one CUDA device with some tensors on the CPU is a CUDA graph: its nodes that read
+    or make a CPU tensor run in eager PyTorch (support.node_support refuses them)."""
     devices = {a.device for a in example_inputs if isinstance(a, torch.Tensor)}
     for node in gm.graph.nodes:
         if node.op == "output":
@@ -503,8 +521,9 @@ def _graph_device(gm, example_inputs):
         return None, f"graph on {others[0]}: braze compiles CPU and CUDA graphs"
     if not cuda:
         return None, None
-    if len(cuda) > 1 or len(devices) > 1:
-        return None, f"graph mixes devices {sorted(map(str, devices))}"
+    if len({(d.type, d.index if d.index is not None else torch.cuda.current_device())
+            for d in cuda}) > 1:
+        return None, f"graph mixes CUDA devices {sorted(map(str, cuda))}"
     why = cuda_support.unavailable_reason(cuda[0])
     if why:
         return None, f"graph on {cuda[0]}: {why}"

@@ -58,6 +58,10 @@ def why_not(gm, example_inputs, device):
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
             return f"{node.name} ({node.target}) mutates a tensor in place"
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device.type != "cuda":
+                # A replay would not run it: its result would be the captured call's.
+                return f"{node.name} makes a tensor on {v.device}"
     return None
 
 

@@ -605,3 +605,34 @@ def test_a_large_product_read_after_an_eager_op_runs_in_the_later_partition():
                     torch.randn(4))
     eager = {n: "eager" for n in gm.graph.nodes if "plain_eager" in str(n.target)}
     assert not partition.sink_large_products(gm, eager)
+
+
+def test_a_graph_that_mixes_the_cpu_and_cuda_compiles_its_cuda_part(device):
+    """A CUDA graph with some tensors on the CPU (a CPU input, a CPU factory op, a copy to the
+    GPU): the nodes that read or make CPU tensors run in eager between partitions, counted as
+    fallback ops, and the rest compiles; it is not replayed as a CUDA graph, since a replay
+    would not run its CPU ops. A constant that only a CPU op reads stays on the CPU."""
+    if device != "cuda":
+        pytest.skip("a graph on a CUDA device")
+    torch.manual_seed(5)
+    steps = torch.tensor([1.0, 2.0, 3.0], device="cpu")
+
+    def fn(x, c):
+        on_cpu = (c * 2 + torch.arange(3, device="cpu")) * steps  # CPU ops, a CPU constant
+        y = (x.sin() + 1) * on_cpu.to(x.device)
+        return y.exp(), on_cpu
+
+    x, c = torch.randn(4, 3, device="cuda"), torch.randn(3, device="cpu")
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze")
+    for _ in range(3):  # the later calls are where a CUDA graph would be replayed
+        c = torch.randn(3, device="cpu")
+        got, want = compiled(x, c), fn(x, c)
+        for g, w in zip(got, want):
+            assert g.device == w.device
+            torch.testing.assert_close(g, w)
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["fallback_ops"] > before["fallback_ops"]
+    assert after["graphs_compiled"] > before["graphs_compiled"]
+    assert after["cuda_graphs"] == before["cuda_graphs"]

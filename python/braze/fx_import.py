@@ -219,16 +219,7 @@ def _div(t, node, a, b, rounding_mode=None):
         return t.g.elementwise("div", [x, y])
     if rounding_mode == "floor":
         return t.g.elementwise("floordiv", [x, y])
-    if t.g.dtype(x) in FLOAT_DTYPES or t.g.dtype(y) in FLOAT_DTYPES:
-        return t.g.elementwise("trunc", [t.g.elementwise("div", [x, y])])
-    # Integers: floor division, plus one where the exact quotient is negative and inexact.
-    q = t.g.elementwise("floordiv", [x, y])
-    r = t.g.elementwise("remainder", [x, y])
-    zero = t.g.full(0.0, t.g.dtype(q), [])
-    inexact = t.g.elementwise("ne", [r, zero])
-    negative = t.g.elementwise("ne", [t.g.elementwise("lt", [x, zero]), t.g.elementwise("lt", [y, zero])])
-    fix = t.g.elementwise("logical_and", [inexact, negative])
-    return t.g.elementwise("where", [fix, t.g.elementwise("add", [q, t.g.full(1.0, t.g.dtype(q), [])]), q])
+    return t.g.trunc_div(x, y)
 
 
 @rule(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)

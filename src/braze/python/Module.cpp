@@ -301,6 +301,9 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().ldexp(g.at(x), g.at(e)));
       })
       .def("angle", [](PyGraph &g, int x) { return g.node(g.builder().angle(g.at(x))); })
+      .def("trunc_div", [](PyGraph &g, int a, int b) {
+        return g.node(g.builder().truncDiv(g.at(a), g.at(b)));
+      })
       .def("fmax", [](PyGraph &g, int a, int b, bool max) {
         return g.node(g.builder().fmax(g.at(a), g.at(b), max));
       })

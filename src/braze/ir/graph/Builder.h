@@ -172,6 +172,10 @@ public:
   /// The larger (`max`) or smaller of a and b (dtypes promoted, shapes broadcast), taking the
   /// other operand where one is NaN (fmax / fmin; maximum / minimum propagate NaN).
   Node *fmax(Node *a, Node *b, bool max);
+  /// a / b rounded toward zero (dtypes promoted, shapes broadcast; numbers, not bools), as
+  /// torch.div(..., rounding_mode="trunc"): floating point truncates the true quotient,
+  /// integers are exact.
+  Node *truncDiv(Node *a, Node *b);
   /// x (floating point) rounded half to even at `decimals` decimal places (negative: tens,
   /// hundreds...), at most kMaxDecimals either way.
   Node *roundDecimals(Node *x, int64_t decimals);

@@ -1,4 +1,5 @@
-// GraphBuilder: small arithmetic composites (the cross product, rounding to decimals) that
+// GraphBuilder: small arithmetic composites (the cross product, truncating division, rounding
+// to decimals) that
 // lowering/decompose/Arithmetic.cpp turns into elementwise ops in eager's order.
 #include "braze/ir/graph/Builder.h"
 
@@ -30,6 +31,15 @@ Node *GraphBuilder::fmax(Node *a, Node *b, bool max) {
   std::vector<SymExpr> shape = broadcastShapes(op, a->shape(), b->shape());
   return make(max ? OpKind::FMax : OpKind::FMin,
               {expand(convert(a, t), shape), expand(convert(b, t), shape)}, {},
+              TensorType{t, shape, {}});
+}
+
+Node *GraphBuilder::truncDiv(Node *a, Node *b) {
+  DType t = promoteTypes(a->dtype(), b->dtype());
+  if (t == DType::Bool)
+    BRAZE_USER_ERROR("trunc_div", name_) << "needs numbers, not bools";
+  std::vector<SymExpr> shape = broadcastShapes("trunc_div", a->shape(), b->shape());
+  return make(OpKind::TruncDiv, {expand(convert(a, t), shape), expand(convert(b, t), shape)}, {},
               TensorType{t, shape, {}});
 }
 

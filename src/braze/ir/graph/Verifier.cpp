@@ -564,6 +564,7 @@ bool GraphVerifier::checkComposite() {
   case OpKind::Cross:
   case OpKind::FMax:
   case OpKind::FMin:
+  case OpKind::TruncDiv:
   case OpKind::RoundDecimals:
   case OpKind::Signbit:
   case OpKind::Ldexp:

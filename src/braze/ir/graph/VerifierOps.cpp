@@ -145,8 +145,8 @@ bool GraphVerifier::checkEmbeddingBag() {
              : fail("result must be " + std::string(dtypeName(w->dtype())) + shapeText(want));
 }
 
-/// cross, fmax, fmin: operands of the result's dtype and shape; cross's are numbers, and its
-/// `dim` is 3 long;
+/// cross, fmax, fmin, trunc_div: operands of the result's dtype and shape; cross's and
+/// trunc_div's are numbers, and cross's `dim` is 3 long;
 /// round_decimals: a floating-point operand of the result's type, decimals in range.
 bool GraphVerifier::checkArithmetic() {
   const Node *x = node_->operand(0);
@@ -176,10 +176,12 @@ bool GraphVerifier::checkArithmetic() {
   for (const Node *o : node_->operands())
     if (o->dtype() != node_->dtype() || o->shape() != node_->shape())
       return fail("operands must have the result's dtype and shape");
-  if (node_->op() != OpKind::Cross)
+  if (node_->op() != OpKind::Cross && node_->op() != OpKind::TruncDiv)
     return true;
   if (x->dtype() == DType::Bool)
     return fail("needs numbers, not bools");
+  if (node_->op() == OpKind::TruncDiv)
+    return true;
   if (x->rank() == 0 || !checkDim("dim", x->rank()))
     return x->rank() == 0 ? fail("needs operands of rank 1 or more") : false;
   return x->shape()[node_->attrs().getInt("dim")]->isConst(3) ? true

@@ -4,6 +4,9 @@
 ///   round_decimals(x) = round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d,
 ///                    half precision in f32 and rounded once;
 ///   fmax(a, b)     = isnan(a) ? b : isnan(b) ? a : maximum(a, b) (fmin with minimum);
+///   trunc_div(a, b) = trunc(a / b) for floating point; for integers floordiv(a, b), plus one
+///                    where the quotient is inexact (a nonzero remainder) and negative (the
+///                    operands' signs differ);
 ///   signbit(x)     = copysign(1, x) < 0 for floats (the sign of -0.0 and of NaNs), x < 0
 ///                    otherwise;
 ///   ldexp(x, e)    = x * pow(2, e), 2 and e in e's float dtype (f32 for integers);
@@ -41,6 +44,23 @@ Node *decomposeFMax(GraphBuilder &b, Node *n) {
     return m;
   m = b.where(b.unary(OpKind::IsNan, y), x, m);
   return b.where(b.unary(OpKind::IsNan, x), y, m);
+}
+
+Node *decomposeTruncDiv(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0), *y = n->operand(1);
+  DType t = n->dtype();
+  if (isFloating(t))
+    return b.unary(OpKind::Trunc, b.binary(OpKind::Div, x, y));
+  // One node per statement: the order of a call's arguments is the compiler's, and the graph
+  // printed must not depend on it.
+  Node *q = b.binary(OpKind::FloorDiv, x, y);
+  Node *zero = b.scalar(0, t);
+  Node *inexact = b.binary(OpKind::Ne, b.binary(OpKind::Remainder, x, y), zero);
+  Node *xNegative = b.binary(OpKind::Lt, x, zero);
+  Node *yNegative = b.binary(OpKind::Lt, y, zero);
+  Node *fix = b.binary(OpKind::LogicalAnd, inexact, b.binary(OpKind::Ne, xNegative, yNegative));
+  Node *up = b.add(q, b.scalar(1, t));
+  return b.where(fix, up, q);
 }
 
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {

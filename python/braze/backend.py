@@ -475,8 +475,11 @@ def _constants_to_device(gm, device):
 
 def _read_on(node, device):
     """Whether every node that reads `node` (through the copies Dynamo makes of a constant)
-    computes on `device`: its results are there, or it has none."""
+    computes on `device`: its results are there, or it has none. A graph output is returned
+    where it is."""
     for user in node.users:
+        if user.op == "output":
+            return False
         if user.target is torch.ops.aten.lift_fresh_copy.default:
             if not _read_on(user, device):
                 return False

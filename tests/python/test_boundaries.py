@@ -611,7 +611,8 @@ def test_a_graph_that_mixes_the_cpu_and_cuda_compiles_its_cuda_part(device):
     """A CUDA graph with some tensors on the CPU (a CPU input, a CPU factory op, a copy to the
     GPU): the nodes that read or make CPU tensors run in eager between partitions, counted as
     fallback ops, and the rest compiles; it is not replayed as a CUDA graph, since a replay
-    would not run its CPU ops. A constant that only a CPU op reads stays on the CPU."""
+    would not run its CPU ops. A constant that only a CPU op reads, or that the graph returns,
+    stays on the CPU."""
     if device != "cuda":
         pytest.skip("a graph on a CUDA device")
     torch.manual_seed(5)
@@ -620,7 +621,7 @@ def test_a_graph_that_mixes_the_cpu_and_cuda_compiles_its_cuda_part(device):
     def fn(x, c):
         on_cpu = (c * 2 + torch.arange(3, device="cpu")) * steps  # CPU ops, a CPU constant
         y = (x.sin() + 1) * on_cpu.to(x.device)
-        return y.exp(), on_cpu
+        return y.exp(), on_cpu, torch.tensor([0.5, 1.5], device="cpu")
 
     x, c = torch.randn(4, 3, device="cuda"), torch.randn(3, device="cpu")
     before = braze.counters()

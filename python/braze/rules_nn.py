@@ -6,7 +6,7 @@ import operator
 
 import torch
 
-from braze.registry import FLOAT_DTYPES, ew, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
 
 
 def _as_list(v, n):
@@ -117,19 +117,17 @@ def _max_pool_backward(t, node, grad, x, kernel_size, stride, padding, dilation,
 
 # ---- losses ---------------------------------------------------------------------------------
 
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # PyTorch's enum of loss reductions
+
+
 @rule(aten.soft_margin_loss.default)
 def _soft_margin_loss(t, node, x, y, reduction=1):
-    """log1p(exp(-x * y)), op by op as eager's kernel (each half-precision step rounds); the
-    backend keeps this op whole only for half precision (PyTorch's decomposition computes in
-    f32 there)."""
-    xh, yh = t.arg(x), t.arg(y)
-    if t.g.dtype(xh) != t.g.dtype(yh) or reduction not in (0, 1, 2):
-        raise Unsupported("soft_margin_loss of mixed dtypes or an unknown reduction")
-    loss = ew(t, "log1p", ew(t, "exp", ew(t, "mul", ew(t, "neg", xh), yh)))
-    if reduction == 0:
-        return loss
-    dims = list(range(len(t.g.shape(loss))))
-    return t.g.mean(loss, dims, False) if reduction == 1 else t.g.reduce("sum", loss, dims, False, None)
+    """One soft_margin_loss op (op by op as eager's kernel; lowering/decompose/Arithmetic.cpp).
+    The backend keeps this op whole only for half precision: PyTorch's decomposition computes
+    in f32 there."""
+    if reduction not in _REDUCTIONS:
+        raise Unsupported(f"soft_margin_loss with reduction {reduction!r}")
+    return t.g.soft_margin_loss(t.arg(x), t.arg(y), _REDUCTIONS[reduction])
 
 
 # ---- grid sampling: one grid_sample op (lowering/decompose/GridSample.cpp) ------------------

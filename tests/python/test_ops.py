@@ -174,6 +174,22 @@ def test_matches_eager_where_pytorch_decompositions_would_upcast_half():
         assert torch.equal(compiled(*args), fn(*args))
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_soft_margin_loss_is_one_op_and_matches_eager(dtype, reduction):
+    """Half-precision soft_margin_loss stays whole (PyTorch's decomposition would compute it in
+    f32) and is one braze op, decomposed in C++ op by op in the half dtype as eager's kernel
+    rounds; the target broadcasts against the input."""
+    torch.manual_seed(7)
+    x = (torch.randn(9, 5) * 4).to(dtype)
+    y = torch.sign(torch.randn(5)).to(dtype)
+    fn = lambda x, y: F.soft_margin_loss(x, y.expand(9, 5), reduction=reduction)
+    before = braze.counters()["fallback_ops"]
+    got = torch.compile(fn, backend="braze", dynamic=False)(x, y)
+    assert braze.counters()["fallback_ops"] == before
+    torch.testing.assert_close(got, fn(x, y), atol=0, rtol=0)
+
+
 def test_half_precision_ops_round_each_step_like_eager():
     torch.manual_seed(0)
     x = (torch.randn(1000) * 300).half()

@@ -301,6 +301,9 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().ldexp(g.at(x), g.at(e)));
       })
       .def("angle", [](PyGraph &g, int x) { return g.node(g.builder().angle(g.at(x))); })
+      .def("soft_margin_loss", [](PyGraph &g, int x, int y, const std::string &reduction) {
+        return g.node(g.builder().softMarginLoss(g.at(x), g.at(y), reduction));
+      })
       .def("trunc_div", [](PyGraph &g, int a, int b) {
         return g.node(g.builder().truncDiv(g.at(a), g.at(b)));
       })

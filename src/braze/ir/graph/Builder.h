@@ -176,6 +176,13 @@ public:
   /// torch.div(..., rounding_mode="trunc"): floating point truncates the true quotient,
   /// integers are exact.
   Node *truncDiv(Node *a, Node *b);
+  /// log1p(exp(-x * y)) per element, op by op in x's floating-point dtype as eager's kernel
+  /// rounds (x and y of one dtype, shapes broadcast); `reduction` "none" keeps it per element,
+  /// "mean" and "sum" reduce it over every dim to a scalar.
+  Node *softMarginLoss(Node *x, Node *y, const std::string &reduction);
+  static bool isLossReduction(const std::string &r) {
+    return r == "none" || r == "mean" || r == "sum";
+  }
   /// x (floating point) rounded half to even at `decimals` decimal places (negative: tens,
   /// hundreds...), at most kMaxDecimals either way.
   Node *roundDecimals(Node *x, int64_t decimals);

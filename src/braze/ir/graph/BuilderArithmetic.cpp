@@ -1,5 +1,5 @@
-// GraphBuilder: small arithmetic composites (the cross product, truncating division, rounding
-// to decimals) that
+// GraphBuilder: small arithmetic composites (the cross product, truncating division, the soft
+// margin loss, rounding to decimals) that
 // lowering/decompose/Arithmetic.cpp turns into elementwise ops in eager's order.
 #include "braze/ir/graph/Builder.h"
 
@@ -41,6 +41,22 @@ Node *GraphBuilder::truncDiv(Node *a, Node *b) {
   std::vector<SymExpr> shape = broadcastShapes("trunc_div", a->shape(), b->shape());
   return make(OpKind::TruncDiv, {expand(convert(a, t), shape), expand(convert(b, t), shape)}, {},
               TensorType{t, shape, {}});
+}
+
+Node *GraphBuilder::softMarginLoss(Node *x, Node *y, const std::string &reduction) {
+  if (!isFloating(x->dtype()) || y->dtype() != x->dtype())
+    BRAZE_USER_ERROR("soft_margin_loss", name_)
+        << "needs floating-point operands of one dtype, got " << dtypeName(x->dtype()) << " and "
+        << dtypeName(y->dtype());
+  if (!isLossReduction(reduction))
+    BRAZE_USER_ERROR("soft_margin_loss", name_)
+        << "reduction must be \"none\", \"mean\" or \"sum\", got \"" << reduction << "\"";
+  std::vector<SymExpr> shape = broadcastShapes("soft_margin_loss", x->shape(), y->shape());
+  AttrMap attrs;
+  attrs.set("reduction", reduction);
+  std::vector<SymExpr> result = reduction == "none" ? shape : std::vector<SymExpr>{};
+  return make(OpKind::SoftMarginLoss, {expand(x, shape), expand(y, shape)}, std::move(attrs),
+              TensorType{x->dtype(), result, {}});
 }
 
 Node *GraphBuilder::roundDecimals(Node *x, int64_t decimals) {

@@ -565,6 +565,7 @@ bool GraphVerifier::checkComposite() {
   case OpKind::FMax:
   case OpKind::FMin:
   case OpKind::TruncDiv:
+  case OpKind::SoftMarginLoss:
   case OpKind::RoundDecimals:
   case OpKind::Signbit:
   case OpKind::Ldexp:

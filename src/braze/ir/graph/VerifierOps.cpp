@@ -147,7 +147,8 @@ bool GraphVerifier::checkEmbeddingBag() {
 
 /// cross, fmax, fmin, trunc_div: operands of the result's dtype and shape; cross's and
 /// trunc_div's are numbers, and cross's `dim` is 3 long;
-/// round_decimals: a floating-point operand of the result's type, decimals in range.
+/// round_decimals: a floating-point operand of the result's type, decimals in range;
+/// soft_margin_loss: floating-point operands of one dtype and shape, a known reduction.
 bool GraphVerifier::checkArithmetic() {
   const Node *x = node_->operand(0);
   OpKind op = node_->op();
@@ -163,6 +164,19 @@ bool GraphVerifier::checkArithmetic() {
         return fail("operands must have the result's shape");
     return node_->dtype() == want ? true
                                   : fail("result must be " + std::string(dtypeName(want)));
+  }
+  if (op == OpKind::SoftMarginLoss) {
+    if (!GraphBuilder::isLossReduction(node_->attrs().getString("reduction")))
+      return fail("needs attribute reduction=\"none\", \"mean\" or \"sum\"");
+    const Node *y = node_->operand(1);
+    if (!isFloating(x->dtype()) || y->dtype() != x->dtype() || y->shape() != x->shape())
+      return fail("needs floating-point operands of one dtype and shape");
+    bool none = node_->attrs().getString("reduction") == "none";
+    return node_->dtype() == x->dtype() && node_->rank() == (none ? x->rank() : 0) &&
+                   (!none || node_->shape() == x->shape())
+               ? true
+               : fail("result must be the operands' dtype, their shape for reduction \"none\" "
+                      "and a scalar otherwise");
   }
   if (node_->op() == OpKind::RoundDecimals) {
     int64_t d = node_->attrs().getInt("decimals");

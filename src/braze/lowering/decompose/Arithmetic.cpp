@@ -7,6 +7,8 @@
 ///   trunc_div(a, b) = trunc(a / b) for floating point; for integers floordiv(a, b), plus one
 ///                    where the quotient is inexact (a nonzero remainder) and negative (the
 ///                    operands' signs differ);
+///   soft_margin_loss(x, y) = log1p(exp(-x * y)), each step in x's dtype as eager's kernel
+///                    rounds, then its mean or sum over every dim (reduction "mean", "sum");
 ///   signbit(x)     = copysign(1, x) < 0 for floats (the sign of -0.0 and of NaNs), x < 0
 ///                    otherwise;
 ///   ldexp(x, e)    = x * pow(2, e), 2 and e in e's float dtype (f32 for integers);
@@ -61,6 +63,20 @@ Node *decomposeTruncDiv(GraphBuilder &b, Node *n) {
   Node *fix = b.binary(OpKind::LogicalAnd, inexact, b.binary(OpKind::Ne, xNegative, yNegative));
   Node *up = b.add(q, b.scalar(1, t));
   return b.where(fix, up, q);
+}
+
+Node *decomposeSoftMarginLoss(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0), *y = n->operand(1);
+  Node *product = b.mul(b.unary(OpKind::Neg, x), y);
+  Node *loss = b.unary(OpKind::Log1p, b.unary(OpKind::Exp, product));
+  const std::string &reduction = n->attrs().getString("reduction");
+  if (reduction == "none")
+    return loss;
+  std::vector<int64_t> dims(static_cast<size_t>(loss->rank()));
+  for (size_t d = 0; d < dims.size(); ++d)
+    dims[d] = static_cast<int64_t>(d);
+  return reduction == "mean" ? b.mean(loss, dims, false)
+                             : b.reduce(OpKind::Sum, loss, dims, false);
 }
 
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {

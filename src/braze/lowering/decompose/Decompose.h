@@ -67,6 +67,7 @@ Node *decomposeCross(GraphBuilder &b, Node *n);
 Node *decomposeFMax(GraphBuilder &b, Node *n);
 inline Node *decomposeFMin(GraphBuilder &b, Node *n) { return decomposeFMax(b, n); }
 Node *decomposeTruncDiv(GraphBuilder &b, Node *n);
+Node *decomposeSoftMarginLoss(GraphBuilder &b, Node *n);
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n);
 Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n);
 Node *decomposeFft(GraphBuilder &b, Node *n);

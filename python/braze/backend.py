@@ -24,6 +24,7 @@ from braze import cuda as cuda_support
 from braze import background
 from braze import cudagraphs
 from braze import decompositions
+from braze import devices
 from braze import partition
 from braze.fx_import import Translator
 from braze import support
@@ -440,56 +441,6 @@ def _input_values(gm, t, args=None):
     return [torch.view_as_real(v.resolve_conj()) if v.is_complex() else v for v in vals]
 
 
-def _constants_to_device(gm, device):
-    """Moves the tensors graph `gm` holds as attributes onto the graph's `device`, with the
-    meta values of their get_attr nodes and of the fresh copies Dynamo makes of them: a constant
-    that Dynamo made on the CPU (an index tensor built in the user's function) goes with the
-    graph, as eager's CUDA ops take a CPU index. Returns how many moved."""
-    moved = 0
-    for node in gm.graph.nodes:
-        if node.op != "get_attr":
-            continue
-        value = fetch_attr(gm, node.target)
-        if not isinstance(value, torch.Tensor) or value.device == device:
-            continue
-        if not _read_on(node, device):
-            continue  # a CPU op of a graph that mixes devices reads it: it stays
-        # A real copy, also while AOTAutograd's fake mode is active around the compiler.
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-        with unset_fake_temporarily():
-            on_device = value.to(device)
-            if isinstance(value, torch.nn.Parameter):
-                on_device = torch.nn.Parameter(on_device, requires_grad=value.requires_grad)
-        *path, name = node.target.split(".")
-        owner = gm
-        for part in path:
-            owner = getattr(owner, part)
-        setattr(owner, name, on_device)
-        node.meta["val"] = on_device
-        for user in node.users:
-            if user.target is torch.ops.aten.lift_fresh_copy.default:
-                user.meta["val"] = on_device
-        moved += 1
-    return moved
-
-
-def _read_on(node, device):
-    """Whether every node that reads `node` (through the copies Dynamo makes of a constant)
-    computes on `device`: its results are there, or it has none. A graph output is returned
-    where it is."""
-    for user in node.users:
-        if user.op == "output":
-            return False
-        if user.target is torch.ops.aten.lift_fresh_copy.default:
-            if not _read_on(user, device):
-                return False
-            continue
-        for v in torch.utils._pytree.tree_leaves(user.meta.get("val")):
-            if isinstance(v, torch.Tensor) and v.device != device:
-                return False
-    return True
-
-
 @functools.lru_cache(maxsize=1)
 def _dense_layout(t, val):
     """The strides PyTorch expects for an output, when they are a dense permutation (a
@@ -504,34 +455,6 @@ def _dense_layout(t, val):
     if not dense or val.is_contiguous():
         return []
     return t.shape(val.stride())
-
-
-def _graph_device(gm, example_inputs):
-    """(device, None) for a graph braze can compile: None for the CPU, a torch.device for CUDA;
-    (None, reason) when it cannot. Outputs count too (a graph of factory ops has no inputs). A
-    graph on one CUDA device with some tensors on the CPU is a CUDA graph: its nodes that read
-    or make a CPU tensor run in eager PyTorch (support.node_support refuses them)."""
-    devices = {a.device for a in example_inputs if isinstance(a, torch.Tensor)}
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            for o in torch.utils._pytree.tree_leaves(node.args[0]):
-                val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
-                if isinstance(val, torch.Tensor):
-                    devices.add(val.device)
-    cuda = [d for d in devices if d.type == "cuda"]
-    others = [d for d in devices if d.type not in ("cpu", "cuda")]
-    if others:
-        return None, f"graph on {others[0]}: braze compiles CPU and CUDA graphs"
-    if not cuda:
-        return None, None
-    if len({(d.type, d.index if d.index is not None else torch.cuda.current_device())
-            for d in cuda}) > 1:
-        return None, f"graph mixes CUDA devices {sorted(map(str, cuda))}"
-    why = cuda_support.unavailable_reason(cuda[0])
-    if why:
-        return None, f"graph on {cuda[0]}: {why}"
-    dev = cuda[0]
-    return torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device()), None
 
 
 def _plain_inference():
@@ -602,13 +525,13 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
                                check, launches)
 
-    device, why = _graph_device(gm, example_inputs)
+    device, why = devices.graph_device(gm, example_inputs)
     if why:
         _count_fallback_graph()
         _log_fallback(why)
         return make_boxed_func(gm.forward)
     if device is not None:
-        _constants_to_device(gm, device)
+        devices.constants_to_device(gm, device)
     unsupported = {}
     support_start = time.perf_counter()
     for node in gm.graph.nodes:

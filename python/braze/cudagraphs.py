@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from braze import _C
+from braze import devices
 
 # Per compiled callable: one whose outputs the caller holds, one to replay, and room for large
 # inputs at a second address (double buffering).
@@ -58,10 +59,10 @@ def why_not(gm, example_inputs, device):
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
             return f"{node.name} ({node.target}) mutates a tensor in place"
-        for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
-            if isinstance(v, torch.Tensor) and v.device.type != "cuda":
+        for d in devices.tensor_devices(node):
+            if d.type != "cuda":
                 # A replay would not run it: its result would be the captured call's.
-                return f"{node.name} makes a tensor on {v.device}"
+                return f"{node.name} makes a tensor on {d}"
     return None
 
 

@@ -8,6 +8,7 @@ import torch
 
 from braze import _C
 from braze import cpu as cpu_support
+from braze import devices
 from braze.fx_import import Translator
 from braze.registry import Unsupported, supported_targets
 
@@ -57,9 +58,9 @@ def node_support(node, device=None):
         return False, f"no braze rule for {node.target}"
     if device is not None:
         for n in [node, *node.all_input_nodes]:
-            for v in torch.utils._pytree.tree_leaves(n.meta.get("val")):
-                if isinstance(v, torch.Tensor) and v.device != device:
-                    return False, f"{n.name} is on {v.device} in a graph on {device}"
+            for d in devices.tensor_devices(n):
+                if d != device:
+                    return False, f"{n.name} is on {d} in a graph on {device}"
     key = _key(node)
     if key is not None and (key, device) in _cache:
         return _cache[key, device]

@@ -307,10 +307,10 @@ def test_cpu_constants_move_with_the_graph_to_its_device():
     meta = torch.device("meta")
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     with FakeTensorMode():  # as AOTAutograd calls the compiler: the copy must still be real
-        assert braze.backend._constants_to_device(gm, meta) == 1
+        assert braze.devices.constants_to_device(gm, meta) == 1
     assert gm.consts.index.device == meta and not isinstance(gm.consts.index, FakeTensor)
     assert const.meta["val"].device == meta and copy.meta["val"].device == meta
-    assert braze.backend._constants_to_device(gm, meta) == 0
+    assert braze.devices.constants_to_device(gm, meta) == 0
 
 
 def test_outputs_that_view_an_argument_are_views_of_it():

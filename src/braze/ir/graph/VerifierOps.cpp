@@ -190,11 +190,9 @@ bool GraphVerifier::checkArithmetic() {
   for (const Node *o : node_->operands())
     if (o->dtype() != node_->dtype() || o->shape() != node_->shape())
       return fail("operands must have the result's dtype and shape");
-  if (node_->op() != OpKind::Cross && node_->op() != OpKind::TruncDiv)
-    return true;
-  if (x->dtype() == DType::Bool)
+  if ((op == OpKind::Cross || op == OpKind::TruncDiv) && x->dtype() == DType::Bool)
     return fail("needs numbers, not bools");
-  if (node_->op() == OpKind::TruncDiv)
+  if (op != OpKind::Cross)
     return true;
   if (x->rank() == 0 || !checkDim("dim", x->rank()))
     return x->rank() == 0 ? fail("needs operands of rank 1 or more") : false;

@@ -8,7 +8,7 @@ import torch
 from braze import _C
 
 from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, Unsupported, aten,  # noqa: F401
-                            dtype_name, ew, prims, rule, rule_for, supported_targets)
+                            dtype_name, prims, rule, rule_for, supported_targets)
 
 
 class Translator:
@@ -227,11 +227,7 @@ def _clamp(t, node, x, lo=None, hi=None):
     if node.target == aten.clamp_max.default:
         lo, hi = None, lo
     h = t.arg(x)
-    if lo is not None:
-        h = t.g.elementwise("maximum", [h, t.arg(lo, h)])
-    if hi is not None:
-        h = t.g.elementwise("minimum", [h, t.arg(hi, h)])
-    return h
+    return t.g.clamp(h, None if lo is None else t.arg(lo, h), None if hi is None else t.arg(hi, h))
 
 
 @rule(aten.scalar_tensor.default)
@@ -435,14 +431,10 @@ def _cat(t, node, tensors, dim=0):
 
 @rule(aten.constant_pad_nd.default)
 def _constant_pad(t, node, x, pad, value=0):
-    """Pads (or, for negative amounts, trims) dims from the last (GraphBuilder::pad)."""
-    h = t.arg(x)
-    for i in range(len(pad) // 2):
-        lo, hi = pad[2 * i], pad[2 * i + 1]
-        if not isinstance(lo, int) or not isinstance(hi, int):
-            raise Unsupported("symbolic padding")
-        h = t.g.pad(h, len(t.g.shape(h)) - 1 - i, lo, hi, float(value))
-    return h
+    """Pads (or, for negative amounts, trims) dims from the last (GraphBuilder::constantPad)."""
+    if not all(isinstance(p, int) for p in pad):
+        raise Unsupported("symbolic padding")
+    return t.g.constant_pad(t.arg(x), list(pad), float(value))
 
 
 @rule(aten.mm.default, aten.bmm.default, aten.matmul.default)
@@ -481,15 +473,6 @@ def _randn(t, node, *args, **kwargs):
     return _random(t, node, "normal")
 
 
-@rule(aten.bernoulli.p)
-def _bernoulli(t, node, x, p=0.5, generator=None):
-    if generator is not None:
-        raise Unsupported("bernoulli with an explicit generator")
-    u = _random(t, node, "uniform")
-    keep = t.g.elementwise("lt", [u, t.g.full(float(p), t.g.dtype(u), [])])
-    return t.g.convert(keep, dtype_name(node.meta["val"].dtype))
-
-
 @rule(aten.diagonal.default)
 def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
     return t.g.diagonal(t.arg(x), offset, dim1, dim2)
@@ -497,13 +480,7 @@ def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
 
 @rule(aten.unfold.default)
 def _unfold(t, node, x, dim, size, step):
-    h = t.arg(x)
-    if not t.g.shape(h):
-        # A 0-d tensor unfolds as one element: windows of size 1 (or 0) along a new dim.
-        if size > 1 or dim not in (0, -1):
-            raise Unsupported(f"unfold of a 0-d tensor with size {size}")
-        return t.g.slice(t.g.reshape(h, [t.g.sym_const(1)]), 0, 0, size, 1)
-    return t.g.unfold(h, dim, size, step)
+    return t.g.unfold(t.arg(x), dim, size, step)
 
 
 @rule(aten.copy.default)
@@ -537,13 +514,7 @@ def _rev(t, node, x, dims):
 @rule(prims.iota.default)
 def _iota(t, node, length, *, start, step, dtype, device, requires_grad):
     t.on_device(device, "iota")
-    dt = dtype_name(dtype)
-    h = t.g.iota(dt, [t.sym(length)], 0)
-    if step != 1:
-        h = t.g.elementwise("mul", [h, t.g.full(float(step), dt, [])])
-    if start != 0:
-        h = t.g.elementwise("add", [h, t.g.full(float(start), dt, [])])
-    return h
+    return t.g.arange(dtype_name(dtype), t.sym(length), float(start), float(step))
 
 
 @rule(aten.full_like.default)

@@ -32,11 +32,6 @@ def dtype_name(dt):
     return DTYPES[dt]
 
 
-def ew(t, op, *xs):
-    """The elementwise op `op` of the translator's graph over the handles xs."""
-    return t.g.elementwise(op, list(xs))
-
-
 _REAL_RULES = {}
 _COMPLEX_RULES = {}
 

@@ -28,20 +28,6 @@ def _read_outputs(node):
     return read
 
 
-def _heads_to(t, x, val, heads):
-    """x (of meta value `val`, [.., Hk, S, D]) with its heads repeated in place to `heads`
-    (grouped-query attention: query head h reads key head h // (heads / Hk)); a view."""
-    hk = val.shape[-3]
-    if not isinstance(hk, int) or hk == 0 or heads % hk:
-        raise Unsupported(f"grouped-query attention of {heads} query heads over {hk} key heads")
-    if hk == heads:
-        return x
-    dims = list(val.shape)
-    grouped = dims[:-2] + [heads // hk] + dims[-2:]
-    x = t.g.expand(t.g.unsqueeze(x, len(dims) - 2), t.shape(grouped))
-    return t.g.reshape(x, t.shape(dims[:-3] + [heads] + dims[-2:]))
-
-
 def _scale_of(q, scale):
     """The attention scale: `scale`, or 1/sqrt(head dim) as PyTorch's default."""
     if scale is not None:
@@ -53,16 +39,9 @@ def _scale_of(q, scale):
 
 
 def _operands(t, q, k, v, bias):
-    """The braze values of q, k, v (key and value heads repeated to the query's under
-    grouped-query attention) and of the bias."""
-    qh, kh, vh = t.arg(q), t.arg(k), t.arg(v)
-    heads = q.meta["val"].shape[-3] if q.meta["val"].dim() >= 3 else None
-    if heads is not None and k.meta["val"].shape[-3] != heads:
-        if not isinstance(heads, int):
-            raise Unsupported("grouped-query attention with a symbolic head count")
-        kh = _heads_to(t, kh, k.meta["val"], heads)
-        vh = _heads_to(t, vh, v.meta["val"], heads)
-    return qh, kh, vh, (t.arg(bias) if bias is not None else None)
+    """The braze values of q, k, v and the bias (GraphBuilder::attention repeats the key and
+    value heads of grouped-query attention)."""
+    return t.arg(q), t.arg(k), t.arg(v), (t.arg(bias) if bias is not None else None)
 
 
 def _lse_as(t, lse, q, val):
@@ -158,8 +137,8 @@ def _cpu_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=No
 def attention_backward(t, node, grad_out, q, k, v, out, logsumexp, bias, dropout_p, is_causal,
                        scale, tuple_size=3):
     """The gradients of a fused attention: one attention_grad op per gradient read (of q, k and
-    v; a bias's gradient is not taken). Under grouped-query attention a key head's gradient sums
-    those of the query heads that read it."""
+    v; a bias's gradient is not taken; under grouped-query attention GraphBuilder::attentionGrad
+    sums a key head's gradient over the query heads that read it)."""
     if dropout_p:
         raise Unsupported("attention backward with dropout")
     read = _read_outputs(node)
@@ -170,19 +149,9 @@ def attention_backward(t, node, grad_out, q, k, v, out, logsumexp, bias, dropout
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
     args = (t.arg(grad_out), qh, kh, vh, t.arg(out), _lse_from(t, logsumexp, q), bh, scale,
             bool(is_causal))
-    grads = []
-    for i, (wrt, x) in enumerate(zip("qkv", (q, k, v))):
-        if i not in read:
-            grads.append(None)
-            continue
-        g = t.g.attention_grad(wrt, *args)
-        heads, own = q.meta["val"].shape[-3:-2], x.meta["val"].shape[-3:-2]
-        if heads != own:  # grouped-query attention: [.., Hk, G, S, D] summed over G
-            dims = list(x.meta["val"].shape)
-            grouped = dims[:-2] + [heads[0] // own[0]] + dims[-2:]
-            g = t.g.reduce("sum", t.g.reshape(g, t.shape(grouped)), [len(dims) - 2], False, None)
-        grads.append(g)
-    return tuple(grads) + (None,) * (tuple_size - 3)
+    grads = tuple(t.g.attention_grad(wrt, *args) if i in read else None
+                  for i, wrt in enumerate("qkv"))
+    return grads + (None,) * (tuple_size - 3)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)

@@ -12,7 +12,7 @@ in f64, rounded once; dims longer than GraphBuilder::kMaxDft fall back.
 """
 import torch
 
-from braze.registry import Unsupported, aten, complex_rule, dtype_name, ew, real_rule
+from braze.registry import Unsupported, aten, complex_rule, dtype_name, real_rule
 
 _REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,
             torch.complex128: torch.float64}
@@ -27,17 +27,6 @@ def _real_dtype(val):
     if val.dtype not in _REAL_OF:
         raise Unsupported(f"dtype {val.dtype}")
     return dtype_name(_REAL_OF[val.dtype])
-
-
-def _unpack(t, h):
-    """(re, im) of a pair tensor."""
-    last = len(t.g.shape(h)) - 1
-    return tuple(t.g.squeeze(t.g.slice(h, last, i, i + 1, 1), [last]) for i in (0, 1))
-
-
-def _pack(t, re, im):
-    return t.g.concat([t.g.unsqueeze(re, len(t.g.shape(re))), t.g.unsqueeze(im, len(t.g.shape(im)))],
-                      len(t.g.shape(re)))
 
 
 def _delegate(node, t, *args, **kwargs):
@@ -60,20 +49,13 @@ def _to_copy(t, node, x, dtype=None, **kwargs):
     device = kwargs.get("device")
     if device is not None:
         t.on_device(device, "copy")
-    want = _real_dtype(out)
-    h = t.g.convert(t.arg(x), want)
-    if _is_complex(x):
-        return h
-    return _pack(t, h, t.g.full(0.0, want, t.g.shape(h)))
+    h = t.g.convert(t.arg(x), _real_dtype(out))
+    return h if _is_complex(x) else t.g.complex(h, None)
 
 
 @complex_rule(aten._conj.default, aten._conj_physical.default, aten.conj_physical.default)
 def _conj(t, node, x):
-    h = t.arg(x)
-    if not _is_complex(x):
-        return h
-    re, im = _unpack(t, h)
-    return _pack(t, re, ew(t, "neg", im))
+    return t.g.conj(t.arg(x)) if _is_complex(x) else t.arg(x)
 
 
 @complex_rule(aten.slice.Tensor)
@@ -101,9 +83,7 @@ def _view_as(t, node, x):
 @complex_rule(aten.complex.default)
 def _complex(t, node, re, im):
     want = _real_dtype(node.meta["val"])
-    h_re, h_im = t.g.convert(t.arg(re), want), t.g.convert(t.arg(im), want)
-    shape = [t.sym(d) for d in node.meta["val"].shape]
-    return _pack(t, t.g.expand(h_re, shape), t.g.expand(h_im, shape))
+    return t.g.complex(t.g.convert(t.arg(re), want), t.g.convert(t.arg(im), want))
 
 
 # ---- discrete Fourier transforms ---------------------------------------------------------

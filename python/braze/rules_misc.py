@@ -114,13 +114,7 @@ def _nextafter(t, node, a, b):
 
 @rule(aten.frexp.Tensor)
 def _frexp(t, node, x):
-    h = t.arg(x)
-    if t.g.dtype(h) not in FLOAT_DTYPES:
-        raise Unsupported("frexp of an integer tensor")
-    # A half-precision value's mantissa is exact in its own type, so computing in f32 is exact.
-    mantissa = t.g.elementwise("frexp_mantissa", [h])
-    exponent = t.g.convert(t.g.elementwise("frexp_exponent", [h]), "i32")
-    return (mantissa, exponent)
+    return t.g.frexp(t.arg(x))
 
 
 def _integer_binary(op):
@@ -200,6 +194,17 @@ def _uniform(t, node, x, low=0.0, high=1.0, generator=None):
                               float(low), float(high))
 
 
+@rule(aten.bernoulli.p)
+def _bernoulli(t, node, x, p=0.5, generator=None):
+    if generator is not None:
+        raise Unsupported("bernoulli with an explicit generator")
+    if not isinstance(p, (int, float)):
+        raise Unsupported("bernoulli with a symbolic p")
+    val = _meta(node)
+    return t.g.random_bernoulli(dtype_name(val.dtype), t.shape(val.shape), _seed(t, node),
+                                float(p))
+
+
 @rule(aten.geometric.default)
 def _geometric(t, node, x, p, generator=None):
     val = _meta(node)
@@ -245,10 +250,7 @@ def _bucketize(t, node, values, boundaries, out_int32=False, right=False):
 
 @rule(aten.cummax.default, aten.cummin.default)
 def _cummax(t, node, x, dim):
-    h = t.arg(x)
-    if not node.meta["val"][0].shape:
-        return (h, t.g.full(0.0, "i64", []))
-    return t.g.cum_extreme(h, dim, node.target == aten.cummax.default)
+    return t.g.cum_extreme(t.arg(x), dim, node.target == aten.cummax.default)
 
 
 # Largest exact count of a histogram bin that eager accumulates in half precision.

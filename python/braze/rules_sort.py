@@ -1,5 +1,5 @@
 """Order statistics (sort, argsort, median, nanmedian, mode): each one braze graph op
-(GraphBuilder::argsort, medianIndex, mode; lowered in lowering/decompose/Sort.cpp as
+(GraphBuilder::sort, median, mode; lowered in lowering/decompose/Sort.cpp as
 rank-counting reductions, stable, NaN the largest value). What stays here is PyTorch's side:
 which of its results braze's stable order reproduces.
 
@@ -42,19 +42,11 @@ def _sort(t, node, x, *args, **kwargs):
         stable = False
         dim = args[0] if len(args) > 0 else kwargs.get("dim", -1)
         descending = args[1] if len(args) > 1 else kwargs.get("descending", False)
-    h = t.arg(x)
-    dim, n = _extent(x, dim)
+    _, n = _extent(x, dim)
     if not stable and n > _STABLE_SORT_DIM and _indices_used(node):
         raise Unsupported(f"unstable sort of a dim of {n} elements with its indices used (the "
                           f"order of equal elements is PyTorch's; braze sorts stably)")
-    if not t.g.shape(h) or n <= 1 or x.meta["val"].numel() == 0:
-        return (h, t.g.full(0.0, "i64", t.shape(node.meta["val"][1].shape)))
-    idx = t.g.argsort(h, dim, descending)
-    return (t.g.gather(h, dim, idx), idx)
-
-
-def _keep(t, values, idx, dim, keepdim):
-    return (values, idx) if keepdim else (t.g.squeeze(values, [dim]), t.g.squeeze(idx, [dim]))
+    return t.g.sort(t.arg(x), dim, bool(descending))
 
 
 @rule(aten.median.dim, aten.nanmedian.dim)
@@ -62,29 +54,18 @@ def _median(t, node, x, dim, keepdim=False):
     ignore_nan = node.target == aten.nanmedian.dim
     if ignore_nan and x.meta["val"].dtype.is_floating_point:
         raise Unsupported("nanmedian with indices of a floating-point tensor")
-    h = t.arg(x)
-    if x.meta["val"].dim() == 0:
-        return (h, t.g.full(0.0, "i64", []))
-    dim, _ = _extent(x, dim)
-    idx = t.g.median_index(h, dim, ignore_nan)
-    return _keep(t, t.g.gather(h, dim, idx), idx, dim, keepdim)
+    return t.g.median(t.arg(x), dim, bool(keepdim), ignore_nan)
 
 
 @rule(aten.median.default, aten.nanmedian.default)
 def _median_all(t, node, x):
-    h = t.g.reshape(t.arg(x), [t.g.sym_const(x.meta["val"].numel())])
-    idx = t.g.median_index(h, 0, node.target == aten.nanmedian.default)
-    return t.g.reshape(t.g.gather(h, 0, idx), [])
+    return t.g.median(t.arg(x), None, False, node.target == aten.nanmedian.default)[0]
 
 
 @rule(aten.mode.default)
 def _mode(t, node, x, dim=-1, keepdim=False):
-    h = t.arg(x)
-    if x.meta["val"].dim() == 0:
-        return (h, t.g.full(0.0, "i64", []))
-    dim, n = _extent(x, dim)
+    _, n = _extent(x, dim)
     if n > _STABLE_SORT_DIM:
         raise Unsupported(f"mode along a dim of {n} elements (the index PyTorch picks among equal "
                           f"values follows its unstable sort)")
-    values, idx = t.g.mode(h, dim)
-    return _keep(t, values, idx, dim, keepdim)
+    return t.g.mode(t.arg(x), dim, bool(keepdim))

@@ -1,6 +1,6 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
 // convolution, max, average and adaptive pooling, grid sampling, a scatter reduce, a sort, a
-// Fourier transform), built with GraphBuilder, compiled and run on the CPU, and checked against
+// median, grouped-query attention and its gradient, a Fourier transform), built with GraphBuilder, compiled and run on the CPU, and checked against
 // reference values computed here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
@@ -233,8 +233,8 @@ TEST(OpsApiTest, SortIsStableWithNaNLast) {
     Graph graph;
     GraphBuilder b(graph);
     Node *x = b.input("x", DType::Float32, {b.dim(rows), b.dim(n)});
-    Node *order = b.argsort(x, 1, descending);
-    b.output({b.gather(x, 1, order), order});
+    auto [sorted, order] = b.sort(x, 1, descending);
+    b.output({sorted, order});
     CompileResult r = compile(graph, testOptions());
     std::vector<float> xs(rows * n), values(rows * n);
     for (int64_t i = 0; i < rows * n; ++i)
@@ -259,6 +259,103 @@ TEST(OpsApiTest, SortIsStableWithNaNLast) {
       }
     }
   }
+}
+
+TEST(OpsApiTest, MedianAlongADimAndOverAll) {
+  // The lower median of rows of 8 ints (keepdim off) with its index, and of all 24 elements.
+  const int64_t rows = 3, n = 8;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *x = b.input("x", DType::Int32, {b.dim(rows), b.dim(n)});
+  auto [values, at] = b.median(x, 1, false, false);
+  b.output({values, at, b.median(x, std::nullopt, false, false).first});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<int32_t> xs(rows * n), got(rows), all(1);
+  for (int64_t i = 0; i < rows * n; ++i)
+    xs[i] = static_cast<int32_t>((i * 11 + 5) % 13) - 6;
+  std::vector<int64_t> index(rows);
+  r.executable->runRaw({xs.data()}, {{rows, n}}, {got.data(), index.data(), all.data()});
+  for (int64_t row = 0; row < rows; ++row) {
+    std::vector<int32_t> v(xs.begin() + row * n, xs.begin() + (row + 1) * n);
+    std::vector<int32_t> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(got[row], sorted[(n - 1) / 2]) << "row " << row;
+    EXPECT_EQ(v[index[row]], got[row]) << "row " << row;
+  }
+  std::vector<int32_t> sorted = xs;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(all[0], sorted[(rows * n - 1) / 2]);
+}
+
+TEST(OpsApiTest, GroupedQueryAttentionAndItsKeyGradient) {
+  // 4 query heads over 2 key/value heads (query head h reads key head h / 2), S = 3, D = 2, in
+  // f64: the output and dL/dk for L = sum(out * dout), a key head summing the gradients of the
+  // two query heads that read it.
+  const int64_t h = 4, hk = 2, s = 3, d = 2;
+  const double scale = 0.7;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *q = b.input("q", DType::Float64, {b.dim(1), b.dim(h), b.dim(s), b.dim(d)});
+  Node *k = b.input("k", DType::Float64, {b.dim(1), b.dim(hk), b.dim(s), b.dim(d)});
+  Node *v = b.input("v", DType::Float64, {b.dim(1), b.dim(hk), b.dim(s), b.dim(d)});
+  Node *dout = b.input("dout", DType::Float64, {b.dim(1), b.dim(h), b.dim(s), b.dim(d)});
+  Node *out = b.attention(q, k, v, nullptr, scale, false);
+  Node *lse = b.attentionLse(q, k, nullptr, scale, false);
+  Node *dk = b.attentionGrad("k", dout, q, k, v, out, lse, nullptr, scale, false);
+  b.output({out, dk});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<double> qs(h * s * d), ks(hk * s * d), vs(hk * s * d), ds(h * s * d);
+  for (size_t i = 0; i < qs.size(); ++i) {
+    qs[i] = std::sin(0.37 * static_cast<double>(i) + 0.2);
+    ds[i] = std::cos(0.53 * static_cast<double>(i));
+  }
+  for (size_t i = 0; i < ks.size(); ++i) {
+    ks[i] = std::cos(0.71 * static_cast<double>(i) + 0.4);
+    vs[i] = std::sin(0.29 * static_cast<double>(i) - 0.3);
+  }
+  std::vector<double> got(h * s * d), gotDk(hk * s * d);
+  r.executable->runRaw({qs.data(), ks.data(), vs.data(), ds.data()},
+                       {{1, h, s, d}, {1, hk, s, d}, {1, hk, s, d}, {1, h, s, d}},
+                       {got.data(), gotDk.data()});
+  std::vector<double> wantDk(hk * s * d, 0.0);
+  for (int64_t head = 0; head < h; ++head) {
+    int64_t kh = head / (h / hk);
+    auto at = [&](const std::vector<double> &x, int64_t hh, int64_t i, int64_t j) {
+      return x[(hh * s + i) * d + j];
+    };
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<double> p(s);
+      double norm = 0;
+      for (int64_t j = 0; j < s; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += at(qs, head, i, c) * at(ks, kh, j, c);
+        p[j] = std::exp(scale * dot);
+        norm += p[j];
+      }
+      std::vector<double> o(d, 0.0);
+      for (int64_t j = 0; j < s; ++j) {
+        p[j] /= norm;
+        for (int64_t c = 0; c < d; ++c)
+          o[c] += p[j] * at(vs, kh, j, c);
+      }
+      for (int64_t c = 0; c < d; ++c)
+        EXPECT_NEAR(got[(head * s + i) * d + c], o[c], 1e-12) << "head " << head << " row " << i;
+      // dL/dscores_j = p_j (dout·v_j - dout·o); dL/dk_j += scale * that * q_i.
+      double doutO = 0;
+      for (int64_t c = 0; c < d; ++c)
+        doutO += at(ds, head, i, c) * o[c];
+      for (int64_t j = 0; j < s; ++j) {
+        double doutV = 0;
+        for (int64_t c = 0; c < d; ++c)
+          doutV += at(ds, head, i, c) * at(vs, kh, j, c);
+        for (int64_t c = 0; c < d; ++c)
+          wantDk[(kh * s + j) * d + c] += scale * p[j] * (doutV - doutO) * at(qs, head, i, c);
+      }
+    }
+  }
+  for (size_t i = 0; i < wantDk.size(); ++i)
+    EXPECT_NEAR(gotDk[i], wantDk[i], 1e-12) << "at " << i;
 }
 
 TEST(OpsApiTest, OneSidedRealFourierTransformAndItsInverse) {

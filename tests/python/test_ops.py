@@ -247,10 +247,14 @@ def test_half_constants_are_rounded_like_eager():
 def test_rank0_diagnostic_names_the_op():
     g = braze._C.Graph()
     x = g.input("x", "f32", [], [])
+    g.set_name("argsort_1")
+    with pytest.raises(braze.CompileError,
+                       match=r"argsort \(node 'argsort_1'\): needs a tensor with at least one dim, got rank 0"):
+        g.argsort(x, 0, False)
     g.set_name("unfold_1")
     with pytest.raises(braze.CompileError,
-                       match=r"unfold \(node 'unfold_1'\): needs a tensor with at least one dim, got rank 0"):
-        g.unfold(x, 0, 1, 1)
+                       match=r"unfold \(node 'unfold_1'\): of a scalar takes dim 0 or -1, size 0 or 1"):
+        g.unfold(x, 0, 2, 1)
 
 
 def test_unfold_of_a_scalar():

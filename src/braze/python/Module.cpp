@@ -236,6 +236,10 @@ NB_MODULE(_C, m) {
       .def("iota", [](PyGraph &g, const std::string &dt, const std::vector<int> &shape, int64_t dim) {
         return g.node(g.builder().iota(dtypeFromName(dt), g.shape(shape), dim));
       })
+      .def("arange", [](PyGraph &g, const std::string &dt, int length, double start,
+                        double step) {
+        return g.node(g.builder().arange(dtypeFromName(dt), g.symAt(length), start, step));
+      })
       .def("elementwise", [](PyGraph &g, const std::string &op, const std::vector<int> &xs) {
         std::vector<Node *> ns;
         for (int h : xs)
@@ -264,6 +268,9 @@ NB_MODULE(_C, m) {
       })
       .def("pad", [](PyGraph &g, int x, int64_t dim, int64_t lo, int64_t hi, double value) {
         return g.node(g.builder().pad(g.at(x), dim, lo, hi, value));
+      })
+      .def("constant_pad", [](PyGraph &g, int x, IntList pads, double value) {
+        return g.node(g.builder().constantPad(g.at(x), pads, value));
       })
       .def("select", [](PyGraph &g, int x, int64_t dim, int64_t i) { return g.node(g.builder().select(g.at(x), dim, i)); })
       .def("unsqueeze", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().unsqueeze(g.at(x), d)); })
@@ -304,6 +311,14 @@ NB_MODULE(_C, m) {
       .def("soft_margin_loss", [](PyGraph &g, int x, int y, const std::string &reduction) {
         return g.node(g.builder().softMarginLoss(g.at(x), g.at(y), reduction));
       })
+      .def("frexp", [](PyGraph &g, int x) {
+        auto [m, e] = g.builder().frexp(g.at(x));
+        return std::make_pair(g.node(m), g.node(e));
+      })
+      .def("clamp", [](PyGraph &g, int x, std::optional<int> lo, std::optional<int> hi) {
+        return g.node(g.builder().clamp(g.at(x), lo ? g.at(*lo) : nullptr,
+                                        hi ? g.at(*hi) : nullptr));
+      })
       .def("trunc_div", [](PyGraph &g, int a, int b) {
         return g.node(g.builder().truncDiv(g.at(a), g.at(b)));
       })
@@ -325,14 +340,27 @@ NB_MODULE(_C, m) {
                      bool flag, int64_t lastSize) {
         return g.node(g.builder().fft(g.at(x), mode, dims, norm, flag, lastSize));
       })
+      .def("complex", [](PyGraph &g, int re, std::optional<int> im) {
+        return g.node(g.builder().complex(g.at(re), im ? g.at(*im) : nullptr));
+      })
+      .def("conj", [](PyGraph &g, int x) { return g.node(g.builder().conj(g.at(x))); })
       .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
         return g.node(g.builder().argsort(g.at(x), dim, descending));
       })
       .def("median_index", [](PyGraph &g, int x, int64_t dim, bool ignoreNan) {
         return g.node(g.builder().medianIndex(g.at(x), dim, ignoreNan));
       })
-      .def("mode", [](PyGraph &g, int x, int64_t dim) {
-        auto [v, i] = g.builder().mode(g.at(x), dim);
+      .def("mode", [](PyGraph &g, int x, int64_t dim, bool keepdim) {
+        auto [v, i] = g.builder().mode(g.at(x), dim, keepdim);
+        return std::make_pair(g.node(v), g.node(i));
+      })
+      .def("sort", [](PyGraph &g, int x, int64_t dim, bool descending) {
+        auto [v, i] = g.builder().sort(g.at(x), dim, descending);
+        return std::make_pair(g.node(v), g.node(i));
+      })
+      .def("median", [](PyGraph &g, int x, std::optional<int64_t> dim, bool keepdim,
+                        bool ignoreNan) {
+        auto [v, i] = g.builder().median(g.at(x), dim, keepdim, ignoreNan);
         return std::make_pair(g.node(v), g.node(i));
       })
       .def("conv_transpose", [](PyGraph &g, int x, int w, std::optional<int> b, IntList stride,
@@ -428,6 +456,11 @@ NB_MODULE(_C, m) {
       .def("random_geometric", [](PyGraph &g, const std::string &dt,
                                   const std::vector<int> &shape, int seed, double p) {
         return g.node(g.builder().randomGeometric(dtypeFromName(dt), g.shape(shape), g.at(seed),
+                                                  p));
+      })
+      .def("random_bernoulli", [](PyGraph &g, const std::string &dt,
+                                  const std::vector<int> &shape, int seed, double p) {
+        return g.node(g.builder().randomBernoulli(dtypeFromName(dt), g.shape(shape), g.at(seed),
                                                   p));
       })
       .def("avg_pool", [](PyGraph &g, int x, int64_t spatial, IntList k, IntList s, IntList p,

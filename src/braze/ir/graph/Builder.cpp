@@ -96,6 +96,15 @@ Node *GraphBuilder::iota(DType dtype, std::vector<SymExpr> shape, int64_t dim) {
   return make(OpKind::Iota, {}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
+Node *GraphBuilder::arange(DType dtype, SymExpr length, double start, double step) {
+  Node *h = iota(dtype, {length}, 0);
+  if (step != 1)
+    h = mul(h, scalar(step, dtype));
+  if (start != 0)
+    h = add(h, scalar(start, dtype));
+  return h;
+}
+
 Node *GraphBuilder::numel(Node *x, std::vector<int64_t> ds, DType dtype) {
   if (ds.empty())
     for (int64_t i = 0; i < x->rank(); ++i)

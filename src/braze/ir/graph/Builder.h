@@ -35,6 +35,8 @@ public:
   Node *scalar(double value, DType dtype) { return full(value, dtype, {}); }
   /// Tensor whose element is its index along `dim`.
   Node *iota(DType dtype, std::vector<SymExpr> shape, int64_t dim);
+  /// [length] of start + i * step in `dtype` (each operation rounded in it, as prims.iota).
+  Node *arange(DType dtype, SymExpr length, double start, double step);
 
   /// Rank-0 tensor of `dtype` holding the number of elements of x over `dims` (all if empty).
   Node *numel(Node *x, std::vector<int64_t> dims, DType dtype);
@@ -74,9 +76,13 @@ public:
   Node *matmul(Node *a, Node *b);
   /// Sliding windows along `dim` (a view): dim becomes the window count
   /// (n - dilation*(size-1) - 1) / step + 1 and a new last dim of `size` indexes the window.
+  /// A scalar (dim 0 or -1) unfolds as one element: [1] for size 1, [0] for size 0.
   Node *unfold(Node *x, int64_t dim, int64_t size, int64_t step, int64_t dilation);
   /// Pads `dim` with `lo` / `hi` copies of `value` (negative amounts trim).
   Node *pad(Node *x, int64_t dim, int64_t lo, int64_t hi, double value);
+  /// Pads (or trims) x's trailing dims as torch.nn.functional.pad's constant mode: `pads` holds
+  /// (low, high) for the last dim, then for the one before it, and so on.
+  Node *constantPad(Node *x, IntList pads, double value);
   /// N-d convolution (1-d, 2-d or 3-d spatial), x [N, C, *spatial], w [O, C/groups, *kernel].
   Node *convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                     IntList dilation, int64_t groups);
@@ -95,7 +101,10 @@ public:
     return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + outputPadding + 1;
   }
   /// Scaled dot-product attention: softmax(scale * q·kᵀ + bias, masked causally) · v over
-  /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. `bias` (or
+  /// q [B.., Sq, D], k [B.., Sk, D], v [B.., Sk, Dv] -> [B.., Sq, Dv] in q's dtype. Under
+  /// grouped-query attention k and v have fewer heads (dim -3) than q, a static divisor of q's:
+  /// query head h reads key head h / (H / Hk) (here and in attentionLse and attentionGrad,
+  /// whose k and v gradients sum over the query heads that read each key head). `bias` (or
   /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask
   /// (false: -inf). `causal` keeps key j for query i when j <= i (top-left aligned, as
   /// PyTorch's is_causal). A row whose every key is masked is 0 when `safe` (PyTorch's attention
@@ -172,6 +181,12 @@ public:
   /// The larger (`max`) or smaller of a and b (dtypes promoted, shapes broadcast), taking the
   /// other operand where one is NaN (fmax / fmin; maximum / minimum propagate NaN).
   Node *fmax(Node *a, Node *b, bool max);
+  /// x (floating point) as mantissa * 2^exponent: the mantissa in x's dtype, 0.5 <= |m| < 1
+  /// (0, inf and NaN as they are), and the exponent as i32 (torch.frexp).
+  std::pair<Node *, Node *> frexp(Node *x);
+  /// x bounded below by lo and above by hi (either nullptr: unbounded on that side; dtypes
+  /// promoted, shapes broadcast), NaN propagated, hi winning where lo > hi (torch.clamp).
+  Node *clamp(Node *x, Node *lo, Node *hi);
   /// a / b rounded toward zero (dtypes promoted, shapes broadcast; numbers, not bools), as
   /// torch.div(..., rounding_mode="trunc"): floating point truncates the true quotient,
   /// integers are exact.
@@ -238,6 +253,11 @@ public:
   Node *fft(Node *x, const std::string &mode, IntList dims, int64_t normalization, bool flag,
             int64_t lastSize);
   static constexpr int64_t kMaxDft = 4096;
+  /// The complex value re + i·im held as pairs ([.., 2]: real, imaginary, as fft's), of re's
+  /// and im's floating-point dtype (promoted) and broadcast shape; im nullptr: zeros.
+  Node *complex(Node *re, Node *im);
+  /// The complex conjugate of pairs x [.., 2] (the imaginary parts negated).
+  Node *conj(Node *x);
   /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
   /// values keep their order; NaN is the largest value.
   Node *argsort(Node *x, int64_t dim, bool descending);
@@ -247,7 +267,17 @@ public:
   Node *medianIndex(Node *x, int64_t dim, bool ignoreNan);
   /// The most frequent value along `dim` of an integer or bool x (the smallest of equally
   /// frequent ones) and its last index, both with `dim` kept as 1.
-  std::pair<Node *, Node *> mode(Node *x, int64_t dim);
+  /// A scalar is its own mode (index 0); without `keepdim` the dim is removed.
+  std::pair<Node *, Node *> mode(Node *x, int64_t dim, bool keepdim = true);
+  /// x sorted along `dim` (ascending, or `descending`; stably, NaN the largest value) and the
+  /// indices that sort it (argsort). A scalar, a dim of at most one element and an empty tensor
+  /// are their own sort, with indices 0.
+  std::pair<Node *, Node *> sort(Node *x, int64_t dim, bool descending);
+  /// The lower median along `dim` (medianIndex's element) and its index, with `dim` kept as 1
+  /// or, without `keepdim`, removed. With no dim: the median of all of x's elements, a scalar,
+  /// and its row-major position. A scalar is its own median (index 0).
+  std::pair<Node *, Node *> median(Node *x, std::optional<int64_t> dim, bool keepdim,
+                                   bool ignoreNan);
   /// Sorts are quadratic in the sorted length: static sizes, at most kMaxSortDim long and
   /// kMaxSortWork comparisons. The reason a shape is past that ("" if none).
   static constexpr int64_t kMaxSortDim = 16384, kMaxSortWork = int64_t(1) << 28;
@@ -286,13 +316,15 @@ public:
   /// Draws of PyTorch's distributions (random_draw nodes), as eager defines them, from
   /// braze's streams: uniform in [low, high) (float dtypes; half precision computes in f32),
   /// normal with tensor `mean` and `std` (broadcast to `shape`), an integer in [low, high)
-  /// (any numeric dtype; 48 random bits from two streams; |low|, |high| <= 2^53), and
-  /// geometric(p) (trials up to the first success, 0 < p < 1; computed in f64).
+  /// (any numeric dtype; 48 random bits from two streams; |low|, |high| <= 2^53),
+  /// geometric(p) (trials up to the first success, 0 < p < 1; computed in f64) and
+  /// bernoulli(p) (1 with probability p, else 0, in any dtype; 0 <= p <= 1).
   Node *randomUniform(DType dtype, std::vector<SymExpr> shape, Node *seed, double low, double high);
   Node *randomNormal(DType dtype, std::vector<SymExpr> shape, Node *seed, Node *mean, Node *std);
   Node *randomInteger(DType dtype, std::vector<SymExpr> shape, Node *seed, int64_t low,
                       int64_t high);
   Node *randomGeometric(DType dtype, std::vector<SymExpr> shape, Node *seed, double p);
+  Node *randomBernoulli(DType dtype, std::vector<SymExpr> shape, Node *seed, double p);
   /// Why a random_draw node's operands and attributes are not taken ("" if they are).
   static std::string randomDrawError(const TensorType &type,
                                      const std::vector<const Node *> &operands,
@@ -426,6 +458,10 @@ private:
   /// An attention bias checked to broadcast to the scores [B.., Sq, Sk], a bool mask made
   /// additive (false: -inf), in q's dtype.
   Node *attentionBias(const char *op, Node *bias, Node *q, Node *k);
+  /// Key or value x [B.., Hk, S, D] with its heads repeated to q's H (grouped-query attention:
+  /// query head h reads key head h / (H / Hk)), a view; x as it is when the head counts match
+  /// or q has rank below 3. Hk must divide H, both static.
+  Node *repeatHeads(const char *op, Node *x, Node *q);
   Graph &g_;
   std::string name_;
   int64_t nextRandomStream_ = 0;

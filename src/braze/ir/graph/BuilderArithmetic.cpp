@@ -34,6 +34,23 @@ Node *GraphBuilder::fmax(Node *a, Node *b, bool max) {
               TensorType{t, shape, {}});
 }
 
+Node *GraphBuilder::clamp(Node *x, Node *lo, Node *hi) {
+  if (lo)
+    x = binary(OpKind::Maximum, x, lo);
+  if (hi)
+    x = binary(OpKind::Minimum, x, hi);
+  return x;
+}
+
+std::pair<Node *, Node *> GraphBuilder::frexp(Node *x) {
+  if (!isFloating(x->dtype()))
+    BRAZE_USER_ERROR("frexp", name_) << "needs a floating-point operand, got "
+                                     << dtypeName(x->dtype());
+  Node *mantissa = unary(OpKind::FrexpMantissa, x);
+  Node *exponent = unary(OpKind::FrexpExponent, x);
+  return {mantissa, convert(exponent, DType::Int32)};
+}
+
 Node *GraphBuilder::truncDiv(Node *a, Node *b) {
   DType t = promoteTypes(a->dtype(), b->dtype());
   if (t == DType::Bool)

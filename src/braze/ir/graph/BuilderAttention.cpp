@@ -51,6 +51,24 @@ std::vector<SymExpr> scoresShape(Node *q, Node *k) {
 
 } // namespace
 
+Node *GraphBuilder::repeatHeads(const char *op, Node *x, Node *q) {
+  int64_t r = q->rank();
+  if (r < 3 || x->rank() != r || x->shape()[r - 3] == q->shape()[r - 3])
+    return x;
+  SymExpr heads = q->shape()[r - 3], own = x->shape()[r - 3];
+  if (!heads->isConst() || !own->isConst() || own->value() == 0 ||
+      heads->value() % own->value() != 0)
+    BRAZE_USER_ERROR(op, name_) << "key and value heads (" << sym::toString(own)
+                                << ") must be a static divisor of the query's ("
+                                << sym::toString(heads) << "), got key "
+                                << shapeText(x->shape()) << " for query " << shapeText(q->shape());
+  std::vector<SymExpr> grouped = x->shape();
+  grouped.insert(grouped.end() - 2, dim(heads->value() / own->value()));
+  std::vector<SymExpr> repeated = x->shape();
+  repeated[r - 3] = heads;
+  return reshape(expand(unsqueeze(x, r - 2), grouped), repeated);
+}
+
 Node *GraphBuilder::attentionBias(const char *op, Node *bias, Node *q, Node *k) {
   std::vector<SymExpr> scores = scoresShape(q, k);
   int64_t r = q->rank();
@@ -74,6 +92,8 @@ Node *GraphBuilder::attentionBias(const char *op, Node *bias, Node *q, Node *k) 
 Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
                               bool safe) {
   const char *op = "attention";
+  k = repeatHeads(op, k, q);
+  v = repeatHeads(op, v, q);
   checkOperands(op, name_, q, k, v);
   if (!std::isfinite(scale))
     BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
@@ -93,6 +113,7 @@ Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scal
 
 Node *GraphBuilder::attentionLse(Node *q, Node *k, Node *bias, double scale, bool causal) {
   const char *op = "attention_lse";
+  k = repeatHeads(op, k, q);
   checkOperands(op, name_, q, k, nullptr);
   if (!std::isfinite(scale))
     BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
@@ -111,6 +132,9 @@ Node *GraphBuilder::attentionLse(Node *q, Node *k, Node *bias, double scale, boo
 Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v,
                                   Node *out, Node *lse, Node *bias, double scale, bool causal) {
   const char *op = "attention_grad";
+  Node *own = wrt == "k" ? k : v; // the operand whose gradient a grouped head sums
+  k = repeatHeads(op, k, q);
+  v = repeatHeads(op, v, q);
   checkOperands(op, name_, q, k, v);
   if (wrt != "q" && wrt != "k" && wrt != "v")
     BRAZE_USER_ERROR(op, name_) << "wrt must be \"q\", \"k\" or \"v\", got \"" << wrt << "\"";
@@ -138,8 +162,15 @@ Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, N
   attrs.set("scale", scale);
   attrs.set("causal", causal);
   attrs.set("bias", bias != nullptr);
-  return make(OpKind::AttentionGrad, ops, std::move(attrs),
-              TensorType{q->dtype(), like->shape(), {}});
+  Node *grad = make(OpKind::AttentionGrad, ops, std::move(attrs),
+                    TensorType{q->dtype(), like->shape(), {}});
+  if (wrt == "q" || own->shape() == like->shape())
+    return grad;
+  // Grouped-query attention: [.., H, S, D] as [.., Hk, H / Hk, S, D], summed over the group.
+  std::vector<SymExpr> grouped = own->shape();
+  grouped.insert(grouped.end() - 2, dim(like->shape()[r - 3]->value() /
+                                        own->shape()[r - 3]->value()));
+  return reduce(OpKind::Sum, reshape(grad, grouped), {r - 2}, false);
 }
 
 } // namespace braze

@@ -1,6 +1,7 @@
-// GraphBuilder: pairwise distances (cdist, pdist) and Fourier transforms (fft), composite ops
-// that lowering/decompose turns into broadcast differences and reductions, cdist's
-// matrix-product form, and products with twiddle matrices.
+// GraphBuilder: pairwise distances (cdist, pdist), Fourier transforms (fft) and complex values
+// as pairs (complex, conj), composite ops that lowering/decompose turns into broadcast
+// differences and reductions, cdist's matrix-product form, products with twiddle matrices,
+// and concatenated parts.
 #include "braze/ir/graph/Builder.h"
 
 #include "braze/support/Diagnostic.h"
@@ -103,6 +104,28 @@ Node *GraphBuilder::fft(Node *x, const std::string &mode, IntList dims, int64_t 
   attrs.set("flag", flag);
   attrs.set("last_size", lastSize);
   return make(OpKind::Fft, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
+Node *GraphBuilder::complex(Node *re, Node *im) {
+  if (!im)
+    im = scalar(0, re->dtype());
+  DType t = promoteTypes(re->dtype(), im->dtype());
+  if (!isFloating(t))
+    BRAZE_USER_ERROR("complex", name_) << "needs floating-point parts, got "
+                                       << dtypeName(re->dtype()) << " and "
+                                       << dtypeName(im->dtype());
+  std::vector<SymExpr> shape = broadcastShapes("complex", re->shape(), im->shape());
+  std::vector<SymExpr> pairs = shape;
+  pairs.push_back(dim(2));
+  return make(OpKind::Complex, {expand(convert(re, t), shape), expand(convert(im, t), shape)}, {},
+              TensorType{t, pairs, {}});
+}
+
+Node *GraphBuilder::conj(Node *x) {
+  if (!isFloating(x->dtype()) || x->rank() == 0 || !x->shape().back()->isConst(2))
+    BRAZE_USER_ERROR("conj", name_) << "needs floating-point pairs [.., 2], got "
+                                    << dtypeName(x->dtype()) << shapeText(x->shape());
+  return make(OpKind::Conj, {x}, {}, TensorType{x->dtype(), x->shape(), {}});
 }
 
 } // namespace braze

@@ -27,6 +27,14 @@ IntList perDim(const IntList &l, size_t n, int64_t fill) {
 } // namespace
 
 Node *GraphBuilder::unfold(Node *x, int64_t d, int64_t size, int64_t step, int64_t dilation) {
+  if (x->rank() == 0) {
+    // A scalar unfolds as one element: a window of size 1 (or 0) along a new dim.
+    if ((d != 0 && d != -1) || size < 0 || size > 1 || step <= 0)
+      BRAZE_USER_ERROR("unfold", name_) << "of a scalar takes dim 0 or -1, size 0 or 1 and a "
+                                           "positive step, got dim "
+                                        << d << ", size " << size << ", step " << step;
+    return slice(reshape(x, {dim(1)}), 0, 0, size, 1);
+  }
   d = normalizeSizedDim("unfold", d, x->rank());
   if (size <= 0 || step <= 0 || dilation <= 0)
     BRAZE_USER_ERROR("unfold", name_) << "size, step and dilation must be positive, got "
@@ -87,6 +95,16 @@ Node *GraphBuilder::pad(Node *x, int64_t d, int64_t lo, int64_t hi, double value
   if (hi > 0)
     parts.push_back(filler(hi));
   return parts.size() == 1 ? x : concat(parts, d);
+}
+
+Node *GraphBuilder::constantPad(Node *x, IntList pads, double value) {
+  if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size() / 2) > x->rank())
+    BRAZE_USER_ERROR("constant_pad", name_)
+        << "needs a (low, high) pair per padded dim, at most " << x->rank() << " dims, got "
+        << listText(pads);
+  for (size_t i = 0; i < pads.size() / 2; ++i)
+    x = pad(x, x->rank() - 1 - static_cast<int64_t>(i), pads[2 * i], pads[2 * i + 1], value);
+  return x;
 }
 
 Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
@@ -476,7 +494,11 @@ std::string GraphBuilder::randomDrawError(const TensorType &type,
   if (dist == "geometric")
     return a.has("p") && a.getFloat("p") > 0 && a.getFloat("p") < 1 ? ""
                                                                       : "needs 0 < p < 1";
-  return "distribution must be uniform, normal, integer or geometric, got '" + dist + "'";
+  if (dist == "bernoulli")
+    return a.has("p") && a.getFloat("p") >= 0 && a.getFloat("p") <= 1 ? ""
+                                                                        : "needs 0 <= p <= 1";
+  return "distribution must be uniform, normal, integer, geometric or bernoulli, got '" + dist +
+         "'";
 }
 
 Node *GraphBuilder::randomDraw(std::vector<Node *> operands, AttrMap attrs, TensorType type) {
@@ -522,6 +544,15 @@ Node *GraphBuilder::randomGeometric(DType dtype, std::vector<SymExpr> shape, Nod
                                     double p) {
   AttrMap attrs;
   attrs.set("distribution", std::string("geometric"));
+  attrs.set("stream", nextRandomStream_++);
+  attrs.set("p", p);
+  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+}
+
+Node *GraphBuilder::randomBernoulli(DType dtype, std::vector<SymExpr> shape, Node *seed,
+                                    double p) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string("bernoulli"));
   attrs.set("stream", nextRandomStream_++);
   attrs.set("p", p);
   return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});

@@ -38,6 +38,8 @@ Node *GraphBuilder::scan(OpKind op, Node *x, int64_t d, std::optional<DType> dty
 
 std::pair<Node *, Node *> GraphBuilder::cumExtreme(Node *x, int64_t d, bool max) {
   const char *op = max ? "cummax" : "cummin";
+  if (x->rank() == 0 && (d == 0 || d == -1))
+    return {x, full(0, DType::Int64, {})};
   d = normalizeSizedDim(op, d, x->rank());
   std::string err = scanLimitError(x->shape(), d);
   if (!err.empty())

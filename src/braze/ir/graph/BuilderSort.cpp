@@ -1,9 +1,11 @@
-// GraphBuilder: order statistics (argsort, the median's index, mode), composite ops that
-// lowering/decompose/Sort.cpp turns into rank-counting reductions. Their work is quadratic in
-// the sorted length, so sizes are static and bounded (sortLimitError).
+// GraphBuilder: order statistics (sort, argsort, the median and its index, mode), composite
+// ops that lowering/decompose/Sort.cpp turns into rank-counting reductions. Their work is
+// quadratic in the sorted length, so sizes are static and bounded (sortLimitError).
 #include "braze/ir/graph/Builder.h"
 
 #include "braze/support/Diagnostic.h"
+
+#include <algorithm>
 
 namespace braze {
 
@@ -50,7 +52,9 @@ Node *GraphBuilder::medianIndex(Node *x, int64_t dim, bool ignoreNan) {
   return make(OpKind::MedianIndex, {x}, std::move(attrs), TensorType{DType::Int64, shape, {}});
 }
 
-std::pair<Node *, Node *> GraphBuilder::mode(Node *x, int64_t dim) {
+std::pair<Node *, Node *> GraphBuilder::mode(Node *x, int64_t dim, bool keepdim) {
+  if (x->rank() == 0)
+    return {x, full(0, DType::Int64, {})};
   dim = sortedDim("mode", x, dim);
   if (isFloating(x->dtype()))
     BRAZE_USER_ERROR("mode", name_) << "takes integers and bools, got " << dtypeName(x->dtype());
@@ -62,7 +66,48 @@ std::pair<Node *, Node *> GraphBuilder::mode(Node *x, int64_t dim) {
   attrs.set("dim", dim);
   Node *values = make(OpKind::Mode, {x}, attrs, TensorType{x->dtype(), shape, {}});
   Node *indices = make(OpKind::ModeIndex, {x}, attrs, TensorType{DType::Int64, shape, {}});
+  if (!keepdim)
+    return {squeeze(values, {dim}), squeeze(indices, {dim})};
   return {values, indices};
+}
+
+std::pair<Node *, Node *> GraphBuilder::sort(Node *x, int64_t dim, bool descending) {
+  if (x->rank() == 0)
+    return {x, full(0, DType::Int64, {})};
+  dim = normalizeSizedDim("sort", dim, x->rank());
+  bool empty = std::any_of(x->shape().begin(), x->shape().end(),
+                           [](SymExpr d) { return d->isConst(0); });
+  SymExpr n = x->shape()[dim];
+  if (empty || (n->isConst() && n->value() <= 1))
+    return {x, full(0, DType::Int64, x->shape())};
+  Node *indices = argsort(x, dim, descending);
+  AttrMap attrs;
+  attrs.set("dim", dim);
+  attrs.set("descending", descending);
+  return {make(OpKind::Sort, {x}, std::move(attrs), TensorType{x->dtype(), x->shape(), {}}),
+          indices};
+}
+
+std::pair<Node *, Node *> GraphBuilder::median(Node *x, std::optional<int64_t> dim,
+                                               bool keepdim, bool ignoreNan) {
+  if (x->rank() == 0)
+    return {x, full(0, DType::Int64, {})};
+  if (!dim) {
+    SymExpr numel = this->dim(1);
+    for (SymExpr d : x->shape())
+      numel = g_.sym().mul(numel, d);
+    return median(reshape(x, {numel}), 0, false, ignoreNan);
+  }
+  Node *index = medianIndex(x, *dim, ignoreNan);
+  int64_t d = index->attrs().getInt("dim");
+  AttrMap attrs;
+  attrs.set("dim", d);
+  attrs.set("ignore_nan", ignoreNan);
+  Node *values = make(OpKind::Median, {x}, std::move(attrs),
+                      TensorType{x->dtype(), index->shape(), {}});
+  if (!keepdim)
+    return {squeeze(values, {d}), squeeze(index, {d})};
+  return {values, index};
 }
 
 } // namespace braze

@@ -450,6 +450,8 @@ bool GraphVerifier::checkComposite() {
   case OpKind::Var:
     return checkReduction(true);
   case OpKind::Argsort:
+  case OpKind::Sort:
+  case OpKind::Median:
   case OpKind::MedianIndex:
   case OpKind::Mode:
   case OpKind::ModeIndex:
@@ -457,6 +459,22 @@ bool GraphVerifier::checkComposite() {
   case OpKind::Cdist:
   case OpKind::Pdist:
     return checkDistances();
+  case OpKind::Complex: {
+    const Node *re = node_->operand(0), *im = node_->operand(1);
+    std::vector<SymExpr> want = re->shape();
+    want.push_back(ctx_.constant(2));
+    if (!isFloating(re->dtype()) || im->dtype() != re->dtype() || im->shape() != re->shape())
+      return fail("parts must share one floating-point dtype and shape");
+    return node_->dtype() == re->dtype() && node_->shape() == want
+               ? true : fail("result must be " + std::string(dtypeName(re->dtype())) + shapeText(want));
+  }
+  case OpKind::Conj: {
+    const Node *x = node_->operand(0);
+    if (!isFloating(x->dtype()) || x->rank() == 0 || !x->shape().back()->isConst(2))
+      return fail("needs floating-point pairs [.., 2]");
+    return node_->dtype() == x->dtype() && node_->shape() == x->shape()
+               ? true : fail("result must have the operand's dtype and shape");
+  }
   case OpKind::Fft: {
     std::vector<SymExpr> want;
     std::string err = fftShape(a.getString("mode"), node_->operand(0)->shape(),

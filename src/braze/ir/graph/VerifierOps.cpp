@@ -7,8 +7,9 @@
 namespace braze::detail {
 
 /// The sort family: a sorted dim of an operand of rank 1 or more within the sort limits;
-/// argsort gives i64 of the operand's shape, median_index and mode's results keep the dim
-/// as 1 (non-empty, and for mode an integer or bool operand).
+/// argsort (i64) and sort (the operand's dtype) keep the operand's shape; median, median_index
+/// and mode's results keep the dim as 1 (non-empty, and for mode an integer or bool operand);
+/// sort, median and mode give the operand's dtype, the others i64.
 bool GraphVerifier::checkSort() {
   const Node *x = node_->operand(0);
   if (x->rank() == 0)
@@ -21,14 +22,15 @@ bool GraphVerifier::checkSort() {
     return fail(err);
   OpKind op = node_->op();
   std::vector<SymExpr> want = x->shape();
-  if (op != OpKind::Argsort) {
+  if (op != OpKind::Argsort && op != OpKind::Sort) {
     if (want[dim]->value() == 0)
       return fail("needs a non-empty dim");
     want[dim] = ctx_.constant(1);
   }
   if (op == OpKind::Mode && isFloating(x->dtype()))
     return fail("takes integers and bools");
-  DType type = op == OpKind::Mode ? x->dtype() : DType::Int64;
+  bool values = op == OpKind::Mode || op == OpKind::Sort || op == OpKind::Median;
+  DType type = values ? x->dtype() : DType::Int64;
   if (node_->dtype() != type || node_->shape() != want)
     return fail("result must be " + std::string(dtypeName(type)) + shapeText(want));
   return true;

@@ -58,6 +58,8 @@ Node *decomposeAttentionGrad(GraphBuilder &b, Node *n);
 Node *decomposeMaxPool(GraphBuilder &b, Node *n);
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n);
 Node *decomposeArgsort(GraphBuilder &b, Node *n);
+Node *decomposeSort(GraphBuilder &b, Node *n);
+Node *decomposeMedian(GraphBuilder &b, Node *n);
 Node *decomposeMedianIndex(GraphBuilder &b, Node *n);
 Node *decomposeMode(GraphBuilder &b, Node *n);
 Node *decomposeModeIndex(GraphBuilder &b, Node *n);
@@ -67,6 +69,8 @@ Node *decomposeCross(GraphBuilder &b, Node *n);
 Node *decomposeFMax(GraphBuilder &b, Node *n);
 inline Node *decomposeFMin(GraphBuilder &b, Node *n) { return decomposeFMax(b, n); }
 Node *decomposeTruncDiv(GraphBuilder &b, Node *n);
+Node *decomposeComplex(GraphBuilder &b, Node *n);
+Node *decomposeConj(GraphBuilder &b, Node *n);
 Node *decomposeSoftMarginLoss(GraphBuilder &b, Node *n);
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n);
 Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n);

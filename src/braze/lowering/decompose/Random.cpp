@@ -6,6 +6,7 @@
 ///   normal:    mean + std * z in ct
 ///   integer:   u = u_s + u_{s+1} * 2^-24 (48 bits, f64), low + min(floor(u * span), span - 1)
 ///   geometric: floor(log1p(-u) / log1p(-p)) + 1 in f64
+///   bernoulli: u < p (u in f64 for an f64 result, else f32)
 #include "braze/lowering/decompose/Decompose.h"
 
 #include "braze/support/Check.h"
@@ -79,6 +80,12 @@ Node *decomposeRandomDraw(GraphBuilder &b, Node *n) {
                           DType::Int64);
     off = b.binary(OpKind::Minimum, off, b.scalar(span - 1, DType::Int64));
     return b.convert(b.add(off, b.scalar(lo, DType::Int64)), out);
+  }
+  if (dist == "bernoulli") {
+    DType ct = out == DType::Float64 ? DType::Float64 : DType::Float32;
+    Node *u = draw("uniform", ct, stream);
+    Node *p = b.scalar(a.getFloat("p"), ct);
+    return b.convert(b.binary(OpKind::Lt, u, p), out);
   }
   BRAZE_CHECK(dist == "geometric") << "unknown distribution " << dist;
   Node *u = draw("uniform", DType::Float64, stream);

@@ -1,4 +1,5 @@
 /// argsort: the indices that sort x along `dim`, stably, as rank-counting reductions.
+/// sort and median gather x's elements at argsort's and median_index's indices.
 ///   1. rank(i) = #{ j : less(x[j], x[i]) or (same(x[j], x[i]) and j < i) }, NaN the largest
 ///      value (last ascending, first descending) and NaNs the same value;
 ///   2. position r takes the index i whose rank is r (ranks are a permutation: exactly one).
@@ -48,6 +49,22 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
                   DType::Int64);
 }
 
+/// sort: x's elements in argsort's order, gathered along dim (argsort's node is shared with
+/// the sort's indices once the graph's common subexpressions merge).
+Node *decomposeSort(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  int64_t dim = n->attrs().getInt("dim");
+  Node *order = b.argsort(x, dim, n->attrs().getBool("descending"));
+  return b.gather(x, dim, order);
+}
+
+/// median: the element at median_index along dim.
+Node *decomposeMedian(GraphBuilder &b, Node *n) {
+  Node *x = n->operand(0);
+  int64_t dim = n->attrs().getInt("dim");
+  Node *index = b.medianIndex(x, dim, n->attrs().getBool("ignore_nan"));
+  return b.gather(x, dim, index);
+}
 
 /// The lower median's index: position k of the stable ascending order (NaN last), k = (n - 1)
 /// / 2, or with ignore_nan (count of non-NaN values - 1) / 2; without it, a row holding a NaN

@@ -206,10 +206,8 @@ for _op, _targets in {
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(t, node, a, b, alpha=1):
     x, y = t.operands(a, b)
-    if alpha != 1:
-        y = t.g.elementwise("mul", [y, t.arg(alpha, y)])
-    op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
-    return t.g.elementwise(op, [x, y])
+    subtract = node.target not in (aten.add.Tensor, aten.add.Scalar)
+    return t.g.add_scaled(x, y, None if alpha == 1 else t.arg(alpha, y), subtract)
 
 
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -486,9 +484,7 @@ def _unfold(t, node, x, dim, size, step):
 @rule(aten.copy.default)
 def _copy(t, node, dst, src, non_blocking=False):
     """Functional copy: src converted to dst's dtype and broadcast to its shape."""
-    d = t.arg(dst)
-    h = t.g.convert(t.arg(src), t.g.dtype(d))
-    return t.g.expand(h, t.g.shape(d))
+    return t.g.copy_like(t.arg(src), t.arg(dst))
 
 
 @rule(aten.split_with_sizes.default, aten.split.Tensor)

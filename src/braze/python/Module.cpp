@@ -311,6 +311,13 @@ NB_MODULE(_C, m) {
       .def("soft_margin_loss", [](PyGraph &g, int x, int y, const std::string &reduction) {
         return g.node(g.builder().softMarginLoss(g.at(x), g.at(y), reduction));
       })
+      .def("add_scaled", [](PyGraph &g, int x, int y, std::optional<int> alpha, bool subtract) {
+        return g.node(g.builder().addScaled(g.at(x), g.at(y), alpha ? g.at(*alpha) : nullptr,
+                                            subtract));
+      })
+      .def("copy_like", [](PyGraph &g, int src, int like) {
+        return g.node(g.builder().copyLike(g.at(src), g.at(like)));
+      })
       .def("frexp", [](PyGraph &g, int x) {
         auto [m, e] = g.builder().frexp(g.at(x));
         return std::make_pair(g.node(m), g.node(e));

@@ -181,6 +181,11 @@ public:
   /// The larger (`max`) or smaller of a and b (dtypes promoted, shapes broadcast), taking the
   /// other operand where one is NaN (fmax / fmin; maximum / minimum propagate NaN).
   Node *fmax(Node *a, Node *b, bool max);
+  /// x + alpha * y, or x - alpha * y when `subtract` (torch.add / torch.sub with alpha; alpha
+  /// nullptr: 1), dtypes promoted and shapes broadcast at each step.
+  Node *addScaled(Node *x, Node *y, Node *alpha, bool subtract);
+  /// src converted to like's dtype and broadcast to its shape (a functional copy into like).
+  Node *copyLike(Node *src, Node *like);
   /// x (floating point) as mantissa * 2^exponent: the mantissa in x's dtype, 0.5 <= |m| < 1
   /// (0, inf and NaN as they are), and the exponent as i32 (torch.frexp).
   std::pair<Node *, Node *> frexp(Node *x);

@@ -42,6 +42,15 @@ Node *GraphBuilder::clamp(Node *x, Node *lo, Node *hi) {
   return x;
 }
 
+Node *GraphBuilder::addScaled(Node *x, Node *y, Node *alpha, bool subtract) {
+  Node *scaled = alpha ? mul(y, alpha) : y;
+  return subtract ? sub(x, scaled) : add(x, scaled);
+}
+
+Node *GraphBuilder::copyLike(Node *src, Node *like) {
+  return expand(convert(src, like->dtype()), like->shape());
+}
+
 std::pair<Node *, Node *> GraphBuilder::frexp(Node *x) {
   if (!isFloating(x->dtype()))
     BRAZE_USER_ERROR("frexp", name_) << "needs a floating-point operand, got "

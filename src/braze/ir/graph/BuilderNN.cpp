@@ -540,22 +540,27 @@ Node *GraphBuilder::randomInteger(DType dtype, std::vector<SymExpr> shape, Node 
   return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
 }
 
+namespace {
+/// The attributes of a one-stream draw with probability `p` (geometric, bernoulli).
+AttrMap probabilityDraw(const char *distribution, int64_t stream, double p) {
+  AttrMap attrs;
+  attrs.set("distribution", std::string(distribution));
+  attrs.set("stream", stream);
+  attrs.set("p", p);
+  return attrs;
+}
+} // namespace
+
 Node *GraphBuilder::randomGeometric(DType dtype, std::vector<SymExpr> shape, Node *seed,
                                     double p) {
-  AttrMap attrs;
-  attrs.set("distribution", std::string("geometric"));
-  attrs.set("stream", nextRandomStream_++);
-  attrs.set("p", p);
-  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+  return randomDraw({seed}, probabilityDraw("geometric", nextRandomStream_++, p),
+                    TensorType{dtype, std::move(shape), {}});
 }
 
 Node *GraphBuilder::randomBernoulli(DType dtype, std::vector<SymExpr> shape, Node *seed,
                                     double p) {
-  AttrMap attrs;
-  attrs.set("distribution", std::string("bernoulli"));
-  attrs.set("stream", nextRandomStream_++);
-  attrs.set("p", p);
-  return randomDraw({seed}, std::move(attrs), TensorType{dtype, std::move(shape), {}});
+  return randomDraw({seed}, probabilityDraw("bernoulli", nextRandomStream_++, p),
+                    TensorType{dtype, std::move(shape), {}});
 }
 
 } // namespace braze

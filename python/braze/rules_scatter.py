@@ -34,18 +34,11 @@ def _index_handles(t, indices):
 
 
 def _advanced_index(t, h, indices):
-    """h[indices] with PyTorch's placement rule: index dims broadcast together and replace the
-    indexed dims in place when those are adjacent, else they go first."""
+    """h[indices] (GraphBuilder::advancedIndex places the index dims as PyTorch does)."""
     given = _index_handles(t, indices)
     if not given:
         return h
-    dims = [d for d, _ in given]
-    handles = [x for _, x in given]
-    if dims == list(range(dims[0], dims[0] + len(dims))):
-        return t.g.take_many(h, dims[0], handles)
-    rank = len(t.g.shape(h))
-    rest = [d for d in range(rank) if d not in dims]
-    return t.g.take_many(t.g.permute(h, dims + rest), 0, handles)
+    return t.g.advanced_index(h, [d for d, _ in given], [x for _, x in given])
 
 
 @rule(aten.index.Tensor)

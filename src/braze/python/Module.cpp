@@ -504,6 +504,13 @@ NB_MODULE(_C, m) {
           ns.push_back(g.at(h));
         return g.node(g.builder().take(g.at(x), d, ns));
       })
+      .def("advanced_index", [](PyGraph &g, int x, IntList dims, const std::vector<int> &is) {
+        std::vector<Node *> ns;
+        for (int h : is)
+          ns.push_back(g.at(h));
+        return g.node(g.builder().advancedIndex(g.at(x), std::vector<int64_t>(dims.begin(),
+                                                                             dims.end()), ns));
+      })
       .def("scatter", [](PyGraph &g, int self, int target, int src, const std::string &mode,
                          bool includeSelf, int64_t maxHits) {
         return g.node(g.builder().scatter(g.at(self), g.at(target), g.at(src), mode, includeSelf,

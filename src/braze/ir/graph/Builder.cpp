@@ -347,6 +347,24 @@ Node *GraphBuilder::take(Node *x, int64_t d, std::vector<Node *> indices) {
               TensorType{x->dtype(), shape, {}});
 }
 
+Node *GraphBuilder::advancedIndex(Node *x, std::vector<int64_t> dims,
+                                  std::vector<Node *> indices) {
+  if (dims.empty() || dims.size() != indices.size())
+    BRAZE_USER_ERROR("index", name_) << "needs one index tensor per indexed dim, got "
+                                     << indices.size() << " for " << dims.size() << " dims";
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] < 0 || dims[i] >= x->rank() || (i > 0 && dims[i] <= dims[i - 1]))
+      BRAZE_USER_ERROR("index", name_) << "indexed dims must ascend within rank " << x->rank();
+  bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  if (adjacent)
+    return take(x, dims.front(), std::move(indices));
+  std::vector<int64_t> order = dims;
+  for (int64_t d = 0; d < x->rank(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end())
+      order.push_back(d);
+  return take(permute(x, order), 0, std::move(indices));
+}
+
 Node *GraphBuilder::matmul(Node *a, Node *b) {
   if (a->rank() == 0 || b->rank() == 0)
     BRAZE_USER_ERROR("matmul", name_) << "both operands need at least one dim, got ranks "

@@ -71,6 +71,10 @@ public:
   /// bounds-checked against its own dim): the result has shape
   /// x[:dim] + broadcast(index shapes) + x[dim+k:] (advanced indexing x[i0, i1, ...]).
   Node *take(Node *x, int64_t dim, std::vector<Node *> indices);
+  /// x[..] indexed in the given dims (`dims` ascending) by integer tensors that broadcast
+  /// together, with numpy's placement rule (torch.Tensor.__getitem__, aten.index): the
+  /// broadcast index dims replace adjacent indexed dims in place, else they come first.
+  Node *advancedIndex(Node *x, std::vector<int64_t> dims, std::vector<Node *> indices);
   /// Batched matrix product: a [B.., M, K] x b [B.., K, N] -> [B.., M, N]; batch dims
   /// broadcast, 1-d operands are promoted as in torch.matmul.
   Node *matmul(Node *a, Node *b);

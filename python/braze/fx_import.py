@@ -7,8 +7,8 @@ import torch
 
 from braze import _C
 
-from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, Unsupported, aten,  # noqa: F401
-                            dtype_name, prims, rule, rule_for, supported_targets)
+from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, OpKind, Unsupported,  # noqa: F401
+                            aten, dtype_name, op_kind, prims, rule, rule_for, supported_targets)
 
 
 class Translator:
@@ -200,7 +200,7 @@ for _op, _targets in {
     "lgamma": [aten.lgamma.default], "copysign": [aten.copysign.Tensor, aten.copysign.Scalar],
     "where": [aten.where.self],
 }.items():
-    rule(*_targets)(_elementwise(_op))
+    rule(*_targets)(_elementwise(op_kind(_op)))
 
 
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
@@ -214,9 +214,9 @@ def _add_sub(t, node, a, b, alpha=1):
 def _div(t, node, a, b, rounding_mode=None):
     x, y = t.operands(a, b)
     if rounding_mode is None:
-        return t.g.elementwise("div", [x, y])
+        return t.g.elementwise(OpKind.Div, [x, y])
     if rounding_mode == "floor":
-        return t.g.elementwise("floordiv", [x, y])
+        return t.g.elementwise(OpKind.FloorDiv, [x, y])
     return t.g.trunc_div(x, y)
 
 
@@ -263,29 +263,29 @@ def _dims(dims, rank):
 
 @rule(aten.sum.dim_IntList, aten.sum.default)
 def _sum(t, node, x, dims=None, keepdim=False, dtype=None):
-    return t.g.reduce("sum", t.arg(x), _dims(dims, 0), keepdim, dtype_name(dtype) if dtype else None)
+    return t.g.reduce(OpKind.Sum, t.arg(x), _dims(dims, 0), keepdim, dtype_name(dtype) if dtype else None)
 
 
 @rule(aten.prod.dim_int, aten.prod.default)
 def _prod(t, node, x, dim=None, keepdim=False, dtype=None):
-    return t.g.reduce("prod", t.arg(x), _dims(dim, 0), keepdim, dtype_name(dtype) if dtype else None)
+    return t.g.reduce(OpKind.Prod, t.arg(x), _dims(dim, 0), keepdim, dtype_name(dtype) if dtype else None)
 
 
 @rule(aten.amax.default, aten.amin.default)
 def _amax(t, node, x, dims=(), keepdim=False):
-    op = "amax" if node.target == aten.amax.default else "amin"
+    op = OpKind.Amax if node.target == aten.amax.default else OpKind.Amin
     return t.g.reduce(op, t.arg(x), _dims(dims, 0), keepdim, None)
 
 
 @rule(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default)
 def _any_all(t, node, x, dim=None, keepdim=False):
-    op = "any" if "any" in str(node.target) else "all"
+    op = OpKind.Any if "any" in str(node.target) else OpKind.All
     return t.g.reduce(op, t.arg(x), _dims(dim, 0), keepdim, None)
 
 
 @rule(aten.argmax.default, aten.argmin.default)
 def _argmax(t, node, x, dim=None, keepdim=False):
-    op = "argmax" if node.target == aten.argmax.default else "argmin"
+    op = OpKind.ArgMax if node.target == aten.argmax.default else OpKind.ArgMin
     h = t.arg(x)
     if dim is None:
         # Over the flattened tensor; keepdim keeps every dim as size 1.
@@ -296,9 +296,9 @@ def _argmax(t, node, x, dim=None, keepdim=False):
 @rule(aten.max.dim, aten.min.dim)
 def _max_dim(t, node, x, dim, keepdim=False):
     h = t.arg(x)
-    values = t.g.reduce("amax" if node.target == aten.max.dim else "amin", h, [dim], keepdim, None)
-    indices = t.g.reduce("argmax" if node.target == aten.max.dim else "argmin", h, [dim], keepdim,
-                         None)
+    big = node.target == aten.max.dim
+    values = t.g.reduce(OpKind.Amax if big else OpKind.Amin, h, [dim], keepdim, None)
+    indices = t.g.reduce(OpKind.ArgMax if big else OpKind.ArgMin, h, [dim], keepdim, None)
     return (values, indices)
 
 
@@ -448,8 +448,8 @@ def _addmm(t, node, bias, a, b, beta=1, alpha=1):
 @rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
 def _scan(t, node, x, dim, dtype=None):
     h = t.arg(x)
-    op = {aten.cumsum.default: "cumsum", aten.cumprod.default: "cumprod",
-          aten.logcumsumexp.default: "logcumsumexp"}[node.target]
+    op = {aten.cumsum.default: OpKind.CumSum, aten.cumprod.default: OpKind.CumProd,
+          aten.logcumsumexp.default: OpKind.LogCumSumExp}[node.target]
     return t.g.scan(op, h, dim, dtype_name(dtype) if dtype is not None else None)
 
 

@@ -4,7 +4,8 @@ cummax / cummin and histc. Each rule translates its node into graph ops (the com
 lowered in lowering/decompose) or raises Unsupported."""
 import torch
 
-from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten, prims  # noqa: F401
+from braze.registry import (FLOAT_DTYPES, OpKind, rule, Unsupported, dtype_name, aten,  # noqa: F401
+                            op_name, prims)
 
 def _meta(node):
     val = node.meta.get("val")
@@ -73,7 +74,8 @@ def _max_all(t, node, x):
     h = t.arg(x)
     if any(d == 0 for d in node.args[0].meta["val"].shape):
         raise Unsupported("max/min of an empty tensor (eager raises)")
-    return t.g.reduce("amax" if node.target == aten.max.default else "amin", h, [], False, None)
+    return t.g.reduce(OpKind.Amax if node.target == aten.max.default else OpKind.Amin, h, [],
+                      False, None)
 
 
 # ---- pointwise -----------------------------------------------------------------------------
@@ -100,13 +102,14 @@ def _round_decimals(t, node, x, decimals=0):
 
 @rule(aten.hypot.default)
 def _hypot(t, node, a, b):
-    return t.g.elementwise("hypot", [t.arg(a), t.arg(b)])
+    return t.g.elementwise(OpKind.Hypot, [t.arg(a), t.arg(b)])
 
 
 @rule(aten.nextafter.default)
 def _nextafter(t, node, a, b):
     dt = dtype_name(_meta(node).dtype)
-    ops = {"f32": "nextafter", "f64": "nextafter", "f16": "nextafter_f16", "bf16": "nextafter_bf16"}
+    ops = {"f32": OpKind.NextAfter, "f64": OpKind.NextAfter, "f16": OpKind.NextAfterF16,
+           "bf16": OpKind.NextAfterBF16}
     if dt not in ops:
         raise Unsupported(f"nextafter on {dt}")
     return t.g.elementwise(ops[dt], [t.g.convert(t.arg(a), dt), t.g.convert(t.arg(b), dt)])
@@ -123,17 +126,17 @@ def _integer_binary(op):
         x, y = t.arg(a, like), t.arg(b, like)
         dt = dtype_name(_meta(node).dtype)
         if dt in FLOAT_DTYPES or dt == "bool":
-            raise Unsupported(f"{op} on {dt}")
+            raise Unsupported(f"{op_name(op)} on {dt}")
         return t.g.elementwise(op, [t.g.convert(x, dt), t.g.convert(y, dt)])
     return fn
 
 
-rule(aten.gcd.default)(_integer_binary("gcd"))
-rule(aten.lcm.default)(_integer_binary("lcm"))
+rule(aten.gcd.default)(_integer_binary(OpKind.Gcd))
+rule(aten.lcm.default)(_integer_binary(OpKind.Lcm))
 rule(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
-     aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_integer_binary("shift_left"))
+     aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_integer_binary(OpKind.ShiftLeft))
 rule(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
-     aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_integer_binary("shift_right"))
+     aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_integer_binary(OpKind.ShiftRight))
 
 
 @rule(aten.angle.default)

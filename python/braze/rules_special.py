@@ -4,7 +4,7 @@ elementwise braze op on operands converted to the result's float dtype (integer 
 inputs promote to the default float dtype, as in eager)."""
 import torch
 
-from braze.registry import FLOAT_DTYPES, rule, Unsupported, dtype_name, aten
+from braze.registry import FLOAT_DTYPES, OpKind, rule, Unsupported, dtype_name, aten, op_kind
 
 
 
@@ -32,7 +32,7 @@ def _apply(t, node, op, args):
 
 def _special(op, inexact_eager_f64=False):
     def fn(t, node, *args):
-        if (op in ("igamma", "igammac") and t.device is not None and t.device.type == "cuda"
+        if (op in (OpKind.Igamma, OpKind.Igammac) and t.device is not None and t.device.type == "cuda"
                 and _result_dtype(node) in ("f16", "bf16")):
             # Eager CUDA has no half-precision kernel: the call runs in eager and raises its error.
             raise Unsupported(f"{node.target} in {_result_dtype(node)} on CUDA (eager has no kernel)")
@@ -70,7 +70,7 @@ for _op, _targets, _inexact in [
     ("igamma", [aten.igamma.default, aten.special_gammainc.default], False),
     ("igammac", [aten.igammac.default, aten.special_gammaincc.default], False),
 ]:
-    rule(*_targets)(_special(_op, _inexact))
+    rule(*_targets)(_special(op_kind(_op), _inexact))
 
 
 @rule(aten.polygamma.default, aten.special_polygamma.default)
@@ -80,8 +80,8 @@ def _polygamma(t, node, n, x):
     if n < 0:
         raise Unsupported("polygamma with a negative order (eager raises)")
     if n == 0:
-        return _apply(t, node, "digamma", [x])
-    return _apply(t, node, "polygamma", [n, x])
+        return _apply(t, node, OpKind.Digamma, [x])
+    return _apply(t, node, OpKind.Polygamma, [n, x])
 
 
 _POLYNOMIALS = {
@@ -109,4 +109,5 @@ def _polynomial(op):
 
 for _op, _name in _POLYNOMIALS.items():
     _packet = getattr(aten, _name)
-    rule(*[getattr(_packet, o) for o in ("default", "x_scalar", "n_scalar")])(_polynomial(_op))
+    rule(*[getattr(_packet, o) for o in ("default", "x_scalar", "n_scalar")])(
+        _polynomial(op_kind(_op)))

@@ -108,6 +108,23 @@ def test_negative_dims_are_a_clear_error():
         g.input("x", "f32", [g.sym_const(2), g.sym_const(-3)], [])
 
 
+def test_an_op_kind_of_the_wrong_family_is_a_clear_error():
+    """The graph API takes op kinds (Ops.def's enum); one of another family, or an unknown text
+    name, is a CompileError naming it."""
+    K = braze._C.OpKind
+    g = braze._C.Graph()
+    x = g.input("x", "f32", [g.sym_const(3)], [])
+    with pytest.raises(braze.CompileError, match=r"sum: is not an elementwise op"):
+        g.elementwise(K.Sum, [x])
+    with pytest.raises(braze.CompileError, match=r"exp: is not a reduction"):
+        g.reduce(K.Exp, x, [], False, None)
+    with pytest.raises(braze.CompileError, match=r"exp: is not a scan"):
+        g.scan(K.Exp, x, 0, None)
+    with pytest.raises(braze.CompileError, match=r"frob: unknown op"):
+        braze._C.op_kind("frob")
+    assert braze._C.op_kind("bessel_i0") == K.BesselI0
+
+
 @pytest.mark.cpu_only("the graph API does not touch a device")
 @pytest.mark.parametrize("use", ["print", "check_supported", "builder", "shape", "output",
                                  "sym_const"])
@@ -115,10 +132,10 @@ def test_a_compiled_graph_object_raises_on_every_later_use(use):
     """compile() consumes the graph: a later call raises instead of using freed memory."""
     g = braze._C.Graph()
     a = g.input("a", "f32", [g.sym_const(4)], [])
-    g.output([g.elementwise("exp", [a])])
+    g.output([g.elementwise(braze._C.OpKind.Exp, [a])])
     g.compile()
     calls = {"print": lambda: g.print(), "check_supported": lambda: g.check_supported(),
-             "builder": lambda: g.elementwise("exp", [a]), "shape": lambda: g.shape(a),
+             "builder": lambda: g.elementwise(braze._C.OpKind.Exp, [a]), "shape": lambda: g.shape(a),
              "output": lambda: g.output([a]), "sym_const": lambda: g.sym_const(3)}
     with pytest.raises(braze.CompileError, match="consumed by compile"):
         calls[use]()

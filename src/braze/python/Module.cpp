@@ -201,6 +201,7 @@ NB_MODULE(_C, m) {
 #define BRAZE_OP(E, cat, text, lo, hi, attrs) opKind.value(#E, OpKind::E);
 #include "braze/ir/graph/Ops.def"
   m.def("op_name", [](OpKind k) { return std::string(opName(k)); });
+  m.def("op_kind", &opFromName, "The op kind whose Ops.def text is `name` (an error if none).");
   m.def("op_schema", [](OpKind k) {
     const OpSchema &s = opSchema(k);
     std::vector<std::tuple<std::string, std::string, bool>> attrs;
@@ -240,21 +241,21 @@ NB_MODULE(_C, m) {
                         double step) {
         return g.node(g.builder().arange(dtypeFromName(dt), g.symAt(length), start, step));
       })
-      .def("elementwise", [](PyGraph &g, const std::string &op, const std::vector<int> &xs) {
+      .def("elementwise", [](PyGraph &g, OpKind op, const std::vector<int> &xs) {
         std::vector<Node *> ns;
         for (int h : xs)
           ns.push_back(g.at(h));
-        return g.node(g.builder().elementwise(opFromName(op), ns));
+        return g.node(g.builder().elementwise(op, ns));
       })
       .def("convert", [](PyGraph &g, int x, const std::string &dt) {
         return g.node(g.builder().convert(g.at(x), dtypeFromName(dt)));
       })
-      .def("reduce", [](PyGraph &g, const std::string &op, int x, std::vector<int64_t> dims,
-                        bool keepdim, std::optional<std::string> dt) {
+      .def("reduce", [](PyGraph &g, OpKind op, int x, std::vector<int64_t> dims, bool keepdim,
+                        std::optional<std::string> dt) {
         std::optional<DType> t;
         if (dt)
           t = dtypeFromName(*dt);
-        return g.node(g.builder().reduce(opFromName(op), g.at(x), dims, keepdim, t));
+        return g.node(g.builder().reduce(op, g.at(x), dims, keepdim, t));
       })
       .def("reshape", [](PyGraph &g, int x, const std::vector<int> &shape) {
         return g.node(g.builder().reshape(g.at(x), g.shape(shape)));
@@ -422,11 +423,11 @@ NB_MODULE(_C, m) {
                              const std::string &padding, bool alignCorners) {
         return g.node(g.builder().gridSample(g.at(x), g.at(grid), mode, padding, alignCorners));
       })
-      .def("scan", [](PyGraph &g, const std::string &op, int x, int64_t d, std::optional<std::string> dt) {
+      .def("scan", [](PyGraph &g, OpKind op, int x, int64_t d, std::optional<std::string> dt) {
         std::optional<DType> t;
         if (dt)
           t = dtypeFromName(*dt);
-        return g.node(g.builder().scan(opFromName(op), g.at(x), d, t));
+        return g.node(g.builder().scan(op, g.at(x), d, t));
       })
       .def("cum_extreme", [](PyGraph &g, int x, int64_t d, bool max) {
         auto [v, i] = g.builder().cumExtreme(g.at(x), d, max);

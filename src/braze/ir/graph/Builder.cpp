@@ -117,7 +117,8 @@ Node *GraphBuilder::numel(Node *x, std::vector<int64_t> ds, DType dtype) {
 
 Node *GraphBuilder::elementwise(OpKind op, std::vector<Node *> xs) {
   std::string_view name = opName(op);
-  BRAZE_CHECK(opCategory(op) == OpCategoryKind::Elementwise) << name << " is not elementwise";
+  if (opCategory(op) != OpCategoryKind::Elementwise)
+    BRAZE_USER_ERROR(std::string(name), name_) << "is not an elementwise op";
   if (static_cast<int>(xs.size()) != elementwiseArity(op))
     BRAZE_USER_ERROR(std::string(name), name_)
         << "takes " << elementwiseArity(op) << " operands, got " << xs.size();
@@ -155,7 +156,8 @@ Node *GraphBuilder::convert(Node *x, DType dtype) {
 Node *GraphBuilder::reduce(OpKind op, Node *x, std::vector<int64_t> ds, bool keepdim,
                            std::optional<DType> dtype) {
   std::string_view name = opName(op);
-  BRAZE_CHECK(opCategory(op) == OpCategoryKind::Reduce) << name << " is not a reduction";
+  if (opCategory(op) != OpCategoryKind::Reduce)
+    BRAZE_USER_ERROR(std::string(name), name_) << "is not a reduction";
   std::vector<SymExpr> shape;
   AttrMap attrs = reductionAttrs(name, x, ds, keepdim, shape);
   for (int64_t d : ds)

@@ -23,6 +23,8 @@ std::string GraphBuilder::scanLimitError(const std::vector<SymExpr> &shape, int6
 
 Node *GraphBuilder::scan(OpKind op, Node *x, int64_t d, std::optional<DType> dtype) {
   std::string name(opName(op));
+  if (op != OpKind::CumSum && op != OpKind::CumProd && op != OpKind::LogCumSumExp)
+    BRAZE_USER_ERROR(name, name_) << "is not a scan (cumsum, cumprod or logcumsumexp)";
   d = normalizeDim(name, d, x->rank());
   DType out = dtype ? *dtype : (isFloating(x->dtype()) ? x->dtype() : DType::Int64);
   if (op == OpKind::LogCumSumExp && !isFloating(out))

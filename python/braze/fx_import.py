@@ -263,12 +263,14 @@ def _dims(dims, rank):
 
 @rule(aten.sum.dim_IntList, aten.sum.default)
 def _sum(t, node, x, dims=None, keepdim=False, dtype=None):
-    return t.g.reduce(OpKind.Sum, t.arg(x), _dims(dims, 0), keepdim, dtype_name(dtype) if dtype else None)
+    return t.g.reduce(OpKind.Sum, t.arg(x), _dims(dims, 0), keepdim,
+                      dtype_name(dtype) if dtype else None)
 
 
 @rule(aten.prod.dim_int, aten.prod.default)
 def _prod(t, node, x, dim=None, keepdim=False, dtype=None):
-    return t.g.reduce(OpKind.Prod, t.arg(x), _dims(dim, 0), keepdim, dtype_name(dtype) if dtype else None)
+    return t.g.reduce(OpKind.Prod, t.arg(x), _dims(dim, 0), keepdim,
+                      dtype_name(dtype) if dtype else None)
 
 
 @rule(aten.amax.default, aten.amin.default)

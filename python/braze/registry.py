@@ -1,10 +1,10 @@
-"""The FX rule registry, a leaf module (it imports only torch): each ATen target maps to the rule
-that translates it into braze graph ops. Rule modules register with @rule (real-valued
-operands) or @complex_rule (complex operands, held as pairs of reals; see rules_complex), and
-import what they share from here; fx_import's Translator looks rules up at translation time,
-so no module reads or copies another's rules while they are being registered. Rules name graph
-ops by their kind (OpKind, Ops.def's enum; op_kind resolves an Ops.def text name), not by
-strings."""
+"""The FX rule registry, a leaf module (it imports only torch and braze._C): each ATen target
+maps to the rule that translates it into braze graph ops. Rule modules register with @rule
+(real-valued operands) or @complex_rule (complex operands, held as pairs of reals; see
+rules_complex), and import what they share from here; fx_import's Translator looks rules up at
+translation time, so no module reads or copies another's rules while they are being registered.
+Rules name graph ops by their kind (OpKind, Ops.def's enum; op_kind resolves an Ops.def text
+name), not by strings."""
 import torch
 
 from braze._C import OpKind, op_kind, op_name  # noqa: F401

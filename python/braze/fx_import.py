@@ -36,6 +36,13 @@ class Translator:
         elif device != self.device:
             raise Unsupported(f"{what} on {device} in a graph on {self.device}")
 
+    def seed_input(self, device):
+        """The graph's i64 seed input for random ops on `device`, made by the first one."""
+        self.on_device(device, "random numbers")
+        if self.seed is None:
+            self.seed = self.g.input("seed", "i64", [], [])
+        return self.seed
+
     # ---- symbolic sizes -------------------------------------------------------------
     def sym(self, d):
         if isinstance(d, int):
@@ -457,10 +464,8 @@ def _scan(t, node, x, dim, dtype=None):
 
 def _random(t, node, distribution):
     val = node.meta["val"]
-    t.on_device(val.device, "random numbers")
-    if t.seed is None:
-        t.seed = t.g.input("seed", "i64", [], [])
-    return t.g.random(distribution, dtype_name(val.dtype), t.shape(val.shape), t.seed)
+    return t.g.random(distribution, dtype_name(val.dtype), t.shape(val.shape),
+                      t.seed_input(val.device))
 
 
 @rule(aten.rand.default, aten.rand_like.default)

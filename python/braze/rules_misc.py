@@ -170,10 +170,7 @@ def _seed(t, node):
     """The graph's seed input (made once), after refusing an explicit generator."""
     if node.kwargs.get("generator") is not None:
         raise Unsupported("random numbers from an explicit generator")
-    t.on_device(_meta(node).device, "random numbers")
-    if t.seed is None:
-        t.seed = t.g.input("seed", "i64", [], [])
-    return t.seed
+    return t.seed_input(_meta(node).device)
 
 
 @rule(aten.randint.default, aten.randint.low, aten.randint_like.default,

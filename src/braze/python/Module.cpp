@@ -355,9 +355,6 @@ NB_MODULE(_C, m) {
       .def("argsort", [](PyGraph &g, int x, int64_t dim, bool descending) {
         return g.node(g.builder().argsort(g.at(x), dim, descending));
       })
-      .def("median_index", [](PyGraph &g, int x, int64_t dim, bool ignoreNan) {
-        return g.node(g.builder().medianIndex(g.at(x), dim, ignoreNan));
-      })
       .def("mode", [](PyGraph &g, int x, int64_t dim, bool keepdim) {
         auto [v, i] = g.builder().mode(g.at(x), dim, keepdim);
         return std::make_pair(g.node(v), g.node(i));
@@ -499,12 +496,6 @@ NB_MODULE(_C, m) {
       .def("gelu", [](PyGraph &g, int x, const std::string &a) { return g.node(g.builder().gelu(g.at(x), a)); })
       .def("silu", [](PyGraph &g, int x) { return g.node(g.builder().silu(g.at(x))); })
       // scatter family
-      .def("take_many", [](PyGraph &g, int x, int64_t d, const std::vector<int> &is) {
-        std::vector<Node *> ns;
-        for (int h : is)
-          ns.push_back(g.at(h));
-        return g.node(g.builder().take(g.at(x), d, ns));
-      })
       .def("advanced_index", [](PyGraph &g, int x, IntList dims, const std::vector<int> &is) {
         std::vector<Node *> ns;
         for (int h : is)

@@ -267,6 +267,10 @@ public:
   Node *complex(Node *re, Node *im);
   /// The complex conjugate of pairs x [.., 2] (the imaginary parts negated).
   Node *conj(Node *x);
+  /// Whether x holds complex values as pairs: floating point, a last dim of 2.
+  static bool isPairs(const Node *x) {
+    return isFloating(x->dtype()) && x->rank() > 0 && x->shape().back()->isConst(2);
+  }
   /// The i64 indices that sort x along `dim` (ascending, or `descending`), stably: equal
   /// values keep their order; NaN is the largest value.
   Node *argsort(Node *x, int64_t dim, bool descending);

@@ -122,7 +122,7 @@ Node *GraphBuilder::complex(Node *re, Node *im) {
 }
 
 Node *GraphBuilder::conj(Node *x) {
-  if (!isFloating(x->dtype()) || x->rank() == 0 || !x->shape().back()->isConst(2))
+  if (!isPairs(x))
     BRAZE_USER_ERROR("conj", name_) << "needs floating-point pairs [.., 2], got "
                                     << dtypeName(x->dtype()) << shapeText(x->shape());
   return make(OpKind::Conj, {x}, {}, TensorType{x->dtype(), x->shape(), {}});

@@ -93,10 +93,7 @@ std::pair<Node *, Node *> GraphBuilder::median(Node *x, std::optional<int64_t> d
   if (x->rank() == 0)
     return {x, full(0, DType::Int64, {})};
   if (!dim) {
-    SymExpr numel = this->dim(1);
-    for (SymExpr d : x->shape())
-      numel = g_.sym().mul(numel, d);
-    return median(reshape(x, {numel}), 0, false, ignoreNan);
+    return median(reshape(x, {sym().product(x->shape())}), 0, false, ignoreNan);
   }
   Node *index = medianIndex(x, *dim, ignoreNan);
   int64_t d = index->attrs().getInt("dim");

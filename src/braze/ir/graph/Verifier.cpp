@@ -470,7 +470,7 @@ bool GraphVerifier::checkComposite() {
   }
   case OpKind::Conj: {
     const Node *x = node_->operand(0);
-    if (!isFloating(x->dtype()) || x->rank() == 0 || !x->shape().back()->isConst(2))
+    if (!GraphBuilder::isPairs(x))
       return fail("needs floating-point pairs [.., 2]");
     return node_->dtype() == x->dtype() && node_->shape() == x->shape()
                ? true : fail("result must have the operand's dtype and shape");

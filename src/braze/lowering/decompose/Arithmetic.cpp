@@ -72,11 +72,8 @@ Node *decomposeSoftMarginLoss(GraphBuilder &b, Node *n) {
   const std::string &reduction = n->attrs().getString("reduction");
   if (reduction == "none")
     return loss;
-  std::vector<int64_t> dims(static_cast<size_t>(loss->rank()));
-  for (size_t d = 0; d < dims.size(); ++d)
-    dims[d] = static_cast<int64_t>(d);
-  return reduction == "mean" ? b.mean(loss, dims, false)
-                             : b.reduce(OpKind::Sum, loss, dims, false);
+  // No dims: every dim.
+  return reduction == "mean" ? b.mean(loss, {}, false) : b.reduce(OpKind::Sum, loss, {}, false);
 }
 
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {

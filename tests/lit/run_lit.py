@@ -29,7 +29,8 @@ Checks (PREFIX = CHECK or the --check-prefix), matched against the output in fil
                  end of the label's block)
   PREFIX-LABEL:  like PREFIX, but labels are matched first and split the output into blocks;
                  the other checks are matched inside their label's block
-A pattern is a substring; `{{regex}}` embeds a Python regular expression, and any run of spaces
+A pattern is a substring; `{{regex}}` embeds a Python regular expression (`{{$}}` is a line's
+end, `{{^}}` its start), and any run of spaces
 matches any run of spaces and tabs. Leading and trailing spaces of a pattern are ignored.
 `[[NAME:regex]]` matches the regex and binds NAME to the text it matched; a later `[[NAME]]`
 matches exactly that text (names are shared by all checks of one RUN line).
@@ -126,7 +127,7 @@ def compile_pattern(pattern, variables):
         else:
             raise ValueError(f"variable '{name}' is used before it is defined")
         pos = end + 2
-    return re.compile("".join(parts)), defined
+    return re.compile("".join(parts), re.MULTILINE), defined
 
 
 def parse_run(text, line, path, braze_opt):

@@ -7,6 +7,7 @@
 #include "braze/jit/HostCompiler.h"
 #include "braze/jit/Nvrtc.h"
 #include "braze/lowering/decompose/Decompose.h"
+#include "braze/lowering/realize/Realize.h"
 #include "braze/lowering/to_loops/ToLoops.h"
 #include "braze/passes/PassManager.h"
 #include "braze/scheduler/Schedule.h"
@@ -121,26 +122,6 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
 
 void decomposeStep(Graph &g, const CompileOptions &opts) { decompose(g, decomposeFor(opts)); }
 
-void simplifyGraph(Graph &g, const CompileOptions &opts) {
-  for (const GraphStep &s : graphSteps())
-    runGraphStep(g, s.name, opts);
-}
-
-struct Lowered {
-  std::unique_ptr<loop::LoopProgram> program;
-  sched::Schedule schedule;
-  codegen::GeneratedSource code;    ///< CPU
-  codegen::CudaGeneratedSource cuda; ///< CUDA
-};
-
-codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
-  codegen::CudaCodegenOptions o;
-  o.matmulTf32 = cuda.matmulTf32;
-  o.convTf32 = cuda.convTf32;
-  o.cudnnAttention = cuda.cudnnAttention && !cuda.cudnnLibrary.empty();
-  return o;
-}
-
 /// Whether some 4-d input of g is stored channels-last (C innermost, more than one channel).
 bool hasChannelsLastImage(Graph &g) {
   for (Node *in : g.inputs()) {
@@ -171,6 +152,36 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
     lo.channelsLast = convolutions >= 3;
   }
   return lo;
+}
+
+RealizeOptions realizeFor(const CompileOptions &opts, Graph &g) {
+  LoweringOptions lo = loweringFor(opts, g);
+  RealizeOptions r;
+  r.widenedHalfMatMul = lo.widenedHalfMatMul;
+  r.channelsLast = lo.channelsLast;
+  return r;
+}
+
+void realizeStep(Graph &g, const CompileOptions &opts) { realize(g, realizeFor(opts, g)); }
+
+void simplifyGraph(Graph &g, const CompileOptions &opts) {
+  for (const GraphStep &s : graphSteps())
+    runGraphStep(g, s.name, opts);
+}
+
+struct Lowered {
+  std::unique_ptr<loop::LoopProgram> program;
+  sched::Schedule schedule;
+  codegen::GeneratedSource code;    ///< CPU
+  codegen::CudaGeneratedSource cuda; ///< CUDA
+};
+
+codegen::CudaCodegenOptions cudaCodegenFor(const CompileOptions::Cuda &cuda) {
+  codegen::CudaCodegenOptions o;
+  o.matmulTf32 = cuda.matmulTf32;
+  o.convTf32 = cuda.convTf32;
+  o.cudnnAttention = cuda.cudnnAttention && !cuda.cudnnLibrary.empty();
+  return o;
 }
 
 struct StageInfo {

@@ -76,6 +76,12 @@ bool broadcastShape(const std::vector<SymExpr> &a, const std::vector<SymExpr> &b
                     std::vector<SymExpr> &out, size_t &badDim);
 
 using IntList = std::vector<int64_t>;
+
+/// Where a value lives (Node::storage), printed after the node's type: computed inside each
+/// reader (nothing printed), stored where it is computed (`stored`: a value several readers
+/// share), or stored where it is first read (`stored_at_use`: a value a reader needs in
+/// memory, such as a library call's operand, stored next to that reader).
+enum class Storage : uint8_t { Inline, Stored, StoredAtUse };
 using AttrValue = std::variant<bool, int64_t, double, std::string, IntList>;
 
 /// Attributes by name, iterated in name order (deterministic printing and hashing).
@@ -111,10 +117,15 @@ public:
   int rank() const { return type_.rank(); }
   /// Printing hint and the name diagnostics use (the FX node's name where there is one).
   const std::string &name() const { return name_; }
+  /// The realize step's decision (lowering/realize): whether this value, which to-loops would
+  /// otherwise compute inside each reader, is stored in a buffer once and read from there.
+  Storage storage() const { return storage_; }
+  bool stored() const { return storage_ != Storage::Inline; }
 
 private:
   friend class Graph;
   int id_ = 0;
+  Storage storage_ = Storage::Inline;
   OpKind op_ = OpKind::Input;
   std::vector<Node *> operands_;
   AttrMap attrs_;
@@ -151,6 +162,11 @@ public:
   const std::vector<SymExpr> &sizeSymbols() const { return sizeSymbols_; }
   SymExpr newSizeSymbol(const std::string &hint);
 
+  void setStorage(Node *n, Storage storage) { n->storage_ = storage; }
+  /// Whether the realize step has decided which values are stored (to-loops needs it to have).
+  bool realized() const { return realized_; }
+  void setRealized(bool realized) { realized_ = realized; }
+
   /// Replaces every use of `from` (operands and outputs) with `to`.
   void replaceAllUses(Node *from, Node *to);
   /// replaceAllUses for many nodes at once, in one walk (to-nodes are not looked up again).
@@ -171,6 +187,7 @@ private:
   std::vector<SymExpr> sizeSymbols_;
   std::map<std::string, int> names_;
   int nextId_ = 0;
+  bool realized_ = false;
 };
 
 } // namespace braze

@@ -30,6 +30,7 @@ private:
   bool checkOperandsDefined();
   bool checkType();
   bool checkSchema();
+  bool checkStoredMark();
   std::optional<int64_t> intAttr(const std::string &name);
   bool checkDim(const std::string &attr, int64_t rank);
   bool checkReduction(bool hasKeepdim);

@@ -290,7 +290,10 @@ private:
     expect(':');
     TensorType t = type();
     checkFresh(at, name);
-    values_.emplace(name, g_->addNode(op, std::move(operands), std::move(a), std::move(t), name));
+    Node *n = g_->addNode(op, std::move(operands), std::move(a), std::move(t), name);
+    if (peekWord() == "stored" || peekWord() == "stored_at_use")
+      g_->setStorage(n, word("'stored'") == "stored" ? Storage::Stored : Storage::StoredAtUse);
+    values_.emplace(name, n);
   }
 
   std::unique_ptr<Graph> g_;

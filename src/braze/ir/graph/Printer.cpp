@@ -87,7 +87,10 @@ std::string printGraph(const Graph &g) {
     s += ")";
     if (!n->attrs().all().empty())
       s.append(" ").append(attrsText(n->attrs()));
-    s += " : " + typeToString(ctx, n->type()) + "\n";
+    s += " : " + typeToString(ctx, n->type());
+    s += n->storage() == Storage::Stored        ? " stored\n"
+         : n->storage() == Storage::StoredAtUse ? " stored_at_use\n"
+                                                : "\n";
   }
 
   s += "  return";

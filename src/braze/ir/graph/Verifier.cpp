@@ -23,7 +23,8 @@ std::string GraphVerifier::run() {
   }
   for (const auto &n : g_.nodes()) {
     node_ = n.get();
-    if (!checkOperandsDefined() || !checkType() || !checkSchema() || !checkNode())
+    if (!checkOperandsDefined() || !checkType() || !checkSchema() || !checkNode() ||
+        !checkStoredMark())
       return error_;
     defined_.insert(n.get());
   }
@@ -109,6 +110,34 @@ bool GraphVerifier::checkType() {
   for (SymExpr s : syms)
     if (std::find(sizes.begin(), sizes.end(), s) == sizes.end())
       return fail("type uses '" + s->name() + "', which is not a size symbol of the graph");
+  return true;
+}
+
+/// A `stored` or `stored_at_use` mark (the realize step's) only on a value to-loops would otherwise compute inside
+/// its readers: not on an input, a reduction, a product or a composite, which are stored
+/// anyway (a convolution's bias add is computed lazily, so it may carry one).
+bool GraphVerifier::checkStoredMark() {
+  if (!node_->stored())
+    return true;
+  switch (opCategory(node_->op())) {
+  case OpCategoryKind::Input:
+  case OpCategoryKind::Reduce:
+  case OpCategoryKind::MatMul:
+    return fail("is marked stored, but its value is always stored");
+  case OpCategoryKind::Composite:
+    return node_->op() == OpKind::Convolution
+               ? true
+               : fail("is marked stored, but its value is always stored");
+  case OpCategoryKind::Full:
+  case OpCategoryKind::Elementwise:
+  case OpCategoryKind::Cast:
+  case OpCategoryKind::View:
+  case OpCategoryKind::Gather:
+  case OpCategoryKind::Iota:
+  case OpCategoryKind::Numel:
+  case OpCategoryKind::Concat:
+    return true;
+  }
   return true;
 }
 

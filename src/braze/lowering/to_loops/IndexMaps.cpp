@@ -87,4 +87,46 @@ std::vector<SymExpr> paddedRowStrides(sym::SymContext &s, const std::vector<SymE
   return contiguousStrides(s, pitched);
 }
 
+Index viewOperandIndex(sym::SymContext &s, const Node &view, const Index &idx) {
+  const AttrMap &a = view.attrs();
+  const std::vector<SymExpr> &in = view.operand(0)->shape();
+  OpKind op = view.op();
+  if (op == OpKind::Reshape)
+    return reshapeIndex(s, idx, view.shape(), in);
+  if (op == OpKind::Expand)
+    return broadcastIndex(s, idx, view.shape(), in);
+  Index out = idx;
+  if (op == OpKind::Permute) {
+    const IntList &dims = a.getInts("dims");
+    for (size_t k = 0; k < dims.size(); ++k)
+      out[dims[k]] = idx[k];
+  } else if (op == OpKind::Slice) {
+    size_t dim = a.getInt("dim");
+    out[dim] = s.add(s.mul(idx[dim], a.getInt("step")), a.getInt("start"));
+  } else if (op == OpKind::Diagonal) {
+    int64_t offset = a.getInt("offset");
+    size_t d1 = a.getInt("dim1"), d2 = a.getInt("dim2"), rank = in.size();
+    out.assign(rank, nullptr);
+    size_t k = 0;
+    for (size_t i = 0; i < rank; ++i)
+      if (i != d1 && i != d2)
+        out[i] = idx[k++];
+    SymExpr t = idx.back();
+    out[d1] = offset >= 0 ? t : s.add(t, -offset);
+    out[d2] = offset >= 0 ? s.add(t, offset) : t;
+  } else if (op == OpKind::Unfold) {
+    size_t dim = a.getInt("dim");
+    out.pop_back();
+    out[dim] = s.add(s.mul(idx[dim], a.getInt("step")), s.mul(idx.back(), a.getInt("dilation")));
+  } else if (op == OpKind::Flip) {
+    for (int64_t d : a.getInts("dims"))
+      out[d] = s.sub(s.sub(view.shape()[d], s.constant(1)), idx[d]);
+  } else if (op == OpKind::Select) {
+    out.insert(out.begin() + a.getInt("dim"), s.constant(a.getInt("index")));
+  } else {
+    BRAZE_UNREACHABLE("not a view: " << opName(op));
+  }
+  return out;
+}
+
 } // namespace braze

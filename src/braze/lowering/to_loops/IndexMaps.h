@@ -2,6 +2,7 @@
 /// Index remaps for views and broadcasting: each maps an index tuple of the result to one of
 /// the operand. They build SymExprs, so the results are simplified and hash-consed. Also the
 /// padded-row layout of large stored values.
+#include "braze/ir/graph/Graph.h"
 #include "braze/ir/sym/SymExpr.h"
 
 #include <vector>
@@ -20,6 +21,10 @@ Index broadcastIndex(sym::SymContext &s, const Index &idx, const std::vector<sym
 /// the same elements.
 Index reshapeIndex(sym::SymContext &s, const Index &idx, const std::vector<sym::SymExpr> &from,
                    const std::vector<sym::SymExpr> &to);
+
+/// Index into the operand of `view` (a node of the View category: reshape, permute, expand,
+/// slice, diagonal, unfold, flip or select) that the view reads at idx, its own index.
+Index viewOperandIndex(sym::SymContext &s, const Node &view, const Index &idx);
 
 /// Row-major strides of `shape` with each row padded to whole 16-byte words, for a value of at
 /// least 8 MiB (elements of `elementBytes`) whose rows of at least 64 elements are not whole

@@ -1,12 +1,14 @@
-/// Over 800 lines for a reason: the Lowerer below holds every node's lazy value and realizes
-/// values on demand, and its rules (views, reductions, products, convolution, attention and
-/// the outputs) read and realize each other's values through that one map, so they are one
-/// class in one file. Index arithmetic that needs no node lives in IndexMaps.
+/// Over 800 lines for a reason: the Lowerer below holds every node's lazy value, stores the
+/// values the realize step marked, and copies views into the layouts their readers need; its
+/// rules (views, reductions, products, convolution, attention and the outputs) read and store
+/// each other's values through that one map, so they are one class in one file. Index
+/// arithmetic that needs no node lives in IndexMaps.
 #include "braze/lowering/to_loops/ToLoops.h"
 
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/loop/LoopText.h"
 #include "braze/ir/loop/Rewrite.h"
+#include "braze/lowering/realize/Realize.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -34,7 +36,6 @@ namespace {
 struct Value {
   std::function<const Expr *(const Index &)> load;
   Buffer *buffer = nullptr;
-  int cost = 0;           ///< ops in the inlined body
   /// Reads a buffer at an index affine in the loop variables (a buffer, or a permute / expand /
   /// slice / select / flip / unfold / unit-dim reshape of one): no recomputation, and a matrix
   /// product can hand it to BLAS with strides.
@@ -61,28 +62,6 @@ ScalarOpKind scalarOpFor(OpKind op) {
   BRAZE_UNREACHABLE("not elementwise: " << opName(op));
 }
 
-/// A library function of many instructions per element (sin, exp, erf, pow, ...): the
-/// float-valued ops other than the few that are one instruction or a division.
-bool manyInstructions(ScalarOpKind op) {
-  switch (op) {
-  case ScalarOpKind::Sqrt:
-  case ScalarOpKind::Rsqrt:
-  case ScalarOpKind::Reciprocal:
-  case ScalarOpKind::Div:
-  case ScalarOpKind::CopySign:
-    return false;
-  case ScalarOpKind::Pow: // typed as its operands, a library call all the same
-    return true;
-  default:
-    break;
-  }
-#define BRAZE_ELEMENTWISE(E, arity, text, result)                              \
-  if (op == ScalarOpKind::E)                                                   \
-    return std::string_view(#result) == "float";
-#include "braze/ir/types/ElementwiseOps.def"
-  return false;
-}
-
 ReduceKind reduceKindFor(OpKind op) {
   static const std::pair<OpKind, ReduceKind> kKinds[] = {
       {OpKind::Sum, ReduceKind::Sum}, {OpKind::Prod, ReduceKind::Prod},
@@ -95,10 +74,6 @@ ReduceKind reduceKindFor(OpKind op) {
   BRAZE_UNREACHABLE("not a reduction: " << opName(op));
 }
 
-/// An operand read this many times per element through broadcasting is stored when it calls a
-/// library function (Lowerer::storeBroadcastLibraryCalls).
-constexpr int64_t kStoredBroadcast = 16;
-
 class Lowerer {
 public:
   Lowerer(Graph &g, const LoweringOptions &opts)
@@ -107,18 +82,26 @@ public:
 
   std::unique_ptr<loop::LoopProgram> run() {
     p_->sizeSymbols() = g_.sizeSymbols();
-    for (const auto &n : g_.nodes())
-      for (Node *o : n->operands())
-        ++users_[o];
-    for (Node *o : g_.outputs())
-      ++users_[o];
     // An output is stored right after its node is lowered, so what it reads need not stay
     // alive to the end of the graph (a training forward returns dozens of saved activations):
     // a view of a stored value (a returned K/V cache) is copied out or becomes that buffer, and
     // a computed value is stored once, its later readers loading it.
     std::vector<bool> done(g_.outputs().size(), false);
     for (const auto &n : g_.nodes()) {
+      // The realize step's marks: a shared value is stored where it is computed (a row
+      // reduction's kernel stores it too), a value a reader needs in memory where it is first
+      // read (next to that reader; a view reads nothing until its own reader does), and a
+      // marked output right away.
+      if (opCategory(n->op()) != OpCategoryKind::View)
+        for (Node *o : n->operands())
+          for (Node *x = o;; x = x->operand(0)) {
+            storeMarked(x);
+            if (x->stored() || opCategory(x->op()) != OpCategoryKind::View)
+              break;
+          }
       values_[n.get()] = lower(n.get());
+      if (n->storage() == Storage::Stored || isGraphOutput(n.get()))
+        storeMarked(n.get());
       if (!isGraphOutput(n.get()))
         continue;
       const Value &v = values_.at(n.get());
@@ -139,6 +122,13 @@ public:
   }
 
 private:
+  /// Stores n's value, once, if the realize step marked it and it has no buffer yet.
+  void storeMarked(Node *n) {
+    Value &v = values_.at(n);
+    if (n->stored() && !v.buffer && !nhwc_.count(n))
+      v = storeIntermediate(n, v);
+  }
+
   /// Fresh loop vars for the non-unit entries of `extents`; the full index has 0 elsewhere.
   std::vector<SymExpr> freshVars(const std::vector<SymExpr> &extents, const char *prefix,
                                  Index &full) {
@@ -161,7 +151,7 @@ private:
     return Value{[this, b, compute](const Index &idx) {
                    return ex_.cast(ex_.load(b, linearIndex(s_, idx, b->strides)), compute);
                  },
-                 b, 0, true};
+                 b, true};
   }
 
   /// Materializes `v` (values of node n) into a new buffer: an output's strides are the graph's,
@@ -280,33 +270,7 @@ private:
 
   const Value &operandValue(Node *n, size_t i) { return values_.at(n->operand(i)); }
 
-  Value lazy(std::function<const Expr *(const Index &)> f, int cost) {
-    return Value{std::move(f), nullptr, cost};
-  }
-
-  /// Applies the realization policy to a freshly built lazy value.
-  Value settle(Node *n, Value v) {
-    bool shared = users_[n] > 1 && (v.cost > opts_.inlineCostLimit ||
-                                    largeReads(n, v) > opts_.maxSharedReads);
-    if (!shared && v.cost <= opts_.maxInlineOps)
-      return v;
-    return storeIntermediate(n, v);
-  }
-
-  /// The buffers v, n's value, loads from that hold at least as many elements as n (its
-  /// full-size operands; a broadcast bias or a gathered row's indices are not counted).
-  int largeReads(Node *n, const Value &v) {
-    Index full;
-    freshVars(n->shape(), "r", full);
-    std::set<const Buffer *> large;
-    SymExpr size = s_.product(n->shape());
-    loop::forEachLoad(v.load(full), [&](const Expr *ld) {
-      SymExpr elements = s_.product(ld->buffer()->shape);
-      if (elements == size || s_.provablyNonNegative(s_.sub(elements, size)))
-        large.insert(ld->buffer());
-    });
-    return static_cast<int>(large.size());
-  }
+  Value lazy(std::function<const Expr *(const Index &)> f) { return Value{std::move(f), nullptr}; }
 
   /// n's value v stored once: [N, H, W, C] in channels-last mode, else intermediateStrides.
   Value storeIntermediate(Node *n, const Value &v) {
@@ -352,7 +316,7 @@ private:
     return Value{[this, b, compute](const Index &idx) {
                    return ex_.cast(ex_.load(b, linearIndex(s_, toNhwc(idx), b->strides)), compute);
                  },
-                 nullptr, 0, true};
+                 nullptr, true};
   }
 
   /// In channels-last mode: a 4-d input laid out channels-last and dense ({HWC, 1, WC, C}),
@@ -413,14 +377,14 @@ private:
         c = ex_.constant(n->attrs().getFloat("value"), DType::Float64);
       if (!isFloating(n->dtype()))
         c = ex_.constant(static_cast<double>(n->attrs().getInt("value")), n->dtype());
-      return lazy([c](const Index &) { return c; }, 0);
+      return lazy([c](const Index &) { return c; });
     }
     case OpCategoryKind::Iota: {
       size_t dim = static_cast<size_t>(n->attrs().getInt("dim"));
       DType t = computeType(n->dtype());
       return lazy([this, dim, t](const Index &idx) {
         return ex_.cast(ex_.indexValue(idx[dim], DType::Int64), t);
-      }, 1);
+      });
     }
     case OpCategoryKind::Numel: {
       Node *x = n->operand(0);
@@ -429,16 +393,16 @@ private:
         count = s_.mul(count, x->shape()[d]);
       DType t = computeType(n->dtype());
       const Expr *c = ex_.cast(ex_.indexValue(count, DType::Int64), t);
-      return lazy([c](const Index &) { return c; }, 1);
+      return lazy([c](const Index &) { return c; });
     }
     case OpCategoryKind::Elementwise:
       return lowerElementwise(n);
     case OpCategoryKind::Cast: {
       const Value &x = operandValue(n, 0);
       DType to = n->dtype(), compute = computeType(to);
-      return settle(n, lazy([this, &x, to, compute](const Index &idx) {
-                      return ex_.cast(ex_.cast(x.load(idx), to), compute);
-                    }, x.cost + 1));
+      return lazy([this, &x, to, compute](const Index &idx) {
+        return ex_.cast(ex_.cast(x.load(idx), to), compute);
+      });
     }
     case OpCategoryKind::Reduce:
       return lowerReduction(n);
@@ -463,69 +427,25 @@ private:
     BRAZE_UNREACHABLE("bad category");
   }
 
-  /// How many times each element of an operand of shape `in` is read by a value of shape
-  /// `out` that broadcasts it (the product of the extents it is broadcast along); 0 when a
-  /// size is symbolic.
-  int64_t broadcastFactor(const std::vector<SymExpr> &in, const std::vector<SymExpr> &out) {
-    int64_t factor = 1;
-    size_t lead = out.size() - in.size();
-    for (size_t d = 0; d < out.size(); ++d) {
-      if (d >= lead && !in[d - lead]->isConst(1))
-        continue;
-      if (!out[d]->isConst())
-        return 0;
-      factor *= out[d]->value();
-    }
-    return factor;
-  }
-
-  /// Whether v, n's value, calls a library function of many instructions per element.
-  bool callsLibraryFunction(Node *n, const Value &v) {
-    if (v.buffer || v.cost == 0)
-      return false;
-    Index full;
-    freshVars(n->shape(), "i", full);
-    for (const Expr *e : loop::exprPostOrder(v.load(full)))
-      if (e->kind() == loop::ExprKind::Op && manyInstructions(e->op()))
-        return true;
-    return false;
-  }
-
-  /// An operand broadcast to many times its size whose body calls a library function (the
-  /// cos and sin tables of rotary embeddings, read once per batch point and head) is stored
-  /// once, so that the function runs once per element of the operand, not of the result.
-  void storeBroadcastLibraryCalls(Node *n) {
-    for (size_t i = 0; i < n->operands().size(); ++i) {
-      Node *xn = n->operand(i);
-      const Value &x = values_.at(xn);
-      if (broadcastFactor(xn->shape(), n->shape()) >= kStoredBroadcast &&
-          callsLibraryFunction(xn, x))
-        values_.at(xn) = storeIntermediate(xn, x);
-    }
-  }
-
   Value lowerElementwise(Node *n) {
-    storeBroadcastLibraryCalls(n);
     std::vector<const Value *> xs;
     std::vector<std::vector<SymExpr>> shapes;
-    int cost = 1;
     for (size_t i = 0; i < n->operands().size(); ++i) {
       xs.push_back(&operandValue(n, i));
       shapes.push_back(n->operand(i)->shape());
-      cost += xs.back()->cost;
     }
     ScalarOpKind op = scalarOpFor(n->op());
     DType storage = n->dtype(), out = computeType(storage);
     std::vector<SymExpr> outShape = n->shape();
-    return settle(n, lazy([this, xs, shapes, op, storage, out, outShape](const Index &idx) {
-                    std::vector<const Expr *> args;
-                    for (size_t i = 0; i < xs.size(); ++i)
-                      args.push_back(xs[i]->load(broadcastIndex(s_, idx, outShape, shapes[i])));
-                    const Expr *v = ex_.op(op, std::move(args), out);
-                    // A half-precision op rounds its result, as PyTorch's kernel does for each
-                    // op (overflow to inf included); composites compute in f32 on purpose.
-                    return ex_.cast(ex_.cast(v, storage), out);
-                  }, cost + (out != storage ? 2 : 0)));
+    return lazy([this, xs, shapes, op, storage, out, outShape](const Index &idx) {
+      std::vector<const Expr *> args;
+      for (size_t i = 0; i < xs.size(); ++i)
+        args.push_back(xs[i]->load(broadcastIndex(s_, idx, outShape, shapes[i])));
+      const Expr *v = ex_.op(op, std::move(args), out);
+      // A half-precision op rounds its result, as PyTorch's kernel does for each
+      // op (overflow to inf included); composites compute in f32 on purpose.
+      return ex_.cast(ex_.cast(v, storage), out);
+    });
   }
 
   Value lowerReduction(Node *n) {
@@ -576,80 +496,11 @@ private:
   Value lowerView(Node *n) {
     const Value &x = operandValue(n, 0);
     Node *xn = n->operand(0);
-    std::function<Index(const Index &)> remap;
-    OpKind op = n->op();
-    if (op == OpKind::Reshape) {
-      remap = [this, from = n->shape(), to = xn->shape()](const Index &idx) {
-        return reshapeIndex(s_, idx, from, to);
-      };
-    } else if (op == OpKind::Permute) {
-      IntList dims = n->attrs().getInts("dims");
-      remap = [dims](const Index &idx) {
-        Index in(idx.size());
-        for (size_t k = 0; k < dims.size(); ++k)
-          in[dims[k]] = idx[k];
-        return in;
-      };
-    } else if (op == OpKind::Expand) {
-      remap = [this, out = n->shape(), in = xn->shape()](const Index &idx) {
-        return broadcastIndex(s_, idx, out, in);
-      };
-    } else if (op == OpKind::Slice) {
-      size_t dim = n->attrs().getInt("dim");
-      int64_t start = n->attrs().getInt("start"), step = n->attrs().getInt("step");
-      remap = [this, dim, start, step](const Index &idx) {
-        Index in = idx;
-        in[dim] = s_.add(s_.mul(idx[dim], step), start);
-        return in;
-      };
-    } else if (op == OpKind::Diagonal) {
-      int64_t offset = n->attrs().getInt("offset");
-      size_t d1 = n->attrs().getInt("dim1"), d2 = n->attrs().getInt("dim2");
-      size_t rank = xn->rank();
-      remap = [this, offset, d1, d2, rank](const Index &idx) {
-        Index in(rank);
-        size_t k = 0;
-        for (size_t i = 0; i < rank; ++i)
-          if (i != d1 && i != d2)
-            in[i] = idx[k++];
-        SymExpr t = idx.back();
-        in[d1] = offset >= 0 ? t : s_.add(t, -offset);
-        in[d2] = offset >= 0 ? s_.add(t, offset) : t;
-        return in;
-      };
-    } else if (op == OpKind::Unfold) {
-      size_t dim = n->attrs().getInt("dim");
-      int64_t step = n->attrs().getInt("step"), dilation = n->attrs().getInt("dilation");
-      // Overlapping windows read each element several times: a costly computed operand (the
-      // batch norm and relu before a max pool) is stored once rather than recomputed per read.
-      if (n->attrs().getInt("size") > step && x.cost > opts_.inlineCostLimit)
-        values_.at(xn) = storeIntermediate(xn, x);
-      remap = [this, dim, step, dilation](const Index &idx) {
-        Index in(idx.begin(), idx.end() - 1);
-        in[dim] = s_.add(s_.mul(idx[dim], step), s_.mul(idx.back(), dilation));
-        return in;
-      };
-    } else if (op == OpKind::Flip) {
-      IntList dims = n->attrs().getInts("dims");
-      remap = [this, dims, shape = n->shape()](const Index &idx) {
-        Index in = idx;
-        for (int64_t d : dims)
-          in[d] = s_.sub(s_.sub(shape[d], s_.constant(1)), idx[d]);
-        return in;
-      };
-    } else if (op == OpKind::Select) {
-      size_t dim = n->attrs().getInt("dim");
-      int64_t index = n->attrs().getInt("index");
-      remap = [this, dim, index](const Index &idx) {
-        Index in = idx;
-        in.insert(in.begin() + dim, s_.constant(index));
-        return in;
-      };
-    } else {
-      BRAZE_UNREACHABLE("not a view: " << opName(op));
-    }
-    Value v = lazy([&x, remap](const Index &idx) { return x.load(remap(idx)); }, x.cost);
-    v.affineView = x.affineView && (op != OpKind::Reshape || onlyUnitDimsDiffer(n->shape(), xn->shape()));
+    Value v = lazy([this, &x, n](const Index &idx) {
+      return x.load(viewOperandIndex(s_, *n, idx));
+    });
+    v.affineView = x.affineView &&
+                   (n->op() != OpKind::Reshape || onlyUnitDimsDiffer(n->shape(), xn->shape()));
     return v;
   }
 
@@ -660,35 +511,33 @@ private:
     std::vector<const Value *> xs;
     std::vector<SymExpr> offsets, sizes;
     SymExpr off = s_.constant(0);
-    int cost = 0;
     for (size_t i = 0; i < n->operands().size(); ++i) {
       xs.push_back(&operandValue(n, i));
       offsets.push_back(off);
       sizes.push_back(n->operand(i)->shape()[dim]);
       off = s_.add(off, sizes.back());
-      cost += xs.back()->cost + 2;
     }
     DType t = computeType(n->dtype());
-    return settle(n, lazy([this, xs, offsets, sizes, dim, t](const Index &idx) {
-                    const Expr *result = nullptr;
-                    for (size_t k = xs.size(); k-- > 0;) {
-                      Index in = idx;
-                      SymExpr local = s_.sub(idx[dim], offsets[k]);
-                      in[dim] = s_.max(s_.constant(0),
-                                       s_.min(local, s_.sub(sizes[k], s_.constant(1))));
-                      const Expr *v = xs[k]->load(in);
-                      if (!result) {
-                        result = v;
-                        continue;
-                      }
-                      // idx < offsets[k + 1]  <=>  take operand k
-                      const Expr *pos = ex_.indexValue(idx[dim], DType::Int64);
-                      const Expr *end = ex_.indexValue(s_.add(offsets[k], sizes[k]), DType::Int64);
-                      const Expr *inK = ex_.op(ScalarOpKind::Lt, {pos, end}, DType::Bool);
-                      result = ex_.op(ScalarOpKind::Where, {inK, v, result}, t);
-                    }
-                    return result;
-                  }, cost));
+    return lazy([this, xs, offsets, sizes, dim, t](const Index &idx) {
+      const Expr *result = nullptr;
+      for (size_t k = xs.size(); k-- > 0;) {
+        Index in = idx;
+        SymExpr local = s_.sub(idx[dim], offsets[k]);
+        in[dim] = s_.max(s_.constant(0),
+                         s_.min(local, s_.sub(sizes[k], s_.constant(1))));
+        const Expr *v = xs[k]->load(in);
+        if (!result) {
+          result = v;
+          continue;
+        }
+        // idx < offsets[k + 1]  <=>  take operand k
+        const Expr *pos = ex_.indexValue(idx[dim], DType::Int64);
+        const Expr *end = ex_.indexValue(s_.add(offsets[k], sizes[k]), DType::Int64);
+        const Expr *inK = ex_.op(ScalarOpKind::Lt, {pos, end}, DType::Bool);
+        result = ex_.op(ScalarOpKind::Where, {inK, v, result}, t);
+      }
+      return result;
+    });
   }
 
   /// The buffer holding node n's values, realizing them first if they are computed lazily
@@ -714,30 +563,27 @@ private:
     size_t indexRank = n->operand(1)->rank();
     std::vector<SymExpr> extents(xn->shape().begin() + dim, xn->shape().begin() + dim + k);
     DType compute = computeType(n->dtype());
-    int cost = 4 * static_cast<int>(k);
-    for (const Value *v : indices)
-      cost += v->cost;
-    return settle(n, lazy([this, src, indices, dim, indexRank, extents, compute](const Index &idx) {
-                    Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
-                    Index in(idx.begin(), idx.begin() + dim);
-                    std::vector<loop::IndirectBinding> bindings;
-                    const Expr *zero = ex_.constant(0, DType::Int64);
-                    for (size_t j = 0; j < indices.size(); ++j) {
-                      const Expr *i = ex_.cast(indices[j]->load(at), DType::Int64);
-                      const Expr *size = ex_.indexValue(extents[j], DType::Int64);
-                      const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
-                      i = ex_.op(ScalarOpKind::Where,
-                                 {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
-                                 DType::Int64);
-                      std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
-                      SymExpr t = s_.indexSymbol(hint, extents[j]);
-                      in.push_back(t);
-                      bindings.push_back({t, i});
-                    }
-                    in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
-                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), bindings);
-                    return ex_.cast(v, compute);
-                  }, cost));
+    return lazy([this, src, indices, dim, indexRank, extents, compute](const Index &idx) {
+      Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
+      Index in(idx.begin(), idx.begin() + dim);
+      std::vector<loop::IndirectBinding> bindings;
+      const Expr *zero = ex_.constant(0, DType::Int64);
+      for (size_t j = 0; j < indices.size(); ++j) {
+        const Expr *i = ex_.cast(indices[j]->load(at), DType::Int64);
+        const Expr *size = ex_.indexValue(extents[j], DType::Int64);
+        const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
+        i = ex_.op(ScalarOpKind::Where,
+                   {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
+                   DType::Int64);
+        std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
+        SymExpr t = s_.indexSymbol(hint, extents[j]);
+        in.push_back(t);
+        bindings.push_back({t, i});
+      }
+      in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
+      const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), bindings);
+      return ex_.cast(v, compute);
+    });
   }
 
   /// Whether v, n's value, is a plain load (plainLoad) at an index affine in n's indices with a
@@ -763,16 +609,6 @@ private:
     return false;
   }
 
-  /// The value o reshapes (through reshapes only) when it is computed lazily and read by
-  /// other nodes too, or nullptr.
-  Node *reshapedSharedValue(Node *o) {
-    Node *x = o;
-    while (x->op() == OpKind::Reshape)
-      x = x->operand(0);
-    const Value &xv = values_.at(x);
-    return x != o && !xv.buffer && users_[x] > 1 && !isGraphOutput(x) ? x : nullptr;
-  }
-
   /// out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n]: a reduction whose operands are always
   /// in memory (a computed operand is realized first, so nothing is recomputed per output),
   /// which the scheduler hands to BLAS when the layouts allow.
@@ -780,29 +616,13 @@ private:
   /// the half operands and widens each element as it loads it (the product of two widened halves
   /// is exact in f32).
   Value lowerMatMul(Node *n) {
-    std::array<Node *, 2> src{n->operand(0), n->operand(1)};
-    auto widened = [&](Node *o) {
-      return o->op() == OpKind::Convert && o->dtype() == DType::Float32 &&
-             computeType(o->operand(0)->dtype()) == DType::Float32 &&
-             o->operand(0)->dtype() != DType::Float32 && isFloating(o->operand(0)->dtype())
-             ? o->operand(0) : nullptr;
-    };
-    if (Node *wa = widened(src[0]), *wb = widened(src[1]);
-        opts_.widenedHalfMatMul && wa && wb && wa->dtype() == wb->dtype())
-      src = {wa, wb};
+    std::array<Node *, 2> src = matMulSources(n, opts_.widenedHalfMatMul);
+    // The realize step stored the computed operands; a view of a stored value in a layout the
+    // product cannot read in place is copied row-major.
     for (Node *o : src) {
       Value &v = values_.at(o);
-      if (v.affineView || readsInPlace(o, v))
-        continue;
-      // A reshape of a computed value that others read too (the q, k and v gradients joined by
-      // a cat, read by both of a projection's gradient products through two reshapes) stores
-      // that value once; the reshape then reads it in place.
-      if (Node *x = reshapedSharedValue(o)) {
-        values_.at(x) = storeIntermediate(x, values_.at(x));
-        if (readsInPlace(o, v))
-          continue;
-      }
-      v = realize(o, v, BufferKind::Intermediate, -1);
+      if (!v.affineView && !readsInPlace(o, v))
+        v = realize(o, v, BufferKind::Intermediate, -1);
     }
     const Value &a = values_.at(src[0]), &b = values_.at(src[1]);
     Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate, -1,
@@ -920,9 +740,9 @@ private:
       return conv;
     }
     const Value &b = operandValue(n, 2);
-    return settle(n, lazy([this, conv, &b, t](const Index &idx) {
-                    return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
-                  }, b.cost + 1));
+    return lazy([this, conv, &b, t](const Index &idx) {
+      return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
+    });
   }
 
   /// n's values as a strided view of a buffer (one stride per dim, 0 along unit dims): read in
@@ -1013,71 +833,6 @@ private:
     return true;
   }
 
-  /// The node a chain of views starts from (n itself when n is not a view).
-  static Node *viewRoot(Node *n) {
-    while (opCategory(n->op()) == OpCategoryKind::View)
-      n = n->operand(0);
-    return n;
-  }
-
-  /// Stores, row-major, each computed value that attention operands are views of, where that
-  /// costs no more than storing the views that are not graph outputs: q, k and v sliced out of
-  /// one projection with its bias are then read in place from the projection (whose bias the
-  /// scheduler gives the product's epilogue) instead of being copied out one by one.
-  void storeViewedRoots(const std::vector<Node *> &operands) {
-    struct Viewed {
-      Node *root;
-      int64_t elements; ///< viewed by the operands
-      bool known;       ///< every viewing operand has a static shape
-    };
-    std::vector<Viewed> viewed; // in operand order: the stores are added deterministically
-    for (Node *o : operands) {
-      Node *root = o ? viewRoot(o) : nullptr;
-      // A graph output (a returned K/V cache) is stored anyway, and read in place.
-      if (!root || root == o || isGraphOutput(o) || values_.at(root).buffer ||
-          values_.at(o).buffer || !stridedViewOfStored(o, root))
-        continue;
-      auto it = std::find_if(viewed.begin(), viewed.end(),
-                             [root](const Viewed &v) { return v.root == root; });
-      if (it == viewed.end())
-        it = viewed.insert(viewed.end(), {root, 0, true});
-      std::optional<int64_t> count = staticCount(o->shape());
-      it->known &= count.has_value() && !__builtin_add_overflow(it->elements, *count, &it->elements);
-    }
-    for (const Viewed &v : viewed) {
-      std::optional<int64_t> size = staticCount(v.root->shape());
-      if (v.known && size && *size <= v.elements)
-        inMemory(v.root);
-    }
-  }
-
-  /// Whether o, a chain of views of root, would be a strided view with a unit last stride
-  /// were root stored row-major (a reshape that splits the heads of an expanded K/V is not):
-  /// o's index map is read off with root's values replaced by their positions.
-  bool stridedViewOfStored(Node *o, Node *root) {
-    const std::vector<SymExpr> &shape = root->shape();
-    Value positions = lazy([this, shape](const Index &idx) {
-      return ex_.indexValue(linearIndex(s_, idx, contiguousStrides(s_, shape)), DType::Int64);
-    }, 0);
-    std::swap(values_.at(root), positions);
-    Index full;
-    std::vector<SymExpr> vars = freshVars(o->shape(), "a", full);
-    const Expr *e = values_.at(o).load(full);
-    std::swap(values_.at(root), positions);
-    if (e->kind() != loop::ExprKind::IndexValue)
-      return false;
-    std::optional<sym::AffineForm> form = sym::affineIn(s_, e->index(), vars);
-    return form && (vars.empty() || full.back() != vars.back() || form->coef.back()->isConst(1));
-  }
-
-  static std::optional<int64_t> staticCount(const std::vector<SymExpr> &shape) {
-    int64_t count = 1;
-    for (SymExpr d : shape)
-      if (!d->isConst() || __builtin_mul_overflow(count, d->value(), &count))
-        return std::nullopt;
-    return count;
-  }
-
   /// An attention-family op the target fuses: one Computation with the spec and no value,
   /// writing a row-major buffer; the bias broadcasts by zero strides (dims it lacks or has as 1).
   Value lowerAttention(Node *n) {
@@ -1085,7 +840,6 @@ private:
     loop::AttentionSpec spec;
     bool grad = n->op() == OpKind::AttentionGrad, lse = n->op() == OpKind::AttentionLse;
     Node *q = n->operand(grad), *k = n->operand(grad + 1);
-    storeViewedRoots({q, k, lse ? nullptr : n->operand(grad + 2)});
     spec.q = stridedOperand(q, true);
     spec.k = stridedOperand(k, true);
     if (!lse)
@@ -1162,12 +916,13 @@ private:
     return done[e] = out;
   }
 
-  /// A gather from a cheap value computed nowhere else (log_softmax feeding nll_loss) reads
-  /// the value's inputs at the gathered positions instead of realizing the whole value.
-  std::optional<Value> gatherComputed(Node *n, const Value &xv, const Value &index, size_t dim,
-                                      SymExpr extent, DType compute) {
-    Node *xn = n->operand(0);
-    if (xv.buffer || users_[xn] != 1 || xv.cost > opts_.inlineCostLimit)
+  /// A gather from a value the realize step did not store (a cheap value computed nowhere else,
+  /// log_softmax feeding nll_loss, or a view of a stored one) reads the value's inputs at the
+  /// gathered positions instead of realizing the whole value; nullopt when the value's body
+  /// cannot take the gathered index (bindIndirect).
+  std::optional<Value> gatherInPlace(Node *n, const Value &xv, const Value &index, size_t dim,
+                                     SymExpr extent, DType compute) {
+    if (xv.buffer)
       return std::nullopt;
     auto build = [this, xv, &index, dim, extent, compute](const Index &idx) -> const Expr * {
       const Expr *i = ex_.cast(index.load(idx), DType::Int64);
@@ -1182,7 +937,7 @@ private:
     freshVars(n->shape(), "p", probe);
     if (!build(probe))
       return std::nullopt;
-    return settle(n, lazy(build, index.cost + xv.cost + 1));
+    return lazy(build);
   }
 
   Value lowerGather(Node *n) {
@@ -1192,17 +947,17 @@ private:
     size_t dim = n->attrs().getInt("dim");
     SymExpr extent = xn->shape()[dim];
     DType compute = computeType(n->dtype());
-    if (auto v = gatherComputed(n, values_.at(xn), index, dim, extent, compute))
+    if (auto v = gatherInPlace(n, values_.at(xn), index, dim, extent, compute))
       return *v;
     Buffer *src = inMemory(xn);
-    return settle(n, lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {
-                    const Expr *i = ex_.cast(index.load(idx), DType::Int64);
-                    SymExpr t = s_.indexSymbol("t", extent);
-                    Index in = idx;
-                    in[dim] = t;
-                    const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
-                    return ex_.cast(v, compute);
-                  }, index.cost + 1));
+    return lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {
+      const Expr *i = ex_.cast(index.load(idx), DType::Int64);
+      SymExpr t = s_.indexSymbol("t", extent);
+      Index in = idx;
+      in[dim] = t;
+      const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});
+      return ex_.cast(v, compute);
+    });
   }
 
   Graph &g_;
@@ -1212,12 +967,12 @@ private:
   loop::ExprContext &ex_;
   std::unordered_map<const Node *, Value> values_;
   std::unordered_map<const Node *, Buffer *> nhwc_; ///< channels-last copies, by node
-  std::unordered_map<const Node *, int> users_;
 };
 
 } // namespace
 
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts) {
+  BRAZE_CHECK(g.realized()) << "lowerToLoops needs the realize step's decisions (realize)";
   return Lowerer(g, opts).run();
 }
 

@@ -1,15 +1,10 @@
 #pragma once
-/// LOWERING: the decomposed tensor graph becomes a LoopProgram. Every node is first a lazy
-/// index -> value function; pointwise producers are inlined into their consumers (so chains
-/// fuse by construction) and only these are realized into buffers:
-///   - graph inputs (input buffers) and outputs (output buffers);
-///   - reduction results;
-///   - gather sources (an indirect load needs memory);
-///   - a pointwise value with several users whose body costs more than `inlineCostLimit` ops
-///     or reads more than `maxSharedReads` buffers at least its size (each reader would read
-///     them all again: a transformer's residual stream, left unstored, is summed from every
-///     layer's output by every later layer's norm, which keeps all those outputs alive),
-///     or any value whose body grows past `maxInlineOps` ops.
+/// LOWERING: the decomposed, realized tensor graph becomes a LoopProgram. Every node is first a
+/// lazy index -> value function; a value is computed inside its readers (so pointwise chains
+/// fuse by construction) unless the realize step (lowering/realize) marked it stored, or it is
+/// an input, an output, a reduction, a product or a library op, each of which has a buffer.
+/// Besides, to-loops copies a view into a layout its reader needs: row-major for a take, a
+/// gather or a library op that cannot read it in place, channels-last for a convolution.
 #include "braze/ir/graph/Graph.h"
 #include "braze/ir/loop/LoopIR.h"
 
@@ -18,9 +13,6 @@
 namespace braze {
 
 struct LoweringOptions {
-  int inlineCostLimit = 16;
-  int maxSharedReads = 1;
-  int maxInlineOps = 64;
   /// A product of two f16/bf16 tensors converted to f32 reads the half operands and widens each
   /// element as it loads it, so the GEMM library (cuBLASLt) takes them with an f32 result and
   /// the f32 copies are never stored. For targets whose GEMM takes half operands.
@@ -47,6 +39,7 @@ struct LoweringOptions {
   bool permutedAttentionOutput = false;
 };
 
+/// g must be realized (Graph::realized).
 std::unique_ptr<loop::LoopProgram> lowerToLoops(Graph &g, const LoweringOptions &opts = {});
 
 } // namespace braze

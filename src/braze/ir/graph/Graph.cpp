@@ -34,6 +34,10 @@ OpCategoryKind opCategory(OpKind k) {
   BRAZE_UNREACHABLE("bad OpKind");
 }
 
+bool isAttentionFamily(OpKind k) {
+  return k == OpKind::Attention || k == OpKind::AttentionLse || k == OpKind::AttentionGrad;
+}
+
 bool parseOpKind(std::string_view name, OpKind &out) {
 #define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
   if (name == text) {                                                          \

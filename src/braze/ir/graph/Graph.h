@@ -41,6 +41,8 @@ enum class OpCategoryKind {
 
 std::string_view opName(OpKind k);
 OpCategoryKind opCategory(OpKind k);
+/// attention, attention_lse or attention_grad: the ops a target may run as one fused kernel.
+bool isAttentionFamily(OpKind k);
 bool parseOpKind(std::string_view name, OpKind &out);
 /// Number of operands of an elementwise op.
 int elementwiseArity(OpKind k);

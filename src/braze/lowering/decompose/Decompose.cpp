@@ -79,8 +79,7 @@ bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
   if (accumulatingScatter(n))
     return true;
-  if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
-      n->op() == OpKind::AttentionGrad)
+  if (isAttentionFamily(n->op()))
     return fusedAttention(n, opts);
   return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
          (t == DType::Float32 ||

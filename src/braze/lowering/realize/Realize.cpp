@@ -266,8 +266,7 @@ private:
     case OpCategoryKind::Composite:
       if (n->op() == OpKind::Convolution)
         return convolution(n);
-      if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
-          n->op() == OpKind::AttentionGrad)
+      if (isAttentionFamily(n->op()))
         attention(n);
       return storedState(n);
     }

@@ -417,8 +417,7 @@ private:
     case OpCategoryKind::Composite:
       if (n->op() == OpKind::Convolution)
         return lowerConvolution(n);
-      if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionLse ||
-          n->op() == OpKind::AttentionGrad)
+      if (isAttentionFamily(n->op()))
         return lowerAttention(n);
       if (n->op() == OpKind::Scatter)
         return lowerAccumulatingScatter(n);

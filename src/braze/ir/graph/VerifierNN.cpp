@@ -16,7 +16,7 @@ bool GraphVerifier::checkConvolution() {
   if (rank < 3 || rank > 5)
     return fail("input must have rank 3 to 5 (batch, channels, 1-3 spatial dims), not " +
                 std::to_string(rank));
-  if (w->rank() != rank || node_->rank() != rank)
+  if (static_cast<size_t>(w->rank()) != rank || static_cast<size_t>(node_->rank()) != rank)
     return fail("weight and result must have the input's rank " + std::to_string(rank) +
                 ", not " + std::to_string(w->rank()) + " and " +
                 std::to_string(node_->rank()));

@@ -12,7 +12,6 @@ import operator
 
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from braze.registry import rule, Unsupported, aten, dtype_name
 
@@ -42,37 +41,6 @@ def _operands(t, q, k, v, bias):
     """The braze values of q, k, v and the bias (GraphBuilder::attention repeats the key and
     value heads of grouped-query attention)."""
     return t.arg(q), t.arg(k), t.arg(v), (t.arg(bias) if bias is not None else None)
-
-
-def _lse_as(t, lse, q, val):
-    """braze's log-sum-exp [B.., Sq] (of query `q`) in the layout of the fused op's (meta value
-    `val`): with a trailing unit dim (cuDNN's), or with the rows padded (memory-efficient
-    attention pads them to a multiple of 32; the padding is never read)."""
-    rows = list(q.meta["val"].shape[:-1])
-    want = list(val.shape)
-    if len(want) == len(rows) + 1 and want[-1] == 1:
-        return t.g.reshape(lse, t.shape(want))
-    if len(want) != len(rows):
-        raise Unsupported(f"attention log-sum-exp of shape {tuple(want)}")
-    if statically_known_true(want[-1] == rows[-1]):
-        return lse
-    if isinstance(want[-1], int) and isinstance(rows[-1], int) and want[-1] > rows[-1]:
-        return t.g.pad(lse, len(rows) - 1, 0, want[-1] - rows[-1], 0.0)
-    raise Unsupported(f"attention log-sum-exp of shape {tuple(want)} for {tuple(rows)} query rows")
-
-
-def _lse_from(t, lse, q):
-    """A fused op's saved log-sum-exp as braze's [B.., Sq]: the inverse of _lse_as."""
-    rows = list(q.meta["val"].shape[:-1])
-    got = list(lse.meta["val"].shape)
-    h = t.arg(lse)
-    if len(got) == len(rows) + 1:
-        return t.g.reshape(h, t.shape(rows))
-    if statically_known_true(got[-1] == rows[-1]):
-        return h
-    if isinstance(got[-1], int) and isinstance(rows[-1], int) and got[-1] > rows[-1]:
-        return t.g.slice(h, len(rows) - 1, 0, rows[-1], 1)
-    raise Unsupported(f"attention log-sum-exp of shape {tuple(got)} for {tuple(rows)} query rows")
 
 
 # Whether CUDA training graphs compile the fused attention ops' log-sum-exp and backward
@@ -120,8 +88,8 @@ def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size, l
     results = [out] + [None] * (tuple_size - 1)
     for i in sorted(read - {0}):
         if i == 1:
-            results[1] = _lse_as(t, t.g.attention_lse(qh, kh, bh, scale, bool(is_causal)), q,
-                                 vals[1])
+            log_sum_exp = t.g.attention_lse(qh, kh, bh, scale, bool(is_causal))
+            results[1] = t.g.lse_in_layout(log_sum_exp, t.shape(list(vals[1].shape)))
         elif isinstance(vals[i], torch.Tensor):
             results[i] = t.g.full(0.0, dtype_name(vals[i].dtype), t.shape(list(vals[i].shape)))
         else:
@@ -147,8 +115,8 @@ def attention_backward(t, node, grad_out, q, k, v, out, logsumexp, bias, dropout
     _check_unfused_training(q, k)
     scale = _scale_of(q, scale)
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
-    args = (t.arg(grad_out), qh, kh, vh, t.arg(out), _lse_from(t, logsumexp, q), bh, scale,
-            bool(is_causal))
+    lse = t.g.lse_from_layout(t.arg(logsumexp), qh)
+    args = (t.arg(grad_out), qh, kh, vh, t.arg(out), lse, bh, scale, bool(is_causal))
     grads = tuple(t.g.attention_grad(wrt, *args) if i in read else None
                   for i, wrt in enumerate("qkv"))
     return grads + (None,) * (tuple_size - 3)

@@ -1,9 +1,11 @@
 // The C++ API without Python: graphs of ops the FX frontend also uses (a transposed
 // convolution, max, average and adaptive pooling, grid sampling, a scatter reduce, a sort, a
-// median, grouped-query attention and its gradient, a Fourier transform), built with GraphBuilder, compiled and run on the CPU, and checked against
-// reference values computed here.
+// median, grouped-query attention and its gradient, attention's log-sum-exp in PyTorch's
+// kernel layouts, a Fourier transform), built with GraphBuilder, compiled and run on the CPU,
+// and checked against reference values computed here.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/Builder.h"
+#include "braze/support/Diagnostic.h"
 
 #include <gtest/gtest.h>
 
@@ -356,6 +358,55 @@ TEST(OpsApiTest, GroupedQueryAttentionAndItsKeyGradient) {
   }
   for (size_t i = 0; i < wantDk.size(); ++i)
     EXPECT_NEAR(gotDk[i], wantDk[i], 1e-12) << "at " << i;
+}
+
+TEST(OpsApiTest, LogSumExpInTheLayoutsOfPyTorchsAttentionKernels) {
+  // attentionLse's [B, Sq] as cuDNN returns it ([B, Sq, 1]) and as memory-efficient attention
+  // does (rows padded to 32), and each read back as [B, Sq]; q [2, 3, 4], k [2, 5, 4], in f64.
+  const int64_t bt = 2, sq = 3, sk = 5, d = 4, padded = 32;
+  const double scale = 0.5;
+  Graph graph;
+  GraphBuilder b(graph);
+  Node *q = b.input("q", DType::Float64, {b.dim(bt), b.dim(sq), b.dim(d)});
+  Node *k = b.input("k", DType::Float64, {b.dim(bt), b.dim(sk), b.dim(d)});
+  Node *lse = b.attentionLse(q, k, nullptr, scale, false);
+  EXPECT_EQ(b.lseInLayout(lse, {b.dim(bt), b.dim(sq)}), lse);
+  Node *unit = b.lseInLayout(lse, {b.dim(bt), b.dim(sq), b.dim(1)});
+  Node *rows = b.lseInLayout(lse, {b.dim(bt), b.dim(padded)});
+  EXPECT_THROW(b.lseInLayout(lse, {b.dim(bt), b.dim(2)}), Diagnostic);
+  EXPECT_THROW(b.lseFromLayout(b.lseInLayout(lse, {b.dim(bt), b.dim(sq), b.dim(1)}), k),
+               Diagnostic);
+  b.output({lse, unit, rows, b.lseFromLayout(unit, q), b.lseFromLayout(rows, q)});
+  CompileResult r = compile(graph, testOptions());
+  std::vector<double> qs(bt * sq * d), ks(bt * sk * d);
+  for (size_t i = 0; i < qs.size(); ++i)
+    qs[i] = std::sin(0.43 * static_cast<double>(i) + 0.1);
+  for (size_t i = 0; i < ks.size(); ++i)
+    ks[i] = std::cos(0.31 * static_cast<double>(i) - 0.2);
+  std::vector<double> got(bt * sq), gotUnit(bt * sq), gotRows(bt * padded, -1.0),
+      back(bt * sq), backRows(bt * sq);
+  r.executable->runRaw({qs.data(), ks.data()}, {{bt, sq, d}, {bt, sk, d}},
+                       {got.data(), gotUnit.data(), gotRows.data(), back.data(), backRows.data()});
+  for (int64_t n = 0; n < bt; ++n)
+    for (int64_t i = 0; i < sq; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < sk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += qs[(n * sq + i) * d + c] * ks[(n * sk + j) * d + c];
+        sum += std::exp(scale * dot);
+      }
+      double want = std::log(sum);
+      int64_t at = n * sq + i;
+      EXPECT_NEAR(got[at], want, 1e-12) << "row " << at;
+      EXPECT_EQ(gotUnit[at], got[at]) << "row " << at;
+      EXPECT_EQ(gotRows[n * padded + i], got[at]) << "row " << at;
+      EXPECT_EQ(back[at], got[at]) << "row " << at;
+      EXPECT_EQ(backRows[at], got[at]) << "row " << at;
+    }
+  for (int64_t n = 0; n < bt; ++n)
+    for (int64_t i = sq; i < padded; ++i)
+      EXPECT_EQ(gotRows[n * padded + i], 0.0) << "padding row " << i;
 }
 
 TEST(OpsApiTest, OneSidedRealFourierTransformAndItsInverse) {

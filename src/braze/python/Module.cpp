@@ -384,6 +384,12 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().attentionLse(g.at(q), g.at(k), bias ? g.at(*bias) : nullptr,
                                                scale, causal));
       })
+      .def("lse_in_layout", [](PyGraph &g, int lse, const std::vector<int> &shape) {
+        return g.node(g.builder().lseInLayout(g.at(lse), g.shape(shape)));
+      })
+      .def("lse_from_layout", [](PyGraph &g, int saved, int q) {
+        return g.node(g.builder().lseFromLayout(g.at(saved), g.at(q)));
+      })
       .def("attention_grad", [](PyGraph &g, const std::string &wrt, int dout, int q, int k, int v,
                                 int out, int lse, std::optional<int> bias, double scale,
                                 bool causal) {

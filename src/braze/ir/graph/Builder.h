@@ -119,6 +119,14 @@ public:
   /// (f32 for half operands); -inf for a row whose every key is masked. The forward's saved
   /// value for attentionGrad.
   Node *attentionLse(Node *q, Node *k, Node *bias, double scale, bool causal);
+  /// attentionLse's [B.., Sq] in the layout a PyTorch fused attention kernel returns it with:
+  /// `shape` is [B.., Sq] (itself), [B.., Sq, 1] (cuDNN's trailing unit dim) or [B.., P] for a
+  /// static P above a static Sq (memory-efficient attention pads the rows to a multiple of 32;
+  /// the padding, 0 here, is never read). Another shape is an error.
+  Node *lseInLayout(Node *lse, std::vector<SymExpr> shape);
+  /// The inverse of lseInLayout: a kernel's saved log-sum-exp in one of those layouts as the
+  /// [B.., Sq] attentionGrad reads, for query q [B.., Sq, D].
+  Node *lseFromLayout(Node *saved, Node *q);
   /// The gradient of the attention `out` (safe, with log-sum-exp `lse`) with respect to `wrt`
   /// ("q", "k" or "v"), given the output's gradient `dout` [B.., Sq, Dv]: shaped and typed as
   /// that operand. A bias is a constant (it gets no gradient).

@@ -4,8 +4,10 @@
 
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace braze {
 
@@ -127,6 +129,52 @@ Node *GraphBuilder::attentionLse(Node *q, Node *k, Node *bias, double scale, boo
   attrs.set("bias", bias != nullptr);
   return make(OpKind::AttentionLse, ops, std::move(attrs),
               TensorType{computeType(q->dtype()), shape, {}});
+}
+
+namespace {
+
+/// How a fused kernel's log-sum-exp of shape `layout` holds [B.., Sq] (`rows`): 0 the same
+/// shape, -1 with a trailing unit dim, or the count of padding rows after Sq (> 0); nullopt
+/// for any other shape.
+std::optional<int64_t> lseLayout(const std::vector<SymExpr> &rows,
+                                 const std::vector<SymExpr> &layout) {
+  if (layout.size() == rows.size() + 1 && layout.back()->isConst(1) &&
+      std::equal(rows.begin(), rows.end(), layout.begin()))
+    return -1;
+  if (rows.empty() || layout.size() != rows.size() ||
+      !std::equal(rows.begin(), rows.end() - 1, layout.begin()))
+    return std::nullopt;
+  SymExpr sq = rows.back(), p = layout.back();
+  if (p == sq)
+    return 0;
+  if (p->isConst() && sq->isConst() && p->value() > sq->value())
+    return p->value() - sq->value();
+  return std::nullopt;
+}
+
+} // namespace
+
+Node *GraphBuilder::lseInLayout(Node *lse, std::vector<SymExpr> shape) {
+  std::optional<int64_t> layout = lseLayout(lse->shape(), shape);
+  if (!layout)
+    BRAZE_USER_ERROR("attention_lse", name_)
+        << "no log-sum-exp layout " << shapeText(shape) << " for " << shapeText(lse->shape())
+        << " query rows: it must be that shape, with a trailing unit dim, or with more rows";
+  if (*layout < 0)
+    return reshape(lse, std::move(shape));
+  return *layout == 0 ? lse : pad(lse, lse->rank() - 1, 0, *layout, 0.0);
+}
+
+Node *GraphBuilder::lseFromLayout(Node *saved, Node *q) {
+  std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
+  std::optional<int64_t> layout = lseLayout(rows, saved->shape());
+  if (!layout)
+    BRAZE_USER_ERROR("attention_grad", name_)
+        << "a saved log-sum-exp of shape " << shapeText(saved->shape()) << " does not hold the "
+        << shapeText(rows) << " query rows";
+  if (*layout < 0)
+    return reshape(saved, std::move(rows));
+  return *layout == 0 ? saved : slice(saved, saved->rank() - 1, 0, rows.back()->value(), 1);
 }
 
 Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v,

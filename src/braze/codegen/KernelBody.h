@@ -64,8 +64,8 @@ private:
 class ExprWriter {
 public:
   /// `counter` numbers the locals; share one per kernel so names never repeat.
-  ExprWriter(Writer &w, Scope &scope, Names &names, loop::LoopProgram &p, int &counter)
-      : w_(w), scope_(scope), names_(names), p_(p), next_(counter) {}
+  ExprWriter(Writer &w, Scope &scope, Names &names, int &counter)
+      : w_(w), scope_(scope), names_(names), next_(counter) {}
   /// Emits e's subexpressions as locals; returns a C expression for e.
   std::string emit(const loop::Expr *e);
   /// The statement that records an out-of-bounds indirect index (the kernel's `err` flag).
@@ -75,7 +75,6 @@ private:
   Writer &w_;
   Scope &scope_;
   Names &names_;
-  loop::LoopProgram &p_;
   int &next_;
   std::string errorStatement_ = "__atomic_store_n(err, 1, __ATOMIC_RELAXED);";
 };

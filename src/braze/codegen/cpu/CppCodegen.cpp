@@ -274,7 +274,7 @@ private:
       w.indent();
     }
     Scope scope(nullptr);
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     const Member &m = k.steps.at(0).members.at(0);
     const Buffer &b = *k.scatter->out;
     std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt);
@@ -532,7 +532,7 @@ private:
     for (const Step &st : k.steps)
       for (const Member &m : st.members)
         written.insert(m.comp->out);
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     auto visit = [&](const loop::Expr *ld) {
       if (!ld->indirect().empty() || written.count(ld->buffer()))
         return;
@@ -820,7 +820,7 @@ private:
   /// before the lane loop (declareLaneLocals), visible to later steps through that scope.
   void emitMembers(const Step &st, Writer &w, Scope &scope,
                    const std::string &storeGuard = "", Scope *exportTo = nullptr) {
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     for (const Member &m : st.members) {
       std::string v = ex.emit(m.value);
       const Buffer &b = *m.comp->out;

@@ -331,7 +331,7 @@ private:
     if (!k.outerVars.empty())
       decompose(w, k.outerVars, "first", names_.index(k.outerVars.back()));
     Scope scope(nullptr);
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     ex.setErrorStatement("*err = 1;");
     const Member &m = k.steps.at(0).members.at(0);
     const Buffer &b = *k.scatter->out;
@@ -366,7 +366,7 @@ private:
   void hoistInvariants(Writer &w, Scope &scope, const std::vector<const Member *> &members,
                        const std::vector<SymExpr> &vars, const std::set<const Buffer *> &writes) {
     std::map<const loop::Expr *, bool> invariant;
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     ex.setErrorStatement("*err = 1;");
     for (const Member *m : members)
       forEachExpr(m->value, [&](const loop::Expr *e) {
@@ -570,7 +570,7 @@ private:
   void emitMembers(Writer &w, Scope &scope, const std::vector<const Member *> &members,
                    const std::string &storeGuard,
                    const std::map<const Member *, std::string> &laneStores) {
-    ExprWriter ex(w, scope, names_, *s_.program, next_);
+    ExprWriter ex(w, scope, names_, next_);
     ex.setErrorStatement("*err = 1;");
     for (const Member *m : members) {
       std::string v = ex.emit(m->value);

@@ -2,9 +2,10 @@
 /// REALIZE: which values of the decomposed graph are stored in buffers. to-loops computes every
 /// other value inside its readers (a pointwise chain fuses by construction), so this step is
 /// where the graph trades recomputation against memory traffic. It marks each value it stores
-/// (Node::stored, printed `stored`); to-loops follows the marks. Always stored, so never
-/// marked: inputs, reductions, products, convolutions without a bias, attention, scatters, and
-/// the graph's outputs once computed. The step stores, besides:
+/// (Node::storage): `stored` for a shared value, stored where it is computed; `stored_at_use`
+/// for a value a reader needs in memory, stored where it is first read. to-loops follows the
+/// marks. Always stored, so never marked: inputs, reductions, products, convolutions without a
+/// bias, attention, scatters, and the graph's outputs once computed. The step stores, besides:
 ///   - a value with several readers whose body costs more than `inlineCostLimit` ops or reads
 ///     more than `maxSharedReads` buffers at least its size (each reader would read them all
 ///     again: a transformer's residual stream, left unstored, is summed from every layer's

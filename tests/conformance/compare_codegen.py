@@ -53,28 +53,30 @@ def stage(binary, graph, name, extra):
 
 def compare(old, new, corpus, extra):
     counts = {"same": 0, "ORDER": 0, "REAL": 0, "FAIL": 0}
-    totals = {old: [0, 0], new: [0, 0]}  # kernels, buffers
+    totals = [[0, 0], [0, 0]]  # kernels, buffers: of old, of new
     for name in sorted(os.listdir(corpus)):
         graph = os.path.join(corpus, name)
-        (rc_old, code_old), (rc_new, code_new) = (stage(b, graph, "code", extra) for b in (old, new))
-        for b in (old, new):
+        # each build's code, schedule and loop program for this graph, each made once
+        runs = [{what: stage(b, graph, what, extra) for what in ("code", "schedule", "loops")}
+                for b in (old, new)]
+        for side, run in enumerate(runs):
             for k, (what, prefix) in enumerate((("schedule", "kernel"), ("loops", "buffer "))):
-                lines = stage(b, graph, what, extra)[1].split("\n")
-                totals[b][k] += sum(line.startswith(prefix) for line in lines)
+                totals[side][k] += sum(line.startswith(prefix)
+                                       for line in run[what][1].split("\n"))
+        (rc_old, code_old), (rc_new, code_new) = runs[0]["code"], runs[1]["code"]
         if rc_old == rc_new and code_old == code_new:
             counts["same"] += 1
             continue
         if rc_new != 0 and rc_old == 0:
             verdict = "FAIL"
         else:
-            loops_old, loops_new = (sorted(stage(b, graph, "loops", extra)[1].split("\n"))
-                                    for b in (old, new))
+            loops_old, loops_new = (sorted(run["loops"][1].split("\n")) for run in runs)
             verdict = "ORDER" if loops_old == loops_new else "REAL"
         counts[verdict] += 1
         print(verdict, graph, flush=True)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
-    for label, b in (("old", old), ("new", new)):
-        print(f"{label}: {totals[b][0]} kernels, {totals[b][1]} buffers")
+    for label, (kernels, buffers) in zip(("old", "new"), totals):
+        print(f"{label}: {kernels} kernels, {buffers} buffers")
     return 1 if counts["FAIL"] else 0
 
 

@@ -113,9 +113,10 @@ bool GraphVerifier::checkType() {
   return true;
 }
 
-/// A `stored` or `stored_at_use` mark (the realize step's) only on a value to-loops would otherwise compute inside
-/// its readers: not on an input, a reduction, a product or a composite, which are stored
-/// anyway (a convolution's bias add is computed lazily, so it may carry one).
+/// A `stored` or `stored_at_use` mark (the realize step's) only on a value to-loops would
+/// otherwise compute inside its readers: not on an input, a reduction, a product or a
+/// composite, which are stored anyway (a convolution's bias add is computed lazily, so it may
+/// carry one).
 bool GraphVerifier::checkStoredMark() {
   if (!node_->stored())
     return true;

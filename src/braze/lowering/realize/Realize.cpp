@@ -4,8 +4,8 @@
 #include "braze/support/Check.h"
 
 #include <algorithm>
-#include <optional>
 #include <iterator>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -399,7 +399,8 @@ private:
       if (it == viewed.end())
         it = viewed.insert(viewed.end(), {root, 0, true});
       std::optional<int64_t> count = staticCount(o->shape());
-      it->known &= count.has_value() && !__builtin_add_overflow(it->elements, *count, &it->elements);
+      it->known &=
+          count.has_value() && !__builtin_add_overflow(it->elements, *count, &it->elements);
     }
     for (const Viewed &v : viewed) {
       std::optional<int64_t> size = staticCount(v.root->shape());

@@ -17,7 +17,6 @@
 #include <array>
 #include <functional>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <unordered_map>
 

@@ -11,6 +11,19 @@ Models (names for --only; random weights, built offline from configs):
   resnet50    torchvision resnet50, batch 32, 224×224, f16, channels-last
   gpt2_train  a GPT-2 6-layer training step (forward, loss, backward), ids 4×256, f32
   attention   softmax(q@kᵀ/√d)@v, 8×16×1024×64, bf16
+  decoder_a   LLaMA-family decoder at LLM size: 8 layers, hidden 2048, 32 heads (8 KV heads,
+              head dim 64), ids 4×1024, bf16, use_cache=False, the causal mask built by
+              transformers in the forward
+  decoder_b   the same family: 8 layers, hidden 2560, 20 heads (4 KV heads, head dim 128)
+
+With --decode, generation instead (`model.generate`, greedy, --new-tokens after a --prompt
+token prompt, model.forward compiled; a LLaMA-style model, 12 layers, hidden 2048, 32 heads, 8
+KV heads): each backend with the static cache (cache_implementation="static") and with the
+dynamic cache, at batch 1 and 8, in ms per generated token (the wall time of a whole generate
+divided by its new tokens, median of --repeats, backends interleaved). Correctness: the logits
+of the prompt's forward (generate's first scores) against eager's; greedy tokens diverge on
+random weights in bf16, for Inductor too. braze's counters over its generates: graphs,
+fallback ops, CUDA-graph replays against forward calls.
 
 For each model and backend: every one of --calls calls is compared with eager (max abs error,
 and relative to eager's largest magnitude; training compares the loss and every gradient),
@@ -47,6 +60,10 @@ P.add_argument("--calls", type=int, default=10, help="checked calls per compiled
 P.add_argument("--repeats", type=int, default=20, help="timed samples per backend")
 P.add_argument("--json", help="write every number here")
 P.add_argument("--warm-cache", action="store_true", help="keep the usual on-disk caches")
+P.add_argument("--decode", action="store_true", help="time generate() (see above)")
+P.add_argument("--batches", default="1,8", help="--decode: batch sizes")
+P.add_argument("--prompt", type=int, default=128, help="--decode: prompt tokens")
+P.add_argument("--new-tokens", type=int, default=64, help="--decode: generated tokens")
 ARGS = P.parse_args()
 
 if not ARGS.warm_cache:
@@ -60,7 +77,8 @@ import torch  # noqa: E402
 import braze  # noqa: E402
 
 DEV = torch.device("cuda")
-MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "attention", "sdpa")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "attention", "sdpa", "decoder_a",
+          "decoder_b")
 REL_TOL = {torch.bfloat16: 5e-2, torch.float16: 5e-2, torch.float32: 1e-3}
 
 
@@ -93,6 +111,15 @@ def build(name):
         m = t.LlamaModel(cfg).to(DEV, bf).eval()
         ids = torch.randint(0, 32000, (4, 512), device=DEV)
         return m, (lambda f: [f(ids).last_hidden_state]), bf, False
+    if name in ("decoder_a", "decoder_b"):
+        t = _transformers()
+        hidden, heads, kv = (2048, 32, 8) if name == "decoder_a" else (2560, 20, 4)
+        cfg = t.LlamaConfig(num_hidden_layers=8, hidden_size=hidden, num_attention_heads=heads,
+                            num_key_value_heads=kv, intermediate_size=hidden * 11 // 4,
+                            vocab_size=32000, max_position_embeddings=4096)
+        m = t.LlamaModel(cfg).to(DEV, bf).eval()
+        ids = torch.randint(0, 32000, (4, 1024), device=DEV)
+        return m, (lambda f: [f(ids, use_cache=False).last_hidden_state]), bf, False
     if name == "resnet50":
         import torchvision
         m = torchvision.models.resnet50().to(DEV, torch.float16).eval()
@@ -248,7 +275,91 @@ def _f(x, digits, kind="f"):
     return f"{x:.{digits}{kind}}"
 
 
+def decode_model():
+    t = _transformers()
+    torch.manual_seed(0)
+    cfg = t.LlamaConfig(num_hidden_layers=12, hidden_size=2048, num_attention_heads=32,
+                        num_key_value_heads=8, intermediate_size=5632, vocab_size=32000,
+                        max_position_embeddings=4096)
+    return t.LlamaForCausalLM(cfg).to(DEV, torch.bfloat16).eval()
+
+
+def run_decode(backends):
+    """ms per token of generate() for each cache, batch and backend (see the docstring)."""
+    model = decode_model()
+    plain_forward = model.forward
+    rows = []
+    for cache in ("static", "dynamic"):
+        for batch in [int(b) for b in ARGS.batches.split(",") if b]:
+            ids = torch.randint(0, 32000, (batch, ARGS.prompt), device=DEV)
+            kw = dict(max_new_tokens=ARGS.new_tokens, min_new_tokens=ARGS.new_tokens,
+                      do_sample=False, output_logits=True, return_dict_in_generate=True)
+            if cache == "static":
+                kw["cache_implementation"] = "static"
+            with torch.no_grad():
+                model.forward = plain_forward
+                want = model.generate(ids, **kw).logits[0].float()
+                gens = {}
+                for b in backends:
+                    row = {"model": f"decode_{cache}_b{batch}", "backend": b}
+                    rows.append(row)
+                    try:
+                        torch._dynamo.reset()
+                        model.forward = plain_forward if b == "eager" else compiled(plain_forward, b)
+                        before = braze.counters()
+                        with warnings.catch_warnings(record=True) as caught:
+                            warnings.simplefilter("always")
+                            first = _wall(lambda: model.generate(ids, **kw))
+                            out = model.generate(ids, **kw)
+                        after = braze.counters()
+                        got = out.logits[0].float()
+                        row["rel_error"] = float((got - want).abs().max() / want.abs().max())
+                        row["ok"] = row["rel_error"] <= REL_TOL[torch.bfloat16]
+                        row["compile_s"] = first
+                        if b.startswith("braze"):
+                            for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs",
+                                      "recompiles", "cuda_graphs", "cuda_graph_replays"):
+                                row[k] = after[k] - before[k]
+                            row["fallback_by_op"] = braze.fallback_ops_by_op()
+                            row["ok"] = row["ok"] and row["fallback_graphs"] == 0
+                            row["warnings"] = sorted({str(w.message)[:200] for w in caught
+                                                      if "braze" in str(w.message)})
+                        gens[b] = model.forward
+                    except Exception as e:
+                        row["ok"] = False
+                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                        traceback.print_exc(file=sys.stderr)
+                samples = {b: [] for b in gens}
+                for _ in range(ARGS.repeats):
+                    for b, fwd in gens.items():
+                        model.forward = fwd
+                        samples[b].append(_wall(lambda: model.generate(ids, **kw)) * 1e3
+                                          / ARGS.new_tokens)
+                for row in rows[-len(backends):]:
+                    if row["backend"] in samples:
+                        row["ms"] = statistics.median(samples[row["backend"]])
+            print(f"decode {cache} batch {batch} done", file=sys.stderr, flush=True)
+    model.forward = plain_forward
+    return rows
+
+
 def main():
+    if ARGS.decode:
+        backends = [b for b in ARGS.backends.split(",") if b]
+        print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · ms per token",
+              flush=True)
+        rows = run_decode(backends)
+        print(table(rows))
+        for r in rows:
+            if r.get("fallback_by_op"):
+                print(f"{r['model']} {r['backend']}: {r['fallback_by_op']}")
+            if "cuda_graph_replays" in r:
+                print(f"{r['model']} {r['backend']}: graphs {r['graphs']}, cuda_graph_replays "
+                      f"{r['cuda_graph_replays']}")
+        if ARGS.json:
+            with open(ARGS.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 1 if any(r["backend"].startswith("braze") and not r.get("ok") for r in rows) else 0
     names = [n for n in ARGS.only.split(",") if n] or list(MODELS)
     backends = [b for b in ARGS.backends.split(",") if b]
     print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__}", flush=True)

@@ -9,8 +9,10 @@ Workloads (names for --only), all on the device, random inputs:
   seed (harness.seed_func 8192×8192 f32), sin (`((x+1)*2).sin()` 2^27 f32), softmax (8192×8192
   bf16), ln_gelu (gelu(layer_norm(x, w, b)) 16384×4096 bf16), rmsnorm (LLaMA's, 16384×4096 bf16),
   mlp (Linear(1024→4096)–GELU–Linear(4096→1024) on 8192×1024 bf16; GEMM-bound), xent
-  (cross-entropy 8192×32000 f32), and two launch-overhead cases: seed_small (64×128 f32) and
-  ln_gelu_small (32×768 f32). All but mlp are memory-bound.
+  (cross-entropy 8192×32000 f32), masked_attn and masked_attn64 (scaled_dot_product_attention
+  with a boolean causal mask tensor, B4 H16 S1024, head dim 128 and 64, bf16; TFLOP/s counted
+  as 4·B·H·S²·D, the work of a mask no kernel skips), and two launch-overhead cases: seed_small
+  (64×128 f32) and ln_gelu_small (32×768 f32). All but mlp and the attentions are memory-bound.
 
 Method (the one in /work/shared/ANCHORS.md, on the GPU):
   * copy bandwidth, measured once at start: dst.copy_(src) of a --copy-gib GiB buffer, CUDA
@@ -98,7 +100,8 @@ COPY_BPS = None  # measured copy bandwidth, bytes/s (set in main)
 # Workloads. kind: "memory" (memory-bound: GB/s), "compute" (GEMM-bound: TFLOP/s), "overhead"
 # (launch-bound: whole-call time compared with eager).
 
-WORKLOADS = ("seed", "sin", "softmax", "ln_gelu", "rmsnorm", "mlp", "xent", "seed_small", "ln_gelu_small")
+WORKLOADS = ("seed", "sin", "softmax", "ln_gelu", "rmsnorm", "mlp", "xent", "masked_attn",
+             "masked_attn64", "seed_small", "ln_gelu_small")
 
 
 def sin_func(x):
@@ -122,6 +125,10 @@ def rms_norm_func(x, w, eps=1e-6):
 
 def xent_func(logits, target):
     return F.cross_entropy(logits, target)
+
+
+def masked_attention_func(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def build(name):
@@ -160,6 +167,14 @@ def build(name):
         m = big(8192)
         return ("memory", f"cross-entropy {m}×32000 f32", xent_func,
                 (r(m, 32000), torch.randint(0, 32000, (m,), device=DEV)), None)
+    if name in ("masked_attn", "masked_attn64"):
+        # A boolean causal mask passed as a tensor (its values are data to the compiler).
+        b, h, sq, d = max(1, int(4 / ARGS.scale)), 16, 1024, 128 if name == "masked_attn" else 64
+        mask = torch.ones(sq, sq, dtype=torch.bool, device=DEV).tril()[None, None]
+        return ("compute", f"attention, boolean mask tensor, B{b} H{h} S{sq} D{d} bf16",
+                masked_attention_func,
+                (r(b, h, sq, d, dtype=bf), r(b, h, sq, d, dtype=bf), r(b, h, sq, d, dtype=bf), mask),
+                4 * b * h * sq * sq * d)
     if name == "seed_small":
         return "overhead", "seed example 64×128 f32 (overhead)", harness.seed_func, (r(64, 128), r(64, 128)), None
     assert name == "ln_gelu_small"

@@ -25,16 +25,18 @@ from braze import background
 from braze import cudagraphs
 from braze import decompositions
 from braze import devices
+from braze import masks
 from braze import partition
 from braze.fx_import import Translator
 from braze import support
 from braze.options import Options
+from braze.options import from_torch_compile as options_from_torch_compile
 from braze.registry import Unsupported
 from braze.support import fetch_attr
 # Each rule module registers its rules in braze.registry when imported.
 from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort  # noqa: F401,E402
 from braze import rules_complex, rules_attention  # noqa: F401,E402
-from braze.rules_attention import trace_as_math_for_training
+from braze.rules_attention import trace_as_math_for_training, unify_lengths
 from braze.layouts import (as_layout, computed_view, concrete_layout, guard_eager_layouts,
                            input_view, shared_outputs)
 
@@ -532,6 +534,8 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
         return make_boxed_func(gm.forward)
     if device is not None:
         devices.constants_to_device(gm, device)
+    unify_lengths(gm)
+    masks.fold_constant_masks(gm)
     unsupported = {}
     support_start = time.perf_counter()
     for node in gm.graph.nodes:
@@ -691,19 +695,33 @@ def _integer_interpolation(gm):
     return False
 
 
-def braze_backend(gm, example_inputs, options=None):
-    """The `backend="braze"` entry point (registered through torch_dynamo_backends)."""
+_said_once = set()
+
+
+def _log_once(key, msg):
+    """Says `msg` under BRAZE_LOG (any stage) once per process."""
+    if key in _said_once or not os.environ.get("BRAZE_LOG"):
+        return
+    _said_once.add(key)
+    print(f"===== braze =====\n{msg}", file=sys.stderr)
+
+
+def braze_backend(gm, example_inputs, options=None, mode=None, **others):
+    """The `backend="braze"` entry point (registered through torch_dynamo_backends).
+    torch.compile passes `options` and `mode` (braze.options.MODES); a keyword a later torch
+    passes is ignored, and said once under BRAZE_LOG."""
+    opts = options_from_torch_compile(options, mode)
+    for key in sorted(others):
+        _log_once(("keyword", key), f"torch.compile passed {key}={others[key]!r}, which braze "
+                                    f"does not read; ignored")
+    if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+        _log_once(("mode", mode), f"mode={mode!r}: braze has no autotuner yet; compiling with "
+                                  f"its default schedules")
     if _integer_interpolation(gm):
         _count_fallback_graph()
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
                       "differently from its kernel; running this graph in eager PyTorch")
         return gm.forward
-    if isinstance(options, dict):
-        opts = Options(**options)
-    elif isinstance(options, Options):
-        opts = options
-    else:
-        opts = Options()
     # Inference (grad mode off, or no input that requires grad: Dynamo guards on both): if the
     # forward graph compiles whole and AOTAutograd's runtime wrapper would do nothing for it,
     # Dynamo calls braze directly.

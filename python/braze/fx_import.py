@@ -11,6 +11,13 @@ from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, OpKind, Unsupported,
                             aten, dtype_name, op_kind, prims, rule, rule_for, supported_targets)
 
 
+def canonical_expr(d):
+    """SymInt d's expression with the equalities its shape environment has learned applied
+    (two inputs' sizes guarded equal become one symbol; see rules_attention.unify_lengths)."""
+    env = d.node.shape_env
+    return env.replace(d.node.expr) if env is not None else d.node.expr
+
+
 class Translator:
     """Builds one braze graph from FX nodes."""
 
@@ -48,7 +55,7 @@ class Translator:
         if isinstance(d, int):
             return self.g.sym_const(d)
         if isinstance(d, torch.SymInt):
-            return self.sym_expr(d.node.expr)
+            return self.sym_expr(canonical_expr(d))
         raise Unsupported(f"size {d!r}")
 
     def sym_expr(self, e):

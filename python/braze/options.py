@@ -50,6 +50,47 @@ class Options:
         return mode == "sync"
 
 
+# torch.compile's modes (torch passes `mode` to the backend unless it is "default"), as the
+# Options fields each one sets where the user's options leave them unset.
+MODES = {
+    "default": {},
+    # CUDA graphs, every graph where it is safe (also those of few launches).
+    "reduce-overhead": {"cuda_graphs": True},
+    # braze has no tuning search yet: the default schedules, said once under BRAZE_LOG.
+    "max-autotune": {},
+    "max-autotune-no-cudagraphs": {"cuda_graphs": False},
+}
+
+
+def from_torch_compile(options=None, mode=None):
+    """The Options of `torch.compile(..., backend="braze", mode=mode, options=options)`:
+    options is None, a dict of Options fields or an Options. An unknown mode or option is a
+    ValueError naming the known ones."""
+    if isinstance(options, Options):
+        opts = options
+    elif options is None or isinstance(options, dict):
+        fields = {f.name for f in dataclasses.fields(Options)}
+        unknown = sorted(set(options or {}) - fields)
+        if unknown:
+            raise ValueError(f"unknown braze option(s) {', '.join(map(repr, unknown))}; the "
+                             f"known ones are {', '.join(sorted(fields))}")
+        opts = Options(**(options or {}))
+    else:
+        raise ValueError(f"braze's options must be a dict or braze.Options, got "
+                         f"{type(options).__name__}")
+    if mode is None:
+        return opts
+    if mode not in MODES:
+        raise ValueError(f"unknown torch.compile mode {mode!r} for braze; the known ones are "
+                         f"{', '.join(map(repr, MODES))}")
+    given = options if isinstance(options, dict) else {}
+    if isinstance(options, Options):
+        given = {f.name: getattr(options, f.name) for f in dataclasses.fields(Options)
+                 if getattr(options, f.name) != f.default}
+    implied = {k: v for k, v in MODES[mode].items() if k not in given}
+    return dataclasses.replace(opts, **implied) if implied else opts
+
+
 def _index_checks_mode(mode, where):
     if mode not in ("assert", "sync"):
         raise ValueError(f"{where} is {mode!r}; expected 'assert' (a device-side assertion, "

@@ -68,6 +68,31 @@ def _check_unfused_training(q, k):
                           f"{MATH_TRAINING_MAX_SCORES})")
 
 
+_FORWARD_OPS = (aten._scaled_dot_product_flash_attention_for_cpu.default,
+                aten._scaled_dot_product_flash_attention.default,
+                aten._scaled_dot_product_efficient_attention.default,
+                aten._scaled_dot_product_cudnn_attention.default,
+                aten.scaled_dot_product_attention.default)
+
+
+def unify_lengths(gm):
+    """An attention's keys and values have one length. A cache that grows (transformers'
+    DynamicCache) gives the key and the value tensors a size symbol each, which PyTorch's
+    attention kernels do not relate: braze guards that they are equal (as the kernels require,
+    so the guard holds wherever eager runs), and the shape environment makes them one symbol."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _FORWARD_OPS or len(node.args) < 3:
+            continue
+        k, v = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                for a in node.args[1:3])
+        if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor) or k.dim() < 2:
+            continue
+        kn, vn = k.shape[-2], v.shape[-2]
+        if isinstance(kn, torch.SymInt) and isinstance(vn, torch.SymInt) \
+                and kn.node.expr != vn.node.expr:
+            bool(kn == vn)  # a guard; an equality of two symbols becomes a replacement
+
+
 def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size, lse=False):
     """The attention op; with `lse`, result 1 (the log-sum-exp a training graph saves for the
     backward) may be read too, and becomes an attention_lse op. The fused CUDA ops' other

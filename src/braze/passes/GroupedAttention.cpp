@@ -7,8 +7,9 @@
 ///                           expand(reshape(v, [B, G, 1, S, DV]))), [B, G*R, Sq, DV])
 /// The expanded keys and values are views with a zero stride along R, which the fused attention
 /// reads in place: the B*G*R*S*D copies of k and v (a LLaMA-style model's repeat_kv) are never
-/// stored. Without a bias only (a mask would need its own regrouping), for attention ops kept
-/// whole after decompose.
+/// stored. A bias [.., 1 or G*R, Sq, Sk] (a mask, broadcast over the heads or one per head) is
+/// regrouped with the heads: reshape(bias, [.., 1, 1, Sq, Sk]) or [.., G, R, Sq, Sk]; one of
+/// lower rank first gains leading unit dims. For attention ops kept whole after decompose.
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
@@ -59,8 +60,6 @@ void groupAttentionHeads(Graph &g) {
   GraphBuilder b(g);
   bool changed = false;
   for (Node *n : nodesOf(g, OpKind::Attention)) {
-    if (n->attrs().getBool("bias"))
-      continue;
     std::optional<Grouped> k = groupedHeads(g.sym(), n->operand(1)),
                            v = groupedHeads(g.sym(), n->operand(2));
     Node *q = n->operand(0);
@@ -72,7 +71,21 @@ void groupAttentionHeads(Graph &g) {
     qShape.insert(qShape.begin() + static_cast<std::ptrdiff_t>(h) + 1, k->repeats);
     const AttrMap &a = n->attrs();
     b.setName(n->name() + "_grouped");
-    Node *grouped = b.attention(b.reshape(q, qShape), k->view, v->view, nullptr,
+    Node *bias = nullptr;
+    if (a.getBool("bias")) {
+      // The bias as [.., heads, Sq, Sk] at q's rank, then its heads split as q's are.
+      bias = n->operand(3);
+      std::vector<SymExpr> shape(bias->shape());
+      shape.insert(shape.begin(), q->rank() - bias->rank(), g.sym().constant(1));
+      if (!shape[h]->isConst(1) && shape[h] != q->shape()[h])
+        continue;
+      bool perHead = !shape[h]->isConst(1);
+      shape[h] = perHead ? k->groups : g.sym().constant(1);
+      shape.insert(shape.begin() + static_cast<std::ptrdiff_t>(h) + 1,
+                   perHead ? k->repeats : g.sym().constant(1));
+      bias = b.reshape(bias, shape);
+    }
+    Node *grouped = b.attention(b.reshape(q, qShape), k->view, v->view, bias,
                                 a.getFloat("scale"), a.getBool("causal"), a.getBool("safe"));
     b.setName(n->name());
     g.replaceAllUses(n, b.reshape(grouped, n->shape()));

@@ -618,7 +618,7 @@ namespace {
 enum AttentionUid : int64_t {
   kUidQ = 1, kUidK, kUidV, kUidO, kUidScale, kUidNegInf, kUidScores, kUidScaled, kUidRow,
   kUidCol, kUidKeep, kUidMasked, kUidMax, kUidCentered, kUidExp, kUidSum, kUidProbs, kUidLogSum,
-  kUidStats
+  kUidStats, kUidBias, kUidBiased
 };
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 } // namespace
@@ -651,6 +651,12 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   void *s = scores(kUidScores), *scaled = scores(kUidScaled);
   ops.push_back(b.matmul(q, k, s));
   ops.push_back(b.pointwise(kPwMul, kFloat, s, scale, nullptr, scaled));
+  if (p.bias) {
+    void *bias = b.tensor(kUidBias, io, 4, p.biasDims, p.biasStrides, alignmentOf(p.bias));
+    void *biased = scores(kUidBiased);
+    ops.push_back(b.pointwise(kPwAdd, kFloat, scaled, bias, nullptr, biased));
+    scaled = biased;
+  }
   if (p.causal) {
     // keep key j of row i where i >= j; the others become -inf
     void *negInf = b.tensor(kUidNegInf, kFloat, 4, unit, unit, 16, false, true);
@@ -687,10 +693,18 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
             std::to_string(p.dv) + " are not ones cuDNN's fused attention takes";
     return DnnStatus::Declined;
   }
+  if (p.bias && (p.biasStrides[3] != 1 || p.biasDims[3] != p.skv)) {
+    error = "a bias whose keys are not contiguous is not one cuDNN's fused attention takes";
+    return DnnStatus::Declined;
+  }
   std::vector<int64_t> key{-1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv, p.d, p.dv,
-                           alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v), alignmentOf(p.o)};
+                           alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v), alignmentOf(p.o),
+                           p.bias ? alignmentOf(p.bias) : -1};
   for (const int64_t *a : {p.qStrides, p.kStrides, p.vStrides, p.oStrides})
     key.insert(key.end(), a, a + 4);
+  if (p.bias)
+    for (const int64_t *a : {p.biasDims, p.biasStrides})
+      key.insert(key.end(), a, a + 4);
   std::lock_guard<std::mutex> lock(im.mu);
   auto [it, fresh] = im.plans.try_emplace(key);
   Plan &plan = it->second;
@@ -709,9 +723,14 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     error = im.failed("cudnnSetStream", s);
     return DnnStatus::Failed;
   }
-  const int64_t uids[6] = {kUidQ, kUidK, kUidV, kUidO, kUidScale, kUidNegInf};
-  const void *pointers[6] = {p.q, p.k, p.v, p.o, &p.scale, &kNegInf};
-  return im.execute(plan, p.causal ? 6 : 5, uids, pointers, workspace, error);
+  int64_t uids[7] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
+  const void *pointers[7] = {p.q, p.k, p.v, p.o, &p.scale};
+  int64_t n = 5;
+  if (p.causal)
+    uids[n] = kUidNegInf, pointers[n++] = &kNegInf;
+  if (p.bias)
+    uids[n] = kUidBias, pointers[n++] = p.bias;
+  return im.execute(plan, n, uids, pointers, workspace, error);
 }
 
 } // namespace braze::runtime

@@ -30,12 +30,14 @@ struct ConvProblem {
   int allowTf32 = 0;
 };
 
-/// o = softmax(scale * q kᵀ [causal: keys j > i dropped]) v, cuDNN's fused flash attention
-/// (inference: no log-sum-exp). Every operand is 4-d, [batch, heads, sequence, head dim]:
+/// o = softmax(scale * q kᵀ + bias [causal: keys j > i dropped]) v, cuDNN's fused flash
+/// attention (inference: no log-sum-exp). Every operand is 4-d, [batch, heads, sequence, head dim]:
 /// q [b, hq, sq, d], k [b, hk, skv, d], v [b, hk, skv, dv], o [b, hq, sq, dv], strides in
 /// elements with the last one 1. hq is a multiple of hk: query head h reads key/value head
-/// h / (hq / hk) (grouped-query attention). A CUDA module's host code fills one as its
-/// BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
+/// h / (hq / hk) (grouped-query attention). The bias, when not null, is added to the scaled
+/// scores in f32: [b or 1, hq or 1, sq or 1, skv] (biasDims; a dim of 1 broadcasts), in q's
+/// dtype, its last stride 1 (a boolean mask arrives as 0 and -inf). A CUDA module's host code
+/// fills one as its BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
 struct AttentionProblem {
   int dtype = 2; ///< of q, k, v and o: 2 f16, 3 bf16 (as ConvProblem's)
   int causal = 0;
@@ -44,6 +46,8 @@ struct AttentionProblem {
   float scale = 1;
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   void *o = nullptr;
+  const void *bias = nullptr;
+  int64_t biasDims[4] = {}, biasStrides[4] = {};
 };
 
 enum class DnnStatus { Done, Declined, Failed };

@@ -133,7 +133,7 @@ public:
     for (const Kernel &k : s_.kernels) {
       int index = static_cast<int>(out.kernels.size());
       if (k.attention) {
-        bool cudnn = opts_.cudnnAttention && !k.attention->attention->bias;
+        bool cudnn = opts_.cudnnAttention;
         add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores), cudnn);
         std::string launch = cudaAttentionLaunch(s_, names_, k, index);
         if (cudnn) {

@@ -152,9 +152,13 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
   w.line("const int64_t batch[] = " + list(batch) + ";");
   w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
          ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
-  callOrFallback(w, "braze_attention_layout(&a, " + std::to_string(r) +
-                        ", batch, qs, ks, vs, os) ? api->attention(api->ctx, &a) : 1",
-                 fallback);
+  std::string mapped = "braze_attention_layout(&a, " + std::to_string(r) + ", batch, qs, ks, vs, os)";
+  if (a.bias) {
+    w.line("a.bias = " + at(*a.bias) + ";");
+    w.line("const int64_t bs[] = " + list(a.bias->strides) + ";");
+    mapped += " && braze_attention_bias(&a, " + std::to_string(r) + ", batch, bs)";
+  }
+  callOrFallback(w, mapped + " ? api->attention(api->ctx, &a) : 1", fallback);
   w.dedent();
   w.line("}");
   return out;
@@ -196,6 +200,8 @@ struct BrazeAttention {
   int64_t q_strides[4], k_strides[4], v_strides[4], o_strides[4];
   float scale;
   const void* q; const void* k; const void* v; void* o;
+  const void* bias; // [b|1, hq|1, sq|1, skv] (a dim of 1 broadcasts), added to the scaled scores; or null
+  int64_t bias_dims[4], bias_strides[4];
 };
 struct BrazeCudaApi {
   void* ctx;
@@ -244,6 +250,34 @@ static int braze_attention_layout(BrazeAttention* a, int r, const int64_t* batch
   }
   a->hq = heads[0], a->hk = heads[1];
   return heads[3] == a->hq && heads[2] == a->hk && a->hq % a->hk == 0;
+}
+
+// The bias of an attention of rank r ([batch.., sq, skv], strides bs; a stride 0 broadcasts)
+// as cuDNN's [b|1, h|1, sq|1, skv] in a, after braze_attention_layout: 0 where it does not map.
+static int braze_attention_bias(BrazeAttention* a, int r, const int64_t* batch,
+                                const int64_t* bs) {
+  int64_t* d = a->bias_dims;
+  int64_t* s = a->bias_strides;
+  if (bs[r - 1] != 1)
+    return 0;
+  d[3] = a->skv, s[3] = 1;
+  d[2] = bs[r - 2] == 0 || a->sq == 1 ? 1 : a->sq, s[2] = bs[r - 2];
+  d[0] = bs[0] == 0 || a->b == 1 ? 1 : a->b, s[0] = bs[0];
+  if (r == 3) {
+    d[1] = 1;
+  } else if (r == 4 || batch[2] == 1) {
+    d[1] = bs[1] == 0 || batch[1] == 1 ? 1 : a->hq, s[1] = bs[1];
+  } else if (bs[1] == 0 && bs[2] == 0) {
+    d[1] = 1;
+  } else if (bs[1] == bs[2] * batch[2] || batch[1] == 1) {
+    d[1] = a->hq, s[1] = bs[2];
+  } else {
+    return 0;
+  }
+  for (int i = 2; i >= 0; --i)
+    if (d[i] == 1)
+      s[i] = s[i + 1] * d[i + 1];
+  return 1;
 }
 
 #define BRAZE_FN static inline

@@ -1,0 +1,216 @@
+"""LLM workloads as transformers runs them: `generate` with a static and a dynamic KV cache,
+compiled the way transformers compiles (CompileConfig) and with `model.forward` compiled
+directly, gives eager's tokens with no op left to eager; a static cache's tensors keep their
+address and hold what eager's hold. Also torch.compile's `mode` and `options` keywords."""
+import pytest
+import torch
+
+import braze
+from braze.options import Options, from_torch_compile
+
+
+def _delta(before, keys=("fallback_ops", "fallback_graphs", "graphs")):
+    now = braze.counters()
+    return {k: now[k] - before[k] for k in keys}
+
+
+# ---- torch.compile's mode and options -------------------------------------------------------
+@pytest.mark.cpu_only("the keywords are read before any device is involved")
+@pytest.mark.parametrize("mode,cuda_graphs", [("default", None), ("reduce-overhead", True),
+                                              ("max-autotune", None),
+                                              ("max-autotune-no-cudagraphs", False)])
+def test_each_torch_compile_mode_is_accepted(mode, cuda_graphs):
+    assert from_torch_compile(None, mode).cuda_graphs is cuda_graphs
+    fn = torch.compile(lambda x: (x + 1).sin(), backend="braze", mode=mode)
+    x = torch.randn(8, 16)
+    before = braze.counters()
+    torch.testing.assert_close(fn(x), (x + 1).sin())
+    assert _delta(before) == {"fallback_ops": 0, "fallback_graphs": 0, "graphs": 1}
+
+
+@pytest.mark.cpu_only("the keywords are read before any device is involved")
+def test_options_the_user_sets_win_over_the_mode():
+    assert from_torch_compile({"cuda_graphs": False}, "reduce-overhead").cuda_graphs is False
+    opts = from_torch_compile(Options(strict=True), "max-autotune-no-cudagraphs")
+    assert opts.strict and opts.cuda_graphs is False
+    assert from_torch_compile(Options(cuda_graphs=True), "max-autotune-no-cudagraphs") \
+        .cuda_graphs is True
+
+
+@pytest.mark.cpu_only("the keywords are read before any device is involved")
+def test_an_unknown_mode_or_option_is_an_error_naming_the_known_ones():
+    with pytest.raises(ValueError, match="unknown torch.compile mode 'fastest'.*'reduce-overhead'"):
+        from_torch_compile(None, "fastest")
+    with pytest.raises(ValueError, match="unknown braze option.*'cuda_graph'.*cuda_graphs"):
+        from_torch_compile({"cuda_graph": True})
+    with pytest.raises(ValueError, match="must be a dict or braze.Options"):
+        from_torch_compile(["strict"])
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(ValueError, match="unknown torch.compile mode"):
+        braze.braze_backend(gm, [torch.randn(3)], mode="fastest")
+
+
+@pytest.mark.cpu_only("the keywords are read before any device is involved")
+def test_a_keyword_a_later_torch_passes_does_not_break_the_call(capfd, monkeypatch):
+    monkeypatch.setenv("BRAZE_LOG", "fallback")
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2,))
+    x = torch.randn(4)
+    fn = braze.braze_backend(gm, [x], options=None, mode="max-autotune", future_knob=3)
+    torch.testing.assert_close(fn(x)[0], x * 2)
+    said = capfd.readouterr().err
+    assert "future_knob=3" in said and "no autotuner" in said
+
+
+# ---- generate with KV caches ----------------------------------------------------------------
+def _llama(device):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=256, vocab_size=256,
+                                   max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg).to(device).eval()
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+    return transformers, model
+
+
+def _prompt(device, batch=1, length=12):
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, 256, (batch, length), generator=g, device="cpu").to(device)
+
+
+def _static_cache(transformers, model, batch, device):
+    return transformers.StaticCache(config=model.config, max_cache_len=48)
+
+
+def _cache_tensors(cache):
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_static_cache_generate_compiled_as_transformers_compiles(device, batch):
+    """generate() compiles forward itself (CompileConfig, its default mode) for a static
+    cache; the cache passed in is written in place."""
+    transformers, model = _llama(device)
+    ids = _prompt(device, batch)
+    kw = dict(max_new_tokens=10, do_sample=False)
+    eager_cache = _static_cache(transformers, model, batch, device)
+    with torch.no_grad():
+        expected = model.generate(ids, past_key_values=eager_cache, **kw)
+    config = transformers.CompileConfig(backend="braze")
+    config._compile_all_devices = True  # transformers compiles on CUDA only, unless told
+    cache = _static_cache(transformers, model, batch, device)
+    before = braze.counters()
+    with torch.no_grad():
+        first = model.generate(ids, past_key_values=cache, compile_config=config, **kw)
+        addresses = [t.data_ptr() for t in _cache_tensors(cache)]
+        cache.reset()
+        again = model.generate(ids, past_key_values=cache, compile_config=config, **kw)
+    moved = _delta(before)
+    assert moved["graphs"] >= 1, "generate did not compile with braze"
+    assert moved["fallback_ops"] == 0 and moved["fallback_graphs"] == 0, braze.fallback_ops_by_op()
+    assert torch.equal(first, expected) and torch.equal(again, expected)
+    assert [t.data_ptr() for t in _cache_tensors(cache)] == addresses
+    for got, want in zip(_cache_tensors(cache), _cache_tensors(eager_cache)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("cache_kind", ["static", "dynamic"])
+def test_generate_with_forward_compiled_reduce_overhead(device, cache_kind):
+    """model.forward compiled directly with mode="reduce-overhead", as a user does for a
+    dynamic cache (transformers never compiles one itself): eager's tokens, no op in eager,
+    and at most 3 graphs over the tokens."""
+    transformers, model = _llama(device)
+    ids = _prompt(device, 2)
+    kw = dict(max_new_tokens=12, do_sample=False)
+    if cache_kind == "static":
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        expected = model.generate(ids, **kw)
+        model.forward = torch.compile(model.forward, backend="braze", mode="reduce-overhead")
+        before = braze.counters()
+        got = model.generate(ids, **kw)
+    moved = _delta(before)
+    assert moved["fallback_ops"] == 0 and moved["fallback_graphs"] == 0, braze.fallback_ops_by_op()
+    assert 1 <= moved["graphs"] <= 3
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.cpu_only("the guard is about Dynamo's symbols, the same on every device")
+def test_key_and_value_lengths_of_separate_symbols_compile_as_one():
+    """A growing cache gives keys and values a size symbol each; the attention over them
+    compiles (no fallback) and is right for new lengths without recompiling."""
+    import torch.nn.functional as F
+
+    def step(q, k_cache, v_cache, k_new, v_new):
+        k = torch.cat([k_cache, k_new], dim=-2)
+        v = torch.cat([v_cache, v_new], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v), k, v
+
+    fn = torch.compile(step, backend="braze")
+    before = braze.counters()
+    for past in (5, 9, 17):
+        q = torch.randn(2, 4, 1, 16)
+        args = (q, torch.randn(2, 4, past, 16), torch.randn(2, 4, past, 16),
+                torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16))
+        for cache in args[1:3]:
+            torch._dynamo.mark_dynamic(cache, 2)  # a symbol each, as a growing cache gets
+        for got, want in zip(fn(*args), step(*args)):
+            torch.testing.assert_close(got, want)
+    moved = _delta(before)
+    assert moved["fallback_ops"] == 0 and moved["graphs"] == 1
+
+
+# ---- masks that are constants of the graph --------------------------------------------------
+def _packed_causal_mask(s, device):
+    """A causal mask as transformers builds one under torch.compile: positions compared, ANDed
+    with a packed-sequence test over position ids that are an arange (true everywhere)."""
+    pos = torch.arange(s, device=device)[None].expand(2, s)
+    first = torch.cat([pos[:, :1] - 1, pos], dim=1)
+    seq = (first[:, 1:] - first[:, :-1] != 1).long().cumsum(1)
+    same = seq[:, None, :, None] == seq[:, None, None, :]
+    return (pos[0][None, None, None, :] <= pos[0][None, None, :, None]) & same
+
+
+@pytest.mark.parametrize("kind", ["causal", "everything", "window", "input"])
+def test_a_constant_mask_is_evaluated_and_folded(device, kind):
+    """A mask that reads no input is evaluated when the graph compiles: causal becomes
+    is_causal and a mask that keeps every key is dropped (no mask left in the graph); a
+    sliding window, or a mask that reads an input, stays a mask. Each matches eager."""
+    import torch.nn.functional as F
+    from braze import masks
+    from torch.fx.experimental.proxy_tensor import make_fx
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    s = 24
+
+    def fn(q, k, v, pad):
+        if kind == "causal":
+            m = _packed_causal_mask(s, q.device)
+        elif kind == "everything":
+            m = torch.arange(s, device=q.device)[None, :] >= 0
+        elif kind == "window":
+            i = torch.arange(s, device=q.device)
+            m = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 4)
+        else:
+            m = _packed_causal_mask(s, q.device) & pad[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, s, 16, dtype=dtype) for _ in range(3))
+    pad = torch.ones(2, s, dtype=torch.bool)
+    pad[0, :5] = False
+    gm = make_fx(fn, tracing_mode="fake")(q, k, v, pad)
+    assert masks.fold_constant_masks(gm) == (kind in ("causal", "everything"))
+    (sdpa,) = [n for n in gm.graph.nodes if n.target in masks._MASKED_OPS]
+    mask_name, causal_name = masks._MASKED_OPS[sdpa.target]
+    args = masks._bound(sdpa)
+    assert (args[mask_name][0] is not None) == (kind in ("window", "input"))
+    assert bool(args[causal_name][0]) == (kind == "causal")
+    torch.testing.assert_close(gm(q, k, v, pad), fn(q, k, v, pad))
+    before = braze.counters()
+    with torch.no_grad():
+        got = torch.compile(fn, backend="braze")(q, k, v, pad)
+    torch.testing.assert_close(got, fn(q, k, v, pad), **({"atol": 2e-2, "rtol": 2e-2}
+                                                         if dtype == torch.bfloat16 else {}))
+    assert _delta(before)["fallback_ops"] == 0

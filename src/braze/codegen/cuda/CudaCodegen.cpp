@@ -133,7 +133,10 @@ public:
     for (const Kernel &k : s_.kernels) {
       int index = static_cast<int>(out.kernels.size());
       if (k.attention) {
-        bool cudnn = opts_.cudnnAttention;
+        // A written-out softmax (not safe) gives nan for a row whose every key is masked,
+        // where cuDNN averages the row: such a masked attention runs braze's kernel.
+        const loop::AttentionSpec &spec = *k.attention->attention;
+        bool cudnn = opts_.cudnnAttention && (!spec.bias || spec.safe);
         add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores), cudnn);
         std::string launch = cudaAttentionLaunch(s_, names_, k, index);
         if (cudnn) {

@@ -780,6 +780,10 @@ private:
   std::vector<SymExpr> attentionOutputStrides(Node *n) {
     if (!opts_.permutedAttentionOutput || isGraphOutput(n))
       return {};
+    // Strided rows need static sizes (loop::stridedRows): symbolic ones stay row-major.
+    for (SymExpr d : n->shape())
+      if (!d->isConst())
+        return {};
     // A grouped attention's result [.., G, R, S, D] (grouped-attention) is read through one
     // reshape that merges G and R back into the heads: its strides are the merged value's,
     // split.

@@ -13,6 +13,7 @@ import threading
 import time
 import warnings
 
+import sympy
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -27,7 +28,7 @@ from braze import decompositions
 from braze import devices
 from braze import masks
 from braze import partition
-from braze.fx_import import Translator
+from braze.fx_import import Translator, canonical_expr
 from braze import support
 from braze.options import Options
 from braze.options import from_torch_compile as options_from_torch_compile
@@ -214,7 +215,9 @@ class _BrazeGraph:
         return outs
 
     def __call__(self, *args):
-        inputs = [args[i] for i in self.tensor_positions] + self.constants
+        inputs = [args[i] if isinstance(args[i], torch.Tensor)
+                  else SizeCarrier.of(args[i], self.device)
+                  for i in self.tensor_positions] + self.constants
         where = self.device.type if self.device is not None else "cpu"
         if any(x.device.type != where for x in inputs):
             return self._eager(args, f"an input is not on {self.device or 'cpu'}, where this "
@@ -298,7 +301,8 @@ def _compile_whole(gm, opts, device=None, args=None):
     their sizes and strides: a variant for inputs laid out otherwise than the example inputs."""
     t = Translator(_bindings(gm, args) if args is not None else None)
     positions, input_layouts = [], []
-    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             t.input(node, args[i] if args is not None else val)
@@ -306,10 +310,14 @@ def _compile_whole(gm, opts, device=None, args=None):
             layout = concrete_layout(val)
             if layout is not None:
                 input_layouts.append((i, *layout))
-        elif isinstance(val, (torch.SymInt, int)):
-            continue  # sizes are bound from the tensors' shapes
-        else:
+        elif not isinstance(val, (torch.SymInt, int)):
             raise Unsupported(f"placeholder {node.name} of type {type(val).__name__}")
+    # Sizes are bound from the tensors' shapes; a size argument that is no dim of them comes in
+    # as a carrier (SizeCarrier).
+    for i in _carried_sizes(placeholders):
+        t.g.input(placeholders[i].name, "u8", [t.sym(placeholders[i].meta["val"])],
+                  [t.g.sym_const(0)])
+        positions.append(i)
     constants = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -430,6 +438,48 @@ def _real_dtype(val):
     return torch.view_as_real(val.resolve_conj()).dtype if val.is_complex() else val.dtype
 
 
+def _carried_sizes(placeholders):
+    """The positions of the SymInt placeholders whose size symbol is no dim of a tensor
+    placeholder: the graph takes each as a carrier input (SizeCarrier)."""
+    dims = set()
+    for node in placeholders:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dims.update(canonical_expr(d) for d in val.shape if isinstance(d, torch.SymInt))
+    out = []
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            e = canonical_expr(val)
+            if isinstance(e, sympy.Symbol) and e not in dims:
+                dims.add(e)
+                out.append(i)
+    return out
+
+
+class SizeCarrier:
+    """A size argument n as a graph input: a [n] tensor of stride 0 over one byte, whose first
+    dim binds n's symbol as an input tensor's dims bind theirs."""
+    _bytes = {}
+
+    @classmethod
+    def of(cls, n, device):
+        key = device or torch.device("cpu")
+        one = cls._bytes.get(key)
+        if one is None:
+            one = cls._bytes[key] = torch.zeros(1, dtype=torch.uint8, device=key)
+        return one.expand(int(n))
+
+    def __init__(self, n):  # an example value: the shape and strides the graph is compiled for
+        self.shape, self._stride = (n,), (0,)
+
+    def stride(self):
+        return self._stride
+
+    def is_complex(self):
+        return False
+
+
 def _input_values(gm, t, args=None):
     """The values of the compiled graph's tensor inputs, in input order (placeholders, then
     attributes, then the seed of random ops), complex ones as real pairs: the example values,
@@ -437,6 +487,8 @@ def _input_values(gm, t, args=None):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     vals = [args[i] if args is not None else n.meta["val"] for i, n in enumerate(placeholders)
             if isinstance(n.meta.get("val"), torch.Tensor)]
+    vals += [SizeCarrier(args[i] if args is not None else placeholders[i].meta["val"])
+             for i in _carried_sizes(placeholders)]
     vals += [fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
@@ -536,6 +588,7 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
         devices.constants_to_device(gm, device)
     unify_lengths(gm)
     masks.fold_constant_masks(gm)
+    sizes = partition.hoist_sizes(gm)
     unsupported = {}
     support_start = time.perf_counter()
     for node in gm.graph.nodes:
@@ -546,6 +599,9 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
             src = node.args[0]
             if src in unsupported:
                 unsupported[node] = f"result of unsupported {src.name}"
+            continue
+        if node in sizes:
+            unsupported[node] = "a size computed on the host"
             continue
         ok, why = support.node_support(node, device)
         if not ok:
@@ -603,8 +659,9 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
 
 def _count_fallback_op(node):
     """Counts call_function `node` as left to eager PyTorch, in total and by op; False for a
-    getitem (one result of an op counted already)."""
-    if node.target is operator.getitem:
+    getitem (one result of an op counted already) and for a size (SymInt arithmetic on the
+    host, not a tensor op)."""
+    if node.target is operator.getitem or partition.is_size(node):
         return False
     with _state.lock:  # backward graphs compile in the background
         _state.counts["fallback_ops"] += 1

@@ -418,9 +418,25 @@ def _squeeze(t, node, x, dims=None):
 
 @rule(aten.slice.Tensor)
 def _slice(t, node, x, dim=0, start=None, end=None, step=1):
+    if end is not None and not isinstance(end, int) and (start is None or isinstance(start, int)):
+        # A symbolic end (x[:, :n - 1]): the meta value's length, from a start that needs no
+        # normalizing.
+        start = 0 if start is None else start
+        if start < 0 or not isinstance(step, int):
+            raise Unsupported("slice with a symbolic end and a negative start")
+        length = node.meta["val"].shape[dim]
+        return t.g.slice_length(t.arg(x), dim, start, t.sym(length), step)
     for v in (start, end):
         if v is not None and not isinstance(v, int):
             raise Unsupported("slice with symbolic bounds")
+    x_size = x.meta["val"].shape[dim] if isinstance(x, torch.fx.Node) else None
+    if (isinstance(x_size, torch.SymInt) and start is not None and start < 0
+            and (end is None or end >= 2**62) and step == 1):
+        # The last -start elements of a dynamic dim (x[:, -1:]): the first ones of x flipped,
+        # flipped back, as many as the meta value has (PyTorch guarded the size).
+        d = dim % len(x.meta["val"].shape)
+        length = t.sym(node.meta["val"].shape[d])
+        return t.g.flip(t.g.slice_length(t.g.flip(t.arg(x), [d]), d, 0, length, 1), [d])
     start = 0 if start is None else start
     end = 2**63 - 1 if end is None else end
     return t.g.slice(t.arg(x), dim, start, end, step)
@@ -524,7 +540,8 @@ def _rev(t, node, x, dims):
 @rule(prims.iota.default)
 def _iota(t, node, length, *, start, step, dtype, device, requires_grad):
     t.on_device(device, "iota")
-    return t.g.arange(dtype_name(dtype), t.sym(length), float(start), float(step))
+    return t.g.arange(dtype_name(dtype), t.sym(node.meta["val"].shape[0]), float(start),
+                      float(step))
 
 
 @rule(aten.full_like.default)

@@ -83,7 +83,7 @@ def try_node(node, device=None, trial=False):
                 val = a.meta.get("val")
             if isinstance(val, tuple):
                 return False, "operand is a tuple"
-            if isinstance(val, (torch.SymInt, int)) and a.op == "placeholder":
+            if isinstance(val, (torch.SymInt, int)):
                 continue  # a size: the rules read sizes from the nodes' meta values
             t.input(a, val)
         out = t.translate(node)

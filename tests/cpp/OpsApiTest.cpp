@@ -76,6 +76,33 @@ TEST(OpsApiTest, TransposedConvolutionWithGroupsStrideAndBias) {
     ASSERT_NEAR(out[i], want[i], 1e-4) << "at " << i;
 }
 
+TEST(OpsApiTest, SlicesOfADynamicDimAndAnInputSizedOneLess) {
+  // x [n, 3]: its last row (x[-1:], as the first row of x flipped, flipped back), its first
+  // n - 1 rows (sliceLength), and y [n - 1, 3], whose one dim binds n as y's dim plus one.
+  Graph graph;
+  GraphBuilder b(graph);
+  SymExpr n = b.sizeSymbol("n");
+  SymExpr less = graph.sym().sub(n, b.dim(1));
+  Node *x = b.input("x", DType::Float32, {n, b.dim(3)});
+  Node *y = b.input("y", DType::Float32, {less, b.dim(3)});
+  Node *last = b.slice(x, 0, -1, INT64_MAX, 1);
+  ASSERT_EQ(shapeText(last->shape()), "[min(1, n), 3]");
+  Node *head = b.sliceLength(x, 0, 0, less, 1);
+  b.output({b.reduce(OpKind::Sum, last, {0}, false), b.add(head, y)});
+  CompileResult r = compile(graph, testOptions());
+  for (int64_t rows : {4, 7}) {
+    std::vector<float> xs = wave(rows * 3, 1.1f), ys = wave((rows - 1) * 3, 0.3f);
+    std::vector<float> sum(3), out((rows - 1) * 3);
+    r.executable->runRaw({xs.data(), ys.data()}, {{rows, 3}, {rows - 1, 3}},
+                         {sum.data(), out.data()});
+    for (int64_t j = 0; j < 3; ++j)
+      ASSERT_FLOAT_EQ(sum[j], xs[(rows - 1) * 3 + j]);
+    for (int64_t i = 0; i < (rows - 1) * 3; ++i)
+      ASSERT_FLOAT_EQ(out[i], xs[i] + ys[i]);
+  }
+  EXPECT_THROW(b.sliceLength(b.input("z", DType::Float32, {b.dim(4)}), 0, 2, b.dim(5), 1), Diagnostic);
+}
+
 TEST(OpsApiTest, MaxPoolWithIndices) {
   const int64_t c = 3, h = 7, wd = 6, k = 3, s = 2, p = 1;
   const int64_t oh = (h + 2 * p - k) / s + 1, ow = (wd + 2 * p - k) / s + 1;

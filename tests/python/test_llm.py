@@ -220,3 +220,47 @@ def test_a_constant_mask_is_evaluated_and_folded(device, kind):
     torch.testing.assert_close(got, fn(q, k, v, pad), **({"atol": 2e-2, "rtol": 2e-2}
                                                          if dtype == torch.bfloat16 else {}))
     assert _delta(before)["fallback_ops"] == 0
+
+
+# ---- symbolic sizes, as a decode step has them ----------------------------------------------
+def test_symbolic_slices_iotas_and_views_compile(device):
+    """x[:, -1:] on a dynamic dim (the last token's hidden state), an arange of a symbolic
+    length, views whose sizes are computed from symbols, and a slice to a symbolic end: no op
+    left to eager, right for two sizes from one graph (host arithmetic on sizes is not a
+    tensor op, and is not counted)."""
+    lin = torch.nn.Linear(8, 5)
+
+    def f(x, pos):
+        n = x.shape[1]
+        last = lin(x[:, -1:, :]).reshape(x.shape[0], 5)
+        i = torch.arange(n, device=x.device)
+        flat = x.view(x.shape[0] * n, x.shape[2])
+        head = x[:, : n - 1]
+        return last * 2, flat + 1, (i[None, :] <= pos[:, None]).float(), head.sum(1)
+
+    fn = torch.compile(f, backend="braze", dynamic=True)
+    before = braze.counters()
+    for n in (5, 9):
+        x, pos = torch.randn(2, n, 8), torch.arange(2) + 3
+        with torch.no_grad():
+            for got, want in zip(fn(x, pos), f(x, pos)):
+                torch.testing.assert_close(got, want)
+    moved = _delta(before)
+    assert moved["fallback_ops"] == 0 and moved["graphs"] == 1, braze.fallback_ops_by_op()
+
+
+@pytest.mark.cpu_only("the carrier is the same on every device; the eager op is CPU-only")
+def test_a_size_that_only_an_argument_carries_is_bound():
+    """A partition after an eager op reads a size symbol of no tensor it takes (the length of
+    an arange over another input's dim): the size comes in as a carrier input and binds it."""
+    def f(x, y):
+        a = torch.linalg.det(x @ x.mT + torch.eye(x.shape[-1]))  # left to eager
+        return torch.arange(y.shape[0]).float() * a.sum() + 1
+
+    fn = torch.compile(f, backend="braze", dynamic=True)
+    before = braze.counters()
+    for n in (5, 9):
+        x, y = torch.randn(3, 4, 4), torch.randn(n, 2)
+        torch.testing.assert_close(fn(x, y), f(x, y))
+    moved = _delta(before)
+    assert moved["fallback_ops"] == 1 and moved["fallback_graphs"] == 0, braze.fallback_ops_by_op()

@@ -276,6 +276,20 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
         w.line("syms[" + std::to_string(names.symbolIndex(e)) + "] = shapes[" +
                std::to_string(b->ioIndex) + "][" + std::to_string(d) + "];");
     }
+  // Then from a dim that is the symbol plus a constant (s - 1: a sliced dim).
+  for (const loop::Buffer *b : inputs)
+    for (size_t d = 0; d < b->seenShape().size(); ++d) {
+      sym::SymExpr e = b->seenShape()[d];
+      if (e->kind() != sym::SymKind::Add || e->operands().size() != 2)
+        continue;
+      sym::SymExpr x = e->lhs(), c = e->rhs();
+      if (x->isConst())
+        std::swap(x, c);
+      if (x->isSymbol() && c->isConst() && bound.insert(x).second)
+        w.line("syms[" + std::to_string(names.symbolIndex(x)) + "] = shapes[" +
+               std::to_string(b->ioIndex) + "][" + std::to_string(d) + "] - (" +
+               std::to_string(c->value()) + ");");
+    }
   for (sym::SymExpr sy : p.sizeSymbols())
     if (!bound.count(sy))
       BRAZE_USER_ERROR("compile", "") << "size symbol '" << sy->name()

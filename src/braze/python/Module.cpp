@@ -267,6 +267,10 @@ NB_MODULE(_C, m) {
       .def("slice", [](PyGraph &g, int x, int64_t dim, int64_t start, int64_t end, int64_t step) {
         return g.node(g.builder().slice(g.at(x), dim, start, end, step));
       })
+      .def("slice_length", [](PyGraph &g, int x, int64_t dim, int64_t start, int length,
+                              int64_t step) {
+        return g.node(g.builder().sliceLength(g.at(x), dim, start, g.symAt(length), step));
+      })
       .def("pad", [](PyGraph &g, int x, int64_t dim, int64_t lo, int64_t hi, double value) {
         return g.node(g.builder().pad(g.at(x), dim, lo, hi, value));
       })

@@ -235,6 +235,28 @@ Node *GraphBuilder::expand(Node *x, std::vector<SymExpr> shape) {
   return make(OpKind::Expand, {x}, {}, TensorType{x->dtype(), std::move(shape), {}});
 }
 
+Node *GraphBuilder::sliceLength(Node *x, int64_t d, int64_t start, SymExpr length,
+                                int64_t step) {
+  d = normalizeSizedDim("slice", d, x->rank());
+  if (step <= 0 || start < 0)
+    BRAZE_USER_ERROR("slice", name_) << "start must be non-negative and step positive, got "
+                                     << start << " and " << step;
+  int64_t n, len;
+  if (sym().constValue(x->shape()[d], n) && sym().constValue(length, len) &&
+      (len < 0 || (len > 0 && start + (len - 1) * step >= n)))
+    BRAZE_USER_ERROR("slice", name_) << len << " elements from " << start << " every " << step
+                                     << " do not lie in a dim of " << n;
+  if (start == 0 && step == 1 && length == x->shape()[d])
+    return x;
+  std::vector<SymExpr> shape = x->shape();
+  shape[d] = length;
+  AttrMap attrs;
+  attrs.set("dim", d);
+  attrs.set("start", start);
+  attrs.set("step", step);
+  return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+}
+
 Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_t step) {
   d = normalizeSizedDim("slice", d, x->rank());
   if (step <= 0)
@@ -242,11 +264,15 @@ Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_
   SymExpr size = x->shape()[d];
   int64_t n;
   if (!sym().constValue(size, n)) {
-    // Symbolic dim: only the forms that need no clamping against an unknown size.
-    if (start < 0 || end < 0 || (end != INT64_MAX && end != 0))
+    // Symbolic dim: the last k elements (x[-k:]) are the first k of x flipped, flipped back;
+    // otherwise bounds that need no normalizing against the unknown size (end clamps to it).
+    if (start < 0 && end == INT64_MAX && step == 1)
+      return flip(slice(flip(x, {d}), d, 0, -start, 1), {d});
+    if (start < 0 || end < 0)
       BRAZE_USER_ERROR("slice", name_) << "bounds [" << start << ", " << end
                                        << ") on a dynamic dim are not supported";
-    SymExpr len = sym().floordiv(sym().add(sym().sub(size, dim(start)), dim(step - 1)), dim(step));
+    SymExpr stop = end == INT64_MAX ? size : sym().min(size, dim(end));
+    SymExpr len = sym().floordiv(sym().add(sym().sub(stop, dim(start)), dim(step - 1)), dim(step));
     len = sym().max(len, dim(0));
     std::vector<SymExpr> shape = x->shape();
     shape[d] = len;

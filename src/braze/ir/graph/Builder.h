@@ -60,6 +60,11 @@ public:
   Node *permute(Node *x, std::vector<int64_t> dims);
   Node *expand(Node *x, std::vector<SymExpr> shape);
   Node *slice(Node *x, int64_t dim, int64_t start, int64_t end, int64_t step);
+  /// `length` elements of dim `dim` from `start` (>= 0) every `step`: a slice whose end is
+  /// symbolic (x[:, :n - 1]). The caller knows the elements lie inside x (PyTorch's meta value
+  /// gives `length`); the builder checks what it can: a constant length against a constant
+  /// size.
+  Node *sliceLength(Node *x, int64_t dim, int64_t start, SymExpr length, int64_t step);
   Node *select(Node *x, int64_t dim, int64_t index);
   Node *unsqueeze(Node *x, int64_t dim);
   Node *squeeze(Node *x, std::vector<int64_t> dims);

@@ -187,6 +187,16 @@ def gpu_ms(call):
     return start.elapsed_time(end)
 
 
+def braze_row(row, before, after, caught):
+    """braze's counters over a backend's calls (after - before) and its warnings, into row;
+    a graph run in eager fails the row."""
+    for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs", "recompiles",
+              "cuda_graphs", "cuda_graph_replays"):
+        row[k] = after[k] - before[k]
+    row["ok"] = row["ok"] and row["fallback_graphs"] == 0
+    row["warnings"] = sorted({str(w.message)[:200] for w in caught if "braze" in str(w.message)})
+
+
 def run_model(name, backends):
     model, call, dtype, train = build(name)
     grad = torch.enable_grad() if train else torch.no_grad()
@@ -216,12 +226,7 @@ def run_model(name, backends):
                 row["rel_error"] = max(e[1] for e in errs)
                 row["ok"] = row["rel_error"] <= REL_TOL[dtype]
                 if b.startswith("braze"):
-                    for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs",
-                              "recompiles", "cuda_graphs"):
-                        row[k] = after[k] - before[k]
-                    row["ok"] = row["ok"] and row["fallback_graphs"] == 0
-                    row["warnings"] = sorted({str(w.message)[:200] for w in caught
-                                              if "braze" in str(w.message)})
+                    braze_row(row, before, after, caught)
                 if train:
                     model.zero_grad(set_to_none=True)  # the step's first act
                 torch.cuda.empty_cache()
@@ -317,13 +322,8 @@ def run_decode(backends):
                         row["ok"] = row["rel_error"] <= REL_TOL[torch.bfloat16]
                         row["compile_s"] = first
                         if b.startswith("braze"):
-                            for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs",
-                                      "recompiles", "cuda_graphs", "cuda_graph_replays"):
-                                row[k] = after[k] - before[k]
+                            braze_row(row, before, after, caught)
                             row["fallback_by_op"] = braze.fallback_ops_by_op()
-                            row["ok"] = row["ok"] and row["fallback_graphs"] == 0
-                            row["warnings"] = sorted({str(w.message)[:200] for w in caught
-                                                      if "braze" in str(w.message)})
                         gens[b] = model.forward
                     except Exception as e:
                         row["ok"] = False

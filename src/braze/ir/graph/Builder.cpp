@@ -248,6 +248,10 @@ Node *GraphBuilder::sliceLength(Node *x, int64_t d, int64_t start, SymExpr lengt
                                      << " do not lie in a dim of " << n;
   if (start == 0 && step == 1 && length == x->shape()[d])
     return x;
+  return sliceNode(x, d, start, length, step);
+}
+
+Node *GraphBuilder::sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step) {
   std::vector<SymExpr> shape = x->shape();
   shape[d] = length;
   AttrMap attrs;
@@ -273,14 +277,7 @@ Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_
                                        << ") on a dynamic dim are not supported";
     SymExpr stop = end == INT64_MAX ? size : sym().min(size, dim(end));
     SymExpr len = sym().floordiv(sym().add(sym().sub(stop, dim(start)), dim(step - 1)), dim(step));
-    len = sym().max(len, dim(0));
-    std::vector<SymExpr> shape = x->shape();
-    shape[d] = len;
-    AttrMap attrs;
-    attrs.set("dim", d);
-    attrs.set("start", start);
-    attrs.set("step", step);
-    return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+    return sliceNode(x, d, start, sym().max(len, dim(0)), step);
   }
   auto clamp = [&](int64_t v) {
     if (v < 0)
@@ -292,13 +289,7 @@ Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_
   int64_t len = (end - start + step - 1) / step;
   if (start == 0 && len == n && step == 1)
     return x;
-  std::vector<SymExpr> shape = x->shape();
-  shape[d] = dim(len);
-  AttrMap attrs;
-  attrs.set("dim", d);
-  attrs.set("start", start);
-  attrs.set("step", step);
-  return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return sliceNode(x, d, start, dim(len), step);
 }
 
 Node *GraphBuilder::select(Node *x, int64_t d, int64_t index) {

@@ -471,6 +471,9 @@ public:
   int64_t normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank);
 
 private:
+  /// The Slice node of `length` elements of dim d from `start` every `step`, unchecked.
+  Node *sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step);
+
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
   int64_t sortedDim(const char *op, Node *x, int64_t dim);
   Node *scatterLike(OpKind op, const char *text, std::vector<Node *> operands, AttrMap attrs);

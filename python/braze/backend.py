@@ -27,6 +27,7 @@ from braze import cudagraphs
 from braze import decompositions
 from braze import devices
 from braze import masks
+from braze import mutations
 from braze import partition
 from braze.fx_import import Translator, canonical_expr
 from braze import support
@@ -75,6 +76,7 @@ def counters():
     d = dict(_C.counters())
     d.update(_state.counts)
     d.update(cudagraphs.counts)
+    d.update(mutations.counts)
     return d
 
 
@@ -190,7 +192,7 @@ class _BrazeGraph:
         static graph with plain inputs and outputs); self otherwise."""
         run = self.run
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
-                or self.needs_seed
+                or run.into or self.needs_seed
                 or run.checks
                 or self.complex_outputs or self.output_layouts
                 or any(c.is_complex() for c in self.constants)):
@@ -295,7 +297,7 @@ def _bindings(gm, args):
     return out
 
 
-def _compile_whole(gm, opts, device=None, args=None):
+def _compile_whole(gm, opts, device=None, args=None, writes=()):
     """Translates and compiles a graph whose every node braze supports, for the CPU or for
     the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
     their sizes and strides: a variant for inputs laid out otherwise than the example inputs."""
@@ -374,11 +376,13 @@ def _compile_whole(gm, opts, device=None, args=None):
             injected.add(j)
     none_slots.sort(key=lambda slot: slot[0])
     handles, layouts, complex_outputs, output_layouts = [], [], [], []
+    handle_of = {}  # FX output -> the braze output that computes it
     for j, o in enumerate(flat):
         if j in injected:
             continue
         if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
             raise Unsupported(f"output {o!r} is not a tensor")
+        handle_of[j] = len(handles)
         handles.append(t.values[o])
         val = o.meta.get("val")
         if isinstance(val, torch.Tensor) and val.is_complex():
@@ -413,6 +417,9 @@ def _compile_whole(gm, opts, device=None, args=None):
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
                                      opts.sync_index_checks())
+    # Outputs written into the inputs they update (mutations.take): braze output -> input.
+    run.into = {handle_of[w.output]: positions.index(w.position) for w in writes
+                if w.in_place and w.output in handle_of and w.position in positions}
     with _state.lock:  # partitions compile on several threads
         _add_times(compiled.times)
         _record_source(compiled.source)
@@ -420,7 +427,7 @@ def _compile_whole(gm, opts, device=None, args=None):
     recompile = None
     if args is None:
         def recompile(call_args):
-            variant, _ = _compile_whole(gm, opts, device, call_args)
+            variant, _ = _compile_whole(gm, opts, device, call_args, writes=writes)
             return variant.run
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
                         complex_outputs, none_slots, run, device, input_layouts=input_layouts,
@@ -568,7 +575,20 @@ def _compile_early(gm, example_inputs, opts):
 def _compile_graph(gm, example_inputs, opts, direct, forward, number):
     """Compiles AOTAutograd graph number `number`. With `direct` (inference graphs), a callable
     that Dynamo may call without AOTAutograd's runtime wrapper is left in direct["fn"] when
-    there is one. Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap)."""
+    there is one. Static CUDA graphs are replayed as CUDA graphs (cudagraphs.wrap). Writes
+    into inputs that AOTAutograd kept in the graph are the graph's own (braze/mutations.py)."""
+    returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    outputs = len(returned) if isinstance(returned, (tuple, list)) else 1
+    writes = mutations.take(gm)
+    if not writes:
+        return _compile_mutation_free(gm, example_inputs, opts, direct, forward, number)
+    fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes)
+    return mutations.apply(fn, writes, outputs)
+
+
+def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=()):
+    """_compile_graph of a graph with no copy_ into an input; `writes` (mutations.Mutation)
+    name outputs that a graph compiled whole may compute in their inputs' memory."""
     name = f"graph {number} ({'forward' if forward else 'backward'})"
 
     def replayed(fn, graphs, whole=False):
@@ -611,7 +631,7 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
     try:
         if not unsupported:
             try:
-                fn, tuple_out = _compile_whole(gm, opts, device)
+                fn, tuple_out = _compile_whole(gm, opts, device, writes=writes)
             except (Unsupported, _C.CompileError) as e:
                 unsupported = support.refused_by_trial(gm, device)
                 _log_fallback(f"supported nodes failed to compile together ({e}); the ones that "
@@ -809,8 +829,11 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     # The min-cut partition (TorchInductor's): the backward recomputes what braze fuses cheaply
     # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
     with handover:
+        # Writes into inputs stay in inference graphs (as copy_ at their end), for braze to
+        # make into the inputs' memory (braze/mutations.py).
         compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
                                 partition_fn=min_cut_rematerialization_partition,
+                                keep_inference_input_mutations=True,
                                 decompositions=decompositions.table(torch.is_grad_enabled()))(
                                     gm, example_inputs)
     return direct["fn"] if direct is not None and "fn" in direct else compiled

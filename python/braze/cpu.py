@@ -20,6 +20,7 @@ class CpuGraph:
         self.static = not any(isinstance(d, torch.SymInt) for s in shapes + strides for d in s)
         self.checks = False  # a CPU kernel's bad index comes back as the call's own RunError
         self.syms, self.layouts = [], None
+        self.into = {}  # output -> the input it is computed in (the input's own memory)
         self.shapes = [tuple(s) for s in shapes]
         self.strides = [tuple(st) for st in strides]
         if self.static:
@@ -27,7 +28,15 @@ class CpuGraph:
             self.layouts = compiled.output_layouts(self.syms)
 
     def __call__(self, inputs):
-        return self.compiled.run(inputs)
+        if not self.into:
+            return self.compiled.run(inputs)
+        c = self.compiled
+        syms = list(c.bind_shapes([list(t.shape) for t in inputs],
+                                  [list(t.stride()) for t in inputs]))
+        outs = outputs_into(inputs, c.output_layouts(syms), self.output_dtypes, self.into,
+                            inputs[0].device if inputs else torch.device("cpu"))
+        c.run_bound([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs], syms)
+        return outs
 
     def guarded_call(self, positions, constants):
         """A callable taking the graph's positional arguments (tensor inputs at `positions`, then
@@ -44,6 +53,20 @@ class CpuGraph:
             return outs
         call.constants = constants  # const_ptrs stay valid while the closure holds these
         return call
+
+
+def outputs_into(inputs, layouts, dtypes, into, device):
+    """The output tensors of a call: output k is input into[k] itself where that input has
+    output k's layout and dtype (the graph computes it in the input's memory), else new."""
+    outs = []
+    for k, ((shape, stride), dt) in enumerate(zip(layouts, dtypes)):
+        x = inputs[into[k]] if k in into else None
+        if (x is not None and x.dtype == dt and tuple(x.shape) == tuple(shape)
+                and tuple(x.stride()) == tuple(stride)):
+            outs.append(x)
+        else:
+            outs.append(torch.empty_strided(shape, stride, dtype=dt, device=device))
+    return outs
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ import sys
 import torch
 
 from braze import _C
+from braze.cpu import outputs_into
 
 
 def _library_dirs():
@@ -159,6 +160,7 @@ class CudaGraph:
         self.strides = [st for _, st in input_specs]
         self.static = not any(isinstance(d, torch.SymInt) for s in self.shapes for d in s)
         self.layouts = self.arena = None
+        self.into = {}  # output -> the input it is computed in (the input's own memory)
         self.syms = []
         if self.static:
             self.syms = list(compiled.bind_shapes([list(s) for s in self.shapes],
@@ -176,8 +178,11 @@ class CudaGraph:
             layouts = self.compiled.output_layouts(syms)
             arena_bytes = self.compiled.arena_bytes(syms)
         dev = self.device
-        outs = [torch.empty_strided(shape, stride, dtype=dt, device=dev)
-                for (shape, stride), dt in zip(layouts, self.output_dtypes)]
+        if self.into:
+            outs = outputs_into(inputs, layouts, self.output_dtypes, self.into, dev)
+        else:
+            outs = [torch.empty_strided(shape, stride, dtype=dt, device=dev)
+                    for (shape, stride), dt in zip(layouts, self.output_dtypes)]
         arena = torch.empty(arena_bytes, dtype=torch.uint8, device=dev) if arena_bytes else None
         stream = torch._C._cuda_getCurrentRawStream(self.index)
         self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],

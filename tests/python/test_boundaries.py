@@ -162,10 +162,10 @@ def test_a_strided_output_can_be_viewed_as_in_eager():
 def _break_variants(monkeypatch, exc):
     real = braze.backend._compile_whole
 
-    def compile_whole(gm, opts, device=None, args=None):
+    def compile_whole(gm, opts, device=None, args=None, **kw):
         if args is not None:
             raise exc
-        return real(gm, opts, device, args)
+        return real(gm, opts, device, args, **kw)
     monkeypatch.setattr(braze.backend, "_compile_whole", compile_whole)
 
 
@@ -268,7 +268,7 @@ def test_a_partition_braze_cannot_compile_runs_in_eager_alone(monkeypatch):
     partitions stay compiled and no call runs the whole graph in eager."""
     real = braze.backend._compile_whole
 
-    def compile_whole(gm, opts, device=None, args=None):
+    def compile_whole(gm, opts, device=None, args=None, **kw):
         if any(n.target is torch.ops.aten.exp.default for n in gm.graph.nodes):
             raise braze.CompileError("not this partition, in this test")
         return real(gm, opts, device, args)

@@ -1,0 +1,97 @@
+"""Inputs that an inference graph writes into (a KV cache's index_copy_, a counter's add_).
+AOTAutograd keeps such writes in the graph for braze (keep_inference_input_mutations) as
+`copy_(input, value)` at its end. braze takes each copy_ out of the graph and returns its value
+as one more output, and the call writes that output into the input's own memory:
+
+  - in place, where it is safe: the input is read by nothing but the op that makes the value,
+    an overwrite of some of its elements (index_put without accumulate, index_copy, a
+    slice or select scatter, a scatter that overwrites). Such an op is idempotent (applied to
+    its own result it gives that result again), so any kernel that reads the input after the
+    output has overwritten it computes the same value, and the graph's kernels write the new
+    value straight into the input: no copy, no eager op;
+  - otherwise the output is its own buffer and is copied into the input after the call, as
+    AOTAutograd's runtime would (one copy_, the input's address kept)."""
+import torch
+
+aten = torch.ops.aten
+
+_OVERWRITES = {
+    aten.index_put.default: lambda n: not (n.args[3] if len(n.args) > 3
+                                          else n.kwargs.get("accumulate", False)),
+    aten._unsafe_index_put.default: lambda n: not (n.args[3] if len(n.args) > 3
+                                                  else n.kwargs.get("accumulate", False)),
+    aten.index_copy.default: lambda n: True,
+    aten.slice_scatter.default: lambda n: True,
+    aten.select_scatter.default: lambda n: True,
+    aten.scatter.src: lambda n: "reduce" not in n.kwargs,
+    aten.scatter.value: lambda n: "reduce" not in n.kwargs,
+}
+
+
+# Per call and written input: computed in the input's memory, or copied into it after the call.
+counts = {"inputs_written_in_place": 0, "inputs_copied_back": 0}
+
+
+class Mutation:
+    """Placeholder number `position` of the graph gets output number `output` written into
+    it; `in_place` when the graph may compute that output in the input's memory."""
+
+    def __init__(self, position, output, in_place):
+        self.position, self.output, self.in_place = position, output, in_place
+
+
+def take(gm):
+    """Removes the copy_(placeholder, value) nodes of gm, appends each value to its outputs and
+    returns the Mutations (empty when there are none; gm is then unchanged)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    copies = [n for n in gm.graph.nodes if n.op == "call_function"
+              and n.target is aten.copy_.default and n.args[0] in placeholders]
+    if not copies:
+        return []
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    for c in copies:
+        # copy_ returns its input, written: the graph returns the input itself (which holds
+        # the value by the time the call returns), and a node reads the value.
+        c.replace_all_uses_with(c.args[0], delete_user_cb=lambda u: u.op == "output")
+        c.replace_all_uses_with(c.args[1])
+    outputs = list(out_node.args[0]) if isinstance(out_node.args[0], (tuple, list)) \
+        else [out_node.args[0]]
+    mutations = []
+    for c in copies:
+        dst, value = c.args[0], c.args[1]
+        gm.graph.erase_node(c)
+        safe = (isinstance(value, torch.fx.Node) and value.op == "call_function"
+                and value.target in _OVERWRITES and _OVERWRITES[value.target](value)
+                and value.args and value.args[0] is dst
+                and set(dst.users) == {value} and _same_layout(dst, value))
+        mutations.append(Mutation(placeholders.index(dst), len(outputs), safe))
+        outputs.append(value)
+    out_node.args = (tuple(outputs),)
+    gm.recompile()
+    return mutations
+
+
+def _same_layout(dst, value):
+    a, b = dst.meta.get("val"), value.meta.get("val")
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and a.is_contiguous() and b.is_contiguous())
+
+
+def apply(boxed, mutations, outputs):
+    """The boxed callable that calls `boxed` (which returns the graph's `outputs` results and
+    then one per mutation) and writes each mutation's result into its input, where the graph
+    did not already compute it there."""
+    def call(args):
+        targets = [args[m.position] for m in mutations]  # boxed may empty args
+        results = boxed(args)
+        for t, m in zip(targets, mutations):
+            value = results[m.output]
+            if value is t or (value.data_ptr() == t.data_ptr()
+                              and value.stride() == t.stride()):
+                counts["inputs_written_in_place"] += 1
+            else:
+                t.copy_(value)
+                counts["inputs_copied_back"] += 1
+        return list(results[:outputs])
+    call._boxed_call = True
+    return call

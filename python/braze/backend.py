@@ -597,7 +597,7 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         launches = graphs[0].compiled.num_kernels if whole and graphs else None
         check = cuda_support.check_runs(cuda_support.checking_runs(graphs))
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               check, launches)
+                               check, launches, frozenset(w.position for w in writes))
 
     device, why = devices.graph_device(gm, example_inputs)
     if why:

@@ -105,14 +105,15 @@ _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
 class _Capture:
-    def __init__(self, fn, args, static, name):
+    def __init__(self, fn, args, static, name, written=frozenset()):
         self.graph = torch.cuda.CUDAGraph()
         self.static = static
         self.buffers = {}  # position -> this capture's copy of an input that may move
         fixed = []  # (position, address, strides): inputs read where they were captured
         inputs = []
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and i not in static and (
+            # An input the graph writes is never copied: the replay writes it where it is.
+            if isinstance(a, torch.Tensor) and i not in static and i not in written and (
                     a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES
                     and _dense(a)
                     and a.untyped_storage().data_ptr() not in _replay_outputs):
@@ -216,9 +217,10 @@ def _end_generator_capture():
 class Replayed:
     """`fn` (called with the graph's positional arguments) replayed as CUDA graphs."""
 
-    def __init__(self, fn, static, name, after_replay=None):
+    def __init__(self, fn, static, name, after_replay=None, written=frozenset()):
         self.fn = fn
         self.static = static
+        self.written = written  # positions of inputs the graph writes
         self.name = name
         self.after_replay = after_replay
         self.calls = 0
@@ -236,7 +238,7 @@ class Replayed:
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)  # every capture's outputs are still in use
         try:
-            c = _Capture(self.fn, args, self.static, self.name)
+            c = _Capture(self.fn, args, self.static, self.name, self.written)
         except Exception as e:  # any failure to capture: this callable runs uncaptured
             _end_generator_capture()
             self._drop(f"capture failed: {type(e).__name__}: {e}")
@@ -258,9 +260,10 @@ class Replayed:
 
 
 def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_replay=None,
-         launches=None):
+         launches=None, written=frozenset()):
     """fn replayed as CUDA graphs when that is enabled and safe for `gm`; fn otherwise.
-    `after_replay()` runs after each replay (it may raise the errors of that call). By default
+    `after_replay()` runs after each replay (it may raise the errors of that call). The inputs
+    at positions `written`, which fn writes into, are read in place, never copied. By default
     (option None) a graph of fewer than _MIN_LAUNCHES kernel launches per call is not captured:
     copying its inputs and replaying costs more than launching; option True captures it too."""
     if not enabled(option):
@@ -272,4 +275,4 @@ def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_repla
         if device is not None and device.type == "cuda":
             log(f"{name} is not captured: {reason}")
         return fn
-    return Replayed(fn, static_inputs(forward), name, after_replay)
+    return Replayed(fn, static_inputs(forward), name, after_replay, written)

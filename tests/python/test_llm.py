@@ -125,10 +125,6 @@ def test_generate_with_forward_compiled_reduce_overhead(device, cache_kind):
     """model.forward compiled directly with mode="reduce-overhead", as a user does for a
     dynamic cache (transformers never compiles one itself): eager's tokens, no op in eager,
     and at most 3 graphs over the tokens."""
-    if device == "cuda":
-        # Symbolic sizes on CUDA still leave views of SymInt sizes, sym_sum, slices with
-        # symbolic bounds and the cache's index_put to eager (issue 36, item 4).
-        pytest.xfail("symbolic shapes on CUDA leave ops to eager")
     transformers, model = _llama(device)
     ids = _prompt(device, 2)
     kw = dict(max_new_tokens=12, do_sample=False)
@@ -140,9 +136,14 @@ def test_generate_with_forward_compiled_reduce_overhead(device, cache_kind):
         before = braze.counters()
         got = model.generate(ids, **kw)
     moved = _delta(before)
-    assert moved["fallback_ops"] == 0 and moved["fallback_graphs"] == 0, braze.fallback_ops_by_op()
-    assert 1 <= moved["graphs"] <= 3
     assert torch.equal(got, expected)
+    assert moved["fallback_graphs"] == 0 and 1 <= moved["graphs"] <= 3, moved
+    if device == "cuda" and moved["fallback_ops"]:
+        # On an H200 with transformers 5.17 the static cache's index_put (symbolic sizes) and
+        # a _to_copy per layer, and one add in the dynamic cache's graphs, still run in eager
+        # (issue 36, item 4).
+        pytest.xfail(f"ops left to eager on CUDA: {braze.fallback_ops_by_op()}")
+    assert moved["fallback_ops"] == 0, braze.fallback_ops_by_op()
 
 
 @pytest.mark.cpu_only("the guard is about Dynamo's symbols, the same on every device")

@@ -109,6 +109,7 @@ def fold_constant_masks(gm):
 
 def _fold(gm):
     changed = False
+    values = {}  # mask node -> its value (the layers of a model share one mask)
     for node in gm.graph.nodes:
         names = _MASKED_OPS.get(node.target) if node.op == "call_function" else None
         if names is None:
@@ -121,7 +122,9 @@ def _fold(gm):
         k = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
         if not _static(q) or not _static(k):
             continue
-        value = constant_value(gm, mask_node)
+        if mask_node not in values:
+            values[mask_node] = constant_value(gm, mask_node)
+        value = values[mask_node]
         kept = _kept(value) if value is not None else None
         if kept is None:
             continue

@@ -597,7 +597,8 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         launches = graphs[0].compiled.num_kernels if whole and graphs else None
         check = cuda_support.check_runs(cuda_support.checking_runs(graphs))
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
-                               check, launches, frozenset(w.position for w in writes))
+                               check, launches,
+                               frozenset(w.position for w in writes if w.in_place))
 
     device, why = devices.graph_device(gm, example_inputs)
     if why:
@@ -606,8 +607,13 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         return make_boxed_func(gm.forward)
     if device is not None:
         devices.constants_to_device(gm, device)
-    unify_lengths(gm)
-    masks.fold_constant_masks(gm)
+    try:  # optimizations: a failure leaves the graph as it was
+        unify_lengths(gm)
+        masks.fold_constant_masks(gm)
+    except Exception as e:
+        if _strict(opts):
+            raise
+        _log_fallback(f"attention lengths or masks left as they are: {type(e).__name__}: {e}")
     sizes = partition.hoist_sizes(gm)
     unsupported = {}
     support_start = time.perf_counter()

@@ -46,7 +46,7 @@ def take(gm):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     copies = [n for n in gm.graph.nodes if n.op == "call_function"
               and n.target is aten.copy_.default and n.args[0] in placeholders]
-    if not copies:
+    if not copies or not _writes_last(gm, copies):
         return []
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     for c in copies:
@@ -57,18 +57,52 @@ def take(gm):
     outputs = list(out_node.args[0]) if isinstance(out_node.args[0], (tuple, list)) \
         else [out_node.args[0]]
     mutations = []
+    written = [c.args[0] for c in copies]
     for c in copies:
         dst, value = c.args[0], c.args[1]
         gm.graph.erase_node(c)
+        # In place: one write into dst, by an overwrite whose only read of dst is its self.
         safe = (isinstance(value, torch.fx.Node) and value.op == "call_function"
                 and value.target in _OVERWRITES and _OVERWRITES[value.target](value)
-                and value.args and value.args[0] is dst
+                and value.args and value.args[0] is dst and written.count(dst) == 1
+                and _reads(value, dst) == 1
                 and set(dst.users) == {value} and _same_layout(dst, value))
         mutations.append(Mutation(placeholders.index(dst), len(outputs), safe))
         outputs.append(value)
     out_node.args = (tuple(outputs),)
     gm.recompile()
     return mutations
+
+
+def _writes_last(gm, copies):
+    """Whether each copy_ is the last that reads or writes its input: no later node reads it,
+    and no node with effects (another in-place op) follows. AOTAutograd puts them at the end;
+    a graph otherwise keeps its copy_ nodes (which run in eager)."""
+    seen, inputs = False, {c.args[0] for c in copies}
+    for n in gm.graph.nodes:
+        if n in copies:
+            seen = True
+        elif seen and n.op == "call_function" and (
+                getattr(getattr(n.target, "_schema", None), "is_mutable", False)
+                or any(a in inputs for a in n.all_input_nodes)):
+            return False
+    return True
+
+
+def _reads(node, x):
+    """How many of node's operands (nested in lists) are x."""
+    count = 0
+
+    def visit(a):
+        nonlocal count
+        if a is x:
+            count += 1
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                visit(b)
+    for a in (*node.args, *node.kwargs.values()):
+        visit(a)
+    return count
 
 
 def _same_layout(dst, value):
@@ -86,8 +120,8 @@ def apply(boxed, mutations, outputs):
         results = boxed(args)
         for t, m in zip(targets, mutations):
             value = results[m.output]
-            if value is t or (value.data_ptr() == t.data_ptr()
-                              and value.stride() == t.stride()):
+            if value is t or (value.data_ptr() == t.data_ptr() and value.dtype == t.dtype
+                              and value.shape == t.shape and value.stride() == t.stride()):
                 counts["inputs_written_in_place"] += 1
             else:
                 t.copy_(value)

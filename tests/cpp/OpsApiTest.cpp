@@ -101,6 +101,19 @@ TEST(OpsApiTest, SlicesOfADynamicDimAndAnInputSizedOneLess) {
       ASSERT_FLOAT_EQ(out[i], xs[i] + ys[i]);
   }
   EXPECT_THROW(b.sliceLength(b.input("z", DType::Float32, {b.dim(4)}), 0, 2, b.dim(5), 1), Diagnostic);
+
+  // A symbol bound from a dim m + 1 alone: a size 0 there would make m negative.
+  Graph g2;
+  GraphBuilder b2(g2);
+  SymExpr m = b2.sizeSymbol("m");
+  Node *z = b2.input("z", DType::Float32, {g2.sym().add(m, b2.dim(1)), b2.dim(2)});
+  b2.output({b2.add(z, z)});
+  CompileResult r2 = compile(g2, testOptions());
+  std::vector<float> zs = wave(6, 0.9f), twice(6);
+  r2.executable->runRaw({zs.data()}, {{3, 2}}, {twice.data()});
+  for (size_t i = 0; i < zs.size(); ++i)
+    ASSERT_FLOAT_EQ(twice[i], 2 * zs[i]);
+  EXPECT_THROW(r2.executable->runRaw({zs.data()}, {{0, 2}}, {twice.data()}), runtime::RunError);
 }
 
 TEST(OpsApiTest, MaxPoolWithIndices) {

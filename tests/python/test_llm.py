@@ -332,3 +332,24 @@ def test_an_input_read_besides_its_write_is_copied_back(device):
             torch.testing.assert_close(n, ne)
     moved = _writes(before)
     assert moved["inputs_written_in_place"] == 0 and moved["inputs_copied_back"] == 6, moved
+
+
+def test_an_overwrite_indexed_by_its_own_input_is_copied_back(device):
+    """m[m] = False reads m as its index too: computed in place, a kernel could read index
+    elements it has already overwritten, so the result is computed apart and copied back."""
+    def step(m, x):
+        m[m] = False
+        return x * 2
+
+    m = torch.rand(64) > 0.5
+    me = m.clone()
+    fn = torch.compile(step, backend="braze")
+    before = braze.counters()
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3)
+            torch.testing.assert_close(fn(m, x), step(me, x))
+            torch.testing.assert_close(m, me)
+            m[::3], me[::3] = True, True
+    moved = _writes(before)
+    assert moved["inputs_written_in_place"] == 0, moved

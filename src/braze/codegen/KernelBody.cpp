@@ -285,10 +285,15 @@ std::string emitModuleAbi(const sched::Schedule &s, Names &names,
       sym::SymExpr x = e->lhs(), c = e->rhs();
       if (x->isConst())
         std::swap(x, c);
-      if (x->isSymbol() && c->isConst() && bound.insert(x).second)
-        w.line("syms[" + std::to_string(names.symbolIndex(x)) + "] = shapes[" +
-               std::to_string(b->ioIndex) + "][" + std::to_string(d) + "] - (" +
-               std::to_string(c->value()) + ");");
+      if (!x->isSymbol() || !c->isConst() || !bound.insert(x).second)
+        continue;
+      std::string sy = "syms[" + std::to_string(names.symbolIndex(x)) + "]";
+      std::string i = std::to_string(b->ioIndex), ds = std::to_string(d);
+      w.line(sy + " = shapes[" + i + "][" + ds + "] - (" + std::to_string(c->value()) + ");");
+      w.line("if (" + sy + " < 0) { snprintf(msg, msglen, \"input " + i + " dim " + ds +
+             " is %lld but the compiled graph expects " + sym::toString(e) +
+             " with " + x->name() + " >= 0\", (long long)shapes[" + i + "][" + ds +
+             "]); return 1; }");
     }
   for (sym::SymExpr sy : p.sizeSymbols())
     if (!bound.count(sy))

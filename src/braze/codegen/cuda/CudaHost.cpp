@@ -274,9 +274,12 @@ static int braze_attention_bias(BrazeAttention* a, int r, const int64_t* batch,
   } else {
     return 0;
   }
-  for (int i = 2; i >= 0; --i)
+  for (int i = 2; i >= 0; --i) {
+    if (s[i] == 0)
+      d[i] = 1; // broadcast
     if (d[i] == 1)
       s[i] = s[i + 1] * d[i + 1];
+  }
   return 1;
 }
 

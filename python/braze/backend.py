@@ -331,7 +331,8 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            t.translate(node)
+            if not partition.is_size(node):  # sizes come from the meta values
+                t.translate(node)
         elif node.op == "output":
             outputs = node.args[0]
     flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
@@ -627,11 +628,14 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
                 unsupported[node] = f"result of unsupported {src.name}"
             continue
         if node in sizes:
-            unsupported[node] = "a size computed on the host"
             continue
         ok, why = support.node_support(node, device)
         if not ok:
             unsupported[node] = why
+    # Sizes are host arithmetic: a graph compiled whole reads them from its meta values; a
+    # partitioned one, or one that returns a size, computes them in its eager part.
+    if unsupported or any(u.op == "output" for n in sizes for u in n.users):
+        unsupported.update((n, "a size computed on the host") for n in sizes)
     with _state.lock:
         _add_times({"support": time.perf_counter() - support_start})
     try:

@@ -353,3 +353,37 @@ def test_an_overwrite_indexed_by_its_own_input_is_copied_back(device):
             m[::3], me[::3] = True, True
     moved = _writes(before)
     assert moved["inputs_written_in_place"] == 0, moved
+
+
+def test_a_cache_of_dynamic_length_is_written_in_place(device):
+    """index_copy_ into a cache whose length is dynamic (one graph for every length): the
+    rows written become one `where` each, the cache is written in place and equals eager's,
+    and an index past the cache's end raises."""
+    import torch.nn.functional as F
+
+    def step(c, q, k, pos):
+        c.index_copy_(2, pos, k)
+        return F.scaled_dot_product_attention(q, c, c)
+
+    fn = torch.compile(step, backend="braze")
+    before = braze.counters()
+    with torch.no_grad():
+        for length in (16, 24, 40):
+            cache = torch.randn(2, 3, length, 8)
+            eager_cache = cache.clone()
+            torch._dynamo.mark_dynamic(cache, 2)
+            for t in (0, 5, 7):
+                q, k = torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8)
+                pos = torch.tensor([t, t + 8])
+                torch.testing.assert_close(fn(cache, q, k, pos), step(eager_cache, q, k, pos))
+                torch.testing.assert_close(cache, eager_cache)
+        moved = _writes(before)
+        assert moved["fallback_ops"] == 0 and moved["fallback_graphs"] == 0, moved
+        assert moved["inputs_written_in_place"] == 9 and moved["inputs_copied_back"] == 0, moved
+        assert braze.counters()["graphs"] - before["graphs"] == 1
+        cache = torch.randn(2, 3, 16, 8)
+        torch._dynamo.mark_dynamic(cache, 2)
+        with pytest.raises((braze.RunError, IndexError, RuntimeError), match="out of"):
+            fn(cache, torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8), torch.tensor([3, 99]))
+            if device == "cuda":
+                torch.cuda.synchronize()

@@ -317,6 +317,8 @@ public:
   std::pair<Node *, Node *> cumExtreme(Node *x, int64_t dim, bool max);
   /// Scans are quadratic in the scanned length: a static dim of at most kMaxScan elements.
   static constexpr int64_t kMaxScan = 4096;
+  /// index_put over symbolic sizes: the rows of one dim it writes (one `where` each), at most.
+  static constexpr int64_t kMaxRowWrites = 16;
   static std::string scanLimitError(const std::vector<SymExpr> &shape, int64_t dim);
   /// For each of `values`, the index binary search returns in the sorted `seq` (along its last
   /// dim; an N-d seq pairs its rows with the values' leading dims): the count of boundaries
@@ -471,6 +473,10 @@ public:
   int64_t normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank);
 
 private:
+  /// self with its rows index[i] along dim d (a 1-d index of constant length) replaced by
+  /// values' i-th row, the last write of a row winning: index_put over symbolic sizes.
+  Node *indexPutRows(Node *self, int64_t d, Node *index, Node *values);
+
   /// The Slice node of `length` elements of dim d from `start` every `step`, unchecked.
   Node *sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step);
 

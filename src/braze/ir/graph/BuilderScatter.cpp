@@ -477,10 +477,39 @@ Node *GraphBuilder::diagonalScatter(Node *self, Node *src, int64_t offset, int64
                      std::move(attrs));
 }
 
+namespace {
+bool constantShapes(const std::vector<Node *> &xs) {
+  return std::all_of(xs.begin(), xs.end(),
+                     [](const Node *x) { return constNumel(x->shape()).has_value(); });
+}
+} // namespace
+
+Node *GraphBuilder::indexPutRows(Node *self, int64_t d, Node *index, Node *values) {
+  int64_t rows = index->shape()[0]->value();
+  std::vector<SymExpr> target = self->shape();
+  target[d] = dim(rows);
+  Node *v = expand(convert(values, self->dtype()), target);
+  // The row positions, bounds-checked at run time (negatives wrap) as a take of an iota.
+  Node *at = take(iota(DType::Int64, {self->shape()[d]}, 0), 0, convert(index, DType::Int64));
+  Node *row = iota(DType::Int64, self->shape(), d);
+  Node *out = self;
+  for (int64_t i = 0; i < rows; ++i)
+    out = where(binary(OpKind::Eq, row, select(at, 0, i)), unsqueeze(select(v, d, i), d), out);
+  return out;
+}
+
 Node *GraphBuilder::indexPut(Node *self, std::vector<int64_t> dims, std::vector<Node *> indices,
                              Node *values, bool accumulate) {
   for (int64_t &d : dims)
     d = normalizeDim("index_put", d, self->rank());
+  if (!accumulate && dims.size() == 1 && indices.size() == 1 && indices[0]->rank() == 1 &&
+      isIntegral(indices[0]->dtype()) && indices[0]->shape()[0]->isConst() &&
+      indices[0]->shape()[0]->value() <= kMaxRowWrites &&
+      !constantShapes({self, indices[0], values}) && values->rank() <= self->rank()) {
+    // Symbolic sizes (a KV cache's rows written at a decode step): one `where` per row, the
+    // last write of a row winning.
+    return indexPutRows(self, dims[0], indices[0], values);
+  }
   AttrMap attrs;
   attrs.set("dims", IntList(dims.begin(), dims.end()));
   attrs.set("accumulate", accumulate);

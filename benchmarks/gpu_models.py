@@ -237,16 +237,26 @@ def run_model(name, backends):
                 row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
                 fns[b] = fn
             except Exception as e:
-                row["ok"] = False
-                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                traceback.print_exc(file=sys.stderr)
-        samples = {b: [] for b in fns}
-        for _ in range(ARGS.repeats):
-            for b, fn in fns.items():
-                samples[b].append(gpu_ms(lambda: call(fn)))
-        for b, s in samples.items():
-            rows[b]["ms"] = statistics.median(s)
+                failed(row, e)
+        for b, ms in medians(fns, lambda fn: gpu_ms(lambda: call(fn))).items():
+            rows[b]["ms"] = ms
     return list(rows.values())
+
+
+def failed(row, e):
+    """Marks row failed with exception e (printed with its traceback)."""
+    row["ok"] = False
+    row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    traceback.print_exc(file=sys.stderr)
+
+
+def medians(fns, sample):
+    """{backend: the median of --repeats sample(fn)}, the backends interleaved in each repeat."""
+    samples = {b: [] for b in fns}
+    for _ in range(ARGS.repeats):
+        for b, fn in fns.items():
+            samples[b].append(sample(fn))
+    return {b: statistics.median(s) for b, s in samples.items()}
 
 
 def _wall(fn):
@@ -326,18 +336,15 @@ def run_decode(backends):
                             row["fallback_by_op"] = braze.fallback_ops_by_op()
                         gens[b] = model.forward
                     except Exception as e:
-                        row["ok"] = False
-                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                        traceback.print_exc(file=sys.stderr)
-                samples = {b: [] for b in gens}
-                for _ in range(ARGS.repeats):
-                    for b, fwd in gens.items():
-                        model.forward = fwd
-                        samples[b].append(_wall(lambda: model.generate(ids, **kw)) * 1e3
-                                          / ARGS.new_tokens)
+                        failed(row, e)
+
+                def per_token(fwd):
+                    model.forward = fwd
+                    return _wall(lambda: model.generate(ids, **kw)) * 1e3 / ARGS.new_tokens
+                ms = medians(gens, per_token)
                 for row in rows[-len(backends):]:
-                    if row["backend"] in samples:
-                        row["ms"] = statistics.median(samples[row["backend"]])
+                    if row["backend"] in ms:
+                        row["ms"] = ms[row["backend"]]
             print(f"decode {cache} batch {batch} done", file=sys.stderr, flush=True)
     model.forward = plain_forward
     return rows

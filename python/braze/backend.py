@@ -163,7 +163,8 @@ class _BrazeGraph:
 
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
                  complex_outputs=(), none_slots=(), run=None, device=None, *,
-                 input_layouts=(), output_layouts=(), recompile=None, strict=False, bases=0):
+                 input_layouts=(), output_layouts=(), recompile=None, strict=False, bases=0,
+                 carried=()):
         self.compiled = compiled
         self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
@@ -173,6 +174,8 @@ class _BrazeGraph:
         self.none_slots = none_slots
         self.bases = bases
         self.tensor_positions = tensor_positions
+        # (input number, argument position) of each size argument passed as a SizeCarrier
+        self.carried = carried
         self.complex_outputs = complex_outputs  # output slots returned as complex views
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
         self.needs_seed = needs_seed  # random ops: a fresh seed from torch's generator per call
@@ -217,9 +220,9 @@ class _BrazeGraph:
         return outs
 
     def __call__(self, *args):
-        inputs = [args[i] if isinstance(args[i], torch.Tensor)
-                  else SizeCarrier.of(args[i], self.device)
-                  for i in self.tensor_positions] + self.constants
+        inputs = [args[i] for i in self.tensor_positions] + self.constants
+        for k, i in self.carried:
+            inputs[k] = SizeCarrier.of(args[i], self.device)
         where = self.device.type if self.device is not None else "cpu"
         if any(x.device.type != where for x in inputs):
             return self._eager(args, f"an input is not on {self.device or 'cpu'}, where this "
@@ -316,9 +319,11 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
             raise Unsupported(f"placeholder {node.name} of type {type(val).__name__}")
     # Sizes are bound from the tensors' shapes; a size argument that is no dim of them comes in
     # as a carrier (SizeCarrier).
+    carried = []  # (input number, argument position) of each carrier
     for i in _carried_sizes(placeholders):
         t.g.input(placeholders[i].name, "u8", [t.sym(placeholders[i].meta["val"])],
                   [t.g.sym_const(0)])
+        carried.append((len(positions), i))
         positions.append(i)
     constants = []
     for node in gm.graph.nodes:
@@ -433,7 +438,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
                         complex_outputs, none_slots, run, device, input_layouts=input_layouts,
                         output_layouts=output_layouts, recompile=recompile,
-                        strict=_strict(opts), bases=len(bases)),
+                        strict=_strict(opts), bases=len(bases), carried=carried),
             isinstance(outputs, (tuple, list)))
 
 

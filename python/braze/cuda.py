@@ -178,11 +178,7 @@ class CudaGraph:
             layouts = self.compiled.output_layouts(syms)
             arena_bytes = self.compiled.arena_bytes(syms)
         dev = self.device
-        if self.into:
-            outs = outputs_into(inputs, layouts, self.output_dtypes, self.into, dev)
-        else:
-            outs = [torch.empty_strided(shape, stride, dtype=dt, device=dev)
-                    for (shape, stride), dt in zip(layouts, self.output_dtypes)]
+        outs = outputs_into(inputs, layouts, self.output_dtypes, self.into, dev)
         arena = torch.empty(arena_bytes, dtype=torch.uint8, device=dev) if arena_bytes else None
         stream = torch._C._cuda_getCurrentRawStream(self.index)
         self.compiled.run_cuda([t.data_ptr() for t in inputs], [o.data_ptr() for o in outs],

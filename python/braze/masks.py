@@ -25,15 +25,13 @@ MAX_ELEMENTS = 1 << 26
 
 
 def _bound(node):
-    """node's arguments by schema name: {name: (value, position or None for a keyword)}."""
+    """node's arguments by schema name: {name: value}, defaults filled in."""
     out = {}
     for i, arg in enumerate(node.target._schema.arguments):
         if i < len(node.args) and not arg.kwarg_only:
-            out[arg.name] = (node.args[i], i)
-        elif arg.name in node.kwargs:
-            out[arg.name] = (node.kwargs[arg.name], None)
+            out[arg.name] = node.args[i]
         else:
-            out[arg.name] = (arg.default_value, None)
+            out[arg.name] = node.kwargs.get(arg.name, arg.default_value)
     return out
 
 
@@ -115,7 +113,7 @@ def _fold(gm):
         if names is None:
             continue
         bound = _bound(node)
-        mask_node, causal = bound[names[0]][0], bool(bound[names[1]][0])
+        mask_node, causal = bound[names[0]], bool(bound[names[1]])
         if not isinstance(mask_node, torch.fx.Node):
             continue
         q = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
@@ -132,11 +130,9 @@ def _fold(gm):
         tril = torch.ones(sq, sk, dtype=torch.bool, device=kept.device).tril()
         if causal:
             kept = kept & tril
-        keeps_all = bool(kept.all())
-        is_tril = bool((kept == tril).all()) and (value.dtype == torch.bool or bool(tril.any(-1).all()))
-        if keeps_all and not causal:
+        if bool(kept.all()) and not causal:
             _set(node, names[0], None)
-        elif is_tril:
+        elif bool((kept == tril).all()):
             _set(node, names[0], None)
             _set(node, names[1], True)
         else:

@@ -15,11 +15,15 @@ import torch
 
 aten = torch.ops.aten
 
+def _puts(n):
+    """Whether index_put node n overwrites (does not accumulate)."""
+    return not (n.args[3] if len(n.args) > 3 else n.kwargs.get("accumulate", False))
+
+
+# The ops that overwrite some of their first operand's elements, and whether node n does.
 _OVERWRITES = {
-    aten.index_put.default: lambda n: not (n.args[3] if len(n.args) > 3
-                                          else n.kwargs.get("accumulate", False)),
-    aten._unsafe_index_put.default: lambda n: not (n.args[3] if len(n.args) > 3
-                                                  else n.kwargs.get("accumulate", False)),
+    aten.index_put.default: _puts,
+    aten._unsafe_index_put.default: _puts,
     aten.index_copy.default: lambda n: True,
     aten.slice_scatter.default: lambda n: True,
     aten.select_scatter.default: lambda n: True,

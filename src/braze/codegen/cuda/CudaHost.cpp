@@ -152,7 +152,8 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
   w.line("const int64_t batch[] = " + list(batch) + ";");
   w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
          ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
-  std::string mapped = "braze_attention_layout(&a, " + std::to_string(r) + ", batch, qs, ks, vs, os)";
+  std::string mapped =
+      "braze_attention_layout(&a, " + std::to_string(r) + ", batch, qs, ks, vs, os)";
   if (a.bias) {
     w.line("a.bias = " + at(*a.bias) + ";");
     w.line("const int64_t bs[] = " + list(a.bias->strides) + ";");
@@ -200,7 +201,7 @@ struct BrazeAttention {
   int64_t q_strides[4], k_strides[4], v_strides[4], o_strides[4];
   float scale;
   const void* q; const void* k; const void* v; void* o;
-  const void* bias; // [b|1, hq|1, sq|1, skv] (a dim of 1 broadcasts), added to the scaled scores; or null
+  const void* bias; // [b|1, hq|1, sq|1, skv] (1 broadcasts), added to the scaled scores; or null
   int64_t bias_dims[4], bias_strides[4];
 };
 struct BrazeCudaApi {

@@ -13,7 +13,6 @@ import threading
 import time
 import warnings
 
-import sympy
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -29,7 +28,8 @@ from braze import devices
 from braze import masks
 from braze import mutations
 from braze import partition
-from braze.fx_import import Translator, canonical_expr
+from braze import sizes
+from braze.fx_import import Translator
 from braze import support
 from braze.options import Options
 from braze.options import from_torch_compile as options_from_torch_compile
@@ -222,7 +222,7 @@ class _BrazeGraph:
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
         for k, i in self.carried:
-            inputs[k] = SizeCarrier.of(args[i], self.device)
+            inputs[k] = sizes.SizeCarrier.of(args[i], self.device)
         where = self.device.type if self.device is not None else "cpu"
         if any(x.device.type != where for x in inputs):
             return self._eager(args, f"an input is not on {self.device or 'cpu'}, where this "
@@ -320,7 +320,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     # Sizes are bound from the tensors' shapes; a size argument that is no dim of them comes in
     # as a carrier (SizeCarrier).
     carried = []  # (input number, argument position) of each carrier
-    for i in _carried_sizes(placeholders):
+    for i in sizes.carried(placeholders):
         t.g.input(placeholders[i].name, "u8", [t.sym(placeholders[i].meta["val"])],
                   [t.g.sym_const(0)])
         carried.append((len(positions), i))
@@ -336,7 +336,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            if not partition.is_size(node):  # sizes come from the meta values
+            if not sizes.is_size(node):  # sizes come from the meta values
                 t.translate(node)
         elif node.op == "output":
             outputs = node.args[0]
@@ -451,48 +451,6 @@ def _real_dtype(val):
     return torch.view_as_real(val.resolve_conj()).dtype if val.is_complex() else val.dtype
 
 
-def _carried_sizes(placeholders):
-    """The positions of the SymInt placeholders whose size symbol is no dim of a tensor
-    placeholder: the graph takes each as a carrier input (SizeCarrier)."""
-    dims = set()
-    for node in placeholders:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            dims.update(canonical_expr(d) for d in val.shape if isinstance(d, torch.SymInt))
-    out = []
-    for i, node in enumerate(placeholders):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt):
-            e = canonical_expr(val)
-            if isinstance(e, sympy.Symbol) and e not in dims:
-                dims.add(e)
-                out.append(i)
-    return out
-
-
-class SizeCarrier:
-    """A size argument n as a graph input: a [n] tensor of stride 0 over one byte, whose first
-    dim binds n's symbol as an input tensor's dims bind theirs."""
-    _bytes = {}
-
-    @classmethod
-    def of(cls, n, device):
-        key = device or torch.device("cpu")
-        one = cls._bytes.get(key)
-        if one is None:
-            one = cls._bytes[key] = torch.zeros(1, dtype=torch.uint8, device=key)
-        return one.expand(int(n))
-
-    def __init__(self, n):  # an example value: the shape and strides the graph is compiled for
-        self.shape, self._stride = (n,), (0,)
-
-    def stride(self):
-        return self._stride
-
-    def is_complex(self):
-        return False
-
-
 def _input_values(gm, t, args=None):
     """The values of the compiled graph's tensor inputs, in input order (placeholders, then
     attributes, then the seed of random ops), complex ones as real pairs: the example values,
@@ -500,8 +458,8 @@ def _input_values(gm, t, args=None):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     vals = [args[i] if args is not None else n.meta["val"] for i, n in enumerate(placeholders)
             if isinstance(n.meta.get("val"), torch.Tensor)]
-    vals += [SizeCarrier(args[i] if args is not None else placeholders[i].meta["val"])
-             for i in _carried_sizes(placeholders)]
+    vals += [sizes.SizeCarrier(args[i] if args is not None else placeholders[i].meta["val"])
+             for i in sizes.carried(placeholders)]
     vals += [fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     if t.seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
@@ -620,7 +578,7 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         if _strict(opts):
             raise
         _log_fallback(f"attention lengths or masks left as they are: {type(e).__name__}: {e}")
-    sizes = partition.hoist_sizes(gm)
+    host_sizes = sizes.hoist(gm)
     unsupported = {}
     support_start = time.perf_counter()
     for node in gm.graph.nodes:
@@ -632,15 +590,15 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
             if src in unsupported:
                 unsupported[node] = f"result of unsupported {src.name}"
             continue
-        if node in sizes:
+        if node in host_sizes:
             continue
         ok, why = support.node_support(node, device)
         if not ok:
             unsupported[node] = why
     # Sizes are host arithmetic: a graph compiled whole reads them from its meta values; a
     # partitioned one, or one that returns a size, computes them in its eager part.
-    if unsupported or any(u.op == "output" for n in sizes for u in n.users):
-        unsupported.update((n, "a size computed on the host") for n in sizes)
+    if unsupported or any(u.op == "output" for n in host_sizes for u in n.users):
+        unsupported.update((n, "a size computed on the host") for n in host_sizes)
     with _state.lock:
         _add_times({"support": time.perf_counter() - support_start})
     try:
@@ -696,7 +654,7 @@ def _count_fallback_op(node):
     """Counts call_function `node` as left to eager PyTorch, in total and by op; False for a
     getitem (one result of an op counted already) and for a size (SymInt arithmetic on the
     host, not a tensor op)."""
-    if node.target is operator.getitem or partition.is_size(node):
+    if node.target is operator.getitem or sizes.is_size(node):
         return False
     with _state.lock:  # backward graphs compile in the background
         _state.counts["fallback_ops"] += 1
@@ -772,21 +730,6 @@ def _compile_all(subs, opts, device):
         return list(pool.map(lambda c, item: c.run(one, item), contexts, subs))
 
 
-def _integer_interpolation(gm):
-    """PyTorch decomposes bilinear/bicubic interpolation (before any backend sees it) into float
-    math that truncates integer results, where its kernels round: such graphs stay in eager."""
-    import torch.nn.functional as F
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (F.interpolate, F.upsample,
-                                                          F.upsample_bilinear):
-            x = node.args[0].meta.get("example_value") if node.args else None
-            mode = node.kwargs.get("mode", node.args[3] if len(node.args) > 3 else "nearest")
-            if (isinstance(x, torch.Tensor) and not x.dtype.is_floating_point
-                    and (node.target is F.upsample_bilinear or mode in ("bilinear", "bicubic"))):
-                return True
-    return False
-
-
 _said_once = set()
 
 
@@ -809,7 +752,7 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
         _log_once(("mode", mode), f"mode={mode!r}: braze has no autotuner yet; compiling with "
                                   f"its default schedules")
-    if _integer_interpolation(gm):
+    if support.integer_interpolation(gm):
         _count_fallback_graph()
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "
                       "differently from its kernel; running this graph in eager PyTorch")

@@ -48,35 +48,6 @@ def propose(gm, unsupported):
     return merged
 
 
-def is_size(node):
-    """Whether call_function `node` computes a host scalar (a size: SymInt arithmetic,
-    sym_size, sym_sum), which runs in Python, not as a tensor op."""
-    val = node.meta.get("val")
-    return node.op == "call_function" and isinstance(val, (torch.SymInt, torch.SymBool,
-                                                           torch.SymFloat, int, bool, float))
-
-
-def hoist_sizes(gm):
-    """Moves the size computations of gm that read only its placeholders (directly or through
-    other such sizes) to just after the placeholders, where they cut no run of braze's
-    partitions. Returns every size node of gm (hoisted or not)."""
-    sizes, hoistable = [], set()
-    last = None
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            last = node
-        elif is_size(node):
-            sizes.append(node)
-            if all(a.op == "placeholder" or a in hoistable for a in node.all_input_nodes):
-                hoistable.add(node)
-    if last is not None:
-        for node in sizes:
-            if node in hoistable:
-                last.append(node)
-                last = node
-    return set(sizes)
-
-
 def _cycle(members):
     """Whether a node outside `members` both reads from them and feeds them (directly or
     through other nodes), so that they cannot run as one call."""

@@ -114,3 +114,18 @@ def refused_by_trial(gm, device):
         if not ok:
             refused[node] = why
     return refused
+
+
+def integer_interpolation(gm):
+    """PyTorch decomposes bilinear/bicubic interpolation (before any backend sees it) into float
+    math that truncates integer results, where its kernels round: such graphs stay in eager."""
+    import torch.nn.functional as F
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (F.interpolate, F.upsample,
+                                                          F.upsample_bilinear):
+            x = node.args[0].meta.get("example_value") if node.args else None
+            mode = node.kwargs.get("mode", node.args[3] if len(node.args) > 3 else "nearest")
+            if (isinstance(x, torch.Tensor) and not x.dtype.is_floating_point
+                    and (node.target is F.upsample_bilinear or mode in ("bilinear", "bicubic"))):
+                return True
+    return False

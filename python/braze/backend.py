@@ -544,10 +544,19 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
     returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     outputs = len(returned) if isinstance(returned, (tuple, list)) else 1
     writes = mutations.take(gm)
-    if not writes:
+    device, _ = devices.graph_device(gm, example_inputs)
+    moved = []
+    if device is not None:
+        moved = devices.scalars_to_device(gm, example_inputs, device,
+                                          {w.position for w in writes})
+    if moved:
+        example_inputs = [a.to(device) if i in moved else a for i, a in enumerate(example_inputs)]
+    if not writes and not moved:
         return _compile_mutation_free(gm, example_inputs, opts, direct, forward, number)
     fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes)
-    return mutations.apply(fn, writes, outputs)
+    if moved:
+        fn = devices.on_device(fn, moved, device)
+    return mutations.apply(fn, writes, outputs) if writes else fn
 
 
 def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=()):

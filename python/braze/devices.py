@@ -74,6 +74,34 @@ def constants_to_device(gm, device):
     return moved
 
 
+def scalars_to_device(gm, example_inputs, device, written=()):
+    """The positions of the 0-d CPU tensor arguments of a graph on CUDA `device` that only ops
+    on the device read (a cache length kept on the CPU and copied to the GPU in the graph, a CPU
+    scalar in a CUDA op): their placeholders become device tensors, for the caller to move
+    each argument there per call (on_device), as eager's CUDA ops read a CPU scalar. Arguments
+    the graph writes (`written` positions), or returns, stay."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    moved = []
+    for i, (node, val) in enumerate(zip(placeholders, example_inputs)):
+        if (i in written or not isinstance(val, torch.Tensor) or val.device.type != "cpu"
+                or val.dim() != 0 or not node.users or not _read_on(node, device)):
+            continue
+        node.meta["val"] = val.to(device)
+        moved.append(i)
+    return moved
+
+
+def on_device(boxed, positions, device):
+    """The boxed callable `boxed` with its arguments at `positions` (scalars_to_device) moved to
+    `device` first."""
+    def call(args):
+        for i in positions:
+            args[i] = args[i].to(device, non_blocking=True)
+        return boxed(args)
+    call._boxed_call = True
+    return call
+
+
 def _read_on(node, device):
     """Whether every node that reads `node` (through the copies Dynamo makes of a constant)
     computes on `device`: its results are there, or it has none. A graph output is returned

@@ -114,11 +114,19 @@ class Translator:
         """A translated operand: an FX node's handle, or a scalar constant."""
         if isinstance(a, torch.fx.Node):
             if a not in self.values:
+                val = a.meta.get("val")
+                if isinstance(val, torch.SymInt):  # a size as a tensor operand (positions + n)
+                    return self.size_scalar(val)
                 raise Unsupported(f"operand {a.name} is not a tensor braze holds")
             return self.values[a]
         if isinstance(a, (bool, int, float)):
             return self.g.full(float(a), self.scalar_dtype(a, like), [])
         raise Unsupported(f"operand {a!r}")
+
+    def size_scalar(self, n):
+        """SymInt n as a 0-d i64 tensor, which the kernels that read it compute from the size
+        symbol (GraphBuilder::sizeScalar)."""
+        return self.g.size_scalar(self.sym(n))
 
     def operands(self, *args):
         """The translated operands of an elementwise op. On CUDA, eager computes a half-precision

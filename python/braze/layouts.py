@@ -121,15 +121,16 @@ def _piece(node):
     return None
 
 
-def _view_chain(out):
+def _view_chain(out, sizes=False):
     """(base, steps) for a chain of view ops (a piece of an unbind or a split among them) whose
     only node operand is the previous one: the node they view and the ops that make `out` from
-    it; (out, []) when out is no view."""
+    it; (out, []) when out is no view. With `sizes`, a view may also read sizes (SymInt nodes,
+    an expand's symbolic length), which stay nodes in its step for _apply to evaluate."""
     steps, node = [], out
     while isinstance(node, torch.fx.Node) and node.op == "call_function":
         if node.target in VIEW_OPS:
-            if any(isinstance(a, torch.fx.Node)
-                   for a in list(node.args[1:]) + list(node.kwargs.values())):
+            if any(a is not node.args[0] and not (sizes and _is_size_node(a))
+                   for a in node.all_input_nodes):
                 return None, None
             steps.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
             node = node.args[0]
@@ -142,10 +143,31 @@ def _view_chain(out):
     return node, steps[::-1]
 
 
-def _apply(x, steps):
+def _is_size_node(a):
+    return isinstance(a.meta.get("val"), (torch.SymInt, int)) and a.op in ("placeholder",
+                                                                            "call_function")
+
+
+def _apply(x, steps, size=None):
+    """The steps applied to x; `size` gives the value of a size node among their arguments."""
     for op, rest, kwargs in steps:
+        if size is not None:
+            rest, kwargs = torch.fx.node.map_arg((rest, kwargs), size)
         x = op(x, *rest, **kwargs)
     return x
+
+
+def _size_reader(gm):
+    """(node, args) -> the value of size node `node` at a call with arguments `args`: a size
+    argument, or SymInt arithmetic (sym_size of a tensor argument, say) evaluated over them."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+
+    def read(node, args):
+        if node.op == "placeholder":
+            return args[placeholders[node]]
+        inner, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: read(a, args))
+        return node.target(*inner, **kwargs)
+    return read
 
 
 def computed_view(out):
@@ -224,11 +246,17 @@ def input_view(gm, out):
     ops over one with no other node among their operands: args -> that argument or view of it
     (a saved weight, or its transpose, for the backward); None otherwise. CUDA graphs return a
     view of the caller's own argument for one they copy per call (cudagraphs._Capture)."""
-    node, steps = _view_chain(out)
+    node, steps = _view_chain(out, sizes=True)
     if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
         return None
     if any(u.op == "call_function" and "copy_" in str(u.target) for u in node.users):
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     position = placeholders.index(node)
-    return lambda args: _apply(args[position], steps)
+    found = []
+    for _, rest, kwargs in steps:
+        torch.fx.node.map_arg((rest, kwargs), found.append)
+    if not found:
+        return lambda args: _apply(args[position], steps)
+    read = _size_reader(gm)
+    return lambda args: _apply(args[position], steps, lambda a: read(a, args))

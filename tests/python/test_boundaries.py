@@ -344,6 +344,24 @@ def test_outputs_that_view_an_argument_are_views_of_it():
         assert input_view(gm, outs[1]) is None
 
 
+def test_an_output_viewing_an_argument_by_a_symbolic_size_is_a_view_of_it():
+    """A view of an argument whose sizes are symbolic (an expand to another input's length) is
+    made at each call with that call's sizes, as a view: AOTAutograd regenerates an output
+    aliasing an input from its strides, so a computed copy would be wrong, and braze's call
+    used to fail there and run eager."""
+    f = torch.compile(lambda x, y: (x.expand(y.shape[0], -1), y * 2), backend="braze",
+                      dynamic=True)
+    before = braze.counters()
+    for m in (3, 5, 7):
+        x, y = torch.randn(1, 4), torch.randn(m)
+        a, b = f(x, y)
+        assert torch.equal(a, x.expand(m, -1)) and torch.equal(b, y * 2)
+        assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["fallback_ops"] == before["fallback_ops"]
+
+
 @pytest.mark.parametrize("split", ["unbind", "split", "split_with_sizes"])
 def test_outputs_that_view_a_computed_value_share_it_as_in_eager(split):
     """A returned K/V cache sliced from a fused projection (a strided view, not a dense tensor)
@@ -637,3 +655,31 @@ def test_a_graph_that_mixes_the_cpu_and_cuda_compiles_its_cuda_part(device):
     assert after["fallback_ops"] > before["fallback_ops"]
     assert after["graphs_compiled"] > before["graphs_compiled"]
     assert after["cuda_graphs"] == before["cuda_graphs"]
+
+
+def test_a_cpu_scalar_read_by_cuda_ops_moves_with_each_call(device):
+    """A 0-d CPU tensor argument that only CUDA ops read (transformers' static cache keeps its
+    length on the CPU until its first write copies it to the GPU, in the graph) is moved to
+    the device at each call: the graph compiles whole, with no op left to eager, is replayed
+    as a CUDA graph, and each call reads its own value."""
+    if device != "cuda":
+        pytest.skip("a graph on a CUDA device")
+    torch.manual_seed(6)
+
+    def fn(x, n, m):
+        return x * n.to(x.device) + n, (x + 1) * 2 + m
+
+    x = torch.randn(64, 32, device="cuda")
+    before = braze.counters()
+    compiled = torch.compile(fn, backend="braze", mode="reduce-overhead")
+    for k in range(4):
+        n = torch.tensor(float(k) + 0.5)
+        m = torch.tensor(float(k) - 2)
+        got, want = compiled(x, n, m), fn(x, n, m)
+        for g, w in zip(got, want):
+            assert g.device == w.device
+            torch.testing.assert_close(g, w)
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["fallback_ops"] == before["fallback_ops"]
+    assert after["cuda_graph_replays"] > before["cuda_graph_replays"]

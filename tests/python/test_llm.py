@@ -252,6 +252,26 @@ def test_symbolic_slices_iotas_and_views_compile(device):
     assert moved["fallback_ops"] == 0 and moved["graphs"] == 1, braze.fallback_ops_by_op()
 
 
+def test_a_size_read_as_a_tensor_operand_compiles(device):
+    """A size used as a tensor operand (positions = arange(n) + past length, a float divided by
+    a length): a 0-d tensor computed from the symbol, no op left to eager, right at each size
+    from one graph, in integer and floating arithmetic."""
+    def f(x, y):
+        n = y.shape[0]
+        pos = torch.arange(x.shape[0], device=x.device) + n
+        return x * 2 + n, pos, x.to(torch.bfloat16) / n, (pos - n) * n
+
+    fn = torch.compile(f, backend="braze", dynamic=True)
+    before = braze.counters()
+    for m in (3, 5, 9):
+        x, y = torch.randn(m + 1), torch.randn(m)
+        for got, want in zip(fn(x, y), f(x, y)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
+    moved = _delta(before)
+    assert moved["fallback_ops"] == 0 and moved["graphs"] == 1, braze.fallback_ops_by_op()
+
+
 @pytest.mark.cpu_only("the carrier is the same on every device; the eager op is CPU-only")
 def test_a_size_that_only_an_argument_carries_is_bound():
     """A partition after an eager op reads a size symbol of no tensor it takes (the length of
@@ -356,9 +376,9 @@ def test_an_overwrite_indexed_by_its_own_input_is_copied_back(device):
 
 
 def test_a_cache_of_dynamic_length_is_written_in_place(device):
-    """index_copy_ into a cache whose length is dynamic (one graph for every length): the
-    rows written become one `where` each, the cache is written in place and equals eager's,
-    and an index past the cache's end raises."""
+    """index_copy_ into a cache whose length is dynamic (one graph for every length): each row
+    takes the last write naming it, the cache is written in place and equals eager's, and an
+    index past the cache's end raises."""
     import torch.nn.functional as F
 
     def step(c, q, k, pos):
@@ -387,3 +407,38 @@ def test_a_cache_of_dynamic_length_is_written_in_place(device):
             fn(cache, torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8), torch.tensor([3, 99]))
             if device == "cuda":
                 torch.cuda.synchronize()
+
+
+def test_a_prompt_of_dynamic_length_is_written_into_a_static_cache(device):
+    """A prefill writes a dynamic number of rows (the prompt's length, past 16) into a cache of
+    static length, and index_put writes a dynamic number of (row, column) pairs into a tensor of
+    dynamic size: one graph each, no op left to eager, equal to eager, the cache written in
+    place; negative indices wrap as eager's."""
+    def prefill(c, k, pos):
+        c.index_copy_(2, pos, k)
+        return c.sum(-1)
+
+    def pairs(x, i, v):
+        return torch.ops.aten.index_put(x, [None, i, (i * 5).remainder(6)], v) * 2
+
+    fill = torch.compile(prefill, backend="braze", dynamic=True)
+    put = torch.compile(pairs, backend="braze", dynamic=True)
+    before = braze.counters()
+    with torch.no_grad():
+        cache = torch.randn(2, 4, 96, 8)
+        eager_cache = cache.clone()
+        for start, n in ((0, 20), (20, 33), (53, 40)):
+            k = torch.randn(2, 4, n, 8)
+            pos = torch.arange(start, start + n)
+            torch.testing.assert_close(fill(cache, k, pos), prefill(eager_cache, k, pos))
+            torch.testing.assert_close(cache, eager_cache)
+        for rows, n in ((7, 5), (11, 9), (23, 20)):
+            x = torch.randn(3, rows, 6)
+            i = torch.randperm(rows)[:n]  # one write per row: CUDA's order is unspecified
+            i[::2] -= rows
+            v = torch.randn(3, n)
+            torch.testing.assert_close(put(x, i, v), pairs(x, i, v))
+    moved = _writes(before)
+    assert moved["fallback_ops"] == 0 and moved["fallback_graphs"] == 0, braze.fallback_ops_by_op()
+    assert moved["inputs_copied_back"] == 0, moved
+    assert braze.counters()["graphs"] - before["graphs"] <= 4

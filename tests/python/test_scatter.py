@@ -199,6 +199,48 @@ def test_index_put(dtype):
         x.index_put((dup, j), v, accumulate=True)), x, i, j, v)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int32, torch.bool])
+def test_index_put_overwrite_compares_rows_not_elements(dtype):
+    """index_put without accumulate into consecutive dims compares each position of those dims
+    with each index entry, not each element of self with each value: a KV cache's rows written
+    at sizes far past the scatter's pair cap (2^26) compile, with negative, broadcast and
+    repeated indices (the last write wins, as on eager's CPU kernel), in leading, middle and
+    trailing dims, and a row past the end raises."""
+    g = torch.Generator().manual_seed(11)
+    with torch.device("cpu"):
+        cache = _make((2, 8, 1024, 64), dtype, g)      # 2^20 elements
+        rows = torch.randint(-1024, 1024, (96,), generator=g)
+        new = _make((2, 8, 96, 64), dtype, g)           # 2^20 x 98304 pairs as a scatter
+        x = _make((4, 6, 5, 3), dtype, g)
+        i = torch.tensor([[0], [3], [-1]])              # broadcast with j: [3, 2] entries
+        j = torch.tensor([4, 1])
+        v = _make((3, 2, 3), dtype, g)
+        dup = torch.tensor([2, 0, 2, 3])
+        w = _make((4, 6, 4, 3), dtype, g)
+    device = torch.get_default_device()
+    cache, rows, new, x, i, j, v, dup, w = (t.to(device) for t in (cache, rows, new, x, i, j,
+                                                                    v, dup, w))
+    if device.type == "cuda":  # which repeated write wins is unspecified on CUDA
+        dup = torch.tensor([2, 0, 1, 3], device=device)
+    _compiled_matches(lambda c, r, n: torch.ops.aten.index_put(c, [None, None, r], n), cache,
+                      rows, new)
+    _compiled_matches(lambda c, r, n: c.index_copy(2, r.remainder(1024), n), cache, rows, new)
+    _compiled_matches(lambda x, i, j, v, d, w: (
+        torch.ops.aten.index_put(x, [None, i, j], v), x.index_put((i, j), v[:, :, None]),
+        torch.ops.aten.index_put(x, [None, None, d], w), x.index_put((d,), w[0, 0, 0])),
+        x, i, j, v, dup, w)
+    put = torch.compile(lambda c, r, n: torch.ops.aten.index_put(c, [None, None, r], n),
+                        backend="braze",
+                        dynamic=False)
+    for bad in (1024, -1025):
+        r = rows.clone()
+        r[7] = bad
+        with pytest.raises(Exception, match="out of bounds|index"):
+            put(cache, r, new)
+            if cache.is_cuda:
+                torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
 def test_index_add_copy_fill(dtype):
     g = torch.Generator(torch.get_default_device()).manual_seed(4)

@@ -281,6 +281,7 @@ NB_MODULE(_C, m) {
       .def("unsqueeze", [](PyGraph &g, int x, int64_t d) { return g.node(g.builder().unsqueeze(g.at(x), d)); })
       .def("squeeze", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().squeeze(g.at(x), d)); })
       .def("flip", [](PyGraph &g, int x, std::vector<int64_t> d) { return g.node(g.builder().flip(g.at(x), d)); })
+      .def("size_scalar", [](PyGraph &g, int n) { return g.node(g.builder().sizeScalar(g.symAt(n))); })
       .def("concat", [](PyGraph &g, const std::vector<int> &xs, int64_t d) {
         std::vector<Node *> ns;
         for (int h : xs)

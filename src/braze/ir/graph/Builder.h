@@ -317,8 +317,6 @@ public:
   std::pair<Node *, Node *> cumExtreme(Node *x, int64_t dim, bool max);
   /// Scans are quadratic in the scanned length: a static dim of at most kMaxScan elements.
   static constexpr int64_t kMaxScan = 4096;
-  /// index_put over symbolic sizes: the rows of one dim it writes (one `where` each), at most.
-  static constexpr int64_t kMaxRowWrites = 16;
   static std::string scanLimitError(const std::vector<SymExpr> &shape, int64_t dim);
   /// For each of `values`, the index binary search returns in the sorted `seq` (along its last
   /// dim; an N-d seq pairs its rows with the values' leading dims): the count of boundaries
@@ -472,10 +470,18 @@ public:
   /// Like normalizeDim, for ops that index the dim's size: a rank-0 tensor is a Diagnostic.
   int64_t normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank);
 
+  /// Size n as a 0-d i64 tensor (a symbolic one computed from its symbol where it is read).
+  Node *sizeScalar(SymExpr n);
+  /// index_put without accumulate into the consecutive dims [first, first + indices.size()):
+  /// each position of those dims (a row of a KV cache) takes the values of the last index
+  /// entry naming it, found by comparing every position with every entry, and the others keep
+  /// self's. Indices wrap negatives and are checked against their dims at run time. Any sizes,
+  /// symbolic too; index_put builds it directly over symbolic sizes, and decomposition for
+  /// constant ones.
+  Node *indexPutLastWrite(Node *self, int64_t first, const std::vector<Node *> &indices,
+                          Node *values);
+
 private:
-  /// self with its rows index[i] along dim d (a 1-d index of constant length) replaced by
-  /// values' i-th row, the last write of a row winning: index_put over symbolic sizes.
-  Node *indexPutRows(Node *self, int64_t d, Node *index, Node *values);
 
   /// The Slice node of `length` elements of dim d from `start` every `step`, unchecked.
   Node *sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step);

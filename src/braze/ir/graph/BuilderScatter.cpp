@@ -214,6 +214,14 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   e = orderedHitsError(self->dtype(), mode, fanIn);
   if (!e.empty())
     return e;
+  const IntList &dims = a.getInts("dims");
+  if (mode.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size())) {
+    // Each position of the indexed dims is compared with each index entry (no scatter).
+    std::vector<int64_t> xs = sizes(self);
+    return pairsError(product(std::vector<int64_t>(xs.begin() + dims.front(),
+                                                   xs.begin() + dims.back() + 1)),
+                      fanIn);
+  }
   return product(target) < 0
              ? "too many indexed elements"
              : pairsError(numelOf(self), product(target), self->dtype(), mode, true);
@@ -484,31 +492,80 @@ bool constantShapes(const std::vector<Node *> &xs) {
 }
 } // namespace
 
-Node *GraphBuilder::indexPutRows(Node *self, int64_t d, Node *index, Node *values) {
-  int64_t rows = index->shape()[0]->value();
-  std::vector<SymExpr> target = self->shape();
-  target[d] = dim(rows);
-  Node *v = expand(convert(values, self->dtype()), target);
-  // The row positions, bounds-checked at run time (negatives wrap) as a take of an iota.
-  Node *at = take(iota(DType::Int64, {self->shape()[d]}, 0), 0, convert(index, DType::Int64));
-  Node *row = iota(DType::Int64, self->shape(), d);
-  Node *out = self;
-  for (int64_t i = 0; i < rows; ++i)
-    out = where(binary(OpKind::Eq, row, select(at, 0, i)), unsqueeze(select(v, d, i), d), out);
-  return out;
+Node *GraphBuilder::sizeScalar(SymExpr n) {
+  if (n->isConst())
+    return scalar(static_cast<double>(n->value()), DType::Int64);
+  // The first element of iota(n + 1) flipped: n - 0, computed from the symbol where read.
+  return select(flip(iota(DType::Int64, {sym().add(n, 1)}, 0), {0}), 0, 0);
+}
+
+Node *GraphBuilder::indexPutLastWrite(Node *self, int64_t first,
+                                      const std::vector<Node *> &indices, Node *values) {
+  const std::vector<SymExpr> &xs = self->shape();
+  size_t m = indices.size(), last = first + m;
+  std::vector<SymExpr> shape = indices[0]->shape(); // the indices' broadcast shape
+  for (const Node *ix : indices) {
+    const std::vector<SymExpr> &is = ix->shape();
+    if (is.size() > shape.size())
+      shape.insert(shape.begin(), is.size() - shape.size(), dim(1));
+    for (size_t d = 0; d < is.size(); ++d) {
+      SymExpr &s = shape[shape.size() - is.size() + d];
+      if (s->isConst(1))
+        s = is[d];
+    }
+  }
+  sym::SymContext &ctx = sym();
+  SymExpr entries = ctx.product(shape);
+  if (entries->isConst(0))
+    return self;
+  SymExpr pre = ctx.product({xs.begin(), xs.begin() + first});
+  SymExpr cells = ctx.product({xs.begin() + first, xs.begin() + last});
+  SymExpr post = ctx.product({xs.begin() + last, xs.end()});
+  // The position each entry names among the indexed dims, each index bounds-checked (and its
+  // negatives wrapped) by a take of an iota, as eager's index_put checks it.
+  Node *cell = nullptr;
+  SymExpr stride = dim(1);
+  for (size_t j = m; j-- > 0;) {
+    SymExpr size = xs[first + j];
+    Node *ix = reshape(expand(convert(indices[j], DType::Int64), shape), {entries});
+    Node *term = take(iota(DType::Int64, {size}, 0), 0, ix);
+    if (!stride->isConst(1))
+      term = mul(term, sizeScalar(stride));
+    cell = cell == nullptr ? term : add(cell, term);
+    stride = ctx.mul(stride, size);
+  }
+  std::vector<SymExpr> pairs{cells, entries};
+  Node *hit = binary(OpKind::Eq, expand(reshape(cell, {dim(1), entries}), pairs),
+                     iota(DType::Int64, pairs, 0));
+  Node *lastEntry = reduce(OpKind::Amax,
+                           where(hit, iota(DType::Int64, pairs, 1), scalar(-1, DType::Int64)), {1},
+                           false, DType::Int64);
+  std::vector<SymExpr> target(xs.begin(), xs.begin() + first);
+  target.insert(target.end(), shape.begin(), shape.end());
+  target.insert(target.end(), xs.begin() + last, xs.end());
+  std::vector<SymExpr> lines{pre, cells, post};
+  Node *v = reshape(expand(convert(values, self->dtype()), target), {pre, entries, post});
+  Node *zero = scalar(0, DType::Int64);
+  Node *picked = take(v, 1, binary(OpKind::Maximum, lastEntry, zero));
+  Node *written = expand(reshape(binary(OpKind::Ge, lastEntry, zero), {dim(1), cells, dim(1)}),
+                         lines);
+  return reshape(where(written, picked, reshape(self, lines)), xs);
 }
 
 Node *GraphBuilder::indexPut(Node *self, std::vector<int64_t> dims, std::vector<Node *> indices,
                              Node *values, bool accumulate) {
   for (int64_t &d : dims)
     d = normalizeDim("index_put", d, self->rank());
-  if (!accumulate && dims.size() == 1 && indices.size() == 1 && indices[0]->rank() == 1 &&
-      isIntegral(indices[0]->dtype()) && indices[0]->shape()[0]->isConst() &&
-      indices[0]->shape()[0]->value() <= kMaxRowWrites &&
-      !constantShapes({self, indices[0], values}) && values->rank() <= self->rank()) {
-    // Symbolic sizes (a KV cache's rows written at a decode step): one `where` per row, the
-    // last write of a row winning.
-    return indexPutRows(self, dims[0], indices[0], values);
+  std::vector<Node *> all{self, values};
+  all.insert(all.end(), indices.begin(), indices.end());
+  if (!accumulate && !dims.empty() && dims.size() == indices.size() &&
+      std::is_sorted(dims.begin(), dims.end()) &&
+      dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size()) &&
+      std::all_of(indices.begin(), indices.end(),
+                  [](const Node *ix) { return isIntegral(ix->dtype()); }) &&
+      !constantShapes(all)) {
+    // Symbolic sizes (a KV cache's rows written at a decode or prefill step).
+    return indexPutLastWrite(self, dims.front(), indices, values);
   }
   AttrMap attrs;
   attrs.set("dims", IntList(dims.begin(), dims.end()));

@@ -28,7 +28,9 @@
 ///   put:              target = take(flat P, 0, index) (negatives wrap)
 ///   diagonal_scatter: target = diagonal(P, offset, dim1, dim2)
 ///   index_put:        target = P[i0, i1, ...] (advanced indexing; negatives wrap), values
-///                     broadcast to it
+///                     broadcast to it; without accumulate into consecutive dims, no scatter:
+///                     each position of those dims takes the values of the last index entry
+///                     naming it ([positions, entries] pairs, indexPutLastWrite)
 ///   as_strided_scatter: target = offset + sum_d iota_d * stride_d over the view's size
 /// The mask-driven ops need no scatter: their k-th masked element takes the source at the
 /// count of trues before it (a cumulative sum), so their work is linear after the scan:
@@ -315,6 +317,8 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   IntList dims = n->attrs().getInts("dims");
   bool accumulate = n->attrs().getBool("accumulate");
   bool consecutive = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  if (!accumulate && consecutive)
+    return b.indexPutLastWrite(self, dims.front(), indices, values);
   bool oneShape = std::all_of(indices.begin(), indices.end(), [&](Node *i) {
     return i->shape() == indices[0]->shape();
   });

@@ -345,7 +345,13 @@ def run_decode(backends):
                 for row in rows[-len(backends):]:
                     if row["backend"] in ms:
                         row["ms"] = ms[row["backend"]]
-            print(f"decode {cache} batch {batch} done", file=sys.stderr, flush=True)
+            for row in rows[-len(backends):]:  # as it goes: a long run cut short keeps these
+                print(f"{row['model']} {row['backend']}: {_f(row.get('ms'), 3)} ms/token, "
+                      f"rel_error {_f(row.get('rel_error'), 2, 'e')}, fallback_ops "
+                      f"{row.get('fallback_ops', '')}, graphs {row.get('graphs', '')}, "
+                      f"cuda_graph_replays {row.get('cuda_graph_replays', '')}"
+                      f"{', error ' + row['error'][:120] if row.get('error') else ''}",
+                      flush=True)
     model.forward = plain_forward
     return rows
 

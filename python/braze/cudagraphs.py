@@ -12,8 +12,10 @@ initialization happen outside the capture. Then each call:
 Outputs are never overwritten while anyone still holds them: each capture keeps one reference
 to every output storage, and a capture whose outputs are still referenced elsewhere (by the
 caller, by a view, by autograd's saved tensors) is busy. A call then uses or makes another
-capture (at most three), and when none is free it runs uncaptured. A capture that fails (an op that synchronizes, an
-unsupported stream operation) is dropped for good and the callable runs uncaptured. Random ops
+capture (at most three), and when none is free it runs uncaptured. Inputs read in place that
+move for good (a KV cache each generate() allocates) retire the least recently replayed capture
+for a new one. A capture that fails (an op that synchronizes, an unsupported stream operation)
+is dropped for good and the callable runs uncaptured. Random ops
 draw from PyTorch's CUDA generator, which advances per replay as it does per uncaptured call.
 
 `BRAZE_LOG=cudagraphs` says which graphs are captured and why others are not.
@@ -31,6 +33,8 @@ from braze import devices
 # inputs at a second address (double buffering).
 _MAX_CAPTURES = 3
 _MIN_LAUNCHES = 4
+# A full callable drops a capture for a new one only after this many replays per capture made.
+_REPLAYS_PER_CAPTURE = 8
 counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0}
 
 
@@ -172,6 +176,21 @@ class _Capture:
         return any(torch._C._storage_Use_Count(st._cdata) > held + 1
                    for held, st in self.storages.values())
 
+    def release(self):
+        """Drops the graph; outputs a caller still holds keep their memory."""
+        _replay_outputs.difference_update(self.storages)
+        self.graph = self.templates = self.storages = self.buffers = None
+
+    def held_outputs(self):
+        """The outputs whose memory is still in use elsewhere (why the capture is busy)."""
+        held = []
+        for j, o in enumerate(self.templates):
+            if isinstance(o, torch.Tensor):
+                entry = self.storages.get(o.untyped_storage().data_ptr())
+                if entry is not None and torch._C._storage_Use_Count(entry[1]._cdata) > entry[0] + 1:
+                    held.append(f"output {j} {o.dtype} {list(o.shape)}")
+        return held
+
     def fits(self, args):
         """Whether every input read in place is where this capture reads it, and every copied
         input that an output views has the strides of its copy."""
@@ -225,6 +244,8 @@ class Replayed:
         self.after_replay = after_replay
         self.calls = 0
         self.captures = []
+        self.made = 0  # captures made, and calls replayed, by this callable
+        self.replays = 0
         self.failed = False
 
     def __call__(self, *args):
@@ -233,10 +254,11 @@ class Replayed:
             return self.fn(*args)
         for c in self.captures:
             if not c.busy() and c.fits(args):
+                c.used = self.calls
                 return self._replayed(c.run(args))
-        if len(self.captures) >= _MAX_CAPTURES:
+        if len(self.captures) >= _MAX_CAPTURES and not self._evict():
             counts["cuda_graph_busy"] += 1
-            return self.fn(*args)  # every capture's outputs are still in use
+            return self.fn(*args)
         try:
             c = _Capture(self.fn, args, self.static, self.name, self.written)
         except Exception as e:  # any failure to capture: this callable runs uncaptured
@@ -244,10 +266,35 @@ class Replayed:
             self._drop(f"capture failed: {type(e).__name__}: {e}")
             return self.fn(*args)
         counts["cuda_graphs"] += 1
+        self.made += 1
+        c.used = self.calls
         self.captures.append(c)
         return self._replayed(c.run(args))
 
+    def _evict(self):
+        """Makes room for a capture: drops the least recently replayed capture whose outputs
+        are free, when captures have paid off so far (an input read in place that moves at
+        every call, or outputs held across calls, would otherwise recapture every call).
+        Inputs read in place move for good when their owner is remade: a KV cache that each
+        generate() allocates anew is written in place, at a new address per generate."""
+        free = [c for c in self.captures if not c.busy()]
+        if not free or self.replays < _REPLAYS_PER_CAPTURE * self.made:
+            if counts["cuda_graph_busy"] < 3:  # why, the first few times
+                held = "; ".join(", ".join(c.held_outputs()) for c in self.captures)
+                log(f"{self.name} runs uncaptured: " + (
+                    f"every capture's outputs are still in use ({held})" if not free else
+                    f"its inputs read in place moved after {self.replays} replays of "
+                    f"{self.made} captures"))
+            return False
+        old = min(free, key=lambda c: c.used)
+        self.captures.remove(old)
+        old.release()
+        log(f"{self.name}: dropped the capture last replayed at call {old.used}: inputs it "
+            f"reads in place have moved")
+        return True
+
     def _replayed(self, out):
+        self.replays += 1
         counts["cuda_graph_replays"] += 1
         if self.after_replay is not None:
             self.after_replay()

@@ -155,6 +155,39 @@ def test_large_and_expanded_inputs_are_read_in_place():
     assert delta(before)["cuda_graphs"] == 2
 
 
+def test_a_cache_remade_per_generation_retires_the_oldest_capture():
+    """A KV cache written in place (read where it is) that each generation allocates anew: the
+    least recently replayed capture is dropped for one at the new address, so every generation
+    replays after its first step, and each result equals eager's. An input read in place that
+    moves at every call does not recapture at every call."""
+    w = torch.randn(64, 64, device="cuda")
+
+    def step(cache, x, pos):
+        cache.index_copy_(0, pos, x @ w)
+        return cache.sum(0) * 2
+
+    f = compiled(step)
+    before = braze.counters()
+    with torch.no_grad():
+        for gen in range(6):  # six caches: twice the captures a callable keeps
+            cache = torch.zeros(4096, 64, device="cuda")  # 1 MiB, large: read in place
+            want = cache.clone()
+            for t in range(12):
+                x, pos = torch.randn(1, 64, device="cuda"), torch.tensor([t], device="cuda")
+                torch.testing.assert_close(f(cache, x, pos), step(want, x, pos))
+                torch.testing.assert_close(cache, want)
+    d = delta(before)
+    assert d["cuda_graphs"] == 6 and d["cuda_graph_replays"] == 6 * 12 - 1, d
+    assert braze.counters()["cuda_graph_busy"] == before["cuda_graph_busy"]
+    g = compiled(lambda cache, x, pos: step(cache, x, pos))
+    before = braze.counters()
+    with torch.no_grad():
+        for t in range(40):  # a new cache at every call
+            cache = torch.zeros(4096, 64, device="cuda")
+            g(cache, torch.randn(1, 64, device="cuda"), torch.tensor([t], device="cuda"))
+    assert delta(before)["cuda_graphs"] == 3
+
+
 def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):
     before = braze.counters()
     f = compiled(lambda x: x.cos() * 3, cuda_graphs=False)

@@ -795,12 +795,21 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
         handover = contextlib.nullcontext()
     # The min-cut partition (TorchInductor's): the backward recomputes what braze fuses cheaply
     # (a log-softmax from its logits, say) rather than the forward storing it for the backward.
-    with handover:
-        # Writes into inputs stay in inference graphs (as copy_ at their end), for braze to
-        # make into the inputs' memory (braze/mutations.py).
-        compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
-                                partition_fn=min_cut_rematerialization_partition,
-                                keep_inference_input_mutations=True,
-                                decompositions=decompositions.table(torch.is_grad_enabled()))(
-                                    gm, example_inputs)
+    try:
+        with handover:
+            # Writes into inputs stay in inference graphs (as copy_ at their end), for braze to
+            # make into the inputs' memory (braze/mutations.py).
+            compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw,
+                                    partition_fn=min_cut_rematerialization_partition,
+                                    keep_inference_input_mutations=True,
+                                    decompositions=decompositions.table(torch.is_grad_enabled()))(
+                                        gm, example_inputs)
+    except Exception as e:  # AOTAutograd's tracing, with braze's decompositions, failed
+        if _strict(opts) or isinstance(e, torch._dynamo.exc.Unsupported):
+            raise
+        _count_fallback_graph()
+        reason = f"tracing for braze failed ({type(e).__name__}: {str(e)[:300]})"
+        warnings.warn(f"braze: {reason}; running this graph in eager PyTorch")
+        _log_fallback(reason)
+        return gm.forward
     return direct["fn"] if direct is not None and "fn" in direct else compiled

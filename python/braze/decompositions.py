@@ -45,6 +45,64 @@ def _is_half(dtype):
     return dtype in (torch.float16, torch.bfloat16)
 
 
+# The per-tensor op of each _foreach_ op whose torch function is not named as the op is.
+def _maximum(a, b):
+    return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp_min(a, b)
+
+
+def _minimum(a, b):
+    return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp_max(a, b)
+
+
+_FOREACH_OPS = {
+    "copy": lambda a, src, non_blocking=False: torch.ops.aten.copy.default(a, src),
+    "zero": torch.zeros_like,
+    "max": torch.max,
+    "norm": lambda a, ord=2, dtype=None: torch.linalg.vector_norm(a, ord, dtype=dtype),
+    "maximum": _maximum,
+    "minimum": _minimum,
+    "addcmul": lambda a, t1, t2, value=1: torch.addcmul(a, t1, t2, value=value),
+    "addcdiv": lambda a, t1, t2, value=1: torch.addcdiv(a, t1, t2, value=value),
+}
+# Overloads whose per-tensor arguments are not lists (a tensor of one scalar per tensor).
+_FOREACH_SKIPPED = {("addcmul", "Tensor"), ("addcdiv", "Tensor"), ("powsum", "Scalar")}
+
+
+def _foreach(overload, op):
+    """The decomposition of a _foreach_ op (optimizers' multi-tensor steps): `op` applied to
+    each tensor of its lists, with the i-th entry of every list argument (tensors or scalars)
+    and the other arguments as they are."""
+    listed = [i for i, a in enumerate(overload._schema.arguments)
+              if not a.kwarg_only and str(a.type).startswith("List[")]
+
+    def decomposition(*args, **kwargs):
+        n = len(args[listed[0]])
+        if any(len(args[i]) != n for i in listed if i < len(args)):
+            return NotImplemented  # eager raises its own error
+        return [op(*[a[j] if i in listed else a for i, a in enumerate(args)], **kwargs)
+                for j in range(n)]
+    return decomposition
+
+
+@functools.lru_cache(maxsize=None)
+def _foreach_table():
+    """{_foreach_ overload: its decomposition} for the functional overloads (AOTAutograd
+    functionalizes the in-place ones into them)."""
+    out = {}
+    for schema in torch._C._jit_get_all_schemas():
+        name, overload = schema.name, schema.overload_name or "default"
+        if not name.startswith("aten::_foreach_") or name.endswith("_") or "out" in overload:
+            continue
+        base = name[len("aten::_foreach_"):]
+        op = _FOREACH_OPS.get(base) or getattr(torch, base, None)
+        if op is None or (base, overload) in _FOREACH_SKIPPED:
+            continue
+        packet = getattr(torch.ops.aten, name[len("aten::"):])
+        fn = getattr(packet, overload)
+        out[fn] = _foreach(fn, op)
+    return out
+
+
 def _core_aten():
     """Core ATen's decompositions of the ops that reach AOTAutograd's tracing. The public
     table (core_aten_decompositions) adds every CompositeImplicitAutograd op, mapped to that
@@ -80,6 +138,7 @@ def _table(training):
     if training:
         extra.append(aten._log_softmax.default)
     table.update(get_decompositions(extra))
+    table.update(_foreach_table())
     # braze decomposes these itself (lowering/decompose), keeping the composite op visible.
     for op, fn in list(table.items()):
         if any(name in str(op) for name in _HALF_SENSITIVE):

@@ -395,6 +395,32 @@ def test_sums_beyond_the_pair_cap_add_in_place(dtype):
     _compiled_matches(lambda x, i, s: x.scatter_add(1, i, s) - 1, x, idx2, src2)
 
 
+@pytest.mark.cpu_only("the CPU's scatter threads own ranges of positions; CUDA adds atomically")
+def test_sums_beyond_the_pair_cap_are_the_same_at_any_thread_count():
+    """The CPU's accumulating scatter splits the positions among threads, each adding the
+    values aimed at its own in source order: the same sums bit for bit on one thread or
+    several (no atomics, no order that depends on timing), close to eager's, with a value
+    computed in the scatter and heavily repeated indices."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(3000, 64, generator=g)
+    ids = torch.randint(0, 3000, (4000,), generator=g)
+    ids[:500] = 7
+    rows = torch.randn(4000, 64, generator=g)
+    fn = lambda x, i, r: x.index_put((i,), r.sin() * 3, accumulate=True)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            torch._dynamo.reset()
+            results.append(torch.compile(fn, backend="braze", dynamic=False)(x, ids, rows))
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(results[0], fn(x, ids, rows), rtol=1e-5, atol=1e-4)
+    for n, got in zip((2, 3), results[1:]):
+        assert torch.equal(got, results[0]), f"{n} threads differ from one"
+
+
 def test_sums_beyond_the_pair_cap_check_their_indices():
     x, rows = torch.zeros(3000, 64), torch.ones(700, 64)
     for bad in (3000, -3001):

@@ -261,34 +261,55 @@ private:
            body + "}\n\n";
   }
 
-  /// An accumulating scatter: one thread adds the values in order (the same result on every
-  /// run, as eager's CPU kernels), each position checked against the buffer's size.
+  /// An accumulating scatter, on threads that each own a contiguous range of the buffer's
+  /// positions: every thread walks all the sources in order and adds those aimed at its range,
+  /// so each position receives its values in source order from one thread (the same result on
+  /// every run and at any thread count, as eager's CPU kernels), with no atomics. Positions are
+  /// checked against the buffer's size; the value of a source is computed only by the thread
+  /// that adds it.
   std::string emitScatterKernel(const Kernel &k) {
     next_ = 0;
     kernel_ = &k;
     std::string body;
     Writer w(body, 1);
     emitPointers(k, w);
+    const Member &m = k.steps.at(0).members.at(0);
+    const Buffer &b = *k.scatter->out;
+    std::string size = "INT64_C(1)", sources = "INT64_C(1)";
+    for (sym::SymExpr e : b.shape)
+      size += " * " + names_.index(e);
+    for (sym::SymExpr v : k.outerVars)
+      sources += " * " + names_.index(v->extent());
+    w.line("const int64_t size = " + size + ", sources = " + sources + ";");
+    w.line("const int nthreads = sources < " + std::to_string(s_.target.minParallelWork) +
+           " || size < 2 ? 1 : omp_get_max_threads();");
+    w.line("#pragma omp parallel num_threads(nthreads)");
+    w.line("{");
+    w.indent();
+    w.line("const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();");
+    w.line("const int64_t lo = size * thread / threads, hi = size * (thread + 1) / threads;");
     for (sym::SymExpr v : k.outerVars) {
       w.line(loopHead(v) + " {");
       w.indent();
     }
     Scope scope(nullptr);
     ExprWriter ex(w, scope, names_, next_);
-    const Member &m = k.steps.at(0).members.at(0);
-    const Buffer &b = *k.scatter->out;
-    std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt);
-    std::string size = "INT64_C(1)";
-    for (sym::SymExpr e : b.shape)
-      size += " * " + names_.index(e);
+    std::string at = ex.emit(k.scatterAt);
     w.line("const int64_t at = (int64_t)(" + at + ");");
-    w.line("if (at < 0 || at >= " + size + ") { __atomic_store_n(err, 1, __ATOMIC_RELAXED); } "
-           "else { " + names_.buffer(b) + "[at] += " + convert(v, m.value->dtype(), b.dtype) +
-           "; }");
+    w.line("if (at < 0 || at >= size) {");
+    w.line("  if (thread == 0) __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
+    w.line("} else if (at >= lo && at < hi) {");
+    w.indent();
+    std::string v = ex.emit(m.value);
+    w.line(names_.buffer(b) + "[at] += " + convert(v, m.value->dtype(), b.dtype) + ";");
+    w.dedent();
+    w.line("}");
     for (size_t i = 0; i < k.outerVars.size(); ++i) {
       w.dedent();
       w.line("}");
     }
+    w.dedent();
+    w.line("}");
     return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
   }

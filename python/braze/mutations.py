@@ -8,7 +8,9 @@ as one more output, and the call writes that output into the input's own memory:
     slice or select scatter, a scatter that overwrites). Such an op is idempotent (applied to
     its own result it gives that result again), so any kernel that reads the input after the
     output has overwritten it computes the same value, and the graph's kernels write the new
-    value straight into the input: no copy, no eager op;
+    value straight into the input: no copy, no eager op. Or the value is an elementwise
+    function of the input that alone reads it and that nothing else reads (_pointwise_update:
+    a parameter's optimizer update);
   - otherwise the output is its own buffer and is copied into the input after the call, as
     AOTAutograd's runtime would (one copy_, the input's address kept)."""
 import torch
@@ -65,17 +67,62 @@ def take(gm):
     for c in copies:
         dst, value = c.args[0], c.args[1]
         gm.graph.erase_node(c)
-        # In place: one write into dst, by an overwrite whose only read of dst is its self.
+        # In place: one write into dst, by an overwrite whose only read of dst is its self,
+        # or by an elementwise update that alone reads dst.
         safe = (isinstance(value, torch.fx.Node) and value.op == "call_function"
-                and value.target in _OVERWRITES and _OVERWRITES[value.target](value)
-                and value.args and value.args[0] is dst and written.count(dst) == 1
-                and _reads(value, dst) == 1
-                and set(dst.users) == {value} and _same_layout(dst, value))
+                and written.count(dst) == 1 and _same_layout(dst, value)
+                and ((value.target in _OVERWRITES and _OVERWRITES[value.target](value)
+                      and value.args and value.args[0] is dst and _reads(value, dst) == 1
+                      and set(dst.users) == {value})
+                     or _pointwise_update(dst, value)))
         mutations.append(Mutation(placeholders.index(dst), len(outputs), safe))
         outputs.append(value)
     out_node.args = (tuple(outputs),)
     gm.recompile()
     return mutations
+
+
+def _pointwise(n, shape):
+    val = n.meta.get("val")
+    return (n.op == "call_function" and torch.Tag.pointwise in getattr(n.target, "tags", ())
+            and isinstance(val, torch.Tensor) and val.shape == shape)
+
+
+def _pointwise_update(dst, value):
+    """Whether `value` is an elementwise function of dst that is the only thing reading dst: dst
+    is read only by elementwise ops of its shape, each of which feeds value and nothing that
+    does not feed value. A kernel computing value then reads dst[i] for value[i] alone, and
+    nothing reads dst after value is written there. Other nodes may read value: the graph
+    returns it, and braze stores a graph output and has its readers load it (Realize.h), here
+    from dst's memory, after it is written. An optimizer's updates (p - lr * m / denom; Adam's
+    m and v, which the parameter's update reads) or a decayed buffer (r * 0.9 + x)."""
+    shape = dst.meta["val"].shape
+    if not _pointwise(value, shape):
+        return False
+    feeds = _ancestors(value)
+    if dst not in feeds:
+        return False
+    seen, stack = set(), [dst]
+    while stack:
+        for u in stack.pop().users:
+            if u is value or u in seen:
+                continue
+            if u not in feeds or not _pointwise(u, shape):
+                return False
+            seen.add(u)
+            stack.append(u)
+    return True
+
+
+def _ancestors(n):
+    """The nodes n reads, directly or through others."""
+    seen, stack = set(), [n]
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
 
 
 def _writes_last(gm, copies):

@@ -83,9 +83,17 @@ def take(gm):
 
 
 def _pointwise(n, shape):
+    """Whether n computes each element of its result (of `shape`) from the same element of its
+    operands: an elementwise op, or an alias (the same tensor)."""
     val = n.meta.get("val")
-    return (n.op == "call_function" and torch.Tag.pointwise in getattr(n.target, "tags", ())
-            and isinstance(val, torch.Tensor) and val.shape == shape)
+    return (n.op == "call_function" and isinstance(val, torch.Tensor) and val.shape == shape
+            and (torch.Tag.pointwise in getattr(n.target, "tags", ())
+                 or n.target is aten.alias.default))
+
+
+# Ops that read only their operand's sizes and dtype, never its values.
+_METADATA_ONLY = {aten.full_like.default, aten.empty_like.default, aten.zeros_like.default,
+                  aten.ones_like.default}
 
 
 def _pointwise_update(dst, value):
@@ -105,7 +113,7 @@ def _pointwise_update(dst, value):
     seen, stack = set(), [dst]
     while stack:
         for u in stack.pop().users:
-            if u is value or u in seen:
+            if u is value or u in seen or u.target in _METADATA_ONLY:
                 continue
             if u not in feeds or not _pointwise(u, shape):
                 return False

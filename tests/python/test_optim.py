@@ -52,6 +52,9 @@ def test_a_compiled_optimizer_step_matches_eager(name, device):
     assert now["graphs"] > before["graphs"]
     assert now["fallback_ops"] == before["fallback_ops"], braze.fallback_ops_by_op()
     assert now["fallback_graphs"] == before["fallback_graphs"]
+    if name in ("adam", "adamw"):  # parameters, moments and step counts updated in place
+        assert now["inputs_copied_back"] == before["inputs_copied_back"]
+        assert now["inputs_written_in_place"] > before["inputs_written_in_place"]
 
 
 def test_foreach_ops_with_lists_of_scalars_and_reductions(device):

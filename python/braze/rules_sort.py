@@ -9,8 +9,12 @@ which of its results braze's stable order reproduces.
 - median: always reproducible; nanmedian with indices only for integer inputs (a row of NaNs
   gets an index that depends on PyTorch's selection algorithm).
 - mode: integers and bools, dims of up to 16 elements (the index PyTorch picks among equal
-  values follows its unstable sort). topk and kthvalue select among ties differently and are
-  left to eager."""
+  values follows its unstable sort).
+- topk: the first k of braze's stable sort (descending for the largest). PyTorch documents the
+  indices of tied elements as not guaranteed (they vary with k and the device), so among equal
+  values braze returns the lowest indices first: the values are eager's, and each index points
+  at its value. Unsorted results (sorted=False, whose order PyTorch leaves unspecified) come
+  sorted. kthvalue selects among ties as its algorithm does and is left to eager."""
 import operator
 
 from braze.registry import Unsupported, aten, rule
@@ -69,3 +73,14 @@ def _mode(t, node, x, dim=-1, keepdim=False):
         raise Unsupported(f"mode along a dim of {n} elements (the index PyTorch picks among equal "
                           f"values follows its unstable sort)")
     return t.g.mode(t.arg(x), dim, bool(keepdim))
+
+
+@rule(aten.topk.default)
+def _topk(t, node, x, k, dim=-1, largest=True, sorted=True):
+    if not isinstance(k, int):
+        raise Unsupported("topk with a symbolic k")
+    dim, n = _extent(x, dim)
+    values, indices = t.g.sort(t.arg(x), dim, bool(largest))
+    if not x.meta["val"].shape:  # a 0-d tensor: k is 0 or 1, its only element
+        return values, indices
+    return t.g.slice(values, dim, 0, k, 1), t.g.slice(indices, dim, 0, k, 1)

@@ -38,7 +38,7 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int16", "int32",
           "uint8", "bool")
 STATUSES = ("compiled", "views", "fell_back", "wrong", "crashed")
 
-# A fixed quick subset: the foundation ops, topk (which falls back cleanly), and representatives
+# A fixed quick subset: the foundation ops, topk (indices among ties unspecified), and representatives
 # of each family added since.
 SUBSET = (
     "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "sin",

@@ -1,6 +1,7 @@
 """sort, argsort, msort, median, nanmedian and mode compile as rank-counting reductions and give
 exactly eager's values and indices, ties and NaNs included; the cases whose tie order braze does
-not reproduce fall back."""
+not reproduce fall back. topk, whose indices among ties PyTorch does not guarantee, gives eager's
+values and indices that pick them."""
 import pytest
 import torch
 
@@ -93,3 +94,51 @@ def test_mode(dtype, shape, dim):
 def test_mode_falls_back_where_unreproducible():
     check(lambda x: torch.mode(x, 0), torch.randn(5), fallbacks=True)
     check(lambda x: torch.mode(x, 0), torch.randint(0, 3, (40,)), fallbacks=True)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16, torch.int64))
+@pytest.mark.parametrize("shape,dim", SHAPES)
+@pytest.mark.parametrize("largest", (True, False))
+def test_topk_values_are_eager_and_indices_point_at_them(dtype, shape, dim, largest):
+    """topk among many ties and NaNs: PyTorch documents the indices of tied elements as not
+    guaranteed, so the values must be eager's and each index must pick its value from the
+    input; braze returns the lowest indices first among equals, for k of 1 and 3, sorted or
+    not."""
+    x = sample(dtype, shape)
+    for k, is_sorted in ((1, True), (3, True), (3, False)):
+        fn = lambda x: torch.topk(x, k, dim=dim, largest=largest, sorted=is_sorted)
+        before = braze.counters()["fallback_ops"]
+        torch._dynamo.reset()
+        values, indices = torch.compile(fn, backend="braze", dynamic=False)(x)
+        want = eager_cpu(fn, x)[0].to(values.device)
+        assert braze.counters()["fallback_ops"] == before, braze.fallback_ops_by_op()
+        if not is_sorted:  # eager's order is unspecified: compare both sorted
+            values, order = values.sort(dim=dim, descending=largest, stable=True)
+            indices = indices.gather(dim, order)
+            want = want.sort(dim=dim, descending=largest, stable=True)[0]
+        torch.testing.assert_close(values, want, atol=0, rtol=0, equal_nan=True)
+        torch.testing.assert_close(x.gather(dim, indices), values, atol=0, rtol=0,
+                                   equal_nan=True)
+        if is_sorted and k > 1:  # among equal values, the lowest index first (braze's rule)
+            same = values.narrow(dim, 1, k - 1) == values.narrow(dim, 0, k - 1)
+            rising = indices.narrow(dim, 1, k - 1) > indices.narrow(dim, 0, k - 1)
+            assert bool((rising | ~same).all())
+
+
+def test_a_router_gate_compiles_with_its_top_k():
+    """A mixture-of-experts router: softmax over 8 experts, the top 2 and their renormalized
+    weights, with no op left to eager."""
+    torch.manual_seed(3)
+    logits = torch.randn(64, 8)
+
+    def route(logits):
+        probs = logits.softmax(-1)
+        w, e = probs.topk(2, dim=-1)
+        return w / w.sum(-1, keepdim=True), e
+
+    before = braze.counters()["fallback_ops"]
+    w, e = torch.compile(route, backend="braze")(logits)
+    we, ee = route(logits)
+    torch.testing.assert_close(w, we)
+    assert torch.equal(e, ee)  # random logits: no ties
+    assert braze.counters()["fallback_ops"] == before, braze.fallback_ops_by_op()

@@ -4,8 +4,10 @@ rank-counting reductions, stable, NaN the largest value). What stays here is PyT
 which of its results braze's stable order reproduces.
 
 - sort: PyTorch's CPU sort is stable with `stable=True`, and without it for dims of up to 16
-  elements; a longer unstable sort whose indices are read orders equal values as its algorithm
-  does, which braze does not reproduce: those fall back.
+  elements. Without `stable`, PyTorch guarantees no order among equal elements (its CPU and CUDA
+  kernels differ, and vary with the length): braze's stable order is one it allows, so a long
+  unstable sort whose indices are read compiles too (the values are eager's, the indices pick
+  them; a mixture-of-experts layer sorts its tokens by expert this way).
 - median: always reproducible; nanmedian with indices only for integer inputs (a row of NaNs
   gets an index that depends on PyTorch's selection algorithm).
 - mode: integers and bools, dims of up to 16 elements (the index PyTorch picks among equal
@@ -15,8 +17,6 @@ which of its results braze's stable order reproduces.
   values braze returns the lowest indices first: the values are eager's, and each index points
   at its value. Unsorted results (sorted=False, whose order PyTorch leaves unspecified) come
   sorted. kthvalue selects among ties as its algorithm does and is left to eager."""
-import operator
-
 from braze.registry import Unsupported, aten, rule
 
 # PyTorch's CPU sort is stable for dims up to this length even when not asked to be.
@@ -32,24 +32,13 @@ def _extent(x, dim):
     return dim, shape[dim]
 
 
-def _indices_used(node):
-    """Whether anything reads the second result (the indices) of a (values, indices) node."""
-    return any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
-
-
 @rule(aten.sort.default, aten.sort.stable)
 def _sort(t, node, x, *args, **kwargs):
     if node.target == aten.sort.stable:
-        stable = bool(kwargs.get("stable"))
         dim, descending = kwargs.get("dim", -1), kwargs.get("descending", False)
     else:
-        stable = False
         dim = args[0] if len(args) > 0 else kwargs.get("dim", -1)
         descending = args[1] if len(args) > 1 else kwargs.get("descending", False)
-    _, n = _extent(x, dim)
-    if not stable and n > _STABLE_SORT_DIM and _indices_used(node):
-        raise Unsupported(f"unstable sort of a dim of {n} elements with its indices used (the "
-                          f"order of equal elements is PyTorch's; braze sorts stably)")
     return t.g.sort(t.arg(x), dim, bool(descending))
 
 

@@ -226,26 +226,39 @@ def compare(actual, expected, tol, shape_only):
     return None, None
 
 
-# Ops whose indices among tied values PyTorch documents as not guaranteed (torch.topk: "the
-# indices of tied elements are not guaranteed to be stable and may vary across different
-# invocations"): their values are compared, and their indices must each point at their value.
-_TIES_UNSPECIFIED = {"topk"}
+# Ops whose indices among tied values PyTorch does not guarantee (torch.topk: "the indices of
+# tied elements are not guaranteed to be stable and may vary across different invocations";
+# torch.sort and argsort without stable=True): their values are compared, and their indices
+# must pick those values from the input along the op's dim. {name: the position of dim among
+# the sample's args}.
+_TIES_UNSPECIFIED = {"topk": 1, "sort": 0, "argsort": 0}
+
+
+def _picks(x, dim, indices, values):
+    """Whether x's elements at `indices` along dim are `values` (NaN picking NaN)."""
+    picked = x.gather(dim, indices)
+    same = (picked == values) | ((picked != picked) & (values != values))
+    return picked.shape == values.shape and bool(same.all())
 
 
 def _ties_as_eager(name, sample, actual, expected):
     """For an op of _TIES_UNSPECIFIED: `actual` with eager's indices in place of its own where
-    its own pick the values it returns from the input along the op's dim (then only the values
-    are compared); `actual` unchanged otherwise."""
-    if name not in _TIES_UNSPECIFIED or not isinstance(actual, (tuple, list)) or len(actual) != 2:
+    its own pick the values (eager's, for argsort) from the input along the op's dim, so that
+    only the values are compared; `actual` unchanged otherwise (and for a stable sort)."""
+    x = sample.input
+    if (name not in _TIES_UNSPECIFIED or sample.kwargs.get("stable")
+            or not isinstance(x, torch.Tensor) or x.dim() == 0):
+        return actual
+    at = _TIES_UNSPECIFIED[name]
+    dim = sample.args[at] if len(sample.args) > at else sample.kwargs.get("dim", -1)
+    if isinstance(actual, torch.Tensor):  # argsort: the indices alone
+        ok = isinstance(expected, torch.Tensor) and _picks(x, dim, actual,
+                                                           x.gather(dim, expected))
+        return expected if ok else actual
+    if not isinstance(actual, (tuple, list)) or len(actual) != 2:
         return actual
     values, indices = actual
-    x = sample.input
-    dim = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dim", -1)
-    if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        return actual
-    picked = x.gather(dim, indices)
-    same = (picked == values) | ((picked != picked) & (values != values))  # NaN picks NaN
-    if picked.shape != values.shape or not bool(same.all()):
+    if not _picks(x, dim, indices, values):
         return actual
     return type(actual)((values, expected[1])) if isinstance(actual, tuple) else [values, expected[1]]
 

@@ -1,7 +1,7 @@
 """sort, argsort, msort, median, nanmedian and mode compile as rank-counting reductions and give
 exactly eager's values and indices, ties and NaNs included; the cases whose tie order braze does
-not reproduce fall back. topk, whose indices among ties PyTorch does not guarantee, gives eager's
-values and indices that pick them."""
+not reproduce fall back. Where PyTorch guarantees no order among ties (topk; sort and argsort of
+long dims without stable=True), the values are eager's and the indices pick them."""
 import pytest
 import torch
 
@@ -57,8 +57,22 @@ def test_sort_long_dims():
     check(lambda x: torch.sort(x, dim=1, stable=True, descending=True), x)
     check(lambda x: torch.argsort(x, dim=1, stable=True), x)
     check(lambda x: torch.msort(x.t()), x)  # values only: the tie order does not show
-    # PyTorch sorts a dim this long unstably: the indices among ties are its own.
-    check(lambda x: torch.sort(x, dim=1), x, fallbacks=True)
+    # PyTorch sorts a dim this long unstably and guarantees no order among ties: braze's stable
+    # order is one it allows. The values are eager's; the indices pick them, lowest first.
+    cases = ((lambda x: torch.sort(x, dim=1, descending=True), True),
+             (lambda x: torch.sort(x, dim=1), False),
+             (lambda x: (torch.argsort(x, dim=1),), False))
+    for fn, descending in cases:
+        before = braze.counters()["fallback_ops"]
+        torch._dynamo.reset()
+        indices = torch.compile(fn, backend="braze", dynamic=False)(x)[-1]
+        assert braze.counters()["fallback_ops"] == before, braze.fallback_ops_by_op()
+        want = torch.sort(x, dim=1, stable=True, descending=descending)
+        torch.testing.assert_close(x.gather(1, indices), want.values, atol=0, rtol=0,
+                                   equal_nan=True)
+        torch.testing.assert_close(x.gather(1, fn(x)[-1]), want.values, atol=0, rtol=0,
+                                   equal_nan=True)  # eager's own indices pick the same values
+        assert torch.equal(indices, want.indices)
 
 
 def test_sort_edge_shapes():

@@ -750,6 +750,21 @@ def _log_once(key, msg):
     print(f"===== braze =====\n{msg}", file=sys.stderr)
 
 
+def _dynamo_handles():
+    """The exceptions Dynamo expects from a backend and acts on itself: it restarts its analysis,
+    breaks the graph, skips the frame or reports an index error as eager would."""
+    exc = torch._dynamo.exc
+    handled = [exc.Unsupported, exc.SkipFrame, IndexError,
+               *getattr(exc, "exceptions_allowed_to_be_fallback", ())]
+    for name in ("TensorifyScalarRestartAnalysis", "ShortenTraceback", "RestartAnalysis"):
+        if hasattr(exc, name):
+            handled.append(getattr(exc, name))
+    return tuple(handled)
+
+
+_DYNAMO_HANDLES = _dynamo_handles()
+
+
 def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends).
     torch.compile passes `options` and `mode` (braze.options.MODES); a keyword a later torch
@@ -805,7 +820,7 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
                                     decompositions=decompositions.table(torch.is_grad_enabled()))(
                                         gm, example_inputs)
     except Exception as e:  # AOTAutograd's tracing, with braze's decompositions, failed
-        if _strict(opts) or isinstance(e, torch._dynamo.exc.Unsupported):
+        if _strict(opts) or isinstance(e, _DYNAMO_HANDLES):
             raise
         _count_fallback_graph()
         reason = f"tracing for braze failed ({type(e).__name__}: {str(e)[:300]})"

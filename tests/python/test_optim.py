@@ -120,3 +120,25 @@ def test_a_failed_trace_runs_the_graph_in_eager(monkeypatch):
         out = torch.compile(lambda x: x.cos() * 2, backend="braze")(x)
     torch.testing.assert_close(out, x.cos() * 2)
     assert braze.counters()["fallback_graphs"] == before["fallback_graphs"] + 1
+
+
+@pytest.mark.cpu_only("the guard is around tracing, the same on every device")
+def test_exceptions_dynamo_acts_on_are_not_taken_for_failures(monkeypatch):
+    """An exception Dynamo expects from a backend and acts on itself (here a data-dependent
+    output, on which it breaks the graph) passes through braze's guard around tracing: it is
+    not counted as a graph braze ran in eager, and the program still runs."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    from braze import decompositions
+
+    def data_dependent(*args, **kwargs):
+        raise DataDependentOutputException(torch.ops.aten.cos.default)
+
+    table = dict(decompositions.table())
+    table[torch.ops.aten.cos.default] = data_dependent
+    monkeypatch.setattr(decompositions, "table", lambda training=False: dict(table))
+    torch._dynamo.reset()
+    before = braze.counters()
+    x = torch.randn(8)
+    out = torch.compile(lambda x: x.cos() * 2, backend="braze")(x)
+    torch.testing.assert_close(out, x.cos() * 2)
+    assert braze.counters()["fallback_graphs"] == before["fallback_graphs"]

@@ -19,6 +19,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from braze import _C
+from braze import aot
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
 from braze import background
@@ -482,23 +483,6 @@ def _dense_layout(t, val):
     return t.shape(val.stride())
 
 
-def _plain_inference():
-    """True when AOTAutograd's runtime wrapper has nothing to do for the graph being compiled
-    (no input mutation, no output aliasing an input or another output, no effect tokens), so
-    an inference call may skip it."""
-    from torch._functorch._aot_autograd.schemas import OutputType
-    ctx = torch._guards.TracingContext.try_get()
-    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-    if meta is None:
-        return False
-    try:
-        return (not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-                and all(o.output_type == OutputType.non_alias for o in meta.output_info)
-                and not meta.num_intermediate_bases and not getattr(meta, "tokens", None))
-    except AttributeError:  # another PyTorch's metadata: keep its wrapper
-        return False
-
-
 def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, in_background=False):
     """Compiles one AOTAutograd graph (see _compile_graph), timing its stages."""
     with _state.lock:
@@ -544,18 +528,13 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
     returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     outputs = len(returned) if isinstance(returned, (tuple, list)) else 1
     writes = mutations.take(gm)
-    device, _ = devices.graph_device(gm, example_inputs)
-    moved = []
-    if device is not None:
-        moved = devices.scalars_to_device(gm, example_inputs, device,
-                                          {w.position for w in writes})
-    if moved:
-        example_inputs = [a.to(device) if i in moved else a for i, a in enumerate(example_inputs)]
-    if not writes and not moved:
+    example_inputs, moving = devices.scalars_to_device(gm, example_inputs,
+                                                       {w.position for w in writes})
+    if not writes and moving is None:
         return _compile_mutation_free(gm, example_inputs, opts, direct, forward, number)
     fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes)
-    if moved:
-        fn = devices.on_device(fn, moved, device)
+    if moving is not None:
+        fn = moving(fn)
     return mutations.apply(fn, writes, outputs) if writes else fn
 
 
@@ -624,7 +603,7 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         if not unsupported:
             placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
             if (direct is not None and tuple_out and isinstance(fn, _BrazeGraph)
-                    and placeholders == direct["inputs"] and _plain_inference()):
+                    and placeholders == direct["inputs"] and aot.plain_inference()):
                 direct["fn"] = replayed(fn.fast(), [fn], whole=True)
             graphs = [fn] if isinstance(fn, _BrazeGraph) else []
             return make_boxed_func(replayed(fn if tuple_out else lambda *args: fn(*args)[0],
@@ -750,21 +729,6 @@ def _log_once(key, msg):
     print(f"===== braze =====\n{msg}", file=sys.stderr)
 
 
-def _dynamo_handles():
-    """The exceptions Dynamo expects from a backend and acts on itself: it restarts its analysis,
-    breaks the graph, skips the frame or reports an index error as eager would."""
-    exc = torch._dynamo.exc
-    handled = [exc.Unsupported, exc.SkipFrame, IndexError,
-               *getattr(exc, "exceptions_allowed_to_be_fallback", ())]
-    for name in ("TensorifyScalarRestartAnalysis", "ShortenTraceback", "RestartAnalysis"):
-        if hasattr(exc, name):
-            handled.append(getattr(exc, name))
-    return tuple(handled)
-
-
-_DYNAMO_HANDLES = _dynamo_handles()
-
-
 def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     """The `backend="braze"` entry point (registered through torch_dynamo_backends).
     torch.compile passes `options` and `mode` (braze.options.MODES); a keyword a later torch
@@ -820,7 +784,7 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
                                     decompositions=decompositions.table(torch.is_grad_enabled()))(
                                         gm, example_inputs)
     except Exception as e:  # AOTAutograd's tracing, with braze's decompositions, failed
-        if _strict(opts) or isinstance(e, _DYNAMO_HANDLES):
+        if _strict(opts) or isinstance(e, aot.DYNAMO_HANDLES):
             raise
         _count_fallback_graph()
         reason = f"tracing for braze failed ({type(e).__name__}: {str(e)[:300]})"

@@ -171,10 +171,13 @@ class _Capture:
             f"call, {len(fixed)} read in place, {len(self.views)} outputs viewing a "
             f"caller's input")
 
-    def busy(self):
+    @staticmethod
+    def _used_elsewhere(held, st):
         # Each template holds one use of its storage (and the storage object another).
-        return any(torch._C._storage_Use_Count(st._cdata) > held + 1
-                   for held, st in self.storages.values())
+        return torch._C._storage_Use_Count(st._cdata) > held + 1
+
+    def busy(self):
+        return any(self._used_elsewhere(held, st) for held, st in self.storages.values())
 
     def release(self):
         """Drops the graph; outputs a caller still holds keep their memory."""
@@ -187,7 +190,7 @@ class _Capture:
         for j, o in enumerate(self.templates):
             if isinstance(o, torch.Tensor):
                 entry = self.storages.get(o.untyped_storage().data_ptr())
-                if entry is not None and torch._C._storage_Use_Count(entry[1]._cdata) > entry[0] + 1:
+                if entry is not None and self._used_elsewhere(*entry):
                     held.append(f"output {j} {o.dtype} {list(o.shape)}")
         return held
 

@@ -74,12 +74,16 @@ def constants_to_device(gm, device):
     return moved
 
 
-def scalars_to_device(gm, example_inputs, device, written=()):
-    """The positions of the 0-d CPU tensor arguments of a graph on CUDA `device` that only ops
-    on the device read (a cache length kept on the CPU and copied to the GPU in the graph, a CPU
-    scalar in a CUDA op): their placeholders become device tensors, for the caller to move
-    each argument there per call (on_device), as eager's CUDA ops read a CPU scalar. Arguments
-    the graph writes (`written` positions), or returns, stay."""
+def scalars_to_device(gm, example_inputs, written=()):
+    """For a graph on one CUDA device, the 0-d CPU tensor arguments that only ops on the device
+    read (a cache length kept on the CPU and copied to the GPU in the graph, a CPU scalar in a
+    CUDA op): their placeholders become device tensors, as eager's CUDA ops read a CPU scalar.
+    Arguments the graph writes (`written` positions), or returns, stay. Returns the example
+    inputs with those moved, and a wrapper that makes a boxed callable move them per call
+    (None when none moved)."""
+    device, _ = graph_device(gm, example_inputs)
+    if device is None:
+        return example_inputs, None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     moved = []
     for i, (node, val) in enumerate(zip(placeholders, example_inputs)):
@@ -88,18 +92,17 @@ def scalars_to_device(gm, example_inputs, device, written=()):
             continue
         node.meta["val"] = val.to(device)
         moved.append(i)
-    return moved
+    if not moved:
+        return example_inputs, None
 
-
-def on_device(boxed, positions, device):
-    """The boxed callable `boxed` with its arguments at `positions` (scalars_to_device) moved to
-    `device` first."""
-    def call(args):
-        for i in positions:
-            args[i] = args[i].to(device, non_blocking=True)
-        return boxed(args)
-    call._boxed_call = True
-    return call
+    def moving(boxed):
+        def call(args):
+            for i in moved:
+                args[i] = args[i].to(device, non_blocking=True)
+            return boxed(args)
+        call._boxed_call = True
+        return call
+    return [a.to(device) if i in moved else a for i, a in enumerate(example_inputs)], moving
 
 
 def _read_on(node, device):

@@ -100,20 +100,24 @@ def test_gradient_clipping_compiles(device):
     assert braze.counters()["fallback_ops"] == before["fallback_ops"], braze.fallback_ops_by_op()
 
 
+def _decompose_cos_with(monkeypatch, decomposition):
+    """braze's decomposition table with `decomposition` for aten.cos, and a fresh Dynamo."""
+    from braze import decompositions
+    table = dict(decompositions.table())
+    table[torch.ops.aten.cos.default] = decomposition
+    monkeypatch.setattr(decompositions, "table", lambda training=False: dict(table))
+    torch._dynamo.reset()
+
+
 @pytest.mark.graph_fallback("a trace that fails runs the graph in eager")
 @pytest.mark.cpu_only("the guard is around tracing, the same on every device")
 def test_a_failed_trace_runs_the_graph_in_eager(monkeypatch):
     """A decomposition that fails while AOTAutograd traces the graph: the graph runs in eager,
     counted and said, never an error in the user's program."""
-    from braze import decompositions
-
     def broken(*args, **kwargs):
         raise RuntimeError("a broken decomposition")
 
-    table = dict(decompositions.table())
-    table[torch.ops.aten.cos.default] = broken
-    monkeypatch.setattr(decompositions, "table", lambda training=False: dict(table))
-    torch._dynamo.reset()
+    _decompose_cos_with(monkeypatch, broken)
     before = braze.counters()
     x = torch.randn(8)
     with pytest.warns(UserWarning, match="tracing for braze failed"):
@@ -128,15 +132,11 @@ def test_exceptions_dynamo_acts_on_are_not_taken_for_failures(monkeypatch):
     output, on which it breaks the graph) passes through braze's guard around tracing: it is
     not counted as a graph braze ran in eager, and the program still runs."""
     from torch._subclasses.fake_tensor import DataDependentOutputException
-    from braze import decompositions
 
     def data_dependent(*args, **kwargs):
         raise DataDependentOutputException(torch.ops.aten.cos.default)
 
-    table = dict(decompositions.table())
-    table[torch.ops.aten.cos.default] = data_dependent
-    monkeypatch.setattr(decompositions, "table", lambda training=False: dict(table))
-    torch._dynamo.reset()
+    _decompose_cos_with(monkeypatch, data_dependent)
     before = braze.counters()
     x = torch.randn(8)
     out = torch.compile(lambda x: x.cos() * 2, backend="braze")(x)

@@ -4,6 +4,7 @@
 /// and the node for bad input: a rank, dim, dtype or shape that the op rejects.
 #include "braze/ir/graph/Graph.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -470,6 +471,11 @@ public:
   /// Like normalizeDim, for ops that index the dim's size: a rank-0 tensor is a Diagnostic.
   int64_t normalizeSizedDim(std::string_view op, int64_t dim, int64_t rank);
 
+  /// Whether index_put's `dims` are increasing and adjacent (the indexed dims stay in place).
+  static bool adjacentDims(const std::vector<int64_t> &dims) {
+    return !dims.empty() && std::is_sorted(dims.begin(), dims.end()) &&
+           dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  }
   /// Size n as a 0-d i64 tensor (a symbolic one computed from its symbol where it is read).
   Node *sizeScalar(SymExpr n);
   /// index_put without accumulate into the consecutive dims [first, first + indices.size()):

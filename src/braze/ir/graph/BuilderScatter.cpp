@@ -185,7 +185,7 @@ std::string indexPutShape(const Node *self, const IntList &dims,
   fanIn = product(b);
   if (fanIn < 0)
     return "the indices' broadcast shape has too many elements";
-  bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  bool adjacent = GraphBuilder::adjacentDims(dims);
   out.clear();
   if (adjacent)
     out.insert(out.end(), xs.begin(), xs.begin() + dims.front());
@@ -215,7 +215,7 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   if (!e.empty())
     return e;
   const IntList &dims = a.getInts("dims");
-  if (mode.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size())) {
+  if (mode.empty() && GraphBuilder::adjacentDims(dims)) {
     // Each position of the indexed dims is compared with each index entry (no scatter).
     std::vector<int64_t> xs = sizes(self);
     return pairsError(product(std::vector<int64_t>(xs.begin() + dims.front(),
@@ -504,16 +504,8 @@ Node *GraphBuilder::indexPutLastWrite(Node *self, int64_t first,
   const std::vector<SymExpr> &xs = self->shape();
   size_t m = indices.size(), last = first + m;
   std::vector<SymExpr> shape = indices[0]->shape(); // the indices' broadcast shape
-  for (const Node *ix : indices) {
-    const std::vector<SymExpr> &is = ix->shape();
-    if (is.size() > shape.size())
-      shape.insert(shape.begin(), is.size() - shape.size(), dim(1));
-    for (size_t d = 0; d < is.size(); ++d) {
-      SymExpr &s = shape[shape.size() - is.size() + d];
-      if (s->isConst(1))
-        s = is[d];
-    }
-  }
+  for (const Node *ix : indices)
+    shape = broadcastShapes("index_put", shape, ix->shape());
   sym::SymContext &ctx = sym();
   SymExpr entries = ctx.product(shape);
   if (entries->isConst(0))
@@ -558,9 +550,7 @@ Node *GraphBuilder::indexPut(Node *self, std::vector<int64_t> dims, std::vector<
     d = normalizeDim("index_put", d, self->rank());
   std::vector<Node *> all{self, values};
   all.insert(all.end(), indices.begin(), indices.end());
-  if (!accumulate && !dims.empty() && dims.size() == indices.size() &&
-      std::is_sorted(dims.begin(), dims.end()) &&
-      dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size()) &&
+  if (!accumulate && dims.size() == indices.size() && adjacentDims(dims) &&
       std::all_of(indices.begin(), indices.end(),
                   [](const Node *ix) { return isIntegral(ix->dtype()); }) &&
       !constantShapes(all)) {

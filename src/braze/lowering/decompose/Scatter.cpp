@@ -316,7 +316,7 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   std::vector<Node *> indices(n->operands().begin() + 1, n->operands().end() - 1);
   IntList dims = n->attrs().getInts("dims");
   bool accumulate = n->attrs().getBool("accumulate");
-  bool consecutive = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  bool consecutive = GraphBuilder::adjacentDims(dims);
   if (!accumulate && consecutive)
     return b.indexPutLastWrite(self, dims.front(), indices, values);
   bool oneShape = std::all_of(indices.begin(), indices.end(), [&](Node *i) {

@@ -550,7 +550,8 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         check = cuda_support.check_runs(cuda_support.checking_runs(graphs))
         return cudagraphs.wrap(fn, gm, example_inputs, device, opts.cuda_graphs, name, forward,
                                check, launches,
-                               frozenset(w.position for w in writes if w.in_place))
+                               frozenset(w.position for w in writes if w.in_place),
+                               opts.cuda_graph_sizes)
 
     device, why = devices.graph_device(gm, example_inputs)
     if why:

@@ -18,6 +18,16 @@ for a new one. A capture that fails (an op that synchronizes, an unsupported str
 is dropped for good and the callable runs uncaptured. Random ops
 draw from PyTorch's CUDA generator, which advances per replay as it does per uncaptured call.
 
+A graph with dynamic shapes is captured per concrete size: its sizes (the integers it is called
+with, and its tensors' shapes) pick the captures made for them, and a size first seen after the
+callable's first call is captured at once. A decode step over a cache that grows by one token
+per call sees each size once per generate(); capturing only at a size's second call would
+replay nothing in the first generate(), and padding sizes to buckets would change what a
+graph computes wherever a size is read (a softmax over padded keys, a shape returned). Each size's
+captures have their own memory, so a callable captures at most Options(cuda_graph_sizes) sizes
+(64 by default) and stops adding sizes once its captures hold a tenth of the device's memory;
+calls at further sizes run uncaptured (counted in `cuda_graph_uncaptured_sizes`).
+
 `BRAZE_LOG=cudagraphs` says which graphs are captured and why others are not.
 """
 import os
@@ -35,7 +45,12 @@ _MAX_CAPTURES = 3
 _MIN_LAUNCHES = 4
 # A full callable drops a capture for a new one only after this many replays per capture made.
 _REPLAYS_PER_CAPTURE = 8
-counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0}
+# A graph with dynamic shapes: the sizes captured per callable, unless Options say otherwise, and
+# the share of the device's memory its captures may hold before it stops capturing new sizes.
+_MAX_SIZES = 64
+_SIZES_MEMORY_FRACTION = 0.1
+counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0,
+          "cuda_graph_uncaptured_sizes": 0}
 
 
 def log(msg):
@@ -54,11 +69,9 @@ def why_not(gm, example_inputs, device):
     """Why graph `gm` must not be replayed as a CUDA graph, or None."""
     if device is None or device.type != "cuda":
         return "not a CUDA graph"
-    for x in example_inputs:
-        if isinstance(x, torch.SymInt) or (
-                isinstance(x, torch.Tensor) and (x.device.type != "cuda" or any(
-                    isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride())))):
-            return "dynamic shapes or an input that is not a CUDA tensor"
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.device.type != "cuda":
+            return f"input {i} is on {x.device}"
     for node in gm.graph.nodes:
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
@@ -68,6 +81,19 @@ def why_not(gm, example_inputs, device):
                 # A replay would not run it: its result would be the captured call's.
                 return f"{node.name} makes a tensor on {d}"
     return None
+
+
+def dynamic(example_inputs):
+    """Whether a graph's inputs have symbolic sizes (it is captured per concrete size)."""
+    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))) for x in example_inputs)
+
+
+def size_key(args):
+    """The concrete sizes of a call of a dynamic-shape graph: its integer arguments and its
+    tensors' shapes (strides need no key: a copied input takes its capture's strides, and fits()
+    compares those of inputs read in place)."""
+    return tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def static_inputs(forward):
@@ -236,68 +262,107 @@ def _end_generator_capture():
         log(f"releasing the CUDA generators after a failed capture failed too: {e}")
 
 
-class Replayed:
-    """`fn` (called with the graph's positional arguments) replayed as CUDA graphs."""
+class _Captures:
+    """The captures of one size of a callable (its only size, for a static graph)."""
 
-    def __init__(self, fn, static, name, after_replay=None, written=frozenset()):
+    def __init__(self):
+        self.captures = []
+        self.made = 0  # captures made, and calls replayed, at this size
+        self.replays = 0
+        self.bytes = 0  # device memory the captures reserved
+
+
+class Replayed:
+    """`fn` (called with the graph's positional arguments) replayed as CUDA graphs; with
+    `max_sizes`, a graph with dynamic shapes captured per concrete size (at most that many)."""
+
+    def __init__(self, fn, static, name, after_replay=None, written=frozenset(), max_sizes=None):
         self.fn = fn
         self.static = static
         self.written = written  # positions of inputs the graph writes
         self.name = name
         self.after_replay = after_replay
+        self.max_sizes = max_sizes
         self.calls = 0
-        self.captures = []
-        self.made = 0  # captures made, and calls replayed, by this callable
-        self.replays = 0
+        self.sizes = {}  # size_key -> _Captures (key None for a static graph)
+        self.bytes = 0
+        self.full = False  # no more sizes are captured
         self.failed = False
+
+    @property
+    def captures(self):
+        return [c for group in self.sizes.values() for c in group.captures]
 
     def __call__(self, *args):
         self.calls += 1
         if self.failed or self.calls == 1 or torch.cuda.is_current_stream_capturing():
             return self.fn(*args)
-        for c in self.captures:
+        key = size_key(args) if self.max_sizes is not None else None
+        group = self.sizes.get(key)
+        if group is None:
+            if key is not None and (self.full or not self._room()):
+                counts["cuda_graph_uncaptured_sizes"] += 1
+                return self.fn(*args)
+            group = self.sizes[key] = _Captures()
+        for c in group.captures:
             if not c.busy() and c.fits(args):
                 c.used = self.calls
-                return self._replayed(c.run(args))
-        if len(self.captures) >= _MAX_CAPTURES and not self._evict():
+                return self._replayed(group, c.run(args))
+        if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)
+        reserved = torch.cuda.memory_reserved()
         try:
             c = _Capture(self.fn, args, self.static, self.name, self.written)
         except Exception as e:  # any failure to capture: this callable runs uncaptured
             _end_generator_capture()
             self._drop(f"capture failed: {type(e).__name__}: {e}")
             return self.fn(*args)
+        grown = max(torch.cuda.memory_reserved() - reserved, 0)
+        group.bytes += grown
+        self.bytes += grown
         counts["cuda_graphs"] += 1
-        self.made += 1
+        group.made += 1
         c.used = self.calls
-        self.captures.append(c)
-        return self._replayed(c.run(args))
+        group.captures.append(c)
+        return self._replayed(group, c.run(args))
 
-    def _evict(self):
-        """Makes room for a capture: drops the least recently replayed capture whose outputs
-        are free, when captures have paid off so far (an input read in place that moves at
-        every call, or outputs held across calls, would otherwise recapture every call).
-        Inputs read in place move for good when their owner is remade: a KV cache that each
-        generate() allocates anew is written in place, at a new address per generate."""
-        free = [c for c in self.captures if not c.busy()]
-        if not free or self.replays < _REPLAYS_PER_CAPTURE * self.made:
+    def _room(self):
+        """Whether a dynamic-shape callable may capture one more size."""
+        budget = _SIZES_MEMORY_FRACTION * torch.cuda.get_device_properties(
+            torch.cuda.current_device()).total_memory
+        if len(self.sizes) < self.max_sizes and self.bytes < budget:
+            return True
+        self.full = True
+        log(f"{self.name} captures no more sizes: {len(self.sizes)} captured (at most "
+            f"{self.max_sizes}), holding {self.bytes / 2**20:.1f} MiB (at most "
+            f"{budget / 2**20:.0f} MiB); calls at other sizes run uncaptured")
+        return False
+
+    def _evict(self, group):
+        """Makes room for a capture: drops the least recently replayed capture of this size
+        whose outputs are free, when captures have paid off so far (an input read in place that
+        moves at every call, or outputs held across calls, would otherwise recapture every
+        call). Inputs read in place move for good when their owner is remade: a KV cache that
+        each generate() allocates anew is written in place, at a new address per generate."""
+        free = [c for c in group.captures if not c.busy()]
+        if not free or group.replays < _REPLAYS_PER_CAPTURE * group.made:
             if counts["cuda_graph_busy"] < 3:  # why, the first few times
-                held = "; ".join(", ".join(c.held_outputs()) for c in self.captures)
+                held = "; ".join(", ".join(c.held_outputs()) for c in group.captures)
                 log(f"{self.name} runs uncaptured: " + (
                     f"every capture's outputs are still in use ({held})" if not free else
-                    f"its inputs read in place moved after {self.replays} replays of "
-                    f"{self.made} captures"))
+                    f"its inputs read in place moved after {group.replays} replays of "
+                    f"{group.made} captures"))
             return False
         old = min(free, key=lambda c: c.used)
-        self.captures.remove(old)
+        group.captures.remove(old)
         old.release()
         log(f"{self.name}: dropped the capture last replayed at call {old.used}: inputs it "
             f"reads in place have moved")
         return True
 
-    def _replayed(self, out):
-        self.replays += 1
+    def _replayed(self, group, out):
+        group.replays += 1
         counts["cuda_graph_replays"] += 1
         if self.after_replay is not None:
             self.after_replay()
@@ -306,16 +371,20 @@ class Replayed:
     def _drop(self, reason):
         log(f"{self.name} runs without CUDA graphs from now on: {reason}")
         self.failed = True
-        self.captures = []
+        for group in self.sizes.values():
+            for c in group.captures:
+                c.release()
+        self.sizes = {}
 
 
 def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_replay=None,
-         launches=None, written=frozenset()):
+         launches=None, written=frozenset(), max_sizes=None):
     """fn replayed as CUDA graphs when that is enabled and safe for `gm`; fn otherwise.
     `after_replay()` runs after each replay (it may raise the errors of that call). The inputs
     at positions `written`, which fn writes into, are read in place, never copied. By default
     (option None) a graph of fewer than _MIN_LAUNCHES kernel launches per call is not captured:
-    copying its inputs and replaying costs more than launching; option True captures it too."""
+    copying its inputs and replaying costs more than launching; option True captures it too.
+    A graph with dynamic shapes is captured per size, at most `max_sizes` (None: _MAX_SIZES)."""
     if not enabled(option):
         return fn
     reason = why_not(gm, example_inputs, device)
@@ -325,4 +394,10 @@ def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_repla
         if device is not None and device.type == "cuda":
             log(f"{name} is not captured: {reason}")
         return fn
-    return Replayed(fn, static_inputs(forward), name, after_replay, written)
+    sizes = None
+    if dynamic(example_inputs):
+        sizes = _MAX_SIZES if max_sizes is None else max_sizes
+        if sizes < 1:
+            log(f"{name} is not captured: dynamic shapes, and Options(cuda_graph_sizes=0)")
+            return fn
+    return Replayed(fn, static_inputs(forward), name, after_replay, written, sizes)

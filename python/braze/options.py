@@ -21,6 +21,10 @@ class Options:
     # decides (on unless "0"), and graphs of very few launches are left uncaptured; True: every
     # graph where it is safe.
     cuda_graphs: bool = None
+    # A graph with dynamic shapes is captured per concrete size: at most this many sizes per
+    # graph (each capture holds its own memory; see braze/cudagraphs.py). None: 64; 0: graphs
+    # with dynamic shapes are not captured.
+    cuda_graph_sizes: int = None
     # CUDA graphs whose kernels bounds-check indices (gather, indexing, scatter). "assert": a
     # bad index stops the CUDA stream with a device-side assertion, as eager's own kernels do,
     # and no call waits for its kernels (CUDA is then unusable in this process, as after
@@ -38,6 +42,10 @@ class Options:
     early_backward: bool = None
 
     def __post_init__(self):
+        n = self.cuda_graph_sizes
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise ValueError(f"Options(cuda_graph_sizes=...) is {n!r}; expected a whole number "
+                             f"of sizes, at least 0, or None for the default")
         if self.index_checks is not None:
             _index_checks_mode(self.index_checks, "Options(index_checks=...)")
 

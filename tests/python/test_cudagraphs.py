@@ -188,7 +188,7 @@ def test_a_cache_remade_per_generation_retires_the_oldest_capture():
     assert delta(before)["cuda_graphs"] == 3
 
 
-def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):
+def test_the_off_switch(monkeypatch):
     before = braze.counters()
     f = compiled(lambda x: x.cos() * 3, cuda_graphs=False)
     for _ in range(3):
@@ -198,13 +198,77 @@ def test_off_switch_and_dynamic_shapes_are_not_captured(monkeypatch):
     g = compiled(lambda x: x.cos() * 3, cuda_graphs=None)
     for _ in range(3):
         g(torch.randn(100, device="cuda"))
-    monkeypatch.delenv("BRAZE_CUDA_GRAPHS")
-    torch._dynamo.reset()
-    h = compiled(lambda x: x.cos() * 3, dynamic=True)
-    for n in (5, 6, 7, 8):
-        x = torch.randn(n, device="cuda")
-        torch.testing.assert_close(h(x), x.cos() * 3)
     assert delta(before)["cuda_graphs"] == 0
+
+
+def test_dynamic_shapes_are_captured_per_size():
+    """A graph with dynamic shapes is captured at each new size after its first call, and a
+    replay at a size seen before equals eager; sizes beyond Options(cuda_graph_sizes) run
+    uncaptured, and 0 turns capture off for such graphs."""
+    w = torch.randn(16, 16, device="cuda")
+
+    def fn(x):
+        return (x @ w).softmax(-1) * x.shape[0]
+
+    f = compiled(fn, dynamic=True)
+    before = braze.counters()
+    for _ in range(3):
+        for n in (5, 6, 7, 8):
+            x = torch.randn(n, 16, device="cuda")
+            torch.testing.assert_close(f(x), fn(x))
+    d = delta(before)
+    assert d["cuda_graphs"] == 4 and d["cuda_graph_replays"] == 11, d
+    torch._dynamo.reset()
+    g = torch.compile(fn, backend="braze", dynamic=True,
+                      options={"cuda_graphs": True, "cuda_graph_sizes": 2, "strict": True})
+    before = braze.counters()
+    for _ in range(2):
+        for n in (5, 6, 7, 8):
+            x = torch.randn(n, 16, device="cuda")
+            torch.testing.assert_close(g(x), fn(x))
+    d = delta(before)
+    # sizes 6 and 7 are captured; 5 (the first call) and 8 run uncaptured
+    assert d["cuda_graphs"] == 2 and d["cuda_graph_replays"] == 4, d
+    assert braze.counters()["cuda_graph_uncaptured_sizes"] - before[
+        "cuda_graph_uncaptured_sizes"] == 3
+    torch._dynamo.reset()
+    h = torch.compile(fn, backend="braze", dynamic=True,
+                      options={"cuda_graphs": True, "cuda_graph_sizes": 0})
+    before = braze.counters()
+    for n in (5, 6, 5, 6):
+        torch.testing.assert_close(h(torch.ones(n, 16, device="cuda")),
+                                   fn(torch.ones(n, 16, device="cuda")))
+    assert delta(before)["cuda_graphs"] == 0
+    with pytest.raises(ValueError, match="cuda_graph_sizes"):
+        braze.Options(cuda_graph_sizes=-1)
+
+
+def test_a_growing_cache_replays_from_the_second_step():
+    """A decode step whose cache grows by a concatenation (transformers' DynamicCache): each
+    step is a new size, captured at its first call, so every step after the graph's first call
+    is a replay, in the first generation and the later ones; the cache a step returns is the
+    next step's input, read in place where the previous replay wrote it."""
+    wq, wk = torch.randn(32, 32, device="cuda"), torch.randn(32, 32, device="cuda")
+
+    def step(cache, x):
+        cache = torch.cat([cache, x @ wk], dim=0)
+        scores = ((x @ wq) @ cache.T).softmax(-1)
+        return cache, scores @ cache
+
+    f = compiled(step)  # sizes vary from the second call: Dynamo recompiles it dynamic
+    before = braze.counters()
+    for gen in range(3):
+        cache = want = torch.randn(4, 32, device="cuda")
+        for t in range(10):
+            x = torch.randn(1, 32, device="cuda")
+            cache, out = f(cache, x)
+            want, expect = step(want, x)
+            torch.testing.assert_close(out, expect)
+            torch.testing.assert_close(cache, want)
+    d = delta(before)
+    # the first call of each of Dynamo's two graphs (static, then dynamic) runs uncaptured
+    assert d["cuda_graph_replays"] == 3 * 10 - 2, d
+    assert d["fallback_graphs"] == 0
 
 
 def test_a_bad_index_raises_from_a_replay_too():

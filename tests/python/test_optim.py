@@ -35,7 +35,7 @@ def test_a_compiled_optimizer_step_matches_eager(name, device):
     before = braze.counters()
     g = torch.Generator().manual_seed(1)
     for _ in range(4):
-        x = torch.randn(16, 24, generator=g).to(device)
+        x = torch.randn(16, 24, generator=g, device="cpu").to(device)
         for k, (m, o) in enumerate(zip(models, opts)):
             m.zero_grad()
             m(x).square().mean().backward()

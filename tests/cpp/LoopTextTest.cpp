@@ -292,6 +292,31 @@ TEST(LoopText, RoundTripsAnAccumulatingScatter) {
             std::string::npos);
 }
 
+TEST(LoopText, RoundTripsEachScatterCombine) {
+  const std::string init = "compute %out0[i0 < 5, i1 < 2] {\n"
+                           "  %0 = const 1.0 : f32\n"
+                           "  yield %0\n"
+                           "}\n";
+  const std::pair<const char *, ReduceKind> combines[] = {
+      {"add", ReduceKind::Sum}, {"prod", ReduceKind::Prod},
+      {"max", ReduceKind::Max}, {"min", ReduceKind::Min}};
+  for (const auto &[word, kind] : combines) {
+    std::unique_ptr<LoopProgram> p =
+        parseProgram(scatterProgram(init, std::string(" scatter ") + word, " at %5"));
+    EXPECT_EQ(verifyProgram(*p), "") << word;
+    EXPECT_EQ(p->computations()[1]->scatterCombine, kind) << word;
+    expectRoundTrip(*p);
+  }
+  EXPECT_NE(parseError(scatterProgram(init, " scatter mean", " at %5"))
+                .find("expected a scatter's combine (add, prod, max or min), found 'mean'"),
+            std::string::npos);
+  // Only f32, f64, i32 and i64 buffers are combined into.
+  std::string half = scatterProgram(init, " scatter max", " at %5");
+  half.replace(half.find("%out0: f32"), 10, "%out0: f16");
+  EXPECT_NE(verifyProgram(*parseProgram(half)).find("a scatter's buffer is f32, f64, i32 or i64"),
+            std::string::npos);
+}
+
 TEST(LoopText, RoundTripsAConvolutionSpec) {
   std::string text =
       convProgram("conv(%x, %w, stride=[2], padding=[1], dilation=[1], groups=2)");

@@ -312,3 +312,23 @@ def test_unaligned_vocabulary_products_write_padded_rows(dtype):
     le.backward()
     torch.testing.assert_close(lg, le, **tol)
     torch.testing.assert_close(xg.grad, xe.grad, **tol)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64])
+def test_generated_cuda_compiles_scatters_combining_in_place(dtype):
+    """Scatters beyond the pair cap in every mode, with self and without, are atomic adds and
+    compare-and-swap loops (products, maxima, minima) that NVRTC compiles."""
+    def every(x, i, s):
+        return tuple(x.scatter_reduce(0, i, s, mode, include_self=inc) * 1
+                     for mode in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False))
+    g = torch.Generator().manual_seed(3)
+    i = torch.randint(0, 1500, (6000, 8), generator=g)
+    x, s = (torch.randn(2000, 8, generator=g) * 5).to(dtype), torch.ones(6000, 8, dtype=dtype)
+    compiled = torch.compile(every, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, Options(cuda_codegen_only=True, strict=True)))
+    out, sources = braze.run_and_get_code(compiled, x, i, s)
+    assert len(sources) == 1
+    for combine in ("add", "prod", "max", "min"):
+        assert f"braze_atomic_{combine}(" in sources[0]
+    torch.testing.assert_close(out, every(x, i, s))

@@ -45,7 +45,7 @@ std::string printSchedule(const Schedule &s) {
              (k.gemm->transB ? "B^T" : "B") + ")" +
              (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "");
     if (k.scatter)
-      out += " scatter add";
+      out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";

@@ -262,11 +262,12 @@ private:
   }
 
   /// An accumulating scatter, on threads that each own a contiguous range of the buffer's
-  /// positions: every thread walks all the sources in order and adds those aimed at its range,
-  /// so each position receives its values in source order from one thread (the same result on
-  /// every run and at any thread count, as eager's CPU kernels), with no atomics. Positions are
+  /// positions: every thread walks all the sources in order and combines (adds, multiplies,
+  /// or takes the maximum or minimum, a NaN winning) those aimed at its range, so each
+  /// position receives its values in source order from one thread (the same result on every
+  /// run and at any thread count, as eager's CPU kernels), with no atomics. Positions are
   /// checked against the buffer's size; the value of a source is computed only by the thread
-  /// that adds it.
+  /// that combines it.
   std::string emitScatterKernel(const Kernel &k) {
     next_ = 0;
     kernel_ = &k;
@@ -300,8 +301,24 @@ private:
     w.line("  if (thread == 0) __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
     w.line("} else if (at >= lo && at < hi) {");
     w.indent();
-    std::string v = ex.emit(m.value);
-    w.line(names_.buffer(b) + "[at] += " + convert(v, m.value->dtype(), b.dtype) + ";");
+    std::string v = convert(ex.emit(m.value), m.value->dtype(), b.dtype);
+    std::string dst = names_.buffer(b) + "[at]";
+    switch (k.scatter->scatterCombine) {
+    case loop::ReduceKind::Prod:
+      w.line(dst + " *= " + v + ";");
+      break;
+    case loop::ReduceKind::Max:
+    case loop::ReduceKind::Min: {
+      std::string held = "held" + std::to_string(next_++), op =
+          k.scatter->scatterCombine == loop::ReduceKind::Max ? " >= " : " <= ";
+      w.line("const " + ctype(b.dtype) + " " + held + " = " + dst + ", value = " + v + ";");
+      w.line(dst + " = (" + held + " != " + held + " || " + held + op + "value) ? " + held +
+             " : value;");
+      break;
+    }
+    default:
+      w.line(dst + " += " + v + ";");
+    }
     w.dedent();
     w.line("}");
     for (size_t i = 0; i < k.outerVars.size(); ++i) {

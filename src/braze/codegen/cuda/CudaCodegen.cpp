@@ -319,9 +319,9 @@ private:
     w.line("(void)" + rest + ";");
   }
 
-  /// An accumulating scatter: a thread per source point adds its value atomically at its
-  /// position, which is checked against the buffer's size (the error flag, as an indirect
-  /// load's index).
+  /// An accumulating scatter: a thread per source point combines its value atomically at its
+  /// position (an atomic add, or a compare-and-swap loop for products, maxima and minima),
+  /// which is checked against the buffer's size (the error flag, as an indirect load's index).
   static constexpr int kScatterBlock = 256;
   std::string emitScatterKernel(const Kernel &k) {
     next_ = 0;
@@ -344,7 +344,8 @@ private:
       size += " * " + names_.index(e);
     w.line("const int64_t at = (int64_t)(" + at + ");");
     w.line("if (at < 0 || at >= " + size + ") { *err = 1; return; }");
-    w.line("braze_atomic_add(" + names_.buffer(b) + " + at, " +
+    std::string combine(loop::scatterCombineName(k.scatter->scatterCombine));
+    w.line("braze_atomic_" + combine + "(" + names_.buffer(b) + " + at, " +
            convert(v, m.value->dtype(), b.dtype) + ");");
     return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kScatterBlock) +
            ") " + k.name + "(" + params(k) + ") {\n" + body + "}\n\n";

@@ -79,6 +79,34 @@ BRAZE_FN void braze_atomic_add(int32_t* p, int32_t v) { atomicAdd((int*)p, (int)
 BRAZE_FN void braze_atomic_add(int64_t* p, int64_t v) {
   atomicAdd((unsigned long long*)p, (unsigned long long)v);
 }
+// Its products, maxima and minima (a NaN, held or combined, wins: eager's scatter_reduce): a
+// compare-and-swap of the element's bits until no other thread changed it in between.
+template <typename T> BRAZE_FN T braze_combine_prod(T a, T b) { return a * b; }
+template <typename T> BRAZE_FN T braze_combine_max(T a, T b) { return (a != a || a >= b) ? a : b; }
+template <typename T> BRAZE_FN T braze_combine_min(T a, T b) { return (a != a || a <= b) ? a : b; }
+#define BRAZE_ATOMIC_COMBINE(OP, T, W, TO_W, FROM_W)                                         \
+  BRAZE_FN void braze_atomic_##OP(T* p, T v) {                                               \
+    W* q = (W*)p;                                                                            \
+    W old = *q, seen;                                                                        \
+    do {                                                                                     \
+      seen = old;                                                                            \
+      old = atomicCAS(q, seen, TO_W(braze_combine_##OP(FROM_W(seen), v)));                   \
+    } while (old != seen);                                                                   \
+  }
+#define BRAZE_ATOMIC_COMBINES(T, W, TO_W, FROM_W)                                            \
+  BRAZE_ATOMIC_COMBINE(prod, T, W, TO_W, FROM_W)                                             \
+  BRAZE_ATOMIC_COMBINE(max, T, W, TO_W, FROM_W)                                              \
+  BRAZE_ATOMIC_COMBINE(min, T, W, TO_W, FROM_W)
+BRAZE_FN unsigned long long braze_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
+BRAZE_FN double braze_f64(unsigned long long b) { return __longlong_as_double((long long)b); }
+BRAZE_FN unsigned long long braze_bits(int64_t x) { return (unsigned long long)x; }
+BRAZE_FN int64_t braze_i64(unsigned long long b) { return (int64_t)b; }
+BRAZE_ATOMIC_COMBINES(float, unsigned int, __float_as_uint, __uint_as_float)
+BRAZE_ATOMIC_COMBINES(double, unsigned long long, braze_bits, braze_f64)
+BRAZE_ATOMIC_COMBINES(int32_t, int, (int), (int32_t))
+BRAZE_ATOMIC_COMBINES(int64_t, unsigned long long, braze_bits, braze_i64)
+#undef BRAZE_ATOMIC_COMBINES
+#undef BRAZE_ATOMIC_COMBINE
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 // The device library's reciprocal square root (one instruction in f32, within 2 ulp), which

@@ -382,7 +382,7 @@ public:
   /// "amax" or "amin"; `includeSelf` false leaves self out of the reduction at the positions
   /// src reaches. Targets outside [0, numel(self)) are a run-time error. The work is
   /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs unless
-  /// the scatter adds in place (scatterAddsInPlace).
+  /// the scatter combines in place (scatterCombinesInPlace).
   /// `maxHits` > 0 promises that at most that many source elements share a target: a
   /// half-precision sum/prod/mean then adds them one at a time in source order, rounding
   /// after each as eager's kernels do (maxHits more reductions).
@@ -396,19 +396,28 @@ public:
   /// Whether eager rounds a `mode` scatter into `t` after each value in source order (a
   /// half-precision sum, prod or mean), which braze follows for up to kMaxScatterHits values.
   static bool scatterRoundsInOrder(DType t, const std::string &mode);
-  /// Whether a `mode` scatter into `t` may add its values in place in any order: a sum of
-  /// f32, f64, i32 or i64 that includes self. Such a scatter has no pairs limit; above it, it
-  /// runs as an accumulating scatter (atomic adds on CUDA) instead of the pairs' reductions.
-  static bool scatterAddsInPlace(DType t, const std::string &mode, bool includeSelf);
+  /// Whether a `mode` scatter into `t` may combine its values in place, in any order, and so
+  /// has no pairs limit: a sum, prod, mean, amax or amin of f32, f64, i32 or i64, or of f16 or
+  /// bf16 where eager accumulates in f32 and rounds once (`inOrder` false; where eager rounds
+  /// after each value, `inOrder`, only amax and amin), self included or not. Above the limit
+  /// decompose builds it from accumulating scatters (scatterIsAccumulating) and elementwise
+  /// ops: the positions reached, counted by one, take the mode's identity where self is left
+  /// out; a mean divides a sum by that count; half precision combines in f32.
+  static bool scatterCombinesInPlace(DType t, const std::string &mode, bool inOrder);
+  /// Whether a scatter is one that to_loops lowers itself, combining each source value into
+  /// a copy of self in place (atomics on CUDA; on the CPU each thread owns a range of
+  /// positions and combines the values aimed at it in source order): a sum, prod, amax or
+  /// amin of f32, f64, i32 or i64 that includes self.
+  static bool scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf);
   /// Whether numel(self) x `sources` element pairs exceed kMaxScatterPairs.
   static bool exceedsScatterPairs(int64_t self, int64_t sources) {
     return sources != 0 && self > kMaxScatterPairs / sources;
   }
-  /// Whether such a scatter runs as an accumulating scatter: it adds in place and has more
-  /// pairs than the reductions take. decompose keeps it whole and to_loops lowers it.
-  static bool scatterAccumulates(DType t, const std::string &mode, bool includeSelf,
-                                 int64_t self, int64_t sources) {
-    return scatterAddsInPlace(t, mode, includeSelf) && exceedsScatterPairs(self, sources);
+  /// Whether such a scatter combines in place (scatterCombinesInPlace) because it has more
+  /// pairs than the reductions take.
+  static bool scatterAccumulates(DType t, const std::string &mode, bool inOrder, int64_t self,
+                                 int64_t sources) {
+    return scatterCombinesInPlace(t, mode, inOrder) && exceedsScatterPairs(self, sources);
   }
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's

@@ -42,10 +42,11 @@ std::string pairsError(int64_t self, int64_t sources) {
   return "";
 }
 
-/// pairsError, but none for a scatter that adds in place (GraphBuilder::scatterAddsInPlace).
+/// pairsError, but none for a scatter that combines in place
+/// (GraphBuilder::scatterCombinesInPlace; `inOrder`: eager rounds after each value).
 std::string pairsError(int64_t self, int64_t sources, DType t, const std::string &mode,
-                       bool includeSelf) {
-  return GraphBuilder::scatterAddsInPlace(t, mode, includeSelf) ? "" : pairsError(self, sources);
+                       bool inOrder) {
+  return GraphBuilder::scatterCombinesInPlace(t, mode, inOrder) ? "" : pairsError(self, sources);
 }
 
 /// Why eager's one-value-at-a-time rounding of `k` half-precision values per element cannot be
@@ -102,8 +103,8 @@ std::string scatterDimError(const Node *self, const Node *index, const Node *src
       return "index is larger than self (but at dim) or than src";
     oneHot &= d == dim ? is[d] == 1 : is[d] == xs[d];
   }
-  return oneHot ? "" : pairsError(numelOf(self), numelOf(index), self->dtype(), mode,
-                                  a.getBool("include_self"));
+  // eager's scatter kernels accumulate half precision in f32 and round once
+  return oneHot ? "" : pairsError(numelOf(self), numelOf(index), self->dtype(), mode, false);
 }
 
 std::string indexReduceError(const Node *self, const Node *index, const Node *source,
@@ -128,7 +129,9 @@ std::string indexReduceError(const Node *self, const Node *index, const Node *so
   if (targets < 0)
     return "too many source elements";
   std::string e = orderedHitsError(self->dtype(), mode, k);
-  return e.empty() ? pairsError(numelOf(self), targets) : e;
+  return e.empty() ? pairsError(numelOf(self), targets, self->dtype(), mode,
+                                GraphBuilder::scatterRoundsInOrder(self->dtype(), mode))
+                   : e;
 }
 
 std::string putError(const Node *self, const Node *index, const Node *source, const AttrMap &a) {
@@ -137,7 +140,9 @@ std::string putError(const Node *self, const Node *index, const Node *source, co
     return "source must have as many elements as index";
   std::string mode = a.getBool("accumulate") ? "sum" : "";
   std::string e = orderedHitsError(self->dtype(), mode, k);
-  return e.empty() ? pairsError(numelOf(self), k, self->dtype(), mode, true) : e;
+  return e.empty() ? pairsError(numelOf(self), k, self->dtype(), mode,
+                                GraphBuilder::scatterRoundsInOrder(self->dtype(), mode))
+                   : e;
 }
 
 std::string diagonalScatterError(const Node *self, const Node *src, const AttrMap &a) {
@@ -224,7 +229,8 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   }
   return product(target) < 0
              ? "too many indexed elements"
-             : pairsError(numelOf(self), product(target), self->dtype(), mode, true);
+             : pairsError(numelOf(self), product(target), self->dtype(), mode,
+                          GraphBuilder::scatterRoundsInOrder(self->dtype(), mode));
 }
 
 std::string maskPutError(const Node *self, const Node *mask, const Node *values,
@@ -338,9 +344,22 @@ bool GraphBuilder::isScatterMode(const std::string &mode) {
                      [&](const char *m) { return mode == m; });
 }
 
-bool GraphBuilder::scatterAddsInPlace(DType t, const std::string &mode, bool includeSelf) {
-  return mode == "sum" && includeSelf &&
-         (t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64);
+namespace {
+bool accumulatingType(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64;
+}
+} // namespace
+
+bool GraphBuilder::scatterCombinesInPlace(DType t, const std::string &mode, bool inOrder) {
+  bool minMax = mode == "amax" || mode == "amin";
+  if (!minMax && mode != "sum" && mode != "prod" && mode != "mean")
+    return false;
+  return accumulatingType(t) || (isHalf(t) && (!inOrder || minMax));
+}
+
+bool GraphBuilder::scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf) {
+  return includeSelf && accumulatingType(t) &&
+         (mode == "sum" || mode == "prod" || mode == "amax" || mode == "amin");
 }
 
 bool GraphBuilder::scatterRoundsInOrder(DType t, const std::string &mode) {
@@ -404,7 +423,7 @@ Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::stri
   std::optional<int64_t> n = constNumel(self->shape()), m = constNumel(src->shape());
   if (!n || !m)
     BRAZE_USER_ERROR("scatter", name_) << "needs constant shapes";
-  if (std::string err = pairsError(*n, *m, self->dtype(), mode, includeSelf); !err.empty())
+  if (std::string err = pairsError(*n, *m, self->dtype(), mode, maxHits > 0); !err.empty())
     BRAZE_USER_ERROR("scatter", name_) << err;
   if (src->dtype() != self->dtype())
     src = convert(src, self->dtype());

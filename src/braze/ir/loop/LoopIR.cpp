@@ -75,6 +75,10 @@ std::string_view bufferKindName(BufferKind k) {
   BRAZE_UNREACHABLE("bad BufferKind");
 }
 
+std::string_view scatterCombineName(ReduceKind k) {
+  return k == ReduceKind::Sum ? "add" : reduceKindName(k);
+}
+
 std::string_view reduceKindName(ReduceKind k) {
   switch (k) {
   case ReduceKind::None:

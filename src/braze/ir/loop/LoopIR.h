@@ -120,6 +120,8 @@ private:
 /// reduced dims; a NaN counts as the extreme, as in PyTorch.
 enum class ReduceKind { None, Sum, Prod, Max, Min, Any, All, ArgMax, ArgMin };
 std::string_view reduceKindName(ReduceKind k);
+/// An accumulating scatter's combine as printed after `scatter`: add, prod, max or min.
+std::string_view scatterCombineName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 
 /// A convolution computed by a Computation (lowered from the graph's convolution op when a
@@ -213,10 +215,12 @@ struct Computation {
   /// the output's dims and nothing).
   std::optional<AttentionSpec> attention;
   /// Set when the computation is an accumulating scatter: for every point of its space (the
-  /// source's), `value` is added to out at the flat element `scatterAt` (an integer Expr), which
-  /// must lie in out. out holds its initial values from an earlier computation; the adds may
-  /// land in any order (atomic on CUDA). Not a reduction, convolution or attention.
+  /// source's), `value` is combined into out at the flat element `scatterAt` (an integer Expr),
+  /// which must lie in out, by `scatterCombine` (Sum, Prod, Max or Min; Max and Min propagate
+  /// NaN). out holds its initial values from an earlier computation; the values may land in
+  /// any order (atomic on CUDA). Not a reduction, convolution or attention.
   const Expr *scatterAt = nullptr;
+  ReduceKind scatterCombine = ReduceKind::Sum;
 
   bool isReduction() const { return reduce != ReduceKind::None; }
   std::vector<SymExpr> extents() const;

@@ -225,9 +225,10 @@ private:
     if (peekWord().substr(0, 9) == "attention")
       attention = attentionSpec();
     bool scatter = peekWord() == "scatter";
+    ReduceKind combine = ReduceKind::Sum;
     if (scatter) {
       expectWord("scatter");
-      expectWord("add");
+      combine = scatterCombine();
     }
     expect('{');
     while (peekWord() != "yield")
@@ -246,6 +247,19 @@ private:
     c->conv = std::move(conv);
     c->attention = std::move(attention);
     c->scatterAt = at;
+    c->scatterCombine = combine;
+  }
+
+  /// add, prod, max or min (after `scatter`).
+  ReduceKind scatterCombine() {
+    skipSpace();
+    size_t at = pos_;
+    std::string k = word("a scatter's combine");
+    for (ReduceKind r : {ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min})
+      if (k == scatterCombineName(r))
+        return r;
+    fail(at, "expected a scatter's combine (add, prod, max or min), found '" + k + "'");
+    return ReduceKind::Sum;
   }
 
   /// `(%buf, offset, [size, ..], [stride, ..])`

@@ -219,7 +219,7 @@ std::string printProgram(const LoopProgram &p) {
     if (c->attention)
       s += " " + attentionText(*c->attention);
     if (c->scatterAt)
-      s += " scatter add";
+      s += " scatter " + std::string(scatterCombineName(c->scatterCombine));
     s += " {\n";
     printBody(c->value, c->scatterAt, s);
     s += "}\n";

@@ -219,11 +219,21 @@ private:
     return !c.conv || checkConv(*c.conv, order);
   }
 
-  /// An accumulating scatter adds into values an earlier computation wrote, at an integer
-  /// position, one value per point (no reduction, convolution or attention of its own).
+  /// An accumulating scatter combines (add, prod, max or min) into values an earlier
+  /// computation wrote, at an integer position, one value per point (no reduction,
+  /// convolution or attention of its own), in a buffer of f32, f64, i32 or i64.
   bool checkScatter(const Computation &c, const std::set<const Buffer *> &written) {
     if (c.isReduction() || c.conv || c.attention)
       return failHere("is a scatter and a reduction, a convolution or an attention");
+    ReduceKind k = c.scatterCombine;
+    if (k != ReduceKind::Sum && k != ReduceKind::Prod && k != ReduceKind::Max &&
+        k != ReduceKind::Min)
+      return failHere("scatters by " + std::string(reduceKindName(k)) +
+                      "; a scatter combines by add, prod, max or min");
+    DType t = c.out->dtype;
+    if (t != DType::Float32 && t != DType::Float64 && t != DType::Int32 && t != DType::Int64)
+      return failHere("scatters into %" + c.out->name + " of " + dt(t) +
+                      "; a scatter's buffer is f32, f64, i32 or i64");
     if (!written.count(c.out))
       return failHere("scatters into %" + c.out->name + " before anything writes it");
     if (!isIntegral(c.scatterAt->dtype()))

@@ -60,17 +60,19 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
   return true;
 }
 
-/// Whether `n` is a scatter that runs as an accumulating scatter (GraphBuilder::scatterAccumulates).
+/// Whether `n` is a scatter that to_loops lowers itself (GraphBuilder::scatterIsAccumulating)
+/// because it has more pairs than the reductions take.
 bool accumulatingScatter(const Node *n) {
-  if (n->op() != OpKind::Scatter)
+  if (n->op() != OpKind::Scatter ||
+      !GraphBuilder::scatterIsAccumulating(n->dtype(), n->attrs().getString("mode"),
+                                           n->attrs().getBool("include_self")))
     return false;
   int64_t self = 1, src = 1;
   for (SymExpr d : n->operand(0)->shape())
     self *= d->value();
   for (SymExpr d : n->operand(2)->shape())
     src *= d->value();
-  return GraphBuilder::scatterAccumulates(n->dtype(), n->attrs().getString("mode"),
-                                          n->attrs().getBool("include_self"), self, src);
+  return GraphBuilder::exceedsScatterPairs(self, src);
 }
 
 /// Whether decompose leaves `n` whole under `opts` (a convolution a library takes, an

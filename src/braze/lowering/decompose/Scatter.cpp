@@ -16,7 +16,11 @@
 ///   acc_0[k] = self[k] (included) or 0|1;  acc_{s+1}[k] = acc_s[k] (+|*) the source with
 ///              target k and rank s, where there is one      (s < H)
 /// Without the bound, half precision accumulates in f32 and rounds once (eager's scatter
-/// kernels). The work is quadratic (N x M, times H for the ordered form); the builder caps N x M.
+/// kernels). The work is quadratic (N x M, times H for the ordered form); the builder caps N x M,
+/// but for scatters that combine in place (GraphBuilder::scatterCombinesInPlace): above the cap,
+/// sum, prod, amax and amin of f32, f64, i32 and i64 with self included stay whole (to_loops
+/// combines each source value in place), and the other modes, half precision and a left-out
+/// self are built from those (combinedInPlace).
 ///
 /// The other scatter-like ops become scatter: their targets are self's flat positions
 /// P = iota(numel(self)) shaped like self, indexed as the op indexes self, so that a gather
@@ -43,6 +47,7 @@
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace braze::decomp {
 
@@ -136,7 +141,7 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
     return b.where(hit, b.expand(src, self->shape()), self);
   }
   bool includeSelf = a.getBool("include_self");
-  if (GraphBuilder::scatterAccumulates(self->dtype(), mode, includeSelf, numel(self), k)) {
+  if (GraphBuilder::scatterAccumulates(self->dtype(), mode, false, numel(self), k)) {
     // Too many pairs for the reductions: an accumulating scatter, its positions computed
     // (the index checked against the dim) rather than gathered from self's positions in
     // memory.
@@ -193,6 +198,63 @@ Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n) {
   return b.scatter(self, target, src, "overwrite", true);
 }
 
+namespace {
+/// The value `mode` leaves unchanged in `t` (f32, f64, i32 or i64).
+double identityOf(const std::string &mode, DType t) {
+  if (mode == "prod")
+    return 1;
+  double infinity = std::numeric_limits<double>::infinity();
+  if (mode == "amax")
+    return t == DType::Int32   ? static_cast<double>(std::numeric_limits<int32_t>::min())
+           : t == DType::Int64 ? static_cast<double>(std::numeric_limits<int64_t>::min())
+                               : -infinity;
+  if (mode == "amin")
+    return t == DType::Int32 ? static_cast<double>(std::numeric_limits<int32_t>::max())
+                             : infinity;
+  return 0;
+}
+
+/// A scatter with more pairs than the reductions take that combines in place
+/// (GraphBuilder::scatterCombinesInPlace) but is no accumulating scatter itself, built from
+/// accumulating scatters and elementwise ops:
+///   count   = scatter(0, target, 1, sum)           (where a mean or a left-out self needs it)
+///   base    = self, or where(count > 0, the mode's identity, self) with self left out
+///   r       = scatter(base, target, src, sum | prod | amax | amin)  in f32 for half precision
+///   mean:     r / (count + 1) with self, r / max(count, 1) without (floor division for ints)
+/// An i64 amin without self combines -1 - x by amax (an order-reversing map of i64 onto
+/// itself), whose identity, the lowest i64, is exact in the builder's constants.
+Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
+                      const std::string &mode, bool includeSelf) {
+  DType t = self->dtype(), acc = computeType(t);
+  Node *one = b.scalar(1, DType::Int64), *count = nullptr, *reached = nullptr;
+  if (mode == "mean" || !includeSelf) {
+    count = b.scatter(b.full(0, DType::Int64, self->shape()), target,
+                      b.full(1, DType::Int64, src->shape()), "sum", true);
+    reached = b.binary(OpKind::Gt, count, b.scalar(0, DType::Int64));
+  }
+  std::string combine = mode == "mean" ? "sum" : mode;
+  Node *base = b.convert(self, acc), *values = b.convert(src, acc);
+  bool flip = !includeSelf && combine == "amin" && acc == DType::Int64;
+  if (flip) {
+    Node *minusOne = b.scalar(-1, DType::Int64);
+    base = b.sub(minusOne, base);
+    values = b.sub(minusOne, values);
+    combine = "amax";
+  }
+  if (!includeSelf)
+    base = b.where(reached, b.scalar(identityOf(combine, acc), acc), base);
+  Node *r = b.scatter(base, target, values, combine, true);
+  if (flip)
+    r = b.sub(b.scalar(-1, DType::Int64), r);
+  if (mode == "mean") {
+    Node *c = b.convert(includeSelf ? b.add(count, one) : b.binary(OpKind::Maximum, count, one),
+                        acc);
+    r = isFloating(acc) ? b.div(r, c) : b.binary(OpKind::FloorDiv, r, c);
+  }
+  return b.convert(r, t);
+}
+} // namespace
+
 Node *decomposeScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *target = n->operand(1), *src = n->operand(2);
   const std::string &mode = n->attrs().getString("mode");
@@ -201,6 +263,9 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   int64_t numelOut = numel(self), numelSrc = numel(src);
   if (numelSrc == 0)
     return self;
+  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
+  if (GraphBuilder::scatterAccumulates(out, mode, maxHits > 0, numelOut, numelSrc))
+    return combinedInPlace(b, self, target, src, mode, includeSelf);
   SymExpr nDim = b.dim(numelOut), mDim = b.dim(numelSrc);
   DType t = out == DType::Bool ? DType::Int64 : out;
   Node *selfFlat = b.convert(b.reshape(self, {nDim}), t);
@@ -239,7 +304,6 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   bool isProd = mode == "prod";
   Node *identity = b.scalar(isProd ? 1.0 : 0.0, t);
   Node *r = nullptr;
-  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
   if (maxHits > 0 && (t == DType::Float16 || t == DType::BFloat16)) {
     std::vector<SymExpr> square{mDim, mDim};
     Node *tgtRow = b.expand(b.reshape(tgt, {b.dim(1), mDim}), square);
@@ -327,7 +391,9 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end())
       taken *= self->shape()[d]->value();
   if (accumulate && consecutive && oneShape &&
-      GraphBuilder::scatterAccumulates(self->dtype(), "sum", true, numel(self), taken)) {
+      GraphBuilder::scatterAccumulates(self->dtype(), "sum",
+                                       GraphBuilder::scatterRoundsInOrder(self->dtype(), "sum"),
+                                       numel(self), taken)) {
     // Too many pairs for the reductions: an accumulating scatter, whose positions are
     // computed rather than taken from self's positions in memory.
     Node *target = takenPositions(b, self, dims.front(), indices);

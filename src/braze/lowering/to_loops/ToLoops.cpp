@@ -640,14 +640,16 @@ private:
     return bufferValue(out);
   }
 
-  /// A scatter decompose kept whole adds in place (GraphBuilder::scatterAddsInPlace): self is
-  /// copied into a row-major buffer, then one computation over src's space adds each source
-  /// value at its flat position (loop::Computation::scatterAt), which codegen checks.
+  /// A scatter decompose kept whole combines in place (GraphBuilder::scatterIsAccumulating):
+  /// self is copied into a row-major buffer, then one computation over src's space combines
+  /// each source value at its flat position (loop::Computation::scatterAt), which codegen
+  /// checks, by the mode's combine.
   Value lowerAccumulatingScatter(Node *n) {
     Node *target = n->operand(1), *src = n->operand(2);
-    BRAZE_CHECK(GraphBuilder::scatterAddsInPlace(n->dtype(), n->attrs().getString("mode"),
-                                                 n->attrs().getBool("include_self")))
-        << "scatter " << n->name() << " reached lowering without adding in place";
+    const std::string &mode = n->attrs().getString("mode");
+    BRAZE_CHECK(GraphBuilder::scatterIsAccumulating(n->dtype(), mode,
+                                                    n->attrs().getBool("include_self")))
+        << "scatter " << n->name() << " reached lowering without combining in place";
     Value out = realize(n, values_.at(n->operand(0)), BufferKind::Intermediate, -1, "",
                         contiguousStrides(s_, n->shape()));
     Index full;
@@ -656,6 +658,10 @@ private:
     loop::Computation *c =
         p_->addComputation(out.buffer, vars, {}, ReduceKind::None, value);
     c->scatterAt = ex_.cast(values_.at(target).load(full), DType::Int64);
+    c->scatterCombine = mode == "prod"   ? ReduceKind::Prod
+                        : mode == "amax" ? ReduceKind::Max
+                        : mode == "amin" ? ReduceKind::Min
+                                         : ReduceKind::Sum;
     return out;
   }
 

@@ -201,6 +201,16 @@ def test_the_off_switch(monkeypatch):
     assert delta(before)["cuda_graphs"] == 0
 
 
+def _calls_at_sizes(f, fn, rounds, sizes=(5, 6, 7, 8)):
+    """Calls f at each size in turn, `rounds` times, each equal to fn; the counters before."""
+    before = braze.counters()
+    for _ in range(rounds):
+        for n in sizes:
+            x = torch.randn(n, 16, device="cuda")
+            torch.testing.assert_close(f(x), fn(x))
+    return before
+
+
 def test_dynamic_shapes_are_captured_per_size():
     """A graph with dynamic shapes is captured at each new size after its first call, and a
     replay at a size seen before equals eager; sizes beyond Options(cuda_graph_sizes) run
@@ -210,22 +220,12 @@ def test_dynamic_shapes_are_captured_per_size():
     def fn(x):
         return (x @ w).softmax(-1) * x.shape[0]
 
-    f = compiled(fn, dynamic=True)
-    before = braze.counters()
-    for _ in range(3):
-        for n in (5, 6, 7, 8):
-            x = torch.randn(n, 16, device="cuda")
-            torch.testing.assert_close(f(x), fn(x))
-    d = delta(before)
+    d = delta(_calls_at_sizes(compiled(fn, dynamic=True), fn, 3))
     assert d["cuda_graphs"] == 4 and d["cuda_graph_replays"] == 11, d
     torch._dynamo.reset()
     g = torch.compile(fn, backend="braze", dynamic=True,
                       options={"cuda_graphs": True, "cuda_graph_sizes": 2, "strict": True})
-    before = braze.counters()
-    for _ in range(2):
-        for n in (5, 6, 7, 8):
-            x = torch.randn(n, 16, device="cuda")
-            torch.testing.assert_close(g(x), fn(x))
+    before = _calls_at_sizes(g, fn, 2)
     d = delta(before)
     # sizes 6 and 7 are captured; 5 (the first call) and 8 run uncaptured
     assert d["cuda_graphs"] == 2 and d["cuda_graph_replays"] == 4, d
@@ -234,11 +234,7 @@ def test_dynamic_shapes_are_captured_per_size():
     torch._dynamo.reset()
     h = torch.compile(fn, backend="braze", dynamic=True,
                       options={"cuda_graphs": True, "cuda_graph_sizes": 0})
-    before = braze.counters()
-    for n in (5, 6, 5, 6):
-        torch.testing.assert_close(h(torch.ones(n, 16, device="cuda")),
-                                   fn(torch.ones(n, 16, device="cuda")))
-    assert delta(before)["cuda_graphs"] == 0
+    assert delta(_calls_at_sizes(h, fn, 2, (5, 6)))["cuda_graphs"] == 0
     with pytest.raises(ValueError, match="cuda_graph_sizes"):
         braze.Options(cuda_graph_sizes=-1)
 

@@ -93,7 +93,9 @@ def size_key(args):
     """The concrete sizes of a call of a dynamic-shape graph: its integer arguments and its
     tensors' shapes (strides need no key: a copied input takes its capture's strides, and fits()
     compares those of inputs read in place)."""
-    return tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+    return tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
+                 else a if a is None or isinstance(a, (int, float))
+                 else type(a).__name__ for a in args)
 
 
 def static_inputs(forward):

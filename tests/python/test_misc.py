@@ -271,3 +271,47 @@ def test_generated_sources_are_kept_only_for_run_and_get_code():
     _, outer = braze.run_and_get_code(both, torch.randn(7))
     assert len(inner[0]) == 1 and len(outer) == 2 and inner[0][0] in outer
     assert backend._state.source_records == []
+
+
+class _FakeCapture:
+    """Stands in for a CUDA-graph capture where there is no GPU: it always fits and runs fn."""
+
+    def __init__(self, fn, args, static, name, written):
+        self.fn = fn
+
+    def busy(self):
+        return False
+
+    def fits(self, args):
+        return True
+
+    def run(self, args):
+        return self.fn(*args)
+
+    def release(self):
+        pass
+
+
+def test_cuda_graphs_of_dynamic_shapes_capture_per_size_up_to_the_limit(monkeypatch):
+    """The bookkeeping of per-size capture, without a GPU: a size is keyed by its integers and
+    tensor shapes (any other argument by its type), captured at its first call after the
+    callable's first, replayed after that; sizes beyond the limit run uncaptured."""
+    from braze import cudagraphs
+    monkeypatch.setattr(cudagraphs, "_Capture", _FakeCapture)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d: type("P", (), {"total_memory": 1 << 30}))
+    assert cudagraphs.size_key([torch.ones(2, 3), 5, None, [1], 2.5]) == (
+        (2, 3), 5, None, "list", 2.5)
+    counts = dict(cudagraphs.counts)
+    r = cudagraphs.Replayed(lambda x, n: x * n, frozenset(), "g", max_sizes=2)
+    for _ in range(2):
+        for n in (3, 4, 5):
+            torch.testing.assert_close(r(torch.ones(n), n), torch.full((n,), float(n)))
+    got = {k: cudagraphs.counts[k] - counts[k] for k in counts}
+    # 3 is the first call; 4 and 5 are captured (the limit); the second 3 is over the limit
+    assert got == {"cuda_graphs": 2, "cuda_graph_replays": 4, "cuda_graph_busy": 0,
+                   "cuda_graph_uncaptured_sizes": 1}, got
+    assert len(r.captures) == 2 and r.full

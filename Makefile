@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu bench-optimizer zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -73,6 +73,9 @@ bench-gpu: build
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)
+
+bench-scatter: build
+	$(PY) benchmarks/scatter_modes.py
 
 clean:
 	rm -rf build

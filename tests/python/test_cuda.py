@@ -332,3 +332,19 @@ def test_generated_cuda_compiles_scatters_combining_in_place(dtype):
     for combine in ("add", "prod", "max", "min"):
         assert f"braze_atomic_{combine}(" in sources[0]
     torch.testing.assert_close(out, every(x, i, s))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_generated_cuda_compiles_half_precision_adds_in_place(dtype):
+    """A half-precision index_put sum of more values per element than the ordered reductions
+    follow adds in place: a compare-and-swap of the 32-bit word holding each element."""
+    fn = lambda x, i, s: x.index_put((i,), s, accumulate=True) * 2
+    x, s = torch.randn(2, 4).to(dtype), torch.randn(40, 4).to(dtype)
+    i = torch.arange(40) % 2
+    compiled = torch.compile(fn, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, Options(cuda_codegen_only=True, strict=True)))
+    out, sources = braze.run_and_get_code(compiled, x, i, s)
+    suffix = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert f"braze_atomic_add_{suffix}(" in sources[0]
+    torch.testing.assert_close(out, fn(x, i, s))

@@ -345,18 +345,47 @@ def test_half_precision_sums_round_as_eager(dtype):
             assert torch.equal(a, e)
 
 
-def test_half_precision_accumulation_with_many_duplicates_falls_back():
-    """Eager rounds a bfloat16 index_put sum after every element: braze follows that order for
-    up to 16 values per element and leaves more to eager."""
-    x = torch.zeros(2, dtype=torch.bfloat16)
-    src = torch.randn(20).to(torch.bfloat16)
-    index = torch.zeros(20, dtype=torch.int64)
-    torch._dynamo.reset()
-    before = braze.counters()["fallback_ops"]
-    fn = lambda x, i, s: x.index_put((i,), s, accumulate=True)
-    out = torch.compile(fn, backend="braze")(x, index, src)
-    assert braze.counters()["fallback_ops"] == before + 1
-    torch.testing.assert_close(out, fn(x, index, src))
+@pytest.mark.cpu_only("eager's CUDA atomics round in an order of their own")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_sums_with_many_duplicates_round_as_eager(dtype):
+    """Eager rounds a half-precision index_put or put sum after every value, in source order
+    on the CPU. Beyond the 16 values per element that the ordered reductions follow, and
+    beyond the pair cap, braze adds in place in that order: eager's bits. (Eager's index_add
+    rounds per value for some shapes and once for others; braze rounds per value.)"""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 4, generator=g).to(dtype)
+    src = torch.randn(40, 4, generator=g).to(dtype)
+    index = torch.zeros(40, dtype=torch.int64)
+    index[::3] = 1
+    big = torch.randn(3000, 64, generator=g).to(dtype)
+    ids = torch.randint(0, 3000, (2000,), generator=g)
+    ids[:100] = 5
+    rows = torch.randn(2000, 64, generator=g).to(dtype)
+    cases = [(lambda x, i, s: x.index_put((i,), s, accumulate=True), (x, index, src)),
+             (lambda x, i, s: x.put(i, s, accumulate=True), (x, index[:8] * 3, src[:8, 0])),
+             (lambda x, i, s: x.index_put((i,), s, accumulate=True), (big, ids, rows))]
+    for fn, args in cases:
+        torch._dynamo.reset()
+        before = braze.counters()
+        out = torch.compile(fn, backend="braze", dynamic=False)(*args)
+        assert braze.counters()["fallback_ops"] == before["fallback_ops"]
+        assert torch.equal(out, fn(*args))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_sums_in_place_on_every_device(dtype):
+    """The in-place half-precision adds on every device (atomic on CUDA), with values whose
+    partial sums are small integers: exact in any order, so equal to eager."""
+    g = torch.Generator().manual_seed(7)
+    with torch.device("cpu"):
+        x = torch.randint(-3, 4, (3000, 64), generator=g).to(dtype)
+        ids = torch.randint(0, 3000, (2000,), generator=g)
+        ids[:60] = 11
+        rows = torch.randint(-1, 2, (2000, 64), generator=g).to(dtype)
+    device = torch.get_default_device()
+    x, ids, rows = x.to(device), ids.to(device), rows.to(device)
+    _compiled_matches(lambda x, i, r: x.index_put((i,), r, accumulate=True) * 2, x, ids, rows)
+    _compiled_matches(lambda x, i, r: x.index_add(0, i, r) - 1, x, ids, rows)
 
 
 def test_scatter_beyond_the_pair_cap_falls_back():
@@ -469,6 +498,31 @@ def test_sums_beyond_the_pair_cap_are_the_same_at_any_thread_count():
     torch.testing.assert_close(results[0], fn(x, ids, rows), rtol=1e-5, atol=1e-4)
     for n, got in zip((2, 3), results[1:]):
         assert torch.equal(got, results[0]), f"{n} threads differ from one"
+
+
+@pytest.mark.cpu_only("the CPU's threads split the sources of an order-free combine")
+def test_order_free_combines_split_their_sources_among_threads():
+    """Maxima (with NaNs), integer sums and the counts of a mean beyond the pair cap combine
+    atomically from threads that split the sources: eager's result at any thread count."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3000, 16, generator=g)
+    i = torch.randint(0, 3000, (20000, 16), generator=g)
+    s = torch.randn(20000, 16, generator=g)
+    s[::501, 2] = float("nan")
+    xi, si = x.mul(100).to(torch.int64), s.nan_to_num().mul(100).to(torch.int64)
+    fn = lambda x, i, s, xi, si: (x.scatter_reduce(0, i, s, "amax", include_self=False),
+                                  x.scatter_reduce(0, i, s, "amin"),
+                                  xi.scatter_add(0, i, si), x.scatter_reduce(0, i, s, "mean"))
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            torch._dynamo.reset()
+            got = torch.compile(fn, backend="braze", dynamic=False)(x, i, s, xi, si)
+            for a, e in zip(got, fn(x, i, s, xi, si)):
+                torch.testing.assert_close(a, e, equal_nan=True)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_sums_beyond_the_pair_cap_check_their_indices():

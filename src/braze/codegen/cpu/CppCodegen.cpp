@@ -261,13 +261,14 @@ private:
            body + "}\n\n";
   }
 
-  /// An accumulating scatter, on threads that each own a contiguous range of the buffer's
-  /// positions: every thread walks all the sources in order and combines (adds, multiplies,
-  /// or takes the maximum or minimum, a NaN winning) those aimed at its range, so each
-  /// position receives its values in source order from one thread (the same result on every
-  /// run and at any thread count, as eager's CPU kernels), with no atomics. Positions are
-  /// checked against the buffer's size; the value of a source is computed only by the thread
-  /// that combines it.
+  /// An accumulating scatter. A float sum or product runs on threads that each own a
+  /// contiguous range of the buffer's positions: every thread walks all the sources in order
+  /// and combines those aimed at its range, so each position receives its values in source
+  /// order from one thread (the same result on every run and at any thread count, as eager's
+  /// CPU kernels), with no atomics; the value of a source is computed only by the thread that
+  /// combines it. A combine that no order changes (an integer sum or product, a maximum or a
+  /// minimum, a NaN winning) splits the sources among the threads and combines atomically.
+  /// Positions are checked against the buffer's size.
   std::string emitScatterKernel(const Kernel &k) {
     next_ = 0;
     kernel_ = &k;
@@ -284,11 +285,22 @@ private:
     w.line("const int64_t size = " + size + ", sources = " + sources + ";");
     w.line("const int nthreads = sources < " + std::to_string(s_.target.minParallelWork) +
            " || size < 2 ? 1 : omp_get_max_threads();");
-    w.line("#pragma omp parallel num_threads(nthreads)");
-    w.line("{");
-    w.indent();
-    w.line("const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();");
-    w.line("const int64_t lo = size * thread / threads, hi = size * (thread + 1) / threads;");
+    // A combine whose result no order changes (integer sums and products, maxima, minima)
+    // splits the sources among the threads and combines atomically; a float sum or product
+    // has each position's values combined in source order by the thread that owns it.
+    ReduceKind combine = k.scatter->scatterCombine;
+    bool anyOrder = isIntegral(b.dtype) || combine == ReduceKind::Max || combine == ReduceKind::Min;
+    if (anyOrder) {
+      if (!k.outerVars.empty())
+        w.line("#pragma omp parallel for num_threads(nthreads) collapse(" +
+               std::to_string(k.outerVars.size()) + ")");
+    } else {
+      w.line("#pragma omp parallel num_threads(nthreads)");
+      w.line("{");
+      w.indent();
+      w.line("const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();");
+      w.line("const int64_t lo = size * thread / threads, hi = size * (thread + 1) / threads;");
+    }
     for (sym::SymExpr v : k.outerVars) {
       w.line(loopHead(v) + " {");
       w.indent();
@@ -298,37 +310,75 @@ private:
     std::string at = ex.emit(k.scatterAt);
     w.line("const int64_t at = (int64_t)(" + at + ");");
     w.line("if (at < 0 || at >= size) {");
-    w.line("  if (thread == 0) __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
-    w.line("} else if (at >= lo && at < hi) {");
+    w.line(anyOrder ? "  __atomic_store_n(err, 1, __ATOMIC_RELAXED);"
+                    : "  if (thread == 0) __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
+    w.line(anyOrder ? "} else {" : "} else if (at >= lo && at < hi) {");
     w.indent();
-    std::string v = convert(ex.emit(m.value), m.value->dtype(), b.dtype);
     std::string dst = names_.buffer(b) + "[at]";
-    switch (k.scatter->scatterCombine) {
-    case loop::ReduceKind::Prod:
-      w.line(dst + " *= " + v + ";");
-      break;
-    case loop::ReduceKind::Max:
-    case loop::ReduceKind::Min: {
-      std::string held = "held" + std::to_string(next_++), op =
-          k.scatter->scatterCombine == loop::ReduceKind::Max ? " >= " : " <= ";
-      w.line("const " + ctype(b.dtype) + " " + held + " = " + dst + ", value = " + v + ";");
-      w.line(dst + " = (" + held + " != " + held + " || " + held + op + "value) ? " + held +
-             " : value;");
-      break;
-    }
-    default:
-      w.line(dst + " += " + v + ";");
-    }
+    std::string value = convert(ex.emit(m.value), m.value->dtype(), computeType(b.dtype));
+    if (anyOrder)
+      combineAtomically(w, b.dtype, combine, dst, value);
+    else
+      combineInto(w, b.dtype, combine, dst, value);
     w.dedent();
     w.line("}");
     for (size_t i = 0; i < k.outerVars.size(); ++i) {
       w.dedent();
       w.line("}");
     }
-    w.dedent();
-    w.line("}");
+    if (!anyOrder) {
+      w.dedent();
+      w.line("}");
+    }
     return "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
+  }
+
+  /// The expression combining `held` and `value` by k (a maximum or minimum keeps a NaN).
+  static std::string combined(ReduceKind k, const std::string &held, const std::string &value) {
+    if (k == ReduceKind::Max || k == ReduceKind::Min)
+      return "(" + held + " != " + held + " || " + held + (k == ReduceKind::Max ? " >= " : " <= ") +
+             value + ") ? " + held + " : " + value;
+    return held + (k == ReduceKind::Prod ? " * " : " + ") + value;
+  }
+
+  /// Writes an atomic combine of `value` into `dst` (of dtype t, which is its own compute
+  /// type): a fetch-and-add for an integer sum, else a compare-and-swap loop that stops once
+  /// the element holds the combined value (the same bits: a maximum that changes nothing).
+  void combineAtomically(Writer &w, DType t, ReduceKind k, const std::string &dst,
+                         const std::string &value) {
+    if (k == ReduceKind::Sum) {
+      w.line("__atomic_fetch_add(&" + dst + ", " + value + ", __ATOMIC_RELAXED);");
+      return;
+    }
+    std::string n = std::to_string(next_++), seen = "seen" + n, v = "value" + n;
+    std::string ty = ctype(t);
+    w.line("const " + ty + " " + v + " = " + value + ";");
+    w.line(ty + " " + seen + ";");
+    w.line("__atomic_load(&" + dst + ", &" + seen + ", __ATOMIC_RELAXED);");
+    w.line("for (;;) {");
+    w.line("  " + ty + " next = " + combined(k, seen, v) + ";");
+    w.line("  if (__builtin_memcmp(&next, &" + seen + ", sizeof next) == 0 ||");
+    w.line("      __atomic_compare_exchange(&" + dst + ", &" + seen +
+           ", &next, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))");
+    w.line("    break;");
+    w.line("}");
+  }
+
+  /// Writes the statements that combine `value` (in computeType(t)) into `dst`, an element
+  /// of dtype t: in place for a sum in t itself; otherwise through the compute type (f32 for
+  /// half precision, rounded after each value), a maximum or minimum keeping a NaN.
+  void combineInto(Writer &w, DType t, ReduceKind k, const std::string &dst,
+                   const std::string &value) {
+    DType ct = computeType(t);
+    if (ct == t && k == ReduceKind::Sum) {
+      w.line(dst + " += " + value + ";");
+      return;
+    }
+    std::string held = "held" + std::to_string(next_++);
+    w.line("const " + ctype(ct) + " " + held + " = " + convert(dst, t, ct) + ", value = " +
+           value + ";");
+    w.line(dst + " = " + convert("(" + combined(k, held, "value") + ")", ct, t) + ";");
   }
 
   /// The kernel's buffer pointers and size symbols, as locals.

@@ -345,8 +345,11 @@ private:
     w.line("const int64_t at = (int64_t)(" + at + ");");
     w.line("if (at < 0 || at >= " + size + ") { *err = 1; return; }");
     std::string combine(loop::scatterCombineName(k.scatter->scatterCombine));
+    // half precision: its own adds, of an f32 value rounded after each add
+    if (b.dtype == DType::Float16 || b.dtype == DType::BFloat16)
+      combine += b.dtype == DType::Float16 ? "_f16" : "_bf16";
     w.line("braze_atomic_" + combine + "(" + names_.buffer(b) + " + at, " +
-           convert(v, m.value->dtype(), b.dtype) + ");");
+           convert(v, m.value->dtype(), computeType(b.dtype)) + ");");
     return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kScatterBlock) +
            ") " + k.name + "(" + params(k) + ") {\n" + body + "}\n\n";
   }

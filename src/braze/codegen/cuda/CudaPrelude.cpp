@@ -109,6 +109,21 @@ BRAZE_ATOMIC_COMBINES(int64_t, unsigned long long, braze_bits, braze_i64)
 #undef BRAZE_ATOMIC_COMBINE
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+// An accumulating scatter's adds into f16 and bf16 elements, rounded after each (as eager's
+// half-precision atomics): a compare-and-swap of the aligned 32-bit word holding the element.
+#define BRAZE_ATOMIC_ADD_HALF(NAME, TO_F, FROM_F)                                             \
+  BRAZE_FN void NAME(uint16_t* p, float v) {                                                 \
+    unsigned int* word = (unsigned int*)((size_t)p & ~(size_t)3);                            \
+    unsigned int shift = ((size_t)p & 2) ? 16u : 0u, old = *word, seen;                      \
+    do {                                                                                     \
+      seen = old;                                                                            \
+      unsigned int sum = FROM_F(TO_F((uint16_t)(seen >> shift)) + v);                        \
+      old = atomicCAS(word, seen, (seen & ~(0xffffu << shift)) | (sum << shift));            \
+    } while (old != seen);                                                                   \
+  }
+BRAZE_ATOMIC_ADD_HALF(braze_atomic_add_f16, braze_h2f, braze_f2h)
+BRAZE_ATOMIC_ADD_HALF(braze_atomic_add_bf16, braze_bf2f, braze_f2bf)
+#undef BRAZE_ATOMIC_ADD_HALF
 // The device library's reciprocal square root (one instruction in f32, within 2 ulp), which
 // PyTorch's CUDA kernels call for rsqrt and inside batch norm.
 BRAZE_FN float braze_rsqrt(float x) { return ::rsqrtf(x); }

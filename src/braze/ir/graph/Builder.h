@@ -384,22 +384,25 @@ public:
   /// numel(self) x numel(src), which must be constant and at most kMaxScatterPairs unless
   /// the scatter combines in place (scatterCombinesInPlace).
   /// `maxHits` > 0 promises that at most that many source elements share a target: a
-  /// half-precision sum/prod/mean then adds them one at a time in source order, rounding
-  /// after each as eager's kernels do (maxHits more reductions).
+  /// half-precision sum/prod/mean then combines them one at a time in source order, rounding
+  /// after each as eager's kernels do (maxHits more reductions for a prod or mean, at most
+  /// kMaxScatterHits; a sum above that many, or above the pairs limit, adds in place).
   Node *scatter(Node *self, Node *target, Node *src, const std::string &mode, bool includeSelf,
                 int64_t maxHits = 0);
   static constexpr int64_t kMaxScatterPairs = int64_t{1} << 26;
-  /// The most `maxHits` a scatter may promise (each is one more reduction over the pairs).
+  /// The most `maxHits` a half-precision prod or mean may promise (each is one more reduction
+  /// over the pairs).
   static constexpr int64_t kMaxScatterHits = 16;
   /// A scatter mode: overwrite, sum, prod, mean, amax or amin.
   static bool isScatterMode(const std::string &mode);
   /// Whether eager rounds a `mode` scatter into `t` after each value in source order (a
   /// half-precision sum, prod or mean), which braze follows for up to kMaxScatterHits values.
   static bool scatterRoundsInOrder(DType t, const std::string &mode);
-  /// Whether a `mode` scatter into `t` may combine its values in place, in any order, and so
-  /// has no pairs limit: a sum, prod, mean, amax or amin of f32, f64, i32 or i64, or of f16 or
-  /// bf16 where eager accumulates in f32 and rounds once (`inOrder` false; where eager rounds
-  /// after each value, `inOrder`, only amax and amin), self included or not. Above the limit
+  /// Whether a `mode` scatter into `t` may combine its values in place and so has no pairs
+  /// limit: a sum, prod, mean, amax or amin of f32, f64, i32 or i64, or of f16 or bf16 where
+  /// eager accumulates in f32 and rounds once (`inOrder` false; where eager rounds after each
+  /// value, `inOrder`, a sum, rounded after each value in source order on the CPU, and amax
+  /// and amin), self included or not. Above the limit
   /// decompose builds it from accumulating scatters (scatterIsAccumulating) and elementwise
   /// ops: the positions reached, counted by one, take the mode's identity where self is left
   /// out; a mean divides a sum by that count; half precision combines in f32.
@@ -407,8 +410,10 @@ public:
   /// Whether a scatter is one that to_loops lowers itself, combining each source value into
   /// a copy of self in place (atomics on CUDA; on the CPU each thread owns a range of
   /// positions and combines the values aimed at it in source order): a sum, prod, amax or
-  /// amin of f32, f64, i32 or i64 that includes self.
-  static bool scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf);
+  /// amin of f32, f64, i32 or i64 that includes self, or a half-precision sum rounded after
+  /// each value (`inOrder`) that includes self.
+  static bool scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf,
+                                    bool inOrder = false);
   /// Whether numel(self) x `sources` element pairs exceed kMaxScatterPairs.
   static bool exceedsScatterPairs(int64_t self, int64_t sources) {
     return sources != 0 && self > kMaxScatterPairs / sources;

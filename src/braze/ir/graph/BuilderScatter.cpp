@@ -52,7 +52,8 @@ std::string pairsError(int64_t self, int64_t sources, DType t, const std::string
 /// Why eager's one-value-at-a-time rounding of `k` half-precision values per element cannot be
 /// followed ("" if it can or need not be).
 std::string orderedHitsError(DType t, const std::string &mode, int64_t k) {
-  if (GraphBuilder::scatterRoundsInOrder(t, mode) && k > GraphBuilder::kMaxScatterHits)
+  if (GraphBuilder::scatterRoundsInOrder(t, mode) && mode != "sum" &&
+      k > GraphBuilder::kMaxScatterHits)
     return "a half-precision " + mode + " of up to " + std::to_string(k) +
            " values per element (eager rounds after each; braze follows it for up to " +
            std::to_string(GraphBuilder::kMaxScatterHits) + ")";
@@ -354,10 +355,13 @@ bool GraphBuilder::scatterCombinesInPlace(DType t, const std::string &mode, bool
   bool minMax = mode == "amax" || mode == "amin";
   if (!minMax && mode != "sum" && mode != "prod" && mode != "mean")
     return false;
-  return accumulatingType(t) || (isHalf(t) && (!inOrder || minMax));
+  return accumulatingType(t) || (isHalf(t) && (!inOrder || minMax || mode == "sum"));
 }
 
-bool GraphBuilder::scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf) {
+bool GraphBuilder::scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf,
+                                         bool inOrder) {
+  if (isHalf(t) && inOrder)
+    return includeSelf && mode == "sum";
   return includeSelf && accumulatingType(t) &&
          (mode == "sum" || mode == "prod" || mode == "amax" || mode == "amin");
 }
@@ -407,9 +411,9 @@ std::string GraphBuilder::scatterLikeError(OpKind op, const std::vector<const No
 
 Node *GraphBuilder::scatter(Node *self, Node *target, Node *src, const std::string &mode,
                             bool includeSelf, int64_t maxHits) {
-  if (maxHits < 0 || maxHits > kMaxScatterHits)
+  if (maxHits < 0 || (maxHits > kMaxScatterHits && mode != "sum"))
     BRAZE_USER_ERROR("scatter", name_) << "max_hits must be from 0 to " << kMaxScatterHits
-                                       << ", got " << maxHits;
+                                       << " (any for a sum), got " << maxHits;
   if (!isScatterMode(mode))
     BRAZE_USER_ERROR("scatter", name_) << "mode must be overwrite, sum, prod, mean, amax or amin, "
                                        << "got '" << mode << "'";

@@ -208,9 +208,11 @@ bool GraphVerifier::checkScatter() {
     return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
                 "\"amax\" or \"amin\"");
   if (a.has("max_hits") &&
-      (a.getInt("max_hits") < 1 || a.getInt("max_hits") > GraphBuilder::kMaxScatterHits))
+      (a.getInt("max_hits") < 1 ||
+       (a.getInt("max_hits") > GraphBuilder::kMaxScatterHits && a.getString("mode") != "sum")))
     return fail("attribute 'max_hits' must be an integer from 1 to " +
-                std::to_string(GraphBuilder::kMaxScatterHits));
+                std::to_string(GraphBuilder::kMaxScatterHits) +
+                " (at least 1 for a sum, which adds in place beyond that)");
   const Node *self = node_->operand(0), *target = node_->operand(1), *src = node_->operand(2);
   if (!isIntegral(target->dtype()) || target->shape() != src->shape())
     return fail("needs an integer target of the source's shape");

@@ -221,7 +221,8 @@ private:
 
   /// An accumulating scatter combines (add, prod, max or min) into values an earlier
   /// computation wrote, at an integer position, one value per point (no reduction,
-  /// convolution or attention of its own), in a buffer of f32, f64, i32 or i64.
+  /// convolution or attention of its own), in a buffer of f32, f64, i32 or i64; an add also
+  /// into f16 or bf16 (rounded after each value).
   bool checkScatter(const Computation &c, const std::set<const Buffer *> &written) {
     if (c.isReduction() || c.conv || c.attention)
       return failHere("is a scatter and a reduction, a convolution or an attention");
@@ -231,9 +232,11 @@ private:
       return failHere("scatters by " + std::string(reduceKindName(k)) +
                       "; a scatter combines by add, prod, max or min");
     DType t = c.out->dtype;
-    if (t != DType::Float32 && t != DType::Float64 && t != DType::Int32 && t != DType::Int64)
+    bool half = t == DType::Float16 || t == DType::BFloat16;
+    if (t != DType::Float32 && t != DType::Float64 && t != DType::Int32 && t != DType::Int64 &&
+        !(half && k == ReduceKind::Sum))
       return failHere("scatters into %" + c.out->name + " of " + dt(t) +
-                      "; a scatter's buffer is f32, f64, i32 or i64");
+                      "; a scatter's buffer is f32, f64, i32 or i64 (f16 or bf16 for add)");
     if (!written.count(c.out))
       return failHere("scatters into %" + c.out->name + " before anything writes it");
     if (!isIntegral(c.scatterAt->dtype()))

@@ -61,12 +61,16 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
 }
 
 /// Whether `n` is a scatter that to_loops lowers itself (GraphBuilder::scatterIsAccumulating)
-/// because it has more pairs than the reductions take.
+/// because it has more pairs than the reductions take, or (a half-precision sum in order)
+/// more values per element than they follow.
 bool accumulatingScatter(const Node *n) {
+  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
   if (n->op() != OpKind::Scatter ||
       !GraphBuilder::scatterIsAccumulating(n->dtype(), n->attrs().getString("mode"),
-                                           n->attrs().getBool("include_self")))
+                                           n->attrs().getBool("include_self"), maxHits > 0))
     return false;
+  if (maxHits > GraphBuilder::kMaxScatterHits)
+    return true;
   int64_t self = 1, src = 1;
   for (SymExpr d : n->operand(0)->shape())
     self *= d->value();

@@ -222,10 +222,11 @@ double identityOf(const std::string &mode, DType t) {
 ///   r       = scatter(base, target, src, sum | prod | amax | amin)  in f32 for half precision
 ///   mean:     r / (count + 1) with self, r / max(count, 1) without (floor division for ints)
 /// An i64 amin without self combines -1 - x by amax (an order-reversing map of i64 onto
-/// itself), whose identity, the lowest i64, is exact in the builder's constants.
+/// itself), whose identity, the lowest i64, is exact in the builder's constants. A
+/// half-precision sum that eager rounds after each value (`inOrder`) stays in its dtype.
 Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
-                      const std::string &mode, bool includeSelf) {
-  DType t = self->dtype(), acc = computeType(t);
+                      const std::string &mode, bool includeSelf, int64_t maxHits) {
+  DType t = self->dtype(), acc = maxHits > 0 && mode == "sum" ? t : computeType(t);
   Node *one = b.scalar(1, DType::Int64), *count = nullptr, *reached = nullptr;
   if (mode == "mean" || !includeSelf) {
     count = b.scatter(b.full(0, DType::Int64, self->shape()), target,
@@ -243,7 +244,7 @@ Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
   }
   if (!includeSelf)
     base = b.where(reached, b.scalar(identityOf(combine, acc), acc), base);
-  Node *r = b.scatter(base, target, values, combine, true);
+  Node *r = b.scatter(base, target, values, combine, true, acc == t ? maxHits : 0);
   if (flip)
     r = b.sub(b.scalar(-1, DType::Int64), r);
   if (mode == "mean") {
@@ -264,8 +265,9 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   if (numelSrc == 0)
     return self;
   int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
-  if (GraphBuilder::scatterAccumulates(out, mode, maxHits > 0, numelOut, numelSrc))
-    return combinedInPlace(b, self, target, src, mode, includeSelf);
+  if (GraphBuilder::scatterAccumulates(out, mode, maxHits > 0, numelOut, numelSrc) ||
+      maxHits > GraphBuilder::kMaxScatterHits)
+    return combinedInPlace(b, self, target, src, mode, includeSelf, maxHits);
   SymExpr nDim = b.dim(numelOut), mDim = b.dim(numelSrc);
   DType t = out == DType::Bool ? DType::Int64 : out;
   Node *selfFlat = b.convert(b.reshape(self, {nDim}), t);
@@ -397,7 +399,8 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
     // Too many pairs for the reductions: an accumulating scatter, whose positions are
     // computed rather than taken from self's positions in memory.
     Node *target = takenPositions(b, self, dims.front(), indices);
-    return b.scatter(self, target, b.expand(values, target->shape()), "sum", true);
+    return b.scatter(self, target, b.expand(values, target->shape()), "sum", true,
+                     orderedHits(n, "sum", numel(indices[0])));
   }
   Node *pos = positions(b, self->shape());
   Node *target;

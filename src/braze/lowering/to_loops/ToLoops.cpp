@@ -648,7 +648,8 @@ private:
     Node *target = n->operand(1), *src = n->operand(2);
     const std::string &mode = n->attrs().getString("mode");
     BRAZE_CHECK(GraphBuilder::scatterIsAccumulating(n->dtype(), mode,
-                                                    n->attrs().getBool("include_self")))
+                                                    n->attrs().getBool("include_self"),
+                                                    n->attrs().has("max_hits")))
         << "scatter " << n->name() << " reached lowering without combining in place";
     Value out = realize(n, values_.at(n->operand(0)), BufferKind::Intermediate, -1, "",
                         contiguousStrides(s_, n->shape()));

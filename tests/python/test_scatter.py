@@ -411,10 +411,10 @@ def _reduce_every_way(x, i, s):
                                    torch.int32, torch.int64])
 def test_every_mode_beyond_the_pair_cap_combines_in_place(dtype):
     """scatter_reduce beyond the pair cap (2000x8 into 6000x8 sources: 9.2e9 pairs) in every
-    mode, with self and without, compiles and matches eager: sums, products, means (floor
-    division for integers), maxima and minima (a NaN wins), positions no source reaches keep
-    self, half precision accumulates in f32 and rounds once; i64 extremes survive a minimum
-    without self."""
+    mode, with self and without, compiles and matches eager (bit for bit on the CPU): sums,
+    products, means (floor division for integers; half precision divides the rounded sum by the
+    rounded count), maxima and minima (a NaN wins), positions no source reaches keep self, half
+    precision accumulates in f32 and rounds once; i64 extremes survive a minimum without self."""
     g = torch.Generator().manual_seed(3)
     with torch.device("cpu"):
         i = torch.randint(0, 1500, (6000, 8), generator=g)  # rows 1500.. keep self
@@ -431,6 +431,11 @@ def test_every_mode_beyond_the_pair_cap_combines_in_place(dtype):
                 i[:4, 0] = torch.arange(1600, 1604)  # alone at their rows
     device = torch.get_default_device()
     _compiled_matches(_reduce_every_way, x.to(device), i.to(device), s.to(device))
+    if device.type == "cpu":  # each position's values in source order, rounded as eager: its bits
+        torch._dynamo.reset()
+        got = torch.compile(_reduce_every_way, backend="braze", dynamic=False)(x, i, s)
+        for a, e in zip(got, _reduce_every_way(x, i, s)):
+            assert torch.equal(a.isnan(), e.isnan()) and torch.equal(a.nan_to_num(), e.nan_to_num())
 
 
 def test_index_reduce_and_put_beyond_the_pair_cap():

@@ -220,7 +220,8 @@ double identityOf(const std::string &mode, DType t) {
 ///   count   = scatter(0, target, 1, sum)           (where a mean or a left-out self needs it)
 ///   base    = self, or where(count > 0, the mode's identity, self) with self left out
 ///   r       = scatter(base, target, src, sum | prod | amax | amin)  in f32 for half precision
-///   mean:     r / (count + 1) with self, r / max(count, 1) without (floor division for ints)
+///   mean:     r / (count + 1) with self, r / max(count, 1) without (floor division for ints;
+///             half precision rounds r and the count to its dtype first, as eager)
 /// An i64 amin without self combines -1 - x by amax (an order-reversing map of i64 onto
 /// itself), whose identity, the lowest i64, is exact in the builder's constants. A
 /// half-precision sum that eager rounds after each value (`inOrder`) stays in its dtype.
@@ -248,8 +249,11 @@ Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
   if (flip)
     r = b.sub(b.scalar(-1, DType::Int64), r);
   if (mode == "mean") {
-    Node *c = b.convert(includeSelf ? b.add(count, one) : b.binary(OpKind::Maximum, count, one),
-                        acc);
+    // Eager divides the sum, rounded to the dtype, by the count, also in the dtype.
+    auto rounded = [&](Node *x) { return acc == t ? b.convert(x, acc)
+                                                  : b.convert(b.convert(x, t), acc); };
+    Node *c = rounded(includeSelf ? b.add(count, one) : b.binary(OpKind::Maximum, count, one));
+    r = rounded(r);
     r = isFloating(acc) ? b.div(r, c) : b.binary(OpKind::FloorDiv, r, c);
   }
   return b.convert(r, t);

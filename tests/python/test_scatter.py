@@ -388,18 +388,47 @@ def test_half_precision_sums_in_place_on_every_device(dtype):
     _compiled_matches(lambda x, i, r: x.index_add(0, i, r) - 1, x, ids, rows)
 
 
-def test_scatter_beyond_the_pair_cap_falls_back():
-    """The decomposition is quadratic; 2^14 x 2^13 element pairs of a scatter that cannot
-    combine in place (an overwrite, where the last source in order wins) stay in eager."""
-    x = torch.zeros(1 << 14)
-    index = torch.arange(1 << 13) * 2
-    src = torch.ones(1 << 13)
+def test_half_precision_products_of_many_values_fall_back():
+    """Eager rounds a half-precision index_reduce product after each value; braze follows
+    that order for up to 16 values per element (one reduction each) and leaves more to
+    eager."""
+    x = torch.randn(4, 3).to(torch.bfloat16)
+    index = torch.zeros(20, dtype=torch.int64)
+    src = (1 + torch.randn(20, 3) / 10).to(torch.bfloat16)
     torch._dynamo.reset()
     before = braze.counters()["fallback_ops"]
-    fn = lambda x, i, s: x.scatter(0, i, s)
+    fn = lambda x, i, s: x.index_reduce(0, i, s, "prod")
     out = torch.compile(fn, backend="braze")(x, index, src)
     assert braze.counters()["fallback_ops"] == before + 1
     torch.testing.assert_close(out, fn(x, index, src))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_overwrites_beyond_the_pair_cap(dtype):
+    """Overwriting scatters beyond the pair cap compile: scatter with repeated positions gives
+    each the last source in order, as eager's CPU kernel does, on every device (an
+    accumulating maximum of source indices); put and index_put over dims that are not
+    adjacent write each position once."""
+    g = torch.Generator().manual_seed(8)
+    with torch.device("cpu"):
+        x = _make((3000, 64), dtype, g)
+        i = torch.randint(0, 3000, (5000, 64), generator=g)
+        s = _make((5000, 64), dtype, g)
+        # put and index_put leave the winner among repeated positions unspecified (eager's
+        # CPU kernels split them among threads): positions without repeats
+        flat = torch.randperm(3000 * 64, generator=g)[:70000]
+        vals = _make((70000,), dtype, g)
+        cube = _make((300, 40, 50), dtype, g)
+        pairs = torch.randperm(300 * 50, generator=g)[:9000]
+        ci, cj = pairs // 50, pairs % 50
+        cv = _make((9000, 40), dtype, g)
+    device = torch.get_default_device()
+    x, i, s, flat, vals, cube, ci, cj, cv = (
+        t.to(device) for t in (x, i, s, flat, vals, cube, ci, cj, cv))
+    _compiled_matches(lambda x, i, s: x.scatter(0, i, s), x, i, s)
+    _compiled_matches(lambda x, i, v: x.put(i, v), x, flat, vals)
+    _compiled_matches(lambda c, i, j, v: torch.ops.aten.index_put(c, [i, None, j], v),
+                      cube, ci, cj, cv)
 
 
 def _reduce_every_way(x, i, s):

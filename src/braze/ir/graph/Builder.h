@@ -399,7 +399,9 @@ public:
   /// half-precision sum, prod or mean), which braze follows for up to kMaxScatterHits values.
   static bool scatterRoundsInOrder(DType t, const std::string &mode);
   /// Whether a `mode` scatter into `t` may combine its values in place and so has no pairs
-  /// limit: a sum, prod, mean, amax or amin of f32, f64, i32 or i64, or of f16 or bf16 where
+  /// limit: an overwrite of any dtype (the last source aimed at a position, found by an
+  /// accumulating maximum of source indices, wins); a sum, prod, mean, amax or amin of f32,
+  /// f64, i32 or i64, or of f16 or bf16 where
   /// eager accumulates in f32 and rounds once (`inOrder` false; where eager rounds after each
   /// value, `inOrder`, a sum, rounded after each value in source order on the CPU, and amax
   /// and amin), self included or not. Above the limit

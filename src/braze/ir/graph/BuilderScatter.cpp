@@ -139,7 +139,7 @@ std::string putError(const Node *self, const Node *index, const Node *source, co
   int64_t k = numelOf(index);
   if (numelOf(source) != k)
     return "source must have as many elements as index";
-  std::string mode = a.getBool("accumulate") ? "sum" : "";
+  std::string mode = a.getBool("accumulate") ? "sum" : "overwrite";
   std::string e = orderedHitsError(self->dtype(), mode, k);
   return e.empty() ? pairsError(numelOf(self), k, self->dtype(), mode,
                                 GraphBuilder::scatterRoundsInOrder(self->dtype(), mode))
@@ -152,7 +152,7 @@ std::string diagonalScatterError(const Node *self, const Node *src, const AttrMa
     return "dim1 and dim2 must be two different dims of self";
   if (diagonalShape(sizes(self), a.getInt("offset"), d1, d2) != sizes(src))
     return "src must have the diagonal's shape";
-  return pairsError(numelOf(self), numelOf(src));
+  return pairsError(numelOf(self), numelOf(src), self->dtype(), "overwrite", false);
 }
 
 /// Static broadcast of two shapes, or nullopt.
@@ -216,12 +216,12 @@ std::string indexPutError(const std::vector<const Node *> &ops, const AttrMap &a
   std::optional<std::vector<int64_t>> b = broadcastSizes(sizes(values), target);
   if (!b || *b != target)
     return "values do not broadcast to the indexed shape";
-  std::string mode = a.getBool("accumulate") ? "sum" : "";
+  std::string mode = a.getBool("accumulate") ? "sum" : "overwrite";
   e = orderedHitsError(self->dtype(), mode, fanIn);
   if (!e.empty())
     return e;
   const IntList &dims = a.getInts("dims");
-  if (mode.empty() && GraphBuilder::adjacentDims(dims)) {
+  if (mode == "overwrite" && GraphBuilder::adjacentDims(dims)) {
     // Each position of the indexed dims is compared with each index entry (no scatter).
     std::vector<int64_t> xs = sizes(self);
     return pairsError(product(std::vector<int64_t>(xs.begin() + dims.front(),
@@ -352,6 +352,8 @@ bool accumulatingType(DType t) {
 } // namespace
 
 bool GraphBuilder::scatterCombinesInPlace(DType t, const std::string &mode, bool inOrder) {
+  if (mode == "overwrite")
+    return true;
   bool minMax = mode == "amax" || mode == "amin";
   if (!minMax && mode != "sum" && mode != "prod" && mode != "mean")
     return false;

@@ -216,7 +216,9 @@ double identityOf(const std::string &mode, DType t) {
 
 /// A scatter with more pairs than the reductions take that combines in place
 /// (GraphBuilder::scatterCombinesInPlace) but is no accumulating scatter itself, built from
-/// accumulating scatters and elementwise ops:
+/// accumulating scatters and elementwise ops. An overwrite takes, at each position, the source
+/// whose flat index is the largest among those aimed there (the last in order, eager's CPU
+/// result), found by an accumulating amax of the indices into -1. The other modes:
 ///   count   = scatter(0, target, 1, sum)           (where a mean or a left-out self needs it)
 ///   base    = self, or where(count > 0, the mode's identity, self) with self left out
 ///   r       = scatter(base, target, src, sum | prod | amax | amin)  in f32 for half precision
@@ -227,6 +229,15 @@ double identityOf(const std::string &mode, DType t) {
 /// half-precision sum that eager rounds after each value (`inOrder`) stays in its dtype.
 Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
                       const std::string &mode, bool includeSelf, int64_t maxHits) {
+  if (mode == "overwrite") {
+    // The last source in order aimed at each position: the maximum of their flat indices.
+    int64_t m = numel(src);
+    Node *order = b.reshape(b.iota(DType::Int64, {b.dim(m)}, 0), src->shape());
+    Node *last = b.scatter(b.full(-1, DType::Int64, self->shape()), target, order, "amax", true);
+    Node *zero = b.scalar(0, DType::Int64);
+    Node *value = b.take(b.reshape(src, {b.dim(m)}), 0, b.binary(OpKind::Maximum, last, zero));
+    return b.where(b.binary(OpKind::Ge, last, zero), value, self);
+  }
   DType t = self->dtype(), acc = maxHits > 0 && mode == "sum" ? t : computeType(t);
   Node *one = b.scalar(1, DType::Int64), *count = nullptr, *reached = nullptr;
   if (mode == "mean" || !includeSelf) {

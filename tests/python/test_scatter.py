@@ -407,8 +407,8 @@ def test_half_precision_products_of_many_values_fall_back():
 def test_overwrites_beyond_the_pair_cap(dtype):
     """Overwriting scatters beyond the pair cap compile: scatter with repeated positions gives
     each the last source in order, as eager's CPU kernel does, on every device (an
-    accumulating maximum of source indices); put and index_put over dims that are not
-    adjacent write each position once."""
+    accumulating maximum of source indices); put, index_put over dims that are not adjacent
+    and diagonal_scatter write each position once."""
     g = torch.Generator().manual_seed(8)
     with torch.device("cpu"):
         x = _make((3000, 64), dtype, g)
@@ -429,6 +429,10 @@ def test_overwrites_beyond_the_pair_cap(dtype):
     _compiled_matches(lambda x, i, v: x.put(i, v), x, flat, vals)
     _compiled_matches(lambda c, i, j, v: torch.ops.aten.index_put(c, [i, None, j], v),
                       cube, ci, cj, cv)
+    with torch.device("cpu"):
+        square, diag = _make((2000, 2000), dtype, g), _make((1999,), dtype, g)
+    square, diag = square.to(device), diag.to(device)
+    _compiled_matches(lambda x, d: torch.diagonal_scatter(x, d, 1), square, diag)
 
 
 def _reduce_every_way(x, i, s):

@@ -306,9 +306,11 @@ class Replayed:
                 counts["cuda_graph_uncaptured_sizes"] += 1
                 return self.fn(*args)
             group = self.sizes[key] = _Captures()
-        for c in group.captures:
+        for k, c in enumerate(group.captures):
             if not c.busy() and c.fits(args):
                 c.used = self.calls
+                if k:  # the capture replayed last is tried first at the next call
+                    group.captures.insert(0, group.captures.pop(k))
                 return self._replayed(group, c.run(args))
         if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
             counts["cuda_graph_busy"] += 1

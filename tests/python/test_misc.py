@@ -274,16 +274,18 @@ def test_generated_sources_are_kept_only_for_run_and_get_code():
 
 
 class _FakeCapture:
-    """Stands in for a CUDA-graph capture where there is no GPU: it always fits and runs fn."""
+    """Stands in for a CUDA-graph capture where there is no GPU: it fits the calls whose first
+    argument is the tensor it was made with (an input read in place), and runs fn."""
 
     def __init__(self, fn, args, static, name, written):
         self.fn = fn
+        self.first = args[0]
 
     def busy(self):
         return False
 
     def fits(self, args):
-        return True
+        return args[0] is self.first
 
     def run(self, args):
         return self.fn(*args)
@@ -307,11 +309,18 @@ def test_cuda_graphs_of_dynamic_shapes_capture_per_size_up_to_the_limit(monkeypa
         (2, 3), 5, None, "list", 2.5)
     counts = dict(cudagraphs.counts)
     r = cudagraphs.Replayed(lambda x, n: x * n, frozenset(), "g", max_sizes=2)
+    xs = {n: torch.ones(n) for n in (3, 4, 5)}
     for _ in range(2):
         for n in (3, 4, 5):
-            torch.testing.assert_close(r(torch.ones(n), n), torch.full((n,), float(n)))
+            torch.testing.assert_close(r(xs[n], n), torch.full((n,), float(n)))
     got = {k: cudagraphs.counts[k] - counts[k] for k in counts}
     # 3 is the first call; 4 and 5 are captured (the limit); the second 3 is over the limit
     assert got == {"cuda_graphs": 2, "cuda_graph_replays": 4, "cuda_graph_busy": 0,
                    "cuda_graph_uncaptured_sizes": 1}, got
     assert len(r.captures) == 2 and r.full
+    # a static callable tries the capture it replayed last first
+    s = cudagraphs.Replayed(lambda x: x + 1, frozenset(), "s")
+    a, b = torch.ones(2), torch.zeros(2)
+    for x in (a, a, b, a, b):
+        s(x)
+    assert [c.first for c in s.captures] == [b, a]

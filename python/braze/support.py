@@ -51,6 +51,57 @@ def _key(node):
         return None
 
 
+aten = torch.ops.aten
+
+
+def _numel(x):
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    return val.numel() if isinstance(val, torch.Tensor) else 0
+
+
+def _order_dependent_scatter(node):
+    """(self, sources) of a float scatter that sums, multiplies or averages, whose result
+    depends on the order of its additions; None for any other node."""
+    a = dict(zip((arg.name for arg in node.target._schema.arguments), node.args))
+    a.update(node.kwargs)
+    t = node.target
+    if t in (aten.index_put.default, aten._unsafe_index_put.default) and a.get("accumulate"):
+        first = next((i for i in a["indices"] if i is not None), None)
+        return a["self"], max(_numel(a["values"]), _numel(first))
+    if t is aten.index_add.default:
+        return a["self"], _numel(a["source"])
+    if t is aten.scatter_add.default:
+        return a["self"], _numel(a["index"])
+    if t is aten.scatter_reduce.two and a["reduce"] in ("sum", "prod", "mean"):
+        return a["self"], _numel(a["index"])
+    if t is aten.index_reduce.default and a["reduce"] in ("prod", "mean"):
+        return a["self"], _numel(a["source"])
+    if t is aten.put.default and a.get("accumulate"):
+        return a["self"], _numel(a["index"])
+    return None
+
+
+def nondeterministic_on_cuda(node):
+    """Why braze's CUDA code for `node` is not deterministic (None where it is): a float scatter
+    that adds or multiplies beyond braze's pair limit runs as atomics in no fixed order. Under
+    torch.use_deterministic_algorithms(True) such a node runs in eager, whose deterministic
+    kernel (or error) applies, as TorchInductor does."""
+    if not getattr(node.target, "_schema", None):
+        return None
+    found = _order_dependent_scatter(node)
+    if found is None:
+        return None
+    self, sources = found
+    val = self.meta.get("val") if isinstance(self, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+        return None
+    if val.numel() * sources <= _C.MAX_SCATTER_PAIRS:
+        return None
+    return ("torch.use_deterministic_algorithms(True): beyond braze's scatter pair limit "
+            f"({val.numel()} x {sources} element pairs) its CUDA code adds atomically, in no "
+            "fixed order; eager's deterministic kernel runs")
+
+
 def node_support(node, device=None):
     """(True, "") if braze can compile this call_function node alone in a graph on `device`
     (None: the CPU), else (False, reason)."""
@@ -61,6 +112,10 @@ def node_support(node, device=None):
             for d in devices.tensor_devices(n):
                 if d != device:
                     return False, f"{n.name} is on {d} in a graph on {device}"
+        if device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
+            why = nondeterministic_on_cuda(node)
+            if why is not None:
+                return False, why
     key = _key(node)
     if key is not None and (key, device) in _cache:
         return _cache[key, device]

@@ -613,3 +613,50 @@ def test_index_select_of_a_0d_tensor():
     """PyTorch's decomposition index_puts into an empty_permuted tensor."""
     _compiled_matches(lambda x, i: torch.index_select(x, 0, i) * 2, torch.tensor(2.5),
                       torch.tensor([0]))
+
+
+def test_scatters_that_atomics_would_reorder_are_named_for_deterministic_mode():
+    """Float sums, products and means beyond the pair cap add atomically on CUDA, in no fixed
+    order: braze names them (support.nondeterministic_on_cuda), so that under
+    torch.use_deterministic_algorithms(True) they run in eager. Maxima, integers and scatters
+    within the cap are deterministic on every device."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from braze import support
+
+    def fn(x, i, s, j, y, xi, si, small, k, v):
+        return (x.index_put((i,), s, accumulate=True), x.index_add(0, i, s),
+                x.scatter_add(0, j, y), x.scatter_reduce(0, j, y, "mean"),
+                x.scatter_reduce(0, j, y, "amax"), xi.index_put((i,), si, accumulate=True),
+                small.index_put((k,), v, accumulate=True))
+    with torch.device("cpu"):
+        x, i, s = torch.randn(3000, 64), torch.randint(0, 3000, (700,)), torch.randn(700, 64)
+        j, y = torch.randint(0, 3000, (900, 64)), torch.randn(900, 64)
+        xi, si = torch.ones(3000, 64, dtype=torch.int64), torch.ones(700, 64, dtype=torch.int64)
+        small, k, v = torch.randn(10, 4), torch.tensor([1, 1]), torch.randn(2, 4)
+        gm = make_fx(fn)(x, i, s, j, y, xi, si, small, k, v)
+    named = [n.target.__name__ for n in gm.graph.nodes
+             if n.op == "call_function" and support.nondeterministic_on_cuda(n)]
+    assert sorted(named) == ["index_add.default", "index_put.default", "scatter_add.default",
+                             "scatter_reduce.two"], named
+    why = next(support.nondeterministic_on_cuda(n) for n in gm.graph.nodes
+               if n.op == "call_function" and support.nondeterministic_on_cuda(n))
+    assert "torch.use_deterministic_algorithms(True)" in why and "element pairs" in why
+
+
+def test_deterministic_mode_runs_atomic_scatters_in_eager(device):
+    if device != "cuda":
+        pytest.skip("deterministic mode changes only braze's CUDA scatters")
+    x, rows = torch.randn(3000, 64), torch.randn(700, 64)
+    ids = torch.randint(0, 3000, (700,))
+    fn = lambda x, i, r: x.index_put((i,), r, accumulate=True) * 2
+    torch._dynamo.reset()
+    torch.use_deterministic_algorithms(True)
+    try:
+        before = braze.counters()["fallback_ops"]
+        got = [torch.compile(fn, backend="braze")(x, ids, rows) for _ in range(2)]
+        assert braze.counters()["fallback_ops"] > before
+        assert torch.equal(got[0], got[1])
+        torch.testing.assert_close(got[0], fn(x, ids, rows))
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch._dynamo.reset()

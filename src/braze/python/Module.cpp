@@ -182,6 +182,7 @@ NB_MODULE(_C, m) {
   m.attr("InternalError") = nb::borrow(internalError);
   m.attr("RunError") = nb::borrow(runError);
   m.attr("MAX_SCATTER_HITS") = GraphBuilder::kMaxScatterHits;
+  m.attr("MAX_SCATTER_PAIRS") = GraphBuilder::kMaxScatterPairs;
   m.attr("MAX_SCAN") = GraphBuilder::kMaxScan;
   nb::register_exception_translator([](const std::exception_ptr &p, void *) {
     try {

@@ -8,7 +8,8 @@
 /// Values that stay in the kernel live in C++ locals named after their buffer.
 /// Over 800 lines for a reason: one CpuEmitter holds the names, scopes and options every kernel
 /// form shares (loop nests, lane mode, GEMM, convolution and attention calls, which fall back
-/// to the loop nest); the preludes those calls need live in their own files.
+/// to the loop nest, and accumulating scatters); the preludes those calls need live in their
+/// own files.
 #include "braze/codegen/cpu/CppCodegen.h"
 #include "braze/codegen/cpu/AttentionPrelude.h"
 #include "braze/codegen/cpu/DnnlPrelude.h"
@@ -334,11 +335,12 @@ private:
            body + "}\n\n";
   }
 
-  /// The expression combining `held` and `value` by k (a maximum or minimum keeps a NaN).
+  /// The expression combining `held` and `value` by k: braze_max and braze_min (the C
+  /// prelude's) keep a NaN, and `held` where the two are equal.
   static std::string combined(ReduceKind k, const std::string &held, const std::string &value) {
     if (k == ReduceKind::Max || k == ReduceKind::Min)
-      return "(" + held + " != " + held + " || " + held + (k == ReduceKind::Max ? " >= " : " <= ") +
-             value + ") ? " + held + " : " + value;
+      return std::string(k == ReduceKind::Max ? "braze_max(" : "braze_min(") + value + ", " +
+             held + ")";
     return held + (k == ReduceKind::Prod ? " * " : " + ") + value;
   }
 

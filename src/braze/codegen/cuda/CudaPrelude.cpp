@@ -79,34 +79,6 @@ BRAZE_FN void braze_atomic_add(int32_t* p, int32_t v) { atomicAdd((int*)p, (int)
 BRAZE_FN void braze_atomic_add(int64_t* p, int64_t v) {
   atomicAdd((unsigned long long*)p, (unsigned long long)v);
 }
-// Its products, maxima and minima (a NaN, held or combined, wins: eager's scatter_reduce): a
-// compare-and-swap of the element's bits until no other thread changed it in between.
-template <typename T> BRAZE_FN T braze_combine_prod(T a, T b) { return a * b; }
-template <typename T> BRAZE_FN T braze_combine_max(T a, T b) { return (a != a || a >= b) ? a : b; }
-template <typename T> BRAZE_FN T braze_combine_min(T a, T b) { return (a != a || a <= b) ? a : b; }
-#define BRAZE_ATOMIC_COMBINE(OP, T, W, TO_W, FROM_W)                                         \
-  BRAZE_FN void braze_atomic_##OP(T* p, T v) {                                               \
-    W* q = (W*)p;                                                                            \
-    W old = *q, seen;                                                                        \
-    do {                                                                                     \
-      seen = old;                                                                            \
-      old = atomicCAS(q, seen, TO_W(braze_combine_##OP(FROM_W(seen), v)));                   \
-    } while (old != seen);                                                                   \
-  }
-#define BRAZE_ATOMIC_COMBINES(T, W, TO_W, FROM_W)                                            \
-  BRAZE_ATOMIC_COMBINE(prod, T, W, TO_W, FROM_W)                                             \
-  BRAZE_ATOMIC_COMBINE(max, T, W, TO_W, FROM_W)                                              \
-  BRAZE_ATOMIC_COMBINE(min, T, W, TO_W, FROM_W)
-BRAZE_FN unsigned long long braze_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
-BRAZE_FN double braze_f64(unsigned long long b) { return __longlong_as_double((long long)b); }
-BRAZE_FN unsigned long long braze_bits(int64_t x) { return (unsigned long long)x; }
-BRAZE_FN int64_t braze_i64(unsigned long long b) { return (int64_t)b; }
-BRAZE_ATOMIC_COMBINES(float, unsigned int, __float_as_uint, __uint_as_float)
-BRAZE_ATOMIC_COMBINES(double, unsigned long long, braze_bits, braze_f64)
-BRAZE_ATOMIC_COMBINES(int32_t, int, (int), (int32_t))
-BRAZE_ATOMIC_COMBINES(int64_t, unsigned long long, braze_bits, braze_i64)
-#undef BRAZE_ATOMIC_COMBINES
-#undef BRAZE_ATOMIC_COMBINE
 // Round to nearest even, as PyTorch; one instruction (sm_80+). A NaN stays a NaN.
 BRAZE_FN uint16_t braze_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 // An accumulating scatter's adds into f16 and bf16 elements, rounded after each (as eager's
@@ -133,6 +105,35 @@ template <typename T> BRAZE_FN auto braze_exp(T x) -> decltype(std::exp(x)) { re
 )PRELUDE";
 
 const char *kCudaHelpers = R"PRELUDE(
+// An accumulating scatter's products, maxima and minima (braze_max and braze_min keep a NaN,
+// as eager's scatter_reduce, and the held value where the two are equal): a compare-and-swap of
+// the element's bits until no other thread changed it in between.
+template <typename T> BRAZE_FN T braze_combine_prod(T held, T v) { return held * v; }
+template <typename T> BRAZE_FN T braze_combine_max(T held, T v) { return braze_max(v, held); }
+template <typename T> BRAZE_FN T braze_combine_min(T held, T v) { return braze_min(v, held); }
+#define BRAZE_ATOMIC_COMBINE(OP, T, W, TO_W, FROM_W)                                         \
+  BRAZE_FN void braze_atomic_##OP(T* p, T v) {                                               \
+    W* q = (W*)p;                                                                            \
+    W old = *q, seen;                                                                        \
+    do {                                                                                     \
+      seen = old;                                                                            \
+      old = atomicCAS(q, seen, TO_W(braze_combine_##OP(FROM_W(seen), v)));                   \
+    } while (old != seen);                                                                   \
+  }
+#define BRAZE_ATOMIC_COMBINES(T, W, TO_W, FROM_W)                                            \
+  BRAZE_ATOMIC_COMBINE(prod, T, W, TO_W, FROM_W)                                             \
+  BRAZE_ATOMIC_COMBINE(max, T, W, TO_W, FROM_W)                                              \
+  BRAZE_ATOMIC_COMBINE(min, T, W, TO_W, FROM_W)
+BRAZE_FN unsigned long long braze_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
+BRAZE_FN double braze_f64(unsigned long long b) { return __longlong_as_double((long long)b); }
+BRAZE_FN unsigned long long braze_bits(int64_t x) { return (unsigned long long)x; }
+BRAZE_FN int64_t braze_i64(unsigned long long b) { return (int64_t)b; }
+BRAZE_ATOMIC_COMBINES(float, unsigned int, __float_as_uint, __uint_as_float)
+BRAZE_ATOMIC_COMBINES(double, unsigned long long, braze_bits, braze_f64)
+BRAZE_ATOMIC_COMBINES(int32_t, int, (int), (int32_t))
+BRAZE_ATOMIC_COMBINES(int64_t, unsigned long long, braze_bits, braze_i64)
+#undef BRAZE_ATOMIC_COMBINES
+#undef BRAZE_ATOMIC_COMBINE
 // N elements of T moved as whole 2..16-byte words (16-byte pieces beyond that); both pointers
 // are aligned to min(16, N * sizeof(T)) bytes.
 template <int B> struct braze_word;

@@ -217,8 +217,9 @@ struct Computation {
   /// Set when the computation is an accumulating scatter: for every point of its space (the
   /// source's), `value` is combined into out at the flat element `scatterAt` (an integer Expr),
   /// which must lie in out, by `scatterCombine` (Sum, Prod, Max or Min; Max and Min propagate
-  /// NaN; a Sum into f16 or bf16 computes in f32 and rounds after each value). out holds its initial values from an earlier computation; the values may land in
-  /// any order (atomic on CUDA). Not a reduction, convolution or attention.
+  /// NaN; a Sum into f16 or bf16 computes in f32 and rounds after each value). out holds its
+  /// initial values from an earlier computation; the values may land in any order (atomic on
+  /// CUDA). Not a reduction, convolution or attention.
   const Expr *scatterAt = nullptr;
   ReduceKind scatterCombine = ReduceKind::Sum;
 

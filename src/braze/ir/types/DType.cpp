@@ -2,6 +2,8 @@
 
 #include "braze/support/Check.h"
 
+#include <limits>
+
 namespace braze {
 
 std::string_view dtypeName(DType t) {
@@ -71,6 +73,28 @@ DType promoteTypes(DType a, DType b) {
 
 DType computeType(DType t) {
   return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+}
+
+double lowestValue(DType t) {
+  switch (t) {
+  case DType::Bool:
+  case DType::UInt8:
+    return 0;
+  case DType::Int8:
+    return std::numeric_limits<int8_t>::min();
+  case DType::Int16:
+    return std::numeric_limits<int16_t>::min();
+  case DType::Int32:
+    return std::numeric_limits<int32_t>::min();
+  case DType::Int64:
+    return static_cast<double>(std::numeric_limits<int64_t>::min());
+  case DType::Float16:
+  case DType::BFloat16:
+  case DType::Float32:
+  case DType::Float64:
+    return -std::numeric_limits<double>::infinity();
+  }
+  return -std::numeric_limits<double>::infinity();
 }
 
 } // namespace braze

@@ -23,5 +23,7 @@ bool isSigned(DType t);
 DType promoteTypes(DType a, DType b);
 /// The type arithmetic in a kernel is done in: f16/bf16 compute in f32, everything else in itself.
 DType computeType(DType t);
+/// The lowest value of `t` (-inf for floats, 0 for bool and u8), exact as a double.
+double lowestValue(DType t);
 
 } // namespace braze

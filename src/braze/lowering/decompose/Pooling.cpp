@@ -16,9 +16,6 @@
 /// candidate index per dim, and a position receives the gradients whose index names it.
 #include "braze/lowering/decompose/Decompose.h"
 
-#include <cmath>
-#include <limits>
-
 namespace braze::decomp {
 
 namespace {
@@ -26,28 +23,6 @@ int64_t constOf(GraphBuilder &b, SymExpr e) {
   int64_t v = 0;
   b.sym().constValue(e, v);
   return v;
-}
-
-double lowestOf(DType t) {
-  switch (t) {
-  case DType::Bool:
-  case DType::UInt8:
-    return 0;
-  case DType::Int8:
-    return std::numeric_limits<int8_t>::min();
-  case DType::Int16:
-    return std::numeric_limits<int16_t>::min();
-  case DType::Int32:
-    return std::numeric_limits<int32_t>::min();
-  case DType::Int64:
-    return static_cast<double>(std::numeric_limits<int64_t>::min());
-  case DType::Float16:
-  case DType::BFloat16:
-  case DType::Float32:
-  case DType::Float64:
-    return -INFINITY;
-  }
-  return -INFINITY;
 }
 
 /// The window parameters of a regular pooling node, and the sizes it pools from and to.
@@ -142,7 +117,7 @@ std::vector<SymExpr> along(GraphBuilder &b, int64_t rank, int64_t at, int64_t si
 
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
   Geometry g = geometryOf(b, n, n->operand(0), n);
-  double lowest = lowestOf(n->dtype());
+  double lowest = lowestValue(n->dtype());
   Node *w = windows(b, g, n->operand(0), lowest, lowest);
   return b.reduce(OpKind::Amax, w, lastDims(w->rank(), g.spatial), false);
 }
@@ -150,7 +125,7 @@ Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   Geometry g = geometryOf(b, n, x, n);
-  double lowest = lowestOf(x->dtype());
+  double lowest = lowestValue(x->dtype());
   Node *w = flattenLast(b, windows(b, g, x, lowest, lowest), g.spatial);
   Node *pos = b.reduce(OpKind::ArgMax, w, {-1}, false);
   std::vector<Node *> taps = splitTaps(b, pos, g.kernel), coords;

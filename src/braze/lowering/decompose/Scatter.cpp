@@ -203,14 +203,11 @@ namespace {
 double identityOf(const std::string &mode, DType t) {
   if (mode == "prod")
     return 1;
-  double infinity = std::numeric_limits<double>::infinity();
   if (mode == "amax")
-    return t == DType::Int32   ? static_cast<double>(std::numeric_limits<int32_t>::min())
-           : t == DType::Int64 ? static_cast<double>(std::numeric_limits<int64_t>::min())
-                               : -infinity;
-  if (mode == "amin")
+    return lowestValue(t);
+  if (mode == "amin") // an i64 minimum is flipped into a maximum (its highest is no double)
     return t == DType::Int32 ? static_cast<double>(std::numeric_limits<int32_t>::max())
-                             : infinity;
+                             : std::numeric_limits<double>::infinity();
   return 0;
 }
 

@@ -271,7 +271,6 @@ class _Captures:
         self.captures = []
         self.made = 0  # captures made, and calls replayed, at this size
         self.replays = 0
-        self.bytes = 0  # device memory the captures reserved
 
 
 class Replayed:
@@ -287,7 +286,7 @@ class Replayed:
         self.max_sizes = max_sizes
         self.calls = 0
         self.sizes = {}  # size_key -> _Captures (key None for a static graph)
-        self.bytes = 0
+        self.bytes = 0  # device memory the captures reserved
         self.full = False  # no more sizes are captured
         self.failed = False
 
@@ -322,9 +321,7 @@ class Replayed:
             _end_generator_capture()
             self._drop(f"capture failed: {type(e).__name__}: {e}")
             return self.fn(*args)
-        grown = max(torch.cuda.memory_reserved() - reserved, 0)
-        group.bytes += grown
-        self.bytes += grown
+        self.bytes += max(torch.cuda.memory_reserved() - reserved, 0)
         counts["cuda_graphs"] += 1
         group.made += 1
         c.used = self.calls
@@ -375,9 +372,8 @@ class Replayed:
     def _drop(self, reason):
         log(f"{self.name} runs without CUDA graphs from now on: {reason}")
         self.failed = True
-        for group in self.sizes.values():
-            for c in group.captures:
-                c.release()
+        for c in self.captures:
+            c.release()
         self.sizes = {}
 
 

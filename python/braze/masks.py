@@ -11,6 +11,8 @@ construction; this covers any construction, because it looks at the value."""
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from braze.registry import bound_args
+
 aten = torch.ops.aten
 
 # op -> (name of its mask operand, name of its causal flag)
@@ -22,17 +24,6 @@ _MASKED_OPS = {
 }
 # Masks of more elements are not evaluated (the compile would hold a copy of it).
 MAX_ELEMENTS = 1 << 26
-
-
-def _bound(node):
-    """node's arguments by schema name: {name: value}, defaults filled in."""
-    out = {}
-    for i, arg in enumerate(node.target._schema.arguments):
-        if i < len(node.args) and not arg.kwarg_only:
-            out[arg.name] = node.args[i]
-        else:
-            out[arg.name] = node.kwargs.get(arg.name, arg.default_value)
-    return out
 
 
 def _set(node, name, value):
@@ -112,7 +103,7 @@ def _fold(gm):
         names = _MASKED_OPS.get(node.target) if node.op == "call_function" else None
         if names is None:
             continue
-        bound = _bound(node)
+        bound = bound_args(node)
         mask_node, causal = bound[names[0]], bool(bound[names[1]])
         if not isinstance(mask_node, torch.fx.Node):
             continue

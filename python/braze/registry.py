@@ -26,6 +26,17 @@ PARTS_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
 
+def bound_args(node):
+    """An FX call_function node's arguments by schema name: {name: value}, defaults filled in."""
+    out = {}
+    for i, arg in enumerate(node.target._schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            out[arg.name] = node.args[i]
+        else:
+            out[arg.name] = node.kwargs.get(arg.name, arg.default_value)
+    return out
+
+
 class Unsupported(Exception):
     """The node cannot be translated; the partitioner leaves it to eager PyTorch."""
 

@@ -10,7 +10,7 @@ from braze import _C
 from braze import cpu as cpu_support
 from braze import devices
 from braze.fx_import import Translator
-from braze.registry import Unsupported, supported_targets
+from braze.registry import Unsupported, aten, bound_args, supported_targets
 
 # (key, device) -> (supported, reason)
 _cache = {}
@@ -51,20 +51,23 @@ def _key(node):
         return None
 
 
-aten = torch.ops.aten
-
-
 def _numel(x):
     val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     return val.numel() if isinstance(val, torch.Tensor) else 0
 
 
+_ORDER_DEPENDENT_TARGETS = {aten.index_put.default, aten._unsafe_index_put.default,
+                             aten.index_add.default, aten.scatter_add.default,
+                             aten.scatter_reduce.two, aten.index_reduce.default, aten.put.default}
+
+
 def _order_dependent_scatter(node):
     """(self, sources) of a float scatter that sums, multiplies or averages, whose result
     depends on the order of its additions; None for any other node."""
-    a = dict(zip((arg.name for arg in node.target._schema.arguments), node.args))
-    a.update(node.kwargs)
     t = node.target
+    if t not in _ORDER_DEPENDENT_TARGETS:
+        return None
+    a = bound_args(node)
     if t in (aten.index_put.default, aten._unsafe_index_put.default) and a.get("accumulate"):
         first = next((i for i in a["indices"] if i is not None), None)
         return a["self"], max(_numel(a["values"]), _numel(first))
@@ -86,8 +89,6 @@ def nondeterministic_on_cuda(node):
     that adds or multiplies beyond braze's pair limit runs as atomics in no fixed order. Under
     torch.use_deterministic_algorithms(True) such a node runs in eager, whose deterministic
     kernel (or error) applies, as TorchInductor does."""
-    if not getattr(node.target, "_schema", None):
-        return None
     found = _order_dependent_scatter(node)
     if found is None:
         return None

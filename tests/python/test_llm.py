@@ -189,6 +189,7 @@ def test_a_constant_mask_is_evaluated_and_folded(device, kind):
     sliding window, or a mask that reads an input, stays a mask. Each matches eager."""
     import torch.nn.functional as F
     from braze import masks
+    from braze.registry import bound_args
     from torch.fx.experimental.proxy_tensor import make_fx
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     s = 24
@@ -213,7 +214,7 @@ def test_a_constant_mask_is_evaluated_and_folded(device, kind):
     assert masks.fold_constant_masks(gm) == (kind in ("causal", "everything"))
     (sdpa,) = [n for n in gm.graph.nodes if n.target in masks._MASKED_OPS]
     mask_name, causal_name = masks._MASKED_OPS[sdpa.target]
-    args = masks._bound(sdpa)
+    args = bound_args(sdpa)
     assert (args[mask_name] is not None) == (kind in ("window", "input"))
     assert bool(args[causal_name]) == (kind == "causal")
     torch.testing.assert_close(gm(q, k, v, pad), fn(q, k, v, pad))

@@ -462,6 +462,45 @@ def test_cuda_attention_runs_on_cudnn_where_it_takes_it(device, dtype):
             assert (loaded > 0) == (enabled and not takes), (name, enabled, loaded)
 
 
+def _own_kernel_masks(sq, sk):
+    """Mask tensors for braze's own CUDA kernel: a causal bool mask (whole key tiles masked), a
+    padding mask over the batch ([b, 1, 1, sk]: a row stride of 0), a random bool mask with an
+    empty query row and an empty stretch of keys, and an additive mask holding bf16's lowest
+    value at random. (A row that value covers whole averages its keys in braze, as eager's math
+    path does; eager's f32 CUDA kernel, the test's reference, scales it to -inf and gives 0.)"""
+    causal = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+    lengths = torch.tensor([sk, sk // 3])
+    padding = (torch.arange(sk)[None, :] < lengths[:, None])[:, None, None, :]
+    rnd = torch.rand(sq, sk) > 0.3
+    rnd[5] = False
+    rnd[:, 64:200] = False
+    low = torch.where(torch.rand(sq, sk) > 0.5, 0.0, torch.finfo(torch.bfloat16).min)
+    return {"causal": causal, "padding": padding, "random": rnd, "lowest": low}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+def test_cuda_own_kernel_with_mask_tensors(device, dtype, d):
+    """With cuDNN off, braze's own kernel takes a mask tensor: read as pairs of adjacent keys
+    where its rows are 4-byte aligned (key lengths 256 and 200, the latter ending inside a key
+    tile), one value at a time otherwise (203 keys), skipping key tiles a warp's mask covers
+    whole. Each matches eager."""
+    if device != "cuda":
+        pytest.skip("braze's own attention kernel is CUDA's")
+    torch.manual_seed(12)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        for sq, sk in ((256, 256), (130, 200), (70, 203)):
+            q = torch.randn(2, 4, sq, d, dtype=dtype)
+            k, v = (torch.randn(2, 4, sk, d, dtype=dtype) for _ in range(2))
+            for name, mask in _own_kernel_masks(sq, sk).items():
+                m = mask if mask.dtype == torch.bool else mask.to(dtype)
+                _check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                       q, k, v, m, dtype=dtype)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
 def _fallbacks():
     c = braze.counters()
     return c["fallback_ops"] + c["fallback_graphs"] + c["recompiles"]

@@ -66,13 +66,38 @@ template <bool BF16> BRAZE_FN float braze_attn_bias(uint16_t h) {
   const float b = braze_attn_f<BF16>(h);
   return b == -INFINITY ? b : fmaxf(b * 1.4426950408889634f, -3.402823466e38f);
 }
+// The bias pairs of keys [j0, j0 + BN) a thread reads (rows `rows`, keys j0 + 8n + 2t, + 1):
+// -inf past the rows or the keys.
+template <int BN, int MT>
+BRAZE_FN void braze_attn_bias_pairs(uint32_t (&out)[MT][BN / 8][2], const uint16_t* __restrict__ bias,
+                                    int64_t brs, const int64_t (&rows)[MT][2], int t, int64_t j0,
+                                    int64_t sq, int64_t sk, uint16_t ninf) {
+  #pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    #pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = rows[mt][h], key = j0 + n * 8 + t * 2;
+        uint32_t pair = (uint32_t)ninf | ((uint32_t)ninf << 16);
+        if (row < sq && key < sk) {
+          const uint16_t* at = bias + row * brs + key;
+          pair = key + 1 < sk ? *reinterpret_cast<const uint32_t*>(at)
+                              : (uint32_t)*at | ((uint32_t)ninf << 16);
+        }
+        out[mt][n][h] = pair;
+      }
+}
 BRAZE_FN float braze_attn_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
 // Rows [i0, i0 + 64 * MT) of one batch point: q [Sq, D] (row stride qrs), k [Sk, D],
 // v [Sk, DV], bias [Sq, Sk] (strides brs, bcs) or null, o [Sq, DV] (row stride ors). 128 threads; warp
 // w holds MT tiles of 16 rows, rows i0 + 16 (MT w + mt) .., so each K/V fragment serves MT rows
-// tiles.
-template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE>
+// tiles. With BIAS, a bias whose keys are contiguous (and whose rows keep 4-byte alignment) is
+// read as pairs of values, a thread's two adjacent keys, one key tile ahead; a warp skips a key
+// tile its bias masks whole (-inf), so a causal or padding mask given as a tensor costs about
+// what the keys it keeps cost.
+template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE, bool BIAS>
 BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     const uint16_t* __restrict__ k, int64_t krs,
                                     const uint16_t* __restrict__ v, int64_t vrs,
@@ -117,6 +142,9 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
   const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
                    (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
   const int64_t kend = CAUSAL ? (sk < i0 + BM ? sk : i0 + BM) : sk;
+  const uint16_t ninf = BF16 ? 0xFF80u : 0xFC00u; // -inf's bits
+  const bool pairs = BIAS && bias != nullptr && bcs == 1 && brs % 2 == 0 && (uintptr_t)bias % 4 == 0;
+  uint32_t bnext[BIAS ? MT : 1][BIAS ? BN / 8 : 1][2]; // the next key tile's bias pairs
   // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end): 16-byte cp.async
   // copies when the rows are aligned, element copies otherwise.
   auto stage = [&](int st, int64_t j0) {
@@ -148,6 +176,9 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
   const float sl2 = scale * 1.4426950408889634f; // scores are kept in the log2 domain
   if (kend > 0)
     stage(0, 0);
+  if constexpr (BIAS)
+    if (pairs && kend > 0)
+      braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, 0, sq, sk, ninf);
   int cur = 0;
   for (int64_t j0 = 0; j0 < kend; j0 += BN, cur ^= 1) {
     if (j0 + BN < kend) {
@@ -159,9 +190,29 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     __syncthreads();
     const uint16_t* ksm = kbuf[cur];
     const uint16_t* vsm = vbuf[cur];
-    // The tile's bias, loaded before the product so that the loads overlap it.
+    // The tile's bias: the pairs loaded one tile ago (the next tile's load overlaps this one),
+    // or values loaded now, before the product, so that the loads overlap it.
     float bv[MT][BN / 8][4];
-    if (bias != nullptr) {
+    bool dead = false;
+    if (pairs) {
+      if constexpr (BIAS) {
+        bool all = true;
+        #pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          #pragma unroll
+          for (int n = 0; n < BN / 8; ++n)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t pair = bnext[mt][n][h];
+              all = all && pair == ((uint32_t)ninf | ((uint32_t)ninf << 16));
+              bv[mt][n][2 * h] = braze_attn_bias<BF16>((uint16_t)pair);
+              bv[mt][n][2 * h + 1] = braze_attn_bias<BF16>((uint16_t)(pair >> 16));
+            }
+        if (j0 + BN < kend)
+          braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, j0 + BN, sq, sk, ninf);
+        dead = __all_sync(0xffffffffu, all);
+      }
+    } else if (bias != nullptr) {
       #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
@@ -174,89 +225,91 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                : 0.f;
           }
     }
-    // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
-    //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
-    float s[MT][BN / 8][4];
-    #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    if (!dead) { // the warp's rows keep some key of the tile
+      // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
+      //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
+      float s[MT][BN / 8][4];
       #pragma unroll
-      for (int n = 0; n < BN / 8; ++n)
-        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-    #pragma unroll
-    for (int n = 0; n < BN / 8; n += 2)
+      for (int mt = 0; mt < MT; ++mt)
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+          s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
       #pragma unroll
-      for (int kk = 0; kk < DP / 16; ++kk) {
-        uint32_t b[4];
-        const int mat = lane / 8;
-        braze_attn_ldsm4<false>(b, ksm + ((n + mat / 2) * 8 + lane % 8) * KS + kk * 16 + (mat % 2) * 8);
+      for (int n = 0; n < BN / 8; n += 2)
         #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          braze_attn_mma<BF16>(s[mt][n], qa[mt][kk], b[0], b[1]);
-          braze_attn_mma<BF16>(s[mt][n + 1], qa[mt][kk], b[2], b[3]);
+        for (int kk = 0; kk < DP / 16; ++kk) {
+          uint32_t b[4];
+          const int mat = lane / 8;
+          braze_attn_ldsm4<false>(b, ksm + ((n + mat / 2) * 8 + lane % 8) * KS + kk * 16 + (mat % 2) * 8);
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            braze_attn_mma<BF16>(s[mt][n], qa[mt][kk], b[0], b[1]);
+            braze_attn_mma<BF16>(s[mt][n + 1], qa[mt][kk], b[2], b[3]);
+          }
         }
-      }
-    // 2. Masks (only a tile past the keys' end, or reaching this warp's causal diagonal, needs
-    //    them) and the online softmax, in the log2 domain: p = 2^(s * scale * log2 e - m).
-    const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > wrow);
-    #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      float mx[2] = {m[mt][0], m[mt][1]};
-      #pragma unroll
-      for (int n = 0; n < BN / 8; ++n)
-        #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
-          float val = s[mt][n][x] * sl2;
-          if (bias != nullptr)
-            val += bv[mt][n][x];
-          if (edge && (key >= sk || (CAUSAL && key > row)))
-            val = -INFINITY;
-          s[mt][n][x] = val;
-          mx[x >> 1] = fmaxf(mx[x >> 1], val);
-        }
-      #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float base = mx[h] == -INFINITY ? 0.f : mx[h];
-        const float alpha = braze_attn_exp2(m[mt][h] - base);
-        m[mt][h] = mx[h];
-        float sum = 0.f;
-        #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-          s[mt][n][2 * h] = braze_attn_exp2(s[mt][n][2 * h] - base);
-          s[mt][n][2 * h + 1] = braze_attn_exp2(s[mt][n][2 * h + 1] - base);
-          sum += s[mt][n][2 * h] + s[mt][n][2 * h + 1];
-        }
-        l[mt][h] = l[mt][h] * alpha + sum;
-        #pragma unroll
-        for (int n = 0; n < DVP / 8; ++n) {
-          oacc[mt][n][2 * h] *= alpha;
-          oacc[mt][n][2 * h + 1] *= alpha;
-        }
-      }
-    }
-    // 3. O += P V: P's A fragment is S's accumulator pair of n-tiles; B[key][c] = V[key][c].
-    #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t pa[MT][4];
+      // 2. Masks (only a tile past the keys' end, or reaching this warp's causal diagonal, needs
+      //    them) and the online softmax, in the log2 domain: p = 2^(s * scale * log2 e - m).
+      const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > wrow);
       #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        pa[mt][0] = braze_attn_pack<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = braze_attn_pack<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        float mx[2] = {m[mt][0], m[mt][1]};
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+          #pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
+            float val = s[mt][n][x] * sl2;
+            if (bias != nullptr) // a key the bias masks never contributes, even with a nan score
+              val = bv[mt][n][x] == -INFINITY ? -INFINITY : val + bv[mt][n][x];
+            if (edge && (key >= sk || (CAUSAL && key > row)))
+              val = -INFINITY;
+            s[mt][n][x] = val;
+            mx[x >> 1] = fmaxf(mx[x >> 1], val);
+          }
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float base = mx[h] == -INFINITY ? 0.f : mx[h];
+          const float alpha = braze_attn_exp2(m[mt][h] - base);
+          m[mt][h] = mx[h];
+          float sum = 0.f;
+          #pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            s[mt][n][2 * h] = braze_attn_exp2(s[mt][n][2 * h] - base);
+            s[mt][n][2 * h + 1] = braze_attn_exp2(s[mt][n][2 * h + 1] - base);
+            sum += s[mt][n][2 * h] + s[mt][n][2 * h + 1];
+          }
+          l[mt][h] = l[mt][h] * alpha + sum;
+          #pragma unroll
+          for (int n = 0; n < DVP / 8; ++n) {
+            oacc[mt][n][2 * h] *= alpha;
+            oacc[mt][n][2 * h + 1] *= alpha;
+          }
+        }
       }
-      // One ldmatrix.x4.trans: matrix i is keys 16kk + 8(i%2).., columns 8(n + i/2)...
+      // 3. O += P V: P's A fragment is S's accumulator pair of n-tiles; B[key][c] = V[key][c].
       #pragma unroll
-      for (int n = 0; n < DVP / 8; n += 2) {
-        uint32_t b[4];
-        const int mat = lane / 8;
-        braze_attn_ldsm4<true>(b, vsm + (kk * 16 + (mat % 2) * 8 + lane % 8) * VS + (n + mat / 2) * 8);
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t pa[MT][4];
         #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          braze_attn_mma<BF16>(oacc[mt][n], pa[mt], b[0], b[1]);
-          braze_attn_mma<BF16>(oacc[mt][n + 1], pa[mt], b[2], b[3]);
+          pa[mt][0] = braze_attn_pack<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = braze_attn_pack<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = braze_attn_pack<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+        // One ldmatrix.x4.trans: matrix i is keys 16kk + 8(i%2).., columns 8(n + i/2)...
+        #pragma unroll
+        for (int n = 0; n < DVP / 8; n += 2) {
+          uint32_t b[4];
+          const int mat = lane / 8;
+          braze_attn_ldsm4<true>(b, vsm + (kk * 16 + (mat % 2) * 8 + lane % 8) * VS + (n + mat / 2) * 8);
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            braze_attn_mma<BF16>(oacc[mt][n], pa[mt], b[0], b[1]);
+            braze_attn_mma<BF16>(oacc[mt][n + 1], pa[mt], b[2], b[3]);
+          }
         }
       }
     }
@@ -368,9 +421,11 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   std::string bias = a.bias ? buf(*a.bias) + " + bo, " + ix(a.bias->strides[nb]) + ", " +
                                   ix(a.bias->strides[nb + 1])
                             : "nullptr, 0, 0";
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   w.line("braze_flash_attention<" + std::to_string(d) + ", " + std::to_string(dv) + ", " +
          std::to_string(attentionKeyTile(d, dv)) + ", " + std::to_string(mt) + ", " +
-         (t == DType::BFloat16 ? "true" : "false") + ", " + (a.causal ? "true" : "false") + ", " + (a.safe ? "true" : "false") + ">(" +
+         flag(t == DType::BFloat16) + ", " + flag(a.causal) + ", " + flag(a.safe) + ", " +
+         flag(a.bias.has_value()) + ">(" +
          buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
          ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
          ", " + names.buffer(*c.out) + " + oo, " + ix(c.out->strides[nb]) + ", sq, sk, i0, " +

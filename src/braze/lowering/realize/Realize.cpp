@@ -367,12 +367,14 @@ private:
     std::vector<Node *> operands{n->operand(grad), n->operand(grad + 1)};
     if (!lse)
       operands.push_back(n->operand(grad + 2));
+    // A bias broadcast over batch and heads (expanded as memory-efficient attention's mask is)
+    // stores its source once and is read through zero strides.
+    if (n->attrs().getBool("bias"))
+      operands.push_back(n->operands().back());
     storeViewedRoots(operands);
     if (grad)
       for (size_t i : {0, 4, 5})
         operands.push_back(n->operand(i));
-    if (n->attrs().getBool("bias"))
-      operands.push_back(n->operands().back());
     for (Node *o : operands)
       inPlaceOrStored(o);
   }

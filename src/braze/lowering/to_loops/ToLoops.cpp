@@ -782,15 +782,24 @@ private:
   }
 
   /// LoweringOptions::permutedAttentionOutput: the strides that make the one permutation all
-  /// of n's readers apply to it row-major, or empty (row-major) when there is no such
-  /// permutation or n is a graph output.
+  /// of n's readers apply to it row-major; for a graph output, the dense strides with a unit
+  /// last stride the caller takes it in (memory-efficient attention returns [B, M, H, K]
+  /// memory), written in place rather than copied; else empty (row-major).
   std::vector<SymExpr> attentionOutputStrides(Node *n) {
-    if (!opts_.permutedAttentionOutput || isGraphOutput(n))
+    if (!opts_.permutedAttentionOutput)
       return {};
     // Strided rows need static sizes (loop::stridedRows): symbolic ones stay row-major.
     for (SymExpr d : n->shape())
       if (!d->isConst())
         return {};
+    if (isGraphOutput(n)) {
+      auto at = std::find(g_.outputs().begin(), g_.outputs().end(), n);
+      const std::vector<SymExpr> &want = g_.outputStrides(static_cast<size_t>(at - g_.outputs().begin()));
+      if (std::count(g_.outputs().begin(), g_.outputs().end(), n) == 1 && !want.empty() &&
+          want.back()->isConst(1) && loop::denseLayout(s_, n->shape(), want))
+        return want;
+      return {};
+    }
     // A grouped attention's result [.., G, R, S, D] (grouped-attention) is read through one
     // reshape that merges G and R back into the heads: its strides are the merged value's,
     // split.

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -70,6 +70,10 @@ bench-cpu-memory: build
 # On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
 bench-gpu: build
 	$(PY) benchmarks/gpu_suite.py
+
+# braze's own CUDA attention kernel against cuDNN's, flash and memory-efficient attention.
+bench-gpu-attention: build
+	$(PY) benchmarks/gpu_attention.py
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -66,6 +66,10 @@ bench-cpu-training: build
 # CPU attention's peak memory against the scores it never holds (forward S=4096, training S=2048).
 bench-cpu-memory: build
 	$(PY) benchmarks/cpu_attention_memory.py
+
+# CNN training steps (ResNet-18-shaped, MobileNetV2) on the CPU: eager, Inductor, braze.
+bench-cnn-training: build
+	$(PY) benchmarks/cnn_training.py
 
 # On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
 bench-gpu: build

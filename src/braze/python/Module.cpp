@@ -9,6 +9,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -294,6 +295,19 @@ NB_MODULE(_C, m) {
                              IntList padding, IntList dilation, int64_t groups) {
         return g.node(g.builder().convolution(g.at(x), g.at(w), b ? g.at(*b) : nullptr, stride,
                                               padding, dilation, groups));
+      })
+      .def("convolution_backward", [](PyGraph &g, int gradOut, int x, int w, IntList stride,
+                                      IntList padding, IntList dilation, bool transposed,
+                                      IntList outputPadding, int64_t groups,
+                                      std::array<bool, 3> mask) {
+        std::array<Node *, 3> grads = g.builder().convolutionBackward(
+            g.at(gradOut), g.at(x), g.at(w), stride, padding, dilation, transposed, outputPadding,
+            groups, mask);
+        std::array<std::optional<int>, 3> out;
+        for (size_t i = 0; i < 3; ++i)
+          if (grads[i])
+            out[i] = g.node(grads[i]);
+        return out;
       })
       .def("cdist", [](PyGraph &g, int a, int b, double p, bool matmulForm) {
         return g.node(g.builder().cdist(g.at(a), g.at(b), p, matmulForm));

@@ -5,6 +5,7 @@
 #include "braze/ir/graph/Graph.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,6 +105,19 @@ public:
   Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                       IntList dilation, IntList outputPadding, int64_t groups);
   static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
+  /// The gradients of y = convolution(x, w) (conv_transpose(x, w) when `transposed`) from
+  /// gradOut, dy/d{x, w, bias}, each where `mask` asks for it (else nullptr):
+  ///   - the input's: the transposed convolution of gradOut by w, with the output padding
+  ///     that gives x's sizes back (of a transposed one: the plain convolution);
+  ///   - the weight's: a convolution of x (channels as the batch, batch points as channels)
+  ///     by gradOut, the stride and dilation swapped, per group; of a transposed one, the same
+  ///     with x and gradOut exchanged;
+  ///   - the bias's: gradOut summed over all dims but the channels.
+  /// Static spatial, kernel and channel sizes.
+  std::array<Node *, 3> convolutionBackward(Node *gradOut, Node *x, Node *w, IntList stride,
+                                            IntList padding, IntList dilation, bool transposed,
+                                            IntList outputPadding, int64_t groups,
+                                            std::array<bool, 3> mask);
   /// A transposed convolution's output size along one spatial dim of `in` elements.
   static constexpr int64_t convTransposeSize(int64_t in, int64_t stride, int64_t padding,
                                              int64_t dilation, int64_t kernel,

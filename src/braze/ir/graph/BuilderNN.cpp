@@ -228,6 +228,151 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
   return make(OpKind::ConvTranspose, ops, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
+namespace {
+
+/// x [N, C, *s] padded and cut into a convolution's windows (a view), the first `counts` of
+/// them along each spatial dim: [N, C, *counts, *kernel]. (A transposed convolution's output
+/// padding leaves windows past those its input gradient has.)
+Node *convWindows(GraphBuilder &b, Node *x, const std::vector<SymExpr> &counts,
+                  const IntList &kernel, const IntList &stride, const IntList &padding,
+                  const IntList &dilation) {
+  for (size_t i = 0; i < kernel.size(); ++i)
+    if (padding[i])
+      x = b.pad(x, static_cast<int64_t>(2 + i), padding[i], padding[i], 0.0);
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    auto d = static_cast<int64_t>(2 + i);
+    x = b.unfold(x, d, kernel[i], stride[i], dilation[i]);
+    int64_t have = 0, want = 0;
+    if (b.sym().constValue(x->shape()[d], have) && b.sym().constValue(counts[i], want) &&
+        have > want)
+      x = b.slice(x, d, 0, want, 1);
+  }
+  return x;
+}
+
+/// The weight gradient of a convolution of x [N, C, *s] giving gradOut [N, O, *o], kernel
+/// sizes `kernel` -> [O, C / groups, *kernel]. Three forms, each where it is fast:
+///   - one group and a kernel of one tap: the product go[O, N·o] · x[N·o, C] (a GEMM);
+///   - one group and a wider kernel: the convolution of x with channels as the batch
+///     ([C, N, *s]) by gradOut with batch points as channels ([O, N, *o]), stride and dilation
+///     swapped, its spatial dims cut to the kernel (oneDNN or cuDNN runs it as a convolution;
+///     as an im2col product it is the same GEMM);
+///   - several groups (depthwise): each weight a sum over the batch and the output positions of
+///     gradOut times x's windows, read in place (per-group products are too small for a
+///     library, and a convolution of that form falls on reference kernels).
+Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &kernel,
+                     const IntList &stride, const IntList &padding, const IntList &dilation,
+                     int64_t groups) {
+  const std::vector<SymExpr> &xs = x->shape(), &gs = gradOut->shape();
+  size_t spatial = kernel.size();
+  int64_t c = 0, o = 0;
+  b.sym().constValue(xs[1], c);
+  b.sym().constValue(gs[1], o);
+  SymExpr g = b.dim(groups), cg = b.dim(c / groups), og = b.dim(o / groups);
+  std::vector<SymExpr> weight{b.dim(o), cg};
+  SymExpr positions = b.dim(1); // output positions per batch point
+  for (size_t i = 0; i < spatial; ++i) {
+    weight.push_back(b.dim(kernel[i]));
+    positions = b.sym().mul(positions, gs[2 + i]);
+  }
+  bool oneTap = std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; });
+  if (groups == 1 && oneTap) {
+    std::vector<SymExpr> counts(gs.begin() + 2, gs.end());
+    Node *cols = b.reshape(convWindows(b, x, counts, kernel, stride, padding, dilation),
+                           {xs[0], xs[1], positions});
+    Node *a = b.reshape(b.permute(b.reshape(gradOut, {gs[0], gs[1], positions}), {1, 0, 2}),
+                        {gs[1], b.sym().mul(gs[0], positions)});
+    Node *bt = b.reshape(b.permute(cols, {0, 2, 1}), {b.sym().mul(xs[0], positions), xs[1]});
+    return b.reshape(b.matmul(a, bt), weight);
+  }
+  if (groups > 1) {
+    // windows [N, G, 1, Cg, *o, *k] times gradOut [N, G, Og, 1, *o, 1..], summed over N and o
+    Node *win = convWindows(b, x, std::vector<SymExpr>(gs.begin() + 2, gs.end()), kernel, stride,
+                            padding, dilation);
+    std::vector<SymExpr> ws{xs[0], g, b.dim(1), cg}, go{gs[0], g, og, b.dim(1)};
+    std::vector<int64_t> dims{0};
+    for (size_t i = 0; i < spatial; ++i) {
+      ws.push_back(gs[2 + i]);
+      go.push_back(gs[2 + i]);
+      dims.push_back(static_cast<int64_t>(4 + i));
+    }
+    for (size_t i = 0; i < spatial; ++i) {
+      ws.push_back(b.dim(kernel[i]));
+      go.push_back(b.dim(1));
+    }
+    Node *prod = b.mul(b.reshape(win, ws), b.reshape(gradOut, go));
+    return b.reshape(b.reduce(OpKind::Sum, prod, dims, false), weight);
+  }
+  std::vector<int64_t> swap{1, 0};
+  for (size_t i = 0; i < spatial; ++i)
+    swap.push_back(static_cast<int64_t>(2 + i));
+  Node *r = b.convolution(b.permute(x, swap), b.permute(gradOut, swap), nullptr, dilation,
+                          padding, stride, 1); // [C, O, *k']
+  for (size_t i = 0; i < spatial; ++i)
+    r = b.slice(r, static_cast<int64_t>(2 + i), 0, kernel[i], 1);
+  return b.permute(r, swap);
+}
+
+} // namespace
+
+std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, Node *w,
+                                                        IntList stride, IntList padding,
+                                                        IntList dilation, bool transposed,
+                                                        IntList outputPadding, int64_t groups,
+                                                        std::array<bool, 3> mask) {
+  const char *op = "convolution_backward";
+  int64_t spatial = x->rank() - 2;
+  if (spatial < 1 || spatial > 3 || w->rank() != x->rank() || gradOut->rank() != x->rank())
+    BRAZE_USER_ERROR(op, name_) << "needs input, weight and output gradient of one rank with 1 to 3 "
+                                   "spatial dims, got ranks "
+                                << x->rank() << ", " << w->rank() << " and " << gradOut->rank();
+  stride = perDim(stride, spatial, 1);
+  padding = perDim(padding, spatial, 0);
+  dilation = perDim(dilation, spatial, 1);
+  outputPadding = perDim(outputPadding, spatial, 0);
+  IntList in, out, kernel;
+  for (int64_t i = 0; i < x->rank(); ++i) {
+    int64_t a, o, k;
+    if (!sym().constValue(x->shape()[i], a) || !sym().constValue(gradOut->shape()[i], o) ||
+        !sym().constValue(w->shape()[i], k))
+      BRAZE_USER_ERROR(op, name_) << "needs static sizes, got input "
+                                  << shapeText(x->shape()) << ", output gradient "
+                                  << shapeText(gradOut->shape()) << " and weight "
+                                  << shapeText(w->shape());
+    in.push_back(a);
+    out.push_back(o);
+    kernel.push_back(k);
+  }
+  kernel.erase(kernel.begin(), kernel.begin() + 2);
+  std::array<Node *, 3> grads{nullptr, nullptr, nullptr};
+  if (!transposed) {
+    if (mask[0]) {
+      IntList extra; // the input elements past the last window's reach
+      for (int64_t i = 0; i < spatial; ++i)
+        extra.push_back(in[2 + i] - convTransposeSize(out[2 + i], stride[i], padding[i],
+                                                      dilation[i], kernel[i], 0));
+      grads[0] = convTranspose(gradOut, w, nullptr, stride, padding, dilation, extra, groups);
+    }
+    if (mask[1])
+      grads[1] = convWeightGrad(*this, x, gradOut, kernel, stride, padding, dilation, groups);
+  } else {
+    if (mask[0]) {
+      grads[0] = convolution(gradOut, w, nullptr, stride, padding, dilation, groups);
+      for (int64_t i = 0; i < spatial; ++i) // an output padding past the stride adds windows
+        grads[0] = slice(grads[0], 2 + i, 0, in[2 + i], 1);
+    }
+    if (mask[1])
+      grads[1] = convWeightGrad(*this, gradOut, x, kernel, stride, padding, dilation, groups);
+  }
+  if (mask[2]) {
+    std::vector<int64_t> dims{0};
+    for (int64_t i = 0; i < spatial; ++i)
+      dims.push_back(2 + i);
+    grads[2] = reduce(OpKind::Sum, gradOut, dims, false);
+  }
+  return grads;
+}
+
 int64_t GraphBuilder::pooledSize(int64_t n, int64_t kernel, int64_t stride, int64_t padding,
                                  int64_t dilation, bool ceilMode) {
   int64_t span = dilation * (kernel - 1) + 1, padded = n + 2 * padding;

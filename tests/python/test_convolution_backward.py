@@ -1,0 +1,132 @@
+"""aten.convolution_backward compiles (GraphBuilder::convolutionBackward): the input gradient
+as a transposed convolution, the weight gradient as a convolution with the batch as channels,
+the bias gradient as a sum. Training steps of plain and transposed convolutions in 1 to 3
+spatial dims, with strides, padding, dilation, groups (depthwise too), inputs whose last rows no
+window reaches, and each subset of gradients, match eager with no op left to it."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import braze
+from _device import eager
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+# (name, spatial dims, input shape, weight shape, keyword arguments, transposed)
+CASES = [
+    ("1d stride 2", 1, (2, 4, 17), (6, 4, 3), dict(stride=2, padding=1), False),
+    ("2d groups dilation", 2, (2, 6, 13, 11), (4, 3, 3, 2),
+     dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2), False),
+    ("2d depthwise", 2, (2, 8, 10, 10), (8, 1, 3, 3), dict(padding=1, groups=8), False),
+    ("2d rows no window reaches", 2, (2, 3, 12, 9), (5, 3, 3, 3), dict(stride=2), False),
+    ("2d one tap stride 2", 2, (2, 8, 9, 9), (4, 8, 1, 1), dict(stride=2), False),
+    ("2d stem", 2, (2, 3, 20, 20), (8, 3, 7, 7), dict(stride=2, padding=3), False),
+    ("3d", 3, (1, 3, 6, 7, 5), (4, 3, 2, 3, 2), dict(stride=(1, 2, 1), padding=(0, 1, 1)), False),
+    ("2d transposed", 2, (2, 4, 5, 6), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1),
+     True),
+    ("2d transposed groups dilation", 2, (2, 4, 6, 5), (4, 2, 3, 2),
+     dict(stride=2, dilation=(1, 3), groups=2, output_padding=(1, 2)), True),
+    ("1d transposed", 1, (3, 2, 9), (2, 5, 4), dict(stride=3, padding=2), True),
+]
+
+
+def _tolerance(dtype):
+    return {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-9, atol=1e-9)}[dtype]
+
+
+@pytest.fixture(autouse=True)
+def compile_every_convolution_backward(monkeypatch):
+    """These tests check grouped convolutions and CUDA too (off by default: see rules_nn)."""
+    from braze import rules_nn
+    monkeypatch.setattr(rules_nn, "COMPILE_GROUPED_CONV_BACKWARD", True)
+    monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=["f32", "f64", "bf16"])
+def test_convolution_backward_matches_eager(device, case, dtype):
+    _, dims, xs, ws, kw, transposed = case
+    conv = (CONV_T if transposed else CONV)[dims]
+    torch.manual_seed(0)
+    out_channels = ws[1] * kw.get("groups", 1) if transposed else ws[0]
+    with torch.device("cpu"):
+        x0, w0 = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype)
+        b0 = torch.randn(out_channels, dtype=dtype)
+    x0, w0, b0 = x0.to(device), w0.to(device), b0.to(device)
+
+    with torch.no_grad():
+        gy = torch.randn_like(conv(x0, w0, b0, **kw))
+
+    def step(x, w, b):  # the output's gradient is gy, the same in every dtype
+        return (conv(x, w, b, **kw) * gy.to(x.dtype)).sum()
+
+    for need in ((True, True, True), (False, True, True), (True, False, False)):
+        def leaves():
+            return [t.clone().requires_grad_(r) for t, r in zip((x0, w0, b0), need)]
+        torch._dynamo.reset()
+        before = braze.counters()["fallback_ops"]
+        got_in = leaves()
+        torch.compile(step, backend="braze")(*got_in).backward()
+        assert braze.counters()["fallback_ops"] == before, need
+        want_in = leaves()
+        eager(step, *want_in).backward()
+        if dtype == torch.bfloat16:
+            # Rounding orders differ: braze's error against float64 is at most twice eager's.
+            truth = [t.detach().double().requires_grad_(r) for t, r in zip((x0, w0, b0), need)]
+            step(*truth).backward()
+            for g, w, t in zip(got_in, want_in, truth):
+                if w.requires_grad:
+                    eager_err = (w.grad.double() - t.grad).abs().max().item()
+                    err = (g.grad.double() - t.grad).abs().max().item()
+                    assert err <= 2 * eager_err + 1e-2, (need, err, eager_err)
+            continue
+        for g, w in zip(got_in, want_in):
+            if w.requires_grad:
+                torch.testing.assert_close(g.grad, w.grad, **_tolerance(dtype))
+
+
+def test_cnn_training_step_is_one_graph_pair():
+    """A small CNN's training step: the forward and the backward are one partition each (the
+    convolutions' backward no longer cuts the backward into pieces)."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, stride=2, groups=2, bias=False),
+                                torch.nn.Flatten(), torch.nn.LazyLinear(4))
+    x = torch.randn(4, 3, 16, 16)
+    model(x)
+    compiled = torch.compile(model, backend="braze")
+    torch._dynamo.reset()
+    before = braze.counters()
+    compiled(x).square().sum().backward()
+    after = braze.counters()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+    assert after["fallback_ops"] == before["fallback_ops"]
+    assert after["partitions"] - before["partitions"] == 2
+
+
+def test_grouped_and_cuda_convolution_backward_stay_in_eager_by_default(device, monkeypatch):
+    """By default a grouped convolution's backward runs in eager (counted, with its reason),
+    and so does every convolution backward on CUDA; a plain one compiles on the CPU."""
+    from braze import rules_nn
+    monkeypatch.setattr(rules_nn, "COMPILE_GROUPED_CONV_BACKWARD", False)
+    monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", False)
+    torch.manual_seed(2)
+    for groups, left in ((2, True), (1, device == "cuda")):
+        with torch.device("cpu"):
+            x0, w = torch.randn(2, 4, 9, 9), torch.randn(6, 4 // groups, 3, 3)
+        x = x0.to(device).requires_grad_()
+        w = w.to(device).requires_grad_()
+        torch._dynamo.reset()
+        before = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
+        out = torch.compile(lambda x, w: F.conv2d(x, w, groups=groups).square().sum(),
+                            backend="braze")(x, w)
+        out.backward()
+        after = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
+        assert (after > before) == left, (groups, device)
+        x.grad, w.grad = None, None

@@ -4,6 +4,12 @@
 ///      only pointwise members (outer = E becomes outer = Eo, inner = Ei when E = Eo ++ Ei), and
 ///   2. every value it reads from a member of that kernel is read at exactly the point where
 ///      the member stored it (so no thread reads another thread's element).
+/// A pointwise computation that fits no last kernel may join one of the few kernels before it
+/// (earlierKernel): one whose space it fits, after every kernel that makes what it reads, when
+/// it writes a buffer nothing wrote before. The foreach steps of an optimizer (every parameter's
+/// m, then every v, then every parameter) so become one pass per shape, and a scalar computed
+/// from a step count joins the scalar kernel that made the count, before the updates that read
+/// it (CPU targets).
 /// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
 /// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
 /// register; everything else is stored.
@@ -46,7 +52,8 @@ struct Where {
 
 class Fuser {
 public:
-  Fuser(loop::LoopProgram &p, Schedule &s) : p_(p), s_(s), sym_(p.sym()) {}
+  Fuser(loop::LoopProgram &p, Schedule &s, bool joinEarlier)
+      : p_(p), s_(s), sym_(p.sym()), joinEarlier_(joinEarlier) {}
 
   void add(const Computation &c, bool fuse) {
     if (skipped_.count(c.id))
@@ -68,6 +75,8 @@ public:
     std::optional<GemmCall> gemm = matchGemm(p_, c);
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
+      return;
+    if (!gemm && fuse && joinEarlier_ && earlierKernel(c))
       return;
     startKernel(c);
     if (gemm) {
@@ -203,6 +212,35 @@ private:
     return false;
   }
 
+  /// Joins pointwise c to one of the kEarlier kernels before the last (the latest that takes
+  /// it) where that keeps the program's order: every buffer c reads is an input or made by
+  /// that kernel or one before it, and c's buffer was not written before (a scatter's
+  /// accumulation into initial values stays in order). An in-place output's value is the only
+  /// reader of its input (braze/mutations.py), so computing it earlier reorders no read of
+  /// that memory.
+  bool earlierKernel(const Computation &c) {
+    constexpr int kEarlier = 8;
+    if (c.isReduction() || where_.count(c.out))
+      return false;
+    int latest = -1; // the last kernel that makes a buffer c reads
+    loop::forEachLoad(c.value, [&](const Expr *ld) {
+      if (auto it = where_.find(ld->buffer()); it != where_.end())
+        latest = std::max(latest, it->second.kernel);
+    });
+    int last = static_cast<int>(s_.kernels.size()) - 1;
+    for (int ki = last - 1; ki >= std::max({latest, 0, last - kEarlier}); --ki)
+      if (!s_.kernels[ki].standsAlone() && !onlyScalarLoopSteps(s_.kernels[ki], c) &&
+          tryJoin(ki, c))
+        return true;
+    return false;
+  }
+
+  /// Whether c would turn scalar-step kernel k into a loop kernel (a refinement): not done
+  /// out of order.
+  bool onlyScalarLoopSteps(const Kernel &k, const Computation &c) const {
+    return k.innerVars.empty() && c.extents() != extentsOf(k.outerVars);
+  }
+
   static bool onlyScalarSteps(const Kernel &k) {
     for (const Step &st : k.steps)
       if (st.kind != StepKind::Scalar)
@@ -286,6 +324,7 @@ private:
   std::set<int> skipped_;                     ///< computations that compute nothing
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
+  bool joinEarlier_;
 };
 
 /// Decides which members store to memory.
@@ -536,7 +575,7 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   Schedule s;
   s.program = &p;
   s.target = target;
-  Fuser fuser(p, s);
+  Fuser fuser(p, s, target.kind == TargetKind::Cpu);
   if (target.kind == TargetKind::Cuda) {
     fuser.setGemmBias(absorbGemmBias(p));
     fuser.skip(forwardGemmCopies(p));

@@ -59,13 +59,6 @@ BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
   const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(in ? 16 : 0));
 }
-// A bias in the log2 domain. A finite bias stays finite: the lowest bf16 (a common mask value)
-// times log2 e would overflow to -inf, and a row masked whole by it must average every key as
-// eager does, not attend to nothing.
-template <bool BF16> BRAZE_FN float braze_attn_bias(uint16_t h) {
-  const float b = braze_attn_f<BF16>(h);
-  return b == -INFINITY ? b : fmaxf(b * 1.4426950408889634f, -3.402823466e38f);
-}
 // The bias pairs of keys [j0, j0 + BN) a thread reads (rows `rows`, keys j0 + 8n + 2t, + 1):
 // -inf past the rows or the keys.
 template <int BN, int MT>
@@ -173,7 +166,12 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     }
     asm volatile("cp.async.commit_group;");
   };
-  const float sl2 = scale * 1.4426950408889634f; // scores are kept in the log2 domain
+  // Scores are kept in the log2 domain (scaled by log2 e once, p = 2^(s - m)), or with a bias
+  // in the natural one, s = scale q·k + bias in one FMA and p = 2^((s - m) log2 e): a finite
+  // bias stays finite there (the lowest bf16, a common mask value, times log2 e would overflow
+  // to -inf, and a row masked whole by it must average every key as eager does).
+  constexpr float L2E = 1.4426950408889634f;
+  const float sl = BIAS ? scale : scale * L2E;
   if (kend > 0)
     stage(0, 0);
   if constexpr (BIAS)
@@ -205,8 +203,8 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
             for (int h = 0; h < 2; ++h) {
               const uint32_t pair = bnext[mt][n][h];
               all = all && pair == ((uint32_t)ninf | ((uint32_t)ninf << 16));
-              bv[mt][n][2 * h] = braze_attn_bias<BF16>((uint16_t)pair);
-              bv[mt][n][2 * h + 1] = braze_attn_bias<BF16>((uint16_t)(pair >> 16));
+              bv[mt][n][2 * h] = braze_attn_f<BF16>((uint16_t)pair);
+              bv[mt][n][2 * h + 1] = braze_attn_f<BF16>((uint16_t)(pair >> 16));
             }
         if (j0 + BN < kend)
           braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, j0 + BN, sq, sk, ninf);
@@ -221,7 +219,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           for (int x = 0; x < 4; ++x) {
             const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
             bv[mt][n][x] = row < sq && key < sk
-                               ? braze_attn_bias<BF16>(bias[row * brs + key * bcs])
+                               ? braze_attn_f<BF16>(bias[row * brs + key * bcs])
                                : 0.f;
           }
     }
@@ -258,9 +256,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           #pragma unroll
           for (int x = 0; x < 4; ++x) {
             const int64_t row = rows[mt][x >> 1], key = j0 + n * 8 + t * 2 + (x & 1);
-            float val = s[mt][n][x] * sl2;
-            if (bias != nullptr) // a key the bias masks never contributes, even with a nan score
-              val = bv[mt][n][x] == -INFINITY ? -INFINITY : val + bv[mt][n][x];
+            float val = bias != nullptr ? fmaf(s[mt][n][x], sl, bv[mt][n][x]) : s[mt][n][x] * sl;
             if (edge && (key >= sk || (CAUSAL && key > row)))
               val = -INFINITY;
             s[mt][n][x] = val;
@@ -271,13 +267,16 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
           const float base = mx[h] == -INFINITY ? 0.f : mx[h];
-          const float alpha = braze_attn_exp2(m[mt][h] - base);
+          const float alpha = braze_attn_exp2(BIAS ? (m[mt][h] - base) * L2E : m[mt][h] - base);
           m[mt][h] = mx[h];
           float sum = 0.f;
           #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
-            s[mt][n][2 * h] = braze_attn_exp2(s[mt][n][2 * h] - base);
-            s[mt][n][2 * h + 1] = braze_attn_exp2(s[mt][n][2 * h + 1] - base);
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float d = s[mt][n][2 * h + e] - base;
+              s[mt][n][2 * h + e] = braze_attn_exp2(BIAS ? d * L2E : d);
+            }
             sum += s[mt][n][2 * h] + s[mt][n][2 * h + 1];
           }
           l[mt][h] = l[mt][h] * alpha + sum;

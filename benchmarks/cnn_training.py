@@ -4,9 +4,8 @@
     python benchmarks/cnn_training.py --only resnet18 --repeats 7
     python benchmarks/cnn_training.py --device cuda --compile-all   # on a GPU
 
---compile-all compiles every convolution backward (rules_nn's COMPILE_GROUPED_CONV_BACKWARD
-and COMPILE_CUDA_CONV_BACKWARD on; by default grouped ones, and all of them on CUDA, run in
-eager).
+--compile-all compiles convolution backward on CUDA too (rules_nn.COMPILE_CUDA_CONV_BACKWARD;
+by default it runs in eager there).
 
 A step is forward, a loss (the output's squared mean) and backward, in train mode (batch norm
 takes the batch's statistics), float32, the models of benchmarks/models.py at a reduced size
@@ -74,7 +73,7 @@ def main():
     torch.set_num_threads(a.threads)
     if a.compile_all:
         from braze import rules_nn
-        rules_nn.COMPILE_GROUPED_CONV_BACKWARD = rules_nn.COMPILE_CUDA_CONV_BACKWARD = True
+        rules_nn.COMPILE_CUDA_CONV_BACKWARD = True
     print("| model | eager ms | Inductor ms | braze, conv bwd eager ms | braze ms | braze / eager × "
           "| braze / Inductor × | grad error (Inductor, braze) | braze graphs, partitions, "
           "fallback ops (conv bwd eager: same) |")

@@ -44,12 +44,6 @@ def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, out
     return _conv_transpose(t, xh, wh, b, stride, padding, dilation, output_padding, groups)
 
 
-# Whether convolution_backward compiles for grouped convolutions (depthwise ones). Off: braze's
-# weight gradient for several groups is a reduction over the batch and the output positions,
-# slower than eager's oneDNN kernel; MobileNetV2's CPU training step (benchmarks/
-# cnn_training.py, 2 cores) took 46.1 ms compiled whole against 39.8 ms with the convolution
-# backward ops in eager, and 31.3 ms against 31.6 ms with only the grouped ones in eager.
-COMPILE_GROUPED_CONV_BACKWARD = False
 # Whether convolution_backward compiles on CUDA, where its convolutions (one over the batch as
 # channels, with the output gradient as a kernel) go to cuDNN's forward kernels. Off until it is
 # measured against cuDNN's backward kernels, which eager runs.
@@ -66,9 +60,6 @@ def _convolution_backward(t, node, grad_out, x, w, bias_sizes, stride, padding, 
         raise Unsupported(f"convolution backward in {dt}")
     if x.meta["val"].device.type == "cuda" and not COMPILE_CUDA_CONV_BACKWARD:
         raise Unsupported("convolution backward on CUDA (COMPILE_CUDA_CONV_BACKWARD is off)")
-    if groups > 1 and not COMPILE_GROUPED_CONV_BACKWARD:
-        raise Unsupported(f"convolution backward of {groups} groups (eager's kernel is faster; "
-                          "COMPILE_GROUPED_CONV_BACKWARD is off)")
     return tuple(t.g.convolution_backward(t.arg(grad_out), t.arg(x), t.arg(w), list(stride),
                                           list(padding), list(dilation), bool(transposed),
                                           list(output_padding), int(groups),

@@ -37,9 +37,8 @@ def _tolerance(dtype):
 
 @pytest.fixture(autouse=True)
 def compile_every_convolution_backward(monkeypatch):
-    """These tests check grouped convolutions and CUDA too (off by default: see rules_nn)."""
+    """These tests check CUDA too (off by default: see rules_nn)."""
     from braze import rules_nn
-    monkeypatch.setattr(rules_nn, "COMPILE_GROUPED_CONV_BACKWARD", True)
     monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", True)
 
 
@@ -110,14 +109,13 @@ def test_cnn_training_step_is_one_graph_pair():
     assert after["partitions"] - before["partitions"] == 2
 
 
-def test_grouped_and_cuda_convolution_backward_stay_in_eager_by_default(device, monkeypatch):
-    """By default a grouped convolution's backward runs in eager (counted, with its reason),
-    and so does every convolution backward on CUDA; a plain one compiles on the CPU."""
+def test_cuda_convolution_backward_stays_in_eager_by_default(device, monkeypatch):
+    """By default every convolution backward on CUDA runs in eager (counted, with its reason);
+    on the CPU plain and grouped ones compile."""
     from braze import rules_nn
-    monkeypatch.setattr(rules_nn, "COMPILE_GROUPED_CONV_BACKWARD", False)
     monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", False)
     torch.manual_seed(2)
-    for groups, left in ((2, True), (1, device == "cuda")):
+    for groups in (1, 2):
         with torch.device("cpu"):
             x0, w = torch.randn(2, 4, 9, 9), torch.randn(6, 4 // groups, 3, 3)
         x = x0.to(device).requires_grad_()
@@ -128,5 +126,4 @@ def test_grouped_and_cuda_convolution_backward_stay_in_eager_by_default(device, 
                             backend="braze")(x, w)
         out.backward()
         after = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
-        assert (after > before) == left, (groups, device)
-        x.grad, w.grad = None, None
+        assert (after > before) == (device == "cuda"), (groups, device)

@@ -109,9 +109,10 @@ public:
   /// gradOut, dy/d{x, w, bias}, each where `mask` asks for it (else nullptr):
   ///   - the input's: the transposed convolution of gradOut by w, with the output padding
   ///     that gives x's sizes back (of a transposed one: the plain convolution);
-  ///   - the weight's: a convolution of x (channels as the batch, batch points as channels)
-  ///     by gradOut, the stride and dilation swapped, per group; of a transposed one, the same
-  ///     with x and gradOut exchanged;
+  ///   - the weight's: a product (one-tap kernels), a convolution of x (channels as the batch,
+  ///     batch points as channels) by gradOut with the stride and dilation swapped, or for
+  ///     several groups one sum per kernel tap; of a transposed one, the same with x and
+  ///     gradOut exchanged;
   ///   - the bias's: gradOut summed over all dims but the channels.
   /// Static spatial, kernel and channel sizes.
   std::array<Node *, 3> convolutionBackward(Node *gradOut, Node *x, Node *w, IntList stride,

@@ -257,9 +257,10 @@ Node *convWindows(GraphBuilder &b, Node *x, const std::vector<SymExpr> &counts,
 ///     ([C, N, *s]) by gradOut with batch points as channels ([O, N, *o]), stride and dilation
 ///     swapped, its spatial dims cut to the kernel (oneDNN or cuDNN runs it as a convolution;
 ///     as an im2col product it is the same GEMM);
-///   - several groups (depthwise): each weight a sum over the batch and the output positions of
-///     gradOut times x's windows, read in place (per-group products are too small for a
-///     library, and a convolution of that form falls on reference kernels).
+///   - several groups (depthwise): per kernel tap, a sum over the batch and the output
+///     positions of gradOut times x's windows at that tap, read in place; the taps' sums share
+///     one kernel and its loads of gradOut (per-group products are too small for a library,
+///     and a convolution of that form falls on oneDNN's reference kernels).
 Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &kernel,
                      const IntList &stride, const IntList &padding, const IntList &dilation,
                      int64_t groups) {
@@ -286,7 +287,8 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
     return b.reshape(b.matmul(a, bt), weight);
   }
   if (groups > 1) {
-    // windows [N, G, 1, Cg, *o, *k] times gradOut [N, G, Og, 1, *o, 1..], summed over N and o
+    // Per kernel tap: windows [N, G, 1, Cg, *o] times gradOut [N, G, Og, 1, *o], summed over N
+    // and o into [G, Og, Cg]; the taps' sums (one kernel: the same space) then stacked last.
     Node *win = convWindows(b, x, std::vector<SymExpr>(gs.begin() + 2, gs.end()), kernel, stride,
                             padding, dilation);
     std::vector<SymExpr> ws{xs[0], g, b.dim(1), cg}, go{gs[0], g, og, b.dim(1)};
@@ -296,12 +298,22 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
       go.push_back(gs[2 + i]);
       dims.push_back(static_cast<int64_t>(4 + i));
     }
-    for (size_t i = 0; i < spatial; ++i) {
-      ws.push_back(b.dim(kernel[i]));
-      go.push_back(b.dim(1));
+    Node *grad = b.reshape(gradOut, go);
+    int64_t taps = 1;
+    for (int64_t k : kernel)
+      taps *= k;
+    std::vector<Node *> sums;
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      Node *w = win;
+      int64_t rest = tap;
+      for (size_t i = spatial; i-- > 0;) { // the last window dims, innermost first
+        w = b.select(w, static_cast<int64_t>(2 + spatial + i), rest % kernel[i]);
+        rest /= kernel[i];
+      }
+      Node *prod = b.mul(b.reshape(w, ws), grad);
+      sums.push_back(b.unsqueeze(b.reduce(OpKind::Sum, prod, dims, false), 3));
     }
-    Node *prod = b.mul(b.reshape(win, ws), b.reshape(gradOut, go));
-    return b.reshape(b.reduce(OpKind::Sum, prod, dims, false), weight);
+    return b.reshape(b.concat(sums, 3), weight); // [G, Og, Cg, taps]
   }
   std::vector<int64_t> swap{1, 0};
   for (size_t i = 0; i < spatial; ++i)

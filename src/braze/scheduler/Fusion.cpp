@@ -229,16 +229,9 @@ private:
     });
     int last = static_cast<int>(s_.kernels.size()) - 1;
     for (int ki = last - 1; ki >= std::max({latest, 0, last - kEarlier}); --ki)
-      if (!s_.kernels[ki].standsAlone() && !onlyScalarLoopSteps(s_.kernels[ki], c) &&
-          tryJoin(ki, c))
+      if (!s_.kernels[ki].standsAlone() && tryJoin(ki, c)) // pointwise: never a refinement
         return true;
     return false;
-  }
-
-  /// Whether c would turn scalar-step kernel k into a loop kernel (a refinement): not done
-  /// out of order.
-  bool onlyScalarLoopSteps(const Kernel &k, const Computation &c) const {
-    return k.innerVars.empty() && c.extents() != extentsOf(k.outerVars);
   }
 
   static bool onlyScalarSteps(const Kernel &k) {

@@ -225,7 +225,8 @@ def _entries():
                      ("segformer", segformer), ("mobilenet_v2", mobilenet_v2),
                      ("resnet", resnet)]:
         out.append(Entry(name, fn))
-    for name, fn in [("gpt2", gpt2), ("bert", bert), ("resnet", resnet)]:
+    for name, fn in [("gpt2", gpt2), ("bert", bert), ("resnet", resnet),
+                     ("mobilenet_v2", mobilenet_v2)]:
         out.append(Entry(f"{name}-train", fn, train=True))
     return out
 

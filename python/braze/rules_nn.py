@@ -54,7 +54,8 @@ COMPILE_CUDA_CONV_BACKWARD = False
 def _convolution_backward(t, node, grad_out, x, w, bias_sizes, stride, padding, dilation,
                           transposed, output_padding, groups, output_mask):
     """The input, weight and bias gradients output_mask asks for, from transposed and plain
-    convolutions (GraphBuilder::convolutionBackward); None where it does not."""
+    convolutions (GraphBuilder::convolutionBackward, which reads a transposed convolution's
+    output padding from the sizes); None where it does not."""
     dt = t.g.dtype(t.arg(x))
     if dt not in FLOAT_DTYPES:
         raise Unsupported(f"convolution backward in {dt}")
@@ -62,8 +63,7 @@ def _convolution_backward(t, node, grad_out, x, w, bias_sizes, stride, padding, 
         raise Unsupported("convolution backward on CUDA (COMPILE_CUDA_CONV_BACKWARD is off)")
     return tuple(t.g.convolution_backward(t.arg(grad_out), t.arg(x), t.arg(w), list(stride),
                                           list(padding), list(dilation), bool(transposed),
-                                          list(output_padding), int(groups),
-                                          [bool(m) for m in output_mask]))
+                                          int(groups), [bool(m) for m in output_mask]))
 
 
 def _conv_transpose(t, x, w, bias, stride, padding, dilation, output_padding, groups):

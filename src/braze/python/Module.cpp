@@ -298,11 +298,9 @@ NB_MODULE(_C, m) {
       })
       .def("convolution_backward", [](PyGraph &g, int gradOut, int x, int w, IntList stride,
                                       IntList padding, IntList dilation, bool transposed,
-                                      IntList outputPadding, int64_t groups,
-                                      std::array<bool, 3> mask) {
+                                      int64_t groups, std::array<bool, 3> mask) {
         std::array<Node *, 3> grads = g.builder().convolutionBackward(
-            g.at(gradOut), g.at(x), g.at(w), stride, padding, dilation, transposed, outputPadding,
-            groups, mask);
+            g.at(gradOut), g.at(x), g.at(w), stride, padding, dilation, transposed, groups, mask);
         std::array<std::optional<int>, 3> out;
         for (size_t i = 0; i < 3; ++i)
           if (grads[i])

@@ -60,11 +60,11 @@ BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(in ? 16 : 0));
 }
 // The bias pairs of keys [j0, j0 + BN) a thread reads (rows `rows`, keys j0 + 8n + 2t, + 1):
-// -inf past the rows or the keys.
+// -inf past the rows or the keys (`ninf2`: -inf's bits in both halves).
 template <int BN, int MT>
 BRAZE_FN void braze_attn_bias_pairs(uint32_t (&out)[MT][BN / 8][2], const uint16_t* __restrict__ bias,
                                     int64_t brs, const int64_t (&rows)[MT][2], int t, int64_t j0,
-                                    int64_t sq, int64_t sk, uint16_t ninf) {
+                                    int64_t sq, int64_t sk, uint32_t ninf2) {
   #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     #pragma unroll
@@ -72,11 +72,11 @@ BRAZE_FN void braze_attn_bias_pairs(uint32_t (&out)[MT][BN / 8][2], const uint16
       #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = rows[mt][h], key = j0 + n * 8 + t * 2;
-        uint32_t pair = (uint32_t)ninf | ((uint32_t)ninf << 16);
+        uint32_t pair = ninf2;
         if (row < sq && key < sk) {
           const uint16_t* at = bias + row * brs + key;
           pair = key + 1 < sk ? *reinterpret_cast<const uint32_t*>(at)
-                              : (uint32_t)*at | ((uint32_t)ninf << 16);
+                              : (uint32_t)*at | (ninf2 & 0xffff0000u);
         }
         out[mt][n][h] = pair;
       }
@@ -135,7 +135,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
   const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
                    (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
   const int64_t kend = CAUSAL ? (sk < i0 + BM ? sk : i0 + BM) : sk;
-  const uint16_t ninf = BF16 ? 0xFF80u : 0xFC00u; // -inf's bits
+  const uint32_t ninf2 = BF16 ? 0xFF80FF80u : 0xFC00FC00u; // two -inf, as a pair of keys
   const bool pairs = BIAS && bias != nullptr && bcs == 1 && brs % 2 == 0 && (uintptr_t)bias % 4 == 0;
   uint32_t bnext[BIAS ? MT : 1][BIAS ? BN / 8 : 1][2]; // the next key tile's bias pairs
   // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end): 16-byte cp.async
@@ -176,7 +176,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     stage(0, 0);
   if constexpr (BIAS)
     if (pairs && kend > 0)
-      braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, 0, sq, sk, ninf);
+      braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, 0, sq, sk, ninf2);
   int cur = 0;
   for (int64_t j0 = 0; j0 < kend; j0 += BN, cur ^= 1) {
     if (j0 + BN < kend) {
@@ -202,12 +202,12 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const uint32_t pair = bnext[mt][n][h];
-              all = all && pair == ((uint32_t)ninf | ((uint32_t)ninf << 16));
+              all = all && pair == ninf2;
               bv[mt][n][2 * h] = braze_attn_f<BF16>((uint16_t)pair);
               bv[mt][n][2 * h + 1] = braze_attn_f<BF16>((uint16_t)(pair >> 16));
             }
         if (j0 + BN < kend)
-          braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, j0 + BN, sq, sk, ninf);
+          braze_attn_bias_pairs<BN, MT>(bnext, bias, brs, rows, t, j0 + BN, sq, sk, ninf2);
         dead = __all_sync(0xffffffffu, all);
       }
     } else if (bias != nullptr) {
@@ -246,7 +246,7 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
           }
         }
       // 2. Masks (only a tile past the keys' end, or reaching this warp's causal diagonal, needs
-      //    them) and the online softmax, in the log2 domain: p = 2^(s * scale * log2 e - m).
+      //    them) and the online softmax, in the scores' domain (see sl above).
       const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > wrow);
       #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {

@@ -114,11 +114,11 @@ public:
   ///     several groups one sum per kernel tap; of a transposed one, the same with x and
   ///     gradOut exchanged;
   ///   - the bias's: gradOut summed over all dims but the channels.
-  /// Static spatial, kernel and channel sizes.
+  /// Static spatial, kernel and channel sizes. A transposed convolution's output padding is
+  /// read from the sizes of x and gradOut.
   std::array<Node *, 3> convolutionBackward(Node *gradOut, Node *x, Node *w, IntList stride,
                                             IntList padding, IntList dilation, bool transposed,
-                                            IntList outputPadding, int64_t groups,
-                                            std::array<bool, 3> mask);
+                                            int64_t groups, std::array<bool, 3> mask);
   /// A transposed convolution's output size along one spatial dim of `in` elements.
   static constexpr int64_t convTransposeSize(int64_t in, int64_t stride, int64_t padding,
                                              int64_t dilation, int64_t kernel,

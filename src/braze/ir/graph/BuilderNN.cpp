@@ -265,6 +265,7 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
                      const IntList &stride, const IntList &padding, const IntList &dilation,
                      int64_t groups) {
   const std::vector<SymExpr> &xs = x->shape(), &gs = gradOut->shape();
+  const std::vector<SymExpr> counts(gs.begin() + 2, gs.end()); // the windows gradOut has
   size_t spatial = kernel.size();
   int64_t c = 0, o = 0;
   b.sym().constValue(xs[1], c);
@@ -278,7 +279,6 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
   }
   bool oneTap = std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; });
   if (groups == 1 && oneTap) {
-    std::vector<SymExpr> counts(gs.begin() + 2, gs.end());
     Node *cols = b.reshape(convWindows(b, x, counts, kernel, stride, padding, dilation),
                            {xs[0], xs[1], positions});
     Node *a = b.reshape(b.permute(b.reshape(gradOut, {gs[0], gs[1], positions}), {1, 0, 2}),
@@ -289,8 +289,7 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
   if (groups > 1) {
     // Per kernel tap: windows [N, G, 1, Cg, *o] times gradOut [N, G, Og, 1, *o], summed over N
     // and o into [G, Og, Cg]; the taps' sums (one kernel: the same space) then stacked last.
-    Node *win = convWindows(b, x, std::vector<SymExpr>(gs.begin() + 2, gs.end()), kernel, stride,
-                            padding, dilation);
+    Node *win = convWindows(b, x, counts, kernel, stride, padding, dilation);
     std::vector<SymExpr> ws{xs[0], g, b.dim(1), cg}, go{gs[0], g, og, b.dim(1)};
     std::vector<int64_t> dims{0};
     for (size_t i = 0; i < spatial; ++i) {
@@ -330,8 +329,7 @@ Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ker
 std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, Node *w,
                                                         IntList stride, IntList padding,
                                                         IntList dilation, bool transposed,
-                                                        IntList outputPadding, int64_t groups,
-                                                        std::array<bool, 3> mask) {
+                                                        int64_t groups, std::array<bool, 3> mask) {
   const char *op = "convolution_backward";
   int64_t spatial = x->rank() - 2;
   if (spatial < 1 || spatial > 3 || w->rank() != x->rank() || gradOut->rank() != x->rank())
@@ -341,7 +339,6 @@ std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, 
   stride = perDim(stride, spatial, 1);
   padding = perDim(padding, spatial, 0);
   dilation = perDim(dilation, spatial, 1);
-  outputPadding = perDim(outputPadding, spatial, 0);
   IntList in, out, kernel;
   for (int64_t i = 0; i < x->rank(); ++i) {
     int64_t a, o, k;

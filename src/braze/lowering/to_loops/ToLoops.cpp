@@ -792,10 +792,10 @@ private:
     for (SymExpr d : n->shape())
       if (!d->isConst())
         return {};
-    if (isGraphOutput(n)) {
-      auto at = std::find(g_.outputs().begin(), g_.outputs().end(), n);
-      const std::vector<SymExpr> &want = g_.outputStrides(static_cast<size_t>(at - g_.outputs().begin()));
-      if (std::count(g_.outputs().begin(), g_.outputs().end(), n) == 1 && !want.empty() &&
+    const std::vector<Node *> &outs = g_.outputs();
+    if (auto at = std::find(outs.begin(), outs.end(), n); at != outs.end()) {
+      const std::vector<SymExpr> &want = g_.outputStrides(static_cast<size_t>(at - outs.begin()));
+      if (std::find(at + 1, outs.end(), n) == outs.end() && !want.empty() &&
           want.back()->isConst(1) && loop::denseLayout(s_, n->shape(), want))
         return want;
       return {};

@@ -20,7 +20,12 @@ With --decode, generation instead (`model.generate`, greedy, --new-tokens after 
 token prompt, model.forward compiled; a LLaMA-style model, 12 layers, hidden 2048, 32 heads, 8
 KV heads): each backend with the static cache (cache_implementation="static") and with the
 dynamic cache, at batch 1 and 8, in ms per generated token (the wall time of a whole generate
-divided by its new tokens, median of --repeats, backends interleaved). Correctness: the logits
+divided by its new tokens, median of --repeats, backends interleaved). Backends there: eager,
+inductor, inductor_ro, braze, braze_nocg compile model.forward and call generate() with
+disable_compile=True; hf_inductor and hf_braze (static cache only) leave the forward alone and
+let generate() compile it the way transformers does on CUDA with a static cache,
+CompileConfig(backend=...) in its default mode "reduce-overhead". Without disable_compile,
+"eager" with a static cache would be hf_inductor. Correctness: the logits
 of the prompt's forward (generate's first scores) against eager's; greedy tokens diverge on
 random weights in bf16, for Inductor too. braze's counters over its generates: graphs,
 fallback ops, CUDA-graph replays against forward calls.
@@ -62,6 +67,7 @@ P.add_argument("--json", help="write every number here")
 P.add_argument("--warm-cache", action="store_true", help="keep the usual on-disk caches")
 P.add_argument("--decode", action="store_true", help="time generate() (see above)")
 P.add_argument("--batches", default="1,8", help="--decode: batch sizes")
+P.add_argument("--caches", default="static,dynamic", help="--decode: static, dynamic or both")
 P.add_argument("--prompt", type=int, default=128, help="--decode: prompt tokens")
 P.add_argument("--new-tokens", type=int, default=64, help="--decode: generated tokens")
 ARGS = P.parse_args()
@@ -250,12 +256,22 @@ def failed(row, e):
     traceback.print_exc(file=sys.stderr)
 
 
-def medians(fns, sample):
-    """{backend: the median of --repeats sample(fn)}, the backends interleaved in each repeat."""
+def medians(fns, sample, errors=None):
+    """{backend: the median of --repeats sample(fn)}, the backends interleaved in each repeat.
+    With errors (a dict), a backend that raises while timed is dropped and its error kept
+    there; without, the error propagates."""
     samples = {b: [] for b in fns}
     for _ in range(ARGS.repeats):
         for b, fn in fns.items():
-            samples[b].append(sample(fn))
+            if b not in samples:
+                continue
+            try:
+                samples[b].append(sample(fn))
+            except Exception as e:
+                if errors is None:
+                    raise
+                errors[b] = f"{type(e).__name__}: {e}"
+                del samples[b]
     return {b: statistics.median(s) for b, s in samples.items()}
 
 
@@ -299,12 +315,50 @@ def decode_model():
     return t.LlamaForCausalLM(cfg).to(DEV, torch.bfloat16).eval()
 
 
+# generate() compiles the forward by itself on CUDA when the cache is static (transformers'
+# auto-compile: torch.compile of the model's __call__ with its CompileConfig, mode
+# "reduce-overhead" by default). The hf_* backends are that path with the backend named; the
+# others set model.forward and pass disable_compile=True, so eager is eager and a compiled
+# forward is not compiled again around it.
+HF_BACKENDS = {"hf_inductor": "inductor", "hf_braze": "braze"}
+
+
+class DecodeRunner:
+    """One backend's generate(): its forward, its generate arguments, and for hf_* the
+    compiled __call__ transformers made, restored before each call so that the backends can
+    interleave without transformers compiling again."""
+
+    def __init__(self, model, forward, kw, hf_backend=None):
+        self.model, self.forward, self.kw = model, forward, dict(kw)
+        if hf_backend is None:
+            self.kw["disable_compile"] = True
+        else:
+            self.kw["compile_config"] = _transformers().CompileConfig(backend=hf_backend)
+        self.state = None
+
+    def __call__(self, ids):
+        m = self.model
+        m.forward = self.forward
+        if self.state is not None:
+            m._compiled_call, m._last_compile_config = self.state
+        elif hasattr(m, "_compiled_call"):
+            del m._compiled_call
+        out = m.generate(ids, **self.kw)
+        if "compile_config" in self.kw and hasattr(m, "_compiled_call"):
+            self.state = (m._compiled_call, m._last_compile_config)
+        return out
+
+
 def run_decode(backends):
     """ms per token of generate() for each cache, batch and backend (see the docstring)."""
     model = decode_model()
     plain_forward = model.forward
     rows = []
-    for cache in ("static", "dynamic"):
+    for cache in [c for c in ARGS.caches.split(",") if c]:
+        if cache not in ("static", "dynamic"):
+            raise SystemExit(f"--caches: unknown cache {cache!r} (known: static, dynamic)")
+        # transformers never compiles a dynamic cache by itself.
+        names = [b for b in backends if cache == "static" or b not in HF_BACKENDS]
         for batch in [int(b) for b in ARGS.batches.split(",") if b]:
             ids = torch.randint(0, 32000, (batch, ARGS.prompt), device=DEV)
             kw = dict(max_new_tokens=ARGS.new_tokens, min_new_tokens=ARGS.new_tokens,
@@ -312,40 +366,47 @@ def run_decode(backends):
             if cache == "static":
                 kw["cache_implementation"] = "static"
             with torch.no_grad():
-                model.forward = plain_forward
-                want = model.generate(ids, **kw).logits[0].float()
+                want = DecodeRunner(model, plain_forward, kw)(ids).logits[0].float()
                 gens = {}
-                for b in backends:
+                for b in names:
                     row = {"model": f"decode_{cache}_b{batch}", "backend": b}
                     rows.append(row)
                     try:
                         torch._dynamo.reset()
-                        model.forward = plain_forward if b == "eager" else compiled(plain_forward, b)
+                        if b in HF_BACKENDS:
+                            run = DecodeRunner(model, plain_forward, kw, HF_BACKENDS[b])
+                        else:
+                            run = DecodeRunner(model, compiled(plain_forward, b), kw)
+                        print(f"decode_{cache}_b{batch} {b}: compiling", file=sys.stderr,
+                              flush=True)
                         before = braze.counters()
                         with warnings.catch_warnings(record=True) as caught:
                             warnings.simplefilter("always")
-                            first = _wall(lambda: model.generate(ids, **kw))
-                            out = model.generate(ids, **kw)
+                            first = _wall(lambda: run(ids))
+                            out = run(ids)
                         after = braze.counters()
                         got = out.logits[0].float()
                         row["rel_error"] = float((got - want).abs().max() / want.abs().max())
                         row["ok"] = row["rel_error"] <= REL_TOL[torch.bfloat16]
                         row["compile_s"] = first
-                        if b.startswith("braze"):
+                        if b.startswith("braze") or b == "hf_braze":
                             braze_row(row, before, after, caught)
                             row["fallback_by_op"] = braze.fallback_ops_by_op()
-                        gens[b] = model.forward
+                        gens[b] = run
                     except Exception as e:
                         failed(row, e)
 
-                def per_token(fwd):
-                    model.forward = fwd
-                    return _wall(lambda: model.generate(ids, **kw)) * 1e3 / ARGS.new_tokens
-                ms = medians(gens, per_token)
-                for row in rows[-len(backends):]:
+                def per_token(run):
+                    return _wall(lambda: run(ids)) * 1e3 / ARGS.new_tokens
+                timing_errors = {}
+                ms = medians(gens, per_token, timing_errors)
+                for row in rows[-len(names):]:
                     if row["backend"] in ms:
                         row["ms"] = ms[row["backend"]]
-            for row in rows[-len(backends):]:  # as it goes: a long run cut short keeps these
+                    if row["backend"] in timing_errors:
+                        row["ok"] = False
+                        row["error"] = "while timed: " + timing_errors[row["backend"]]
+            for row in rows[-len(names):]:  # as it goes: a long run cut short keeps these
                 print(f"{row['model']} {row['backend']}: {_f(row.get('ms'), 3)} ms/token, "
                       f"rel_error {_f(row.get('rel_error'), 2, 'e')}, fallback_ops "
                       f"{row.get('fallback_ops', '')}, graphs {row.get('graphs', '')}, "

@@ -1,6 +1,6 @@
 """CNN training steps (the CPU by default): eager vs braze vs TorchInductor, in one process.
 
-    python benchmarks/cnn_training.py                    # ResNet-18-shaped and MobileNetV2
+    python benchmarks/cnn_training.py                    # ResNet-18-shaped, MobileNetV2, ViT
     python benchmarks/cnn_training.py --only resnet18 --repeats 7
     python benchmarks/cnn_training.py --device cuda --compile-all   # on a GPU
 
@@ -9,7 +9,8 @@ by default it runs in eager there).
 
 A step is forward, a loss (the output's squared mean) and backward, in train mode (batch norm
 takes the batch's statistics), float32, the models of benchmarks/models.py at a reduced size
-(ResNet-18-shaped at 32 base channels, MobileNetV2 at width 1.0; batch 4, 64×64 images).
+(ResNet-18-shaped at 32 base channels, MobileNetV2 at width 1.0, a 4-layer ViT of width 192
+with 8×8 patches; batch 4, 64×64 images).
 A fourth contender, "braze, conv bwd eager", is braze with aten.convolution_backward left to
 eager (its rule removed while it compiles): braze as it was before that op compiled.
 Timing: perf_counter per step, median of --repeats samples, the contenders interleaved within
@@ -48,7 +49,16 @@ def mobilenet():
     return LastHidden(model), torch.randn(4, 3, 64, 64)
 
 
-MODELS = {"resnet18": resnet, "mobilenet_v2": mobilenet}
+def vit():
+    """A small ViT: its patch embedding is a stride-8 8×8 convolution, whose backward is the
+    only convolution backward in the step."""
+    t = models._quiet_transformers()
+    cfg = t.ViTConfig(image_size=64, patch_size=8, hidden_size=192, num_hidden_layers=4,
+                      num_attention_heads=3, intermediate_size=768)
+    return LastHidden(t.ViTModel(cfg, add_pooling_layer=False)), torch.randn(4, 3, 64, 64)
+
+
+MODELS = {"resnet18": resnet, "mobilenet_v2": mobilenet, "vit": vit}
 CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 
 

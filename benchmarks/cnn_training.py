@@ -2,10 +2,7 @@
 
     python benchmarks/cnn_training.py                    # ResNet-18-shaped, MobileNetV2, ViT
     python benchmarks/cnn_training.py --only resnet18 --repeats 7
-    python benchmarks/cnn_training.py --device cuda --compile-all   # on a GPU
-
---compile-all compiles convolution backward on CUDA too (rules_nn.COMPILE_CUDA_CONV_BACKWARD;
-by default it runs in eager there).
+    python benchmarks/cnn_training.py --device cuda      # on a GPU
 
 A step is forward, a loss (the output's squared mean) and backward, in train mode (batch norm
 takes the batch's statistics), float32, the models of benchmarks/models.py at a reduced size
@@ -78,12 +75,8 @@ def main():
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--compile-all", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    if a.compile_all:
-        from braze import rules_nn
-        rules_nn.COMPILE_CUDA_CONV_BACKWARD = True
     print("| model | eager ms | Inductor ms | braze, conv bwd eager ms | braze ms | braze / eager × "
           "| braze / Inductor × | grad error (Inductor, braze) | braze graphs, partitions, "
           "fallback ops (conv bwd eager: same) |")

@@ -35,13 +35,6 @@ def _tolerance(dtype):
     return {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-9, atol=1e-9)}[dtype]
 
 
-@pytest.fixture(autouse=True)
-def compile_every_convolution_backward(monkeypatch):
-    """These tests check CUDA too (off by default: see rules_nn)."""
-    from braze import rules_nn
-    monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", True)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
                          ids=["f32", "f64", "bf16"])
@@ -109,11 +102,14 @@ def test_cnn_training_step_is_one_graph_pair():
     assert after["partitions"] - before["partitions"] == 2
 
 
-def test_cuda_convolution_backward_stays_in_eager_by_default(device, monkeypatch):
-    """By default every convolution backward on CUDA runs in eager (counted, with its reason);
-    on the CPU plain and grouped ones compile."""
+@pytest.mark.parametrize("switch", [True, False], ids=["default", "cuda_off"])
+def test_convolution_backward_compiles_by_default(device, monkeypatch, switch):
+    """Plain and grouped convolution backward compile on both devices by default; with
+    rules_nn.COMPILE_CUDA_CONV_BACKWARD off, CUDA's run in eager (counted, with the reason) and
+    the CPU's still compile."""
     from braze import rules_nn
-    monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", False)
+    if not switch:
+        monkeypatch.setattr(rules_nn, "COMPILE_CUDA_CONV_BACKWARD", False)
     torch.manual_seed(2)
     for groups in (1, 2):
         with torch.device("cpu"):
@@ -126,4 +122,4 @@ def test_cuda_convolution_backward_stays_in_eager_by_default(device, monkeypatch
                             backend="braze")(x, w)
         out.backward()
         after = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
-        assert (after > before) == (device == "cuda"), (groups, device)
+        assert (after > before) == (device == "cuda" and not switch), (groups, device, switch)

@@ -196,7 +196,7 @@ class _BrazeGraph:
         static graph with plain inputs and outputs); self otherwise."""
         run = self.run
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
-                or run.into or self.needs_seed
+                or (run.into and not isinstance(run, cpu_support.CpuGraph)) or self.needs_seed
                 or run.checks
                 or self.complex_outputs or self.output_layouts
                 or any(c.is_complex() for c in self.constants)):
@@ -532,15 +532,19 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
                                                        {w.position for w in writes})
     if not writes and moving is None:
         return _compile_mutation_free(gm, example_inputs, opts, direct, forward, number)
-    fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes)
+    fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes,
+                                lean=direct is not None and moving is None)
     if moving is not None:
         fn = moving(fn)
     return mutations.apply(fn, writes, outputs) if writes else fn
 
 
-def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=()):
+def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=(),
+                           lean=False):
     """_compile_graph of a graph with no copy_ into an input; `writes` (mutations.Mutation)
-    name outputs that a graph compiled whole may compute in their inputs' memory."""
+    name outputs that a graph compiled whole may compute in their inputs' memory. `lean`: an
+    inference graph whose arguments are the caller's, checked by Dynamo's guards; compiled
+    whole, it is called through its lean call (_BrazeGraph.fast)."""
     name = f"graph {number} ({'forward' if forward else 'backward'})"
 
     def replayed(fn, graphs, whole=False):
@@ -607,7 +611,8 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
                     and placeholders == direct["inputs"] and aot.plain_inference()):
                 direct["fn"] = replayed(fn.fast(), [fn], whole=True)
             graphs = [fn] if isinstance(fn, _BrazeGraph) else []
-            return make_boxed_func(replayed(fn if tuple_out else lambda *args: fn(*args)[0],
+            call = fn.fast() if lean and graphs else fn
+            return make_boxed_func(replayed(call if tuple_out else lambda *args: call(*args)[0],
                                             graphs, whole=True))
         fused, graphs = _compile_partitioned(gm, unsupported, opts, device, forward)
         forward = cuda_support.checked_once(fused.forward, graphs)

@@ -45,14 +45,35 @@ class CpuGraph:
                    for (shape, stride), dt in zip(self.layouts, self.output_dtypes)]
         const_ptrs = [c.data_ptr() for c in constants]
         syms, run_bound, empty_strided = self.syms, self.compiled.run_bound, torch.empty_strided
+        # Outputs computed in an argument's own memory (self.into): the argument position for
+        # each, decided at the first call as outputs_into decides; the layouts cannot change
+        # between calls, and every argument's dtype is the graph's.
+        into_args = None
 
         def call(*args):
-            outs = [empty_strided(s, st, dtype=dt) for s, st, dt in layouts]
+            nonlocal into_args
+            if into_args is None:
+                into_args = _into_arguments(self.into, positions, args, layouts)
+            outs = [args[into_args[k]] if k in into_args else empty_strided(s, st, dtype=dt)
+                    for k, (s, st, dt) in enumerate(layouts)]
             run_bound([args[i].data_ptr() for i in positions] + const_ptrs,
                       [o.data_ptr() for o in outs], syms)
             return outs
         call.constants = constants  # const_ptrs stay valid while the closure holds these
         return call
+
+
+def _into_arguments(into, positions, args, layouts):
+    """{output: argument position} for the outputs computed in an argument's memory: those
+    whose input (into) is an argument with the output's dtype and layout."""
+    found = {}
+    for k, j in into.items():
+        if j < len(positions):
+            x = args[positions[j]]
+            shape, stride, dt = layouts[k]
+            if x.dtype == dt and tuple(x.shape) == shape and tuple(x.stride()) == stride:
+                found[k] = positions[j]
+    return found
 
 
 def outputs_into(inputs, layouts, dtypes, into, device):

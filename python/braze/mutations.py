@@ -62,11 +62,15 @@ def take(gm):
         c.replace_all_uses_with(c.args[1])
     outputs = list(out_node.args[0]) if isinstance(out_node.args[0], (tuple, list)) \
         else [out_node.args[0]]
-    mutations = []
     written = [c.args[0] for c in copies]
+    pairs = [(c.args[0], c.args[1]) for c in copies]
     for c in copies:
-        dst, value = c.args[0], c.args[1]
         gm.graph.erase_node(c)
+    first = len(outputs)
+    outputs += [value for _, value in pairs]
+    out_node.args = (tuple(outputs),)
+    mutations = []
+    for k, (dst, value) in enumerate(pairs):
         # In place: one write into dst, by an overwrite whose only read of dst is its self,
         # or by an elementwise update that alone reads dst.
         safe = (isinstance(value, torch.fx.Node) and value.op == "call_function"
@@ -75,9 +79,7 @@ def take(gm):
                       and value.args and value.args[0] is dst and _reads(value, dst) == 1
                       and set(dst.users) == {value})
                      or _pointwise_update(dst, value)))
-        mutations.append(Mutation(placeholders.index(dst), len(outputs), safe))
-        outputs.append(value)
-    out_node.args = (tuple(outputs),)
+        mutations.append(Mutation(placeholders.index(dst), first + k, safe))
     gm.recompile()
     return mutations
 
@@ -103,7 +105,8 @@ def _pointwise_update(dst, value):
     nothing reads dst after value is written there. Other nodes may read value: the graph
     returns it, and braze stores a graph output and has its readers load it (Realize.h), here
     from dst's memory, after it is written. An optimizer's updates (p - lr * m / denom; Adam's
-    m and v, which the parameter's update reads) or a decayed buffer (r * 0.9 + x)."""
+    m and v, which the parameter's update reads) or a decayed buffer (r * 0.9 + x). A node
+    between dst and value may be returned too."""
     shape = dst.meta["val"].shape
     if not _pointwise(value, shape):
         return False
@@ -112,8 +115,14 @@ def _pointwise_update(dst, value):
         return False
     seen, stack = set(), [dst]
     while stack:
-        for u in stack.pop().users:
+        n = stack.pop()
+        for u in n.users:
             if u is value or u in seen or u.target in _METADATA_ONLY:
+                continue
+            if u.op == "output" and n is not dst:
+                # n is returned (Adam's m, from a gradient with the parameter's weight decay
+                # added, is written into m): braze stores it once, and since it feeds value,
+                # no later than value is written.
                 continue
             if u not in feeds or not _pointwise(u, shape):
                 return False

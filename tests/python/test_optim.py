@@ -22,6 +22,8 @@ OPTIMIZERS = {
     "adam": lambda p, cuda: torch.optim.Adam(p, lr=1e-2, foreach=True, capturable=cuda),
     "adam-amsgrad": lambda p, cuda: torch.optim.Adam(p, lr=1e-2, amsgrad=True, weight_decay=1e-2,
                                                      foreach=True, capturable=cuda),
+    "adam-decay": lambda p, cuda: torch.optim.Adam(p, lr=1e-2, weight_decay=1e-2, foreach=True,
+                                                   capturable=cuda),
     "adamw": lambda p, cuda: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=True,
                                                capturable=cuda),
 }
@@ -52,9 +54,41 @@ def test_a_compiled_optimizer_step_matches_eager(name, device):
     assert now["graphs"] > before["graphs"]
     assert now["fallback_ops"] == before["fallback_ops"], braze.fallback_ops_by_op()
     assert now["fallback_graphs"] == before["fallback_graphs"]
-    if name in ("adam", "adamw"):  # parameters, moments and step counts updated in place
+    # Parameters, moments and step counts updated in place; with Adam's weight decay the
+    # gradient the moments read is the parameter's function too.
+    if name in ("adam", "adam-decay", "adamw"):
         assert now["inputs_copied_back"] == before["inputs_copied_back"]
         assert now["inputs_written_in_place"] > before["inputs_written_in_place"]
+
+
+def test_cpu_adamw_step_is_one_pass_per_parameter():
+    """On the CPU each parameter's m, v and update are computed in one pass over its memory:
+    one kernel per parameter size after the step counts' scalar kernel, however many sizes
+    the step interleaves, and parameters of one size as loops of their own in that kernel."""
+    import re
+    torch.manual_seed(0)
+    shapes = [(n, 3) for n in range(5, 15)] + [(5, 3), (7, 3)]  # 10 sizes, two of them twice
+    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    want = [p.detach().clone() for p in params]
+    ref = torch.optim.AdamW([torch.nn.Parameter(w) for w in want], lr=1e-2, weight_decay=0.1,
+                            foreach=True)
+    for r, p in zip(ref.param_groups[0]["params"], params):
+        r.grad = p.grad.clone()
+    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
+    _, sources = braze.run_and_get_code(torch.compile(opt.step, backend="braze"))
+    ref.step()
+    for p, w in zip(params, ref.param_groups[0]["params"]):
+        torch.testing.assert_close(p, w, rtol=1e-6, atol=1e-6)
+    kernels = re.findall(r"static void kernel\d+\(.*?\n}\n", sources[0], re.S)
+    assert len(kernels) == 11
+    sizes = [15, 21]  # the sizes of two parameters each
+    for k in kernels[1:]:
+        extent = int(re.search(r"x0 < INT64_C\((\d+)\)", k).group(1))
+        count = 2 if extent in sizes else 1
+        assert len(re.findall(r"b\d+\[x0\] =", k)) == 3 * count  # m, v and the parameter
+        assert k.count("#pragma omp for simd nowait") == (count if count > 1 else 0)
 
 
 def test_foreach_ops_with_lists_of_scalars_and_reductions(device):

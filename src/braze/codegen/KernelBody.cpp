@@ -1,10 +1,12 @@
 #include "braze/codegen/KernelBody.h"
 
 #include "braze/codegen/CFamily.h"
+#include "braze/ir/loop/Rewrite.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace braze::codegen {
@@ -181,6 +183,44 @@ std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &nam
   std::string okA = g.transA ? "lda >= braze_imax(1, M)" : "lda >= braze_imax(1, K)";
   std::string okB = g.transB ? "ldb >= braze_imax(1, K)" : "ldb >= braze_imax(1, N)";
   return okA + " && " + okB + " && ldc >= braze_imax(1, N)";
+}
+
+std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
+                                                           const std::vector<sym::SymExpr> &vars) {
+  size_t n = st.members.size();
+  std::vector<size_t> parent(n);
+  for (size_t i = 0; i < n; ++i)
+    parent[i] = i;
+  auto root = [&](size_t i) {
+    while (parent[i] != i)
+      i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  // A buffer's first member to make or read it: a later member that reads it joins that one.
+  std::unordered_map<const loop::Buffer *, size_t> first;
+  for (size_t i = 0; i < n; ++i) {
+    loop::forEachLoad(st.members[i].value, [&](const loop::Expr *ld) {
+      std::vector<sym::SymExpr> syms;
+      sym::collectSymbols(ld->index(), syms);
+      if (ld->indirect().empty() && std::none_of(syms.begin(), syms.end(), [&](sym::SymExpr s) {
+            return std::find(vars.begin(), vars.end(), s) != vars.end();
+          }))
+        return; // one value for the whole kernel (a step size), loaded before its loops
+      auto [it, fresh] = first.try_emplace(ld->buffer(), i);
+      if (!fresh)
+        parent[root(i)] = root(it->second);
+    });
+    first.try_emplace(st.members[i].comp->out, i);
+  }
+  std::vector<std::vector<sched::Member>> groups;
+  std::unordered_map<size_t, size_t> groupOf;
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, fresh] = groupOf.try_emplace(root(i), groups.size());
+    if (fresh)
+      groups.emplace_back();
+    groups[it->second].push_back(st.members[i]);
+  }
+  return groups;
 }
 
 bool isArgReduction(const loop::Computation &c) {

@@ -95,6 +95,14 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
 std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &names);
 
 /// Reductions that return a position (argmax/argmin) instead of a value.
+/// The members of a pointwise step in independent groups: two members share a group when one
+/// reads what the other computes or both read one buffer (directly or through members
+/// between), and groups are in the order of their first member. Members of different groups
+/// share no memory, so a kernel may run the groups as loops of their own without reading
+/// anything twice (a load that no variable of `vars` moves is one value, read once).
+std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
+                                                           const std::vector<sym::SymExpr> &vars);
+
 bool isArgReduction(const loop::Computation &c);
 /// The C expression of a reduction's identity, in the value's C type.
 std::string accumulatorInit(const loop::Computation &c);

@@ -219,7 +219,7 @@ private:
   /// reader of its input (braze/mutations.py), so computing it earlier reorders no read of
   /// that memory.
   bool earlierKernel(const Computation &c) {
-    constexpr int kEarlier = 8;
+    constexpr int kEarlier = 32;
     if (c.isReduction() || where_.count(c.out))
       return false;
     int latest = -1; // the last kernel that makes a buffer c reads

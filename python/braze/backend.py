@@ -416,6 +416,10 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
     if device is None:
+        if opts.blas:
+            cpu_support.missing_library_notice("blas")
+        if opts.dnnl:
+            cpu_support.missing_library_notice("dnnl")
         compiled = t.g.compile(opts.log, opts.fuse, blas,
                                dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
                                one_dnn_half=cpu_support.one_dnn_half())

@@ -4,6 +4,7 @@ buffer addresses straight to the module (no DLPack view per tensor, no binding o
 outputs allocated by PyTorch; and the libraries CPU graphs call (OpenBLAS, oneDNN)."""
 import functools
 import os
+import warnings
 
 import torch
 
@@ -100,6 +101,29 @@ def blas_library():
         return None
     path = os.path.join(scipy_openblas64.get_lib_dir(), "lib" + scipy_openblas64.get_library() + ".so")
     return path if os.path.exists(path) else None
+
+
+_MISSING = {
+    "blas": ("scipy-openblas64", "BRAZE_BLAS",
+             "matrix products on the CPU run as braze's own loop nests"),
+    "dnnl": ("onednn-cpu-gomp", "BRAZE_DNNL",
+             "CPU convolutions decompose into im2col and matrix products"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def missing_library_notice(which):
+    """Says once per process (a warning) that a CPU library braze declares as a dependency is
+    missing, and what runs instead: a plain install without it still compiles, more slowly.
+    Silent when BRAZE_BLAS / BRAZE_DNNL names one (read in C++). Returns the message or None."""
+    package, env, instead = _MISSING[which]
+    found = blas_library() if which == "blas" else dnnl_library()
+    if found is not None or os.environ.get(env):
+        return None
+    msg = (f"braze: {package} is not installed, so {instead} (pip install {package}, or set "
+           f"{env} to the library's path)")
+    warnings.warn(msg)
+    return msg
 
 
 @functools.lru_cache(maxsize=None)

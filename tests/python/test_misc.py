@@ -324,3 +324,31 @@ def test_cuda_graphs_of_dynamic_shapes_capture_per_size_up_to_the_limit(monkeypa
     for x in (a, a, b, a, b):
         s(x)
     assert [c.first for c in s.captures] == [b, a]
+
+
+def test_a_missing_cpu_library_is_said_once(device, monkeypatch):
+    """A CPU library braze declares as a dependency (OpenBLAS, oneDNN) but cannot find is said
+    once per process, naming the package and what runs instead; the graph still compiles and
+    matches eager. BRAZE_BLAS naming a library keeps it silent."""
+    import warnings
+    from braze import cpu as cpu_support
+    if device != "cpu":
+        pytest.skip("the CPU libraries")
+    monkeypatch.setattr(cpu_support, "blas_library", lambda: None)
+    monkeypatch.delenv("BRAZE_BLAS", raising=False)
+    cpu_support.missing_library_notice.cache_clear()
+    try:
+        a, b = torch.randn(5, 7), torch.randn(7, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                torch._dynamo.reset()
+                got = torch.compile(lambda a, b: (a @ b).relu(), backend="braze")(a, b)
+                torch.testing.assert_close(got, (a @ b).relu())
+        said = [str(w.message) for w in caught if "scipy-openblas64" in str(w.message)]
+        assert len(said) == 1 and "loop nests" in said[0] and "BRAZE_BLAS" in said[0], said
+        cpu_support.missing_library_notice.cache_clear()
+        monkeypatch.setenv("BRAZE_BLAS", "/somewhere/libopenblas.so")
+        assert cpu_support.missing_library_notice("blas") is None
+    finally:
+        cpu_support.missing_library_notice.cache_clear()

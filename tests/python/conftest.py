@@ -13,6 +13,21 @@ os.environ.setdefault("BRAZE_INDEX_CHECKS", "sync")
 torch.set_num_threads(2)
 
 
+def _say_missing_libraries_now():
+    """braze's once-per-process notice of a missing CPU library (OpenBLAS, oneDNN), given here
+    and dropped, so that no test's count of braze's warnings depends on the machine's wheels
+    (test_misc checks the notice itself)."""
+    import warnings
+    from braze import cpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for which in ("blas", "dnnl"):
+            cpu.missing_library_notice(which)
+
+
+_say_missing_libraries_now()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cpu_only(reason): the test is about the CPU path and has no CUDA variant")

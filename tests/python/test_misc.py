@@ -350,5 +350,10 @@ def test_a_missing_cpu_library_is_said_once(device, monkeypatch):
         cpu_support.missing_library_notice.cache_clear()
         monkeypatch.setenv("BRAZE_BLAS", "/somewhere/libopenblas.so")
         assert cpu_support.missing_library_notice("blas") is None
-    finally:
+    finally:  # said (and dropped) again, as conftest does, for the tests after this one
         cpu_support.missing_library_notice.cache_clear()
+        monkeypatch.undo()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for which in ("blas", "dnnl"):
+                cpu_support.missing_library_notice(which)

@@ -357,3 +357,37 @@ def test_a_missing_cpu_library_is_said_once(device, monkeypatch):
             warnings.simplefilter("ignore")
             for which in ("blas", "dnnl"):
                 cpu_support.missing_library_notice(which)
+
+
+def test_writes_into_inputs_with_returned_intermediates_match_eager(device):
+    """An input updated in place whose update reads a value that is also returned (Adam's
+    moments, from a gradient with the parameter's weight decay added): the returned value is
+    the one computed from the input before the write, and the input holds the update."""
+    def decayed(p, g):
+        t = p * 2 + g
+        p.add_(t)
+        return t
+
+    def moments(p, m, g):
+        gg = g + 0.1 * p
+        m.mul_(0.9).add_(gg)
+        p.sub_(m * 0.5 + gg)
+        return gg.sum()
+
+    def read_after(p, g):
+        t = p.exp()
+        p.mul_(0.5).add_(t)
+        return t, t.sum(), p.sum()
+
+    torch.manual_seed(0)
+    for f, n in ((decayed, 2), (moments, 3), (read_after, 2)):
+        with torch.device("cpu"):
+            args = [torch.randn(64, 33) for _ in range(n)]
+        mine = [x.to(device) for x in args]
+        theirs = [x.clone().to(device) for x in args]
+        want = f(*theirs)
+        torch._dynamo.reset()
+        got = torch.compile(f, backend="braze")(*mine)
+        torch.testing.assert_close(got, want)
+        for x, y in zip(mine, theirs):
+            torch.testing.assert_close(x, y)

@@ -185,6 +185,10 @@ std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &nam
   return okA + " && " + okB + " && ldc >= braze_imax(1, N)";
 }
 
+bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars) {
+  return std::any_of(vars.begin(), vars.end(), [&](sym::SymExpr v) { return sym::mentions(e, v); });
+}
+
 std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
                                                            const std::vector<sym::SymExpr> &vars) {
   size_t n = st.members.size();
@@ -200,11 +204,7 @@ std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st
   std::unordered_map<const loop::Buffer *, size_t> first;
   for (size_t i = 0; i < n; ++i) {
     loop::forEachLoad(st.members[i].value, [&](const loop::Expr *ld) {
-      std::vector<sym::SymExpr> syms;
-      sym::collectSymbols(ld->index(), syms);
-      if (ld->indirect().empty() && std::none_of(syms.begin(), syms.end(), [&](sym::SymExpr s) {
-            return std::find(vars.begin(), vars.end(), s) != vars.end();
-          }))
+      if (ld->indirect().empty() && !mentionsAny(ld->index(), vars))
         return; // one value for the whole kernel (a step size), loaded before its loops
       auto [it, fresh] = first.try_emplace(ld->buffer(), i);
       if (!fresh)

@@ -95,6 +95,10 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
 std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &names);
 
 /// Reductions that return a position (argmax/argmin) instead of a value.
+/// Whether e mentions one of `vars` (a load whose index mentions none is one value wherever
+/// those variables are: a kernel loads it once, before its loops).
+bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars);
+
 /// The members of a pointwise step in independent groups: two members share a group when one
 /// reads what the other computes or both read one buffer (directly or through members
 /// between), and groups are in the order of their first member. Members of different groups

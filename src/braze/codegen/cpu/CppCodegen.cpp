@@ -652,13 +652,8 @@ private:
         written.insert(m.comp->out);
     ExprWriter ex(w, scope, names_, next_);
     auto visit = [&](const loop::Expr *ld) {
-      if (!ld->indirect().empty() || written.count(ld->buffer()))
+      if (!ld->indirect().empty() || written.count(ld->buffer()) || mentionsAny(ld->index(), vars))
         return;
-      std::vector<sym::SymExpr> syms;
-      sym::collectSymbols(ld->index(), syms);
-      for (sym::SymExpr v : vars)
-        if (std::find(syms.begin(), syms.end(), v) != syms.end())
-          return;
       ex.emit(ld);
     };
     for (const Step *st : steps) {

@@ -220,15 +220,6 @@ private:
     return sym_.sub(sym_.substitute(index, next), index)->isConst(1);
   }
 
-  bool dependsOn(SymExpr e, const std::vector<SymExpr> &vars) {
-    std::vector<SymExpr> found;
-    sym::collectSymbols(e, found);
-    for (SymExpr f : found)
-      if (std::find(vars.begin(), vars.end(), f) != vars.end())
-        return true;
-    return false;
-  }
-
   /// Direct loads in members' values, in first-use order, that read memory nobody in k writes.
   std::vector<const loop::Expr *> plainLoads(const std::vector<const Member *> &members,
                                              const std::set<const Buffer *> &writes) {
@@ -378,7 +369,7 @@ private:
     for (const Member *m : members)
       forEachExpr(m->value, [&](const loop::Expr *e) {
         bool inv = true;
-        if (e->index() && dependsOn(e->index(), vars))
+        if (e->index() && mentionsAny(e->index(), vars))
           inv = false;
         for (const loop::Expr *o : e->operands())
           inv = inv && invariant[o];
@@ -638,7 +629,7 @@ private:
       if (st.kind == StepKind::Loop) {
         perStep.push_back(plainLoads(membersOf(st), writes));
         for (const loop::Expr *l : perStep.back())
-          steps[l] += dependsOn(l->index(), k.innerVars) ? 1 : 0;
+          steps[l] += mentionsAny(l->index(), k.innerVars) ? 1 : 0;
       }
     std::vector<const loop::Expr *> out;
     for (const auto &loads : perStep)
@@ -667,7 +658,7 @@ private:
         forEachExpr(m.value, [&](const loop::Expr *e) {
           if (dag.insert(e).second)
             visit.push_back(e);
-          bool dep = e->index() && dependsOn(e->index(), k.innerVars);
+          bool dep = e->index() && mentionsAny(e->index(), k.innerVars);
           for (const loop::Expr *o : e->operands())
             dep = dep || inner[o];
           for (const auto &b : e->indirect())
@@ -738,7 +729,7 @@ private:
       return 0;
     int bytes = 0;
     for (const loop::Expr *l : plainLoads(members, writes)) {
-      if (!sym::mentions(l->index(), rowVars.back()) || !dependsOn(l->index(), inner))
+      if (!sym::mentions(l->index(), rowVars.back()) || !mentionsAny(l->index(), inner))
         continue; // the rows share it, or it is read once per row
       if (!contiguousIn(l->index(), rowVars.back()) || contiguousIn(l->index(), inner.back()))
         return 0;

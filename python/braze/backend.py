@@ -416,10 +416,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
     if device is None:
-        if opts.blas:
-            cpu_support.missing_library_notice("blas")
-        if opts.dnnl:
-            cpu_support.missing_library_notice("dnnl")
+        cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
         compiled = t.g.compile(opts.log, opts.fuse, blas,
                                dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
                                one_dnn_half=cpu_support.one_dnn_half())
@@ -536,19 +533,17 @@ def _compile_graph(gm, example_inputs, opts, direct, forward, number):
                                                        {w.position for w in writes})
     if not writes and moving is None:
         return _compile_mutation_free(gm, example_inputs, opts, direct, forward, number)
-    fn = _compile_mutation_free(gm, example_inputs, opts, None, forward, number, writes,
-                                lean=direct is not None and moving is None)
+    fn = _compile_mutation_free(gm, example_inputs, opts, direct if moving is None else None,
+                                forward, number, writes)
     if moving is not None:
         fn = moving(fn)
     return mutations.apply(fn, writes, outputs) if writes else fn
 
 
-def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=(),
-                           lean=False):
+def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, writes=()):
     """_compile_graph of a graph with no copy_ into an input; `writes` (mutations.Mutation)
-    name outputs that a graph compiled whole may compute in their inputs' memory. `lean`: an
-    inference graph whose arguments are the caller's, checked by Dynamo's guards; compiled
-    whole, it is called through its lean call (_BrazeGraph.fast)."""
+    name outputs that a graph compiled whole may compute in their inputs' memory; with
+    `direct` too (an inference graph, never plain_inference), that graph's lean call runs it."""
     name = f"graph {number} ({'forward' if forward else 'backward'})"
 
     def replayed(fn, graphs, whole=False):
@@ -615,7 +610,7 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
                     and placeholders == direct["inputs"] and aot.plain_inference()):
                 direct["fn"] = replayed(fn.fast(), [fn], whole=True)
             graphs = [fn] if isinstance(fn, _BrazeGraph) else []
-            call = fn.fast() if lean and graphs else fn
+            call = fn.fast() if writes and direct is not None and graphs else fn
             return make_boxed_func(replayed(call if tuple_out else lambda *args: call(*args)[0],
                                             graphs, whole=True))
         fused, graphs = _compile_partitioned(gm, unsupported, opts, device, forward)

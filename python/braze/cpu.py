@@ -64,17 +64,16 @@ class CpuGraph:
         return call
 
 
+def _holds(x, shape, stride, dtype):
+    """Whether tensor x can be an output of this dtype and layout (computed in x's memory)."""
+    return x.dtype == dtype and tuple(x.shape) == tuple(shape) and tuple(x.stride()) == tuple(stride)
+
+
 def _into_arguments(into, positions, args, layouts):
     """{output: argument position} for the outputs computed in an argument's memory: those
     whose input (into) is an argument with the output's dtype and layout."""
-    found = {}
-    for k, j in into.items():
-        if j < len(positions):
-            x = args[positions[j]]
-            shape, stride, dt = layouts[k]
-            if x.dtype == dt and tuple(x.shape) == shape and tuple(x.stride()) == stride:
-                found[k] = positions[j]
-    return found
+    return {k: positions[j] for k, j in into.items()
+            if j < len(positions) and _holds(args[positions[j]], *layouts[k])}
 
 
 def outputs_into(inputs, layouts, dtypes, into, device):
@@ -82,10 +81,8 @@ def outputs_into(inputs, layouts, dtypes, into, device):
     output k's layout and dtype (the graph computes it in the input's memory), else new."""
     outs = []
     for k, ((shape, stride), dt) in enumerate(zip(layouts, dtypes)):
-        x = inputs[into[k]] if k in into else None
-        if (x is not None and x.dtype == dt and tuple(x.shape) == tuple(shape)
-                and tuple(x.stride()) == tuple(stride)):
-            outs.append(x)
+        if k in into and _holds(inputs[into[k]], shape, stride, dt):
+            outs.append(inputs[into[k]])
         else:
             outs.append(torch.empty_strided(shape, stride, dtype=dt, device=device))
     return outs
@@ -124,6 +121,13 @@ def missing_library_notice(which):
            f"{env} to the library's path)")
     warnings.warn(msg)
     return msg
+
+
+def say_missing_libraries(blas, dnnl):
+    """missing_library_notice for each library a CPU compile asks for (Options.blas, .dnnl)."""
+    for which, wanted in (("blas", blas), ("dnnl", dnnl)):
+        if wanted:
+            missing_library_notice(which)
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,8 +62,8 @@ def take(gm):
         c.replace_all_uses_with(c.args[1])
     outputs = list(out_node.args[0]) if isinstance(out_node.args[0], (tuple, list)) \
         else [out_node.args[0]]
-    written = [c.args[0] for c in copies]
     pairs = [(c.args[0], c.args[1]) for c in copies]
+    written = [dst for dst, _ in pairs]
     for c in copies:
         gm.graph.erase_node(c)
     first = len(outputs)

@@ -21,8 +21,7 @@ def _say_missing_libraries_now():
     from braze import cpu
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for which in ("blas", "dnnl"):
-            cpu.missing_library_notice(which)
+        cpu.say_missing_libraries(True, True)
 
 
 _say_missing_libraries_now()

@@ -355,8 +355,7 @@ def test_a_missing_cpu_library_is_said_once(device, monkeypatch):
         monkeypatch.undo()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for which in ("blas", "dnnl"):
-                cpu_support.missing_library_notice(which)
+            cpu_support.say_missing_libraries(True, True)
 
 
 def test_writes_into_inputs_with_returned_intermediates_match_eager(device):

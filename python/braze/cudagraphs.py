@@ -33,6 +33,7 @@ calls at further sizes run uncaptured (counted in `cuda_graph_uncaptured_sizes`)
 import os
 import sys
 import warnings
+import weakref
 
 import torch
 
@@ -124,12 +125,28 @@ def _dense(t):
     return True
 
 
-# Addresses of the memory that replays write their outputs to. An input there (a forward's saved
-# activation, read by the backward) is read in place, not copied per call: a replay writes the
-# same memory each time, and a capture whose outputs are still in use is not replayed (busy()),
-# so such an input is where the capture read it for as long as it is used. Reading an input in
-# place is right whenever it is at the captured address; fits() checks that.
-_replay_outputs = set()
+# Addresses of the memory that replays write their outputs to, each with the number of live
+# captures that write there. An input there (a forward's saved activation, read by the backward)
+# is read in place, not copied per call: a replay writes the same memory each time, and a
+# capture whose outputs are still in use is not replayed (busy()), so such an input is where the
+# capture read it for as long as it is used. Reading an input in place is right whenever it is at
+# the captured address; fits() checks that. An address leaves when the last capture writing it is
+# released or collected: its memory then goes back to the allocator, and a tensor later placed
+# there is an ordinary input (were it read in place, a capture would serve only calls that pass
+# that one address, and a KV cache that grows by a new tensor per step would never replay).
+_replay_outputs = {}
+
+
+def _add_replay_outputs(keys):
+    for k in keys:
+        _replay_outputs[k] = _replay_outputs.get(k, 0) + 1
+
+
+def _remove_replay_outputs(keys):
+    for k in keys:
+        n = _replay_outputs.pop(k, 0) - 1
+        if n > 0:
+            _replay_outputs[k] = n
 
 # PyTorch's comparison of tensors' addresses with recorded ones, in one call (its CUDA-graph
 # trees use it); None where this PyTorch lacks it.
@@ -194,7 +211,8 @@ class _Capture:
                     continue
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
-        _replay_outputs.update(self.storages)
+        _add_replay_outputs(self.storages)
+        self._forget = weakref.finalize(self, _remove_replay_outputs, list(self.storages))
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
             f"call, {len(fixed)} read in place, {len(self.views)} outputs viewing a "
             f"caller's input")
@@ -209,7 +227,7 @@ class _Capture:
 
     def release(self):
         """Drops the graph; outputs a caller still holds keep their memory."""
-        _replay_outputs.difference_update(self.storages)
+        self._forget()  # once: a collected capture's finalizer then does nothing
         self.graph = self.templates = self.storages = self.buffers = None
 
     def held_outputs(self):

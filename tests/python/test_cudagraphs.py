@@ -267,6 +267,24 @@ def test_a_growing_cache_replays_from_the_second_step():
     assert d["fallback_graphs"] == 0
 
 
+def test_a_collected_capture_leaves_no_address_read_in_place():
+    """The memory a capture's replays write is read in place by later captures only while that
+    capture lives: once it is collected, a tensor the allocator places there is an ordinary
+    input (copied per call), or a later capture would serve only calls passing that address."""
+    import gc
+    from braze import cudagraphs
+    before = set(cudagraphs._replay_outputs)
+    f = compiled(lambda x: (x.sin() * 2).cos().exp() + 1)
+    x = torch.randn(256, device="cuda")
+    for _ in range(3):
+        torch.testing.assert_close(f(x), (x.sin() * 2).cos().exp() + 1)
+    assert len(cudagraphs._replay_outputs) > len(before)
+    del f
+    torch._dynamo.reset()
+    gc.collect()
+    assert not set(cudagraphs._replay_outputs) - before
+
+
 def test_a_bad_index_raises_from_a_replay_too():
     # bounds-checked indexing: a replay waits for its kernels and raises, as a plain call does
     x = torch.randn(10, device="cuda")

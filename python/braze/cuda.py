@@ -1,6 +1,7 @@
 """The CUDA side of the backend: finding NVRTC and cuBLASLt (PyTorch's CUDA wheels install
 both), describing the device to the compiler, and the callable that runs a compiled CUDA graph
 on PyTorch's current stream with outputs PyTorch allocates (and so owns and frees)."""
+import ctypes
 import functools
 import glob
 import os
@@ -76,10 +77,42 @@ def device_options(index):
         "cc": props.major * 10 + props.minor,
         "sms": props.multi_processor_count,
         "registers": 4 * getattr(props, "regs_per_multiprocessor", 65536),
+        "kernel_arg_bytes": kernel_arg_bytes(),
         "nvrtc": nvrtc_library() or "",
         "cublaslt": cublaslt_library() or "",
         "cudnn": cudnn_library() or "",
     }
+
+
+def driver_version():
+    """The CUDA driver's version (12010 for 12.1), or 0 where it cannot be read."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int(0)
+        return v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else 0
+    except (OSError, AttributeError):
+        return 0
+
+
+def _version(text):
+    """(major, minor) of "12.9"; (0, 0) for anything else."""
+    try:
+        major, minor = text.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return 0, 0
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_arg_bytes():
+    """The bytes of arguments a kernel launch may pass: 32764 where NVRTC and the driver are
+    both CUDA 12.1 or later, else 4096. It bounds how many buffers a fused kernel may name."""
+    nvrtc = nvrtc_library()
+    if not nvrtc or nvrtc_load_error(nvrtc) is not None:
+        return 4096
+    if _version(_C.nvrtc_version(nvrtc)) >= (12, 1) and driver_version() >= 12010:
+        return 32764
+    return 4096
 
 
 def precision_options():

@@ -15,7 +15,9 @@ caller, by a view, by autograd's saved tensors) is busy. A call then uses or mak
 capture (at most three), and when none is free it runs uncaptured. Inputs read in place that
 move for good (a KV cache each generate() allocates) retire the least recently replayed capture
 for a new one. A capture that fails (an op that synchronizes, an unsupported stream operation)
-is dropped for good and the callable runs uncaptured. Random ops
+is dropped for good and the callable runs uncaptured. So does a graph whose inputs copied per
+call would cost more device time than its kernel launches save (an optimizer step would copy
+every gradient), unless Options(cuda_graphs=True) asks for captures. Random ops
 draw from PyTorch's CUDA generator, which advances per replay as it does per uncaptured call.
 
 A graph with dynamic shapes is captured per concrete size: its sizes (the integers it is called
@@ -153,6 +155,23 @@ def _remove_replay_outputs(keys):
 _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
+def _copied(args, static, written):
+    """Positions of the inputs a capture copies per call: tensors that may move, other than
+    parameters, inputs the graph writes (a replay writes them where they are), large or
+    expanded inputs and the memory of earlier replays' outputs."""
+    return [i for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and i not in static and i not in written
+            and a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES and _dense(a)
+            and a.untyped_storage().data_ptr() not in _replay_outputs]
+
+
+# What a replay saves per kernel launch, and how fast the device copies inputs: a graph whose
+# copies per call would cost more than its launches (an optimizer step, copying every
+# gradient) runs uncaptured, unless Options(cuda_graphs=True) asks for captures.
+_LAUNCH_SECONDS = 4e-6
+_COPY_BYTES_PER_SECOND = 1.5e12
+
+
 class _Capture:
     def __init__(self, fn, args, static, name, written=frozenset()):
         self.graph = torch.cuda.CUDAGraph()
@@ -160,12 +179,9 @@ class _Capture:
         self.buffers = {}  # position -> this capture's copy of an input that may move
         fixed = []  # (position, address, strides): inputs read where they were captured
         inputs = []
+        copy = set(_copied(args, static, written))
         for i, a in enumerate(args):
-            # An input the graph writes is never copied: the replay writes it where it is.
-            if isinstance(a, torch.Tensor) and i not in static and i not in written and (
-                    a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES
-                    and _dense(a)
-                    and a.untyped_storage().data_ptr() not in _replay_outputs):
+            if i in copy:
                 a = self.buffers[i] = torch.empty_strided(
                     a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
             elif isinstance(a, torch.Tensor):
@@ -295,8 +311,12 @@ class Replayed:
     """`fn` (called with the graph's positional arguments) replayed as CUDA graphs; with
     `max_sizes`, a graph with dynamic shapes captured per concrete size (at most that many)."""
 
-    def __init__(self, fn, static, name, after_replay=None, written=frozenset(), max_sizes=None):
+    def __init__(self, fn, static, name, after_replay=None, written=frozenset(), max_sizes=None,
+                 launches=None):
         self.fn = fn
+        # Kernel launches per call, when known and captures are not forced: checked against
+        # the inputs' copies at the first capture, then None.
+        self.launches = launches
         self.static = static
         self.written = written  # positions of inputs the graph writes
         self.name = name
@@ -329,6 +349,14 @@ class Replayed:
                 if k:  # the capture replayed last is tried first at the next call
                     group.captures.insert(0, group.captures.pop(k))
                 return self._replayed(group, c.run(args))
+        if self.launches is not None:  # the first capture: is it worth its copies?
+            launches, self.launches = self.launches, None
+            copies = sum(args[i].untyped_storage().nbytes()
+                         for i in _copied(args, self.static, self.written))
+            if copies / _COPY_BYTES_PER_SECOND > launches * _LAUNCH_SECONDS:
+                self._drop(f"its inputs copied per call ({copies / 2**20:.1f} MiB) would cost "
+                           f"more than its {launches} kernel launches save")
+                return self.fn(*args)
         if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)
@@ -418,4 +446,5 @@ def wrap(fn, gm, example_inputs, device, option, name, forward=True, after_repla
         if sizes < 1:
             log(f"{name} is not captured: dynamic shapes, and Options(cuda_graph_sizes=0)")
             return fn
-    return Replayed(fn, static_inputs(forward), name, after_replay, written, sizes)
+    return Replayed(fn, static_inputs(forward), name, after_replay, written, sizes,
+                    launches if option is None else None)

@@ -86,6 +86,46 @@ def test_generated_cuda_compiles(name, dtype):
     torch.testing.assert_close(out, fn(*args))  # the graph itself ran in eager
 
 
+def _many_sums(*xs):
+    return [a + b for a, b in zip(xs[::2], xs[1::2])]
+
+
+@needs_nvrtc
+def test_a_kernel_names_no_more_buffers_than_a_launch_passes():
+    """160 same-shaped sums (480 buffers) are more than a 4 KiB launch passes: without the
+    device's word on its argument space, they are split into kernels of at most 448 pointers
+    each, and NVRTC compiles every one."""
+    xs = [torch.randn(16) for _ in range(320)]
+    compiled = torch.compile(_many_sums, backend=lambda gm, ex: braze.braze_backend(
+        gm, ex, Options(cuda_codegen_only=True, strict=True)))
+    out, sources = braze.run_and_get_code(compiled, *xs)
+    kernels = [k for s in sources for k in s.split("__global__")[1:]]
+    assert len(kernels) == 2
+    assert max(k.split("{")[0].count("__restrict__") for k in kernels) <= 449
+    torch.testing.assert_close(out, _many_sums(*xs))
+
+
+def test_the_launch_argument_space_follows_nvrtc_and_the_driver(monkeypatch):
+    """32764 bytes of kernel arguments where NVRTC and the driver are CUDA 12.1 or later; 4 KiB
+    otherwise, or where either cannot be read."""
+    cuda_support.kernel_arg_bytes.cache_clear()
+    monkeypatch.setattr(cuda_support, "nvrtc_library", lambda: "libnvrtc.so.12")
+    monkeypatch.setattr(cuda_support, "nvrtc_load_error", lambda path: None)
+    cases = [("12.9", 12090, 32764), ("12.1", 12010, 32764), ("12.0", 12090, 4096),
+             ("12.9", 12000, 4096), ("13.0", 0, 4096), ("garbled", 13000, 4096)]
+    try:
+        for nvrtc, driver, want in cases:
+            cuda_support.kernel_arg_bytes.cache_clear()
+            monkeypatch.setattr(cuda_support._C, "nvrtc_version", lambda path, v=nvrtc: v)
+            monkeypatch.setattr(cuda_support, "driver_version", lambda d=driver: d)
+            assert cuda_support.kernel_arg_bytes() == want, (nvrtc, driver)
+        monkeypatch.setattr(cuda_support, "nvrtc_library", lambda: None)
+        cuda_support.kernel_arg_bytes.cache_clear()
+        assert cuda_support.kernel_arg_bytes() == 4096
+    finally:
+        cuda_support.kernel_arg_bytes.cache_clear()
+
+
 @needs_nvrtc
 def test_generated_cuda_compiles_with_dynamic_sizes():
     """The host code of a graph whose arena size depends on a size symbol divides it (floor

@@ -285,6 +285,28 @@ def test_a_collected_capture_leaves_no_address_read_in_place():
     assert not set(cudagraphs._replay_outputs) - before
 
 
+def test_a_graph_whose_input_copies_cost_more_than_its_launches_runs_uncaptured():
+    """A 31.5 MiB input would be copied into the capture at every call, which costs more than
+    its four launches save (an optimizer step copying its gradients): by default the graph runs
+    uncaptured. Options(cuda_graphs=True) still captures it."""
+    torch.manual_seed(0)
+    x = torch.randn(3840, 2048, device="cuda")
+    ws = [torch.randn(2048, 2048, device="cuda") / 45 for _ in range(4)]
+
+    def chain(x):
+        for w in ws:
+            x = x @ w
+        return x
+
+    for option, captures in ((None, 0), (True, 1)):
+        torch._dynamo.reset()
+        f = compiled(chain, cuda_graphs=option)
+        before = braze.counters()
+        for _ in range(3):
+            torch.testing.assert_close(f(x), chain(x), rtol=1e-3, atol=1e-3)
+        assert delta(before)["cuda_graphs"] == captures, option
+
+
 def test_a_bad_index_raises_from_a_replay_too():
     # bounds-checked indexing: a replay waits for its kernels and raises, as a plain call does
     x = torch.randn(10, device="cuda")

@@ -30,7 +30,7 @@ Target targetFor(const CompileOptions &opts) {
   if (!opts.cuda)
     return Target::hostCpu();
   return Target::cudaDevice(opts.cuda->computeCapability, opts.cuda->multiprocessors,
-                            opts.cuda->registerBytesPerSm);
+                            opts.cuda->registerBytesPerSm, opts.cuda->kernelArgBytes);
 }
 
 CompileOptions CompileOptions::fromEnvironment() {

@@ -41,6 +41,7 @@ struct CompileOptions {
     int computeCapability = 90;
     int multiprocessors = 132;
     int64_t registerBytesPerSm = 1 << 18;
+    int64_t kernelArgBytes = 4096; ///< see Target::kernelArgBytes
     std::string nvrtcLibrary;
     std::string cublasLtLibrary;
     /// cuDNN (libcudnn.so.*): convolutions stay whole and run through it; empty: they

@@ -34,6 +34,8 @@ CompileOptions::Cuda cudaOptions(const nb::dict &d) {
     c.multiprocessors = nb::cast<int>(d["sms"]);
   if (d.contains("registers"))
     c.registerBytesPerSm = nb::cast<int64_t>(d["registers"]);
+  if (d.contains("kernel_arg_bytes"))
+    c.kernelArgBytes = nb::cast<int64_t>(d["kernel_arg_bytes"]);
   if (d.contains("nvrtc"))
     c.nvrtcLibrary = nb::cast<std::string>(d["nvrtc"]);
   if (d.contains("cublaslt"))

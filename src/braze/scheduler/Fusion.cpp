@@ -9,7 +9,8 @@
 /// it writes a buffer nothing wrote before. The foreach steps of an optimizer (every parameter's
 /// m, then every v, then every parameter) so become one pass per shape, and a scalar computed
 /// from a step count joins the scalar kernel that made the count, before the updates that read
-/// it (CPU targets).
+/// it. On CUDA a kernel names no more buffers than its launch can pass (448 pointers where
+/// arguments are limited to 4 KiB).
 /// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
 /// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
 /// register; everything else is stored.
@@ -52,8 +53,10 @@ struct Where {
 
 class Fuser {
 public:
-  Fuser(loop::LoopProgram &p, Schedule &s, bool joinEarlier)
-      : p_(p), s_(s), sym_(p.sym()), joinEarlier_(joinEarlier) {}
+  /// maxBuffers: the most buffers a kernel may name (0: no limit), so that its arguments fit
+  /// a launch.
+  Fuser(loop::LoopProgram &p, Schedule &s, size_t maxBuffers)
+      : p_(p), s_(s), sym_(p.sym()), maxBuffers_(maxBuffers) {}
 
   void add(const Computation &c, bool fuse) {
     if (skipped_.count(c.id))
@@ -76,7 +79,7 @@ public:
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
-    if (!gemm && fuse && joinEarlier_ && earlierKernel(c))
+    if (!gemm && fuse && earlierKernel(c))
       return;
     startKernel(c);
     if (gemm) {
@@ -276,7 +279,23 @@ private:
     });
     if (!legal)
       return false;
+    std::vector<const Buffer *> named; // c's buffers the kernel does not name yet
+    if (maxBuffers_ > 0) {
+      if (kernelBuffers_.size() < s_.kernels.size())
+        kernelBuffers_.resize(s_.kernels.size());
+      const std::unordered_set<const Buffer *> &has = kernelBuffers_[ki];
+      auto note = [&](const Buffer *b) {
+        if (!has.count(b) && std::find(named.begin(), named.end(), b) == named.end())
+          named.push_back(b);
+      };
+      loop::forEachBufferRead(c, c.value, note);
+      note(c.out);
+      if (!has.empty() && has.size() + named.size() > maxBuffers_)
+        return false;
+    }
     // Commit.
+    if (maxBuffers_ > 0)
+      kernelBuffers_[ki].insert(named.begin(), named.end());
     if (refineAt != SIZE_MAX) {
       k.innerVars.assign(k.outerVars.begin() + refineAt, k.outerVars.end());
       k.outerVars.resize(refineAt);
@@ -317,7 +336,8 @@ private:
   std::set<int> skipped_;                     ///< computations that compute nothing
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
-  bool joinEarlier_;
+  size_t maxBuffers_;
+  std::vector<std::unordered_set<const Buffer *>> kernelBuffers_; ///< by kernel, when limited
 };
 
 /// Decides which members store to memory.
@@ -568,7 +588,12 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   Schedule s;
   s.program = &p;
   s.target = target;
-  Fuser fuser(p, s, target.kind == TargetKind::Cpu);
+  // A CUDA kernel's pointers fill its launch's argument space but 512 bytes, left to the
+  // error flag and the symbolic sizes: 448 pointers in 4 KiB.
+  Fuser fuser(p, s,
+              target.kind == TargetKind::Cuda ? static_cast<size_t>(
+                                                    (target.kernelArgBytes - 512) / 8)
+                                              : 0);
   if (target.kind == TargetKind::Cuda) {
     fuser.setGemmBias(absorbGemmBias(p));
     fuser.skip(forwardGemmCopies(p));

@@ -20,7 +20,7 @@ Target Target::hostCpu() {
   return t;
 }
 
-Target Target::cudaDevice(int cc, int sms, int64_t registerBytesPerSm) {
+Target Target::cudaDevice(int cc, int sms, int64_t registerBytesPerSm, int64_t kernelArgBytes) {
   Target t;
   t.kind = TargetKind::Cuda;
   t.name = "cuda-sm_" + std::to_string(cc);
@@ -30,12 +30,14 @@ Target Target::cudaDevice(int cc, int sms, int64_t registerBytesPerSm) {
   t.registerBytesPerSm = registerBytesPerSm;
   t.onChipBytes = registerBytesPerSm;
   t.minParallelWork = 0;
+  t.kernelArgBytes = kernelArgBytes;
   return t;
 }
 
 std::string Target::fingerprint() const {
   if (kind == TargetKind::Cuda)
-    return name + ";sms=" + std::to_string(cores) + ";regs=" + std::to_string(registerBytesPerSm);
+    return name + ";sms=" + std::to_string(cores) + ";regs=" + std::to_string(registerBytesPerSm) +
+           ";args=" + std::to_string(kernelArgBytes);
   return name + ";vec=" + std::to_string(vectorBytes) + ";l2=" + std::to_string(onChipBytes) +
          ";minwork=" + std::to_string(minParallelWork);
 }

@@ -23,9 +23,13 @@ struct Target {
   int maxThreadsPerBlock = 1024;
   int64_t registerBytesPerSm = 1 << 18; ///< the register file: the budget for rows kept on chip
   int64_t sharedBytesPerBlock = 48 << 10;
+  /// The bytes of arguments a kernel launch may pass: 4 KiB, or 32764 where both NVRTC and
+  /// the driver are CUDA 12.1 or later.
+  int64_t kernelArgBytes = 4096;
 
   /// A CUDA device of compute capability `cc` with `sms` multiprocessors.
-  static Target cudaDevice(int cc, int sms, int64_t registerBytesPerSm);
+  static Target cudaDevice(int cc, int sms, int64_t registerBytesPerSm,
+                           int64_t kernelArgBytes = 4096);
 
   /// The machine this process runs on (cores from OpenMP's default or the hardware).
   static Target hostCpu();

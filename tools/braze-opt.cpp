@@ -3,7 +3,8 @@
 /// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--help]
+///             [--no-fuse] [--cuda] [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32]
+///             [--kernel-arg-bytes=N] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +49,8 @@ struct ToolOptions {
   std::vector<braze::DType> oneDnnHalf; ///< half dtypes eager's CPU kernels run through oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
+  int64_t kernelArgBytes = 4096; ///< with --cuda: a launch's argument space
+  bool argBytesGiven = false;
   bool help = false;
 };
 
@@ -69,7 +73,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--help]\n"
+        " [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline. A loop program\n"
@@ -88,6 +92,9 @@ std::string usageText() {
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them and for\n"
         "                  f16/bf16 attention\n"
         "  --tf32          with --cuda: let f32 GEMMs and convolutions use TF32\n"
+        "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
+        "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
+        "                  kernel names\n"
         "  --help          show this message\n"
         "\n"
         "passes:\n";
@@ -153,6 +160,15 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.cudnn = true;
     } else if (arg == "--tf32") {
       o.tf32 = true;
+    } else if (arg.starts_with("--kernel-arg-bytes=")) {
+      std::string n(arg.substr(19));
+      char *end = nullptr;
+      long long v = std::strtoll(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 1024 || v > 32764)
+        BRAZE_USER_ERROR("--kernel-arg-bytes", "")
+            << "expected a number of bytes from 1024 to 32764, got '" << n << "'";
+      o.kernelArgBytes = v;
+      o.argBytesGiven = true;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {
@@ -225,8 +241,14 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if ((tool.cudnn || tool.tf32) && !tool.cuda)
-    BRAZE_USER_ERROR(tool.cudnn ? "--cudnn" : "--tf32", "") << "it needs --cuda";
+  if ((tool.cudnn || tool.tf32 || tool.argBytesGiven) && !tool.cuda)
+    BRAZE_USER_ERROR(tool.cudnn          ? "--cudnn"
+                     : tool.tf32         ? "--tf32"
+                                         : "--kernel-arg-bytes",
+                     "")
+        << "it needs --cuda";
+  if (tool.cuda)
+    opts.cuda->kernelArgBytes = tool.kernelArgBytes;
   if (tool.cudnn)
     opts.cuda->cudnnLibrary = "libcudnn.so.9";
   if (tool.tf32)

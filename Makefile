@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -49,7 +49,20 @@ test-python: build
 test-conformance: build
 	$(PY) tests/conformance/op_db_sweep.py --subset --quiet
 
-test: test-cpp test-python test-conformance test-fuzz
+# The C++ package: installed from the build (component cxx), then examples/cpp/deploy built
+# against it with find_package(braze) and run; its program links no libtorch and no libpython.
+PREFIX := build/prefix
+test-install: build
+	rm -rf $(PREFIX) build/deploy
+	cmake --install $(BUILD) --prefix $(PREFIX) --component cxx
+	cmake -S examples/cpp/deploy -B build/deploy -G Ninja -DCMAKE_PREFIX_PATH=$(abspath $(PREFIX))
+	cmake --build build/deploy
+	@if ldd build/deploy/seed_example | grep -E 'libtorch|libpython'; then \
+	    echo "test-install: the deployed program links libtorch or libpython"; exit 1; fi
+	BRAZE_CACHE_DIR=$(abspath build/deploy/cache) build/deploy/seed_example 300 77
+	BRAZE_CACHE_DIR=$(abspath build/deploy/cache) build/deploy/seed_example 5 77
+
+test: test-cpp test-python test-conformance test-fuzz test-install
 
 # The whole model zoo (tests/python/zoo.py) on the CPU; ZOO_DEVICE=cuda on a machine with a GPU.
 ZOO_DEVICE ?= cpu

@@ -3,7 +3,7 @@
 /// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32]
+///             [--no-fuse] [--cuda] [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32]
 ///             [--kernel-arg-bytes=N] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
@@ -46,6 +46,7 @@ struct ToolOptions {
   bool fuse = true;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
+  bool blas = false; ///< CPU f32/f64 matrix products call BLAS (OpenBLAS's cblas names)
   std::vector<braze::DType> oneDnnHalf; ///< half dtypes eager's CPU kernels run through oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
@@ -73,7 +74,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N] [--help]\n"
+        " [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline. A loop program\n"
@@ -87,6 +88,7 @@ std::string usageText() {
         "  --no-fuse       schedule one kernel per computation\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
+        "  --blas          let CPU f32 and f64 matrix products call BLAS (cblas_sgemm/dgemm)\n"
         "  --onednn-half=LIST  half dtypes (bf16,f16) the machine's eager kernels run through\n"
         "                  oneDNN: braze rounds them as those kernels do\n"
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them and for\n"
@@ -149,6 +151,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.cuda = true;
     } else if (arg == "--dnnl") {
       o.dnnl = true;
+    } else if (arg == "--blas") {
+      o.blas = true;
     } else if (arg.starts_with("--onednn-half=")) {
       for (const std::string &name : splitCommas(arg.substr(14))) {
         std::optional<braze::DType> t = braze::parseDType(name);
@@ -255,6 +259,8 @@ int run(int argc, char **argv) {
     opts.cuda->matmulTf32 = opts.cuda->convTf32 = true;
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
+  if (tool.blas)
+    opts.blasLibrary = "libopenblas.so.0";
   opts.oneDnnHalf = tool.oneDnnHalf;
   std::unique_ptr<braze::Graph> g;
   if (!loops) {

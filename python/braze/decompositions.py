@@ -113,6 +113,35 @@ def _core_aten():
     return dict(post_autograd() if post_autograd else decomp.core_aten_decompositions())
 
 
+def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
+    """A grouped product (a mixture of experts' per-expert GEMMs): row r of x, sorted by expert,
+    times the weight [K, N] of the expert whose rows [offs[e-1], offs[e]) hold it; rows from
+    offs[-1] on are 0 (transformers' fallback writes zeros there; aten's leaves them unset).
+    Written as a product whose right operand is picked per row, which braze runs as one BLAS
+    call per run of rows of one expert (GemmCall::group). CPU f32/f64 only: other inputs keep
+    the op whole."""
+    if (offs is None or bias is not None or x.dim() != 2 or w.dim() != 3 or offs.dim() != 1
+            or w.shape[0] == 0 or x.device.type != "cpu" or w.dtype != x.dtype
+            or x.dtype not in (torch.float32, torch.float64)
+            or (out_dtype is not None and out_dtype != x.dtype)):
+        return NotImplemented
+    rows = torch.arange(x.shape[0], device=x.device, dtype=offs.dtype)
+    expert = torch.searchsorted(offs, rows, right=True).clamp(max=w.shape[0] - 1)
+    out = (x.unsqueeze(-1) * w[expert]).sum(1)
+    return torch.where((rows < offs[-1]).unsqueeze(-1), out, 0)
+
+
+def _grouped_mm_ops():
+    """aten._grouped_mm and transformers' grouped_mm_fallback, where they exist (transformers
+    registers its op when its MoE integration is imported)."""
+    ops = [getattr(torch.ops.aten, "_grouped_mm", None)]
+    try:
+        ops.append(torch.ops.transformers.grouped_mm_fallback)
+    except (AttributeError, RuntimeError):
+        pass
+    return [op.default for op in ops if op is not None]
+
+
 def table(training=False):
     """The decomposition table AOTAutograd applies (a fresh copy of one built per process). It
     keeps CPU flash attention whole: braze takes it as one attention op (rules_attention);
@@ -120,7 +149,10 @@ def table(training=False):
     log-sum-exp. For `training` (grad mode on), a log-softmax is written out too, so that the
     min-cut partition saves its logits and row statistics for the backward rather than its
     whole result (a language model's loss: no second [tokens, vocabulary] tensor is stored)."""
-    return dict(_table(bool(training)))
+    table = dict(_table(bool(training)))
+    for op in _grouped_mm_ops():
+        table[op] = _grouped_mm
+    return table
 
 
 @functools.lru_cache(maxsize=None)

@@ -133,3 +133,61 @@ def test_empty_products_match_eager(shapes):
     torch._dynamo.reset()
     out = torch.compile(F.bilinear, backend="braze", dynamic=False)(x1, x2, w, bias)
     assert out.shape == (0, 5)
+
+
+def _grouped_mm_op():
+    pytest.importorskip("transformers.integrations.moe")  # registers the op
+    return torch.ops.transformers.grouped_mm_fallback
+
+
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("counts", [[10, 0, 25, 3, 0, 19], [0, 0, 40], [57], [0, 0, 0]])
+def test_grouped_products_match_the_per_expert_loop(device, counts, dtype, blas):
+    """A mixture of experts' grouped product (transformers' grouped_mm_fallback): rows sorted by
+    expert, each times its expert's weight; empty experts, every row in one expert, no row
+    routed at all, and 7 rows past the last offset (0, as the op writes them). On the CPU it
+    compiles (one BLAS call per run of rows of one expert, or the loop nest without BLAS);
+    CUDA keeps the op whole, in eager, counted."""
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    rows, k, n = sum(counts) + 7, 24, 40
+    x = torch.randn(rows, k, dtype=dtype, device=device)
+    w = torch.randn(len(counts), k, n, dtype=dtype, device=device)
+    offs = torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
+    f = torch.compile(lambda x, w, offs: op(x, w, offs) * 2, backend=lambda gm, ex:
+                      braze.braze_backend(gm, ex, braze.Options(blas=blas)), dynamic=False)
+    before = braze.counters()["fallback_ops"]
+    out, code = braze.run_and_get_code(f, x, w, offs)
+    torch.testing.assert_close(out, op(x, w, offs) * 2, rtol=1e-5, atol=1e-5)
+    if device == "cpu":
+        assert braze.counters()["fallback_ops"] == before
+        assert ("_group(bufs, syms, err, r)" in "".join(code)) == blas
+    else:
+        assert braze.counters()["fallback_ops"] == before + 1
+
+
+def test_a_grouped_product_with_transposed_weights_and_the_experts_loop_of_a_router():
+    """The route of transformers' MoE: a top-2 router, tokens sorted by expert, the grouped
+    product with weights stored [experts, out, in] (read transposed), and the results scattered
+    back and summed per token: one graph, no op in eager, equal to eager."""
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    experts, hidden, inner, tokens = 4, 32, 48, 37
+    gate = torch.randn(hidden, experts)
+    w = torch.randn(experts, inner, hidden) / 6
+
+    def moe(h):
+        weights, chosen = (h @ gate).softmax(-1).topk(2, -1)
+        flat = chosen.reshape(-1)
+        order = flat.argsort(stable=True)
+        offs = torch.stack([(flat <= e).sum() for e in range(experts)]).to(torch.int32)
+        y = op(h.repeat_interleave(2, 0)[order], w.transpose(1, 2), offs)
+        back = torch.empty_like(y).index_copy(0, order, y)
+        return (back.view(tokens, 2, inner) * weights.unsqueeze(-1)).sum(1)
+
+    h = torch.randn(tokens, hidden)
+    f = torch.compile(moe, backend="braze", dynamic=False)
+    before = braze.counters()["fallback_ops"]
+    torch.testing.assert_close(f(h), moe(h), rtol=1e-4, atol=1e-4)
+    assert braze.counters()["fallback_ops"] == before

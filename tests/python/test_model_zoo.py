@@ -5,9 +5,9 @@ import pytest
 
 import zoo
 
-# One of each family: a decoder with and without its cache, an encoder, an encoder-decoder, a
-# CNN, and a training step through attention.
-SHORT = ["gpt2", "llama-nocache", "bert", "whisper", "resnet", "gpt2-train"]
+# One of each family: a decoder with and without its cache, a mixture of experts, an encoder,
+# an encoder-decoder, a CNN, and a training step through attention.
+SHORT = ["gpt2", "llama-nocache", "mixtral-nocache", "bert", "whisper", "resnet", "gpt2-train"]
 
 
 @pytest.mark.parametrize("name", SHORT)

@@ -53,8 +53,8 @@ struct Where {
 
 class Fuser {
 public:
-  /// maxBuffers: the most buffers a kernel may name (0: no limit), so that its arguments fit
-  /// a launch.
+  /// maxBuffers: the most buffers a kernel may name (0: no limit, the CPU, whose products may
+  /// also be grouped), so that its arguments fit a launch.
   Fuser(loop::LoopProgram &p, Schedule &s, size_t maxBuffers)
       : p_(p), s_(s), sym_(p.sym()), maxBuffers_(maxBuffers) {}
 
@@ -75,7 +75,7 @@ public:
       startScatterKernel(c);
       return;
     }
-    std::optional<GemmCall> gemm = matchGemm(p_, c);
+    std::optional<GemmCall> gemm = matchGemm(p_, c, /*grouped=*/maxBuffers_ == 0);
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
@@ -93,6 +93,10 @@ public:
       gemm->offA = sym_.substitute(gemm->offA, map);
       gemm->offB = sym_.substitute(gemm->offB, map);
       gemm->offC = sym_.substitute(gemm->offC, map);
+      if (gemm->group) {
+        gemm->group = loop::substituteIndices(p_, gemm->group, map);
+        gemm->mVar = map.at(gemm->mVar);
+      }
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
       k.gemm = std::move(gemm);

@@ -24,6 +24,25 @@ const Expr *widenedLoad(const Expr *x, DType storage) {
   return l->kind() == ExprKind::Load && l->dtype() == storage ? l : nullptr;
 }
 
+/// Whether e reads at an index (or computes an index value) that mentions one of `vars`.
+bool movesWith(const Expr *e, const std::vector<SymExpr> &vars) {
+  bool moves = false;
+  std::vector<const Expr *> todo{e};
+  while (!todo.empty() && !moves) {
+    const Expr *x = todo.back();
+    todo.pop_back();
+    if (x->kind() == ExprKind::Load || x->kind() == ExprKind::IndexValue)
+      for (SymExpr v : vars)
+        moves = moves || (v && sym::mentions(x->index(), v));
+    if (x->kind() == ExprKind::Load)
+      for (const auto &binding : x->indirect())
+        todo.push_back(binding.second);
+    for (const Expr *o : x->operands())
+      todo.push_back(o);
+  }
+  return moves;
+}
+
 } // namespace
 
 StridedBatch stridedBatch(sym::SymContext &s, const GemmCall &g) {
@@ -59,7 +78,8 @@ StridedBatch stridedBatch(sym::SymContext &s, const GemmCall &g) {
   return r;
 }
 
-std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c) {
+std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c,
+                                  bool grouped) {
   sym::SymContext &s = p.sym();
   if (c.reduce != loop::ReduceKind::Sum || c.rvars.size() != 1)
     return std::nullopt;
@@ -88,8 +108,11 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     }
   }
   DType outDtype = c.out->dtype;
+  // A grouped product's B has one indirect index; it is x or y.
+  auto indirectCount = [](const Expr *e) { return e->kind() == ExprKind::Load ? e->indirect().size() : 0; };
+  size_t indirect = indirectCount(x) + indirectCount(y);
   if ((t != DType::Float32 && t != DType::Float64) || x->kind() != ExprKind::Load ||
-      y->kind() != ExprKind::Load || !x->indirect().empty() || !y->indirect().empty() ||
+      y->kind() != ExprKind::Load || indirect > (grouped ? 1u : 0u) ||
       x->dtype() != storage || y->dtype() != storage ||
       (outDtype != storage && outDtype != DType::Float32))
     return std::nullopt;
@@ -122,19 +145,35 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
         return a.coef[i];
     return s.constant(0);
   };
-  auto ax = affineIn(s, x->index(), vars), ay = affineIn(s, y->index(), vars);
+  // A grouped B: its index is affine in m, n, k and the indirect symbol, whose value moves
+  // with m alone (and there are no batch dims).
+  const Expr *groupOf = indirect ? (x->indirect().empty() ? y : x) : nullptr;
+  std::vector<SymExpr> bvars = vars;
+  if (groupOf) {
+    const auto &[sym, value] = groupOf->indirect()[0];
+    if (!mVar || !g.batchVars.empty() || movesWith(value, {nVar, kVar}))
+      return std::nullopt;
+    g.group = value;
+    g.groupSym = sym;
+    g.mVar = mVar;
+    bvars.push_back(sym);
+  }
+  auto ax = affineIn(s, x->index(), x == groupOf ? bvars : vars);
+  auto ay = affineIn(s, y->index(), y == groupOf ? bvars : vars);
   auto ac = affineIn(s, loop::storeIndex(s, c), vars);
   if (!ax || !ay || !ac)
     return std::nullopt;
   // A is the operand that does not move with n; B the one that does not move with m.
   const Expr *A = x, *B = y;
   Affine aa = *ax, ab = *ay;
-  if (nVar && !coefOf(aa, nVar)->isConst(0)) {
+  if (groupOf ? x == groupOf : nVar && !coefOf(aa, nVar)->isConst(0)) {
     std::swap(A, B);
     std::swap(aa, ab);
   }
   if ((nVar && !coefOf(aa, nVar)->isConst(0)) || (mVar && !coefOf(ab, mVar)->isConst(0)))
     return std::nullopt;
+  if (groupOf)
+    g.groupStride = ab.coef.back();
   g.a = A->buffer();
   g.b = B->buffer();
   g.c = c.out;

@@ -24,6 +24,12 @@ struct GemmCall {
   std::vector<sym::SymExpr> batchVars; ///< the computation's other output variables
   /// A vector added along n before C is rounded and stored (a GEMM epilogue; CUDA only).
   const loop::Buffer *bias = nullptr;
+  /// A grouped product (CPU only): B differs per row of A. Row m reads B at offB +
+  /// group(m) * groupStride, where `group` is an integer Expr of `mVar` alone (an expert's id,
+  /// from the offsets of the rows routed to it) and lies in [0, groupSym's extent). Each run of
+  /// rows with one group is one library call; the loop nest computes the same function.
+  const loop::Expr *group = nullptr;
+  sym::SymExpr groupSym = nullptr, groupStride = nullptr, mVar = nullptr;
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and
@@ -43,8 +49,11 @@ struct StridedBatch {
 /// point is its own call: outer = batchVars.size(), count = 1.
 StridedBatch stridedBatch(sym::SymContext &s, const GemmCall &g);
 
-/// The GEMM form of `c`, or nothing if it is not one (then the loop nest computes it).
-std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c);
+/// The GEMM form of `c`, or nothing if it is not one (then the loop nest computes it). With
+/// `grouped`, also a product whose B is picked per row of A by one data-dependent index that
+/// moves with m alone (GemmCall::group), without batch dims.
+std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation &c,
+                                  bool grouped = false);
 
 /// Bias epilogues (the Linear pattern): where every reader of a matrix product C computes
 /// round(C + bias[n]) with one bias vector along n, and C's layout is fixed at compile time

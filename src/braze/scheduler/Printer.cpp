@@ -43,7 +43,8 @@ std::string printSchedule(const Schedule &s) {
     if (k.gemm)
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +
-             (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "");
+             (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "") +
+             (k.gemm->group ? " grouped by rows" : "");
     if (k.scatter)
       out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
     out += "\n";

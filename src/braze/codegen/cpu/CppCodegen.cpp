@@ -218,6 +218,12 @@ private:
     w.line("const " + ty + "* __restrict A = (const " + ty + "*)bufs[" + std::to_string(g.a->id) + "];");
     w.line("const " + ty + "* __restrict B = (const " + ty + "*)bufs[" + std::to_string(g.b->id) + "];");
     w.line(ty + "* __restrict C = (" + ty + "*)bufs[" + std::to_string(g.c->id) + "];");
+    if (g.group) {
+      out += emitGroupOf(k);
+      emitGroupedRuns(k, w, fn);
+      return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
+             body + "}\n\n";
+    }
     std::string batch = "INT64_C(1)";
     for (sym::SymExpr v : g.batchVars)
       batch += " * " + ix(v->extent());
@@ -260,6 +266,52 @@ private:
     w.line("}");
     return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";
+  }
+
+  /// A grouped product's group of one row of A (GemmCall::group): `<kernel>_group(.., m)`.
+  std::string emitGroupOf(const Kernel &k) {
+    const sched::GemmCall &g = *k.gemm;
+    std::string body;
+    Writer w(body, 1);
+    emitPointers(k, w);
+    Scope scope(nullptr);
+    int counter = 0;
+    ExprWriter ew(w, scope, names_, counter);
+    w.line("return (int64_t)(" + ew.emit(g.group) + ");");
+    return "static inline int64_t " + k.name + "_group(void* const* bufs, const int64_t* syms, "
+           "int* err, int64_t " + names_.index(g.mVar) + ") {\n" + body + "}\n\n";
+  }
+
+  /// A grouped product: the threads take blocks of A's rows, and each run of rows with one
+  /// group in a block is one gemm call with that group's B. A group outside B's groups sets
+  /// the error flag, as the loop nest's indirect load does.
+  void emitGroupedRuns(const Kernel &k, Writer &w, const std::string &fn) {
+    const sched::GemmCall &g = *k.gemm;
+    auto ix = [&](sym::SymExpr e) { return names_.index(e); };
+    std::string group = k.name + "_group(bufs, syms, err, ";
+    w.line("const int64_t groups = " + ix(g.groupSym->extent()) + ";");
+    w.line("if (M == 0 || N == 0)");
+    w.line("  return;");
+    w.line("const int threads = (double)M * N * K < 4.0e5 ? 1 : (int)std::min<int64_t>(omp_get_max_threads(), M);");
+    w.line("#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)");
+    w.line("for (int64_t task = 0; task < threads; ++task) {");
+    w.line("  const int64_t hi = M * (task + 1) / threads;");
+    w.line("  for (int64_t r = M * task / threads; r < hi;) {");
+    w.line("    const int64_t t = " + group + "r);");
+    w.line("    if (t < 0 || t >= groups) {");
+    w.line("      __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
+    w.line("      break;");
+    w.line("    }");
+    w.line("    int64_t e = r + 1;");
+    w.line("    while (e < hi && " + group + "e) == t)");
+    w.line("      ++e;");
+    w.line("    " + fn + "(101, " + (g.transA ? "112" : "111") + ", " + (g.transB ? "112" : "111") +
+           ", e - r, N, K, 1, A + " + ix(g.offA) + " + r * " + (g.transA ? "INT64_C(1)" : "lda") +
+           ", lda, B + " + ix(g.offB) + " + t * " + ix(g.groupStride) + ", ldb, 0, C + " +
+           ix(g.offC) + " + r * ldc, ldc);");
+    w.line("    r = e;");
+    w.line("  }");
+    w.line("}");
   }
 
   /// An accumulating scatter. A float sum or product runs on threads that each own a

@@ -13,9 +13,9 @@ Methodology (the one in /work/shared/ANCHORS.md):
     per-model tolerances of benchmarks/models.py).
 
 Two sections, each printed as a markdown table: the workloads (single fused expressions), then
-the models (GPT-2, BERT, LLaMA-style, ResNet-18-shaped, MobileNetV2; benchmarks/models.py: random weights,
-float32, eval mode, no_grad), whose rows also give braze's graphs and fallbacks for that model
-(braze.counters() deltas over its compile).
+the models (GPT-2, BERT, LLaMA-style, Mixtral-style, ResNet-18-shaped, MobileNetV2;
+benchmarks/models.py: random weights, float32, eval mode, no_grad), whose rows also give
+braze's graphs and fallbacks for that model (braze.counters() deltas over its compile).
 
 Compiles are cold by default: BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point to a fresh
 temporary directory for this run (so the first Inductor compile in the process includes its

@@ -64,6 +64,16 @@ def llama():
     return _last_hidden_state(t.LlamaModel(cfg)), _token_ids(cfg.vocab_size)
 
 
+def mixtral():
+    """A mixture of experts: LLaMA-style attention, 8 experts of which each token takes 2."""
+    t = _quiet_transformers()
+    cfg = t.MixtralConfig(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+                          num_key_value_heads=4, intermediate_size=1408, vocab_size=8192,
+                          num_local_experts=8, num_experts_per_tok=2,
+                          max_position_embeddings=SEQ)
+    return _last_hidden_state(t.MixtralModel(cfg)), _token_ids(cfg.vocab_size)
+
+
 class BasicBlock(nn.Module):
     """ResNet's basic block (the same as tests/python/test_nn.py's)."""
 
@@ -133,6 +143,8 @@ MODELS = {
     "gpt2": ("GPT-2 6 layers × 384, 6 heads, vocab 8192; ids 2×128", gpt2, (1e-4, 1e-4)),
     "bert": ("BERT 4 layers × 768, 12 heads; ids 2×128", bert, (1e-4, 1e-4)),
     "llama": ("LLaMA-style 4 layers × 512, 8 heads / 4 kv, MLP 1408; ids 2×128", llama, (1e-4, 1e-4)),
+    "mixtral": ("Mixtral-style 4 layers × 512, 8 heads / 4 kv, 8 experts of MLP 1408, top 2; "
+                "ids 2×128", mixtral, (1e-4, 1e-4)),
     "resnet18": ("ResNet-18-shaped CNN, 64 base channels; 4×3×128×128", resnet18, (1e-3, 1e-3)),
     "mobilenet_v2": ("MobileNetV2 (transformers), width 1.0; 4×3×128×128", mobilenet_v2,
                      (1e-3, 1e-3)),

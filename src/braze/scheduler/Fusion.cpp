@@ -97,6 +97,8 @@ public:
         gemm->group = loop::substituteIndices(p_, gemm->group, map);
         gemm->mVar = map.at(gemm->mVar);
       }
+      if (gemm->rowOf)
+        gemm->rowOf = loop::substituteIndices(p_, gemm->rowOf, map);
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
       k.gemm = std::move(gemm);

@@ -108,11 +108,11 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     }
   }
   DType outDtype = c.out->dtype;
-  // A grouped product's B has one indirect index; it is x or y.
+  // A grouped product's B has one indirect index, and its A may have one too (gathered rows).
   auto indirectCount = [](const Expr *e) { return e->kind() == ExprKind::Load ? e->indirect().size() : 0; };
-  size_t indirect = indirectCount(x) + indirectCount(y);
   if ((t != DType::Float32 && t != DType::Float64) || x->kind() != ExprKind::Load ||
-      y->kind() != ExprKind::Load || indirect > (grouped ? 1u : 0u) ||
+      y->kind() != ExprKind::Load || indirectCount(x) > (grouped ? 1u : 0u) ||
+      indirectCount(y) > (grouped ? 1u : 0u) ||
       x->dtype() != storage || y->dtype() != storage ||
       (outDtype != storage && outDtype != DType::Float32))
     return std::nullopt;
@@ -145,35 +145,48 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
         return a.coef[i];
     return s.constant(0);
   };
-  // A grouped B: its index is affine in m, n, k and the indirect symbol, whose value moves
-  // with m alone (and there are no batch dims).
-  const Expr *groupOf = indirect ? (x->indirect().empty() ? y : x) : nullptr;
-  std::vector<SymExpr> bvars = vars;
-  if (groupOf) {
-    const auto &[sym, value] = groupOf->indirect()[0];
-    if (!mVar || !g.batchVars.empty() || movesWith(value, {nVar, kVar}))
+  // In a grouped product, each indirect index (B's group, A's gathered row) is a symbol of its
+  // operand's affine index whose value moves with m alone; there are no batch dims.
+  auto operandVars = [&](const Expr *e) {
+    std::vector<SymExpr> vs = vars;
+    if (!e->indirect().empty())
+      vs.push_back(e->indirect()[0].first);
+    return vs;
+  };
+  for (const Expr *e : {x, y})
+    if (!e->indirect().empty() &&
+        (!mVar || !g.batchVars.empty() || movesWith(e->indirect()[0].second, {nVar, kVar})))
       return std::nullopt;
-    g.group = value;
-    g.groupSym = sym;
-    g.mVar = mVar;
-    bvars.push_back(sym);
-  }
-  auto ax = affineIn(s, x->index(), x == groupOf ? bvars : vars);
-  auto ay = affineIn(s, y->index(), y == groupOf ? bvars : vars);
+  auto ax = affineIn(s, x->index(), operandVars(x));
+  auto ay = affineIn(s, y->index(), operandVars(y));
   auto ac = affineIn(s, loop::storeIndex(s, c), vars);
   if (!ax || !ay || !ac)
     return std::nullopt;
   // A is the operand that does not move with n; B the one that does not move with m.
   const Expr *A = x, *B = y;
   Affine aa = *ax, ab = *ay;
-  if (groupOf ? x == groupOf : nVar && !coefOf(aa, nVar)->isConst(0)) {
+  if (nVar && !coefOf(aa, nVar)->isConst(0)) {
     std::swap(A, B);
     std::swap(aa, ab);
   }
   if ((nVar && !coefOf(aa, nVar)->isConst(0)) || (mVar && !coefOf(ab, mVar)->isConst(0)))
     return std::nullopt;
-  if (groupOf)
+  if (!A->indirect().empty() && B->indirect().empty())
+    return std::nullopt; // gathered rows only in a grouped product
+  if (!B->indirect().empty()) {
+    g.group = B->indirect()[0].second;
+    g.groupSym = B->indirect()[0].first;
     g.groupStride = ab.coef.back();
+    g.mVar = mVar;
+  }
+  if (!A->indirect().empty()) {
+    if (!coefOf(aa, mVar)->isConst(0))
+      return std::nullopt;
+    g.rowOf = A->indirect()[0].second;
+    g.rowSym = A->indirect()[0].first;
+    g.rowStride = aa.coef.back();
+    g.rowStep = coefOf(aa, kVar);
+  }
   g.a = A->buffer();
   g.b = B->buffer();
   g.c = c.out;
@@ -187,9 +200,13 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   if (nVar && !cn->isConst(1))
     return std::nullopt;
   g.ldc = mVar ? cm : g.n;
-  // A[m, k]: unit stride along k (as is) or along m (transposed).
+  // A[m, k]: unit stride along k (as is) or along m (transposed); gathered rows are copied
+  // dense.
   SymExpr am = coefOf(aa, mVar), ak = coefOf(aa, kVar);
-  if (ak->isConst(1)) {
+  if (g.rowOf) {
+    g.transA = false;
+    g.lda = g.k;
+  } else if (ak->isConst(1)) {
     g.transA = false;
     g.lda = mVar ? am : g.k;
   } else if (!mVar || am->isConst(1)) {

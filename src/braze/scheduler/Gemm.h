@@ -30,6 +30,12 @@ struct GemmCall {
   /// rows with one group is one library call; the loop nest computes the same function.
   const loop::Expr *group = nullptr;
   sym::SymExpr groupSym = nullptr, groupStride = nullptr, mVar = nullptr;
+  /// A grouped product whose rows of A are gathered (tokens taken in their experts' order):
+  /// row m of A is row rowOf(m) (an integer Expr of mVar alone, in [0, rowSym's extent)) of
+  /// the buffer a, at offA + rowOf(m) * rowStride + k * rowStep. The emitter copies a run's rows
+  /// together before its call, so A is then dense: transA false and lda = k.
+  const loop::Expr *rowOf = nullptr;
+  sym::SymExpr rowSym = nullptr, rowStride = nullptr, rowStep = nullptr;
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and

@@ -44,7 +44,8 @@ std::string printSchedule(const Schedule &s) {
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +
              (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "") +
-             (k.gemm->group ? " grouped by rows" : "");
+             (k.gemm->group ? " grouped by rows" : "") +
+             (k.gemm->rowOf ? " of gathered rows" : "");
     if (k.scatter)
       out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
     out += "\n";

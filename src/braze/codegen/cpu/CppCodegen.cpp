@@ -45,7 +45,7 @@ public:
 
   GeneratedSource run() {
     std::string out = cPrelude();
-    out += "#include <omp.h>\n\n";
+    out += "#include <omp.h>\n#include <vector>\n\n";
     bool blas = false, dnnl = false, attention = false;
     std::string kernels;
     for (const Kernel &k : s_.kernels) {
@@ -219,7 +219,9 @@ private:
     w.line("const " + ty + "* __restrict B = (const " + ty + "*)bufs[" + std::to_string(g.b->id) + "];");
     w.line(ty + "* __restrict C = (" + ty + "*)bufs[" + std::to_string(g.c->id) + "];");
     if (g.group) {
-      out += emitGroupOf(k);
+      out += emitRowFunction(k, g.group, "_group");
+      if (g.rowOf)
+        out += emitRowFunction(k, g.rowOf, "_row");
       emitGroupedRuns(k, w, fn);
       return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
              body + "}\n\n";
@@ -268,23 +270,24 @@ private:
            body + "}\n\n";
   }
 
-  /// A grouped product's group of one row of A (GemmCall::group): `<kernel>_group(.., m)`.
-  std::string emitGroupOf(const Kernel &k) {
-    const sched::GemmCall &g = *k.gemm;
+  /// An integer Expr of a grouped product's row m (GemmCall::group, rowOf) as a function
+  /// `<kernel><suffix>(.., m)`.
+  std::string emitRowFunction(const Kernel &k, const loop::Expr *e, const std::string &suffix) {
     std::string body;
     Writer w(body, 1);
     emitPointers(k, w);
     Scope scope(nullptr);
     int counter = 0;
     ExprWriter ew(w, scope, names_, counter);
-    w.line("return (int64_t)(" + ew.emit(g.group) + ");");
-    return "static inline int64_t " + k.name + "_group(void* const* bufs, const int64_t* syms, "
-           "int* err, int64_t " + names_.index(g.mVar) + ") {\n" + body + "}\n\n";
+    w.line("return (int64_t)(" + ew.emit(e) + ");");
+    return "static inline int64_t " + k.name + suffix + "(void* const* bufs, const int64_t* syms, "
+           "int* err, int64_t " + names_.index(k.gemm->mVar) + ") {\n" + body + "}\n\n";
   }
 
   /// A grouped product: the threads take blocks of A's rows, and each run of rows with one
-  /// group in a block is one gemm call with that group's B. A group outside B's groups sets
-  /// the error flag, as the loop nest's indirect load does.
+  /// group in a block is one gemm call with that group's B. Gathered rows of A are copied into
+  /// a dense block per run first. A group or row outside its operand sets the error flag, as
+  /// the loop nest's indirect load does.
   void emitGroupedRuns(const Kernel &k, Writer &w, const std::string &fn) {
     const sched::GemmCall &g = *k.gemm;
     auto ix = [&](sym::SymExpr e) { return names_.index(e); };
@@ -296,6 +299,8 @@ private:
     w.line("#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)");
     w.line("for (int64_t task = 0; task < threads; ++task) {");
     w.line("  const int64_t hi = M * (task + 1) / threads;");
+    if (g.rowOf)
+      w.line("  std::vector<" + ctype(g.dtype) + "> rows;");
     w.line("  for (int64_t r = M * task / threads; r < hi;) {");
     w.line("    const int64_t t = " + group + "r);");
     w.line("    if (t < 0 || t >= groups) {");
@@ -305,10 +310,27 @@ private:
     w.line("    int64_t e = r + 1;");
     w.line("    while (e < hi && " + group + "e) == t)");
     w.line("      ++e;");
+    std::string a = "A + " + ix(g.offA) + " + r * " + (g.transA ? "INT64_C(1)" : "lda");
+    if (g.rowOf) {
+      std::string ty = ctype(g.dtype);
+      a = "rows.data()";
+      w.line("    rows.resize((size_t)((e - r) * K));");
+      w.line("    bool bad = false;");
+      w.line("    for (int64_t i = r; i < e && !bad; ++i) {");
+      w.line("      const int64_t src = " + k.name + "_row(bufs, syms, err, i);");
+      w.line("      bad = src < 0 || src >= " + ix(g.rowSym->extent()) + ";");
+      w.line("      const " + ty + "* from = A + " + ix(g.offA) + " + src * " + ix(g.rowStride) + ";");
+      w.line("      for (int64_t kk = 0; kk < K && !bad; ++kk)");
+      w.line("        rows[(size_t)((i - r) * K + kk)] = from[kk * " + ix(g.rowStep) + "];");
+      w.line("    }");
+      w.line("    if (bad) {");
+      w.line("      __atomic_store_n(err, 1, __ATOMIC_RELAXED);");
+      w.line("      break;");
+      w.line("    }");
+    }
     w.line("    " + fn + "(101, " + (g.transA ? "112" : "111") + ", " + (g.transB ? "112" : "111") +
-           ", e - r, N, K, 1, A + " + ix(g.offA) + " + r * " + (g.transA ? "INT64_C(1)" : "lda") +
-           ", lda, B + " + ix(g.offB) + " + t * " + ix(g.groupStride) + ", ldb, 0, C + " +
-           ix(g.offC) + " + r * ldc, ldc);");
+           ", e - r, N, K, 1, " + a + ", lda, B + " + ix(g.offB) + " + t * " +
+           ix(g.groupStride) + ", ldb, 0, C + " + ix(g.offC) + " + r * ldc, ldc);");
     w.line("    r = e;");
     w.line("  }");
     w.line("}");

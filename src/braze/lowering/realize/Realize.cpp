@@ -301,11 +301,17 @@ private:
     return s;
   }
 
-  /// A take loads its source through indices: the source is in memory.
+  /// A take loads its source through indices: the source is in memory, where it is (a view of
+  /// a stored value, such as experts' weights read transposed) or stored.
   State take(Node *n) {
-    need(n->operand(0));
+    Node *xn = n->operand(0);
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
-    s.read({n->operand(0), 0});
+    if (opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored && inPlace(xn)) {
+      s.absorb(state(xn));
+    } else {
+      need(xn);
+      s.read({xn, 0});
+    }
     for (size_t i = 1; i < n->operands().size(); ++i)
       s.absorb(state(n->operand(i)));
     s.indexDependent = true;

@@ -552,7 +552,13 @@ private:
   /// against its own dim (a bad component cannot alias another valid flat position).
   Value lowerTake(Node *n) {
     Node *xn = n->operand(0);
-    Buffer *src = inMemory(xn);
+    // A view of a stored value (experts' weights read transposed) is read where it lies.
+    Index probe;
+    std::vector<SymExpr> probeVars;
+    const Value *view = &values_.at(xn);
+    bool direct = opCategory(xn->op()) == OpCategoryKind::View && !view->buffer &&
+                  plainLoad(xn, *view, probe, probeVars);
+    Buffer *src = direct ? nullptr : inMemory(xn);
     size_t k = n->operands().size() - 1;
     std::vector<const Value *> indices;
     for (size_t j = 1; j <= k; ++j)
@@ -561,7 +567,7 @@ private:
     size_t indexRank = n->operand(1)->rank();
     std::vector<SymExpr> extents(xn->shape().begin() + dim, xn->shape().begin() + dim + k);
     DType compute = computeType(n->dtype());
-    return lazy([this, src, indices, dim, indexRank, extents, compute](const Index &idx) {
+    return lazy([this, src, view, indices, dim, indexRank, extents, compute](const Index &idx) {
       Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
       Index in(idx.begin(), idx.begin() + dim);
       std::vector<loop::IndirectBinding> bindings;
@@ -579,6 +585,12 @@ private:
         bindings.push_back({t, i});
       }
       in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
+      if (!src) {
+        const Expr *e = view->load(in);
+        if (e->kind() == loop::ExprKind::Op && e->op() == ScalarOpKind::Cast)
+          e = e->operands()[0];
+        return ex_.cast(ex_.load(e->buffer(), e->index(), bindings), compute);
+      }
       const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), bindings);
       return ex_.cast(v, compute);
     });

@@ -101,6 +101,15 @@ def mixtral():
     return t.MixtralForCausalLM(cfg), {"input_ids": _ids()}, _logits
 
 
+def qwen2_moe():
+    """A mixture of experts with a shared expert behind a sigmoid gate, and a softmax router."""
+    t = _transformers()
+    cfg = t.Qwen2MoeConfig(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=64, shared_expert_intermediate_size=128,
+                           **_decoder_common())
+    return t.Qwen2MoeForCausalLM(cfg), {"input_ids": _ids()}, _logits
+
+
 # ---- encoders ----------------------------------------------------------------------------------
 def _encoder_common():
     return dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
@@ -217,7 +226,7 @@ def _entries():
     out = []
     for name, fn in [("gpt2", gpt2), ("llama", llama), ("opt", opt), ("phi3", phi3),
                      ("gemma2", gemma2), ("gpt_neox", gpt_neox), ("falcon", falcon),
-                     ("mixtral", mixtral)]:
+                     ("mixtral", mixtral), ("qwen2_moe", qwen2_moe)]:
         out.append(Entry(name, fn))
         out.append(Entry(f"{name}-nocache", fn, (("use_cache", False),)))
     for name, fn in [("bert", bert), ("roberta", roberta), ("electra", electra),

@@ -80,6 +80,38 @@ def test_cache_hit_in_a_fresh_process(tmp_path):
     assert "(manifest)" in second.stderr
 
 
+def test_a_second_install_of_the_same_build_hits_the_cache(tmp_path):
+    """The cache names braze's build by content: a copy of the package in another directory,
+    with a newer modification time (a reinstall, another machine), loads what the first
+    install compiled."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    copy = tmp_path / "elsewhere" / "braze"
+    shutil.copytree(os.path.dirname(braze.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for f in copy.iterdir():
+        os.utime(f)  # now: not the installed files' times
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]) if sys.argv[1] else None\n"
+        "import torch, braze\n"
+        "print(braze.__file__, file=sys.stderr)\n"
+        "f = torch.compile(lambda x: (x * 3).cos().sum(-1), backend='braze', dynamic=False)\n"
+        "x = torch.randn(8, 8)\n"
+        "torch.testing.assert_close(f(x), (x * 3).cos().sum(-1))\n"
+        "c = braze.counters(); print(c['cache_hits'], c['cache_misses'])\n")
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"), BRAZE_LOG="cache")
+    first = subprocess.run([sys.executable, "-c", script, ""], env=env, capture_output=True,
+                           text=True)
+    second = subprocess.run([sys.executable, "-c", script, str(copy.parent)], env=env,
+                            capture_output=True, text=True)
+    assert first.stdout.split() == ["0", "1"], first.stderr
+    assert str(copy) in second.stderr, second.stderr  # the copy ran
+    assert second.stdout.split() == ["1", "0"], second.stderr
+    assert "(manifest)" in second.stderr
+
+
 def test_gather_index_longer_than_input_is_rejected():
     g = braze._C.Graph()
     two, three, four, five = (g.sym_const(n) for n in (2, 3, 4, 5))

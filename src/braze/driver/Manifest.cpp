@@ -8,6 +8,8 @@
 
 #include <dlfcn.h>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sys/stat.h>
 
 namespace braze {
@@ -16,7 +18,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// This braze build: the path, size and modification time of the module that holds this code.
+/// This braze build, by content: the SHA-256 of the module that holds this code (read once per
+/// process). Two installs of one build (another directory, another machine, a reinstall with a
+/// new modification time) share cache entries; any rebuild that changes the code does not.
+/// Where the module cannot be read, its path, size and modification time stand in.
 const std::string &buildIdentity() {
   static const std::string id = [] {
     Dl_info info{};
@@ -24,8 +29,12 @@ const std::string &buildIdentity() {
     if (!dladdr(reinterpret_cast<void *>(&manifestKey), &info) || !info.dli_fname ||
         stat(info.dli_fname, &st) != 0)
       return std::string("unknown build ") + __DATE__ " " __TIME__;
-    return std::string(info.dli_fname) + ";" + std::to_string(st.st_size) + ";" +
-           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    std::ifstream in(info.dli_fname, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad() || bytes.size() != static_cast<size_t>(st.st_size))
+      return std::string(info.dli_fname) + ";" + std::to_string(st.st_size) + ";" +
+             std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    return "sha256 " + sha256Hex(bytes);
   }();
   return id;
 }

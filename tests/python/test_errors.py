@@ -112,6 +112,56 @@ def test_a_second_install_of_the_same_build_hits_the_cache(tmp_path):
     assert "(manifest)" in second.stderr
 
 
+_SHARED_SCRIPT = (
+    "import torch, braze\n"
+    "f = torch.compile(lambda x: (x * 5).tanh().sum(-1), backend='braze', dynamic=False)\n"
+    "x = torch.randn(8, 8)\n"
+    "torch.testing.assert_close(f(x), (x * 5).tanh().sum(-1))\n"
+    "c = braze.counters(); print(c['cache_hits'], c['cache_misses'])\n")
+
+
+def _run_with_caches(local, remote):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(local), BRAZE_REMOTE_CACHE=remote,
+               BRAZE_LOG="cache")
+    return subprocess.run([sys.executable, "-c", _SHARED_SCRIPT], env=env, capture_output=True,
+                          text=True)
+
+
+def test_a_shared_cache_serves_a_process_with_an_empty_local_cache(tmp_path):
+    """BRAZE_REMOTE_CACHE=file:///folder: the first process compiles and stores its entry in
+    its own cache and in the shared one; a second process, with an empty cache of its own,
+    copies the entry in and compiles nothing. A damaged shared entry is a miss, not a crash."""
+    shared = tmp_path / "shared"
+    first = _run_with_caches(tmp_path / "a", f"file://{shared}")
+    second = _run_with_caches(tmp_path / "b", f"file://{shared}")
+    assert first.stdout.split() == ["0", "1"], first.stderr
+    assert second.stdout.split() == ["1", "0"], second.stderr
+    assert f"from {shared}" in second.stderr and "(manifest)" in second.stderr
+    # Flip a byte of every shared library: a third process, again with an empty local cache,
+    # finds the shared entry damaged and compiles (and stores a good one again).
+    for lib in shared.rglob("*.so"):
+        data = bytearray(lib.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lib.write_bytes(bytes(data))
+    third = _run_with_caches(tmp_path / "c", f"file://{shared}")
+    assert third.returncode == 0 and third.stdout.split()[1] == "1", third.stderr
+
+
+def test_a_shared_cache_that_cannot_be_used_is_said_once(tmp_path):
+    """A URL braze does not take, or a shared folder that is a file: the compile works with the
+    local cache alone, and says why once."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("x")
+    for i, (remote, said) in enumerate(((f"redis://127.0.0.1:1", "only file:///path"),
+                                        (f"file://{blocked}", "cannot be used"))):
+        run = _run_with_caches(tmp_path / f"local{i}", remote)
+        assert run.returncode == 0 and run.stdout.split() == ["0", "1"], run.stderr
+        assert run.stderr.count(said) == 1, run.stderr
+
+
 def test_gather_index_longer_than_input_is_rejected():
     g = braze._C.Graph()
     two, three, four, five = (g.sym_const(n) for n in (2, 3, 4, 5))

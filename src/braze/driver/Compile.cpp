@@ -16,8 +16,10 @@
 
 #include <chrono>
 #include <functional>
+#include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 
 namespace braze {
 
@@ -41,6 +43,18 @@ CompileOptions CompileOptions::fromEnvironment() {
     o.strict = std::string(v) == "1";
   if (const char *v = std::getenv("BRAZE_CACHE_DIR"))
     o.cacheDir = v;
+  if (const char *v = std::getenv("BRAZE_REMOTE_CACHE"); v && *v) {
+    std::string url = v;
+    if (url.rfind("file://", 0) == 0 && url.size() > 7) {
+      o.remoteCacheDir = url.substr(7);
+    } else {
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr, "braze: BRAZE_REMOTE_CACHE='%s' is not used: only file:///path "
+                             "(a folder on a shared file system) is supported\n", v);
+      });
+    }
+  }
   if (const char *v = std::getenv("BRAZE_CXX"))
     o.cxx = v;
   if (const char *v = std::getenv("BRAZE_BLAS"))
@@ -415,6 +429,9 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jit::HostCompilerOptions jo;
   jo.compiler = opts.cxx;
   jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
+  const std::string remote = opts.remoteCacheDir.empty()
+                                 ? CompileOptions::fromEnvironment().remoteCacheDir
+                                 : opts.remoteCacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
   spec.logFallback = opts.log.has(LogStage::Fallback);
   // A graph compiled before (by any process, with this build and these options): load what
@@ -424,8 +441,11 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
     logsStage = logsStage || opts.log.has(s.log);
   const std::string key = manifestKey(g, opts);
   std::optional<ManifestEntry> recorded;
-  if (!logsStage)
+  if (!logsStage) {
     recorded = readManifest(jo.cacheDir, key, jo.logCache);
+    if (!recorded && !remote.empty() && copyEntry(remote, jo.cacheDir, key, jo.logCache))
+      recorded = readManifest(jo.cacheDir, key, jo.logCache);
+  }
   if (recorded) {
     times.lower = lap(clock);
     CompileResult r = loadCompiled(*recorded, spec, opts, jo, times, clock);
@@ -459,6 +479,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   r.cacheHit = cacheHit;
   countCompile(r.numKernels, r.cacheHit);
   writeManifest(jo.cacheDir, key, e, jo.logCache);
+  if (!remote.empty())
+    copyEntry(jo.cacheDir, remote, key, jo.logCache);
   return r;
 }
 

@@ -21,6 +21,10 @@ struct CompileOptions {
   bool strict = false;       ///< Python layer: raise instead of falling back on internal errors
   bool fuse = true;
   std::string cacheDir;      ///< empty: the default (BRAZE_CACHE_DIR or ~/.cache/braze)
+  /// A cache shared between processes and machines (BRAZE_REMOTE_CACHE=file:///path, a folder
+  /// on a shared file system): a graph the local cache misses is looked up there, and a graph
+  /// compiled here is stored there too (see Manifest.h). Empty: none.
+  std::string remoteCacheDir;
   std::string cxx = "g++";
   /// A CBLAS shared library for matrix products (empty: loop nests). Its symbol names are
   /// derived from the file name: scipy-openblas64 (NumPy's OpenBLAS) or plain cblas_*.
@@ -57,7 +61,7 @@ struct CompileOptions {
   };
   std::optional<Cuda> cuda;
 
-  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_CXX, BRAZE_BLAS and BRAZE_DNNL: the one place
+  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_REMOTE_CACHE, BRAZE_CXX, BRAZE_BLAS and BRAZE_DNNL: the one place
   /// braze reads the environment.
   static CompileOptions fromEnvironment();
 };

@@ -185,6 +185,37 @@ std::optional<ManifestEntry> readManifest(const std::string &cacheDir, const std
   return e;
 }
 
+bool copyEntry(const std::string &from, const std::string &to, const std::string &key,
+               bool logCache) {
+  if (readManifest(to, key, false))
+    return true;
+  std::optional<ManifestEntry> e = readManifest(from, key, false);
+  if (!e)
+    return false;
+  std::vector<fs::path> files{manifestPath(from, key), e->libraryPath};
+  files.insert(files.end(), e->cubinPaths.begin(), e->cubinPaths.end());
+  try {
+    // The manifest last: a reader that finds it finds the files it names.
+    for (size_t i = files.size(); i-- > 0;) {
+      fs::path rel = files[i].lexically_relative(from);
+      if (rel.empty() || *rel.begin() == "..")
+        return false;
+      fs::path dst = fs::path(to) / rel;
+      fs::create_directories(dst.parent_path());
+      std::string bytes = jit::readFile(files[i]);
+      if (jit::storeEntry(to, dst, jit::checksumPath(dst), bytes) != dst)
+        return false; // `to` cannot take it: said once by storeEntry
+    }
+  } catch (const std::exception &ex) { // a folder that cannot be made: entryDir said so
+    if (logCache)
+      logBlock("cache", "not copied " + key + " to " + to + ": " + ex.what() + "\n");
+    return false;
+  }
+  if (logCache)
+    logBlock("cache", "copied " + key + " from " + from + " to " + to + "\n");
+  return true;
+}
+
 void writeManifest(const std::string &cacheDir, const std::string &key, const ManifestEntry &e,
                    bool logCache) {
   // Paths are kept relative to the cache, so that a cache moved or copied whole still serves.

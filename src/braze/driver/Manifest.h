@@ -6,13 +6,16 @@
 ///
 /// Key: SHA-256 of the graph's text (printGraph, which prints every node, attribute, type
 /// and layout, doubles to the last bit), the options that reach lowering and code generation,
-/// the target's fingerprint and the identity of this braze build (its module's path, size and
-/// modification time: a rebuilt braze never reads an older build's manifests). Entries are
+/// the target's fingerprint and the identity of this braze build (the SHA-256 of its module: a
+/// rebuilt braze never reads an older build's manifests, and two installs of one build share
+/// them). Entries are
 /// written atomically and verified on load, as the other cache entries are; an entry that does
 /// not parse, or whose files are gone or fail their checksums, is a miss. Paths are stored
 /// relative to the cache (a cache copied whole still serves); a compile whose files went
 /// elsewhere (a cache that could not take them) records no manifest. A compile that logs a
-/// stage of the lowering (BRAZE_LOG=graph, ..., output_code) does not read one.
+/// stage of the lowering (BRAZE_LOG=graph, ..., output_code) does not read one. With a shared
+/// cache (CompileOptions::remoteCacheDir), a local miss copies the shared entry in (copyEntry)
+/// and a compile copies its entry out.
 #include "braze/driver/Compile.h"
 
 #include <optional>
@@ -44,6 +47,15 @@ std::optional<ManifestEntry> readManifest(const std::string &cacheDir, const std
 /// the graph again).
 void writeManifest(const std::string &cacheDir, const std::string &key, const ManifestEntry &e,
                    bool logCache);
+
+/// Copies the entry stored under `key` in cache `from` (its manifest and every file it names,
+/// each with its checksum, at the same paths) into cache `to`, unless `to` has it already:
+/// whether `to` now has it. A shared cache's entries reach the local one this way, and a local
+/// compile reaches the shared one. Writes are atomic (a temporary name, then a rename), so
+/// processes copying one entry at once each leave it whole. A damaged or missing entry copies
+/// nothing; a shared cache that cannot be used is said once (as a local one is) and left alone.
+bool copyEntry(const std::string &from, const std::string &to, const std::string &key,
+               bool logCache);
 
 /// The entry as text and back (exposed for the tests): nothing when `text` is not a whole
 /// entry.

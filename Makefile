@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -97,6 +97,24 @@ bench-optimizer: build
 
 bench-scatter: build
 	$(PY) benchmarks/scatter_modes.py
+
+# A wheel of braze (build/dist), from the same CMake build as `make build`.
+wheel: build
+	rm -rf build/dist
+	$(PIP) wheel -q --no-build-isolation --no-deps -w build/dist . \
+	    -Cbuild-dir=$(BUILD) -Ccmake.define.BRAZE_BUILD_TESTS=ON
+
+# The wheel in a fresh virtual environment with torch and the wheel's dependencies (pinned as
+# above): torch.compile(backend="braze") of the seed example compiles and matches eager.
+WHEEL_VENV := build/wheel-venv
+test-wheel: wheel
+	rm -rf $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q torch==2.13.0 scipy-openblas64==0.3.34.481.3 \
+	    onednn-cpu-gomp==2023.2.0
+	$(WHEEL_VENV)/bin/python -m pip install -q build/dist/braze-*.whl
+	cd build && BRAZE_CACHE_DIR=$(abspath build/wheel-cache) $(abspath $(WHEEL_VENV))/bin/python \
+	    $(abspath examples/wheel_check.py)
 
 clean:
 	rm -rf build

@@ -302,11 +302,13 @@ private:
   }
 
   /// A take loads its source through indices: the source is in memory, where it is (a view of
-  /// a stored value, such as experts' weights read transposed) or stored.
+  /// a stored value, such as experts' weights read transposed, with takeViewsInPlace) or
+  /// stored.
   State take(Node *n) {
     Node *xn = n->operand(0);
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
-    if (opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored && inPlace(xn)) {
+    if (opts_.takeViewsInPlace && opCategory(xn->op()) == OpCategoryKind::View &&
+        !own(xn).stored && inPlace(xn)) {
       s.absorb(state(xn));
     } else {
       need(xn);

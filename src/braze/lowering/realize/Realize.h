@@ -40,6 +40,8 @@ struct RealizeOptions {
   bool widenedHalfMatMul = false;
   /// LoweringOptions::channelsLast: a 2-d convolution copies its input channels-last itself.
   bool channelsLast = false;
+  /// LoweringOptions::takeViewsInPlace.
+  bool takeViewsInPlace = false;
 };
 
 /// Marks the values of g to store (clearing earlier marks) and records that g is realized.

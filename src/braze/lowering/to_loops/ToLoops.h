@@ -37,6 +37,10 @@ struct LoweringOptions {
   /// projection) is stored in the permuted order, so that the readers' view is row-major and
   /// the projection reads it in place. For targets whose attention kernel writes strided rows.
   bool permutedAttentionOutput = false;
+  /// A take from a view of a stored value (experts' weights read transposed) loads through the
+  /// view instead of storing a copy. For the CPU, whose caches take strided reads well; a GPU's
+  /// threads would read such a view uncoalesced, over and over where many outputs share a row.
+  bool takeViewsInPlace = false;
 };
 
 /// g must be realized (Graph::realized).

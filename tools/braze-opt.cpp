@@ -50,8 +50,7 @@ struct ToolOptions {
   std::vector<braze::DType> oneDnnHalf; ///< half dtypes eager's CPU kernels run through oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
-  int64_t kernelArgBytes = 4096; ///< with --cuda: a launch's argument space
-  bool argBytesGiven = false;
+  std::optional<int64_t> kernelArgBytes; ///< with --cuda: a launch's argument space
   bool help = false;
 };
 
@@ -172,7 +171,6 @@ ToolOptions parseArguments(int argc, char **argv) {
         BRAZE_USER_ERROR("--kernel-arg-bytes", "")
             << "expected a number of bytes from 1024 to 32764, got '" << n << "'";
       o.kernelArgBytes = v;
-      o.argBytesGiven = true;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {
@@ -245,14 +243,14 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if ((tool.cudnn || tool.tf32 || tool.argBytesGiven) && !tool.cuda)
+  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes) && !tool.cuda)
     BRAZE_USER_ERROR(tool.cudnn          ? "--cudnn"
                      : tool.tf32         ? "--tf32"
                                          : "--kernel-arg-bytes",
                      "")
         << "it needs --cuda";
-  if (tool.cuda)
-    opts.cuda->kernelArgBytes = tool.kernelArgBytes;
+  if (tool.kernelArgBytes)
+    opts.cuda->kernelArgBytes = *tool.kernelArgBytes;
   if (tool.cudnn)
     opts.cuda->cudnnLibrary = "libcudnn.so.9";
   if (tool.tf32)

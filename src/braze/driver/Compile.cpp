@@ -430,10 +430,11 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   CompileTimes times;
   jit::HostCompilerOptions jo;
   jo.compiler = opts.cxx;
-  jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
-  const std::string remote = opts.remoteCacheDir.empty()
-                                 ? CompileOptions::fromEnvironment().remoteCacheDir
-                                 : opts.remoteCacheDir;
+  std::optional<CompileOptions> env; // read once, where an option is left to the environment
+  if (opts.cacheDir.empty() || opts.remoteCacheDir.empty())
+    env = CompileOptions::fromEnvironment();
+  jo.cacheDir = opts.cacheDir.empty() ? env->cacheDir : opts.cacheDir;
+  const std::string remote = opts.remoteCacheDir.empty() ? env->remoteCacheDir : opts.remoteCacheDir;
   jo.logCache = opts.log.has(LogStage::Cache);
   spec.logFallback = opts.log.has(LogStage::Fallback);
   // A graph compiled before (by any process, with this build and these options): load what

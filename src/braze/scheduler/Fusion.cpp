@@ -53,10 +53,14 @@ struct Where {
 
 class Fuser {
 public:
-  /// maxBuffers: the most buffers a kernel may name (0: no limit, the CPU, whose products may
-  /// also be grouped), so that its arguments fit a launch.
-  Fuser(loop::LoopProgram &p, Schedule &s, size_t maxBuffers)
-      : p_(p), s_(s), sym_(p.sym()), maxBuffers_(maxBuffers) {}
+  /// On CUDA a kernel names at most as many buffers as its launch can pass: its pointers fill
+  /// the argument space but 512 bytes, left to the error flag and the symbolic sizes (448
+  /// pointers in 4 KiB). On the CPU there is no limit, and products may be grouped (GemmCall).
+  Fuser(loop::LoopProgram &p, Schedule &s, const Target &target)
+      : p_(p), s_(s), sym_(p.sym()), groupedGemms_(target.kind == TargetKind::Cpu),
+        maxBuffers_(target.kind == TargetKind::Cuda
+                        ? static_cast<size_t>((target.kernelArgBytes - 512) / 8)
+                        : 0) {}
 
   void add(const Computation &c, bool fuse) {
     if (skipped_.count(c.id))
@@ -75,7 +79,7 @@ public:
       startScatterKernel(c);
       return;
     }
-    std::optional<GemmCall> gemm = matchGemm(p_, c, /*grouped=*/maxBuffers_ == 0);
+    std::optional<GemmCall> gemm = matchGemm(p_, c, groupedGemms_);
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
@@ -342,7 +346,8 @@ private:
   std::set<int> skipped_;                     ///< computations that compute nothing
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
-  size_t maxBuffers_;
+  bool groupedGemms_;
+  size_t maxBuffers_; ///< 0: no limit
   std::vector<std::unordered_set<const Buffer *>> kernelBuffers_; ///< by kernel, when limited
 };
 
@@ -594,12 +599,7 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   Schedule s;
   s.program = &p;
   s.target = target;
-  // A CUDA kernel's pointers fill its launch's argument space but 512 bytes, left to the
-  // error flag and the symbolic sizes: 448 pointers in 4 KiB.
-  Fuser fuser(p, s,
-              target.kind == TargetKind::Cuda ? static_cast<size_t>(
-                                                    (target.kernelArgBytes - 512) / 8)
-                                              : 0);
+  Fuser fuser(p, s, target);
   if (target.kind == TargetKind::Cuda) {
     fuser.setGemmBias(absorbGemmBias(p));
     fuser.skip(forwardGemmCopies(p));

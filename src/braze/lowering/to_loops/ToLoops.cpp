@@ -552,13 +552,13 @@ private:
   /// against its own dim (a bad component cannot alias another valid flat position).
   Value lowerTake(Node *n) {
     Node *xn = n->operand(0);
-    // A view of a stored value (experts' weights read transposed) is read where it lies
-    // (LoweringOptions::takeViewsInPlace).
+    // A view of a stored value that realize left unstored (LoweringOptions::takeViewsInPlace:
+    // experts' weights read transposed) is read where it lies.
     Index probe;
     std::vector<SymExpr> probeVars;
     const Value *view = &values_.at(xn);
-    bool direct = opts_.takeViewsInPlace && opCategory(xn->op()) == OpCategoryKind::View &&
-                  !view->buffer && plainLoad(xn, *view, probe, probeVars);
+    bool direct = opCategory(xn->op()) == OpCategoryKind::View && !view->buffer &&
+                  plainLoad(xn, *view, probe, probeVars);
     Buffer *src = direct ? nullptr : inMemory(xn);
     size_t k = n->operands().size() - 1;
     std::vector<const Value *> indices;

@@ -137,7 +137,7 @@ public:
         // where cuDNN averages the row: such a masked attention runs braze's kernel.
         const loop::AttentionSpec &spec = *k.attention->attention;
         bool cudnn = opts_.cudnnAttention && (!spec.bias || spec.safe);
-        add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target.cores), cudnn);
+        add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target), cudnn);
         std::string launch = cudaAttentionLaunch(s_, names_, k, index);
         if (cudnn) {
           out.usesCudnn = true;

@@ -61,6 +61,15 @@ test-install: build
 	    echo "test-install: the deployed program links libtorch or libpython"; exit 1; fi
 	BRAZE_CACHE_DIR=$(abspath build/deploy/cache) build/deploy/seed_example 300 77
 	BRAZE_CACHE_DIR=$(abspath build/deploy/cache) build/deploy/seed_example 5 77
+	# Exported packages run by the runtime alone: no libtorch or libpython linked, no compiler
+	# on PATH, BRAZE_CXX pointing nowhere.
+	@if ldd build/deploy/run_package | grep -E 'libtorch|libpython'; then \
+	    echo "test-install: run_package links libtorch or libpython"; exit 1; fi
+	BRAZE_CACHE_DIR=$(abspath build/deploy/cache) $(PY) examples/export_packages.py build/deploy/packages
+	for m in mlp cnn gpt2; do \
+	    env PATH=/nonexistent BRAZE_CXX=/nonexistent/g++ build/deploy/run_package \
+	        build/deploy/packages/$$m build/deploy/packages/$$m.cases/cases.txt || exit 1; \
+	done
 
 test: test-cpp test-python test-conformance test-fuzz test-install
 

@@ -9,15 +9,19 @@ braze is not needed for `backend="braze"`; importing it does not register the na
 from braze._C import CompileError, InternalError, RunError
 from braze.backend import (Options, braze_backend, compile_times, counters,
                            fallback_ops_by_op, run_and_get_code)
+from braze.package import ExportError, export, load
 
 __all__ = [
     "CompileError",
+    "ExportError",
     "InternalError",
     "RunError",
     "Options",
     "braze_backend",
     "compile_times",
     "counters",
+    "export",
     "fallback_ops_by_op",
+    "load",
     "run_and_get_code",
 ]

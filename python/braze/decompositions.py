@@ -155,11 +155,17 @@ def table(training=False):
     return table
 
 
+def kept_whole():
+    """Ops that PyTorch's tables decompose and braze takes whole (rules_attention)."""
+    return [torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
 @functools.lru_cache(maxsize=None)
 def _table(training):
     from torch._decomp import get_decompositions
     table = _core_aten()
-    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    for op in kept_whole():
+        table.pop(op, None)
     aten = torch.ops.aten
     extra = []
     for name in _EXTRA_DECOMPOSITIONS:

@@ -2,6 +2,7 @@
 // symbolic sizes by integer handles; all compiler logic stays in C++.
 #include "braze/driver/Compile.h"
 #include "braze/runtime/CudaModule.h"
+#include "braze/runtime/Package.h"
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/support/Check.h"
@@ -137,7 +138,10 @@ template <typename T> std::vector<T *> addressesOf(const std::vector<uintptr_t> 
   return out;
 }
 
-std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs) {
+/// Runs `call` (DLTensor inputs -> owned outputs) on CPU arrays, without the GIL, and hands
+/// the outputs to torch without copies.
+template <typename Call>
+std::vector<TorchArray> runOnArrays(std::vector<CpuArray> &inputs, Call &&call) {
   std::vector<DLTensor> views(inputs.size());
   std::vector<const DLTensor *> ptrs;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -156,7 +160,7 @@ std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs)
   std::vector<std::unique_ptr<runtime::OwnedTensor>> outs;
   {
     nb::gil_scoped_release release;
-    outs = c.exe->run(ptrs);
+    outs = call(ptrs);
   }
   std::vector<TorchArray> result;
   for (auto &o : outs) {
@@ -168,6 +172,28 @@ std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs)
                         nb::dlpack::dtype{t.code, t.bits, t.lanes});
   }
   return result;
+}
+
+std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs) {
+  return runOnArrays(inputs, [&](const std::vector<const DLTensor *> &ptrs) {
+    return c.exe->run(ptrs);
+  });
+}
+
+/// A package's tensor record as a dict: name, dtype, shape (ints and symbol names).
+nb::dict packageTensor(const runtime::PackageTensor &t) {
+  nb::dict d;
+  d["name"] = t.name;
+  d["dtype"] = t.dtype;
+  nb::list shape;
+  for (const runtime::PackageDim &dim : t.shape) {
+    if (dim.symbol.empty())
+      shape.append(dim.value);
+    else
+      shape.append(dim.symbol);
+  }
+  d["shape"] = shape;
+  return d;
 }
 
 } // namespace
@@ -688,7 +714,36 @@ NB_MODULE(_C, m) {
         c.exe->synchronizeAndCheck(reinterpret_cast<void *>(stream));
       }, "stream"_a = 0)
       .def_prop_ro("checks_indices", [](PyCompiled &c) { return c.exe->spec().checksIndices; })
-      .def("set_assert_indices", [](PyCompiled &c, bool on) { c.exe->setAssertIndices(on); });
+      .def("set_assert_indices", [](PyCompiled &c, bool on) { c.exe->setAssertIndices(on); })
+      .def_prop_ro("library_path", [](PyCompiled &c) { return c.exe->spec().libraryPath; })
+      .def_prop_ro("num_symbols", [](PyCompiled &c) { return c.exe->spec().numSymbols; });
+
+  nb::class_<runtime::Package>(m, "Package")
+      .def_static("load", &runtime::Package::load, "Loads a package written by braze.export.")
+      .def("run", [](runtime::Package &p, std::vector<CpuArray> inputs) {
+        return runOnArrays(inputs, [&](const std::vector<const DLTensor *> &ptrs) {
+          return p.run(ptrs);
+        });
+      })
+      .def_prop_ro("format_version", &runtime::Package::formatVersion)
+      .def_prop_ro("signature", [](runtime::Package &p) {
+        nb::dict d;
+        nb::list inputs, outputs;
+        for (const runtime::PackageTensor &t : p.signature().inputs)
+          inputs.append(packageTensor(t));
+        for (const runtime::PackageTensor &t : p.signature().outputs)
+          outputs.append(packageTensor(t));
+        nb::dict symbols;
+        for (const runtime::PackageSymbol &s : p.signature().symbols)
+          symbols[s.name.c_str()] = nb::make_tuple(s.min, s.max);
+        d["inputs"] = inputs;
+        d["outputs"] = outputs;
+        d["symbols"] = symbols;
+        return d;
+      });
+  m.def("cpu_features", &runtime::cpuFeatures,
+        "The CPU features of this machine that a package records (GCC's names).");
+  m.def("package_format_version", [] { return runtime::Package::kFormatVersion; });
 
   m.def("counters", []() {
     Counters &c = counters();

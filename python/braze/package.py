@@ -1,0 +1,358 @@
+"""braze.export: a model compiled ahead of time into a package that runs without Python; and
+braze.load, which runs such a package from Python.
+
+    braze.export(model, (x,), "model.braze", dynamic_shapes={"x": {0: Dim("batch", max=64)}})
+    run = braze.load("model.braze")
+    y = run(x)
+
+C++ loads the same directory with braze::runtime::Package::load (Package.h documents the
+format). An export traces the model with torch.export, decomposes it for inference with
+braze's decompositions and compiles the whole graph with braze for the CPU. Export has no eager
+fallback: an op braze cannot compile is an error that lists every such op with its source
+line."""
+import os
+import platform
+import shutil
+import struct
+import tempfile
+
+import torch
+
+from braze import _C
+from braze import cpu as cpu_support
+from braze import decompositions, sizes, support
+from braze.fx_import import Translator
+from braze.options import Options
+from braze.registry import Unsupported
+
+FORMAT_VERSION = _C.package_format_version()
+
+# torch dtype -> (package dtype, safetensors dtype)
+_DTYPES = {
+    torch.bool: ("bool", "BOOL"), torch.uint8: ("u8", "U8"), torch.int8: ("i8", "I8"),
+    torch.int16: ("i16", "I16"), torch.int32: ("i32", "I32"), torch.int64: ("i64", "I64"),
+    torch.float16: ("f16", "F16"), torch.bfloat16: ("bf16", "BF16"),
+    torch.float32: ("f32", "F32"), torch.float64: ("f64", "F64"),
+}
+_LARGE = 2**62  # the range's upper end of a size exported without one
+
+
+class ExportError(ValueError):
+    """What braze.export cannot export, and why."""
+
+
+def _dtype(t, what):
+    if t not in _DTYPES:
+        raise ExportError(f"{what} has dtype {t}, which a package cannot hold")
+    return _DTYPES[t][0]
+
+
+def _dim(d):
+    """A dim as package text: an int, or a symbol or expression without spaces."""
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        return str(int(expr)) if expr.is_number else str(expr).replace(" ", "")
+    return str(int(d))
+
+
+def _where(node):
+    """The source line of an FX node, from its stack trace: the innermost frame outside
+    PyTorch's own modules (the user's call of a torch.nn layer, not the layer's code)."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    frames = [(i, line) for i, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return "(no source line recorded)"
+    torch_dir = os.path.dirname(torch.__file__)
+    own = [(i, line) for i, line in frames if torch_dir not in line]
+    i, frame = (own or frames)[-1]
+    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
+    return frame.replace('File "', "").replace('", line ', ":") + (f": {code}" if code else "")
+
+
+def _trace(model, example_inputs, dynamic_shapes):
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("braze.export takes a torch.nn.Module or a torch.export.ExportedProgram, "
+                        f"not {type(model).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    return torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+
+
+def _inputs(ep):
+    """(placeholder node, kind, name, value or None) of each graph input, in order: kind is
+    'user' or 'weight' (a parameter, buffer or constant, whose value the package stores)."""
+    from torch.export.graph_signature import InputKind
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    out = []
+    for node, spec in zip(placeholders, ep.graph_signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise ExportError(f"input {node.name} is a {type(val).__name__}; a package takes "
+                                  "tensors only")
+            out.append((node, "user", node.name, None))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            value = ep.state_dict.get(spec.target)
+            if value is None:
+                value = ep.constants.get(spec.target)
+            if not isinstance(value, torch.Tensor):
+                raise ExportError(f"{spec.target} is not a tensor")
+            out.append((node, "weight", spec.target, value.detach()))
+        else:
+            raise ExportError(f"input {node.name} is a {spec.kind.name.lower()}, which a package "
+                              "cannot hold")
+    return out
+
+
+def _check_outputs(ep):
+    from torch.export.graph_signature import OutputKind
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise ExportError(f"the model writes {spec.target or spec.arg.name} "
+                              f"({spec.kind.name.lower()}); export a model that does not mutate "
+                              "its inputs or buffers (BatchNorm in eval mode, say)")
+
+
+def _drop_asserts(gm):
+    """Removes torch.export's run-time assertions (of tensor metadata and of sizes): the
+    package checks its inputs' dtypes, ranks and sizes itself."""
+    aten = torch.ops.aten
+    asserts = {getattr(aten, name).default for name in
+               ("_assert_tensor_metadata", "_assert_scalar", "_assert_async",
+                "sym_constrain_range_for_size", "sym_constrain_range")
+               if hasattr(aten, name)}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in asserts and not node.users:
+            gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _unsupported(gm):
+    """{node: reason} of every op braze cannot compile in gm."""
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or sizes.is_size(node):
+            continue
+        if node.target.__module__ == "_operator" and node.target.__name__ == "getitem":
+            continue  # picks one result of an op: supported when the op is
+        ok, why = support.node_support(node, None)
+        if not ok:
+            out[node] = why
+    return out
+
+
+def _bound(value, default):
+    """A range's end as an int (`default` where it is infinite or missing)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return default
+
+
+def _write_safetensors(path, tensors):
+    """tensors: [(name, tensor)], written in that order: returns (data start, {name: (begin,
+    end)}). The header is padded with spaces so that the data starts 64-byte aligned."""
+    import json
+    header, offsets, at = {}, {}, 0
+    for name, t in tensors:
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _DTYPES[t.dtype][1], "shape": list(t.shape),
+                        "data_offsets": [at, at + n]}
+        offsets[name] = (at, at + n)
+        at += n
+    header["__metadata__"] = {"format": "pt", "writer": "braze.export"}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((-(8 + len(text))) % 64)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, t in tensors:
+            f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                    if t.numel() else b"")
+    return 8 + len(text), offsets
+
+
+def _sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
+           bundle_libraries=True):
+    """Compiles `model` (an nn.Module called on `example_inputs`, or a
+    torch.export.ExportedProgram) and writes a package to the directory `path` (replacing a
+    package there). `dynamic_shapes` is torch.export's: the sizes it makes dynamic stay
+    symbolic, and the package checks each call's sizes against their ranges. With
+    `bundle_libraries` (the default), the BLAS and oneDNN libraries the code links are copied
+    into the package; otherwise it names them where they are installed. Returns `path`."""
+    opts = options if isinstance(options, Options) else Options(**(options or {}))
+    ep = _trace(model, example_inputs, dynamic_shapes)
+    table = torch.export.default_decompositions()  # core ATen, composite ops included
+    table.update(decompositions.table(False))
+    for op in decompositions.kept_whole():
+        table.pop(op, None)
+    ep = ep.run_decompositions(table)
+    gm = ep.graph_module
+    _drop_asserts(gm)
+    _check_outputs(ep)
+    inputs = _inputs(ep)
+    for node, kind, name, value in inputs:
+        val = node.meta.get("val") if value is None else value
+        if val.device.type != "cpu":
+            raise ExportError(f"{name} is on {val.device}: braze.export writes CPU packages")
+    bad = _unsupported(gm)
+    if bad:
+        lines = [f"  {node.target} at {_where(node)}: {why}" for node, why in bad.items()]
+        raise ExportError(f"{len(bad)} op{'s' if len(bad) > 1 else ''} braze cannot compile "
+                          "(an exported model has no eager fallback):\n" + "\n".join(lines))
+
+    t = Translator()
+    for node, kind, name, value in inputs:
+        t.input(node, node.meta["val"] if value is None else value)
+    outputs = None
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not sizes.is_size(node):
+            try:
+                t.translate(node)
+            except (Unsupported, _C.CompileError) as e:
+                raise ExportError(f"{node.target} at {_where(node)}: {e}") from e
+        elif node.op == "output":
+            outputs = node.args[0]
+    flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    placeholders = {node for node, *_ in inputs}
+    for j, o in enumerate(flat):
+        if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
+            raise ExportError(f"output {j} ({o!r}) is not a tensor the graph computes")
+        if o in placeholders:
+            raise ExportError(f"output {j} is input {o.name} itself; a package computes its "
+                              "outputs")
+        if o.meta["val"].is_complex():
+            raise ExportError(f"output {j} is complex, which a package cannot hold")
+    t.g.output([t.values[o] for o in flat], [[] for _ in flat])
+    if t.seed is not None:
+        raise ExportError("the model draws random numbers, which a package cannot do yet")
+    blas = cpu_support.blas_library() if opts.blas else None
+    dnnl = cpu_support.dnnl_library() if opts.dnnl else None
+    cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
+    try:
+        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=dnnl,
+                               one_dnn_half=cpu_support.one_dnn_half())
+    except _C.CompileError as e:
+        raise ExportError(f"braze cannot compile the model: {e}") from e
+    _write_package(path, compiled, inputs, flat, ep, [blas, dnnl], bundle_libraries)
+    return path
+
+
+def _write_package(path, compiled, inputs, outputs, ep, vendors, bundle):
+    """Writes the package into a fresh directory beside `path`, then puts it in place."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isfile(os.path.join(path, "package.txt")):
+        if not os.path.isdir(path) or os.listdir(path):
+            raise ExportError(f"{path} exists and is not a braze package; choose another path")
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".braze-export-", dir=parent)
+    os.chmod(work, 0o755)
+    try:
+        lines = [f"braze-package {FORMAT_VERSION}", "braze braze-0.1.0", "device cpu",
+                 f"target cpu-{platform.machine()}-{os.cpu_count()}cores",
+                 "isa " + " ".join(_C.cpu_features())]
+        library = compiled.library_path
+        shutil.copyfile(library, os.path.join(work, "model.so"))
+        lines.append(f"library model.so {_sha256(os.path.join(work, 'model.so'))}")
+        lines.append(f"module-symbols {compiled.num_symbols}")
+        with open(library, "rb") as f:
+            linked = f.read()
+        for lib in vendors:
+            if not lib or os.path.basename(lib).encode() not in linked:
+                continue  # not one the library links
+            if bundle:
+                os.makedirs(os.path.join(work, "lib"), exist_ok=True)
+                rel = os.path.join("lib", os.path.basename(lib))
+                shutil.copyfile(lib, os.path.join(work, rel))
+                lines.append(f"vendor {rel} {_sha256(os.path.join(work, rel))}")
+            else:
+                lines.append(f"vendor-path {os.path.realpath(lib)}")
+        # Weights: largest elements first, so that each starts aligned to its element size.
+        weights = [(name, value) for _, kind, name, value in inputs if kind == "weight"]
+        for name, value in weights:
+            _dtype(value.dtype, name)
+            if value.is_complex():
+                raise ExportError(f"{name} is complex, which a package cannot hold")
+        ordered = sorted(weights, key=lambda w: -w[1].element_size())
+        start, offsets = _write_safetensors(os.path.join(work, "weights.safetensors"),
+                                            [(n, v.cpu()) for n, v in ordered])
+        lines.append(f"weights weights.safetensors "
+                     f"{_sha256(os.path.join(work, 'weights.safetensors'))} {start}")
+        used = set()
+        for node, kind, name, value in inputs:
+            val = node.meta["val"]
+            for d in val.shape:
+                if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+                    used |= {s for s in d.node.expr.free_symbols}
+        for sym in sorted(used, key=str):
+            r = ep.range_constraints.get(sym)
+            lo, hi = _bound(r.lower if r is not None else None, 0), \
+                _bound(r.upper if r is not None else None, _LARGE)
+            lines.append(f"symbol {sym} {lo} {min(hi, _LARGE)}")
+        for node, kind, name, value in inputs:
+            val = node.meta["val"] if value is None else value
+            dims = [_dim(d) for d in val.shape]
+            record = f"input {name} {_dtype(val.dtype, name)} {len(dims)} {' '.join(dims)}".rstrip()
+            if kind == "user":
+                lines.append(f"{record} user")
+            else:
+                begin, end = offsets[name]
+                lines.append(f"{record} weight {begin} {end}")
+        for j, o in enumerate(outputs):
+            val = o.meta["val"]
+            dims = [_dim(d) for d in val.shape]
+            lines.append(f"output {o.name} {_dtype(val.dtype, f'output {j}')} {len(dims)} "
+                         f"{' '.join(dims)}".rstrip())
+        import hashlib
+        body = "\n".join(lines) + "\n"
+        body += f"checksum {hashlib.sha256(body.encode()).hexdigest()}\n"
+        with open(os.path.join(work, "package.txt"), "w") as f:
+            f.write(body)
+        old = None
+        if os.path.exists(path):
+            old = path + f".old-{os.getpid()}"
+            os.rename(path, old)
+        os.rename(work, path)
+        work = None
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+class Loaded:
+    """A package loaded from Python: called with CPU tensors (read in place through DLPack), it
+    returns its outputs (one tensor, or a tuple of them) as tensors over the runtime's memory."""
+
+    def __init__(self, path):
+        self.path = path
+        self.package = _C.Package.load(os.path.abspath(path))
+        self.signature = self.package.signature
+
+    def __call__(self, *inputs):
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"input {i} is a {type(x).__name__}, not a tensor")
+        outs = self.package.run([x.detach() for x in inputs])
+        outs = [torch.from_dlpack(o) if not isinstance(o, torch.Tensor) else o for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def load(path):
+    """The package braze.export wrote to `path`, as a callable on CPU tensors."""
+    return Loaded(path)

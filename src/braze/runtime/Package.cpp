@@ -1,0 +1,476 @@
+#include "braze/runtime/Package.h"
+
+#include "braze/support/Hashing.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace braze::runtime {
+
+namespace {
+
+struct DTypeName {
+  const char *name;
+  DLDataType type;
+};
+constexpr DTypeName kDTypes[] = {
+    {"bool", {kDLBool, 8, 1}},   {"u8", {kDLUInt, 8, 1}},    {"i8", {kDLInt, 8, 1}},
+    {"i16", {kDLInt, 16, 1}},    {"i32", {kDLInt, 32, 1}},   {"i64", {kDLInt, 64, 1}},
+    {"f16", {kDLFloat, 16, 1}},  {"bf16", {kDLBfloat, 16, 1}}, {"f32", {kDLFloat, 32, 1}},
+    {"f64", {kDLFloat, 64, 1}}};
+
+bool sameType(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+std::string typeName(DLDataType t) {
+  for (const DTypeName &d : kDTypes)
+    if (sameType(d.type, t))
+      return d.name;
+  return "code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
+}
+
+/// The whole file, or nothing when it cannot be read.
+bool readWhole(const std::string &path, std::string &out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return false;
+  std::ostringstream s;
+  s << in.rdbuf();
+  out = s.str();
+  return true;
+}
+
+std::vector<std::string> words(const std::string &line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+int64_t number(const std::string &w, const std::string &what) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(w.c_str(), &end, 10);
+  if (w.empty() || *end != '\0' || errno != 0)
+    throw RunError("a malformed " + what + ": '" + w + "'");
+  return v;
+}
+
+bool isNumber(const std::string &w) {
+  return !w.empty() && (std::isdigit(static_cast<unsigned char>(w[0])) ||
+                        (w[0] == '-' && w.size() > 1));
+}
+
+/// input/output records: <name> <dtype> <rank> <dim>... (rest)
+PackageTensor tensorRecord(const std::vector<std::string> &w, size_t &next) {
+  if (w.size() < 4)
+    throw RunError("a malformed " + w[0] + " record");
+  PackageTensor t;
+  t.name = w[1];
+  t.dtype = w[2];
+  packageDType(t.dtype); // an unknown dtype is an error now
+  int64_t rank = number(w[3], "rank");
+  if (rank < 0 || w.size() < 4 + static_cast<size_t>(rank))
+    throw RunError("a malformed " + w[0] + " record for " + t.name);
+  for (int64_t i = 0; i < rank; ++i) {
+    const std::string &d = w[4 + i];
+    PackageDim dim;
+    if (isNumber(d))
+      dim.value = number(d, "dim");
+    else
+      dim.symbol = d;
+    t.shape.push_back(dim);
+  }
+  next = 4 + rank;
+  return t;
+}
+
+std::string shapeText(const int64_t *shape, int rank) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+size_t elementBytes(DLDataType t) { return (t.bits * t.lanes + 7) / 8; }
+
+} // namespace
+
+DLDataType packageDType(const std::string &name) {
+  for (const DTypeName &d : kDTypes)
+    if (name == d.name)
+      return d.type;
+  throw RunError("unknown dtype '" + name + "'");
+}
+
+std::vector<std::string> cpuFeatures() {
+  std::vector<std::string> out;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+#define BRAZE_FEATURE(name)                                                                       \
+  if (__builtin_cpu_supports(name))                                                               \
+    out.push_back(name);
+  BRAZE_FEATURE("sse4.2")
+  BRAZE_FEATURE("avx")
+  BRAZE_FEATURE("avx2")
+  BRAZE_FEATURE("fma")
+  BRAZE_FEATURE("bmi2")
+  BRAZE_FEATURE("avx512f")
+  BRAZE_FEATURE("avx512bw")
+  BRAZE_FEATURE("avx512dq")
+  BRAZE_FEATURE("avx512vl")
+  BRAZE_FEATURE("avx512vnni")
+  BRAZE_FEATURE("avx512bf16")
+#undef BRAZE_FEATURE
+#endif
+  return out;
+}
+
+std::shared_ptr<Package> Package::load(const std::string &path) {
+  std::shared_ptr<Package> p(new Package());
+  p->path_ = path;
+  auto fail = [&](const std::string &why) -> RunError {
+    return RunError("braze package " + path + ": " + why);
+  };
+  std::string text;
+  if (!readWhole(path + "/package.txt", text))
+    throw fail("package.txt is missing (not a package written by braze.export?)");
+  // The manifest's own checksum: its last line covers everything before it.
+  size_t last = text.rfind("\nchecksum ");
+  if (last == std::string::npos)
+    throw fail("package.txt is damaged (no checksum line)");
+  std::string body = text.substr(0, last + 1);
+  std::vector<std::string> sumLine = words(text.substr(last + 1));
+  if (sumLine.size() != 2 || sumLine[1] != sha256Hex(body))
+    throw fail("package.txt is damaged (its checksum does not match)");
+
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(body);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty())
+        lines.push_back(l);
+  }
+  std::vector<std::string> head = lines.empty() ? std::vector<std::string>{} : words(lines[0]);
+  if (head.size() != 2 || head[0] != "braze-package")
+    throw fail("package.txt does not start with 'braze-package <format>'");
+  try {
+    p->format_ = static_cast<int>(number(head[1], "format version"));
+  } catch (const RunError &e) {
+    throw fail(e.what());
+  }
+  if (p->format_ > kFormatVersion || p->format_ < 1)
+    throw fail("format version " + std::to_string(p->format_) +
+               " is not one this runtime reads (1 to " + std::to_string(kFormatVersion) +
+               "); load it with the braze that wrote it, or a newer one");
+
+  std::string library, librarySum, weightsFile, weightsSum;
+  int64_t weightsStart = 0, moduleSymbols = -1;
+  std::vector<std::pair<std::string, std::string>> vendors; // path, checksum (empty: not bundled)
+  std::vector<std::string> isa;
+  try {
+    for (size_t i = 1; i < lines.size(); ++i) {
+      std::vector<std::string> w = words(lines[i]);
+      const std::string &k = w[0];
+      if (k == "braze" || k == "target") {
+        continue;
+      } else if (k == "module-symbols" && w.size() == 2) {
+        moduleSymbols = number(w[1], "symbol count");
+        if (moduleSymbols < 0 || moduleSymbols > (1 << 20))
+          throw RunError("a symbol count out of range: " + w[1]);
+      } else if (k == "device") {
+        if (w.size() != 2 || w[1] != "cpu")
+          throw RunError("device " + (w.size() > 1 ? w[1] : std::string("?")) +
+                         " is not one this runtime runs (cpu)");
+      } else if (k == "isa") {
+        isa.assign(w.begin() + 1, w.end());
+      } else if (k == "library" && w.size() == 3) {
+        library = w[1];
+        librarySum = w[2];
+      } else if (k == "vendor" && w.size() == 3) {
+        vendors.emplace_back(path + "/" + w[1], w[2]);
+      } else if (k == "vendor-path" && w.size() == 2) {
+        vendors.emplace_back(w[1], "");
+      } else if (k == "weights" && w.size() == 4) {
+        weightsFile = w[1];
+        weightsSum = w[2];
+        weightsStart = number(w[3], "weights offset");
+      } else if (k == "symbol" && w.size() == 4) {
+        p->signature_.symbols.push_back({w[1], number(w[2], "range"), number(w[3], "range")});
+      } else if (k == "input") {
+        size_t next = 0;
+        PackageTensor t = tensorRecord(w, next);
+        if (next < w.size() && w[next] == "user" && next + 1 == w.size()) {
+          p->signature_.inputs.push_back(t);
+        } else if (next + 3 == w.size() && w[next] == "weight") {
+          t.weight = true;
+          t.begin = number(w[next + 1], "weight offset");
+          t.end = number(w[next + 2], "weight offset");
+        } else {
+          throw RunError("a malformed input record for " + t.name);
+        }
+        p->moduleInputs_.push_back(t);
+      } else if (k == "output") {
+        size_t next = 0;
+        p->signature_.outputs.push_back(tensorRecord(w, next));
+      } else {
+        throw RunError("an unknown record '" + lines[i] + "'");
+      }
+    }
+  } catch (const RunError &e) {
+    throw fail(std::string("package.txt: ") + e.what());
+  }
+  if (library.empty() || moduleSymbols < 0)
+    throw fail("package.txt names no library or no module-symbols");
+
+  // The CPU must have what the library was compiled for.
+  std::vector<std::string> have = cpuFeatures();
+  for (const std::string &f : isa)
+    if (std::find(have.begin(), have.end(), f) == have.end())
+      throw fail("it was compiled for a CPU with " + f + ", which this CPU lacks");
+
+  // Every file against its checksum.
+  auto verified = [&](const std::string &file, const std::string &sum) {
+    std::string data;
+    if (!readWhole(file, data))
+      throw fail(file + " is missing");
+    if (sha256Hex(data) != sum)
+      throw fail(file + " is damaged (its checksum does not match)");
+    return data;
+  };
+  verified(path + "/" + library, librarySum);
+  for (const auto &[file, sum] : vendors) {
+    if (!sum.empty())
+      verified(file, sum);
+  }
+  if (!weightsFile.empty()) {
+    std::string data = verified(path + "/" + weightsFile, weightsSum);
+    if (weightsStart < 8 || weightsStart > static_cast<int64_t>(data.size()))
+      throw fail(weightsFile + " is shorter than its header says");
+    p->weightBytes_ = data.size() - weightsStart;
+    p->weights_ = std::aligned_alloc(64, (p->weightBytes_ + 63) / 64 * 64 + 64);
+    if (!p->weights_)
+      throw fail("out of memory for " + std::to_string(p->weightBytes_) + " bytes of weights");
+    std::memcpy(p->weights_, data.data() + weightsStart, p->weightBytes_);
+  }
+  for (const PackageTensor &t : p->moduleInputs_) {
+    if (!t.weight)
+      continue;
+    int64_t n = 1;
+    for (const PackageDim &d : t.shape) {
+      if (!d.symbol.empty())
+        throw fail("weight " + t.name + " has a symbolic size");
+      n *= d.value;
+    }
+    int64_t bytes = n * static_cast<int64_t>(elementBytes(packageDType(t.dtype)));
+    if (t.begin < 0 || t.end != t.begin + bytes || t.end > static_cast<int64_t>(p->weightBytes_))
+      throw fail("weight " + t.name + " does not fit the weights file");
+  }
+
+  // Bundled vendor libraries first, so that the host library's dependencies resolve to them.
+  for (const auto &[file, sum] : vendors) {
+    void *h = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!h)
+      throw fail("cannot load " + file + ": " + dlerror());
+    p->vendors_.push_back(h);
+  }
+  ModuleSpec spec;
+  spec.libraryPath = path + "/" + library;
+  spec.numSymbols = static_cast<int>(moduleSymbols);
+  for (const PackageTensor &t : p->moduleInputs_)
+    spec.inputs.push_back({packageDType(t.dtype), static_cast<int>(t.shape.size())});
+  for (const PackageTensor &t : p->signature_.outputs)
+    spec.outputs.push_back({packageDType(t.dtype), static_cast<int>(t.shape.size())});
+  p->exe_ = Executable::load(spec);
+  return p;
+}
+
+Package::~Package() {
+  exe_.reset();
+  for (auto it = vendors_.rbegin(); it != vendors_.rend(); ++it)
+    dlclose(*it);
+  std::free(weights_);
+}
+
+std::vector<const DLTensor *>
+Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<DLTensor> &weights,
+                      std::vector<std::vector<int64_t>> &shapes) const {
+  const std::vector<PackageTensor> &user = signature_.inputs;
+  if (inputs.size() != user.size())
+    throw RunError("the package takes " + std::to_string(user.size()) + " inputs, got " +
+                   std::to_string(inputs.size()));
+  std::map<std::string, int64_t> bound;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DLTensor &x = *inputs[i];
+    const PackageTensor &s = user[i];
+    const std::string what = "input " + std::to_string(i) + " (" + s.name + ")";
+    if (x.device.device_type != kDLCPU)
+      throw RunError(what + " is not on the CPU, where this package runs");
+    if (!sameType(x.dtype, packageDType(s.dtype)))
+      throw RunError(what + " is " + typeName(x.dtype) + ", the package takes " + s.dtype);
+    if (x.ndim != static_cast<int>(s.shape.size()))
+      throw RunError(what + " has rank " + std::to_string(x.ndim) + ", the package takes " +
+                     std::to_string(s.shape.size()));
+    for (int d = 0; d < x.ndim; ++d) {
+      const PackageDim &dim = s.shape[d];
+      int64_t n = x.shape[d];
+      if (dim.symbol.empty()) {
+        if (n != dim.value)
+          throw RunError(what + " has shape " + shapeText(x.shape, x.ndim) + ": dim " +
+                         std::to_string(d) + " must be " + std::to_string(dim.value));
+        continue;
+      }
+      for (const PackageSymbol &sym : signature_.symbols) {
+        if (sym.name == dim.symbol && (n < sym.min || n > sym.max))
+          throw RunError(what + " has shape " + shapeText(x.shape, x.ndim) + ": dim " +
+                         std::to_string(d) + " (" + sym.name + ") is " + std::to_string(n) +
+                         ", outside the range [" + std::to_string(sym.min) + ", " +
+                         std::to_string(sym.max) + "] the package was exported for");
+      }
+      auto [it, fresh] = bound.emplace(dim.symbol, n);
+      if (!fresh && it->second != n)
+        throw RunError(what + " has shape " + shapeText(x.shape, x.ndim) + ": dim " +
+                       std::to_string(d) + " (" + dim.symbol + ") is " + std::to_string(n) +
+                       ", but an earlier input has " + dim.symbol + " = " +
+                       std::to_string(it->second));
+    }
+  }
+  // Reserved whole first: the returned pointers point into both vectors.
+  weights.clear();
+  weights.reserve(moduleInputs_.size());
+  shapes.clear();
+  shapes.reserve(moduleInputs_.size());
+  std::vector<const DLTensor *> all;
+  size_t next = 0;
+  for (const PackageTensor &t : moduleInputs_) {
+    if (!t.weight) {
+      all.push_back(inputs[next++]);
+      continue;
+    }
+    std::vector<int64_t> shape;
+    for (const PackageDim &d : t.shape)
+      shape.push_back(d.value);
+    shapes.push_back(std::move(shape));
+    DLTensor w{};
+    w.data = static_cast<char *>(weights_) + t.begin;
+    w.device = DLDevice{kDLCPU, 0};
+    w.ndim = static_cast<int32_t>(t.shape.size());
+    w.dtype = packageDType(t.dtype);
+    w.shape = shapes.back().data();
+    weights.push_back(w);
+    all.push_back(&weights.back());
+  }
+  return all;
+}
+
+std::vector<std::unique_ptr<OwnedTensor>>
+Package::run(const std::vector<const DLTensor *> &inputs) const {
+  std::vector<DLTensor> weights;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
+  return exe_->run(all);
+}
+
+void Package::run(const std::vector<const DLTensor *> &inputs,
+                  const std::vector<DLTensor *> &outputs) const {
+  std::vector<DLTensor> weights;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
+  std::vector<int64_t> syms = exe_->bind(all);
+  std::vector<Executable::Layout> layouts = exe_->layoutsFor(syms);
+  if (outputs.size() != layouts.size())
+    throw RunError("the package has " + std::to_string(layouts.size()) + " outputs, got " +
+                   std::to_string(outputs.size()) + " buffers");
+  std::vector<void *> outPtrs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const DLTensor &o = *outputs[i];
+    const Executable::Layout &l = layouts[i];
+    const std::string what = "output " + std::to_string(i) + " (" + signature_.outputs[i].name + ")";
+    bool same = o.ndim == static_cast<int>(l.shape.size()) &&
+                sameType(o.dtype, packageDType(signature_.outputs[i].dtype)) &&
+                o.device.device_type == kDLCPU;
+    for (int d = 0; same && d < o.ndim; ++d) {
+      int64_t stride = o.strides ? o.strides[d] : 1;
+      if (!o.strides)
+        for (int e = d + 1; e < o.ndim; ++e)
+          stride *= o.shape[e];
+      same = o.shape[d] == l.shape[d] && (l.shape[d] == 1 || stride == l.strides[d]);
+    }
+    if (!same)
+      throw RunError(what + " must be a CPU " + signature_.outputs[i].dtype + " buffer of shape " +
+                     shapeText(l.shape.data(), static_cast<int>(l.shape.size())) +
+                     " laid out as the package writes it");
+    outPtrs.push_back(static_cast<char *>(o.data) + o.byte_offset);
+  }
+  std::vector<const void *> inPtrs;
+  for (const DLTensor *t : all)
+    inPtrs.push_back(static_cast<const char *>(t->data) + t->byte_offset);
+  exe_->runBound(inPtrs, outPtrs, syms);
+}
+
+void Package::runRaw(const std::vector<const void *> &inputs,
+                     const std::vector<std::vector<int64_t>> &inputShapes,
+                     const std::vector<void *> &outputs) const {
+  if (inputs.size() != signature_.inputs.size() || inputShapes.size() != inputs.size())
+    throw RunError("the package takes " + std::to_string(signature_.inputs.size()) +
+                   " inputs, got " + std::to_string(inputs.size()));
+  std::vector<DLTensor> views(inputs.size());
+  std::vector<const DLTensor *> ptrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    views[i].data = const_cast<void *>(inputs[i]);
+    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].ndim = static_cast<int32_t>(inputShapes[i].size());
+    views[i].dtype = packageDType(signature_.inputs[i].dtype);
+    views[i].shape = const_cast<int64_t *>(inputShapes[i].data());
+    ptrs.push_back(&views[i]);
+  }
+  std::vector<std::vector<int64_t>> outShapes = outputShapes(inputShapes);
+  if (outputs.size() != outShapes.size())
+    throw RunError("the package has " + std::to_string(outShapes.size()) + " outputs, got " +
+                   std::to_string(outputs.size()) + " buffers");
+  std::vector<DLTensor> outViews(outputs.size());
+  std::vector<DLTensor *> outPtrs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    outViews[i].data = outputs[i];
+    outViews[i].device = DLDevice{kDLCPU, 0};
+    outViews[i].ndim = static_cast<int32_t>(outShapes[i].size());
+    outViews[i].dtype = packageDType(signature_.outputs[i].dtype);
+    outViews[i].shape = outShapes[i].data();
+    outPtrs.push_back(&outViews[i]);
+  }
+  run(ptrs, outPtrs);
+}
+
+std::vector<std::vector<int64_t>>
+Package::outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const {
+  if (inputShapes.size() != signature_.inputs.size())
+    throw RunError("the package takes " + std::to_string(signature_.inputs.size()) +
+                   " inputs, got " + std::to_string(inputShapes.size()));
+  std::vector<DLTensor> views(inputShapes.size());
+  std::vector<const DLTensor *> ptrs;
+  for (size_t i = 0; i < inputShapes.size(); ++i) {
+    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].ndim = static_cast<int32_t>(inputShapes[i].size());
+    views[i].dtype = packageDType(signature_.inputs[i].dtype);
+    views[i].shape = const_cast<int64_t *>(inputShapes[i].data());
+    ptrs.push_back(&views[i]);
+  }
+  std::vector<DLTensor> weights;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const DLTensor *> all = moduleInputs(ptrs, weights, shapes);
+  std::vector<std::vector<int64_t>> out;
+  for (Executable::Layout &l : exe_->layoutsFor(exe_->bind(all)))
+    out.push_back(std::move(l.shape));
+  return out;
+}
+
+} // namespace braze::runtime

@@ -1,0 +1,121 @@
+#pragma once
+/// A compiled model that runs without Python, PyTorch or a compiler: what braze.export writes
+/// and braze::runtime::Package loads. A package is a directory:
+///
+///   package.txt          the manifest (below)
+///   model.so             the host library braze compiled
+///   lib/<name>           the vendor libraries it links (BLAS, oneDNN), unless left out
+///   weights.safetensors  the parameters, buffers and constants (safetensors: an 8-byte
+///                        little-endian header length, a JSON header, then the raw data)
+///
+/// package.txt is one record per line, words separated by single spaces:
+///
+///   braze-package <format>            first line; this runtime reads formats 1..kFormatVersion
+///   braze <version>                   the braze that wrote it
+///   device cpu
+///   target <text>                     the exporting machine's target fingerprint (informative)
+///   isa <feature>...                  CPU features the library may use (-march=native there)
+///   library <file> <sha256>           the host library
+///   module-symbols <n>                the size symbols the library binds (its braze_bind)
+///   vendor <file> <sha256>            a bundled vendor library, loaded before the host library
+///   vendor-path <absolute path>       a vendor library left where it was
+///   weights <file> <sha256> <offset>  the weights file and where its data starts
+///   symbol <name> <min> <max>         a size symbol and the range it was exported for
+///   input <name> <dtype> <rank> <dim>... user
+///   input <name> <dtype> <rank> <dim>... weight <begin> <end>
+///   output <name> <dtype> <rank> <dim>...
+///   checksum <sha256>                 of every line before this one (newlines included)
+///
+/// A dim is an integer, a symbol's name, or (outputs only) an expression of symbols. Inputs are
+/// the module's inputs in order: user inputs (passed to run) and weights (bytes [begin, end) of
+/// the weights data). dtypes: bool, u8, i8, i16, i32, i64, f16, bf16, f32, f64. Every file is
+/// checked against its checksum at load, so a damaged package is an error, never a crash.
+///
+/// run is safe to call from several threads at once on one loaded package: each call binds its
+/// own sizes and allocates its own scratch memory.
+#include "braze/runtime/Executable.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braze::runtime {
+
+struct PackageDim {
+  int64_t value = -1; ///< the size, when static
+  std::string symbol; ///< else the symbol (or, for outputs, the expression)
+};
+
+struct PackageTensor {
+  std::string name;
+  std::string dtype; ///< bool, u8, ..., f64
+  std::vector<PackageDim> shape;
+  bool weight = false;        ///< inputs: read from the weights file
+  int64_t begin = 0, end = 0; ///< weights: the bytes of the weights data
+};
+
+struct PackageSymbol {
+  std::string name;
+  int64_t min = 0, max = 0;
+};
+
+struct PackageSignature {
+  std::vector<PackageTensor> inputs; ///< user inputs only, in the order run takes them
+  std::vector<PackageTensor> outputs;
+  std::vector<PackageSymbol> symbols;
+};
+
+class Package {
+public:
+  static constexpr int kFormatVersion = 1;
+
+  /// Loads the package in directory `path`; throws RunError naming what is wrong (a missing or
+  /// damaged file, a newer format, a CPU without a feature the library needs).
+  static std::shared_ptr<Package> load(const std::string &path);
+  ~Package();
+
+  const PackageSignature &signature() const { return signature_; }
+  /// The format version the package was written in.
+  int formatVersion() const { return format_; }
+
+  /// Runs on CPU tensors, one per user input (row-major or any strides the graph accepts);
+  /// returns new outputs. Throws RunError naming an input of the wrong dtype, rank or size.
+  std::vector<std::unique_ptr<OwnedTensor>> run(const std::vector<const DLTensor *> &inputs) const;
+  /// Runs into caller-owned outputs, which must have the shapes and strides outputShapes gives.
+  void run(const std::vector<const DLTensor *> &inputs,
+           const std::vector<DLTensor *> &outputs) const;
+  /// Runs on row-major buffers: user inputs with the given shapes, outputs row-major.
+  void runRaw(const std::vector<const void *> &inputs,
+              const std::vector<std::vector<int64_t>> &inputShapes,
+              const std::vector<void *> &outputs) const;
+  /// The outputs' shapes for user inputs of these shapes.
+  std::vector<std::vector<int64_t>>
+  outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const;
+
+private:
+  Package() = default;
+  /// Checks the user inputs against the signature and returns the module's inputs (user
+  /// inputs and weights, in the module's order); the weights' tensors and shapes are kept in
+  /// `weights` and `shapes`.
+  std::vector<const DLTensor *> moduleInputs(const std::vector<const DLTensor *> &inputs,
+                                             std::vector<DLTensor> &weights,
+                                             std::vector<std::vector<int64_t>> &shapes) const;
+
+  std::string path_;
+  int format_ = 0;
+  PackageSignature signature_;
+  std::vector<PackageTensor> moduleInputs_; ///< every module input, in order
+  std::vector<void *> vendors_;             ///< dlopen handles, closed after the module
+  std::shared_ptr<Executable> exe_;
+  void *weights_ = nullptr; ///< the weights data (64-byte aligned)
+  size_t weightBytes_ = 0;
+};
+
+/// The CPU features of this machine among those a package records (isa), by their GCC names.
+std::vector<std::string> cpuFeatures();
+
+/// DLPack's type for a package dtype name; throws RunError for an unknown name.
+DLDataType packageDType(const std::string &name);
+
+} // namespace braze::runtime

@@ -14,6 +14,8 @@ from torch.export import Dim
 import braze
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+# Packages run on the CPU: each test's CUDA variant would only repeat it.
+cpu = pytest.mark.cpu_only("braze.export writes CPU packages")
 
 
 class MLP(torch.nn.Module):
@@ -37,6 +39,7 @@ def mlp_package(tmp_path_factory):
     return model, path
 
 
+@cpu
 def test_mlp_matches_eager_at_several_batch_sizes(mlp_package):
     model, path = mlp_package
     run = braze.load(path)
@@ -52,6 +55,7 @@ def test_mlp_matches_eager_at_several_batch_sizes(mlp_package):
         f"braze-package {braze.package.FORMAT_VERSION}\n"
 
 
+@cpu
 def test_weights_are_a_safetensors_file(mlp_package):
     import json
     import struct
@@ -75,6 +79,7 @@ def test_weights_are_a_safetensors_file(mlp_package):
     (lambda: torch.randn(4, 16, dtype=torch.float64), "is f64, the package takes f32"),
     (lambda: torch.randn(4, 16, 1), "has rank 3"),
 ])
+@cpu
 def test_a_wrong_input_is_an_error_naming_it(mlp_package, bad, message):
     _, path = mlp_package
     with pytest.raises(braze.RunError, match="input 0 \\(x\\)") as e:
@@ -82,12 +87,14 @@ def test_a_wrong_input_is_an_error_naming_it(mlp_package, bad, message):
     assert message in str(e.value)
 
 
+@cpu
 def test_a_wrong_number_of_inputs_is_an_error(mlp_package):
     _, path = mlp_package
     with pytest.raises(braze.RunError, match="takes 1 inputs, got 2"):
         braze.load(path)(torch.randn(2, 16), torch.randn(2, 16))
 
 
+@cpu
 def test_concurrent_calls_on_one_package(mlp_package):
     model, path = mlp_package
     run = braze.load(path)
@@ -148,6 +155,7 @@ def _flip(file, at):
     (lambda p: _rewrite_manifest(p, lambda ls: ls + ["device cuda"]), "device cuda"),
     (lambda p: _rewrite_manifest(p, lambda ls: ls + ["gibberish 1 2"]), "unknown record"),
 ])
+@cpu
 def test_a_damaged_package_is_an_error(mlp_package, tmp_path, damage, message):
     _, path = mlp_package
     pkg = _copy(path, tmp_path)
@@ -157,6 +165,7 @@ def test_a_damaged_package_is_an_error(mlp_package, tmp_path, damage, message):
     assert message in str(e.value)
 
 
+@cpu
 def test_a_missing_vendor_library_is_an_error(mlp_package, tmp_path):
     _, path = mlp_package
     pkg = _copy(path, tmp_path)
@@ -168,6 +177,7 @@ def test_a_missing_vendor_library_is_an_error(mlp_package, tmp_path):
         braze.load(pkg)
 
 
+@cpu
 def test_a_package_can_name_its_libraries_instead_of_bundling_them(tmp_path):
     torch.manual_seed(1)
     model = torch.nn.Linear(64, 64).eval()
@@ -177,6 +187,7 @@ def test_a_package_can_name_its_libraries_instead_of_bundling_them(tmp_path):
     torch.testing.assert_close(braze.load(str(tmp_path / "p"))(x), model(x).detach())
 
 
+@cpu
 def test_export_replaces_a_package_and_refuses_other_directories(mlp_package, tmp_path):
     model, path = mlp_package
     pkg = _copy(path, tmp_path)
@@ -190,6 +201,7 @@ def test_export_replaces_a_package_and_refuses_other_directories(mlp_package, tm
     assert (other / "readme.txt").read_text() == "mine"
 
 
+@cpu
 def test_export_from_an_exported_program(tmp_path):
     torch.manual_seed(2)
     model = MLP().eval()
@@ -207,6 +219,7 @@ class Unsupported(torch.nn.Module):
         return a + b
 
 
+@cpu
 def test_unsupported_ops_are_listed_with_their_source_lines(tmp_path, monkeypatch):
     from braze import package as export_module
     real = export_module.support.node_support
@@ -235,19 +248,21 @@ class Counter(torch.nn.Module):
         return x * 2
 
 
+@cpu
 def test_a_model_that_mutates_a_buffer_is_refused(tmp_path):
     with pytest.raises(braze.ExportError, match="does not mutate"):
         braze.export(Counter(), (torch.randn(3),), str(tmp_path / "p"))
 
 
-def test_a_cuda_model_is_refused_until_cuda_packages_exist(tmp_path):
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
+def test_a_cuda_model_is_refused_until_cuda_packages_exist(tmp_path, device):
+    if device != "cuda":
+        pytest.skip("a CUDA model")
     with pytest.raises(braze.ExportError, match="CPU packages"):
         braze.export(torch.nn.Linear(3, 2).cuda(), (torch.randn(2, 3, device="cuda"),),
                      str(tmp_path / "p"))
 
 
+@cpu
 def test_a_cnn_with_batch_norm_matches_eager(tmp_path):
     torch.manual_seed(3)
     model = torch.nn.Sequential(
@@ -267,6 +282,7 @@ def test_a_cnn_with_batch_norm_matches_eager(tmp_path):
         torch.testing.assert_close(run(x), model(x).detach(), rtol=1e-4, atol=1e-4)
 
 
+@cpu
 def test_a_language_model_with_dynamic_batch_and_sequence(tmp_path):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(4)

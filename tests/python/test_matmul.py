@@ -167,6 +167,7 @@ def test_grouped_products_match_the_per_expert_loop(device, counts, dtype, blas)
         assert braze.counters()["fallback_ops"] == before + 1
 
 
+@pytest.mark.cpu_only("CUDA keeps the grouped product in eager (one counted fallback op)")
 def test_a_grouped_product_with_transposed_weights_and_the_experts_loop_of_a_router():
     """The route of transformers' MoE: a top-2 router, tokens sorted by expert, the grouped
     product with weights stored [experts, out, in] (read transposed, in place), and the results

@@ -10,8 +10,10 @@ from braze._C import CompileError, InternalError, RunError
 from braze.backend import (Options, braze_backend, compile_times, counters,
                            fallback_ops_by_op, run_and_get_code)
 from braze.package import ExportError, export, load
+from braze.accuracy import reports as accuracy_reports
 
 __all__ = [
+    "accuracy_reports",
     "CompileError",
     "ExportError",
     "InternalError",

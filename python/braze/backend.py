@@ -5,6 +5,7 @@ whole graph with one warning (or raises with Options(strict=True) / BRAZE_STRICT
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import operator
 import os
@@ -19,6 +20,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from braze import _C
+from braze import accuracy
 from braze import aot
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
@@ -51,9 +53,10 @@ class _State:
         # graphs: FX graphs braze received; partitions: braze graphs compiled from them (a whole
         # graph or one partition each); recompiles: variants compiled for inputs laid out
         # otherwise than the graph's example inputs; fallback_ops: FX nodes left to eager;
-        # fallback_graphs: graphs, or calls of a compiled graph, that ran in eager PyTorch.
+        # fallback_graphs: graphs, or calls of a compiled graph, that ran in eager PyTorch;
+        # accuracy_divergences: partitions the accuracy checker found diverging.
         self.counts = {"graphs": 0, "partitions": 0, "recompiles": 0, "fallback_ops": 0,
-                       "fallback_graphs": 0}
+                       "fallback_graphs": 0, "accuracy_divergences": 0}
         self.fallback_ops_by_op = collections.Counter()  # op name -> FX nodes left to eager
         # Open run_and_get_code calls: each collects the source of every graph compiled
         # meanwhile. Nothing is kept when none is open.
@@ -190,6 +193,10 @@ class _BrazeGraph:
         self.strict = strict
         self.variants = {}  # ((sizes, strides) per input) -> run callable
         self.warned = False
+        self.checker = None  # accuracy.Checker when the accuracy checker is on
+
+    def __deepcopy__(self, memo):  # compiled code is immutable (Dynamo's minifier copies)
+        return self
 
     def fast(self):
         """A leaner callable for calls whose inputs Dynamo's guards have already checked (a
@@ -198,7 +205,7 @@ class _BrazeGraph:
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
                 or (run.into and not isinstance(run, cpu_support.CpuGraph)) or self.needs_seed
                 or run.checks
-                or self.complex_outputs or self.output_layouts
+                or self.complex_outputs or self.output_layouts or self.checker is not None
                 or any(c.is_complex() for c in self.constants)):
             return self
         call = run.guarded_call(self.tensor_positions, self.constants)
@@ -240,7 +247,10 @@ class _BrazeGraph:
                 outs[i] = torch.view_as_complex(outs[i])
             for i, shape, stride in self.output_layouts:
                 outs[i] = as_layout(outs[i], shape, stride)
-            return self._fill(args, outs)
+            outs = self._fill(args, outs)
+            if self.checker is not None:
+                self.checker.check(args, outs)
+            return outs
         except _C.RunError as e:
             if _kernel_error(e) or self.strict:
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -284,28 +294,11 @@ class _BrazeGraph:
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _bindings(gm, args):
-    """Size symbols -> values, read from the arguments of one call (a variant for their
-    layouts is compiled with every size fixed)."""
-    import sympy
-    out = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, arg in zip(placeholders, args):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
-            out[val.node.expr.name] = int(arg)
-        elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
-            for d, n in zip(val.shape, arg.shape):
-                if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
-                    out[d.node.expr.name] = int(n)
-    return out
-
-
 def _compile_whole(gm, opts, device=None, args=None, writes=()):
     """Translates and compiles a graph whose every node braze supports, for the CPU or for
     the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
     their sizes and strides: a variant for inputs laid out otherwise than the example inputs."""
-    t = Translator(_bindings(gm, args) if args is not None else None)
+    t = Translator(sizes.bindings(gm, args) if args is not None else None)
     positions, input_layouts = [], []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, node in enumerate(placeholders):
@@ -437,11 +430,13 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
         def recompile(call_args):
             variant, _ = _compile_whole(gm, opts, device, call_args, writes=writes)
             return variant.run
-    return (_BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
+    graph = _BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
                         complex_outputs, none_slots, run, device, input_layouts=input_layouts,
                         output_layouts=output_layouts, recompile=recompile,
-                        strict=_strict(opts), bases=len(bases), carried=carried),
-            isinstance(outputs, (tuple, list)))
+                        strict=_strict(opts), bases=len(bases), carried=carried)
+    if accuracy.enabled(opts) and args is None:
+        graph.checker = accuracy.checker(gm, opts, device, compiled.source)
+    return graph, isinstance(outputs, (tuple, list))
 
 
 def _as_tuple(out):
@@ -739,6 +734,8 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     torch.compile passes `options` and `mode` (braze.options.MODES); a keyword a later torch
     passes is ignored, and said once under BRAZE_LOG."""
     opts = options_from_torch_compile(options, mode)
+    if accuracy.enabled(opts):  # the checker runs eager work at each call: nothing captured
+        opts = dataclasses.replace(opts, cuda_graphs=False)
     for key in sorted(others):
         _log_once(("keyword", key), f"torch.compile passed {key}={others[key]!r}, which braze "
                                     f"does not read; ignored")

@@ -5,7 +5,7 @@ import operator
 import sympy
 import torch
 
-from braze import _C
+from braze import _C, accuracy
 
 from braze.registry import (FLOAT_DTYPES, PARTS_OF_COMPLEX, OpKind, Unsupported,  # noqa: F401
                             aten, dtype_name, op_kind, prims, rule, rule_for, supported_targets)
@@ -167,7 +167,7 @@ class Translator:
         self.g.set_name(node.name)
         out = fn(self, node, *node.args, **node.kwargs)
         if isinstance(out, int):
-            out = self.match_meta(node, out)
+            out = accuracy.perturb(self, node, self.match_meta(node, out))
         self.values[node] = out
         return out
 

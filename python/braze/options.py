@@ -40,6 +40,9 @@ class Options:
     # cores to the compile while the GPU runs; False on the CPU, where the compile would take
     # them from the forward.
     early_backward: bool = None
+    # The accuracy checker (braze/accuracy.py): every call also runs in eager, in float64 and
+    # as traced, and the first node whose value diverges is named. BRAZE_ACCURACY=1 sets it.
+    accuracy: bool = False
 
     def __post_init__(self):
         n = self.cuda_graph_sizes

@@ -77,3 +77,19 @@ class SizeCarrier:
 
     def is_complex(self):
         return False
+
+
+def bindings(gm, args):
+    """Size symbols -> values, read from the arguments of one call (a variant for their
+    layouts is compiled with every size fixed)."""
+    out = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            out[val.node.expr.name] = int(arg)
+        elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            for d, n in zip(val.shape, arg.shape):
+                if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+                    out[d.node.expr.name] = int(n)
+    return out

@@ -617,6 +617,17 @@ NB_MODULE(_C, m) {
           g.graph().setOutputStrides(k, g.shape(strides[k]));
       }, "outputs"_a, "strides"_a = std::vector<std::vector<int>>{})
       .def("print", [](PyGraph &g) { return printGraph(g.graph()); })
+      .def("print_stage", [](PyGraph &g, const std::string &stage, bool cuda) {
+        // A copy through the text form: printing a stage lowers the graph it is given.
+        std::optional<StageKind> kind = stageByName(stage);
+        if (!kind)
+          BRAZE_USER_ERROR("print_stage", "") << "no stage '" << stage << "'";
+        std::unique_ptr<Graph> copy = parseGraph(printGraph(g.graph()));
+        CompileOptions o = CompileOptions::fromEnvironment();
+        if (cuda)
+          o.cuda = CompileOptions::Cuda{};
+        return printStage(*copy, *kind, o);
+      }, "stage"_a, "cuda"_a = false)
       .def("check_supported", [](PyGraph &g) { checkSupported(g.graph()); })
       .def("supports", [](PyGraph &g, bool cuda, const std::vector<std::string> &oneDnnHalf) {
         CompileOptions o;

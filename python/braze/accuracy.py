@@ -1,0 +1,279 @@
+"""The accuracy checker: BRAZE_ACCURACY=1, or Options(accuracy=True).
+
+Every call of a compiled partition also runs the partition's FX graph in eager PyTorch twice on
+the same inputs: in float64 (floating tensors upcast), the reference, and as traced, whose own
+error against the reference sets the bound. An output whose error exceeds
+
+    3 * (eager's error) + tolerance(dtype) * (largest reference magnitude, at least 1)
+
+diverges. The first divergence in a partition is then located: the partition is compiled again
+with every FX node's value as an output, and the first node (in the graph's order) whose value
+diverges is named with its op, its source line, the worst element (braze's value, the float64
+reference, eager's value), and the kernel of that compile that computes it with its generated
+code. The report is a warning, is kept in braze.accuracy_reports(), is printed under
+BRAZE_LOG=accuracy, and is counted in counters()["accuracy_divergences"].
+
+Only floating-point outputs are compared (integer results are exact or order-dependent, as
+ties). CUDA graphs are not captured while the checker is on (it runs eager work at each call).
+
+BRAZE_TEST_PERTURB=<FX node name> is a test hook: braze adds 1/64 to that node's value, a
+planted wrong answer for the checker's tests."""
+import os
+import re
+import sys
+import threading
+import warnings
+
+import torch
+
+_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5, torch.float16: 2e-3,
+              torch.bfloat16: 1.6e-2}
+_reports = []
+_lock = threading.Lock()
+
+
+def enabled(opts):
+    return bool(getattr(opts, "accuracy", False)) or \
+        os.environ.get("BRAZE_ACCURACY", "") not in ("", "0")
+
+
+def perturbed_node():
+    """The FX node name BRAZE_TEST_PERTURB plants a wrong value in, or None."""
+    return os.environ.get("BRAZE_TEST_PERTURB") or None
+
+
+def perturb(t, node, handle):
+    """The braze value of FX `node` (handle), shifted by 1/64 when BRAZE_TEST_PERTURB names it."""
+    if node.name != perturbed_node() or not isinstance(handle, int):
+        return handle
+    if t.g.dtype(handle) not in ("f16", "bf16", "f32", "f64"):
+        return handle
+    shift = t.g.full(1.0 / 64, t.g.dtype(handle), [])
+    return t.g.elementwise(_add_kind(), [handle, shift])
+
+
+def _add_kind():
+    from braze import _C
+    return _C.op_kind("add")
+
+
+def reports():
+    """The divergences found so far in this process (dicts; see the module docstring)."""
+    with _lock:
+        return list(_reports)
+
+
+def _upcast(x):
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().to(torch.float64)
+    return x
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a graph module, keeping every node's value; with `upcast`, floating tensors (the
+    inputs and the module's constants) are float64."""
+
+    def __init__(self, gm, upcast):
+        super().__init__(gm)
+        self.upcast = upcast
+        self.values = {}
+
+    def run_node(self, n):
+        out = super().run_node(n)
+        if self.upcast and n.op in ("placeholder", "get_attr"):
+            out = _upcast(out)
+        self.values[n] = out
+        return out
+
+
+def _bound(ref, eager, dtype):
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    eager_err = float((eager.double() - ref).abs().max()) if ref.numel() else 0.0
+    return 3 * eager_err + _TOLERANCE.get(dtype, 1e-5) * scale, eager_err
+
+
+def _diverges(got, ref, eager):
+    """(error, bound, eager's error) when `got` diverges from `ref`, else None."""
+    if not (isinstance(got, torch.Tensor) and isinstance(ref, torch.Tensor)
+            and isinstance(eager, torch.Tensor) and got.is_floating_point()
+            and ref.is_floating_point() and got.shape == ref.shape):
+        return None
+    diff = (got.detach().double().cpu() - ref.detach().cpu()).abs()
+    finite_ref = torch.isfinite(ref.cpu())
+    # Matching infinities and nans are not errors; a value that should be finite and is not is.
+    same_nonfinite = (~finite_ref) & ((got.detach().double().cpu() == ref.cpu())
+                                      | (got.detach().isnan().cpu() & ref.isnan().cpu()))
+    diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    err = float(diff.max()) if diff.numel() else 0.0
+    ref_f = torch.where(finite_ref, ref.cpu(), torch.zeros_like(ref.cpu()))
+    eager_f = torch.where(finite_ref, eager.detach().cpu().double(), torch.zeros_like(ref_f))
+    bound, eager_err = _bound(ref_f, eager_f, got.dtype)
+    return (err, bound, eager_err, diff) if err > bound else None
+
+
+class Checker:
+    """Checks each call of one compiled partition (see the module docstring)."""
+
+    def __init__(self, gm, compile_all_nodes, kernel_source):
+        self.gm = gm
+        self.compile_all_nodes = compile_all_nodes  # args -> (run(inputs) -> values, nodes, code)
+        self.kernel_source = kernel_source
+        self.reported = False
+        self.calls = 0
+
+    def check(self, args, outs):
+        if self.reported:
+            return
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return
+        self.calls += 1
+        try:
+            ref = _Recorder(self.gm, True).run(*[_upcast(a) for a in args])
+            eager = self.gm.forward(*args)
+        except Exception:  # a graph eager cannot run in float64 (a dtype-specific kernel)
+            return
+        ref = ref if isinstance(ref, (tuple, list)) else [ref]
+        eager = eager if isinstance(eager, (tuple, list)) else [eager]
+        bad = [(i, found) for i, (o, r, e) in enumerate(zip(outs, ref, eager))
+               if (found := _diverges(o, r, e)) is not None]
+        if not bad:
+            return
+        self.reported = True
+        output, (err, bound, eager_err, _) = bad[0]
+        report = {"output": output, "error": err, "bound": bound, "eager_error": eager_err}
+        report.update(self._locate(args))
+        _record(report)
+
+    def _locate(self, args):
+        """The first FX node whose value diverges when every node is stored."""
+        try:
+            run, nodes, source, schedule = self.compile_all_nodes(args)
+            values = run(args)
+        except Exception as e:
+            return {"node": None, "why": f"the checking compile failed: {type(e).__name__}: {e}"}
+        ref = _Recorder(self.gm, True)
+        ref.run(*[_upcast(a) for a in args])
+        eager = _Recorder(self.gm, False)
+        eager.run(*args)
+        for k, (node, got) in enumerate(zip(nodes, values)):
+            found = _diverges(got, ref.values.get(node), eager.values.get(node))
+            if found is None:
+                continue
+            err, bound, eager_err, diff = found
+            at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+            kernel = _kernel_of(schedule, f"out{k}")
+            from braze.package import _where
+            return {
+                "node": node.name, "op": str(node.target), "source": _where(node),
+                "node_error": err, "node_bound": bound, "node_eager_error": eager_err,
+                "element": at, "braze": float(got[at]), "float64": float(ref.values[node][at]),
+                "eager": float(eager.values[node][at]),
+                "kernel": kernel, "code": _kernel_code(source, kernel),
+            }
+        return {"node": None, "why": "no single node diverges when every node is stored: the "
+                                     "divergence comes from how the partition's nodes fuse"}
+
+
+def checker(gm, opts, device, source):
+    """A Checker for partition `gm` compiled for `device` (None: the CPU)."""
+    return Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source)
+
+
+def _compile_all_nodes(gm, opts, device, args):
+    """gm compiled with every FX node's tensor value as an output: (run(args) -> values, the
+    nodes, the generated source, the printed schedule)."""
+    from braze import cpu as cpu_support
+    from braze import cuda as cuda_support
+    from braze import sizes
+    from braze.fx_import import Translator
+    from braze.registry import Unsupported
+    from braze.support import fetch_attr
+    t = Translator()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    positions = []
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            t.input(node, val)
+            positions.append(i)
+        elif not isinstance(val, (torch.SymInt, int)):
+            raise Unsupported(f"placeholder {node.name}")
+    if sizes.carried(placeholders):
+        raise Unsupported("a size passed as an argument")
+    constants = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            constants.append(fetch_attr(gm, node.target))
+            t.input(node, constants[-1])
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not sizes.is_size(node):
+            t.translate(node)
+            val = node.meta.get("val")
+            if (isinstance(t.values.get(node), int) and isinstance(val, torch.Tensor)
+                    and not val.is_complex()):
+                nodes.append(node)
+    if t.seed is not None:
+        raise Unsupported("random ops")
+    t.g.output([t.values[n] for n in nodes], [[] for _ in nodes])
+    cuda = device is not None
+    schedule = t.g.print_stage("schedule", cuda)
+    blas = cpu_support.blas_library() if opts.blas else None
+    specs = [(tuple(v.shape), tuple(v.stride())) for v in
+             [args[i] for i in positions] + constants]
+    dtypes = [n.meta["val"].dtype for n in nodes]
+    if not cuda:
+        compiled = t.g.compile(None, opts.fuse, blas,
+                               dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
+                               one_dnn_half=cpu_support.one_dnn_half())
+        graph = cpu_support.CpuGraph(compiled, specs, dtypes)
+    else:
+        compiled = t.g.compile(None, opts.fuse, blas, cuda_support.compile_options(device.index))
+        graph = cuda_support.CudaGraph(compiled, device, specs, dtypes, True)
+
+    def run(call_args):
+        return graph([call_args[i] for i in positions] + constants)
+    return run, nodes, compiled.source, schedule
+
+
+def _kernel_of(schedule, buffer):
+    """The kernel of a printed schedule that writes `%buffer[`."""
+    current = None
+    for line in schedule.splitlines():
+        m = re.match(r"(kernel\d+)\b", line)
+        if m:
+            current = m.group(1)
+        elif current and re.search(rf"%{re.escape(buffer)}\[[^\]]*\] = ", line):
+            return current
+    return None
+
+
+def _kernel_code(source, kernel):
+    if kernel is None:
+        return ""
+    m = re.search(rf"^(static void|extern \"C\" __global__ void[^\n]*?) ?{kernel}\(.*?^}}\n",
+                  source, re.S | re.M)
+    return m.group(0) if m else ""
+
+
+def _record(report):
+    from braze import backend
+    with _lock:
+        _reports.append(report)
+    with backend._state.lock:
+        backend._state.counts["accuracy_divergences"] += 1
+    if report.get("node"):
+        text = (f"braze accuracy: output {report['output']} diverges (error "
+                f"{report['error']:.3g}, bound {report['bound']:.3g}); first diverging node "
+                f"{report['node']} ({report['op']}) at {report['source']}: element "
+                f"{report['element']} is {report['braze']!r}, float64 {report['float64']!r}, "
+                f"eager {report['eager']!r}; computed by {report['kernel']}")
+    else:
+        text = (f"braze accuracy: output {report['output']} diverges (error "
+                f"{report['error']:.3g}, bound {report['bound']:.3g}); {report.get('why')}")
+    warnings.warn(text)
+    from braze import _C
+    if "accuracy" in (os.environ.get("BRAZE_LOG") or "").split(","):
+        print(f"===== braze: accuracy =====\n{text}\n{report.get('code', '')}", file=sys.stderr)
+    del _C

@@ -4,7 +4,7 @@
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32]
-///             [--kernel-arg-bytes=N] [--help]
+///             [--kernel-arg-bytes=N] [--run=TENSORS [--atol=X] [--rtol=X]] [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
@@ -12,17 +12,25 @@
 ///    pipeline at its loops stage (default print: loops).
 /// 3. Run the --passes (graph passes and `decompose`, each verified after it runs), then print
 ///    the --print stage (default: the graph).
+/// With --run, the graph is compiled for the CPU and run instead: its inputs are the tensors of
+/// a safetensors file named as the graph's inputs, and its outputs are compared with the
+/// file's `expected:<k>` tensors (output k) within --atol/--rtol (default: the file's metadata
+/// `atol`/`rtol`, else 1e-5 and 0). The accuracy checker writes such files (BRAZE_ACCURACY=minify).
 /// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
-/// internal error (InternalError, or any other exception: braze let something escape).
+/// internal error (InternalError, or any other exception: braze let something escape), 3 when
+/// --run finds an output beyond its tolerance.
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/ir/loop/LoopText.h"
 #include "braze/passes/PassManager.h"
+#include "braze/runtime/Safetensors.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -51,6 +59,8 @@ struct ToolOptions {
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
   std::optional<int64_t> kernelArgBytes; ///< with --cuda: a launch's argument space
+  std::string runFile;                   ///< --run: inputs and expected outputs
+  std::optional<double> atol, rtol;      ///< --run's tolerances
   bool help = false;
 };
 
@@ -96,6 +106,10 @@ std::string usageText() {
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
+        "  --run=TENSORS   compile the graph for the CPU and run it on the tensors of a\n"
+        "                  safetensors file (named as the graph's inputs); compare output k\n"
+        "                  with its 'expected:k' tensor (exit status 3 when one differs)\n"
+        "  --atol=X, --rtol=X  --run's tolerances (default: the file's metadata, else 1e-5, 0)\n"
         "  --help          show this message\n"
         "\n"
         "passes:\n";
@@ -163,6 +177,16 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.cudnn = true;
     } else if (arg == "--tf32") {
       o.tf32 = true;
+    } else if (arg.starts_with("--run=")) {
+      o.runFile = std::string(arg.substr(6));
+    } else if (arg.starts_with("--atol=") || arg.starts_with("--rtol=")) {
+      std::string value(arg.substr(7));
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v >= 0))
+        BRAZE_USER_ERROR(std::string(arg.substr(0, 6)), "") << "expected a tolerance, got '"
+                                                            << value << "'";
+      (arg[2] == 'a' ? o.atol : o.rtol) = v;
     } else if (arg.starts_with("--kernel-arg-bytes=")) {
       std::string n(arg.substr(19));
       char *end = nullptr;
@@ -223,6 +247,139 @@ std::string_view firstWord(std::string_view text) {
   return text.substr(at, end - at);
 }
 
+/// Element i of a tensor's bytes as a double.
+double element(const braze::runtime::SafeTensor &t, const char *data, size_t i) {
+  const DLDataType d = t.dtype;
+  const char *p = data + i * (d.bits / 8);
+  auto load = [&](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  if (d.code == kDLFloat && d.bits == 32)
+    return load(float{});
+  if (d.code == kDLFloat && d.bits == 64)
+    return load(double{});
+  if (d.code == kDLFloat && d.bits == 16)
+    return static_cast<double>(load(_Float16{}));
+  if (d.code == kDLBfloat) {
+    uint32_t bits = static_cast<uint32_t>(load(uint16_t{})) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  if (d.code == kDLInt && d.bits == 64)
+    return static_cast<double>(load(int64_t{}));
+  if (d.code == kDLInt && d.bits == 32)
+    return load(int32_t{});
+  if (d.code == kDLInt && d.bits == 16)
+    return load(int16_t{});
+  if (d.code == kDLInt && d.bits == 8)
+    return load(int8_t{});
+  return static_cast<unsigned char>(*p);
+}
+
+/// --run: compiles `g` for the CPU, runs it on the file's tensors and compares its outputs with
+/// the expected ones.
+int runGraph(braze::Graph &g, braze::CompileOptions opts, const ToolOptions &tool) {
+  namespace rt = braze::runtime;
+  if (opts.cuda)
+    BRAZE_USER_ERROR("--run", "") << "runs on the CPU only (leave out --cuda)";
+  rt::SafetensorsFile file;
+  try {
+    file = rt::readSafetensors(tool.runFile);
+  } catch (const rt::RunError &e) {
+    BRAZE_USER_ERROR("--run", "") << e.what();
+  }
+  auto meta = [&](const char *key, std::optional<double> flag, double fallback) {
+    if (flag)
+      return *flag;
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? fallback : std::strtod(it->second.c_str(), nullptr);
+  };
+  const double atol = meta("atol", tool.atol, 1e-5), rtol = meta("rtol", tool.rtol, 0);
+  std::vector<std::string> names;
+  for (const braze::Node *in : g.inputs())
+    names.push_back(in->name());
+  braze::CompileResult r = braze::compile(g, opts);
+  std::vector<DLTensor> views(names.size());
+  std::vector<const DLTensor *> ptrs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = file.tensors.find(names[i]);
+    if (it == file.tensors.end())
+      BRAZE_USER_ERROR("--run", "") << tool.runFile << " has no tensor for input '" << names[i]
+                                    << "'";
+    rt::SafeTensor &t = it->second;
+    views[i].data = t.data.data();
+    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].ndim = static_cast<int32_t>(t.shape.size());
+    views[i].dtype = t.dtype;
+    views[i].shape = t.shape.data();
+    ptrs.push_back(&views[i]);
+  }
+  std::vector<std::unique_ptr<rt::OwnedTensor>> outs;
+  try {
+    outs = r.executable->run(ptrs);
+  } catch (const rt::RunError &e) {
+    BRAZE_USER_ERROR("--run", "") << e.what();
+  }
+  int diverged = 0;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const rt::OwnedTensor &o = *outs[k];
+    std::cout << "output " << k << ": [";
+    for (size_t d = 0; d < o.shape().size(); ++d)
+      std::cout << (d ? ", " : "") << o.shape()[d];
+    std::cout << "]";
+    auto it = file.tensors.find("expected:" + std::to_string(k));
+    if (it == file.tensors.end()) {
+      std::cout << " (no expected tensor)\n";
+      continue;
+    }
+    const rt::SafeTensor &want = it->second;
+    if (want.shape != o.shape()) {
+      std::cout << ": shape differs from the expected one: DIVERGES\n";
+      ++diverged;
+      continue;
+    }
+    rt::SafeTensor got{o.dtype(), o.shape(), {}};
+    size_t count = 1;
+    for (int64_t d : o.shape())
+      count *= static_cast<size_t>(d);
+    // Outputs are dense; walk them in row-major order through their strides.
+    double worst = 0, worstGot = 0, worstWant = 0;
+    size_t worstAt = 0;
+    bool bad = false;
+    for (size_t i = 0; i < count; ++i) {
+      size_t rest = i, offset = 0;
+      for (size_t d = o.shape().size(); d-- > 0;) {
+        offset += (rest % o.shape()[d]) * o.strides()[d];
+        rest /= o.shape()[d];
+      }
+      double a = element(got, static_cast<const char *>(o.data()), offset);
+      double b = element(want, want.data.data(), i);
+      double err = std::fabs(a - b);
+      bool same = a == b || (std::isnan(a) && std::isnan(b));
+      if (!same && !(err <= atol + rtol * std::fabs(b))) {
+        bad = true;
+        if (!(err <= worst)) {
+          worst = err;
+          worstAt = i;
+          worstGot = a;
+          worstWant = b;
+        }
+      }
+    }
+    if (bad) {
+      ++diverged;
+      std::cout << ": DIVERGES: element " << worstAt << " is " << worstGot << ", expected "
+                << worstWant << " (error " << worst << ", tolerance " << atol << " + " << rtol
+                << " |expected|)\n";
+    } else {
+      std::cout << ": ok (within " << atol << " + " << rtol << " |expected|)\n";
+    }
+  }
+  return diverged ? 3 : 0;
+}
+
 int run(int argc, char **argv) {
   ToolOptions tool = parseArguments(argc, argv);
   if (tool.help) {
@@ -271,6 +428,14 @@ int run(int argc, char **argv) {
   } else if (!tool.passes.empty()) {
     BRAZE_USER_ERROR("--passes", "") << "the passes rewrite graphs; the input is a loop program";
   }
+  if (!tool.runFile.empty()) {
+    if (loops || tool.stage)
+      BRAZE_USER_ERROR("--run", "") << (loops ? "needs a graph, not a loop program"
+                                              : "prints nothing: leave out --print");
+    return runGraph(*g, opts, tool);
+  }
+  if (tool.atol || tool.rtol)
+    BRAZE_USER_ERROR("--atol", "") << "it needs --run";
   if (loops)
     std::cout << braze::printStage(braze::loop::parseProgram(text),
                                    tool.stage.value_or(braze::StageKind::Loops), opts);

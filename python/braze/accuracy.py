@@ -16,6 +16,14 @@ BRAZE_LOG=accuracy, and is counted in counters()["accuracy_divergences"].
 Only floating-point outputs are compared (integer results are exact or order-dependent, as
 ties). CUDA graphs are not captured while the checker is on (it runs eager work at each call).
 
+With BRAZE_ACCURACY=minify (or Options(accuracy="minify")), the checker also writes a
+standalone reproducer for the diverging node: a braze text graph (graph.txt) and a safetensors
+file of its inputs (eager's values there) and its float64 reference (`expected:0`), with the
+bound as the file's `atol`, so that `braze-opt graph.txt --run=tensors.safetensors` runs it
+(exit status 3: it still diverges). It is shrunk: the node alone first, then with its
+producers one level at a time, until a graph diverges; its folder is in the report
+("reproducer") under BRAZE_REPRO_DIR (default ./braze_repro).
+
 BRAZE_TEST_PERTURB=<FX node name> is a test hook: braze adds 1/64 to that node's value, a
 planted wrong answer for the checker's tests."""
 import os
@@ -35,6 +43,11 @@ _lock = threading.Lock()
 def enabled(opts):
     return bool(getattr(opts, "accuracy", False)) or \
         os.environ.get("BRAZE_ACCURACY", "") not in ("", "0")
+
+
+def _minifying(opts):
+    return getattr(opts, "accuracy", False) == "minify" or \
+        os.environ.get("BRAZE_ACCURACY") == "minify"
 
 
 def perturbed_node():
@@ -115,8 +128,9 @@ def _diverges(got, ref, eager):
 class Checker:
     """Checks each call of one compiled partition (see the module docstring)."""
 
-    def __init__(self, gm, compile_all_nodes, kernel_source):
+    def __init__(self, gm, compile_all_nodes, kernel_source, minify=None):
         self.gm = gm
+        self.minify = minify  # (args, node name) -> the reproducer's folder, or None
         self.compile_all_nodes = compile_all_nodes  # args -> (run(inputs) -> values, nodes, code)
         self.kernel_source = kernel_source
         self.reported = False
@@ -143,6 +157,12 @@ class Checker:
         output, (err, bound, eager_err, _) = bad[0]
         report = {"output": output, "error": err, "bound": bound, "eager_error": eager_err}
         report.update(self._locate(args))
+        if self.minify is not None and report.get("node"):
+            try:
+                report["reproducer"] = self.minify(args, report["node"])
+            except Exception as e:
+                report["reproducer"] = None
+                report["reproducer_error"] = f"{type(e).__name__}: {e}"
         _record(report)
 
     def _locate(self, args):
@@ -177,7 +197,88 @@ class Checker:
 
 def checker(gm, opts, device, source):
     """A Checker for partition `gm` compiled for `device` (None: the CPU)."""
-    return Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source)
+    minify = None
+    if _minifying(opts) and device is None:
+        minify = lambda args, name: _write_reproducer(gm, args, name, opts)  # noqa: E731
+    return Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source, minify)
+
+
+def _subgraph(gm, node, depth):
+    """A graph module of `node` and its producers up to `depth` levels (call_function nodes),
+    whose inputs are the values they read from outside; with the list of those outside nodes."""
+    from braze import sizes
+    members, frontier = {node}, [node]
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            for a in n.all_input_nodes:
+                if a.op == "call_function" and not sizes.is_size(a) and a not in members:
+                    members.add(a)
+                    nxt.append(a)
+        frontier = nxt
+    ordered = [n for n in gm.graph.nodes if n in members]
+    outside = []
+    for n in ordered:
+        for a in n.all_input_nodes:
+            if a not in members and a not in outside:
+                outside.append(a)
+    g = torch.fx.Graph()
+    env = {}
+    for a in outside:
+        env[a] = g.placeholder(a.name)
+        env[a].meta = dict(a.meta)
+    for n in ordered:
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(env[node])
+    return torch.fx.GraphModule(gm, g), outside, len(ordered) == len(
+        [n for n in gm.graph.nodes if n.op == "call_function" and not sizes.is_size(n)])
+
+
+def _write_reproducer(gm, args, name, opts):
+    """The smallest subgraph around node `name` that still diverges, written as a braze text
+    graph and its tensors (see the module docstring): the folder."""
+    from braze import cpu as cpu_support
+    from braze.fx_import import Translator
+    node = next(n for n in gm.graph.nodes if n.name == name)
+    eager = _Recorder(gm, False)
+    eager.run(*args)
+    for depth in range(0, 64):
+        sub, outside, whole = _subgraph(gm, node, depth)
+        inputs = [eager.values[a] for a in outside]
+        if not all(isinstance(x, torch.Tensor) for x in inputs):
+            break  # a size or a non-tensor operand: the repro needs the larger graph
+        t = Translator()
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        for p, x in zip(placeholders, inputs):
+            t.input(p, x)
+        for n in sub.graph.nodes:
+            if n.op == "call_function":
+                t.translate(n)
+        out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+        t.g.output([t.values[out]], [[]])
+        text = t.g.print()
+        blas = cpu_support.blas_library() if opts.blas else None
+        compiled = t.g.compile(None, opts.fuse, blas)
+        got = compiled.run([x.contiguous() for x in inputs])[0]
+        ref = sub(*[_upcast(x) for x in inputs])
+        want_eager = sub(*inputs)
+        found = _diverges(torch.as_tensor(got), ref, want_eager)
+        if found is None and not whole:
+            continue
+        folder = os.path.join(os.environ.get("BRAZE_REPRO_DIR", "braze_repro"),
+                              f"{name}-{os.getpid()}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "graph.txt"), "w") as f:
+            f.write(f"# braze accuracy reproducer: node {name} ({node.target}); run with\n"
+                    f"#   braze-opt graph.txt --run=tensors.safetensors\n{text}")
+        bound = found[1] if found is not None else 0.0
+        from braze.package import _write_safetensors
+        tensors = [(p.name, x.contiguous()) for p, x in zip(placeholders, inputs)]
+        tensors.append(("expected:0", ref.contiguous()))
+        _write_safetensors(os.path.join(folder, "tensors.safetensors"), tensors,
+                           {"atol": repr(bound), "rtol": "0", "node": name})
+        return folder
+    return None
 
 
 def _compile_all_nodes(gm, opts, device, args):

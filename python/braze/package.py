@@ -153,7 +153,7 @@ def _bound(value, default):
         return default
 
 
-def _write_safetensors(path, tensors):
+def _write_safetensors(path, tensors, metadata=None):
     """tensors: [(name, tensor)], written in that order: returns (data start, {name: (begin,
     end)}). The header is padded with spaces so that the data starts 64-byte aligned."""
     import json
@@ -164,7 +164,7 @@ def _write_safetensors(path, tensors):
                         "data_offsets": [at, at + n]}
         offsets[name] = (at, at + n)
         at += n
-    header["__metadata__"] = {"format": "pt", "writer": "braze.export"}
+    header["__metadata__"] = {"format": "pt", "writer": "braze", **(metadata or {})}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((-(8 + len(text))) % 64)
     with open(path, "wb") as f:

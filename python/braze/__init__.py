@@ -11,6 +11,7 @@ from braze.backend import (Options, braze_backend, compile_times, counters,
                            fallback_ops_by_op, run_and_get_code)
 from braze.package import ExportError, export, load
 from braze.accuracy import reports as accuracy_reports
+from braze.report import write as write_report
 
 __all__ = [
     "accuracy_reports",
@@ -26,4 +27,5 @@ __all__ = [
     "fallback_ops_by_op",
     "load",
     "run_and_get_code",
+    "write_report",
 ]

@@ -19,21 +19,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from braze import _C
-from braze import accuracy
-from braze import aot
+from braze import (_C, accuracy, aot, background, cudagraphs, decompositions, devices, masks,
+                   mutations, partition, report, sizes, support)
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
-from braze import background
-from braze import cudagraphs
-from braze import decompositions
-from braze import devices
-from braze import masks
-from braze import mutations
-from braze import partition
-from braze import sizes
 from braze.fx_import import Translator
-from braze import support
 from braze.options import Options
 from braze.options import from_torch_compile as options_from_torch_compile
 from braze.registry import Unsupported
@@ -134,6 +124,7 @@ def _add_times(times):
 
 
 def _log_fallback(msg):
+    report.note("recompile" if msg.startswith("recompiling") else "fallback", msg)
     if _C.log_fallback_from_environment():
         print(f"===== braze: fallback =====\n{msg}", file=sys.stderr)
 
@@ -408,6 +399,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
+    staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
     if device is None:
         cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
         compiled = t.g.compile(opts.log, opts.fuse, blas,
@@ -418,6 +410,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
         compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
                                      opts.sync_index_checks())
+    report.partition(staged, compiled)
     # Outputs written into the inputs they update (mutations.take): braze output -> input.
     run.into = {handle_of[w.output]: positions.index(w.position) for w in writes
                 if w.in_place and w.output in handle_of and w.position in positions}
@@ -486,12 +479,14 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, in_backgrou
         number = _state.counts["graphs"]
     spent = collections.Counter()
     token = _graph_times.set(spent)
+    reported = report.graph_started(number, gm, forward, opts)
     start = time.perf_counter()
     try:
         return _compile_graph(gm, example_inputs, opts, direct, forward, number)
     finally:
         total = time.perf_counter() - start
         _graph_times.reset(token)
+        report.graph_finished(reported, {**spent, "total": total})
         python = max(0.0, total - sum(spent.values()))
         with _state.lock:
             _state.compile_times["total"] += total

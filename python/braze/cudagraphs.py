@@ -40,7 +40,7 @@ import weakref
 import torch
 
 from braze import _C
-from braze import devices
+from braze import devices, report
 
 # Per compiled callable: one whose outputs the caller holds, one to replay, and room for large
 # inputs at a second address (double buffering).
@@ -57,6 +57,7 @@ counts = {"cuda_graphs": 0, "cuda_graph_replays": 0, "cuda_graph_busy": 0,
 
 
 def log(msg):
+    report.note("cuda graphs", msg)
     if _C.log_cudagraphs_from_environment():
         print(f"===== braze: cudagraphs =====\n{msg}", file=sys.stderr)
 

@@ -43,6 +43,9 @@ class Options:
     # The accuracy checker (braze/accuracy.py): every call also runs in eager, in float64 and
     # as traced, and the first node whose value diverges is named. BRAZE_ACCURACY=1 sets it.
     accuracy: bool = False
+    # A folder for the compile report (braze/report.py): one HTML page per process, written at
+    # exit and by braze.write_report(). BRAZE_REPORT=<dir> sets it.
+    report: str = None
 
     def __post_init__(self):
         n = self.cuda_graph_sizes

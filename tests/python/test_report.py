@@ -1,0 +1,109 @@
+"""The compile report (BRAZE_REPORT, Options(report=...), braze.write_report): one HTML page
+with a section per FX graph (its code and source lines, the ops left to eager with the reasons,
+each partition's stages, fusion picture and kernels, the compile split, recompiles and CUDA-graph
+decisions), every in-page link resolving, nothing fetched from elsewhere."""
+import html.parser
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import braze
+
+pytestmark = pytest.mark.cpu_only("the report's content; its CUDA notes come from the same code")
+
+
+class _Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.links, self.sources, self.tags = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if "id" in a:
+            self.ids.append(a["id"])
+        if tag == "a" and "href" in a:
+            self.links.append(a["href"])
+        for key in ("src", "srcset"):
+            if key in a:
+                self.sources.append(a[key])
+        if tag == "link" and "href" in a:
+            self.sources.append(a["href"])
+
+
+def _parse(path):
+    page = _Page()
+    text = open(path).read()
+    page.feed(text)
+    return page, text
+
+
+def _check_links(page):
+    assert len(page.ids) == len(set(page.ids)), "duplicate ids"
+    for href in page.links:
+        assert href.startswith("#") and href[1:] in page.ids, f"broken link {href}"
+    assert page.sources == [] and "script" not in page.tags  # self-contained
+
+
+def test_a_report_with_a_partition_and_an_op_left_to_eager(tmp_path):
+    torch._dynamo.reset()
+
+    def f(a, b):
+        x = torch.ceil(a) + torch.floor(b)
+        z = torch.softmax(x.sum(1), 0)
+        return (z * 10) ** 3 + torch.linalg.det(a[:, :4, :4].reshape(-1, 4, 4)).sum()
+    g = torch.compile(f, backend="braze", options={"report": str(tmp_path)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g(torch.rand(8, 4, 4) + 1, torch.rand(8, 4, 4) + 1)
+    path = braze.write_report(str(tmp_path / "page.html"))
+    page, text = _parse(path)
+    _check_links(page)
+    graphs = [i for i in page.ids if i.startswith("graph-") and i.count("-") == 1]
+    assert graphs, "no graph section"
+    n = graphs[-1]
+    for section in ("fx", "eager", "partitions", "times", "notes"):
+        assert f"{n}-{section}" in page.ids
+    assert "_linalg_det" in text and "class='fallback'" in text  # the op left to eager, why
+    assert "x = torch.ceil(a) + torch.floor(b)" in text  # a node's source line
+    assert "<svg" in text and "kernel0" in text
+    assert any(i.endswith("-schedule") for i in page.ids)
+    assert any(i.endswith("-kernel0") for i in page.ids)
+    assert "static void kernel0(" in text  # generated code per kernel
+    assert "host_compile" in text  # the compile split
+
+
+def test_the_report_of_a_language_model(tmp_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    import zoo
+    pytest.importorskip("transformers")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, kwargs, _ = zoo.ENTRIES["gpt2"].build()
+    before = braze.counters()["graphs"]
+    g = torch.compile(model.eval(), backend="braze", options={"report": str(tmp_path)})
+    with torch.no_grad():
+        g(**kwargs)
+    path = braze.write_report(str(tmp_path / "gpt2.html"))
+    page, text = _parse(path)
+    _check_links(page)
+    sections = [i for i in page.ids if i.startswith("graph-") and i.count("-") == 1]
+    assert len(sections) >= braze.counters()["graphs"] - before >= 1
+    assert "none: braze compiled every op." in text
+
+
+def test_braze_report_writes_a_page_at_exit(tmp_path):
+    script = ("import torch, braze\n"
+              "f = torch.compile(lambda x: torch.relu(x) * 2, backend='braze')\n"
+              "f(torch.randn(5))\n")
+    env = dict(os.environ, BRAZE_REPORT=str(tmp_path))
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    pages = [p for p in os.listdir(tmp_path) if p.startswith("braze-report-")]
+    assert len(pages) == 1
+    page, text = _parse(str(tmp_path / pages[0]))
+    _check_links(page)
+    assert "graph-1" in page.ids

@@ -1,5 +1,6 @@
 #include "braze/runtime/Package.h"
 
+#include "braze/runtime/Safetensors.h"
 #include "braze/support/Hashing.h"
 
 #include <algorithm>
@@ -16,24 +17,14 @@ namespace braze::runtime {
 
 namespace {
 
-struct DTypeName {
-  const char *name;
-  DLDataType type;
-};
-constexpr DTypeName kDTypes[] = {
-    {"bool", {kDLBool, 8, 1}},   {"u8", {kDLUInt, 8, 1}},    {"i8", {kDLInt, 8, 1}},
-    {"i16", {kDLInt, 16, 1}},    {"i32", {kDLInt, 32, 1}},   {"i64", {kDLInt, 64, 1}},
-    {"f16", {kDLFloat, 16, 1}},  {"bf16", {kDLBfloat, 16, 1}}, {"f32", {kDLFloat, 32, 1}},
-    {"f64", {kDLFloat, 64, 1}}};
-
 bool sameType(DLDataType a, DLDataType b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
 std::string typeName(DLDataType t) {
-  for (const DTypeName &d : kDTypes)
+  for (const DTypeNames &d : dtypeNames())
     if (sameType(d.type, t))
-      return d.name;
+      return d.package;
   return "code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
 }
 
@@ -106,8 +97,8 @@ size_t elementBytes(DLDataType t) { return (t.bits * t.lanes + 7) / 8; }
 } // namespace
 
 DLDataType packageDType(const std::string &name) {
-  for (const DTypeName &d : kDTypes)
-    if (name == d.name)
+  for (const DTypeNames &d : dtypeNames())
+    if (name == d.package)
       return d.type;
   throw RunError("unknown dtype '" + name + "'");
 }

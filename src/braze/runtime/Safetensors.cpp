@@ -11,16 +11,6 @@ namespace braze::runtime {
 
 namespace {
 
-struct Name {
-  const char *name;
-  DLDataType type;
-};
-constexpr Name kNames[] = {
-    {"BOOL", {kDLBool, 8, 1}},  {"U8", {kDLUInt, 8, 1}},   {"I8", {kDLInt, 8, 1}},
-    {"I16", {kDLInt, 16, 1}},   {"I32", {kDLInt, 32, 1}},  {"I64", {kDLInt, 64, 1}},
-    {"F16", {kDLFloat, 16, 1}}, {"BF16", {kDLBfloat, 16, 1}}, {"F32", {kDLFloat, 32, 1}},
-    {"F64", {kDLFloat, 64, 1}}};
-
 /// A small JSON reader for the header: objects, arrays, strings (with \" and \\ escapes) and
 /// integers, which is all a safetensors header holds.
 class Json {
@@ -104,17 +94,27 @@ std::string quoted(const std::string &s) {
 
 } // namespace
 
+const std::vector<DTypeNames> &dtypeNames() {
+  static const std::vector<DTypeNames> names = {
+      {"bool", "BOOL", {kDLBool, 8, 1}},   {"u8", "U8", {kDLUInt, 8, 1}},
+      {"i8", "I8", {kDLInt, 8, 1}},        {"i16", "I16", {kDLInt, 16, 1}},
+      {"i32", "I32", {kDLInt, 32, 1}},     {"i64", "I64", {kDLInt, 64, 1}},
+      {"f16", "F16", {kDLFloat, 16, 1}},   {"bf16", "BF16", {kDLBfloat, 16, 1}},
+      {"f32", "F32", {kDLFloat, 32, 1}},   {"f64", "F64", {kDLFloat, 64, 1}}};
+  return names;
+}
+
 std::string safetensorsDType(DLDataType t) {
-  for (const Name &n : kNames)
+  for (const DTypeNames &n : dtypeNames())
     if (n.type.code == t.code && n.type.bits == t.bits && n.type.lanes == t.lanes)
-      return n.name;
+      return n.safetensors;
   throw RunError("a dtype safetensors cannot hold (code " + std::to_string(t.code) + ", " +
                  std::to_string(t.bits) + " bits)");
 }
 
 DLDataType fromSafetensorsDType(const std::string &name) {
-  for (const Name &n : kNames)
-    if (name == n.name)
+  for (const DTypeNames &n : dtypeNames())
+    if (name == n.safetensors)
       return n.type;
   throw RunError("unknown safetensors dtype '" + name + "'");
 }

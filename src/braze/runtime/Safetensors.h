@@ -30,6 +30,15 @@ SafetensorsFile readSafetensors(const std::string &path);
 /// Writes `file` to `path` (tensors in name order).
 void writeSafetensors(const std::string &path, const SafetensorsFile &file);
 
+/// A dtype's names: a package's (Package.h: "f32", "bf16", ...) and safetensors' ("F32", ...).
+struct DTypeNames {
+  const char *package;
+  const char *safetensors;
+  DLDataType type;
+};
+/// Every dtype packages and safetensors files hold.
+const std::vector<DTypeNames> &dtypeNames();
+
 /// safetensors' dtype name for a DLPack type ("F32", "BF16", ...), and back (RunError if unknown).
 std::string safetensorsDType(DLDataType t);
 DLDataType fromSafetensorsDType(const std::string &name);

@@ -14,6 +14,9 @@ export OMP_NUM_THREADS ?= 2
 $(STAMP): Makefile
 	@command -v g++ >/dev/null || (apt-get update && apt-get install -y g++)
 	@test -f /usr/include/gtest/gtest.h || (apt-get update && apt-get install -y libgtest-dev)
+	# The shared-cache tests start a Redis server of their own (they skip without one).
+	@command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server) \
+	    || echo "no redis-server: the Redis cache test will be skipped"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0

@@ -155,11 +155,82 @@ def test_a_shared_cache_that_cannot_be_used_is_said_once(tmp_path):
     local cache alone, and says why once."""
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("x")
-    for i, (remote, said) in enumerate(((f"redis://127.0.0.1:1", "only file:///path"),
+    for i, (remote, said) in enumerate(((f"redis://127.0.0.1:1", "does not answer"),
+                                        ("http://127.0.0.1:1", "expected file:///path"),
                                         (f"file://{blocked}", "cannot be used"))):
         run = _run_with_caches(tmp_path / f"local{i}", remote)
         assert run.returncode == 0 and run.stdout.split() == ["0", "1"], run.stderr
         assert run.stderr.count(said) == 1, run.stderr
+
+
+class _Redis:
+    """A redis-server of its own on a free port (Debian's; the Makefile installs it)."""
+
+    def __init__(self, tmp_path):
+        import shutil
+        import socket
+        import subprocess
+        import time
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("no redis-server on PATH")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        pytest.skip("redis-server did not start")
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def command(self, *words):
+        """One command's raw reply (RESP)."""
+        import socket
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            req = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+            s.sendall(req.encode())
+            return s.recv(1 << 20)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_a_redis_cache_serves_a_process_with_an_empty_local_cache(tmp_path):
+    """BRAZE_REMOTE_CACHE=redis://host:port: the first process compiles and stores its entry
+    in Redis; a second one, with an empty local cache of its own, compiles nothing (a cache hit
+    copied from the server). A damaged value in Redis is a miss, and a server killed before a
+    process starts costs one timeout, said once: the process compiles and is right."""
+    redis = _Redis(tmp_path)
+    try:
+        first = _run_with_caches(tmp_path / "a", redis.url())
+        second = _run_with_caches(tmp_path / "b", redis.url())
+        assert first.stdout.split() == ["0", "1"], first.stderr
+        assert "stored" in first.stderr and "in remote redis://" in first.stderr
+        assert second.stdout.split() == ["1", "0"], second.stderr
+        assert "from remote redis://" in second.stderr
+        # Damage every stored library: a third process finds the entry bad and compiles.
+        keys = redis.command("KEYS", "braze:*:file:*.so").decode().split("\r\n")
+        libs = [k for k in keys if k.startswith("braze:")]
+        assert libs
+        for k in libs:
+            redis.command("SET", k, "not a library")
+        third = _run_with_caches(tmp_path / "c", redis.url())
+        assert third.returncode == 0 and third.stdout.split() == ["0", "1"], third.stderr
+    finally:
+        redis.stop()
+    fourth = _run_with_caches(tmp_path / "d", redis.url())
+    assert fourth.returncode == 0 and fourth.stdout.split() == ["0", "1"], fourth.stderr
+    assert fourth.stderr.count("does not answer") == 1, fourth.stderr
 
 
 def test_gather_index_longer_than_input_is_rejected():

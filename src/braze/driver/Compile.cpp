@@ -47,11 +47,16 @@ CompileOptions CompileOptions::fromEnvironment() {
     std::string url = v;
     if (url.rfind("file://", 0) == 0 && url.size() > 7) {
       o.remoteCacheDir = url.substr(7);
+    } else if (url.rfind("redis://", 0) == 0 && url.size() > 8) {
+      o.remoteRedis = url.substr(8);
+      if (!o.remoteRedis.empty() && o.remoteRedis.back() == '/')
+        o.remoteRedis.pop_back();
     } else {
       static std::once_flag said;
       std::call_once(said, [&] {
-        std::fprintf(stderr, "braze: BRAZE_REMOTE_CACHE='%s' is not used: only file:///path "
-                             "(a folder on a shared file system) is supported\n", v);
+        std::fprintf(stderr, "braze: BRAZE_REMOTE_CACHE='%s' is not used: expected "
+                             "file:///path (a folder on a shared file system) or "
+                             "redis://host:port\n", v);
       });
     }
   }
@@ -431,10 +436,12 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   jit::HostCompilerOptions jo;
   jo.compiler = opts.cxx;
   std::optional<CompileOptions> env; // read once, where an option is left to the environment
-  if (opts.cacheDir.empty() || opts.remoteCacheDir.empty())
+  if (opts.cacheDir.empty() || (opts.remoteCacheDir.empty() && opts.remoteRedis.empty()))
     env = CompileOptions::fromEnvironment();
   jo.cacheDir = opts.cacheDir.empty() ? env->cacheDir : opts.cacheDir;
-  const std::string remote = opts.remoteCacheDir.empty() ? env->remoteCacheDir : opts.remoteCacheDir;
+  const bool ownRemote = !opts.remoteCacheDir.empty() || !opts.remoteRedis.empty();
+  const std::string remote = ownRemote ? opts.remoteCacheDir : env->remoteCacheDir;
+  const std::string redis = ownRemote ? opts.remoteRedis : env->remoteRedis;
   jo.logCache = opts.log.has(LogStage::Cache);
   spec.logFallback = opts.log.has(LogStage::Fallback);
   // A graph compiled before (by any process, with this build and these options): load what
@@ -447,6 +454,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   if (!logsStage) {
     recorded = readManifest(jo.cacheDir, key, jo.logCache);
     if (!recorded && !remote.empty() && copyEntry(remote, jo.cacheDir, key, jo.logCache))
+      recorded = readManifest(jo.cacheDir, key, jo.logCache);
+    if (!recorded && !redis.empty() && fetchRedisEntry(redis, jo.cacheDir, key, jo.logCache))
       recorded = readManifest(jo.cacheDir, key, jo.logCache);
   }
   if (recorded) {
@@ -484,6 +493,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   writeManifest(jo.cacheDir, key, e, jo.logCache);
   if (!remote.empty())
     copyEntry(jo.cacheDir, remote, key, jo.logCache);
+  if (!redis.empty())
+    storeRedisEntry(jo.cacheDir, redis, key, jo.logCache);
   return r;
 }
 

@@ -25,6 +25,8 @@ struct CompileOptions {
   /// on a shared file system): a graph the local cache misses is looked up there, and a graph
   /// compiled here is stored there too (see Manifest.h). Empty: none.
   std::string remoteCacheDir;
+  /// The same in a Redis server (BRAZE_REMOTE_CACHE=redis://host:port): host:port. Empty: none.
+  std::string remoteRedis;
   std::string cxx = "g++";
   /// A CBLAS shared library for matrix products (empty: loop nests). Its symbol names are
   /// derived from the file name: scipy-openblas64 (NumPy's OpenBLAS) or plain cblas_*.

@@ -2,6 +2,7 @@
 
 #include "braze/ir/graph/GraphText.h"
 #include "braze/jit/CacheFiles.h"
+#include "braze/jit/RedisClient.h"
 #include "braze/support/Hashing.h"
 #include "braze/support/Log.h"
 #include "braze/target/Target.h"
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <sys/stat.h>
 
 namespace braze {
@@ -240,6 +242,97 @@ void writeManifest(const std::string &cacheDir, const std::string &key, const Ma
     if (logCache)
       logBlock("cache", "manifest " + key + " not stored: " + ex.what() + "\n");
   }
+}
+
+namespace {
+/// Redis keys of a cache entry's file (its path relative to the cache) and of its checksum.
+std::string redisKey(const std::string &key, const fs::path &rel, bool sum) {
+  return "braze:" + key + (sum ? ":sum:" : ":file:") + rel.generic_string();
+}
+std::mutex &redisLock() {
+  static std::mutex m;
+  return m;
+}
+} // namespace
+
+bool fetchRedisEntry(const std::string &address, const std::string &to, const std::string &key,
+                     bool logCache) {
+  if (readManifest(to, key, false))
+    return true;
+  std::lock_guard<std::mutex> hold(redisLock());
+  jit::RedisCache &redis = jit::redisCache(address);
+  if (!redis.alive())
+    return false;
+  // A file and its checksum, checked: a damaged or foreign value is a miss.
+  auto fetch = [&](const fs::path &rel) -> std::optional<std::string> {
+    std::optional<std::string> bytes = redis.get(redisKey(key, rel, false));
+    std::optional<std::string> sum = redis.get(redisKey(key, rel, true));
+    if (!bytes || !sum || sha256Hex(*bytes) != *sum)
+      return std::nullopt;
+    return bytes;
+  };
+  const fs::path manifestRel = manifestPath(to, key).lexically_relative(to);
+  std::optional<std::string> text = fetch(manifestRel);
+  std::optional<ManifestEntry> e = text ? parseManifest(*text) : std::nullopt;
+  if (!e) {
+    if (logCache && redis.alive())
+      logBlock("cache", "miss " + key + " (remote redis://" + address + ")\n");
+    return false;
+  }
+  std::vector<std::string> files{e->libraryPath};
+  files.insert(files.end(), e->cubinPaths.begin(), e->cubinPaths.end());
+  try {
+    for (const std::string &rel : files) {
+      fs::path r(rel);
+      if (r.is_absolute() || r.empty() || *r.begin() == "..")
+        return false;
+      std::optional<std::string> bytes = fetch(r);
+      if (!bytes)
+        return false;
+      fs::path dst = fs::path(to) / r;
+      fs::create_directories(dst.parent_path());
+      if (jit::storeEntry(to, dst, jit::checksumPath(dst), *bytes) != dst)
+        return false;
+    }
+    // The manifest last: a reader that finds it finds the files it names.
+    fs::path dst = fs::path(to) / manifestRel;
+    fs::create_directories(dst.parent_path());
+    if (jit::storeEntry(to, dst, jit::checksumPath(dst), *text) != dst)
+      return false;
+  } catch (const std::exception &ex) {
+    if (logCache)
+      logBlock("cache", "not copied " + key + " from redis://" + address + ": " + ex.what() +
+                            "\n");
+    return false;
+  }
+  if (logCache)
+    logBlock("cache", "copied " + key + " from remote redis://" + address + " to " + to + "\n");
+  return readManifest(to, key, false).has_value();
+}
+
+void storeRedisEntry(const std::string &from, const std::string &address, const std::string &key,
+                     bool logCache) {
+  std::optional<ManifestEntry> e = readManifest(from, key, false);
+  if (!e)
+    return;
+  std::lock_guard<std::mutex> hold(redisLock());
+  jit::RedisCache &redis = jit::redisCache(address);
+  if (!redis.alive())
+    return;
+  std::vector<fs::path> files{e->libraryPath};
+  files.insert(files.end(), e->cubinPaths.begin(), e->cubinPaths.end());
+  files.push_back(manifestPath(from, key)); // last
+  for (const fs::path &file : files) {
+    fs::path rel = file.lexically_relative(from);
+    if (rel.empty() || *rel.begin() == "..")
+      return;
+    std::string bytes = jit::readFile(file);
+    if (!redis.set(redisKey(key, rel, false), bytes) ||
+        !redis.set(redisKey(key, rel, true), sha256Hex(bytes)))
+      return;
+  }
+  if (logCache)
+    logBlock("cache", "stored " + key + " in remote redis://" + address + "\n");
 }
 
 } // namespace braze

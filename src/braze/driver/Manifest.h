@@ -57,6 +57,16 @@ void writeManifest(const std::string &cacheDir, const std::string &key, const Ma
 bool copyEntry(const std::string &from, const std::string &to, const std::string &key,
                bool logCache);
 
+/// The shared cache in Redis (BRAZE_REMOTE_CACHE=redis://host:port): copies the entry stored
+/// under `key` at `address` into the local cache `to` (every file with its checksum, checked;
+/// the manifest last), unless `to` has it already: whether `to` now has it. A server that does
+/// not answer is said once and left alone for the rest of the process (jit::RedisCache).
+bool fetchRedisEntry(const std::string &address, const std::string &to, const std::string &key,
+                     bool logCache);
+/// Stores the local entry under `key` in cache `from` at the Redis server `address`.
+void storeRedisEntry(const std::string &from, const std::string &address, const std::string &key,
+                     bool logCache);
+
 /// The entry as text and back (exposed for the tests): nothing when `text` is not a whole
 /// entry.
 std::string manifestText(const ManifestEntry &e);

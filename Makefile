@@ -17,13 +17,16 @@ $(STAMP): Makefile
 	# The shared-cache tests start a Redis server of their own (they skip without one).
 	@command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server) \
 	    || echo "no redis-server: the Redis cache test will be skipped"
+	# The compile report's test opens it in a headless browser (it skips without one).
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y \
+	    --no-install-recommends chromium) || echo "no chromium: the report's browser test will be skipped"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	# Every version pinned to the one tested (an unpinned package changes under CI).
 	$(PIP) install -q numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0 nanobind==3.1.0 \
 	    scikit-build-core==1.1.2 cmake==4.4.4 ninja==1.13.2 scipy-openblas64==0.3.34.481.3 \
-	    transformers==5.23.0 pytest-xdist==3.8.0 execnet==2.1.2
+	    transformers==5.23.0 pytest-xdist==3.8.0 execnet==2.1.2 tlparse==0.4.3
 	# oneDNN's GNU OpenMP build: CPU convolutions (it shares PyTorch's libgomp thread pool).
 	$(PIP) install -q onednn-cpu-gomp==2023.2.0
 	# NVRTC alone (no GPU needed): the tests compile braze's generated CUDA code with it.

@@ -107,3 +107,52 @@ def test_braze_report_writes_a_page_at_exit(tmp_path):
     page, text = _parse(str(tmp_path / pages[0]))
     _check_links(page)
     assert "graph-1" in page.ids
+
+
+def test_the_report_in_a_headless_browser(tmp_path):
+    """Debian's chromium, headless (the Makefile installs it): the DOM it builds from the page
+    has every section, and it renders a screenshot."""
+    import shutil
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium on PATH")
+    torch._dynamo.reset()
+    g = torch.compile(lambda a, b: torch.softmax(torch.ceil(a) + torch.floor(b), -1) * 3,
+                      backend="braze", options={"report": str(tmp_path)})
+    g(torch.randn(4, 8), torch.randn(4, 8))
+    path = braze.write_report(str(tmp_path / "seed.html"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", f"file://{path}"],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for needle in ("<h1>braze compile report</h1>", 'id="contents"', 'id="summary"',
+                   "<svg", "kernel0", "Compile split"):
+        assert needle in dom.stdout, needle
+    shot = tmp_path / "page.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1400,2000",
+                    f"file://{path}"], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10000
+
+
+def test_tlparse_shows_braze_code_next_to_dynamo_graphs(tmp_path):
+    """Each partition's source goes to torch's structured trace (TORCH_TRACE): tlparse lists it
+    as braze_output_code beside Dynamo's graphs."""
+    import glob
+    import shutil
+    tlparse = shutil.which("tlparse") or os.path.join(os.path.dirname(sys.executable), "tlparse")
+    if not os.path.exists(tlparse):
+        pytest.skip("no tlparse")
+    script = ("import torch, braze\n"
+              "f = torch.compile(lambda a: torch.tanh(a * 3).sum(-1), backend='braze')\n"
+              "f(torch.randn(4, 8))\n")
+    env = dict(os.environ, TORCH_TRACE=str(tmp_path / "trace"))
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    logs = glob.glob(str(tmp_path / "trace" / "*.log"))
+    assert logs
+    subprocess.run([tlparse, logs[0], "-o", str(tmp_path / "out"), "--no-browser"], check=True,
+                   capture_output=True, timeout=120)
+    found = glob.glob(str(tmp_path / "out" / "**" / "braze_output_code_*.txt"), recursive=True)
+    assert found and "static void kernel0(" in open(found[0]).read()
+    assert "braze_output_code" in open(tmp_path / "out" / "index.html").read()
+    assert glob.glob(str(tmp_path / "out" / "**" / "dynamo_output_graph_*.txt"), recursive=True)

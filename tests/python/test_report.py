@@ -94,6 +94,23 @@ def test_the_report_of_a_language_model(tmp_path):
     sections = [i for i in page.ids if i.startswith("graph-") and i.count("-") == 1]
     assert len(sections) >= braze.counters()["graphs"] - before >= 1
     assert "none: braze compiled every op." in text
+    dom = _browser_dom(path, tmp_path)
+    if dom is not None:
+        assert all(f'id="{s}"' in dom for s in sections) and "<svg" in dom
+
+
+def _browser_dom(path, tmp_path):
+    """The DOM headless chromium builds from the page at `path`, or None without chromium."""
+    import shutil
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        return None
+    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                          "--dump-dom", f"file://{path}"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
 
 
 def test_braze_report_writes_a_page_at_exit(tmp_path):

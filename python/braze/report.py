@@ -91,6 +91,8 @@ def partition(staged, compiled):
 def note(kind, text):
     """A fallback, recompile or CUDA-graph decision, filed under the graph being compiled."""
     record = _current.get()
+    if record is None and directory() is None:
+        return  # no report is being written: nothing is kept
     with _lock:
         (record["notes"] if record is not None else _process_notes).append((kind, text))
 

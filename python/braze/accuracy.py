@@ -135,6 +135,7 @@ class Checker:
         self.kernel_source = kernel_source
         self.reported = False
         self.calls = 0
+        self.schedule = None  # the partition's own printed schedule
 
     def check(self, args, outs):
         if self.reported:
@@ -190,17 +191,34 @@ class Checker:
                 "element": at, "braze": float(got[at]), "float64": float(ref.values[node][at]),
                 "eager": float(eager.values[node][at]),
                 "kernel": kernel, "code": _kernel_code(source, kernel),
+                # In the partition's own compile: the kernel that stores the node's value, or
+                # None where it is computed inside another kernel without being stored.
+                "partition_kernel": _kernel_of(self.schedule or "", node.name),
             }
         return {"node": None, "why": "no single node diverges when every node is stored: the "
                                      "divergence comes from how the partition's nodes fuse"}
 
 
-def checker(gm, opts, device, source):
-    """A Checker for partition `gm` compiled for `device` (None: the CPU)."""
+def schedule_of(graph, opts, device):
+    """The printed schedule of braze graph `graph` when the checker is on (call before compile
+    consumes it): where the partition's own kernels store each value."""
+    if not enabled(opts):
+        return None
+    try:
+        return graph.print_stage("schedule", device is not None)
+    except Exception:
+        return None
+
+
+def checker(gm, opts, device, source, schedule=None):
+    """A Checker for partition `gm` compiled for `device` (None: the CPU); `schedule` is the
+    partition's own printed schedule (schedule_of)."""
     minify = None
     if _minifying(opts) and device is None:
         minify = lambda args, name: _write_reproducer(gm, args, name, opts)  # noqa: E731
-    return Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source, minify)
+    c = Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source, minify)
+    c.schedule = schedule
+    return c
 
 
 def _subgraph(gm, node, depth):
@@ -369,7 +387,9 @@ def _record(report):
                 f"{report['error']:.3g}, bound {report['bound']:.3g}); first diverging node "
                 f"{report['node']} ({report['op']}) at {report['source']}: element "
                 f"{report['element']} is {report['braze']!r}, float64 {report['float64']!r}, "
-                f"eager {report['eager']!r}; computed by {report['kernel']}")
+                f"eager {report['eager']!r}; computed by {report['kernel']} of the checking "
+                f"compile (in the partition's own: "
+                f"{report.get('partition_kernel') or 'fused, not stored'})")
     else:
         text = (f"braze accuracy: output {report['output']} diverges (error "
                 f"{report['error']:.3g}, bound {report['bound']:.3g}); {report.get('why')}")

@@ -400,6 +400,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
     staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
+    own = accuracy.schedule_of(t.g, opts, device) if args is None else None
     if device is None:
         cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
         compiled = t.g.compile(opts.log, opts.fuse, blas,
@@ -428,7 +429,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
                         output_layouts=output_layouts, recompile=recompile,
                         strict=_strict(opts), bases=len(bases), carried=carried)
     if accuracy.enabled(opts) and args is None:
-        graph.checker = accuracy.checker(gm, opts, device, compiled.source)
+        graph.checker = accuracy.checker(gm, opts, device, compiled.source, own)
     return graph, isinstance(outputs, (tuple, list))
 
 

@@ -54,6 +54,7 @@ def test_a_planted_wrong_value_is_named(monkeypatch):
     assert abs(r["braze"] - r["float64"] - 1 / 64) < 1e-4
     assert abs(r["eager"] - r["float64"]) < 1e-5
     assert r["kernel"].startswith("kernel") and "0.015625f" in r["code"]
+    assert r["partition_kernel"] is None or r["partition_kernel"].startswith("kernel")
     assert "gelu" in said[0] and r["kernel"] in said[0]
 
 

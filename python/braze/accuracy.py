@@ -395,6 +395,5 @@ def _record(report):
                 f"{report['error']:.3g}, bound {report['bound']:.3g}); {report.get('why')}")
     warnings.warn(text)
     from braze import _C
-    if "accuracy" in (os.environ.get("BRAZE_LOG") or "").split(","):
+    if _C.log_accuracy_from_environment():
         print(f"===== braze: accuracy =====\n{text}\n{report.get('code', '')}", file=sys.stderr)
-    del _C

@@ -145,3 +145,12 @@ def test_braze_opt_run_names_a_missing_input_and_a_bad_file(tmp_path):
     run = subprocess.run([_braze_opt(), str(graph), f"--run={good}"], capture_output=True,
                          text=True)
     assert run.returncode == 0 and "output 0: [3]: ok" in run.stdout
+
+
+def test_braze_log_accuracy_prints_the_report_with_its_kernel(monkeypatch, capfd):
+    monkeypatch.setenv("BRAZE_LOG", "accuracy")
+    torch.manual_seed(6)
+    _, reports, _ = _run(Block().eval(), torch.randn(2, 8, 64), monkeypatch, perturb="gelu")
+    err = capfd.readouterr().err
+    assert len(reports) == 1 and "===== braze: accuracy =====" in err
+    assert "0.015625f" in err  # the kernel's code follows the report

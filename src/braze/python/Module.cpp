@@ -778,4 +778,6 @@ NB_MODULE(_C, m) {
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::CompileTime); });
   m.def("log_cudagraphs_from_environment",
         []() { return CompileOptions::fromEnvironment().log.has(LogStage::CudaGraphs); });
+  m.def("log_accuracy_from_environment",
+        []() { return CompileOptions::fromEnvironment().log.has(LogStage::Accuracy); });
 }

@@ -14,7 +14,7 @@ LogSet LogSet::parse(std::string_view spec) {
                 {"loops", LogStage::Loops},       {"schedule", LogStage::Schedule},
                 {"output_code", LogStage::OutputCode}, {"cache", LogStage::Cache},
                 {"fallback", LogStage::Fallback}, {"cudagraphs", LogStage::CudaGraphs},
-                {"compile_time", LogStage::CompileTime}};
+                {"compile_time", LogStage::CompileTime}, {"accuracy", LogStage::Accuracy}};
   LogSet set;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -40,7 +40,7 @@ LogSet LogSet::parse(std::string_view spec) {
         BRAZE_USER_ERROR("BRAZE_LOG", "")
             << "unknown stage '" << name
             << "'; expected graph, decomposed, loops, schedule, output_code, cache, fallback, "
-               "cudagraphs, compile_time or all";
+               "cudagraphs, compile_time, accuracy or all";
     }
     pos = end + 1;
   }

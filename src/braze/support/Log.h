@@ -17,6 +17,7 @@ enum class LogStage : uint32_t {
   Fallback = 1u << 6,   ///< ops that fell back to eager (printed by the Python layer)
   CudaGraphs = 1u << 7, ///< which graphs are replayed as CUDA graphs, and why not (Python layer)
   CompileTime = 1u << 8, ///< where each graph's compile spent its time (Python layer)
+  Accuracy = 1u << 9,   ///< the accuracy checker's reports, with the kernel (Python layer)
 };
 
 class LogSet {

@@ -133,6 +133,17 @@ def test_braze_opt_run_names_a_missing_input_and_a_bad_file(tmp_path):
     run = subprocess.run([_braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
                          text=True)
     assert run.returncode == 1 and "malformed safetensors header" in run.stderr
+    import struct
+    for header, said in ((b'{"x":{"dtype":"F32","shape":[99999999999999999999],'
+                          b'"data_offsets":[0,4]}}', "an integer out of range"),
+                         (b'{"x":{"dtype":"F32","shape":[4294967296,4294967296],'
+                          b'"data_offsets":[0,4]}}', "larger than any file"),
+                         (b'{"x":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}',
+                          "unknown safetensors dtype")):
+        bad.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+        run = subprocess.run([_braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
+                             text=True)
+        assert run.returncode == 1 and said in run.stderr, run.stderr
     from braze.package import _write_safetensors
     empty = tmp_path / "empty.safetensors"
     _write_safetensors(str(empty), [("other", torch.ones(3))])

@@ -154,6 +154,10 @@ def _flip(file, at):
      "does not fit the weights file"),
     (lambda p: _rewrite_manifest(p, lambda ls: ls + ["device cuda"]), "device cuda"),
     (lambda p: _rewrite_manifest(p, lambda ls: ls + ["gibberish 1 2"]), "unknown record"),
+    (lambda p: _rewrite_manifest(p, lambda ls: [l.replace("input fc1.weight f32 2 32 16",
+                                                          "input fc1.weight f32 2 4294967296 "
+                                                          "4294967296") for l in ls]),
+     "a size no file holds"),
 ])
 @cpu
 def test_a_damaged_package_is_an_error(mlp_package, tmp_path, damage, message):

@@ -260,6 +260,8 @@ std::shared_ptr<Package> Package::load(const std::string &path) {
     for (const PackageDim &d : t.shape) {
       if (!d.symbol.empty())
         throw fail("weight " + t.name + " has a symbolic size");
+      if (d.value < 0 || (d.value > 0 && n > (int64_t(1) << 56) / d.value))
+        throw fail("weight " + t.name + " has a size no file holds");
       n *= d.value;
     }
     int64_t bytes = n * static_cast<int64_t>(elementBytes(packageDType(t.dtype)));

@@ -3,6 +3,8 @@
 #include "braze/runtime/Executable.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -51,7 +53,11 @@ public:
       ++at_;
     if (start == at_ || (s_[start] == '-' && start + 1 == at_))
       fail("expected an integer");
-    return std::stoll(s_.substr(start, at_ - start));
+    errno = 0;
+    long long v = std::strtoll(s_.substr(start, at_ - start).c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      fail("an integer out of range");
+    return v;
   }
   std::vector<int64_t> integers() {
     std::vector<int64_t> out;
@@ -180,6 +186,8 @@ SafetensorsFile readSafetensors(const std::string &path) {
         for (int64_t d : t.shape) {
           if (d < 0)
             j.fail("tensor '" + name + "' has a negative dim");
+          if (d > 0 && count > (int64_t(1) << 56) / d)
+            j.fail("tensor '" + name + "' is larger than any file");
           count *= d;
         }
         const int64_t size = count * ((t.dtype.bits * t.dtype.lanes + 7) / 8);

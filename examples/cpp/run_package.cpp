@@ -115,9 +115,12 @@ int main(int argc, char **argv) {
     std::shared_ptr<Package> pkg = Package::load(pkgDir);
     double loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                               start).count();
-    std::printf("%s: loaded in %.1f ms (format %d, %zu inputs, %zu outputs)\n", pkgDir.c_str(),
-                loadMs, pkg->formatVersion(), pkg->signature().inputs.size(),
-                pkg->signature().outputs.size());
+    braze::runtime::RuntimeFile runtime = braze::runtime::runtimeFile();
+    std::printf("%s: loaded in %.1f ms (format %d, %zu inputs, %zu outputs; the runtime is in "
+                "%s, %lld bytes)\n",
+                pkgDir.c_str(), loadMs, pkg->formatVersion(), pkg->signature().inputs.size(),
+                pkg->signature().outputs.size(), runtime.path.c_str(),
+                static_cast<long long>(runtime.bytes));
     std::ifstream cases(casesPath);
     if (!cases)
       throw std::runtime_error("cannot read " + casesPath);

@@ -103,6 +103,18 @@ DLDataType packageDType(const std::string &name) {
   throw RunError("unknown dtype '" + name + "'");
 }
 
+RuntimeFile runtimeFile() {
+  RuntimeFile f;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void *>(&runtimeFile), &info) && info.dli_fname) {
+    f.path = info.dli_fname;
+    std::ifstream in(f.path, std::ios::binary | std::ios::ate);
+    if (in)
+      f.bytes = static_cast<int64_t>(in.tellg());
+  }
+  return f;
+}
+
 std::vector<std::string> cpuFeatures() {
   std::vector<std::string> out;
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -112,6 +112,14 @@ private:
   size_t weightBytes_ = 0;
 };
 
+/// Where braze's runtime lives in this process and its size: the file holding this code (the
+/// program when braze::runtime is linked statically, else the shared object), and its bytes.
+struct RuntimeFile {
+  std::string path;
+  int64_t bytes = 0;
+};
+RuntimeFile runtimeFile();
+
 /// The CPU features of this machine among those a package records (isa), by their GCC names.
 std::vector<std::string> cpuFeatures();
 

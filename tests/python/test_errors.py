@@ -120,13 +120,20 @@ _SHARED_SCRIPT = (
     "c = braze.counters(); print(c['cache_hits'], c['cache_misses'])\n")
 
 
-def _run_with_caches(local, remote):
+def _run_with_caches(local, remote, install=None):
+    """The shared-cache script in a new process; with `install`, a folder holding another copy
+    of the braze package, imported from there."""
     import os
     import subprocess
     import sys
     env = dict(os.environ, BRAZE_CACHE_DIR=str(local), BRAZE_REMOTE_CACHE=remote,
                BRAZE_LOG="cache")
-    return subprocess.run([sys.executable, "-c", _SHARED_SCRIPT], env=env, capture_output=True,
+    script = _SHARED_SCRIPT
+    if install is not None:
+        env["PYTHONPATH"] = str(install) + os.pathsep + env.get("PYTHONPATH", "")
+        script = (f"import braze; assert braze.__file__.startswith({str(install)!r}), "
+                  f"braze.__file__\n" + script)
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True)
 
 
@@ -210,10 +217,15 @@ def test_a_redis_cache_serves_a_process_with_an_empty_local_cache(tmp_path):
     in Redis; a second one, with an empty local cache of its own, compiles nothing (a cache hit
     copied from the server). A damaged value in Redis is a miss, and a server killed before a
     process starts costs one timeout, said once: the process compiles and is right."""
+    import os
+    import shutil
     redis = _Redis(tmp_path)
+    # The second process runs another install of braze, in another directory.
+    other = tmp_path / "other-install"
+    shutil.copytree(os.path.dirname(braze.__file__), other / "braze")
     try:
         first = _run_with_caches(tmp_path / "a", redis.url())
-        second = _run_with_caches(tmp_path / "b", redis.url())
+        second = _run_with_caches(tmp_path / "b", redis.url(), install=other)
         assert first.stdout.split() == ["0", "1"], first.stderr
         assert "stored" in first.stderr and "in remote redis://" in first.stderr
         assert second.stdout.split() == ["1", "0"], second.stderr

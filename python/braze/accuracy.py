@@ -27,7 +27,6 @@ producers one level at a time, until a graph diverges; its folder is in the repo
 BRAZE_TEST_PERTURB=<FX node name> is a test hook: braze adds 1/64 to that node's value, a
 planted wrong answer for the checker's tests."""
 import os
-import re
 import sys
 import threading
 import warnings
@@ -128,23 +127,21 @@ def _diverges(got, ref, eager):
 class Checker:
     """Checks each call of one compiled partition (see the module docstring)."""
 
-    def __init__(self, gm, compile_all_nodes, kernel_source, minify=None):
+    def __init__(self, gm, compile_all_nodes, schedule=None, minify=None):
         self.gm = gm
+        # args -> (run(args) -> values, nodes, source, schedule): see _compile_all_nodes
+        self.compile_all_nodes = compile_all_nodes
+        self.schedule = schedule  # the partition's own printed schedule, or None
         self.minify = minify  # (args, node name) -> the reproducer's folder, or None
-        self.compile_all_nodes = compile_all_nodes  # args -> (run(inputs) -> values, nodes, code)
-        self.kernel_source = kernel_source
         self.reported = False
-        self.calls = 0
-        self.schedule = None  # the partition's own printed schedule
 
     def check(self, args, outs):
         if self.reported:
             return
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return
-        self.calls += 1
         try:
-            ref = _Recorder(self.gm, True).run(*[_upcast(a) for a in args])
+            ref = _Recorder(self.gm, True).run(*args)
             eager = self.gm.forward(*args)
         except Exception:  # a graph eager cannot run in float64 (a dtype-specific kernel)
             return
@@ -174,7 +171,7 @@ class Checker:
         except Exception as e:
             return {"node": None, "why": f"the checking compile failed: {type(e).__name__}: {e}"}
         ref = _Recorder(self.gm, True)
-        ref.run(*[_upcast(a) for a in args])
+        ref.run(*args)
         eager = _Recorder(self.gm, False)
         eager.run(*args)
         for k, (node, got) in enumerate(zip(nodes, values)):
@@ -185,12 +182,13 @@ class Checker:
             at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
             kernel = _kernel_of(schedule, f"out{k}")
             from braze.package import _where
+            from braze.report import kernel_code
             return {
                 "node": node.name, "op": str(node.target), "source": _where(node),
                 "node_error": err, "node_bound": bound, "node_eager_error": eager_err,
                 "element": at, "braze": float(got[at]), "float64": float(ref.values[node][at]),
                 "eager": float(eager.values[node][at]),
-                "kernel": kernel, "code": _kernel_code(source, kernel),
+                "kernel": kernel, "code": kernel_code(source, kernel) if kernel else "",
                 # In the partition's own compile: the kernel that stores the node's value, or
                 # None where it is computed inside another kernel without being stored.
                 "partition_kernel": _kernel_of(self.schedule or "", node.name),
@@ -210,15 +208,13 @@ def schedule_of(graph, opts, device):
         return None
 
 
-def checker(gm, opts, device, source, schedule=None):
+def checker(gm, opts, device, schedule=None):
     """A Checker for partition `gm` compiled for `device` (None: the CPU); `schedule` is the
     partition's own printed schedule (schedule_of)."""
     minify = None
     if _minifying(opts) and device is None:
         minify = lambda args, name: _write_reproducer(gm, args, name, opts)  # noqa: E731
-    c = Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), source, minify)
-    c.schedule = schedule
-    return c
+    return Checker(gm, lambda args: _compile_all_nodes(gm, opts, device, args), schedule, minify)
 
 
 def _subgraph(gm, node, depth):
@@ -275,8 +271,7 @@ def _write_reproducer(gm, args, name, opts):
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         t.g.output([t.values[out]], [[]])
         text = t.g.print()
-        blas = cpu_support.blas_library() if opts.blas else None
-        compiled = t.g.compile(None, opts.fuse, blas)
+        compiled = cpu_support.compile_graph(t.g, opts)
         got = compiled.run([x.contiguous() for x in inputs])[0]
         ref = sub(*[_upcast(x) for x in inputs])
         want_eager = sub(*inputs)
@@ -336,19 +331,15 @@ def _compile_all_nodes(gm, opts, device, args):
     if t.seed is not None:
         raise Unsupported("random ops")
     t.g.output([t.values[n] for n in nodes], [[] for _ in nodes])
-    cuda = device is not None
-    schedule = t.g.print_stage("schedule", cuda)
-    blas = cpu_support.blas_library() if opts.blas else None
+    schedule = t.g.print_stage("schedule", device is not None)
     specs = [(tuple(v.shape), tuple(v.stride())) for v in
              [args[i] for i in positions] + constants]
     dtypes = [n.meta["val"].dtype for n in nodes]
-    if not cuda:
-        compiled = t.g.compile(None, opts.fuse, blas,
-                               dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
-                               one_dnn_half=cpu_support.one_dnn_half())
+    if device is None:
+        compiled = cpu_support.compile_graph(t.g, opts)
         graph = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
-        compiled = t.g.compile(None, opts.fuse, blas, cuda_support.compile_options(device.index))
+        compiled = cuda_support.compile_graph(t.g, opts, device)
         graph = cuda_support.CudaGraph(compiled, device, specs, dtypes, True)
 
     def run(call_args):
@@ -357,23 +348,9 @@ def _compile_all_nodes(gm, opts, device, args):
 
 
 def _kernel_of(schedule, buffer):
-    """The kernel of a printed schedule that writes `%buffer[`."""
-    current = None
-    for line in schedule.splitlines():
-        m = re.match(r"(kernel\d+)\b", line)
-        if m:
-            current = m.group(1)
-        elif current and re.search(rf"%{re.escape(buffer)}\[[^\]]*\] = ", line):
-            return current
-    return None
-
-
-def _kernel_code(source, kernel):
-    if kernel is None:
-        return ""
-    m = re.search(rf"^(static void|extern \"C\" __global__ void[^\n]*?) ?{kernel}\(.*?^}}\n",
-                  source, re.S | re.M)
-    return m.group(0) if m else ""
+    """The kernel of a printed schedule that writes `%buffer[`, or None."""
+    from braze.report import schedule_kernels
+    return next((k for k, stored in schedule_kernels(schedule) if buffer in stored), None)
 
 
 def _record(report):

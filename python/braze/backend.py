@@ -395,20 +395,16 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
         with _state.lock:
             _record_source(source)
         return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
-    blas = cpu_support.blas_library() if opts.blas else None
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
     staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
     own = accuracy.schedule_of(t.g, opts, device) if args is None else None
     if device is None:
-        cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
-        compiled = t.g.compile(opts.log, opts.fuse, blas,
-                               dnnl=cpu_support.dnnl_library() if opts.dnnl else None,
-                               one_dnn_half=cpu_support.one_dnn_half())
+        compiled = cpu_support.compile_graph(t.g, opts, opts.log)
         run = cpu_support.CpuGraph(compiled, specs, dtypes)
     else:
-        compiled = t.g.compile(opts.log, opts.fuse, blas, cuda_support.compile_options(device.index))
+        compiled = cuda_support.compile_graph(t.g, opts, device, opts.log)
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
                                      opts.sync_index_checks())
     report.partition(staged, compiled)
@@ -429,7 +425,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
                         output_layouts=output_layouts, recompile=recompile,
                         strict=_strict(opts), bases=len(bases), carried=carried)
     if accuracy.enabled(opts) and args is None:
-        graph.checker = accuracy.checker(gm, opts, device, compiled.source, own)
+        graph.checker = accuracy.checker(gm, opts, device, own)
     return graph, isinstance(outputs, (tuple, list))
 
 
@@ -562,22 +558,8 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
             raise
         _log_fallback(f"attention lengths or masks left as they are: {type(e).__name__}: {e}")
     host_sizes = sizes.hoist(gm)
-    unsupported = {}
     support_start = time.perf_counter()
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
-            # Picks one result of a multi-output op: supported exactly when that op is.
-            src = node.args[0]
-            if src in unsupported:
-                unsupported[node] = f"result of unsupported {src.name}"
-            continue
-        if node in host_sizes:
-            continue
-        ok, why = support.node_support(node, device)
-        if not ok:
-            unsupported[node] = why
+    unsupported = support.unsupported_nodes(gm, device, skip=set(host_sizes))
     # Sizes are host arithmetic: a graph compiled whole reads them from its meta values; a
     # partitioned one, or one that returns a size, computes them in its eager part.
     if unsupported or any(u.op == "output" for n in host_sizes for u in n.users):

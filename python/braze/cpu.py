@@ -130,6 +130,15 @@ def say_missing_libraries(blas, dnnl):
             missing_library_notice(which)
 
 
+def compile_graph(g, opts, log=None):
+    """Compiles braze graph `g` for the CPU as Options `opts` ask: matrix products through BLAS
+    and convolutions through oneDNN where those are on and installed (a missing one is said
+    once), half precision rounded as this machine's eager kernels round it."""
+    say_missing_libraries(opts.blas, opts.dnnl)
+    return g.compile(log, opts.fuse, blas_library() if opts.blas else None,
+                     dnnl=dnnl_library() if opts.dnnl else None, one_dnn_half=one_dnn_half())
+
+
 @functools.lru_cache(maxsize=None)
 def one_dnn_half():
     """The half-precision dtypes PyTorch's CPU kernels run through oneDNN on this machine

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from braze import _C
-from braze.cpu import outputs_into
+from braze.cpu import blas_library, outputs_into
 
 
 def _library_dirs():
@@ -130,6 +130,12 @@ def compile_options(index):
 
 
 @functools.lru_cache(maxsize=None)
+def compile_graph(g, opts, device, log=None):
+    """Compiles braze graph `g` for CUDA `device` as Options `opts` ask."""
+    return g.compile(log, opts.fuse, blas_library() if opts.blas else None,
+                     compile_options(device.index))
+
+
 def nvrtc_load_error(path):
     """None when the NVRTC library at `path` loads, else why not (it is missing, is not a
     shared library, or lacks an entry point)."""

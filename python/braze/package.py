@@ -132,17 +132,12 @@ def _drop_asserts(gm):
 
 
 def _unsupported(gm):
-    """{node: reason} of every op braze cannot compile in gm."""
-    out = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or sizes.is_size(node):
-            continue
-        if node.target.__module__ == "_operator" and node.target.__name__ == "getitem":
-            continue  # picks one result of an op: supported when the op is
-        ok, why = support.node_support(node, None)
-        if not ok:
-            out[node] = why
-    return out
+    """{node: reason} of every op braze cannot compile in gm (a getitem of one is left out: the
+    op itself is listed)."""
+    import operator
+    found = support.unsupported_nodes(gm, None,
+                                      skip={n for n in gm.graph.nodes if sizes.is_size(n)})
+    return {n: why for n, why in found.items() if n.target is not operator.getitem}
 
 
 def _bound(value, default):
@@ -239,15 +234,13 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
     t.g.output([t.values[o] for o in flat], [[] for _ in flat])
     if t.seed is not None:
         raise ExportError("the model draws random numbers, which a package cannot do yet")
-    blas = cpu_support.blas_library() if opts.blas else None
-    dnnl = cpu_support.dnnl_library() if opts.dnnl else None
-    cpu_support.say_missing_libraries(opts.blas, opts.dnnl)
     try:
-        compiled = t.g.compile(opts.log, opts.fuse, blas, dnnl=dnnl,
-                               one_dnn_half=cpu_support.one_dnn_half())
+        compiled = cpu_support.compile_graph(t.g, opts, opts.log)
     except _C.CompileError as e:
         raise ExportError(f"braze cannot compile the model: {e}") from e
-    _write_package(path, compiled, inputs, flat, ep, [blas, dnnl], bundle_libraries)
+    vendors = [cpu_support.blas_library() if opts.blas else None,
+               cpu_support.dnnl_library() if opts.dnnl else None]
+    _write_package(path, compiled, inputs, flat, ep, vendors, bundle_libraries)
     return path
 
 

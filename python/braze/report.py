@@ -126,8 +126,8 @@ def _esc(x):
     return html.escape(str(x))
 
 
-def _kernels(schedule):
-    """(kernel name, [values it stores]) of a printed schedule."""
+def schedule_kernels(schedule):
+    """(kernel name, [values it stores]) of a printed schedule, in launch order."""
     out = []
     for line in schedule.splitlines():
         m = re.match(r"(kernel\d+)\b", line)
@@ -161,7 +161,8 @@ def _fusion_svg(kernels):
     return "".join(parts)
 
 
-def _kernel_code(source, name):
+def kernel_code(source, name):
+    """The function of kernel `name` in a generated source (CPU or CUDA), or ""."""
     m = re.search(rf"^(static void|extern \"C\" __global__ void[^\n]*?) ?{name}\(.*?^}}\n",
                   source, re.S | re.M)
     return m.group(0) if m else ""
@@ -205,7 +206,7 @@ def render():
         out.append(f"<h3 id='graph-{n}-partitions'>Partitions</h3>")
         for p, part in enumerate(g["partitions"]):
             anchor = f"graph-{n}-p{p}"
-            kernels = _kernels(part["stages"].get("schedule", ""))
+            kernels = schedule_kernels(part["stages"].get("schedule", ""))
             out.append(f"<h4 id='{anchor}'>partition {p}: {part['kernels']} kernels, cache "
                        f"{'hit' if part['cache_hit'] else 'miss'}</h4>")
             out.append(f"<div id='{anchor}-fusion'>{_fusion_svg(kernels)}</div>")
@@ -213,7 +214,7 @@ def render():
                 out.append(f"<details id='{anchor}-{stage}'><summary>after the {stage} stage"
                            f"</summary><pre>{_esc(part['stages'].get(stage, ''))}</pre></details>")
             for name, values in kernels:
-                code = _kernel_code(part["source"], name)
+                code = kernel_code(part["source"], name)
                 out.append(f"<details id='{anchor}-{name}'><summary>{name}: "
                            f"{_esc(', '.join('%' + v for v in values))}</summary>"
                            f"<pre>{_esc(code or '(deferred or a library call)')}</pre></details>")

@@ -126,6 +126,27 @@ def node_support(node, device=None):
     return result
 
 
+def unsupported_nodes(gm, device=None, skip=()):
+    """{node: reason} of gm's call_function nodes braze cannot compile for `device` (None: the
+    CPU), nodes in `skip` aside. A getitem, which picks one result of a multi-output op, is
+    supported exactly when that op is."""
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            src = node.args[0]
+            if src in out:
+                out[node] = f"result of unsupported {src.name}"
+            continue
+        if node in skip:
+            continue
+        ok, why = node_support(node, device)
+        if not ok:
+            out[node] = why
+    return out
+
+
 def try_node(node, device=None, trial=False):
     """Translates `node` alone into a braze graph, whose builder checks what each op takes,
     and asks braze whether it compiles that graph for `device` (braze::supports, which does

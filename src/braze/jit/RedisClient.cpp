@@ -96,36 +96,34 @@ bool RedisCache::sendAll(const std::string &data) {
   return true;
 }
 
-bool RedisCache::readExactly(size_t n, std::string &out) {
-  while (buffer_.size() < n) {
-    char chunk[65536];
-    ssize_t got = ::recv(fd_, chunk, sizeof chunk, 0);
-    if (got <= 0) {
-      fail(got == 0 ? "the connection closed" : std::strerror(errno));
-      return false;
-    }
-    buffer_.append(chunk, static_cast<size_t>(got));
+bool RedisCache::receive() {
+  char chunk[65536];
+  ssize_t got = ::recv(fd_, chunk, sizeof chunk, 0);
+  if (got <= 0) {
+    fail(got == 0 ? "the connection closed" : std::strerror(errno));
+    return false;
   }
+  buffer_.append(chunk, static_cast<size_t>(got));
+  return true;
+}
+
+bool RedisCache::readExactly(size_t n, std::string &out) {
+  while (buffer_.size() < n)
+    if (!receive())
+      return false;
   out = buffer_.substr(0, n);
   buffer_.erase(0, n);
   return true;
 }
 
 bool RedisCache::readLine(std::string &line) {
-  for (;;) {
-    if (size_t end = buffer_.find("\r\n"); end != std::string::npos) {
-      line = buffer_.substr(0, end);
-      buffer_.erase(0, end + 2);
-      return true;
-    }
-    char chunk[4096];
-    ssize_t got = ::recv(fd_, chunk, sizeof chunk, 0);
-    if (got <= 0) {
-      fail(got == 0 ? "the connection closed" : std::strerror(errno));
+  size_t end;
+  while ((end = buffer_.find("\r\n")) == std::string::npos)
+    if (!receive())
       return false;
-    }
-    buffer_.append(chunk, static_cast<size_t>(got));
-  }
+  line = buffer_.substr(0, end);
+  buffer_.erase(0, end + 2);
+  return true;
 }
 
 namespace {

@@ -27,6 +27,7 @@ private:
   bool connect();
   void fail(const std::string &why);
   bool sendAll(const std::string &data);
+  bool receive(); ///< appends what one recv brings to buffer_; false (and dead) on failure
   bool readLine(std::string &line);
   bool readExactly(size_t n, std::string &out);
 

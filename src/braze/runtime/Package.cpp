@@ -391,7 +391,12 @@ void Package::run(const std::vector<const DLTensor *> &inputs,
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
   std::vector<int64_t> syms = exe_->bind(all);
-  std::vector<Executable::Layout> layouts = exe_->layoutsFor(syms);
+  runInto(all, syms, exe_->layoutsFor(syms), outputs);
+}
+
+void Package::runInto(const std::vector<const DLTensor *> &all, const std::vector<int64_t> &syms,
+                      const std::vector<Executable::Layout> &layouts,
+                      const std::vector<DLTensor *> &outputs) const {
   if (outputs.size() != layouts.size())
     throw RunError("the package has " + std::to_string(layouts.size()) + " outputs, got " +
                    std::to_string(outputs.size()) + " buffers");
@@ -422,56 +427,65 @@ void Package::run(const std::vector<const DLTensor *> &inputs,
   exe_->runBound(inPtrs, outPtrs, syms);
 }
 
+namespace {
+/// Row-major CPU views of buffers `data` (null: shapes only) with shapes `shapes` (which the
+/// views point into) and the dtypes of `tensors`; RunError unless there is one per tensor.
+std::vector<DLTensor> rowMajorViews(const std::vector<const void *> *data,
+                                    const std::vector<std::vector<int64_t>> &shapes,
+                                    const std::vector<PackageTensor> &tensors,
+                                    const char *what) {
+  if (shapes.size() != tensors.size() || (data && data->size() != shapes.size())) {
+    const std::string got = std::to_string(data ? data->size() : shapes.size());
+    throw RunError(what == std::string("inputs")
+                       ? "the package takes " + std::to_string(tensors.size()) + " inputs, got " + got
+                       : "the package has " + std::to_string(tensors.size()) + " outputs, got " +
+                             got + " buffers");
+  }
+  std::vector<DLTensor> views(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    views[i].data = data ? const_cast<void *>((*data)[i]) : nullptr;
+    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].ndim = static_cast<int32_t>(shapes[i].size());
+    views[i].dtype = packageDType(tensors[i].dtype);
+    views[i].shape = const_cast<int64_t *>(shapes[i].data());
+  }
+  return views;
+}
+
+template <typename T> std::vector<T *> pointers(std::vector<DLTensor> &views) {
+  std::vector<T *> out;
+  for (DLTensor &v : views)
+    out.push_back(&v);
+  return out;
+}
+} // namespace
+
 void Package::runRaw(const std::vector<const void *> &inputs,
                      const std::vector<std::vector<int64_t>> &inputShapes,
                      const std::vector<void *> &outputs) const {
-  if (inputs.size() != signature_.inputs.size() || inputShapes.size() != inputs.size())
-    throw RunError("the package takes " + std::to_string(signature_.inputs.size()) +
-                   " inputs, got " + std::to_string(inputs.size()));
-  std::vector<DLTensor> views(inputs.size());
-  std::vector<const DLTensor *> ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    views[i].data = const_cast<void *>(inputs[i]);
-    views[i].device = DLDevice{kDLCPU, 0};
-    views[i].ndim = static_cast<int32_t>(inputShapes[i].size());
-    views[i].dtype = packageDType(signature_.inputs[i].dtype);
-    views[i].shape = const_cast<int64_t *>(inputShapes[i].data());
-    ptrs.push_back(&views[i]);
-  }
-  std::vector<std::vector<int64_t>> outShapes = outputShapes(inputShapes);
-  if (outputs.size() != outShapes.size())
-    throw RunError("the package has " + std::to_string(outShapes.size()) + " outputs, got " +
-                   std::to_string(outputs.size()) + " buffers");
-  std::vector<DLTensor> outViews(outputs.size());
-  std::vector<DLTensor *> outPtrs;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    outViews[i].data = outputs[i];
-    outViews[i].device = DLDevice{kDLCPU, 0};
-    outViews[i].ndim = static_cast<int32_t>(outShapes[i].size());
-    outViews[i].dtype = packageDType(signature_.outputs[i].dtype);
-    outViews[i].shape = outShapes[i].data();
-    outPtrs.push_back(&outViews[i]);
-  }
-  run(ptrs, outPtrs);
+  std::vector<DLTensor> views = rowMajorViews(&inputs, inputShapes, signature_.inputs, "inputs");
+  std::vector<DLTensor> weights;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const DLTensor *> all =
+      moduleInputs(pointers<const DLTensor>(views), weights, shapes);
+  std::vector<int64_t> syms = exe_->bind(all);
+  std::vector<Executable::Layout> layouts = exe_->layoutsFor(syms);
+  std::vector<std::vector<int64_t>> outShapes;
+  for (const Executable::Layout &l : layouts)
+    outShapes.push_back(l.shape);
+  const std::vector<const void *> outData(outputs.begin(), outputs.end());
+  std::vector<DLTensor> outViews =
+      rowMajorViews(&outData, outShapes, signature_.outputs, "outputs");
+  runInto(all, syms, layouts, pointers<DLTensor>(outViews));
 }
 
 std::vector<std::vector<int64_t>>
 Package::outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const {
-  if (inputShapes.size() != signature_.inputs.size())
-    throw RunError("the package takes " + std::to_string(signature_.inputs.size()) +
-                   " inputs, got " + std::to_string(inputShapes.size()));
-  std::vector<DLTensor> views(inputShapes.size());
-  std::vector<const DLTensor *> ptrs;
-  for (size_t i = 0; i < inputShapes.size(); ++i) {
-    views[i].device = DLDevice{kDLCPU, 0};
-    views[i].ndim = static_cast<int32_t>(inputShapes[i].size());
-    views[i].dtype = packageDType(signature_.inputs[i].dtype);
-    views[i].shape = const_cast<int64_t *>(inputShapes[i].data());
-    ptrs.push_back(&views[i]);
-  }
+  std::vector<DLTensor> views = rowMajorViews(nullptr, inputShapes, signature_.inputs, "inputs");
   std::vector<DLTensor> weights;
   std::vector<std::vector<int64_t>> shapes;
-  std::vector<const DLTensor *> all = moduleInputs(ptrs, weights, shapes);
+  std::vector<const DLTensor *> all =
+      moduleInputs(pointers<const DLTensor>(views), weights, shapes);
   std::vector<std::vector<int64_t>> out;
   for (Executable::Layout &l : exe_->layoutsFor(exe_->bind(all)))
     out.push_back(std::move(l.shape));

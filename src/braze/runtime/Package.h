@@ -102,6 +102,11 @@ private:
                                              std::vector<DLTensor> &weights,
                                              std::vector<std::vector<int64_t>> &shapes) const;
 
+  /// Checks caller-owned `outputs` against `layouts` and runs the module into them.
+  void runInto(const std::vector<const DLTensor *> &all, const std::vector<int64_t> &syms,
+               const std::vector<Executable::Layout> &layouts,
+               const std::vector<DLTensor *> &outputs) const;
+
   std::string path_;
   int format_ = 0;
   PackageSignature signature_;

@@ -123,3 +123,51 @@ def test_convolution_backward_compiles_by_default(device, monkeypatch, switch):
         out.backward()
         after = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
         assert (after > before) == (device == "cuda" and not switch), (groups, device, switch)
+
+
+class _ResidualStem(torch.nn.Module):
+    """A ResNet's stem and one basic block, with in-place ReLUs (torchvision's layout)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 16, 7, 2, 3, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(16)
+        self.conv3 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn3 = torch.nn.BatchNorm2d(16)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.bn1(self.conv1(x))))
+        out = self.bn3(self.conv3(self.relu(self.bn2(self.conv2(x)))))
+        out += x
+        out = self.relu(out)
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(out, 1), 1))
+
+
+def test_channels_last_residual_training_step_compiles(device):
+    """A channels-last residual CNN's training step (max pool indices and a convolution's result
+    held channels-last, then read by the max pool's backward) compiles whole and matches eager.
+    Its backward once lowered to an invalid loop program and ran in eager."""
+    torch.manual_seed(3)
+    model = _ResidualStem().to(device, memory_format=torch.channels_last).train()
+    x = torch.randn(2, 3, 32, 32, device=device).contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, 10, (2,), device=device)
+
+    def grads(fn):
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(fn(x), labels)
+        loss.backward()
+        return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+    torch._dynamo.reset()
+    before = braze.counters()
+    got = grads(torch.compile(model, backend="braze"))
+    after = braze.counters()
+    want = grads(model)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["fallback_ops"] == before["fallback_ops"]

@@ -260,6 +260,8 @@ private:
           continue;
         else if (Node *x = reshapedSharedValue(o))
           need(x);
+        else if (Node *x = largerViewedValue(o))
+          need(x);
         else
           need(o);
       return storedState(n);
@@ -357,6 +359,21 @@ private:
     return x != o && !own(x).stored && users_[x] > 1 && !outputs_.count(x) ? x : nullptr;
   }
 
+  /// The computed value o is a strided view of when o reads each of its elements at least
+  /// once (a weight converted to half precision, transposed and expanded over a batch of rows):
+  /// stored once, the product reads it through the view in place (a GEMM takes either of the
+  /// last two strides as the unit one, and any batch stride), where storing o would write a
+  /// copy per batch.
+  Node *largerViewedValue(Node *o) {
+    Node *root = viewRoot(o);
+    if (root == o || own(root).stored || !atLeastAsLarge(o, root))
+      return nullptr;
+    for (Node *v = o; v != root; v = v->operand(0))
+      if (own(v).stored)
+        return nullptr;
+    return stridedView(o, root, /*unitLast=*/false) ? root : nullptr;
+  }
+
   State convolution(Node *n) {
     Node *x = n->operand(0), *w = n->operand(1);
     if (!(opts_.channelsLast && x->rank() == 4)) // a channels-last input is copied anyway
@@ -427,12 +444,13 @@ private:
         return false;
     auto [at, fresh] = strided_.try_emplace(o, false);
     if (fresh)
-      at->second = stridedView(o, root);
+      at->second = stridedView(o, root, /*unitLast=*/true);
     return at->second;
   }
 
-  /// The index arithmetic of stridedViewOfStored, which no walk changes.
-  bool stridedView(Node *o, Node *root) {
+  /// The index arithmetic of stridedViewOfStored, which no walk changes: whether o reads root
+  /// stored row-major at an affine index, its last stride 1 if `unitLast`.
+  bool stridedView(Node *o, Node *root, bool unitLast) {
     Index full;
     std::vector<SymExpr> vars;
     for (SymExpr e : o->shape()) {
@@ -448,7 +466,8 @@ private:
       idx = viewOperandIndex(s_, *v, idx);
     SymExpr at = linearIndex(s_, idx, contiguousStrides(s_, root->shape()));
     std::optional<sym::AffineForm> form = sym::affineIn(s_, at, vars);
-    return form && (vars.empty() || full.back() != vars.back() || form->coef.back()->isConst(1));
+    return form && (!unitLast || vars.empty() || full.back() != vars.back() ||
+                    form->coef.back()->isConst(1));
   }
 
   Graph &g_;

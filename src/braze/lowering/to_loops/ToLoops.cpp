@@ -542,8 +542,12 @@ private:
   /// (an indirect load needs memory to read from).
   Buffer *inMemory(Node *n) {
     Value &v = values_.at(n);
+    // A value held channels-last (an input read in place, a convolution's result) is read
+    // through an [N, H, W, C] buffer that may have n's name: its copy in n's own layout is
+    // another buffer.
     if (!v.buffer)
-      v = realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
+      v = realize(n, v, BufferKind::Intermediate, -1, nhwc_.count(n) ? "_nchw" : "",
+                  intermediateStrides(n));
     return v.buffer;
   }
 

@@ -129,18 +129,44 @@ def _diagonal_scatter(t, node, x, src, offset=0, dim1=0, dim2=1):
     return t.g.diagonal_scatter(t.arg(x), t.arg(src), offset, dim1, dim2)
 
 
+def _storage_order(val):
+    """The dims of val from its largest stride to its smallest when its elements fill its
+    memory once each from offset 0 (contiguous, channels-last, any permutation of a contiguous
+    layout), else None."""
+    if val.storage_offset() != 0 or not all(isinstance(d, int) for d in
+                                            (*val.shape, *val.stride())):
+        return None
+    order = sorted(range(val.dim()), key=lambda d: (-val.stride(d), -d))
+    expect = 1
+    for d in reversed(order):
+        if val.shape[d] != 1 and val.stride(d) != expect:
+            return None
+        expect *= val.shape[d]
+    return order
+
+
 @rule(aten.as_strided_scatter.default)
 def _as_strided_scatter(t, node, x, src, size, stride, storage_offset=None):
-    """For a contiguous input only: the view's positions are then flat positions of it."""
+    """The view's positions are flat positions of x's memory: x is scattered into in its storage
+    order (a permutation of its dims, such as channels-last's), and permuted back."""
     name = str(node.target)
     val = x.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
-        raise Unsupported(f"{name} of a non-contiguous input")
+    order = _storage_order(val) if isinstance(val, torch.Tensor) else None
+    if order is None:
+        raise Unsupported(f"{name} of an input that does not fill its memory from offset 0")
     offset = storage_offset or 0
     if not isinstance(offset, int):
         raise Unsupported(f"{name} with a symbolic offset")
-    return t.g.as_strided_scatter(t.arg(x), t.arg(src), _static_shape(size, name),
-                                  _static_shape(stride, name), offset)
+    h = t.arg(x)
+    ordered = order != sorted(order)
+    if ordered:
+        h = t.g.permute(h, order)
+    out = t.g.as_strided_scatter(h, t.arg(src), _static_shape(size, name),
+                                 _static_shape(stride, name), offset)
+    if not ordered:
+        return out
+    inverse = [order.index(d) for d in range(len(order))]
+    return t.g.permute(out, inverse)
 
 
 @rule(aten.nonzero_static.default)

@@ -171,3 +171,28 @@ def test_channels_last_residual_training_step_compiles(device):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
     assert after["fallback_graphs"] == before["fallback_graphs"]
     assert after["fallback_ops"] == before["fallback_ops"]
+
+
+def test_long_weight_gradient_reductions_stay_with_cudnn_on_cuda(device):
+    """A weight gradient summing over more than CUDA_WEIGHT_GRAD_MAX_POSITIONS batch and output
+    positions runs in eager on CUDA (cuDNN's weight-gradient kernels; its forward kernels ran
+    ResNet-50's 10x slower), counted; on the CPU, and for the input gradient alone, it compiles.
+    Either way the gradients match eager."""
+    from braze import rules_nn
+    torch.manual_seed(4)
+    with torch.device("cpu"):
+        x0, w0 = torch.randn(2, 4, 96, 96), torch.randn(8, 4, 3, 3)
+    assert 2 * 94 * 94 > rules_nn.CUDA_WEIGHT_GRAD_MAX_POSITIONS
+    for weight_grad in (True, False):
+        x = x0.to(device).requires_grad_()
+        w = w0.to(device).requires_grad_(weight_grad)
+        torch._dynamo.reset()
+        before = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
+        torch.compile(lambda x, w: F.conv2d(x, w).square().sum(), backend="braze")(x, w).backward()
+        after = braze.fallback_ops_by_op().get("aten.convolution_backward.default", 0)
+        assert (after > before) == (device == "cuda" and weight_grad), (device, weight_grad)
+        xe, we = x0.to(device).requires_grad_(), w0.to(device).requires_grad_(weight_grad)
+        F.conv2d(xe, we).square().sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad, rtol=1e-3, atol=1e-3)
+        if weight_grad:
+            torch.testing.assert_close(w.grad, we.grad, rtol=1e-3, atol=1e-2)

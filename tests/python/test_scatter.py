@@ -298,6 +298,22 @@ def test_masked_diagonal_as_strided_scatter(dtype):
         torch.as_strided_scatter(x, s[:2, :2], (2, 2), (1, 4), 1)), x, mask, src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_as_strided_scatter_into_a_permuted_layout(dtype):
+    """as_strided_scatter's positions are positions in the input's memory: a channels-last
+    input (a CNN's pooled features, in the backward of its flatten) and a transposed one are
+    scattered into in their storage order, as eager does."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(8)
+    x = _make((2, 3, 4, 5), dtype, g).contiguous(memory_format=torch.channels_last)
+    pooled = _make((4, 6, 1, 1), dtype, g).contiguous(memory_format=torch.channels_last)
+    t = _make((5, 6), dtype, g).t()
+    src = _make((4, 6), dtype, g)
+    _compiled_matches(lambda x, p, t, s: (
+        torch.as_strided_scatter(x, s[:2, :3], (2, 3), (7, 2), 3),
+        torch.as_strided_scatter(p, s, (4, 6), (6, 1), 0),
+        torch.as_strided_scatter(t, s[:3, :2], (3, 2), (1, 5), 4)), x, pooled, t, src)
+
+
 def test_masked_scatter_too_few_source_elements_raises():
     fn = torch.compile(lambda x, m, s: x.masked_scatter(m, s), backend="braze", dynamic=False)
     x = torch.zeros(4)

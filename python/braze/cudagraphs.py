@@ -69,6 +69,10 @@ def enabled(option):
     return os.environ.get("BRAZE_CUDA_GRAPHS", "1") != "0"
 
 
+# Operator namespaces of collectives (functional and in place): graphs with one are not captured.
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d", "c10d_functional")
+
+
 def why_not(gm, example_inputs, device):
     """Why graph `gm` must not be replayed as a CUDA graph, or None."""
     if device is None or device.type != "cuda":
@@ -80,6 +84,10 @@ def why_not(gm, example_inputs, device):
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
             return f"{node.name} ({node.target}) mutates a tensor in place"
+        if node.op == "call_function" and schema is not None and \
+                schema.name.split("::")[0] in _COLLECTIVE_NAMESPACES:
+            # NCCL can run inside a capture, but no capture of one has been tested here.
+            return f"{node.name} ({node.target}) is a collective, not captured until tested"
         for d in devices.tensor_devices(node):
             if d.type != "cuda":
                 # A replay would not run it: its result would be the captured call's.

@@ -1,6 +1,8 @@
 """Data-parallel training with braze: DistributedDataParallel over a braze-compiled module on 2
 gloo ranks (the CPU) gives the parameters of eager DDP after several SGD steps, and braze
-compiles the graphs that Dynamo splits at DDP's gradient buckets (counted per rank)."""
+compiles the graphs that Dynamo splits at DDP's gradient buckets (counted per rank). A graph
+with functional collectives runs them in eager between its partitions, in the graph's order,
+with eager's results."""
 import os
 import socket
 
@@ -41,12 +43,42 @@ def _rank(rank, world, port, results):
         after = braze.counters()
         diff = max(float((a - b).abs().max()) for a, b in zip(eager.parameters(),
                                                               compiled.parameters()))
-        results.put((rank, diff, {k: after[k] - before[k]
-                                  for k in ("graphs", "fallback_ops", "fallback_graphs")}))
+        counts = {k: after[k] - before[k] for k in ("graphs", "fallback_ops", "fallback_graphs")}
+        counts["collectives"] = _functional_collectives(rank)
+        results.put((rank, diff, counts))
     except Exception as e:  # reported to the test, which fails with it
         results.put((rank, repr(e), None))
     finally:
         dist.destroy_process_group()
+
+
+def _collectives_step(x, y):
+    """Computation around functional collectives, whose results feed each other."""
+    import torch.distributed._functional_collectives as funcol
+    a = funcol.all_reduce(x * 2, "sum", dist.group.WORLD)
+    b = funcol.all_reduce(y.sin(), "max", dist.group.WORLD)
+    c = funcol.all_gather_tensor(a + b, 0, dist.group.WORLD)
+    return c.cos() * 3, a.sum()
+
+
+def _functional_collectives(rank):
+    """A compiled graph with functional collectives (which run in eager, in the graph's order,
+    between braze's partitions) gives eager's results; returns braze's counts for it, with the
+    ops it ran in eager by name."""
+    import braze
+    g = torch.Generator().manual_seed(10 + rank)
+    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
+    want = _collectives_step(x, y)
+    torch._dynamo.reset()
+    before, ops = braze.counters(), braze.fallback_ops_by_op()
+    got = torch.compile(_collectives_step, backend="braze")(x, y)
+    after = braze.counters()
+    for gt, w in zip(got, want):
+        torch.testing.assert_close(gt, w)
+    counts = {k: after[k] - before[k] for k in ("graphs", "partitions", "fallback_graphs")}
+    counts["eager"] = {op: n - ops.get(op, 0) for op, n in braze.fallback_ops_by_op().items()
+                       if n != ops.get(op, 0)}
+    return counts
 
 
 def _free_port():
@@ -71,3 +103,23 @@ def test_ddp_over_a_compiled_module_matches_eager_ddp():
         assert diff < 1e-5, f"rank {rank}: parameters differ from eager DDP by {diff}"
         assert counts["graphs"] >= 2 and counts["fallback_ops"] == 0, counts
         assert counts["fallback_graphs"] == 0, counts
+        collectives = counts["collectives"]
+        assert collectives["graphs"] == 1 and collectives["fallback_graphs"] == 0, collectives
+        assert collectives["partitions"] >= 2, collectives
+        assert set(collectives["eager"]) == {
+            "_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default",
+            "_c10d_functional.all_gather_into_tensor.default"}, collectives
+
+
+def test_a_graph_with_a_collective_is_not_captured_as_a_cuda_graph():
+    """CUDA graphs: a graph with a collective is left uncaptured, with the reason said (no
+    capture of NCCL has been tested)."""
+    from braze import cudagraphs
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    r = g.call_function(torch.ops._c10d_functional.all_reduce.default, (x, "sum", "0"))
+    w = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (r,))
+    g.output(w)
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    reason = cudagraphs.why_not(gm, [], torch.device("cuda"))
+    assert reason is not None and "collective" in reason, reason

@@ -235,7 +235,7 @@ def _entries():
                      ("resnet", resnet)]:
         out.append(Entry(name, fn))
     for name, fn in [("gpt2", gpt2), ("bert", bert), ("resnet", resnet),
-                     ("mobilenet_v2", mobilenet_v2)]:
+                     ("mobilenet_v2", mobilenet_v2), ("llama", llama), ("deit", deit)]:
         out.append(Entry(f"{name}-train", fn, train=True))
     return out
 

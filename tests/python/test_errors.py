@@ -245,6 +245,72 @@ def test_a_redis_cache_serves_a_process_with_an_empty_local_cache(tmp_path):
     assert fourth.stderr.count("does not answer") == 1, fourth.stderr
 
 
+class _BrokenRedis:
+    """A server that takes Redis connections and fails in the middle of a reply: it reads the
+    request, then sends nothing (`hang`), half a value before closing (`cut`), a reply no Redis
+    sends (`garbage`), or a value longer than any braze stores (`huge`)."""
+
+    def __init__(self, mode):
+        import socket
+        import threading
+        self.mode, self.stopped = mode, threading.Event()
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.server.settimeout(0.1)
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import socket
+        held = []
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(2)
+            try:
+                conn.recv(1 << 16)
+                if self.mode == "cut":
+                    conn.sendall(b"$1000\r\nhalf a value")
+                    conn.close()
+                elif self.mode == "garbage":
+                    conn.sendall(b"*not a reply\r\n")
+                elif self.mode == "huge":
+                    conn.sendall(b"$4611686018427387904\r\nxx")
+                held.append(conn)  # `hang`: open and silent
+            except OSError:
+                pass
+        for c in held:
+            c.close()
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+        self.server.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "cut", "garbage", "huge"])
+def test_a_redis_server_failing_mid_reply_costs_one_message(tmp_path, mode):
+    """A Redis server that stops answering, closes, or answers nonsense in the middle of a reply:
+    the process gives up on it once (a timeout at most), says so once, compiles with its local
+    cache alone, and is right."""
+    server = _BrokenRedis(mode)
+    try:
+        run = _run_with_caches(tmp_path / "local", server.url())
+    finally:
+        server.stop()
+    assert run.returncode == 0 and run.stdout.split() == ["0", "1"], run.stderr
+    assert run.stderr.count("does not answer") == 1, run.stderr
+    if mode == "huge":  # refused at once, not buffered
+        assert "over braze's limit" in run.stderr, run.stderr
+
+
 def test_gather_index_longer_than_input_is_rejected():
     g = braze._C.Graph()
     two, three, four, five = (g.sym_const(n) for n in (2, 3, 4, 5))

@@ -127,6 +127,8 @@ bool RedisCache::readLine(std::string &line) {
 }
 
 namespace {
+constexpr long long kMaxValueBytes = 1LL << 30;
+
 std::string command(std::initializer_list<const std::string *> parts) {
   std::string out = "*" + std::to_string(parts.size()) + "\r\n";
   for (const std::string *p : parts)
@@ -149,6 +151,13 @@ std::optional<std::string> RedisCache::get(const std::string &key) {
   long long n = std::atoll(line.c_str() + 1);
   if (n < 0)
     return std::nullopt; // no such key
+  // A cache entry (a kernel library, a manifest) is far smaller; a server claiming more would
+  // have the client buffer whatever it sends.
+  if (n > kMaxValueBytes) {
+    fail("a value of " + std::to_string(n) + " bytes, over braze's limit of " +
+         std::to_string(kMaxValueBytes));
+    return std::nullopt;
+  }
   std::string value, crlf;
   if (!readExactly(static_cast<size_t>(n), value) || !readExactly(2, crlf))
     return std::nullopt;

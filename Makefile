@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-attention bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-optimizer bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -102,6 +102,13 @@ bench-cnn-training: build
 # On a machine with an NVIDIA GPU and PyTorch's CUDA build: eager vs Inductor vs braze.
 bench-gpu: build
 	$(PY) benchmarks/gpu_suite.py
+
+# On a machine with an NVIDIA GPU: the training steps of gpu_models.py (GPT-2, BERT-base,
+# ResNet-50 in f32; a LLaMA-style decoder and ViT-B/16 under bf16 autocast), eager vs both
+# Inductor modes vs braze, one process.
+bench-gpu-training: build
+	$(PY) benchmarks/gpu_models.py --only gpt2_train,bert_train,resnet50_train,llama_train,vit_train \
+	    --backends eager,inductor,inductor_ro,braze
 
 # braze's own CUDA attention kernel against cuDNN's, flash and memory-efficient attention.
 bench-gpu-attention: build

@@ -82,12 +82,12 @@ def why_not(gm, example_inputs, device):
             return f"input {i} is on {x.device}"
     for node in gm.graph.nodes:
         schema = getattr(node.target, "_schema", None)
-        if node.op == "call_function" and schema is not None and schema.is_mutable:
-            return f"{node.name} ({node.target}) mutates a tensor in place"
-        if node.op == "call_function" and schema is not None and \
-                schema.name.split("::")[0] in _COLLECTIVE_NAMESPACES:
-            # NCCL can run inside a capture, but no capture of one has been tested here.
-            return f"{node.name} ({node.target}) is a collective, not captured until tested"
+        if node.op == "call_function" and schema is not None:
+            if schema.is_mutable:
+                return f"{node.name} ({node.target}) mutates a tensor in place"
+            if schema.name.split("::")[0] in _COLLECTIVE_NAMESPACES:
+                # NCCL can run inside a capture, but no capture of one has been tested here.
+                return f"{node.name} ({node.target}) is a collective, not captured until tested"
         for d in devices.tensor_devices(node):
             if d.type != "cuda":
                 # A replay would not run it: its result would be the captured call's.

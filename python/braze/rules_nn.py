@@ -75,7 +75,8 @@ def _convolution_backward(t, node, grad_out, x, w, bias_sizes, stride, padding, 
     if x.meta["val"].device.type == "cuda":
         if not COMPILE_CUDA_CONV_BACKWARD:
             raise Unsupported("convolution backward on CUDA (COMPILE_CUDA_CONV_BACKWARD is off)")
-        positions = math.prod(grad_out.meta["val"].shape[:1] + grad_out.meta["val"].shape[2:])
+        dy = grad_out.meta["val"].shape
+        positions = math.prod(dy[:1] + dy[2:])  # summed over for each weight element
         if output_mask[1] and not (isinstance(positions, int) and
                                    positions <= CUDA_WEIGHT_GRAD_MAX_POSITIONS):
             raise Unsupported(f"convolution weight gradient on CUDA summing over {positions} "

@@ -133,16 +133,12 @@ def _storage_order(val):
     """The dims of val from its largest stride to its smallest when its elements fill its
     memory once each from offset 0 (contiguous, channels-last, any permutation of a contiguous
     layout), else None."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
     if val.storage_offset() != 0 or not all(isinstance(d, int) for d in
-                                            (*val.shape, *val.stride())):
+                                            (*val.shape, *val.stride())) \
+            or not is_non_overlapping_and_dense_or_false(val):
         return None
-    order = sorted(range(val.dim()), key=lambda d: (-val.stride(d), -d))
-    expect = 1
-    for d in reversed(order):
-        if val.shape[d] != 1 and val.stride(d) != expect:
-            return None
-        expect *= val.shape[d]
-    return order
+    return sorted(range(val.dim()), key=lambda d: (-val.stride(d), -d))
 
 
 @rule(aten.as_strided_scatter.default)

@@ -366,11 +366,8 @@ private:
   /// copy per batch.
   Node *largerViewedValue(Node *o) {
     Node *root = viewRoot(o);
-    if (root == o || own(root).stored || !atLeastAsLarge(o, root))
+    if (root == o || own(root).stored || !atLeastAsLarge(o, root) || storedInChain(o, root))
       return nullptr;
-    for (Node *v = o; v != root; v = v->operand(0))
-      if (own(v).stored)
-        return nullptr;
     return stridedView(o, root, /*unitLast=*/false) ? root : nullptr;
   }
 
@@ -439,13 +436,20 @@ private:
   /// Whether o, a chain of views of root, would be a strided view with a unit last stride
   /// were root stored row-major (a reshape that splits the heads of an expanded K/V is not).
   bool stridedViewOfStored(Node *o, Node *root) {
-    for (Node *v = o; v != root; v = v->operand(0))
-      if (own(v).stored) // a stored view in the chain: read as it is stored
-        return false;
+    if (storedInChain(o, root)) // read as it is stored
+      return false;
     auto [at, fresh] = strided_.try_emplace(o, false);
     if (fresh)
       at->second = stridedView(o, root, /*unitLast=*/true);
     return at->second;
+  }
+
+  /// Whether a view in the chain from o down to root (root excluded) is stored by its own rule.
+  bool storedInChain(Node *o, Node *root) {
+    for (Node *v = o; v != root; v = v->operand(0))
+      if (own(v).stored)
+        return true;
+    return false;
   }
 
   /// The index arithmetic of stridedViewOfStored, which no walk changes: whether o reads root

@@ -8,6 +8,7 @@
 #include "braze/jit/Nvrtc.h"
 #include "braze/lowering/decompose/Decompose.h"
 #include "braze/lowering/realize/Realize.h"
+#include "braze/lowering/split/SplitReductions.h"
 #include "braze/lowering/to_loops/ToLoops.h"
 #include "braze/passes/PassManager.h"
 #include "braze/scheduler/Schedule.h"
@@ -184,6 +185,15 @@ RealizeOptions realizeFor(const CompileOptions &opts, Graph &g) {
 }
 
 void realizeStep(Graph &g, const CompileOptions &opts) { realize(g, realizeFor(opts, g)); }
+
+void splitReductionsStep(Graph &g, const CompileOptions &opts) {
+  if (!opts.cuda)
+    return;
+  SplitReductionOptions s;
+  s.multiprocessors = opts.cuda->multiprocessors;
+  s.channelsLast = loweringFor(opts, g).channelsLast;
+  splitReductions(g, s);
+}
 
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
   for (const GraphStep &s : graphSteps())

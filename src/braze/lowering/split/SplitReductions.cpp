@@ -1,0 +1,192 @@
+#include "braze/lowering/split/SplitReductions.h"
+
+#include "braze/ir/graph/Builder.h"
+#include "braze/passes/PassManager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+namespace braze {
+
+namespace {
+
+bool associative(OpKind k) {
+  return k == OpKind::Sum || k == OpKind::Prod || k == OpKind::Amax || k == OpKind::Amin ||
+         k == OpKind::Any || k == OpKind::All;
+}
+
+/// How one reduction splits: the operand reshaped to `shape` (one dim cut in two, or none),
+/// then reduced over `first` and the partials over `second` (dims of `shape`).
+struct Split {
+  std::vector<int64_t> shape;
+  IntList first, second;
+};
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The divisor of n, from 2 to n, nearest `want` by ratio (n itself when none is nearer).
+int64_t nearestDivisor(int64_t n, int64_t want) {
+  int64_t best = n;
+  double bestGap = std::fabs(std::log(double(n) / double(want)));
+  for (int64_t c = 2; c < n && c <= 8 * want; ++c) {
+    double gap = std::fabs(std::log(double(c) / double(want)));
+    if (n % c == 0 && gap < bestGap) {
+      best = c;
+      bestGap = gap;
+    }
+  }
+  return best;
+}
+
+/// The innermost dim in memory of a value of x's shape that x reads: the stride-1 dim of the
+/// first graph input of x's shape found through elementwise ops and casts (the operands a
+/// fused reduction loads), else C of an image stored channels-last, else the last dim.
+int64_t innermostDim(const Node *x, const SplitReductionOptions &o) {
+  std::vector<const Node *> work{x};
+  std::unordered_set<const Node *> seen{x};
+  for (size_t i = 0; i < work.size() && i < 64; ++i) {
+    const Node *n = work[i];
+    const TensorType &t = n->type();
+    if (n->op() == OpKind::Input && n->shape() == x->shape()) {
+      for (size_t d = t.strides.size(); d-- > 0;)
+        if (t.strides[d]->isConst(1) && !t.shape[d]->isConst(1))
+          return static_cast<int64_t>(d);
+    }
+    OpCategoryKind c = opCategory(n->op());
+    if (c == OpCategoryKind::Elementwise || c == OpCategoryKind::Cast)
+      for (const Node *a : n->operands())
+        if (seen.insert(a).second)
+          work.push_back(a);
+  }
+  return o.channelsLast && x->rank() == 4 ? 1 : x->rank() - 1;
+}
+
+std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
+  const Node *x = n->operand(0);
+  int64_t rank = x->rank();
+  IntList dims = n->attrs().getInts("dims");
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+  for (int64_t &d : dims)
+    d = d < 0 ? d + rank : d;
+  std::sort(dims.begin(), dims.end());
+  std::vector<int64_t> sizes;
+  for (const SymExpr &e : x->shape()) {
+    if (!e->isConst())
+      return std::nullopt;
+    sizes.push_back(e->value());
+  }
+  int64_t results = 1, length = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    (std::binary_search(dims.begin(), dims.end(), d) ? length : results) *= sizes[d];
+  if (length <= 1 || results * length < o.minElements)
+    return std::nullopt;
+  int64_t innermost = innermostDim(x, o);
+  bool rowLike = std::binary_search(dims.begin(), dims.end(), innermost);
+  int64_t m = o.multiprocessors;
+  if (results >= (rowLike ? m : o.columnResultsPerCore * m))
+    return std::nullopt;
+  int64_t want = ceilDiv((rowLike ? o.rowPartialsPerCore : o.columnPartialsPerCore) * m, results);
+  want = std::min(want, length / o.minPartialLength);
+  if (want < 2)
+    return std::nullopt;
+  // The outermost reduced dims go to the second stage whole while they fit `want`; the next
+  // one is cut at the divisor of its size nearest what is still wanted.
+  IntList whole;
+  int64_t cutDim = -1, cut = 1, partials = 1, need = want;
+  for (int64_t d : dims) {
+    if (sizes[d] == 1)
+      continue;
+    if (sizes[d] <= need) {
+      whole.push_back(d);
+      partials *= sizes[d];
+      need = ceilDiv(need, sizes[d]);
+      if (need <= 1)
+        break;
+      continue;
+    }
+    cut = nearestDivisor(sizes[d], need);
+    if (cut == sizes[d])
+      whole.push_back(d);
+    else
+      cutDim = d;
+    partials *= cut;
+    break;
+  }
+  if (partials < 2 || length / partials < o.minPartialLength)
+    return std::nullopt;
+  Split s;
+  auto moved = [&](int64_t d) { return cutDim >= 0 && d > cutDim ? d + 1 : d; };
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == cutDim) {
+      s.shape.push_back(cut);
+      s.shape.push_back(sizes[d] / cut);
+    } else {
+      s.shape.push_back(sizes[d]);
+    }
+  }
+  for (int64_t d : whole)
+    s.second.push_back(moved(d));
+  if (cutDim >= 0) {
+    s.second.push_back(cutDim);
+    s.first.push_back(cutDim + 1);
+  }
+  for (int64_t d : dims)
+    if (std::find(whole.begin(), whole.end(), d) == whole.end() && d != cutDim)
+      s.first.push_back(moved(d));
+  std::sort(s.first.begin(), s.first.end());
+  std::sort(s.second.begin(), s.second.end());
+  return s;
+}
+
+/// A half-precision sum or product keeps an f32 accumulator across both stages.
+std::optional<DType> accumulator(const Node *n) {
+  bool widen = (n->op() == OpKind::Sum || n->op() == OpKind::Prod) &&
+               (n->dtype() == DType::Float16 || n->dtype() == DType::BFloat16);
+  return widen ? std::optional<DType>(DType::Float32) : std::nullopt;
+}
+
+} // namespace
+
+void splitReductions(Graph &g, const SplitReductionOptions &opts) {
+  if (opts.multiprocessors <= 0)
+    return;
+  std::vector<Node *> candidates;
+  for (const auto &n : g.nodes())
+    if (associative(n->op()))
+      candidates.push_back(n.get());
+  // Every first stage is made before any second one: fusion takes computations in program
+  // order, so first stages over one space (a batch norm's two sums) stay side by side and
+  // share a kernel, as the single reductions did.
+  GraphBuilder b(g);
+  std::vector<std::pair<Node *, Node *>> firsts; // (reduction, its partials)
+  std::vector<Split> splits;
+  for (Node *n : candidates) {
+    std::optional<Split> s = planSplit(n, opts);
+    if (!s)
+      continue;
+    b.setName(n->name());
+    Node *x = b.reshape(n->operand(0), b.dims(s->shape));
+    firsts.emplace_back(n, b.reduce(n->op(), x, s->first, true, accumulator(n)));
+    splits.push_back(std::move(*s));
+  }
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    auto [n, partials] = firsts[i];
+    b.setName(n->name());
+    Node *r = b.reshape(b.reduce(n->op(), partials, splits[i].second, true, accumulator(n)),
+                        n->shape());
+    if (r->dtype() != n->dtype())
+      r = b.convert(r, n->dtype());
+    g.replaceAllUses(n, r);
+  }
+  if (!firsts.empty()) {
+    sortTopologically(g);
+    g.removeDeadNodes();
+  }
+}
+
+} // namespace braze

@@ -1,0 +1,46 @@
+#pragma once
+/// SPLIT REDUCTIONS (CUDA): a long reduction with few results runs in two stages, so that
+/// its first stage has enough independent partial results to fill the device:
+///   r = reduce(x, D)  ->  p = reduce(reshape(x), D1, keepdim)      (partials, many)
+///                          r = reshape(reduce(p, D2, keepdim))        (few, short)
+/// where D2 holds the outermost reduced dims (the last of them split in two by the reshape when
+/// a divisor of its size gives about the wanted number of partials) and D1 the rest.
+///
+/// Why: a CUDA reduction kernel gives each result one block, or (a sum per column, the
+/// reduced elements apart in memory) 8 to 32 results one block. A batch norm's per-channel
+/// sums over a [32, 256, 56, 56] activation are 256 results of 100,352 elements each: 32
+/// blocks on 132 multiprocessors, each summing 800k elements (the H200 ResNet-50 training
+/// step spent about a third of its braze kernel time in such sums). Split over the batch,
+/// the first stage has 8,192 partials (256 blocks), and the second sums 32 values each.
+///
+/// When it fires, on a reduction with static sizes of O results of R elements each:
+///   - O x R >= `minElements` (a small reduction is one fast block either way; a decode
+///     step's softmax over a vocabulary stays one kernel);
+///   - column-like (the reduced dims exclude the operand's innermost dim in memory: its last,
+///     or C of a channels-last image): O < `columnResultsPerCore` x multiprocessors, aiming
+///     for `columnPartialsPerCore` partials per multiprocessor; row-like: O < multiprocessors,
+///     aiming for `rowPartialsPerCore` per multiprocessor;
+///   - each partial still reduces at least `minPartialLength` elements.
+/// Sum, prod, amax, amin, any and all split (they are associative); argmax and argmin keep
+/// their order and do not. A sum or product of half-precision values keeps its f32
+/// accumulator across the stages and rounds once at the end, as the single reduction does.
+/// The CPU's kernels split long reductions themselves, so the step runs for CUDA only
+/// (`multiprocessors` > 0).
+#include "braze/ir/graph/Graph.h"
+
+namespace braze {
+
+struct SplitReductionOptions {
+  int64_t multiprocessors = 0; ///< 0: the step does nothing
+  /// LoweringOptions::channelsLast: 4-d values are stored [N, H, W, C].
+  bool channelsLast = false;
+  int64_t minElements = int64_t(1) << 20;
+  int64_t minPartialLength = 2048;
+  int64_t columnResultsPerCore = 8;
+  int64_t columnPartialsPerCore = 32;
+  int64_t rowPartialsPerCore = 4;
+};
+
+void splitReductions(Graph &g, const SplitReductionOptions &opts);
+
+} // namespace braze

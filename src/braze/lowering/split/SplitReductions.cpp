@@ -19,7 +19,7 @@ bool associative(OpKind k) {
 }
 
 /// How one reduction splits: the operand reshaped to `shape` (one dim cut in two, or none),
-/// then reduced over `first` and the partials over `second` (dims of `shape`).
+/// then reduced over `first` (keeping dims) and the partials over `second` (dims of `shape`).
 struct Split {
   std::vector<int64_t> shape;
   IntList first, second;
@@ -177,8 +177,14 @@ void splitReductions(Graph &g, const SplitReductionOptions &opts) {
   for (size_t i = 0; i < firsts.size(); ++i) {
     auto [n, partials] = firsts[i];
     b.setName(n->name());
-    Node *r = b.reshape(b.reduce(n->op(), partials, splits[i].second, true, accumulator(n)),
-                        n->shape());
+    // The second stage reduces the first's dims of ones too, so that its result has n's
+    // shape without keepdim: a scalar is computed as one, not viewed from a buffer of ones.
+    IntList dims = splits[i].first;
+    dims.insert(dims.end(), splits[i].second.begin(), splits[i].second.end());
+    std::sort(dims.begin(), dims.end());
+    Node *r = b.reduce(n->op(), partials, dims, false, accumulator(n));
+    if (n->attrs().getBool("keepdim"))
+      r = b.reshape(r, n->shape());
     if (r->dtype() != n->dtype())
       r = b.convert(r, n->dtype());
     g.replaceAllUses(n, r);

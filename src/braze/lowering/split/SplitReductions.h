@@ -2,7 +2,7 @@
 /// SPLIT REDUCTIONS (CUDA): a long reduction with few results runs in two stages, so that
 /// its first stage has enough independent partial results to fill the device:
 ///   r = reduce(x, D)  ->  p = reduce(reshape(x), D1, keepdim)      (partials, many)
-///                          r = reshape(reduce(p, D2, keepdim))        (few, short)
+///                          r = reduce(p, D1 + D2)                     (few, short)
 /// where D2 holds the outermost reduced dims (the last of them split in two by the reshape when
 /// a divisor of its size gives about the wanted number of partials) and D1 the rest.
 ///

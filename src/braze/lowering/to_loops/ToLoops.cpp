@@ -195,7 +195,9 @@ private:
     // caller sees it in the output's shape and strides.
     std::vector<SymExpr> want =
         g_.outputStrides(k).empty() ? contiguousStrides(s_, n->shape()) : g_.outputStrides(k);
-    if (Buffer *c = viewedInLayout(n, v, want)) {
+    // (Not a scalar viewing a buffer of ones: an empty caller's shape means the buffer's own.)
+    Buffer *c = n->rank() > 0 ? viewedInLayout(n, v, want) : nullptr;
+    if (c) {
       claimAsOutput(c, k);
       if (c->shape != n->shape() || c->strides != want) {
         c->callerShape = n->shape();

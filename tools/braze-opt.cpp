@@ -12,8 +12,8 @@
 ///    pipeline at its loops stage (default print: loops).
 /// 3. Run the --passes (graph passes and `decompose`, each verified after it runs), then print
 ///    the --print stage (default: the graph).
-/// With --run, the graph is compiled for the CPU and run instead: its inputs are the tensors of
-/// a safetensors file named as the graph's inputs, and its outputs are compared with the
+/// With --run, the graph (or loop program) is compiled for the CPU and run instead: its inputs
+/// are the tensors of a safetensors file named as the graph's inputs, and its outputs are compared with the
 /// file's `expected:<k>` tensors (output k) within --atol/--rtol (default: the file's metadata
 /// `atol`/`rtol`, else 1e-5 and 0). The accuracy checker writes such files (BRAZE_ACCURACY=minify).
 /// Exit status: 0 on success, 1 on a user error (bad flag, unreadable file, Diagnostic), 2 on an
@@ -106,8 +106,8 @@ std::string usageText() {
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
-        "  --run=TENSORS   compile the graph for the CPU and run it on the tensors of a\n"
-        "                  safetensors file (named as the graph's inputs); compare output k\n"
+        "  --run=TENSORS   compile the graph (or loop program) for the CPU and run it on the\n"
+        "                  tensors of a safetensors file (named as its inputs); compare output k\n"
         "                  with its 'expected:k' tensor (exit status 3 when one differs)\n"
         "  --atol=X, --rtol=X  --run's tolerances (default: the file's metadata, else 1e-5, 0)\n"
         "  --help          show this message\n"
@@ -278,9 +278,10 @@ double element(const braze::runtime::SafeTensor &t, const char *data, size_t i) 
   return static_cast<unsigned char>(*p);
 }
 
-/// --run: compiles `g` for the CPU, runs it on the file's tensors and compares its outputs with
-/// the expected ones.
-int runGraph(braze::Graph &g, braze::CompileOptions opts, const ToolOptions &tool) {
+/// --run: compiles the graph, or the loop program, for the CPU and runs it on --run's tensors (by
+/// input name), comparing output k with 'expected:k'.
+int runOnTensors(std::unique_ptr<braze::Graph> g, std::unique_ptr<braze::loop::LoopProgram> p,
+                 const braze::CompileOptions &opts, const ToolOptions &tool) {
   namespace rt = braze::runtime;
   if (opts.cuda)
     BRAZE_USER_ERROR("--run", "") << "runs on the CPU only (leave out --cuda)";
@@ -298,9 +299,13 @@ int runGraph(braze::Graph &g, braze::CompileOptions opts, const ToolOptions &too
   };
   const double atol = meta("atol", tool.atol, 1e-5), rtol = meta("rtol", tool.rtol, 0);
   std::vector<std::string> names;
-  for (const braze::Node *in : g.inputs())
-    names.push_back(in->name());
-  braze::CompileResult r = braze::compile(g, opts);
+  if (g)
+    for (const braze::Node *in : g->inputs())
+      names.push_back(in->name());
+  else
+    for (const braze::loop::Buffer *in : p->inputs())
+      names.push_back(in->name);
+  braze::CompileResult r = g ? braze::compile(*g, opts) : braze::compile(std::move(p), opts);
   std::vector<DLTensor> views(names.size());
   std::vector<const DLTensor *> ptrs;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -429,10 +434,10 @@ int run(int argc, char **argv) {
     BRAZE_USER_ERROR("--passes", "") << "the passes rewrite graphs; the input is a loop program";
   }
   if (!tool.runFile.empty()) {
-    if (loops || tool.stage)
-      BRAZE_USER_ERROR("--run", "") << (loops ? "needs a graph, not a loop program"
-                                              : "prints nothing: leave out --print");
-    return runGraph(*g, opts, tool);
+    if (tool.stage)
+      BRAZE_USER_ERROR("--run", "") << "prints nothing: leave out --print";
+    return runOnTensors(std::move(g), loops ? braze::loop::parseProgram(text) : nullptr, opts,
+                        tool);
   }
   if (tool.atol || tool.rtol)
     BRAZE_USER_ERROR("--atol", "") << "it needs --run";

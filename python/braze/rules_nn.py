@@ -52,14 +52,13 @@ def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, out
 # shaped 3.2 -> 3.0, MobileNetV2 8.3 -> 7.6). False sends every one on CUDA to eager, counted.
 COMPILE_CUDA_CONV_BACKWARD = True
 
-# The weight gradient on CUDA is a forward convolution whose output is the weight (few
-# positions) and whose reduction runs over the batch and the output gradient's positions: cuDNN's
-# forward kernels tile the output, so a long reduction runs on a handful of blocks. A
-# torchvision ResNet-50 step (batch 32, 224x224; reductions of 32 x 112 x 112 down to 32 x 7 x 7)
-# took 252 ms compiled against 24 ms in eager on the H200. Above this many positions the whole
-# convolution_backward runs in eager (cuDNN's weight-gradient kernels), counted; the measured
-# gains above were at 4 x 16 x 16 and under, and ViT-B/16's patch embedding (32 x 14 x 14)
-# compiled without a loss.
+# The weight gradient on CUDA runs as cuDNN's backward-filter convolution (conv_weight_grad).
+# Without cuDNN it decomposes into a forward convolution whose output is the weight (few
+# positions) and whose reduction runs over the batch and the output gradient's positions,
+# which braze's kernels run on a handful of blocks when it is long: there, above this many
+# positions, the whole convolution_backward runs in eager, counted. (With cuDNN's forward
+# kernels in that form, a torchvision ResNet-50 step took 252 ms against 24 ms in eager on the
+# H200.)
 CUDA_WEIGHT_GRAD_MAX_POSITIONS = 8192
 
 
@@ -75,13 +74,14 @@ def _convolution_backward(t, node, grad_out, x, w, bias_sizes, stride, padding, 
     if x.meta["val"].device.type == "cuda":
         if not COMPILE_CUDA_CONV_BACKWARD:
             raise Unsupported("convolution backward on CUDA (COMPILE_CUDA_CONV_BACKWARD is off)")
+        from braze import cuda as cuda_support
         dy = grad_out.meta["val"].shape
         positions = math.prod(dy[:1] + dy[2:])  # summed over for each weight element
-        if output_mask[1] and not (isinstance(positions, int) and
-                                   positions <= CUDA_WEIGHT_GRAD_MAX_POSITIONS):
-            raise Unsupported(f"convolution weight gradient on CUDA summing over {positions} "
-                              f"positions (over {CUDA_WEIGHT_GRAD_MAX_POSITIONS}: cuDNN's forward "
-                              f"kernels would run it on a few blocks)")
+        if output_mask[1] and cuda_support.cudnn_library() is None and not (
+                isinstance(positions, int) and positions <= CUDA_WEIGHT_GRAD_MAX_POSITIONS):
+            raise Unsupported(f"convolution weight gradient on CUDA without cuDNN summing over "
+                              f"{positions} positions (over {CUDA_WEIGHT_GRAD_MAX_POSITIONS}: "
+                              f"braze's kernels would run it on a few blocks)")
     return tuple(t.g.convolution_backward(t.arg(grad_out), t.arg(x), t.arg(w), list(stride),
                                           list(padding), list(dilation), bool(transposed),
                                           int(groups), [bool(m) for m in output_mask]))

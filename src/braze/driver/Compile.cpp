@@ -126,6 +126,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   DecomposeOptions d;
   d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
   d.halfConvolutions = opts.cuda.has_value();
+  d.weightGradLibrary = opts.cuda.has_value();
   d.cpuHalfRounding = !opts.cuda;
   d.softmaxReciprocal = !opts.cuda;
   d.oneDnnHalf = opts.oneDnnHalf;
@@ -165,7 +166,8 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   // channels-last inside whatever its input's layout.
   int convolutions = 0; // kept whole for a library
   for (const auto &n : g.nodes())
-    convolutions += n->op() == OpKind::Convolution && n->rank() == 4;
+    convolutions += (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad) &&
+                    n->rank() == 4;
   if (opts.cuda) {
     lo.channelsLast = convolutions > 0 && hasChannelsLastImage(g);
     lo.channelsLastWeights = true;
@@ -434,6 +436,52 @@ CudaSources generateCudaSources(Graph &g, const CompileOptions &opts) {
   return c;
 }
 
+/// The C++ through the host compiler (cached), linked with the libraries it calls.
+ManifestEntry compileCpuModule(const Lowered &l, const CompileOptions &opts,
+                               jit::HostCompilerOptions jo, CompileTimes &times,
+                               std::chrono::steady_clock::time_point &clock, bool &cacheHit) {
+  auto link = [&](const std::string &library) {
+    std::string dir = library.substr(0, library.find_last_of('/'));
+    jo.linkFlags += (jo.linkFlags.empty() ? "" : " ") + library + " -Wl,-rpath," + dir;
+  };
+  if (l.code.usesBlas)
+    link(opts.blasLibrary);
+  if (l.code.usesDnnl)
+    link(opts.dnnlLibrary);
+  jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
+  times.hostCompile = lap(clock);
+  ManifestEntry e;
+  e.libraryPath = lib.path;
+  e.source = l.code.source;
+  e.numKernels = l.code.numKernels;
+  cacheHit = lib.cacheHit;
+  return e;
+}
+
+CompileResult compile(std::unique_ptr<loop::LoopProgram> program, const CompileOptions &opts) {
+  if (opts.cuda)
+    BRAZE_USER_ERROR("compile", "") << "a loop program compiles for the CPU only";
+  runtime::ModuleSpec spec;
+  for (const loop::Buffer *b : program->inputs())
+    spec.inputs.push_back({toDLPack(b->dtype), static_cast<int>(b->seenShape().size())});
+  for (const loop::Buffer *b : program->outputs())
+    spec.outputs.push_back({toDLPack(b->dtype), static_cast<int>(b->seenShape().size())});
+  spec.numSymbols = static_cast<int>(program->sizeSymbols().size());
+  auto clock = std::chrono::steady_clock::now();
+  CompileTimes times;
+  jit::HostCompilerOptions jo;
+  jo.compiler = opts.cxx;
+  jo.cacheDir = opts.cacheDir.empty() ? CompileOptions::fromEnvironment().cacheDir : opts.cacheDir;
+  Lowered l = lowerLoops(std::move(program), opts, {});
+  times.lower = lap(clock);
+  bool cacheHit = false;
+  ManifestEntry e = compileCpuModule(l, opts, jo, times, clock, cacheHit);
+  CompileResult r = loadCompiled(e, spec, opts, jo, times, clock);
+  r.cacheHit = cacheHit;
+  countCompile(r.numKernels, r.cacheHit);
+  return r;
+}
+
 CompileResult compile(Graph &g, const CompileOptions &opts) {
   runtime::ModuleSpec spec;
   for (Node *in : g.inputs())
@@ -479,24 +527,10 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   times.lower = lap(clock);
   ManifestEntry e;
   bool cacheHit = false;
-  if (opts.cuda) {
+  if (opts.cuda)
     e = compileCudaModule(l, jo, *opts.cuda, times, clock, cacheHit);
-  } else {
-    auto link = [&](const std::string &library) {
-      std::string dir = library.substr(0, library.find_last_of('/'));
-      jo.linkFlags += (jo.linkFlags.empty() ? "" : " ") + library + " -Wl,-rpath," + dir;
-    };
-    if (l.code.usesBlas)
-      link(opts.blasLibrary);
-    if (l.code.usesDnnl)
-      link(opts.dnnlLibrary);
-    jit::CompiledLibrary lib = jit::compileCpp(l.code.source, jo);
-    times.hostCompile = lap(clock);
-    e.libraryPath = lib.path;
-    e.source = l.code.source;
-    e.numKernels = l.code.numKernels;
-    cacheHit = lib.cacheHit;
-  }
+  else
+    e = compileCpuModule(l, opts, jo, times, clock, cacheHit);
   CompileResult r = loadCompiled(e, spec, opts, jo, times, clock);
   r.cacheHit = cacheHit;
   countCompile(r.numKernels, r.cacheHit);

@@ -89,6 +89,9 @@ Target targetFor(const CompileOptions &opts);
 
 /// Compiles `g` (which is consumed: passes rewrite it in place).
 CompileResult compile(Graph &g, const CompileOptions &opts);
+/// Compiles a loop program (loop IR text parsed) for the CPU, from the schedule on; not
+/// recorded in the compile cache's manifest (braze-opt --run of a loop program).
+CompileResult compile(std::unique_ptr<loop::LoopProgram> program, const CompileOptions &opts);
 
 /// Each stage's text, for braze-opt and the logs: the pipeline `compile` runs, stopped after
 /// `stage`. A loop program (loop IR text) starts at the Loops stage.

@@ -70,6 +70,7 @@ using BackendExecuteFn = Status (*)(void *handle, void *plan, void *variantPack)
 // cudnnBackendDescriptorType_t
 constexpr int kPointwiseDesc = 0, kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3,
               kEngineHeurDesc = 4, kExecutionPlanDesc = 5, kConvForwardOpDesc = 10,
+              kConvBwdFilterOpDesc = 11,
               kPointwiseOperation = 13, kOperationGraphDesc = 15, kVariantPackDesc = 16,
               kTensorDesc = 17, kMatmulDesc = 18, kMatmulOperation = 19, kReductionDesc = 21,
               kReductionOperation = 22;
@@ -85,7 +86,8 @@ constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kC
               kHeurOperationGraph = 201, kHeurResults = 202, kEngineCfgEngine = 300,
               kPlanHandle = 400, kPlanEngineConfig = 401, kPlanWorkspaceSize = 402,
               kFwdAlpha = 700, kFwdBeta = 701, kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704,
-              kFwdY = 705, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753,
+              kFwdY = 705, kBwdFilterAlpha = 712, kBwdFilterBeta = 713, kBwdFilterConvDesc = 714,
+              kBwdFilterDw = 715, kBwdFilterX = 716, kBwdFilterDy = 717, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753,
               kPwOpT = 758, kOpGraphHandle = 800, kOpGraphOps = 801, kTensorByteAlignment = 900,
               kTensorDataType = 901, kTensorDimensions = 902, kTensorStrides = 903,
               kTensorUniqueId = 906, kTensorIsVirtual = 907, kTensorIsByValue = 908,
@@ -352,8 +354,8 @@ struct Cudnn::Impl {
   }
 
   /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
-  /// forward operation, and the plan finishPlan picks (no TF32 in f32 unless allowed). False
-  /// if none (the legacy API is tried next).
+  /// forward or backward-filter operation, and the plan finishPlan picks (no TF32 in f32
+  /// unless allowed). False if none (the legacy API is tried next for a forward one).
   bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
                       size_t workspaceBytes) {
     if (!backendCreate)
@@ -374,16 +376,21 @@ struct Cudnn::Impl {
     b.set(conv, kConvPrePaddings, kTypeInt64, spatial, c.padding);
     b.set(conv, kConvPostPaddings, kTypeInt64, spatial, c.padding);
     b.finalize(conv);
-    void *op = b.make(kConvForwardOpDesc);
+    // The attributes of the operation: alpha, beta, the convolution, x, w (dw), y (dy).
+    static const int forward[] = {kFwdAlpha, kFwdBeta, kFwdConvDesc, kFwdX, kFwdW, kFwdY},
+                     filter[] = {kBwdFilterAlpha, kBwdFilterBeta, kBwdFilterConvDesc,
+                                 kBwdFilterX,     kBwdFilterDw,   kBwdFilterDy};
+    const int *at = p.direction == 1 ? filter : forward;
+    void *op = b.make(p.direction == 1 ? kConvBwdFilterOpDesc : kConvForwardOpDesc);
     double one64 = 1, zero64 = 0;
     float one32 = 1, zero32 = 0;
     bool f64 = p.dtype == 1;
-    b.set(op, kFwdAlpha, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&one64 : (void *)&one32);
-    b.set(op, kFwdBeta, f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&zero64 : (void *)&zero32);
-    b.set(op, kFwdConvDesc, kTypeDescriptor, 1, &conv);
-    b.set(op, kFwdX, kTypeDescriptor, 1, &x);
-    b.set(op, kFwdW, kTypeDescriptor, 1, &w);
-    b.set(op, kFwdY, kTypeDescriptor, 1, &y);
+    b.set(op, at[0], f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&one64 : (void *)&one32);
+    b.set(op, at[1], f64 ? kTypeDouble : kTypeFloat, 1, f64 ? (void *)&zero64 : (void *)&zero32);
+    b.set(op, at[2], kTypeDescriptor, 1, &conv);
+    b.set(op, at[3], kTypeDescriptor, 1, &x);
+    b.set(op, at[4], kTypeDescriptor, 1, &w);
+    b.set(op, at[5], kTypeDescriptor, 1, &y);
     b.finalize(op);
     bool narrowTypes = p.dtype >= 2 || (p.dtype == 0 && p.allowTf32);
     return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant});
@@ -494,13 +501,14 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
 DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
                       std::string &error) {
   Impl &im = *impl_;
-  if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3) {
-    error = "rank " + std::to_string(p.rank) + " or dtype code " + std::to_string(p.dtype) +
-            " is not one cuDNN takes";
+  if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3 || p.direction < 0 ||
+      p.direction > 1) {
+    error = "rank " + std::to_string(p.rank) + ", dtype code " + std::to_string(p.dtype) +
+            " or direction " + std::to_string(p.direction) + " is not one cuDNN takes";
     return DnnStatus::Declined;
   }
-  std::vector<int64_t> key{p.dtype, p.rank, p.groups, p.allowTf32 != 0, alignmentOf(p.x),
-                           alignmentOf(p.w), alignmentOf(p.y)};
+  std::vector<int64_t> key{p.dtype,          p.rank,           p.groups,        p.allowTf32 != 0,
+                           alignmentOf(p.x), alignmentOf(p.w), alignmentOf(p.y), p.direction};
   for (const int64_t *a : {p.xDims, p.xStrides, p.wDims, p.wStrides, p.yDims, p.yStrides})
     key.insert(key.end(), a, a + p.rank);
   for (const int64_t *a : {p.stride, p.padding, p.dilation})
@@ -516,7 +524,8 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
-      if (!im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
+      // A weight gradient has no legacy path here: braze's loops compute it (Declined).
+      if (p.direction == 0 && !im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
         im.plans.erase(it);
         return DnnStatus::Failed;
       }

@@ -39,7 +39,10 @@ std::string printSchedule(const Schedule &s) {
              names + ")";
     }
     if (k.conv)
-      out += " conv(%" + k.conv->conv->input->name + ", %" + k.conv->conv->weight->name + ")";
+      out += std::string(k.conv->conv->direction == loop::ConvDirectionKind::Forward
+                             ? " conv(%"
+                             : " conv_weight_grad(%") +
+             k.conv->conv->input->name + ", %" + k.conv->conv->other()->name + ")";
     if (k.gemm)
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +

@@ -98,7 +98,8 @@ private:
   }
 
   bool usesDnnl(const Kernel &k) const {
-    return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32;
+    return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32 &&
+           k.conv->conv->direction == loop::ConvDirectionKind::Forward;
   }
 
   /// A convolution through oneDNN (braze_dnnl_conv in the prelude), with the buffers' own

@@ -98,10 +98,30 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
   return out;
 }
 
+/// Whether y has every window the kernel gives over x (floor((x + 2p - d(k - 1) - 1) / s) + 1
+/// positions per spatial dim), as cuDNN's problems do. A weight gradient may read fewer (a
+/// transposed convolution whose output padding passes its stride).
+bool allWindows(const loop::ConvSpec &cv, const loop::Buffer *out) {
+  std::vector<sym::SymExpr> x = cv.logical(cv.x()->shape), y = cv.logical(cv.y(out)->shape);
+  const std::vector<sym::SymExpr> &w = cv.w(out)->shape;
+  for (size_t i = 0; i < cv.stride.size(); ++i) {
+    if (!x[2 + i]->isConst() || !w[2 + i]->isConst() || !y[2 + i]->isConst())
+      return false;
+    int64_t room = x[2 + i]->value() + 2 * cv.padding[i] -
+                   cv.dilation[i] * (w[2 + i]->value() - 1) - 1;
+    if (room < 0 || room / cv.stride[i] + 1 != y[2 + i]->value())
+      return false;
+  }
+  return true;
+}
+
 std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
                           bool tf32) {
   const loop::Computation &c = *k.conv;
   const loop::ConvSpec &cv = *c.conv;
+  if (cv.direction == loop::ConvDirectionKind::WeightGrad && !allWindows(cv, c.out))
+    return fallback; // not a problem cuDNN states: the loops compute it
+  const loop::Buffer *x = cv.x(), *wt = cv.w(c.out), *y = cv.y(c.out);
   DType t = c.out->dtype;
   auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names, xs); };
   auto ints = cIntList;
@@ -111,13 +131,13 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   w.line("{");
   w.indent();
   w.line("const BrazeConv c = {" + code(t) + ", " +
-         std::to_string(c.out->shape.size()) + ", " + list(cv.logical(cv.input->shape)) + ", " +
-         list(cv.logical(cv.input->strides)) + ", " + list(cv.weight->shape) + ", " +
-         list(cv.weight->strides) + ", " + list(cv.logical(c.out->shape)) + ", " +
-         list(cv.logical(c.out->strides)) +
+         std::to_string(c.out->shape.size()) + ", " + list(cv.logical(x->shape)) + ", " +
+         list(cv.logical(x->strides)) + ", " + list(wt->shape) + ", " + list(wt->strides) + ", " +
+         list(cv.logical(y->shape)) + ", " + list(cv.logical(y->strides)) +
          ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
-         ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(cv.input) + ", " +
-         ptr(cv.weight) + ", " + ptr(c.out) + ", " + (tf32 && t == DType::Float32 ? "1" : "0") + "};");
+         ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(x) + ", " + ptr(wt) + ", " +
+         ptr(y) + ", " + (tf32 && t == DType::Float32 ? "1" : "0") + ", " +
+         (cv.direction == loop::ConvDirectionKind::Forward ? "0" : "1") + "};");
   callOrFallback(w, "api->conv(api->ctx, &c)", fallback);
   w.dedent();
   w.line("}");
@@ -191,8 +211,9 @@ struct BrazeConv {
   int64_t x_dims[5], x_strides[5], w_dims[5], w_strides[5], y_dims[5], y_strides[5];
   int64_t groups;
   int64_t stride[3], padding[3], dilation[3];
-  const void* x; const void* w; void* y;
+  const void* x; void* w; void* y; // the result: y, or (direction 1) w
   int allowTf32; // f32: cuDNN may use TF32
+  int direction; // 0: y = conv(x, w); 1: w = the weight gradient from x and y's gradient
 };
 struct BrazeAttention {
   int dtype; // 2 f16, 3 bf16

@@ -105,13 +105,17 @@ public:
   Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                       IntList dilation, IntList outputPadding, int64_t groups);
   static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
+  /// The weight gradient of y = convolution(x, w) from gradOut (y's gradient): x [N, C, *S],
+  /// gradOut [N, O, *P] -> [O, C / groups, *kernel], where P is what the windows of `kernel`
+  /// give over S. Static channel, spatial and kernel sizes. A library (cuDNN) takes it whole;
+  /// elsewhere it decomposes (decomp::decomposeConvWeightGrad).
+  Node *convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntList stride, IntList padding,
+                       IntList dilation, int64_t groups);
   /// The gradients of y = convolution(x, w) (conv_transpose(x, w) when `transposed`) from
   /// gradOut, dy/d{x, w, bias}, each where `mask` asks for it (else nullptr):
   ///   - the input's: the transposed convolution of gradOut by w, with the output padding
   ///     that gives x's sizes back (of a transposed one: the plain convolution);
-  ///   - the weight's: a product (one-tap kernels), a convolution of x (channels as the batch,
-  ///     batch points as channels) by gradOut with the stride and dilation swapped, or for
-  ///     several groups one sum per kernel tap; of a transposed one, the same with x and
+  ///   - the weight's: conv_weight_grad(x, gradOut); of a transposed one, the same with x and
   ///     gradOut exchanged;
   ///   - the bias's: gradOut summed over all dims but the channels.
   /// Static spatial, kernel and channel sizes. A transposed convolution's output padding is

@@ -228,103 +228,37 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
   return make(OpKind::ConvTranspose, ops, std::move(attrs), TensorType{x->dtype(), shape, {}});
 }
 
-namespace {
 
-/// x [N, C, *s] padded and cut into a convolution's windows (a view), the first `counts` of
-/// them along each spatial dim: [N, C, *counts, *kernel]. (A transposed convolution's output
-/// padding leaves windows past those its input gradient has.)
-Node *convWindows(GraphBuilder &b, Node *x, const std::vector<SymExpr> &counts,
-                  const IntList &kernel, const IntList &stride, const IntList &padding,
-                  const IntList &dilation) {
-  for (size_t i = 0; i < kernel.size(); ++i)
-    if (padding[i])
-      x = b.pad(x, static_cast<int64_t>(2 + i), padding[i], padding[i], 0.0);
-  for (size_t i = 0; i < kernel.size(); ++i) {
-    auto d = static_cast<int64_t>(2 + i);
-    x = b.unfold(x, d, kernel[i], stride[i], dilation[i]);
-    int64_t have = 0, want = 0;
-    if (b.sym().constValue(x->shape()[d], have) && b.sym().constValue(counts[i], want) &&
-        have > want)
-      x = b.slice(x, d, 0, want, 1);
-  }
-  return x;
-}
-
-/// The weight gradient of a convolution of x [N, C, *s] giving gradOut [N, O, *o], kernel
-/// sizes `kernel` -> [O, C / groups, *kernel]. Three forms, each where it is fast:
-///   - one group and a kernel of one tap: the product go[O, N·o] · x[N·o, C] (a GEMM);
-///   - one group and a wider kernel: the convolution of x with channels as the batch
-///     ([C, N, *s]) by gradOut with batch points as channels ([O, N, *o]), stride and dilation
-///     swapped, its spatial dims cut to the kernel (oneDNN or cuDNN runs it as a convolution;
-///     as an im2col product it is the same GEMM);
-///   - several groups (depthwise): per kernel tap, a sum over the batch and the output
-///     positions of gradOut times x's windows at that tap, read in place; the taps' sums share
-///     one kernel and its loads of gradOut (per-group products are too small for a library,
-///     and a convolution of that form falls on oneDNN's reference kernels).
-Node *convWeightGrad(GraphBuilder &b, Node *x, Node *gradOut, const IntList &kernel,
-                     const IntList &stride, const IntList &padding, const IntList &dilation,
-                     int64_t groups) {
-  const std::vector<SymExpr> &xs = x->shape(), &gs = gradOut->shape();
-  const std::vector<SymExpr> counts(gs.begin() + 2, gs.end()); // the windows gradOut has
-  size_t spatial = kernel.size();
+Node *GraphBuilder::convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntList stride,
+                                   IntList padding, IntList dilation, int64_t groups) {
+  const char *op = "conv_weight_grad";
+  int64_t spatial = x->rank() - 2;
+  if (spatial < 1 || spatial > 3 || gradOut->rank() != x->rank() ||
+      static_cast<int64_t>(kernel.size()) != spatial)
+    BRAZE_USER_ERROR(op, name_) << "needs an input and an output gradient of one rank with 1 to 3 "
+                                   "spatial dims and a kernel size per spatial dim, got ranks "
+                                << x->rank() << " and " << gradOut->rank() << " and kernel "
+                                << listText(kernel);
+  if (!isFloating(x->dtype()) || x->dtype() != gradOut->dtype())
+    BRAZE_USER_ERROR(op, name_) << "needs a floating input and output gradient of one dtype, got "
+                                << dtypeName(x->dtype()) << " and " << dtypeName(gradOut->dtype());
   int64_t c = 0, o = 0;
-  b.sym().constValue(xs[1], c);
-  b.sym().constValue(gs[1], o);
-  SymExpr g = b.dim(groups), cg = b.dim(c / groups), og = b.dim(o / groups);
-  std::vector<SymExpr> weight{b.dim(o), cg};
-  SymExpr positions = b.dim(1); // output positions per batch point
-  for (size_t i = 0; i < spatial; ++i) {
-    weight.push_back(b.dim(kernel[i]));
-    positions = b.sym().mul(positions, gs[2 + i]);
-  }
-  bool oneTap = std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; });
-  if (groups == 1 && oneTap) {
-    Node *cols = b.reshape(convWindows(b, x, counts, kernel, stride, padding, dilation),
-                           {xs[0], xs[1], positions});
-    Node *a = b.reshape(b.permute(b.reshape(gradOut, {gs[0], gs[1], positions}), {1, 0, 2}),
-                        {gs[1], b.sym().mul(gs[0], positions)});
-    Node *bt = b.reshape(b.permute(cols, {0, 2, 1}), {b.sym().mul(xs[0], positions), xs[1]});
-    return b.reshape(b.matmul(a, bt), weight);
-  }
-  if (groups > 1) {
-    // Per kernel tap: windows [N, G, 1, Cg, *o] times gradOut [N, G, Og, 1, *o], summed over N
-    // and o into [G, Og, Cg]; the taps' sums (one kernel: the same space) then stacked last.
-    Node *win = convWindows(b, x, counts, kernel, stride, padding, dilation);
-    std::vector<SymExpr> ws{xs[0], g, b.dim(1), cg}, go{gs[0], g, og, b.dim(1)};
-    std::vector<int64_t> dims{0};
-    for (size_t i = 0; i < spatial; ++i) {
-      ws.push_back(gs[2 + i]);
-      go.push_back(gs[2 + i]);
-      dims.push_back(static_cast<int64_t>(4 + i));
-    }
-    Node *grad = b.reshape(gradOut, go);
-    int64_t taps = 1;
-    for (int64_t k : kernel)
-      taps *= k;
-    std::vector<Node *> sums;
-    for (int64_t tap = 0; tap < taps; ++tap) {
-      Node *w = win;
-      int64_t rest = tap;
-      for (size_t i = spatial; i-- > 0;) { // the last window dims, innermost first
-        w = b.select(w, static_cast<int64_t>(2 + spatial + i), rest % kernel[i]);
-        rest /= kernel[i];
-      }
-      Node *prod = b.mul(b.reshape(w, ws), grad);
-      sums.push_back(b.unsqueeze(b.reduce(OpKind::Sum, prod, dims, false), 3));
-    }
-    return b.reshape(b.concat(sums, 3), weight); // [G, Og, Cg, taps]
-  }
-  std::vector<int64_t> swap{1, 0};
-  for (size_t i = 0; i < spatial; ++i)
-    swap.push_back(static_cast<int64_t>(2 + i));
-  Node *r = b.convolution(b.permute(x, swap), b.permute(gradOut, swap), nullptr, dilation,
-                          padding, stride, 1); // [C, O, *k']
-  for (size_t i = 0; i < spatial; ++i)
-    r = b.slice(r, static_cast<int64_t>(2 + i), 0, kernel[i], 1);
-  return b.permute(r, swap);
+  if (groups < 1 || !sym().constValue(x->shape()[1], c) ||
+      !sym().constValue(gradOut->shape()[1], o) || c % groups || o % groups)
+    BRAZE_USER_ERROR(op, name_) << "needs static channel counts that divide by groups " << groups
+                                << ", got input " << shapeText(x->shape()) << " and output gradient "
+                                << shapeText(gradOut->shape());
+  AttrMap attrs;
+  attrs.set("stride", perDim(stride, spatial, 1));
+  attrs.set("padding", perDim(padding, spatial, 0));
+  attrs.set("dilation", perDim(dilation, spatial, 1));
+  attrs.set("groups", groups);
+  std::vector<SymExpr> shape{dim(o), dim(c / groups)};
+  for (int64_t k : kernel)
+    shape.push_back(dim(k));
+  return make(OpKind::ConvWeightGrad, {x, gradOut}, std::move(attrs),
+              TensorType{x->dtype(), std::move(shape), {}});
 }
-
-} // namespace
 
 std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, Node *w,
                                                         IntList stride, IntList padding,
@@ -363,7 +297,7 @@ std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, 
       grads[0] = convTranspose(gradOut, w, nullptr, stride, padding, dilation, extra, groups);
     }
     if (mask[1])
-      grads[1] = convWeightGrad(*this, x, gradOut, kernel, stride, padding, dilation, groups);
+      grads[1] = convWeightGrad(x, gradOut, kernel, stride, padding, dilation, groups);
   } else {
     if (mask[0]) {
       grads[0] = convolution(gradOut, w, nullptr, stride, padding, dilation, groups);
@@ -371,7 +305,7 @@ std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, 
         grads[0] = slice(grads[0], 2 + i, 0, in[2 + i], 1);
     }
     if (mask[1])
-      grads[1] = convWeightGrad(*this, gradOut, x, kernel, stride, padding, dilation, groups);
+      grads[1] = convWeightGrad(gradOut, x, kernel, stride, padding, dilation, groups);
   }
   if (mask[2]) {
     std::vector<int64_t> dims{0};

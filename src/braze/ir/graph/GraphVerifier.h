@@ -43,6 +43,7 @@ private:
   bool checkConvolution();
   bool sharesNumericDtype();
   bool checkConvTranspose();
+  bool checkConvWeightGrad();
   bool checkPooling();
   bool checkAdaptivePooling();
   bool checkGridSample();

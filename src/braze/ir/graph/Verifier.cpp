@@ -567,6 +567,8 @@ bool GraphVerifier::checkComposite() {
     return checkConvolution();
   case OpKind::ConvTranspose:
     return checkConvTranspose();
+  case OpKind::ConvWeightGrad:
+    return checkConvWeightGrad();
   case OpKind::Attention:
     if (operands != 3u + a.getBool("bias"))
       return fail("operand count does not match the 'bias' attribute");

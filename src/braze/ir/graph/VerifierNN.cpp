@@ -151,6 +151,61 @@ bool GraphVerifier::checkConvTranspose() {
   return node_->shape() == want ? true : fail("result must be " + shapeText(want));
 }
 
+/// A convolution's weight gradient (input [N, C, *S], output gradient [N, O, *P], result
+/// [O, C / groups, *K]): one rank and floating dtype, attribute lengths and ranges, static
+/// sizes, and P at most the windows K gives over S (floor((S + 2p - d(K - 1) - 1) / s) + 1; a
+/// transposed convolution's output padding past its stride leaves windows its input gradient
+/// does not have, and the gradient sums over the first P).
+bool GraphVerifier::checkConvWeightGrad() {
+  const AttrMap &a = node_->attrs();
+  const Node *x = node_->operand(0), *dy = node_->operand(1);
+  int rank = x->rank();
+  if (rank < 3 || rank > 5 || dy->rank() != rank || node_->rank() != rank)
+    return fail("input, output gradient and result must share a rank of 3 to 5");
+  if (!isFloating(node_->dtype()) || x->dtype() != node_->dtype() ||
+      dy->dtype() != node_->dtype())
+    return fail("input, output gradient and result must share one floating dtype");
+  size_t spatial = static_cast<size_t>(rank - 2);
+  for (const char *name : {"stride", "padding", "dilation"}) {
+    const IntList &v = a.getInts(name);
+    if (v.size() != spatial)
+      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+    int64_t least = name[0] == 'p' ? 0 : 1;
+    for (int64_t e : v)
+      if (e < least || e > (int64_t(1) << 40))
+        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                    " is out of range (at least " + std::to_string(least) + ")");
+  }
+  int64_t groups = a.getInt("groups");
+  std::vector<int64_t> xs, ds, ws;
+  for (auto [from, to] : {std::pair{x, &xs}, {dy, &ds}, {node_, &ws}})
+    for (SymExpr d : from->shape()) {
+      if (!d->isConst())
+        return fail("needs static sizes, got input " + shapeText(x->shape()) +
+                    ", output gradient " + shapeText(dy->shape()) + " and result " +
+                    shapeText(node_->shape()));
+      to->push_back(d->value());
+    }
+  if (groups < 1 || xs[1] % groups || ds[1] % groups || xs[0] != ds[0] || ws[0] != ds[1] ||
+      ws[1] * groups != xs[1])
+    return fail("result " + shapeText(node_->shape()) + " must be [output gradient channels, "
+                "input channels / groups, kernel..] for input " + shapeText(x->shape()) +
+                ", output gradient " + shapeText(dy->shape()) + " and groups " +
+                std::to_string(groups));
+  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                &dil = a.getInts("dilation");
+  for (size_t i = 0; i < spatial; ++i) {
+    int64_t room = xs[2 + i] + 2 * pad[i] - dil[i] * (ws[2 + i] - 1) - 1;
+    if (ws[2 + i] < 1 || room < 0 || ds[2 + i] < 1 || room / st[i] + 1 < ds[2 + i])
+      return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
+                  std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
+                  " input positions has fewer windows than the output gradient's " +
+                  std::to_string(ds[2 + i]));
+  }
+  return true;
+}
+
 /// Pooling over the last kernel.size() (1 to 3) dims: every window list of that length, each
 /// window in range (GraphBuilder::poolWindowError), constant pooled dims, and a pooled shape
 /// (the result's, or max_pool_grad's gradient and indices) whose leading dims are the

@@ -124,20 +124,42 @@ std::string_view reduceKindName(ReduceKind k);
 std::string_view scatterCombineName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 
-/// A convolution computed by a Computation (lowered from the graph's convolution op when a
-/// convolution library takes it): out[n, o, p..] = sum over [c, k..] of
-/// input[n, (o / (O/groups))*(C/groups) + c, p*stride + k*dilation - padding] (zero outside)
-/// times weight[o, c, k..]. The Computation's value is exactly that direct form, so the loop
-/// nest computes the same function when the library cannot; the spec lets the scheduler hand
-/// the whole computation to the library. Input, weight and output have rank 2 + spatial dims,
-/// and each list has one entry per spatial dim.
+/// What a convolution Computation computes of y = conv(x, w): y itself, or the gradient of
+/// w from x and y's gradient (a library's backward-filter convolution).
+enum class ConvDirectionKind { Forward, WeightGrad };
+
+/// A convolution computed by a Computation (lowered from the graph's convolution or
+/// conv_weight_grad op when a convolution library takes it). Forward:
+///   out[n, o, p..] = sum over [c, k..] of x[n, (o / (O/groups))*(C/groups) + c,
+///                    p*stride + k*dilation - padding] (zero outside) times weight[o, c, k..];
+/// WeightGrad (out has the weight's shape):
+///   out[o, c, k..] = sum over [n, p..] of gradOut[n, o, p..] times the same x element.
+/// The Computation's value is exactly that direct form, so the loop nest computes the same
+/// function when the library cannot; the spec lets the scheduler hand the whole computation to
+/// the library. x, w and y have rank 2 + spatial dims, and each list has one entry per spatial
+/// dim.
 struct ConvSpec {
-  const Buffer *input = nullptr, *weight = nullptr;
+  ConvDirectionKind direction = ConvDirectionKind::Forward;
+  /// x; and w (Forward) or y's gradient (WeightGrad): the buffers the computation reads.
+  const Buffer *input = nullptr, *weight = nullptr, *gradOut = nullptr;
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
-  /// 2-d only: the input and the result are stored [N, H, W, C] (their buffers' shapes); the
-  /// weight keeps its logical shape, in the layout its strides say.
+  /// 2-d only: x and y are stored [N, H, W, C] (their buffers' shapes); w keeps its logical
+  /// shape, in the layout its strides say.
   bool channelsLast = false;
+
+  /// The convolution's x, w and y, given the Computation's result `out`.
+  const Buffer *x() const { return input; }
+  const Buffer *w(const Buffer *out) const {
+    return direction == ConvDirectionKind::Forward ? weight : out;
+  }
+  const Buffer *y(const Buffer *out) const {
+    return direction == ConvDirectionKind::Forward ? out : gradOut;
+  }
+  /// The second buffer the computation reads: w, or y's gradient.
+  const Buffer *other() const {
+    return direction == ConvDirectionKind::Forward ? weight : gradOut;
+  }
 
   /// The sizes or strides of the input or the result buffer in logical order [N, C, spatial..].
   std::vector<SymExpr> logical(const std::vector<SymExpr> &xs) const {

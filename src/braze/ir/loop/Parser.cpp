@@ -219,7 +219,7 @@ private:
       rvars = indexDecls();
     }
     std::optional<ConvSpec> conv;
-    if (peekWord() == "conv")
+    if (peekWord() == "conv" || peekWord() == "conv_weight_grad")
       conv = convSpec();
     std::optional<AttentionSpec> attention;
     if (peekWord().substr(0, 9) == "attention")
@@ -353,14 +353,20 @@ private:
     return a;
   }
 
-  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`
+  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`, or
+  /// `conv_weight_grad(%x, %dy, ...)`
   ConvSpec convSpec() {
-    expectWord("conv");
-    expect('(');
     ConvSpec c;
+    if (peekWord() == "conv_weight_grad") {
+      expectWord("conv_weight_grad");
+      c.direction = ConvDirectionKind::WeightGrad;
+    } else {
+      expectWord("conv");
+    }
+    expect('(');
     c.input = bufferRef();
     expect(',');
-    c.weight = bufferRef();
+    (c.direction == ConvDirectionKind::Forward ? c.weight : c.gradOut) = bufferRef();
     expect(',');
     c.stride = namedInts("stride");
     expect(',');

@@ -138,9 +138,12 @@ std::string intList(const std::vector<int64_t> &xs) {
   return s + "]";
 }
 
-/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`
+/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`, or
+/// `conv_weight_grad(%x, %dy, ...)`
 std::string convText(const ConvSpec &c) {
-  return "conv(" + bufferName(c.input) + ", " + bufferName(c.weight) + ", stride=" +
+  bool forward = c.direction == ConvDirectionKind::Forward;
+  return std::string(forward ? "conv(" : "conv_weight_grad(") + bufferName(c.input) + ", " +
+         bufferName(c.other()) + ", stride=" +
          intList(c.stride) + ", padding=" + intList(c.padding) + ", dilation=" +
          intList(c.dilation) + ", groups=" + std::to_string(c.groups) +
          (c.channelsLast ? ", layout=nhwc)" : ")");

@@ -336,7 +336,11 @@ private:
     const Computation &c = *comp_;
     if (c.reduce != ReduceKind::Sum)
       return failHere("is a convolution but not a sum reduction");
-    for (const Buffer *b : {cv.input, cv.weight}) {
+    bool forward = cv.direction == ConvDirectionKind::Forward;
+    if ((forward ? cv.gradOut : cv.weight) != nullptr)
+      return failHere(forward ? "is a convolution with an output gradient"
+                              : "is a weight gradient with a weight operand");
+    for (const Buffer *b : {cv.input, cv.other()}) {
       if (!b || !buffers_.count(b))
         return failHere("convolution operand is not a buffer of the program");
       bool read = std::any_of(order.begin(), order.end(), [&](const Expr *e) {
@@ -349,7 +353,7 @@ private:
                         "; input, weight and result must share one floating dtype");
     }
     size_t rank = c.out->shape.size();
-    if (rank < 3 || cv.input->shape.size() != rank || cv.weight->shape.size() != rank)
+    if (rank < 3 || cv.input->shape.size() != rank || cv.other()->shape.size() != rank)
       return failHere("convolution input, weight and result must have one rank of at least 3");
     if (cv.channelsLast && rank != 4)
       return failHere("a channels-last convolution must be 2-d");
@@ -364,8 +368,8 @@ private:
     if (cv.groups < 1)
       return failHere("convolution groups must be >= 1");
     // In logical order [N, C, spatial..] (a channels-last buffer is stored [N, H, W, C]).
-    const std::vector<SymExpr> x = cv.logical(cv.input->shape), y = cv.logical(c.out->shape);
-    const std::vector<SymExpr> &w = cv.weight->shape;
+    const std::vector<SymExpr> x = cv.logical(cv.x()->shape), y = cv.logical(cv.y(c.out)->shape);
+    const std::vector<SymExpr> &w = cv.w(c.out)->shape;
     SymExpr g = ctx_.constant(cv.groups);
     bool ok = y[0] == x[0] && y[1] == w[0] && ctx_.mul(w[1], g) == x[1] &&
               ctx_.mul(ctx_.floordiv(w[0], g), g) == w[0];
@@ -374,7 +378,10 @@ private:
       SymExpr reach = ctx_.add(ctx_.mul(ctx_.constant(cv.dilation[i]), w[2 + i]),
                                ctx_.constant(1 - cv.dilation[i]));
       SymExpr span = ctx_.sub(ctx_.add(x[2 + i], ctx_.mul(ctx_.constant(cv.padding[i]), 2)), reach);
-      ok = y[2 + i] == ctx_.add(ctx_.floordiv(span, ctx_.constant(cv.stride[i])), ctx_.constant(1));
+      SymExpr windows = ctx_.add(ctx_.floordiv(span, ctx_.constant(cv.stride[i])), ctx_.constant(1));
+      // A weight gradient may sum over the first windows only (ConvSpec).
+      ok = y[2 + i] == windows || (cv.direction == ConvDirectionKind::WeightGrad &&
+                                   ctx_.provablyNonNegative(ctx_.sub(windows, y[2 + i])));
     }
     if (!ok)
       return failHere("convolution shapes do not agree: input " + symsText(x) + ", weight " +

@@ -79,15 +79,17 @@ bool accumulatingScatter(const Node *n) {
   return GraphBuilder::exceedsScatterPairs(self, src);
 }
 
-/// Whether decompose leaves `n` whole under `opts` (a convolution a library takes, an
-/// attention the target fuses, an accumulating scatter).
+/// Whether decompose leaves `n` whole under `opts` (a convolution or a weight gradient a
+/// library takes, an attention the target fuses, an accumulating scatter).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
   if (accumulatingScatter(n))
     return true;
   if (isAttentionFamily(n->op()))
     return fusedAttention(n, opts);
-  return opts.convolutionLibrary && n->op() == OpKind::Convolution &&
+  bool library = n->op() == OpKind::Convolution ||
+                 (n->op() == OpKind::ConvWeightGrad && opts.weightGradLibrary);
+  return opts.convolutionLibrary && library &&
          (t == DType::Float32 ||
           (opts.halfConvolutions && (t == DType::Float16 || t == DType::BFloat16)));
 }

@@ -266,7 +266,7 @@ private:
           need(o);
       return storedState(n);
     case OpCategoryKind::Composite:
-      if (n->op() == OpKind::Convolution)
+      if (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad)
         return convolution(n);
       if (isAttentionFamily(n->op()))
         attention(n);
@@ -371,12 +371,19 @@ private:
     return stridedView(o, root, /*unitLast=*/false) ? root : nullptr;
   }
 
+  /// A convolution reads its input and weight in memory; a weight gradient its input and the
+  /// output gradient (images both, like the input).
   State convolution(Node *n) {
+    bool weightGrad = n->op() == OpKind::ConvWeightGrad;
     Node *x = n->operand(0), *w = n->operand(1);
-    if (!(opts_.channelsLast && x->rank() == 4)) // a channels-last input is copied anyway
+    if (!(opts_.channelsLast && x->rank() == 4)) { // a channels-last image is copied anyway
       need(x);
-    need(w);
-    if (!n->attrs().getBool("bias"))
+      if (weightGrad)
+        need(w);
+    }
+    if (!weightGrad)
+      need(w);
+    if (weightGrad || !n->attrs().getBool("bias"))
       return storedState(n);
     State s = lazy(1);
     s.absorb(state(n->operand(2)));

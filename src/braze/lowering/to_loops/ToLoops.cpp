@@ -418,6 +418,8 @@ private:
     case OpCategoryKind::Composite:
       if (n->op() == OpKind::Convolution)
         return lowerConvolution(n);
+      if (n->op() == OpKind::ConvWeightGrad)
+        return lowerConvWeightGrad(n);
       if (isAttentionFamily(n->op()))
         return lowerAttention(n);
       if (n->op() == OpKind::Scatter)
@@ -689,27 +691,82 @@ private:
   /// form ConvSpec describes, over the input and weight in memory, with the spec attached.
   /// Window positions in the padding read the clamped edge and are zeroed by a `where`. The
   /// bias, if any, is a pointwise add after it that fuses into the consumer.
-  Value lowerConvolution(Node *n) {
+  /// A convolution's (or weight gradient's) attributes, and its layout in this program.
+  loop::ConvSpec convSpec(Node *n) {
     const AttrMap &a = n->attrs();
     loop::ConvSpec spec;
     spec.stride = a.getInts("stride");
     spec.padding = a.getInts("padding");
     spec.dilation = a.getInts("dilation");
     spec.groups = a.getInt("groups");
+    spec.channelsLast = opts_.channelsLast && n->operand(0)->rank() == 4;
+    return spec;
+  }
+
+  /// A convolution's image operand (its input, or a weight gradient's output gradient) in
+  /// memory: an [N, H, W, C] buffer in channels-last mode, else where it is, copied row-major
+  /// when the library needs rows.
+  Buffer *convImage(Node *n, const loop::ConvSpec &spec) {
+    if (spec.channelsLast)
+      return realizeNhwc(n, values_.at(n));
+    Buffer *b = inMemory(n);
+    if (opts_.rowMajorConvolution && b->strides != contiguousStrides(s_, b->shape))
+      b = realize(n, values_.at(n), BufferKind::Intermediate, -1, "_rows").buffer;
+    return b;
+  }
+
+  /// x[batch, channel, pos * stride + tap * dilation - padding] in type t: the input element
+  /// under kernel tap `taps` of the window at output position `pos`; zero in the padding
+  /// (where the load reads the clamped edge).
+  const Expr *windowElement(const loop::ConvSpec &spec, Buffer *x, const std::vector<SymExpr> &xs,
+                            SymExpr batch, SymExpr channel, const Index &pos, const Index &taps,
+                            DType t) {
+    Index xi{batch, channel};
+    const Expr *inside = nullptr;
+    for (size_t i = 0; i < pos.size(); ++i) {
+      SymExpr at = s_.add(s_.add(s_.mul(pos[i], s_.constant(spec.stride[i])),
+                                 s_.mul(taps[i], s_.constant(spec.dilation[i]))),
+                          s_.constant(-spec.padding[i]));
+      SymExpr size = xs[2 + i];
+      if (spec.padding[i] == 0) { // the windows stay inside the input
+        xi.push_back(at);
+        continue;
+      }
+      xi.push_back(s_.max(s_.constant(0), s_.min(at, s_.sub(size, s_.constant(1)))));
+      const Expr *p = ex_.indexValue(at, DType::Int64);
+      const Expr *lo = ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)}, DType::Bool);
+      const Expr *hi =
+          ex_.op(ScalarOpKind::Lt, {p, ex_.indexValue(size, DType::Int64)}, DType::Bool);
+      const Expr *both = ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
+      inside = inside ? ex_.op(ScalarOpKind::LogicalAnd, {inside, both}, DType::Bool) : both;
+    }
+    if (spec.channelsLast)
+      xi = toNhwc(xi);
+    const Expr *xv = ex_.cast(ex_.load(x, linearIndex(s_, xi, x->strides)), t);
+    return inside ? ex_.op(ScalarOpKind::Where, {inside, xv, ex_.constant(0, t)}, t) : xv;
+  }
+
+  /// The input channel that output channel `o` reads at its group's channel `c`.
+  SymExpr groupChannel(const loop::ConvSpec &spec, SymExpr o, SymExpr c, SymExpr outChannels,
+                       SymExpr perGroupIn) {
+    if (spec.groups == 1)
+      return c;
+    SymExpr perGroupOut = s_.floordiv(outChannels, s_.constant(spec.groups));
+    return s_.add(s_.mul(s_.floordiv(o, perGroupOut), perGroupIn), c);
+  }
+
+  Value lowerConvolution(Node *n) {
+    const AttrMap &a = n->attrs();
+    loop::ConvSpec spec = convSpec(n);
     Node *xn = n->operand(0), *wn = n->operand(1);
-    spec.channelsLast = opts_.channelsLast && xn->rank() == 4;
-    Buffer *x = spec.channelsLast ? realizeNhwc(xn, values_.at(xn)) : inMemory(xn);
+    Buffer *x = convImage(xn, spec);
     Buffer *w =
         spec.channelsLast && opts_.channelsLastWeights ? channelsLastWeight(wn) : inMemory(wn);
-    if (opts_.rowMajorConvolution && !spec.channelsLast) {
-      if (x->strides != contiguousStrides(s_, x->shape))
-        x = realize(xn, values_.at(xn), BufferKind::Intermediate, -1, "_rows").buffer;
-      if (w->strides != contiguousStrides(s_, w->shape))
-        w = realize(wn, values_.at(wn), BufferKind::Intermediate, -1, "_rows").buffer;
-    }
+    if (opts_.rowMajorConvolution && !spec.channelsLast &&
+        w->strides != contiguousStrides(s_, w->shape))
+      w = realize(wn, values_.at(wn), BufferKind::Intermediate, -1, "_rows").buffer;
     spec.input = x;
     spec.weight = w;
-    size_t spatial = xn->shape().size() - 2;
     bool bias = a.getBool("bias");
     Buffer *out = p_->addBuffer(bias ? n->name() + "_nobias" : n->name(), n->dtype(),
                                 spec.channelsLast ? toNhwc(n->shape()) : n->shape(),
@@ -722,36 +779,11 @@ private:
     redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
     std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
     DType t = computeType(n->dtype());
-    SymExpr channel = r[0];
-    if (spec.groups > 1) {
-      SymExpr perGroupOut = s_.floordiv(wn->shape()[0], s_.constant(spec.groups));
-      channel = s_.add(s_.mul(s_.floordiv(o[1], perGroupOut), wn->shape()[1]), r[0]);
-    }
-    Index xi{o[0], channel}, wi{o[1], r[0]};
-    const Expr *inside = nullptr;
-    for (size_t i = 0; i < spatial; ++i) {
-      SymExpr pos = s_.add(s_.add(s_.mul(o[2 + i], s_.constant(spec.stride[i])),
-                                  s_.mul(r[1 + i], s_.constant(spec.dilation[i]))),
-                           s_.constant(-spec.padding[i]));
-      SymExpr size = xn->shape()[2 + i];
-      wi.push_back(r[1 + i]);
-      if (spec.padding[i] == 0) { // the windows stay inside the input
-        xi.push_back(pos);
-        continue;
-      }
-      xi.push_back(s_.max(s_.constant(0), s_.min(pos, s_.sub(size, s_.constant(1)))));
-      const Expr *p = ex_.indexValue(pos, DType::Int64);
-      const Expr *lo = ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)}, DType::Bool);
-      const Expr *hi =
-          ex_.op(ScalarOpKind::Lt, {p, ex_.indexValue(size, DType::Int64)}, DType::Bool);
-      const Expr *both = ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
-      inside = inside ? ex_.op(ScalarOpKind::LogicalAnd, {inside, both}, DType::Bool) : both;
-    }
-    if (spec.channelsLast)
-      xi = toNhwc(xi);
-    const Expr *xv = ex_.cast(ex_.load(x, linearIndex(s_, xi, x->strides)), t);
-    if (inside)
-      xv = ex_.op(ScalarOpKind::Where, {inside, xv, ex_.constant(0, t)}, t);
+    SymExpr channel = groupChannel(spec, o[1], r[0], wn->shape()[0], wn->shape()[1]);
+    Index pos(o.begin() + 2, o.end()), taps(r.begin() + 1, r.end());
+    const Expr *xv = windowElement(spec, x, xn->shape(), o[0], channel, pos, taps, t);
+    Index wi{o[1], r[0]};
+    wi.insert(wi.end(), taps.begin(), taps.end());
     const Expr *wv = ex_.cast(ex_.load(w, linearIndex(s_, wi, w->strides)), t);
     loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
                                               ex_.op(ScalarOpKind::Mul, {xv, wv}, t));
@@ -768,6 +800,41 @@ private:
       return ex_.op(ScalarOpKind::Add, {conv.load(idx), b.load({idx[1]})}, t);
     });
   }
+  /// A weight gradient the decomposer kept (cuDNN's backward-filter convolution): one sum
+  /// reduction over the batch and the output positions in the direct form ConvSpec describes,
+  /// with the spec attached. In channels-last mode the result has the NHWC filter layout of
+  /// the forward's weights (channelsLastWeight).
+  Value lowerConvWeightGrad(Node *n) {
+    loop::ConvSpec spec = convSpec(n);
+    spec.direction = loop::ConvDirectionKind::WeightGrad;
+    Node *xn = n->operand(0), *dn = n->operand(1);
+    Buffer *x = convImage(xn, spec), *dy = convImage(dn, spec);
+    spec.input = x;
+    spec.gradOut = dy;
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(), n->shape(), BufferKind::Intermediate, -1,
+                                spec.channelsLast && opts_.channelsLastWeights
+                                    ? channelsLastStrides(n->shape())
+                                    : contiguousStrides(s_, n->shape()));
+    Index o, r;
+    std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
+    std::vector<SymExpr> redExtents{dn->shape()[0]};
+    redExtents.insert(redExtents.end(), dn->shape().begin() + 2, dn->shape().end());
+    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    DType t = computeType(n->dtype());
+    SymExpr channel = groupChannel(spec, o[0], o[1], dn->shape()[1], n->shape()[1]);
+    Index pos(r.begin() + 1, r.end()), taps(o.begin() + 2, o.end());
+    const Expr *xv = windowElement(spec, x, xn->shape(), r[0], channel, pos, taps, t);
+    Index di{r[0], o[0]};
+    di.insert(di.end(), pos.begin(), pos.end());
+    if (spec.channelsLast)
+      di = toNhwc(di);
+    const Expr *dv = ex_.cast(ex_.load(dy, linearIndex(s_, di, dy->strides)), t);
+    loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
+                                              ex_.op(ScalarOpKind::Mul, {dv, xv}, t));
+    c->conv = std::move(spec);
+    return bufferValue(out);
+  }
+
 
   /// n's values as a strided view of a buffer (one stride per dim, 0 along unit dims): read in
   /// place when n is a buffer, or a view of one at an index affine in n's indices (a permuted

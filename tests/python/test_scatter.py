@@ -314,6 +314,27 @@ def test_as_strided_scatter_into_a_permuted_layout(dtype):
         torch.as_strided_scatter(t, s[:3, :2], (3, 2), (1, 5), 4)), x, pooled, t, src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_dense_as_strided_scatter(dtype):
+    """A dense view (one block of the input's flat positions, in some order of its dims) of
+    any size is the input's values around the block and src permuted into it: ResNet-50's
+    pooled features ([32, 2048, 1, 1] channels-last, in the backward of its flatten), a
+    permuted block in the middle of a larger input, and one at its start. Views past braze's
+    scatter limit (4096 elements) ran in eager."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(9)
+    pooled = _make((32, 2048, 1, 1), dtype, g).contiguous(memory_format=torch.channels_last)
+    x = _make((16, 32, 32), dtype, g)
+    src = _make((32, 2048), dtype, g)
+    before = braze.counters()["fallback_ops"]
+    _compiled_matches(lambda p, x, s: (
+        torch.as_strided_scatter(p, s, (32, 2048), (2048, 1), 0),
+        torch.as_strided_scatter(x, s.reshape(16, 64, 64)[:, :, :8], (16, 64, 8), (1, 128, 16),
+                                 0),
+        torch.as_strided_scatter(x, s.reshape(16, 64, 64)[:, :, :4], (16, 64, 4), (1, 64, 16),
+                                 1024)), pooled, x, src)
+    assert braze.counters()["fallback_ops"] == before
+
+
 def test_masked_scatter_too_few_source_elements_raises():
     fn = torch.compile(lambda x, m, s: x.masked_scatter(m, s), backend="braze", dynamic=False)
     x = torch.zeros(4)

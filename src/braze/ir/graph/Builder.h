@@ -478,8 +478,14 @@ public:
   /// (too few is a run-time error), else self; the result has the broadcast shape.
   Node *maskedScatter(Node *self, Node *mask, Node *source);
   /// self (contiguous values) with the view as_strided(size, stride, offset) replaced by src;
-  /// the view must not overlap itself or leave self.
+  /// the view must not overlap itself or leave self. A dense view (one block of self's flat
+  /// positions, in some order of its dims) may have any size; others are scattered, up to
+  /// kMaxScan elements.
   Node *asStridedScatter(Node *self, Node *src, IntList size, IntList stride, int64_t offset);
+  /// The view's dims from the largest stride to the smallest when the view of `size` and
+  /// `stride` fills one block of flat positions densely (each stride the product of the sizes
+  /// after it in that order; unit dims anywhere); empty otherwise.
+  static IntList denseViewOrder(const IntList &size, const IntList &stride);
   /// i64 [size, rank(x)]: the coordinates of x's nonzero elements in C order, the rows past
   /// their count filled with `fill`.
   Node *nonzeroStatic(Node *x, int64_t size, int64_t fill);

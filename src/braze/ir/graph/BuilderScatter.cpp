@@ -307,8 +307,8 @@ std::string asStridedScatterError(const Node *self, const Node *src, const AttrM
   if (sizes(src) != size)
     return "src must have the view's size";
   int64_t k = product(size);
-  if (k == 0)
-    return "";
+  if (k == 0 || !GraphBuilder::denseViewOrder(size, stride).empty())
+    return ""; // a dense view is one block of positions, each once
   if (k > GraphBuilder::kMaxScan)
     return "a view of more than " + std::to_string(GraphBuilder::kMaxScan) + " elements";
   if (std::string e = pairsError(numelOf(self), k); !e.empty())
@@ -599,6 +599,27 @@ Node *GraphBuilder::maskPut(Node *self, Node *mask, Node *values, bool accumulat
 
 Node *GraphBuilder::maskedScatter(Node *self, Node *mask, Node *source) {
   return scatterLike(OpKind::MaskedScatter, "masked_scatter", {self, mask, source}, {});
+}
+
+IntList GraphBuilder::denseViewOrder(const IntList &size, const IntList &stride) {
+  IntList order;
+  for (size_t d = 0; d < size.size(); ++d)
+    order.push_back(static_cast<int64_t>(d));
+  // Largest stride first; a unit dim's stride says nothing, so unit dims go last.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    bool ua = size[a] == 1, ub = size[b] == 1;
+    return ua != ub ? ub : stride[a] > stride[b];
+  });
+  int64_t step = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    int64_t d = order[i];
+    if (size[d] == 1)
+      continue;
+    if (stride[d] != step)
+      return {};
+    step *= size[d];
+  }
+  return order;
 }
 
 Node *GraphBuilder::asStridedScatter(Node *self, Node *src, IntList size, IntList stride,

@@ -497,11 +497,27 @@ Node *decomposeMaskedScatter(GraphBuilder &b, Node *n) {
   return b.where(mask, value, self);
 }
 
+/// A dense view is the block [offset, offset + k) of self's flat positions, filled by src in
+/// its dims' stride order: self's flat values before the block, src permuted and flattened,
+/// self's after it. Any other view scatters src at its positions.
 Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *src = n->operand(1);
   const IntList &stride = n->attrs().getInts("stride");
   if (numel(src) == 0)
     return self;
+  IntList order = GraphBuilder::denseViewOrder(n->attrs().getInts("size"), stride);
+  if (!order.empty()) {
+    int64_t k = numel(src), total = numel(self), offset = n->attrs().getInt("offset");
+    Node *flatSelf = b.reshape(self, {b.dim(total)});
+    std::vector<Node *> parts;
+    if (offset > 0)
+      parts.push_back(b.slice(flatSelf, 0, 0, offset, 1));
+    parts.push_back(b.reshape(b.permute(src, order), {b.dim(k)}));
+    if (offset + k < total)
+      parts.push_back(b.slice(flatSelf, 0, offset + k, total, 1));
+    Node *flat = parts.size() == 1 ? parts[0] : b.concat(parts, 0);
+    return b.reshape(flat, n->shape());
+  }
   Node *target = stridedPositions(b, src->shape(), stride, n->attrs().getInt("offset"));
   return b.scatter(self, target, src, "overwrite", true);
 }

@@ -1,6 +1,7 @@
-"""aten.convolution_backward compiles (GraphBuilder::convolutionBackward): the input gradient
-as a transposed convolution, the weight gradient as a convolution with the batch as channels,
-the bias gradient as a sum. Training steps of plain and transposed convolutions in 1 to 3
+"""aten.convolution_backward compiles (GraphBuilder::convolutionBackward): the input and
+weight gradients as conv_input_grad and conv_weight_grad (cuDNN's or oneDNN's backward
+convolutions where the library is there; else a transposed convolution, and a convolution with
+the batch as channels), the bias gradient as a sum. Training steps of plain and transposed convolutions in 1 to 3
 spatial dims, with strides, padding, dilation, groups (depthwise too), inputs whose last rows no
 window reaches, and each subset of gradients, match eager with no op left to it."""
 import pytest
@@ -204,13 +205,14 @@ def _text_shape(s):
     return "[" + ", ".join(str(v) for v in s) + "]"
 
 
-@pytest.mark.cpu_only("checks CUDA's loop program on the CPU")
+@pytest.mark.cpu_only("checks CUDA's loop programs on the CPU")
 @pytest.mark.parametrize("case", [c for c in CASES if not c[5]], ids=lambda c: c[0])
-def test_cuda_weight_gradient_loops_compute_what_eager_does(case, tmp_path):
-    """On CUDA with cuDNN the weight gradient is one conv_weight_grad computation whose loops
-    (the direct form, launched when cuDNN declines a problem) are the fallback for cuDNN's
-    backward-filter call. The loop program braze-opt prints for CUDA runs here on the CPU
-    (braze-opt --run) against eager's weight gradient."""
+def test_cuda_gradient_loops_compute_what_eager_does(case, tmp_path):
+    """On CUDA with cuDNN the weight and input gradients are one conv_weight_grad and one
+    conv_input_grad computation each, whose loops (the direct forms, launched when cuDNN
+    declines a problem) are the fallback for cuDNN's backward-filter and backward-data calls.
+    The loop programs braze-opt prints for CUDA run here on the CPU (braze-opt --run) against
+    eager's gradients; so do the graphs, as the CPU compiles them."""
     import os
     import subprocess
     from braze.package import _write_safetensors
@@ -225,19 +227,26 @@ def test_cuda_weight_gradient_loops_compute_what_eager_does(case, tmp_path):
     per = lambda v: list(v) if isinstance(v, tuple) else [v] * spatial  # noqa: E731
     stride, padding = per(kw.get("stride", 1)), per(kw.get("padding", 0))
     dilation, groups = per(kw.get("dilation", 1)), kw.get("groups", 1)
-    want = torch.ops.aten.convolution_backward(dy, x, w, None, stride, padding, dilation, False,
-                                               [0] * spatial, groups, [False, True, False])[1]
+    dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, stride, padding, dilation,
+                                                    False, [0] * spatial, groups,
+                                                    [True, True, False])
+    attrs = f"{{dilation={dilation}, groups={groups}, padding={padding}, stride={stride}}}"
     graph = tmp_path / "g.txt"
     graph.write_text(
-        f"graph(%x: f32{_text_shape(xs)}, %dy: f32{_text_shape(dy.shape)}) {{\n"
-        f"  %dw = conv_weight_grad(%x, %dy) {{dilation={dilation}, groups={groups}, "
-        f"padding={padding}, stride={stride}}} : f32{_text_shape(ws)}\n  return %dw\n}}\n")
+        f"graph(%x: f32{_text_shape(xs)}, %dy: f32{_text_shape(dy.shape)}, "
+        f"%w: f32{_text_shape(ws)}) {{\n"
+        f"  %dw = conv_weight_grad(%x, %dy) {attrs} : f32{_text_shape(ws)}\n"
+        f"  %dx = conv_input_grad(%dy, %w) {attrs} : f32{_text_shape(xs)}\n"
+        f"  return %dw, %dx\n}}\n")
     loops = subprocess.run([exe, str(graph), "--cuda", "--cudnn", "--print=loops"],
                            capture_output=True, text=True)
-    assert loops.returncode == 0 and "conv_weight_grad(%x, %dy" in loops.stdout, loops.stderr
+    assert loops.returncode == 0, loops.stderr
+    assert "conv_weight_grad(%x, %dy" in loops.stdout and "conv_input_grad(%dy, %w" in loops.stdout
     (tmp_path / "loops.txt").write_text(loops.stdout)
     tensors = tmp_path / "t.safetensors"
-    _write_safetensors(str(tensors), [("x", x), ("dy", dy), ("expected:0", want.contiguous())])
+    _write_safetensors(str(tensors), [("x", x), ("dy", dy), ("w", w),
+                                      ("expected:0", dw.contiguous()),
+                                      ("expected:1", dx.contiguous())])
     for program in (tmp_path / "loops.txt", graph):  # CUDA's loops; the CPU's decomposition
         run = subprocess.run([exe, str(program), f"--run={tensors}", "--atol=1e-3",
                               "--rtol=1e-4"], capture_output=True, text=True)

@@ -71,3 +71,28 @@ def test_resnet_block_in_half_precision_with_cuda_graphs():
         ref = m(x)
         for _ in range(3):  # the second call captures a CUDA graph, the third replays it
             torch.testing.assert_close(c(x), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_channels_last_weight_read_by_two_convolutions():
+    """A weight two convolutions read (tied, as a shared block applied twice) gets one NHWC
+    filter copy in a channels-last graph; each convolution made its own, which gave two
+    buffers one name and sent the graph to eager. The training step matches eager, compiled
+    whole."""
+    torch.manual_seed(2)
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 12, 12).to(memory_format=torch.channels_last)
+
+    def step(x):
+        return conv(torch.relu(conv(x))).square().mean()
+
+    before = braze.counters()
+    torch._dynamo.reset()
+    torch.compile(step, backend="braze")(x).backward()
+    got = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    step(x).backward()
+    for g, p in zip(got, conv.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+    after = braze.counters()
+    assert after["fallback_graphs"] == before["fallback_graphs"]
+    assert after["fallback_ops"] == before["fallback_ops"]

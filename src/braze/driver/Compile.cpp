@@ -126,7 +126,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   DecomposeOptions d;
   d.convolutionLibrary = opts.cuda ? !opts.cuda->cudnnLibrary.empty() : !opts.dnnlLibrary.empty();
   d.halfConvolutions = opts.cuda.has_value();
-  d.weightGradLibrary = opts.cuda.has_value();
+  d.gradientLibrary = true; // cuDNN's and oneDNN's backward convolutions
   d.cpuHalfRounding = !opts.cuda;
   d.softmaxReciprocal = !opts.cuda;
   d.oneDnnHalf = opts.oneDnnHalf;
@@ -166,7 +166,8 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   // channels-last inside whatever its input's layout.
   int convolutions = 0; // kept whole for a library
   for (const auto &n : g.nodes())
-    convolutions += (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad) &&
+    convolutions += (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad ||
+                     n->op() == OpKind::ConvInputGrad) &&
                     n->rank() == 4;
   if (opts.cuda) {
     lo.channelsLast = convolutions > 0 && hasChannelsLastImage(g);

@@ -70,7 +70,7 @@ using BackendExecuteFn = Status (*)(void *handle, void *plan, void *variantPack)
 // cudnnBackendDescriptorType_t
 constexpr int kPointwiseDesc = 0, kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3,
               kEngineHeurDesc = 4, kExecutionPlanDesc = 5, kConvForwardOpDesc = 10,
-              kConvBwdFilterOpDesc = 11,
+              kConvBwdFilterOpDesc = 11, kConvBwdDataOpDesc = 12,
               kPointwiseOperation = 13, kOperationGraphDesc = 15, kVariantPackDesc = 16,
               kTensorDesc = 17, kMatmulDesc = 18, kMatmulOperation = 19, kReductionDesc = 21,
               kReductionOperation = 22;
@@ -86,7 +86,8 @@ constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kC
               kHeurOperationGraph = 201, kHeurResults = 202, kEngineCfgEngine = 300,
               kPlanHandle = 400, kPlanEngineConfig = 401, kPlanWorkspaceSize = 402,
               kFwdAlpha = 700, kFwdBeta = 701, kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704,
-              kFwdY = 705, kBwdFilterAlpha = 712, kBwdFilterBeta = 713, kBwdFilterConvDesc = 714,
+              kFwdY = 705, kBwdDataAlpha = 706, kBwdDataBeta = 707, kBwdDataConvDesc = 708,
+              kBwdDataW = 709, kBwdDataDx = 710, kBwdDataDy = 711, kBwdFilterAlpha = 712, kBwdFilterBeta = 713, kBwdFilterConvDesc = 714,
               kBwdFilterDw = 715, kBwdFilterX = 716, kBwdFilterDy = 717, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753,
               kPwOpT = 758, kOpGraphHandle = 800, kOpGraphOps = 801, kTensorByteAlignment = 900,
               kTensorDataType = 901, kTensorDimensions = 902, kTensorStrides = 903,
@@ -376,12 +377,16 @@ struct Cudnn::Impl {
     b.set(conv, kConvPrePaddings, kTypeInt64, spatial, c.padding);
     b.set(conv, kConvPostPaddings, kTypeInt64, spatial, c.padding);
     b.finalize(conv);
-    // The attributes of the operation: alpha, beta, the convolution, x, w (dw), y (dy).
-    static const int forward[] = {kFwdAlpha, kFwdBeta, kFwdConvDesc, kFwdX, kFwdW, kFwdY},
-                     filter[] = {kBwdFilterAlpha, kBwdFilterBeta, kBwdFilterConvDesc,
-                                 kBwdFilterX,     kBwdFilterDw,   kBwdFilterDy};
-    const int *at = p.direction == 1 ? filter : forward;
-    void *op = b.make(p.direction == 1 ? kConvBwdFilterOpDesc : kConvForwardOpDesc);
+    // The attributes of the operation: alpha, beta, the convolution, x (dx), w (dw), y (dy).
+    static const int attributes[3][6] = {
+        {kFwdAlpha, kFwdBeta, kFwdConvDesc, kFwdX, kFwdW, kFwdY},
+        {kBwdFilterAlpha, kBwdFilterBeta, kBwdFilterConvDesc, kBwdFilterX, kBwdFilterDw,
+         kBwdFilterDy},
+        {kBwdDataAlpha, kBwdDataBeta, kBwdDataConvDesc, kBwdDataDx, kBwdDataW, kBwdDataDy}};
+    static const int operations[3] = {kConvForwardOpDesc, kConvBwdFilterOpDesc,
+                                      kConvBwdDataOpDesc};
+    const int *at = attributes[p.direction];
+    void *op = b.make(operations[p.direction]);
     double one64 = 1, zero64 = 0;
     float one32 = 1, zero32 = 0;
     bool f64 = p.dtype == 1;
@@ -502,7 +507,7 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
                       std::string &error) {
   Impl &im = *impl_;
   if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3 || p.direction < 0 ||
-      p.direction > 1) {
+      p.direction > 2) {
     error = "rank " + std::to_string(p.rank) + ", dtype code " + std::to_string(p.dtype) +
             " or direction " + std::to_string(p.direction) + " is not one cuDNN takes";
     return DnnStatus::Declined;
@@ -524,7 +529,7 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
-      // A weight gradient has no legacy path here: braze's loops compute it (Declined).
+      // A gradient has no legacy path here: braze's loops compute it (Declined).
       if (p.direction == 0 && !im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
         im.plans.erase(it);
         return DnnStatus::Failed;

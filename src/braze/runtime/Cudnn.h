@@ -15,7 +15,8 @@ namespace braze::runtime {
 
 /// y = conv(x, w): cross-correlation with PyTorch's semantics; or (direction 1) w = the
 /// gradient of the weight from x and y's gradient at y (cuDNN's backward-filter
-/// convolution). dims and strides in elements, in logical order: x [N, C, spatial..],
+/// convolution); or (direction 2) x = the gradient of the input from y's gradient at y and w
+/// (backward-data). dims and strides in elements, in logical order: x [N, C, spatial..],
 /// w [O, C/groups, k..], y [N, O, out..], rank 3-5.
 /// A CUDA module's host code fills one as its BrazeConv (codegen/cuda/CudaHost.cpp), which has
 /// this layout: plain ints and int64s, no bool.
@@ -26,11 +27,10 @@ struct ConvProblem {
           yStrides[5] = {};
   int64_t groups = 1;
   int64_t stride[3] = {}, padding[3] = {}, dilation[3] = {};
-  const void *x = nullptr;
-  void *w = nullptr, *y = nullptr; ///< the result is y (direction 0) or w (direction 1)
+  void *x = nullptr, *w = nullptr, *y = nullptr; ///< the result: y, w (1) or x (2)
   /// f32 only, non-zero: let cuDNN use TF32 tensor cores (torch.backends.cudnn.allow_tf32).
   int allowTf32 = 0;
-  int direction = 0; ///< 0 forward, 1 weight gradient
+  int direction = 0; ///< 0 forward, 1 weight gradient, 2 input gradient
 };
 
 /// o = softmax(scale * q kᵀ + bias [causal: keys j > i dropped]) v, cuDNN's fused flash

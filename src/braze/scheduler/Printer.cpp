@@ -39,10 +39,8 @@ std::string printSchedule(const Schedule &s) {
              names + ")";
     }
     if (k.conv)
-      out += std::string(k.conv->conv->direction == loop::ConvDirectionKind::Forward
-                             ? " conv(%"
-                             : " conv_weight_grad(%") +
-             k.conv->conv->input->name + ", %" + k.conv->conv->other()->name + ")";
+      out += std::string(" ") + k.conv->conv->name() + "(%" +
+             k.conv->conv->operands()[0]->name + ", %" + k.conv->conv->operands()[1]->name + ")";
     if (k.gemm)
       out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
              (k.gemm->transB ? "B^T" : "B") + ")" +

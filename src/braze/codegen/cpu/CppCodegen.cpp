@@ -98,15 +98,15 @@ private:
   }
 
   bool usesDnnl(const Kernel &k) const {
-    return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32 &&
-           k.conv->conv->direction == loop::ConvDirectionKind::Forward;
+    return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32;
   }
 
-  /// A convolution through oneDNN (braze_dnnl_conv in the prelude), with the buffers' own
-  /// sizes and strides; where oneDNN declines, the loop nest computes it.
+  /// A convolution or a weight gradient through oneDNN (braze_dnnl_conv in the prelude), with
+  /// the buffers' own sizes and strides; where oneDNN declines, the loop nest computes it.
   std::string emitConvKernel(const Kernel &k) {
     const loop::Computation &c = *k.conv;
     const loop::ConvSpec &cv = *c.conv;
+    const loop::Buffer *x = cv.x(c.out), *wt = cv.w(c.out), *y = cv.y(c.out);
     std::string out = emitKernel(k, k.name + "_loops");
     std::string body;
     Writer w(body, 1);
@@ -116,20 +116,20 @@ private:
     size_t rank = c.out->shape.size();
     std::string n = "[" + std::to_string(rank) + "]", sp = "[" + std::to_string(rank - 2) + "]";
     w.line("static braze_dnnl_site site;");
-    w.line("const int64_t x_dims" + n + " = " + list(cv.logical(cv.input->shape)) + ";");
-    w.line("const int64_t x_strides" + n + " = " + list(cv.logical(cv.input->strides)) + ";");
-    w.line("const int64_t w_dims" + n + " = " + list(cv.weight->shape) + ";");
-    w.line("const int64_t w_strides" + n + " = " + list(cv.weight->strides) + ";");
-    w.line("const int64_t y_dims" + n + " = " + list(cv.logical(c.out->shape)) + ";");
-    w.line("const int64_t y_strides" + n + " = " + list(cv.logical(c.out->strides)) + ";");
+    w.line("const int64_t x_dims" + n + " = " + list(cv.logical(x->shape)) + ";");
+    w.line("const int64_t x_strides" + n + " = " + list(cv.logical(x->strides)) + ";");
+    w.line("const int64_t w_dims" + n + " = " + list(wt->shape) + ";");
+    w.line("const int64_t w_strides" + n + " = " + list(wt->strides) + ";");
+    w.line("const int64_t y_dims" + n + " = " + list(cv.logical(y->shape)) + ";");
+    w.line("const int64_t y_strides" + n + " = " + list(cv.logical(y->strides)) + ";");
     w.line("const int64_t stride" + sp + " = " + ints(cv.stride) + ";");
     w.line("const int64_t padding" + sp + " = " + ints(cv.padding) + ";");
     w.line("const int64_t dilation" + sp + " = " + ints(cv.dilation) + ";");
     auto ptr = [](const loop::Buffer *b) { return "bufs[" + std::to_string(b->id) + "]"; };
     w.line("if (!braze_dnnl_conv(site, " + std::to_string(rank) +
            ", x_dims, x_strides, w_dims, w_strides, y_dims, y_strides, INT64_C(" +
-           std::to_string(cv.groups) + "), stride, padding, dilation, " + ptr(cv.input) + ", " +
-           ptr(cv.weight) + ", " + ptr(c.out) + "))");
+           std::to_string(cv.groups) + "), stride, padding, dilation, " + ptr(x) + ", " + ptr(wt) +
+           ", " + ptr(y) + ", " + std::to_string(static_cast<int>(cv.direction)) + "))");
     w.line("  " + k.name + "_loops(bufs, syms, err);");
     return out + "static void " + k.name + "(void* const* bufs, const int64_t* syms, int* err) {\n" +
            body + "}\n\n";

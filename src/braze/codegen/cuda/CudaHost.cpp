@@ -102,7 +102,7 @@ std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::
 /// positions per spatial dim), as cuDNN's problems do. A weight gradient may read fewer (a
 /// transposed convolution whose output padding passes its stride).
 bool allWindows(const loop::ConvSpec &cv, const loop::Buffer *out) {
-  std::vector<sym::SymExpr> x = cv.logical(cv.x()->shape), y = cv.logical(cv.y(out)->shape);
+  std::vector<sym::SymExpr> x = cv.logical(cv.x(out)->shape), y = cv.logical(cv.y(out)->shape);
   const std::vector<sym::SymExpr> &w = cv.w(out)->shape;
   for (size_t i = 0; i < cv.stride.size(); ++i) {
     if (!x[2 + i]->isConst() || !w[2 + i]->isConst() || !y[2 + i]->isConst())
@@ -121,7 +121,7 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   const loop::ConvSpec &cv = *c.conv;
   if (cv.direction == loop::ConvDirectionKind::WeightGrad && !allWindows(cv, c.out))
     return fallback; // not a problem cuDNN states: the loops compute it
-  const loop::Buffer *x = cv.x(), *wt = cv.w(c.out), *y = cv.y(c.out);
+  const loop::Buffer *x = cv.x(c.out), *wt = cv.w(c.out), *y = cv.y(c.out);
   DType t = c.out->dtype;
   auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names, xs); };
   auto ints = cIntList;
@@ -137,7 +137,7 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
          ", INT64_C(" + std::to_string(cv.groups) + "), " + ints(cv.stride) + ", " +
          ints(cv.padding) + ", " + ints(cv.dilation) + ", " + ptr(x) + ", " + ptr(wt) + ", " +
          ptr(y) + ", " + (tf32 && t == DType::Float32 ? "1" : "0") + ", " +
-         (cv.direction == loop::ConvDirectionKind::Forward ? "0" : "1") + "};");
+         std::to_string(static_cast<int>(cv.direction)) + "};");
   callOrFallback(w, "api->conv(api->ctx, &c)", fallback);
   w.dedent();
   w.line("}");
@@ -211,9 +211,10 @@ struct BrazeConv {
   int64_t x_dims[5], x_strides[5], w_dims[5], w_strides[5], y_dims[5], y_strides[5];
   int64_t groups;
   int64_t stride[3], padding[3], dilation[3];
-  const void* x; void* w; void* y; // the result: y, or (direction 1) w
+  void* x; void* w; void* y; // the result: y, or (direction 1) w, or (direction 2) x
   int allowTf32; // f32: cuDNN may use TF32
-  int direction; // 0: y = conv(x, w); 1: w = the weight gradient from x and y's gradient
+  int direction; // 0: y = conv(x, w); 1: w = the weight gradient from x and y's gradient;
+                 // 2: x = the input gradient from y's gradient and w
 };
 struct BrazeAttention {
   int dtype; // 2 f16, 3 bf16

@@ -111,10 +111,16 @@ public:
   /// elsewhere it decomposes (decomp::decomposeConvWeightGrad).
   Node *convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntList stride, IntList padding,
                        IntList dilation, int64_t groups);
+  /// The input gradient of y = convolution(x, w) from gradOut: gradOut [N, O, *P], w
+  /// [O, C / groups, *K] -> [N, C, *inputSizes], where P is what the windows of K give over
+  /// inputSizes. Static sizes. A library (cuDNN, oneDNN) takes it whole; elsewhere it is the
+  /// transposed convolution of gradOut by w (decomp::decomposeConvInputGrad).
+  Node *convInputGrad(Node *gradOut, Node *w, IntList inputSizes, IntList stride,
+                      IntList padding, IntList dilation, int64_t groups);
   /// The gradients of y = convolution(x, w) (conv_transpose(x, w) when `transposed`) from
   /// gradOut, dy/d{x, w, bias}, each where `mask` asks for it (else nullptr):
-  ///   - the input's: the transposed convolution of gradOut by w, with the output padding
-  ///     that gives x's sizes back (of a transposed one: the plain convolution);
+  ///   - the input's: conv_input_grad(gradOut, w) (of a transposed one: the plain
+  ///     convolution);
   ///   - the weight's: conv_weight_grad(x, gradOut); of a transposed one, the same with x and
   ///     gradOut exchanged;
   ///   - the bias's: gradOut summed over all dims but the channels.

@@ -260,6 +260,36 @@ Node *GraphBuilder::convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntLi
               TensorType{x->dtype(), std::move(shape), {}});
 }
 
+Node *GraphBuilder::convInputGrad(Node *gradOut, Node *w, IntList inputSizes, IntList stride,
+                                  IntList padding, IntList dilation, int64_t groups) {
+  const char *op = "conv_input_grad";
+  int64_t spatial = gradOut->rank() - 2;
+  if (spatial < 1 || spatial > 3 || w->rank() != gradOut->rank() ||
+      static_cast<int64_t>(inputSizes.size()) != spatial)
+    BRAZE_USER_ERROR(op, name_) << "needs an output gradient and a weight of one rank with 1 to 3 "
+                                   "spatial dims and an input size per spatial dim, got ranks "
+                                << gradOut->rank() << " and " << w->rank() << " and sizes "
+                                << listText(inputSizes);
+  if (!isFloating(gradOut->dtype()) || gradOut->dtype() != w->dtype())
+    BRAZE_USER_ERROR(op, name_) << "needs a floating output gradient and weight of one dtype, got "
+                                << dtypeName(gradOut->dtype()) << " and " << dtypeName(w->dtype());
+  int64_t perGroup = 0;
+  if (groups < 1 || !sym().constValue(w->shape()[1], perGroup) || gradOut->shape()[1] != w->shape()[0])
+    BRAZE_USER_ERROR(op, name_) << "needs the output gradient's channels " << shapeText(gradOut->shape())
+                                << " to be the weight's first dim " << shapeText(w->shape())
+                                << " and static channels per group";
+  AttrMap attrs;
+  attrs.set("stride", perDim(stride, spatial, 1));
+  attrs.set("padding", perDim(padding, spatial, 0));
+  attrs.set("dilation", perDim(dilation, spatial, 1));
+  attrs.set("groups", groups);
+  std::vector<SymExpr> shape{gradOut->shape()[0], dim(perGroup * groups)};
+  for (int64_t s : inputSizes)
+    shape.push_back(dim(s));
+  return make(OpKind::ConvInputGrad, {gradOut, w}, std::move(attrs),
+              TensorType{gradOut->dtype(), std::move(shape), {}});
+}
+
 std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, Node *w,
                                                         IntList stride, IntList padding,
                                                         IntList dilation, bool transposed,
@@ -289,13 +319,9 @@ std::array<Node *, 3> GraphBuilder::convolutionBackward(Node *gradOut, Node *x, 
   kernel.erase(kernel.begin(), kernel.begin() + 2);
   std::array<Node *, 3> grads{nullptr, nullptr, nullptr};
   if (!transposed) {
-    if (mask[0]) {
-      IntList extra; // the input elements past the last window's reach
-      for (int64_t i = 0; i < spatial; ++i)
-        extra.push_back(in[2 + i] - convTransposeSize(out[2 + i], stride[i], padding[i],
-                                                      dilation[i], kernel[i], 0));
-      grads[0] = convTranspose(gradOut, w, nullptr, stride, padding, dilation, extra, groups);
-    }
+    if (mask[0])
+      grads[0] = convInputGrad(gradOut, w, IntList(in.begin() + 2, in.end()), stride, padding,
+                               dilation, groups);
     if (mask[1])
       grads[1] = convWeightGrad(x, gradOut, kernel, stride, padding, dilation, groups);
   } else {

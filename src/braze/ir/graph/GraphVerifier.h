@@ -44,6 +44,7 @@ private:
   bool sharesNumericDtype();
   bool checkConvTranspose();
   bool checkConvWeightGrad();
+  bool checkConvInputGrad();
   bool checkPooling();
   bool checkAdaptivePooling();
   bool checkGridSample();

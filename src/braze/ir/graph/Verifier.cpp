@@ -569,6 +569,8 @@ bool GraphVerifier::checkComposite() {
     return checkConvTranspose();
   case OpKind::ConvWeightGrad:
     return checkConvWeightGrad();
+  case OpKind::ConvInputGrad:
+    return checkConvInputGrad();
   case OpKind::Attention:
     if (operands != 3u + a.getBool("bias"))
       return fail("operand count does not match the 'bias' attribute");

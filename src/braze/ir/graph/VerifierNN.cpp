@@ -206,6 +206,58 @@ bool GraphVerifier::checkConvWeightGrad() {
   return true;
 }
 
+/// A convolution's input gradient (output gradient [N, O, *P], weight [O, C / groups, *K],
+/// result [N, C, *S]): one rank and floating dtype, attribute lengths and ranges, static sizes,
+/// and P exactly the windows K gives over S.
+bool GraphVerifier::checkConvInputGrad() {
+  const AttrMap &a = node_->attrs();
+  const Node *dy = node_->operand(0), *w = node_->operand(1);
+  int rank = dy->rank();
+  if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
+    return fail("output gradient, weight and result must share a rank of 3 to 5");
+  if (!isFloating(node_->dtype()) || dy->dtype() != node_->dtype() ||
+      w->dtype() != node_->dtype())
+    return fail("output gradient, weight and result must share one floating dtype");
+  size_t spatial = static_cast<size_t>(rank - 2);
+  for (const char *name : {"stride", "padding", "dilation"}) {
+    const IntList &v = a.getInts(name);
+    if (v.size() != spatial)
+      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+    int64_t least = name[0] == 'p' ? 0 : 1;
+    for (int64_t e : v)
+      if (e < least || e > (int64_t(1) << 40))
+        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                    " is out of range (at least " + std::to_string(least) + ")");
+  }
+  int64_t groups = a.getInt("groups");
+  std::vector<int64_t> ds, ws, xs;
+  for (auto [from, to] : {std::pair{dy, &ds}, {w, &ws}, {node_, &xs}})
+    for (SymExpr d : from->shape()) {
+      if (!d->isConst())
+        return fail("needs static sizes, got output gradient " + shapeText(dy->shape()) +
+                    ", weight " + shapeText(w->shape()) + " and result " +
+                    shapeText(node_->shape()));
+      to->push_back(d->value());
+    }
+  if (groups < 1 || ws[0] % groups || ds[1] != ws[0] || xs[0] != ds[0] ||
+      xs[1] != ws[1] * groups)
+    return fail("result " + shapeText(node_->shape()) + " must be [batch, weight channels x "
+                "groups, input..] for output gradient " + shapeText(dy->shape()) + ", weight " +
+                shapeText(w->shape()) + " and groups " + std::to_string(groups));
+  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
+                &dil = a.getInts("dilation");
+  for (size_t i = 0; i < spatial; ++i) {
+    int64_t room = xs[2 + i] + 2 * pad[i] - dil[i] * (ws[2 + i] - 1) - 1;
+    if (ws[2 + i] < 1 || room < 0 || room / st[i] + 1 != ds[2 + i])
+      return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
+                  std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
+                  " input positions does not give the output gradient's " +
+                  std::to_string(ds[2 + i]) + " windows");
+  }
+  return true;
+}
+
 /// Pooling over the last kernel.size() (1 to 3) dims: every window list of that length, each
 /// window in range (GraphBuilder::poolWindowError), constant pooled dims, and a pooled shape
 /// (the result's, or max_pool_grad's gradient and indices) whose leading dims are the

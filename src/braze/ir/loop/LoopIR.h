@@ -7,6 +7,7 @@
 #include "braze/ir/types/DType.h"
 #include "braze/ir/sym/SymExpr.h"
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -124,23 +125,29 @@ std::string_view reduceKindName(ReduceKind k);
 std::string_view scatterCombineName(ReduceKind k);
 bool parseReduceKind(std::string_view name, ReduceKind &out);
 
-/// What a convolution Computation computes of y = conv(x, w): y itself, or the gradient of
-/// w from x and y's gradient (a library's backward-filter convolution).
-enum class ConvDirectionKind { Forward, WeightGrad };
+/// What a convolution Computation computes of y = conv(x, w): y itself, the gradient of w
+/// from x and y's gradient (a library's backward-filter convolution), or the gradient of x
+/// from y's gradient and w (backward-data). The values are the direction codes the runtimes'
+/// convolution calls take (runtime::ConvProblem::direction).
+enum class ConvDirectionKind { Forward = 0, WeightGrad = 1, InputGrad = 2 };
 
 /// A convolution computed by a Computation (lowered from the graph's convolution or
 /// conv_weight_grad op when a convolution library takes it). Forward:
 ///   out[n, o, p..] = sum over [c, k..] of x[n, (o / (O/groups))*(C/groups) + c,
 ///                    p*stride + k*dilation - padding] (zero outside) times weight[o, c, k..];
 /// WeightGrad (out has the weight's shape):
-///   out[o, c, k..] = sum over [n, p..] of gradOut[n, o, p..] times the same x element.
+///   out[o, c, k..] = sum over [n, p..] of gradOut[n, o, p..] times the same x element;
+/// InputGrad (out has x's shape): out[n, c, s..] = sum over the group's [o, k..] of
+///   gradOut[n, o, p..] times weight[o, c mod (C/groups), k..], where p*stride + k*dilation -
+///   padding = s (the terms with no such window position p are zero).
 /// The Computation's value is exactly that direct form, so the loop nest computes the same
 /// function when the library cannot; the spec lets the scheduler hand the whole computation to
 /// the library. x, w and y have rank 2 + spatial dims, and each list has one entry per spatial
 /// dim.
 struct ConvSpec {
   ConvDirectionKind direction = ConvDirectionKind::Forward;
-  /// x; and w (Forward) or y's gradient (WeightGrad): the buffers the computation reads.
+  /// The buffers the computation reads: x and w (Forward), x and y's gradient (WeightGrad),
+  /// y's gradient and w (InputGrad).
   const Buffer *input = nullptr, *weight = nullptr, *gradOut = nullptr;
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
@@ -149,16 +156,32 @@ struct ConvSpec {
   bool channelsLast = false;
 
   /// The convolution's x, w and y, given the Computation's result `out`.
-  const Buffer *x() const { return input; }
+  const Buffer *x(const Buffer *out) const {
+    return direction == ConvDirectionKind::InputGrad ? out : input;
+  }
   const Buffer *w(const Buffer *out) const {
-    return direction == ConvDirectionKind::Forward ? weight : out;
+    return direction == ConvDirectionKind::WeightGrad ? out : weight;
   }
   const Buffer *y(const Buffer *out) const {
     return direction == ConvDirectionKind::Forward ? out : gradOut;
   }
-  /// The second buffer the computation reads: w, or y's gradient.
-  const Buffer *other() const {
-    return direction == ConvDirectionKind::Forward ? weight : gradOut;
+  /// The computation's name in loop IR text: conv, conv_weight_grad or conv_input_grad.
+  const char *name() const {
+    return direction == ConvDirectionKind::Forward      ? "conv"
+           : direction == ConvDirectionKind::WeightGrad ? "conv_weight_grad"
+                                                        : "conv_input_grad";
+  }
+  /// The two buffers the computation reads, in its text's order.
+  std::array<const Buffer *, 2> operands() const {
+    switch (direction) {
+    case ConvDirectionKind::Forward:
+      return {input, weight};
+    case ConvDirectionKind::WeightGrad:
+      return {input, gradOut};
+    case ConvDirectionKind::InputGrad:
+      return {gradOut, weight};
+    }
+    return {nullptr, nullptr};
   }
 
   /// The sizes or strides of the input or the result buffer in logical order [N, C, spatial..].

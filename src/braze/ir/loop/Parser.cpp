@@ -219,7 +219,8 @@ private:
       rvars = indexDecls();
     }
     std::optional<ConvSpec> conv;
-    if (peekWord() == "conv" || peekWord() == "conv_weight_grad")
+    if (peekWord() == "conv" || peekWord() == "conv_weight_grad" ||
+        peekWord() == "conv_input_grad")
       conv = convSpec();
     std::optional<AttentionSpec> attention;
     if (peekWord().substr(0, 9) == "attention")
@@ -353,20 +354,19 @@ private:
     return a;
   }
 
-  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`, or
-  /// `conv_weight_grad(%x, %dy, ...)`
+  /// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`,
+  /// `conv_weight_grad(%x, %dy, ...)` or `conv_input_grad(%dy, %w, ...)`
   ConvSpec convSpec() {
     ConvSpec c;
-    if (peekWord() == "conv_weight_grad") {
-      expectWord("conv_weight_grad");
-      c.direction = ConvDirectionKind::WeightGrad;
-    } else {
-      expectWord("conv");
-    }
+    for (ConvDirectionKind d : {ConvDirectionKind::WeightGrad, ConvDirectionKind::InputGrad})
+      if (ConvSpec named; (named.direction = d, peekWord() == named.name()))
+        c.direction = d;
+    expectWord(c.name());
     expect('(');
-    c.input = bufferRef();
+    bool forward = c.direction == ConvDirectionKind::Forward;
+    (c.direction == ConvDirectionKind::InputGrad ? c.gradOut : c.input) = bufferRef();
     expect(',');
-    (c.direction == ConvDirectionKind::Forward ? c.weight : c.gradOut) = bufferRef();
+    (forward || c.direction == ConvDirectionKind::InputGrad ? c.weight : c.gradOut) = bufferRef();
     expect(',');
     c.stride = namedInts("stride");
     expect(',');

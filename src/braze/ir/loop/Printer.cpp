@@ -138,12 +138,11 @@ std::string intList(const std::vector<int64_t> &xs) {
   return s + "]";
 }
 
-/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`, or
-/// `conv_weight_grad(%x, %dy, ...)`
+/// `conv(%x, %w, stride=[..], padding=[..], dilation=[..], groups=g[, layout=nhwc])`,
+/// `conv_weight_grad(%x, %dy, ...)` or `conv_input_grad(%dy, %w, ...)`
 std::string convText(const ConvSpec &c) {
-  bool forward = c.direction == ConvDirectionKind::Forward;
-  return std::string(forward ? "conv(" : "conv_weight_grad(") + bufferName(c.input) + ", " +
-         bufferName(c.other()) + ", stride=" +
+  return std::string(c.name()) + "(" + bufferName(c.operands()[0]) + ", " +
+         bufferName(c.operands()[1]) + ", stride=" +
          intList(c.stride) + ", padding=" + intList(c.padding) + ", dilation=" +
          intList(c.dilation) + ", groups=" + std::to_string(c.groups) +
          (c.channelsLast ? ", layout=nhwc)" : ")");

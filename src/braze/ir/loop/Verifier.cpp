@@ -336,11 +336,13 @@ private:
     const Computation &c = *comp_;
     if (c.reduce != ReduceKind::Sum)
       return failHere("is a convolution but not a sum reduction");
-    bool forward = cv.direction == ConvDirectionKind::Forward;
-    if ((forward ? cv.gradOut : cv.weight) != nullptr)
-      return failHere(forward ? "is a convolution with an output gradient"
-                              : "is a weight gradient with a weight operand");
-    for (const Buffer *b : {cv.input, cv.other()}) {
+    const Buffer *unused = cv.direction == ConvDirectionKind::Forward      ? cv.gradOut
+                           : cv.direction == ConvDirectionKind::WeightGrad ? cv.weight
+                                                                           : cv.input;
+    if (unused)
+      return failHere(std::string("is a ") + cv.name() + " with a third operand %" +
+                      unused->name);
+    for (const Buffer *b : cv.operands()) {
       if (!b || !buffers_.count(b))
         return failHere("convolution operand is not a buffer of the program");
       bool read = std::any_of(order.begin(), order.end(), [&](const Expr *e) {
@@ -353,7 +355,8 @@ private:
                         "; input, weight and result must share one floating dtype");
     }
     size_t rank = c.out->shape.size();
-    if (rank < 3 || cv.input->shape.size() != rank || cv.other()->shape.size() != rank)
+    if (rank < 3 || cv.operands()[0]->shape.size() != rank ||
+        cv.operands()[1]->shape.size() != rank)
       return failHere("convolution input, weight and result must have one rank of at least 3");
     if (cv.channelsLast && rank != 4)
       return failHere("a channels-last convolution must be 2-d");
@@ -368,7 +371,8 @@ private:
     if (cv.groups < 1)
       return failHere("convolution groups must be >= 1");
     // In logical order [N, C, spatial..] (a channels-last buffer is stored [N, H, W, C]).
-    const std::vector<SymExpr> x = cv.logical(cv.x()->shape), y = cv.logical(cv.y(c.out)->shape);
+    const std::vector<SymExpr> x = cv.logical(cv.x(c.out)->shape),
+                               y = cv.logical(cv.y(c.out)->shape);
     const std::vector<SymExpr> &w = cv.w(c.out)->shape;
     SymExpr g = ctx_.constant(cv.groups);
     bool ok = y[0] == x[0] && y[1] == w[0] && ctx_.mul(w[1], g) == x[1] &&

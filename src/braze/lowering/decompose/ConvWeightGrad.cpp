@@ -1,7 +1,8 @@
 /// conv_weight_grad where no library takes it whole: the weight gradient of a convolution of
 /// x [N, C, *s] giving gradOut [N, O, *o], kernel sizes `kernel` -> [O, C / groups, *kernel],
-/// in one of three forms (weightGradForms). On CUDA with cuDNN the op stays whole and runs as
-/// cuDNN's backward-filter convolution (loop::ConvSpec, ConvDirectionKind::WeightGrad).
+/// in one of three forms (weightGradForms). With a library the f32 op (and on CUDA the f16 and
+/// bf16 one) stays whole and runs as cuDNN's backward-filter or oneDNN's backward-weights
+/// convolution (loop::ConvSpec, ConvDirectionKind::WeightGrad).
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <algorithm>
@@ -113,6 +114,23 @@ Node *decomposeConvWeightGrad(GraphBuilder &b, Node *n) {
     kernel.push_back(n->shape()[i]->value());
   return weightGradForms(b, n->operand(0), n->operand(1), kernel, a.getInts("stride"),
                          a.getInts("padding"), a.getInts("dilation"), a.getInt("groups"));
+}
+
+/// conv_input_grad where no library takes it whole: the transposed convolution of the output
+/// gradient by the weight, with the output padding that gives the input's sizes back (the
+/// input positions past the last window's reach).
+Node *decomposeConvInputGrad(GraphBuilder &b, Node *n) {
+  const AttrMap &a = n->attrs();
+  const IntList &stride = a.getInts("stride"), &padding = a.getInts("padding"),
+                &dilation = a.getInts("dilation");
+  Node *dy = n->operand(0), *w = n->operand(1);
+  IntList extra;
+  for (size_t i = 0; i < stride.size(); ++i)
+    extra.push_back(n->shape()[2 + i]->value() -
+                    GraphBuilder::convTransposeSize(dy->shape()[2 + i]->value(), stride[i],
+                                                    padding[i], dilation[i],
+                                                    w->shape()[2 + i]->value(), 0));
+  return b.convTranspose(dy, w, nullptr, stride, padding, dilation, extra, a.getInt("groups"));
 }
 
 } // namespace braze::decomp

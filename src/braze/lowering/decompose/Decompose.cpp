@@ -88,7 +88,8 @@ bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   if (isAttentionFamily(n->op()))
     return fusedAttention(n, opts);
   bool library = n->op() == OpKind::Convolution ||
-                 (n->op() == OpKind::ConvWeightGrad && opts.weightGradLibrary);
+                 ((n->op() == OpKind::ConvWeightGrad || n->op() == OpKind::ConvInputGrad) &&
+                  opts.gradientLibrary);
   return opts.convolutionLibrary && library &&
          (t == DType::Float32 ||
           (opts.halfConvolutions && (t == DType::Float16 || t == DType::BFloat16)));

@@ -14,9 +14,10 @@ struct DecomposeOptions {
   bool convolutionLibrary = false;
   /// The library takes f16 and bf16 convolutions too (cuDNN).
   bool halfConvolutions = false;
-  /// The library computes weight gradients (conv_weight_grad) itself, in the dtypes it takes
-  /// convolutions in (cuDNN's backward-filter convolution).
-  bool weightGradLibrary = false;
+  /// The library computes weight and input gradients (conv_weight_grad, conv_input_grad)
+  /// itself, in the dtypes it takes convolutions in (cuDNN's backward-filter and
+  /// backward-data convolutions, oneDNN's backward-weights and backward-data ones).
+  bool gradientLibrary = false;
   /// The target runs attention as one fused kernel (loop::AttentionSpec) for these operand
   /// dtypes, with head dims (of query and value) up to `fusedAttentionMaxHeadDim`; other
   /// attention ops decompose into matmul + softmax + matmul.
@@ -52,6 +53,7 @@ Node *decomposeSilu(GraphBuilder &b, Node *n);
 Node *decomposeConvolution(GraphBuilder &b, Node *n);
 Node *decomposeConvTranspose(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeConvWeightGrad(GraphBuilder &b, Node *n);
+Node *decomposeConvInputGrad(GraphBuilder &b, Node *n);
 /// Whether a conv_transpose node rounds after each kernel tap under `opts` (eager's CPU gemm +
 /// col2im kernel), which its decomposition does for up to GraphBuilder::kMaxRoundedTaps taps.
 bool convTransposeRoundsPerTap(const Node *n, const DecomposeOptions &opts);

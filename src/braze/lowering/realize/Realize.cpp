@@ -266,7 +266,8 @@ private:
           need(o);
       return storedState(n);
     case OpCategoryKind::Composite:
-      if (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad)
+      if (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad ||
+          n->op() == OpKind::ConvInputGrad)
         return convolution(n);
       if (isAttentionFamily(n->op()))
         attention(n);
@@ -372,7 +373,8 @@ private:
   }
 
   /// A convolution reads its input and weight in memory; a weight gradient its input and the
-  /// output gradient (images both, like the input).
+  /// output gradient (images both, like the input); an input gradient the output gradient
+  /// (an image) and the weight.
   State convolution(Node *n) {
     bool weightGrad = n->op() == OpKind::ConvWeightGrad;
     Node *x = n->operand(0), *w = n->operand(1);
@@ -383,7 +385,7 @@ private:
     }
     if (!weightGrad)
       need(w);
-    if (weightGrad || !n->attrs().getBool("bias"))
+    if (n->op() != OpKind::Convolution || !n->attrs().getBool("bias"))
       return storedState(n);
     State s = lazy(1);
     s.absorb(state(n->operand(2)));

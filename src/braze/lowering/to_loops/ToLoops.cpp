@@ -274,10 +274,30 @@ private:
   Value lazy(std::function<const Expr *(const Index &)> f) { return Value{std::move(f), nullptr}; }
 
   /// n's value v stored once: [N, H, W, C] in channels-last mode, else intermediateStrides.
+  /// A 4-d value read only as convolutions' weight (the flipped weight of an input gradient)
+  /// is stored as they read it (channelsLastWeight, or row-major), not [N, H, W, C] and then
+  /// copied again for them.
   Value storeIntermediate(Node *n, const Value &v) {
-    if (opts_.channelsLast && n->rank() == 4)
+    if (opts_.channelsLast && n->rank() == 4 && !onlyConvolutionWeight(n))
       return nhwcValue(realizeNhwc(n, v));
+    if (opts_.channelsLast && n->rank() == 4 && opts_.channelsLastWeights)
+      return realize(n, v, BufferKind::Intermediate, -1, "", channelsLastStrides(n->shape()));
     return realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
+  }
+
+  bool onlyConvolutionWeight(const Node *n) const {
+    if (std::find(g_.outputs().begin(), g_.outputs().end(), n) != g_.outputs().end())
+      return false;
+    std::vector<Node *> readers = readersOf(n);
+    return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node *u) {
+      return readsAsWeight(u, n) && u->operand(0) != n;
+    });
+  }
+
+  /// Whether u reads n as a convolution's weight (of a convolution or an input gradient).
+  static bool readsAsWeight(const Node *u, const Node *n) {
+    return (u->op() == OpKind::Convolution || u->op() == OpKind::ConvInputGrad) &&
+           u->operand(1) == n;
   }
 
   /// A stored intermediate's strides (empty: row-major). In channels-last mode a value of rank
@@ -327,7 +347,7 @@ private:
         n->type().strides != channelsLastStrides(n->shape()))
       return false;
     for (Node *u : readersOf(n))
-      if (u->op() == OpKind::Convolution && u->operand(1) == n)
+      if (readsAsWeight(u, n))
         return false;
     return true;
   }
@@ -345,13 +365,15 @@ private:
   }
 
   /// A convolution weight [O, C, kh, kw] stored with C innermost (cuDNN's NHWC filter layout),
-  /// copying it if it is not.
+  /// copying it (once, for every convolution that reads it) if it is not.
   Buffer *channelsLastWeight(Node *n) {
+    if (auto it = filters_.find(n); it != filters_.end())
+      return it->second;
     Buffer *w = inMemory(n);
     std::vector<SymExpr> want = channelsLastStrides(n->shape());
-    if (w->strides == want)
-      return w;
-    return realize(n, values_.at(n), BufferKind::Intermediate, -1, "_cl", want).buffer;
+    if (w->strides != want)
+      w = realize(n, values_.at(n), BufferKind::Intermediate, -1, "_cl", want).buffer;
+    return filters_[n] = w;
   }
 
   Value lower(Node *n) {
@@ -420,6 +442,8 @@ private:
         return lowerConvolution(n);
       if (n->op() == OpKind::ConvWeightGrad)
         return lowerConvWeightGrad(n);
+      if (n->op() == OpKind::ConvInputGrad)
+        return lowerConvInputGrad(n);
       if (isAttentionFamily(n->op()))
         return lowerAttention(n);
       if (n->op() == OpKind::Scatter)
@@ -755,16 +779,23 @@ private:
     return s_.add(s_.mul(s_.floordiv(o, perGroupOut), perGroupIn), c);
   }
 
-  Value lowerConvolution(Node *n) {
-    const AttrMap &a = n->attrs();
-    loop::ConvSpec spec = convSpec(n);
-    Node *xn = n->operand(0), *wn = n->operand(1);
-    Buffer *x = convImage(xn, spec);
+  /// A convolution's weight in memory: cuDNN's NHWC filter layout in channels-last mode on
+  /// CUDA, else where it is (row-major where the library needs rows).
+  Buffer *convWeight(Node *wn, const loop::ConvSpec &spec) {
     Buffer *w =
         spec.channelsLast && opts_.channelsLastWeights ? channelsLastWeight(wn) : inMemory(wn);
     if (opts_.rowMajorConvolution && !spec.channelsLast &&
         w->strides != contiguousStrides(s_, w->shape))
       w = realize(wn, values_.at(wn), BufferKind::Intermediate, -1, "_rows").buffer;
+    return w;
+  }
+
+  Value lowerConvolution(Node *n) {
+    const AttrMap &a = n->attrs();
+    loop::ConvSpec spec = convSpec(n);
+    Node *xn = n->operand(0), *wn = n->operand(1);
+    Buffer *x = convImage(xn, spec);
+    Buffer *w = convWeight(wn, spec);
     spec.input = x;
     spec.weight = w;
     bool bias = a.getBool("bias");
@@ -834,6 +865,80 @@ private:
     c->conv = std::move(spec);
     return bufferValue(out);
   }
+  /// An input gradient the decomposer kept (cuDNN's or oneDNN's backward-data convolution):
+  /// one sum reduction per input element over its group's output channels and the kernel
+  /// taps, each term the output gradient at the window position p with p*stride + k*dilation
+  /// - padding = s, where there is one (else zero), with the spec attached. In channels-last
+  /// mode the result is an [N, H, W, C] buffer, like a convolution's.
+  Value lowerConvInputGrad(Node *n) {
+    loop::ConvSpec spec = convSpec(n);
+    spec.direction = loop::ConvDirectionKind::InputGrad;
+    Node *dn = n->operand(0), *wn = n->operand(1);
+    Buffer *dy = convImage(dn, spec);
+    Buffer *w = convWeight(wn, spec);
+    spec.gradOut = dy;
+    spec.weight = w;
+    Buffer *out = p_->addBuffer(n->name(), n->dtype(),
+                                spec.channelsLast ? toNhwc(n->shape()) : n->shape(),
+                                BufferKind::Intermediate);
+    Index o, r;
+    std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
+    if (spec.channelsLast)
+      o = fromNhwc(o);
+    SymExpr perGroupOut = s_.floordiv(wn->shape()[0], s_.constant(spec.groups));
+    std::vector<SymExpr> redExtents{perGroupOut};
+    redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
+    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    DType t = computeType(n->dtype());
+    SymExpr perGroupIn = wn->shape()[1], channel = o[1], outChannel = r[0];
+    if (spec.groups > 1) {
+      SymExpr group = s_.floordiv(o[1], perGroupIn);
+      channel = s_.mod(o[1], perGroupIn);
+      outChannel = s_.add(s_.mul(group, perGroupOut), r[0]);
+    }
+    Index di{o[0], outChannel}, wi{outChannel, channel};
+    const Expr *inside = nullptr;
+    auto both = [&](const Expr *a, const Expr *b) {
+      return a ? ex_.op(ScalarOpKind::LogicalAnd, {a, b}, DType::Bool) : b;
+    };
+    for (size_t i = 0; i < spec.stride.size(); ++i) {
+      // The window position p of input position s under tap k: p * stride = s + padding - k *
+      // dilation, when that is a multiple of the stride in [0, P * stride).
+      SymExpr tap = r[1 + i], windows = dn->shape()[2 + i];
+      SymExpr at = s_.add(s_.add(o[2 + i], s_.constant(spec.padding[i])),
+                          s_.mul(tap, s_.constant(-spec.dilation[i])));
+      SymExpr stride = s_.constant(spec.stride[i]);
+      SymExpr clamped = s_.max(s_.constant(0), s_.min(at, s_.sub(s_.mul(windows, stride),
+                                                                  s_.constant(1))));
+      di.push_back(s_.floordiv(clamped, stride));
+      wi.push_back(tap);
+      const Expr *p = ex_.indexValue(at, DType::Int64);
+      inside = both(inside, ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)},
+                                   DType::Bool));
+      inside = both(inside, ex_.op(ScalarOpKind::Lt,
+                                   {p, ex_.indexValue(s_.mul(windows, stride), DType::Int64)},
+                                   DType::Bool));
+      if (spec.stride[i] > 1)
+        inside = both(inside, ex_.op(ScalarOpKind::Eq,
+                                     {ex_.indexValue(s_.mod(clamped, stride), DType::Int64),
+                                      ex_.constant(0, DType::Int64)},
+                                     DType::Bool));
+    }
+    if (spec.channelsLast)
+      di = toNhwc(di);
+    const Expr *dv = ex_.cast(ex_.load(dy, linearIndex(s_, di, dy->strides)), t);
+    dv = ex_.op(ScalarOpKind::Where, {inside, dv, ex_.constant(0, t)}, t);
+    const Expr *wv = ex_.cast(ex_.load(w, linearIndex(s_, wi, w->strides)), t);
+    loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
+                                              ex_.op(ScalarOpKind::Mul, {dv, wv}, t));
+    c->conv = std::move(spec);
+    if (c->conv->channelsLast) {
+      nhwc_[n] = out;
+      return nhwcValue(out);
+    }
+    return bufferValue(out);
+  }
+
 
 
   /// n's values as a strided view of a buffer (one stride per dim, 0 along unit dims): read in
@@ -1071,6 +1176,7 @@ private:
   loop::ExprContext &ex_;
   std::unordered_map<const Node *, Value> values_;
   std::unordered_map<const Node *, Buffer *> nhwc_; ///< channels-last copies, by node
+  std::unordered_map<const Node *, Buffer *> filters_; ///< convolution weights, NHWC filters
 };
 
 } // namespace

@@ -229,30 +229,45 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
 }
 
 
-Node *GraphBuilder::convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntList stride,
-                                   IntList padding, IntList dilation, int64_t groups) {
-  const char *op = "conv_weight_grad";
-  int64_t spatial = x->rank() - 2;
-  if (spatial < 1 || spatial > 3 || gradOut->rank() != x->rank() ||
-      static_cast<int64_t>(kernel.size()) != spatial)
-    BRAZE_USER_ERROR(op, name_) << "needs an input and an output gradient of one rank with 1 to 3 "
-                                   "spatial dims and a kernel size per spatial dim, got ranks "
-                                << x->rank() << " and " << gradOut->rank() << " and kernel "
-                                << listText(kernel);
-  if (!isFloating(x->dtype()) || x->dtype() != gradOut->dtype())
-    BRAZE_USER_ERROR(op, name_) << "needs a floating input and output gradient of one dtype, got "
-                                << dtypeName(x->dtype()) << " and " << dtypeName(gradOut->dtype());
-  int64_t c = 0, o = 0;
-  if (groups < 1 || !sym().constValue(x->shape()[1], c) ||
-      !sym().constValue(gradOut->shape()[1], o) || c % groups || o % groups)
-    BRAZE_USER_ERROR(op, name_) << "needs static channel counts that divide by groups " << groups
-                                << ", got input " << shapeText(x->shape()) << " and output gradient "
-                                << shapeText(gradOut->shape());
+namespace {
+
+/// A convolution gradient's two operands (named `what`, e.g. "an input and an output
+/// gradient"): one rank with 1 to 3 spatial dims, `sizes` one entry per spatial dim, one
+/// floating dtype. Its attributes, each list filled to one entry per spatial dim.
+AttrMap convGradientAttrs(const char *op, const std::string &name, const char *what,
+                          const Node *a, const Node *b, const IntList &sizes,
+                          const IntList &stride, const IntList &padding,
+                          const IntList &dilation, int64_t groups) {
+  int64_t spatial = a->rank() - 2;
+  if (spatial < 1 || spatial > 3 || b->rank() != a->rank() ||
+      static_cast<int64_t>(sizes.size()) != spatial)
+    BRAZE_USER_ERROR(op, name) << "needs " << what << " of one rank with 1 to 3 spatial dims "
+                               << "and a size per spatial dim, got ranks " << a->rank()
+                               << " and " << b->rank() << " and sizes " << listText(sizes);
+  if (!isFloating(a->dtype()) || a->dtype() != b->dtype())
+    BRAZE_USER_ERROR(op, name) << "needs " << what << " of one floating dtype, got "
+                               << dtypeName(a->dtype()) << " and " << dtypeName(b->dtype());
   AttrMap attrs;
   attrs.set("stride", perDim(stride, spatial, 1));
   attrs.set("padding", perDim(padding, spatial, 0));
   attrs.set("dilation", perDim(dilation, spatial, 1));
   attrs.set("groups", groups);
+  return attrs;
+}
+
+} // namespace
+
+Node *GraphBuilder::convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntList stride,
+                                   IntList padding, IntList dilation, int64_t groups) {
+  const char *op = "conv_weight_grad";
+  AttrMap attrs = convGradientAttrs(op, name_, "an input and an output gradient", x, gradOut,
+                                    kernel, stride, padding, dilation, groups);
+  int64_t c = 0, o = 0;
+  if (groups < 1 || !sym().constValue(x->shape()[1], c) ||
+      !sym().constValue(gradOut->shape()[1], o) || c % groups || o % groups)
+    BRAZE_USER_ERROR(op, name_) << "needs static channel counts that divide by groups " << groups
+                                << ", got input " << shapeText(x->shape())
+                                << " and output gradient " << shapeText(gradOut->shape());
   std::vector<SymExpr> shape{dim(o), dim(c / groups)};
   for (int64_t k : kernel)
     shape.push_back(dim(k));
@@ -263,29 +278,17 @@ Node *GraphBuilder::convWeightGrad(Node *x, Node *gradOut, IntList kernel, IntLi
 Node *GraphBuilder::convInputGrad(Node *gradOut, Node *w, IntList inputSizes, IntList stride,
                                   IntList padding, IntList dilation, int64_t groups) {
   const char *op = "conv_input_grad";
-  int64_t spatial = gradOut->rank() - 2;
-  if (spatial < 1 || spatial > 3 || w->rank() != gradOut->rank() ||
-      static_cast<int64_t>(inputSizes.size()) != spatial)
-    BRAZE_USER_ERROR(op, name_) << "needs an output gradient and a weight of one rank with 1 to 3 "
-                                   "spatial dims and an input size per spatial dim, got ranks "
-                                << gradOut->rank() << " and " << w->rank() << " and sizes "
-                                << listText(inputSizes);
-  if (!isFloating(gradOut->dtype()) || gradOut->dtype() != w->dtype())
-    BRAZE_USER_ERROR(op, name_) << "needs a floating output gradient and weight of one dtype, got "
-                                << dtypeName(gradOut->dtype()) << " and " << dtypeName(w->dtype());
+  AttrMap attrs = convGradientAttrs(op, name_, "an output gradient and a weight", gradOut, w,
+                                    inputSizes, stride, padding, dilation, groups);
   int64_t perGroup = 0;
-  if (groups < 1 || !sym().constValue(w->shape()[1], perGroup) || gradOut->shape()[1] != w->shape()[0])
-    BRAZE_USER_ERROR(op, name_) << "needs the output gradient's channels " << shapeText(gradOut->shape())
-                                << " to be the weight's first dim " << shapeText(w->shape())
-                                << " and static channels per group";
-  AttrMap attrs;
-  attrs.set("stride", perDim(stride, spatial, 1));
-  attrs.set("padding", perDim(padding, spatial, 0));
-  attrs.set("dilation", perDim(dilation, spatial, 1));
-  attrs.set("groups", groups);
+  if (groups < 1 || !sym().constValue(w->shape()[1], perGroup) ||
+      gradOut->shape()[1] != w->shape()[0])
+    BRAZE_USER_ERROR(op, name_) << "needs the output gradient's channels "
+                                << shapeText(gradOut->shape()) << " to be the weight's first dim "
+                                << shapeText(w->shape()) << " and static channels per group";
   std::vector<SymExpr> shape{gradOut->shape()[0], dim(perGroup * groups)};
-  for (int64_t s : inputSizes)
-    shape.push_back(dim(s));
+  for (int64_t size : inputSizes)
+    shape.push_back(dim(size));
   return make(OpKind::ConvInputGrad, {gradOut, w}, std::move(attrs),
               TensorType{gradOut->dtype(), std::move(shape), {}});
 }

@@ -8,6 +8,7 @@
 
 #include "braze/ir/graph/Builder.h"
 
+#include <array>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -45,6 +46,8 @@ private:
   bool checkConvTranspose();
   bool checkConvWeightGrad();
   bool checkConvInputGrad();
+  bool checkConvGradient(const char *names, std::array<std::vector<int64_t>, 3> &sizes);
+  int64_t convWindows(size_t i, int64_t n, int64_t k);
   bool checkPooling();
   bool checkAdaptivePooling();
   bool checkGridSample();

@@ -151,20 +151,19 @@ bool GraphVerifier::checkConvTranspose() {
   return node_->shape() == want ? true : fail("result must be " + shapeText(want));
 }
 
-/// A convolution's weight gradient (input [N, C, *S], output gradient [N, O, *P], result
-/// [O, C / groups, *K]): one rank and floating dtype, attribute lengths and ranges, static
-/// sizes, and P at most the windows K gives over S (floor((S + 2p - d(K - 1) - 1) / s) + 1; a
-/// transposed convolution's output padding past its stride leaves windows its input gradient
-/// does not have, and the gradient sums over the first P).
-bool GraphVerifier::checkConvWeightGrad() {
+/// A convolution gradient's shared checks: its operands (`names`) and result of one rank (3 to
+/// 5) and floating dtype, its stride, padding and dilation lists, and static sizes, returned in
+/// `sizes` (operand 0, operand 1, result).
+bool GraphVerifier::checkConvGradient(const char *names,
+                                      std::array<std::vector<int64_t>, 3> &sizes) {
   const AttrMap &a = node_->attrs();
-  const Node *x = node_->operand(0), *dy = node_->operand(1);
-  int rank = x->rank();
-  if (rank < 3 || rank > 5 || dy->rank() != rank || node_->rank() != rank)
-    return fail("input, output gradient and result must share a rank of 3 to 5");
-  if (!isFloating(node_->dtype()) || x->dtype() != node_->dtype() ||
-      dy->dtype() != node_->dtype())
-    return fail("input, output gradient and result must share one floating dtype");
+  const Node *ops[3] = {node_->operand(0), node_->operand(1), node_};
+  int rank = ops[0]->rank();
+  if (rank < 3 || rank > 5 || ops[1]->rank() != rank || node_->rank() != rank)
+    return fail(std::string(names) + " and result must share a rank of 3 to 5");
+  if (!isFloating(node_->dtype()) || ops[0]->dtype() != node_->dtype() ||
+      ops[1]->dtype() != node_->dtype())
+    return fail(std::string(names) + " and result must share one floating dtype");
   size_t spatial = static_cast<size_t>(rank - 2);
   for (const char *name : {"stride", "padding", "dilation"}) {
     const IntList &v = a.getInts(name);
@@ -177,84 +176,68 @@ bool GraphVerifier::checkConvWeightGrad() {
         return fail(std::string("'") + name + "' entry " + std::to_string(e) +
                     " is out of range (at least " + std::to_string(least) + ")");
   }
-  int64_t groups = a.getInt("groups");
-  std::vector<int64_t> xs, ds, ws;
-  for (auto [from, to] : {std::pair{x, &xs}, {dy, &ds}, {node_, &ws}})
-    for (SymExpr d : from->shape()) {
+  for (int i = 0; i < 3; ++i)
+    for (SymExpr d : ops[i]->shape()) {
       if (!d->isConst())
-        return fail("needs static sizes, got input " + shapeText(x->shape()) +
-                    ", output gradient " + shapeText(dy->shape()) + " and result " +
-                    shapeText(node_->shape()));
-      to->push_back(d->value());
+        return fail("needs static sizes, got " + shapeText(ops[0]->shape()) + ", " +
+                    shapeText(ops[1]->shape()) + " and result " + shapeText(node_->shape()));
+      sizes[i].push_back(d->value());
     }
+  return true;
+}
+
+/// The windows a kernel of k gives over n positions along spatial dim i (-1: none).
+int64_t GraphVerifier::convWindows(size_t i, int64_t n, int64_t k) {
+  const AttrMap &a = node_->attrs();
+  int64_t room = n + 2 * a.getInts("padding")[i] - a.getInts("dilation")[i] * (k - 1) - 1;
+  return k < 1 || room < 0 ? -1 : room / a.getInts("stride")[i] + 1;
+}
+
+/// A convolution's weight gradient (input [N, C, *S], output gradient [N, O, *P], result
+/// [O, C / groups, *K]): the shared checks, and P at most the windows K gives over S (a
+/// transposed convolution's output padding past its stride leaves windows its input gradient
+/// does not have, and the gradient sums over the first P).
+bool GraphVerifier::checkConvWeightGrad() {
+  std::array<std::vector<int64_t>, 3> s;
+  if (!checkConvGradient("input, output gradient", s))
+    return false;
+  const std::vector<int64_t> &xs = s[0], &ds = s[1], &ws = s[2];
+  int64_t groups = node_->attrs().getInt("groups");
   if (groups < 1 || xs[1] % groups || ds[1] % groups || xs[0] != ds[0] || ws[0] != ds[1] ||
       ws[1] * groups != xs[1])
     return fail("result " + shapeText(node_->shape()) + " must be [output gradient channels, "
-                "input channels / groups, kernel..] for input " + shapeText(x->shape()) +
-                ", output gradient " + shapeText(dy->shape()) + " and groups " +
-                std::to_string(groups));
-  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
-                &dil = a.getInts("dilation");
-  for (size_t i = 0; i < spatial; ++i) {
-    int64_t room = xs[2 + i] + 2 * pad[i] - dil[i] * (ws[2 + i] - 1) - 1;
-    if (ws[2 + i] < 1 || room < 0 || ds[2 + i] < 1 || room / st[i] + 1 < ds[2 + i])
+                "input channels / groups, kernel..] for input " +
+                shapeText(node_->operand(0)->shape()) + ", output gradient " +
+                shapeText(node_->operand(1)->shape()) + " and groups " + std::to_string(groups));
+  for (size_t i = 0; i + 2 < xs.size(); ++i)
+    if (ds[2 + i] < 1 || convWindows(i, xs[2 + i], ws[2 + i]) < ds[2 + i])
       return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
                   std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
                   " input positions has fewer windows than the output gradient's " +
                   std::to_string(ds[2 + i]));
-  }
   return true;
 }
 
 /// A convolution's input gradient (output gradient [N, O, *P], weight [O, C / groups, *K],
-/// result [N, C, *S]): one rank and floating dtype, attribute lengths and ranges, static sizes,
-/// and P exactly the windows K gives over S.
+/// result [N, C, *S]): the shared checks, and P exactly the windows K gives over S.
 bool GraphVerifier::checkConvInputGrad() {
-  const AttrMap &a = node_->attrs();
-  const Node *dy = node_->operand(0), *w = node_->operand(1);
-  int rank = dy->rank();
-  if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
-    return fail("output gradient, weight and result must share a rank of 3 to 5");
-  if (!isFloating(node_->dtype()) || dy->dtype() != node_->dtype() ||
-      w->dtype() != node_->dtype())
-    return fail("output gradient, weight and result must share one floating dtype");
-  size_t spatial = static_cast<size_t>(rank - 2);
-  for (const char *name : {"stride", "padding", "dilation"}) {
-    const IntList &v = a.getInts(name);
-    if (v.size() != spatial)
-      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v.size()));
-    int64_t least = name[0] == 'p' ? 0 : 1;
-    for (int64_t e : v)
-      if (e < least || e > (int64_t(1) << 40))
-        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
-                    " is out of range (at least " + std::to_string(least) + ")");
-  }
-  int64_t groups = a.getInt("groups");
-  std::vector<int64_t> ds, ws, xs;
-  for (auto [from, to] : {std::pair{dy, &ds}, {w, &ws}, {node_, &xs}})
-    for (SymExpr d : from->shape()) {
-      if (!d->isConst())
-        return fail("needs static sizes, got output gradient " + shapeText(dy->shape()) +
-                    ", weight " + shapeText(w->shape()) + " and result " +
-                    shapeText(node_->shape()));
-      to->push_back(d->value());
-    }
+  std::array<std::vector<int64_t>, 3> s;
+  if (!checkConvGradient("output gradient, weight", s))
+    return false;
+  const std::vector<int64_t> &ds = s[0], &ws = s[1], &xs = s[2];
+  int64_t groups = node_->attrs().getInt("groups");
   if (groups < 1 || ws[0] % groups || ds[1] != ws[0] || xs[0] != ds[0] ||
       xs[1] != ws[1] * groups)
     return fail("result " + shapeText(node_->shape()) + " must be [batch, weight channels x "
-                "groups, input..] for output gradient " + shapeText(dy->shape()) + ", weight " +
-                shapeText(w->shape()) + " and groups " + std::to_string(groups));
-  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
-                &dil = a.getInts("dilation");
-  for (size_t i = 0; i < spatial; ++i) {
-    int64_t room = xs[2 + i] + 2 * pad[i] - dil[i] * (ws[2 + i] - 1) - 1;
-    if (ws[2 + i] < 1 || room < 0 || room / st[i] + 1 != ds[2 + i])
+                "groups, input..] for output gradient " + shapeText(node_->operand(0)->shape()) +
+                ", weight " + shapeText(node_->operand(1)->shape()) + " and groups " +
+                std::to_string(groups));
+  for (size_t i = 0; i + 2 < xs.size(); ++i)
+    if (convWindows(i, xs[2 + i], ws[2 + i]) != ds[2 + i])
       return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
                   std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
                   " input positions does not give the output gradient's " +
                   std::to_string(ds[2 + i]) + " windows");
-  }
   return true;
 }
 

@@ -770,6 +770,14 @@ private:
     return inside ? ex_.op(ScalarOpKind::Where, {inside, xv, ex_.constant(0, t)}, t) : xv;
   }
 
+  /// [first, shape's spatial dims..]: a convolution's reduction extents (a channel count, then
+  /// the kernel's or the output gradient's positions).
+  static std::vector<SymExpr> withSpatial(SymExpr first, const std::vector<SymExpr> &shape) {
+    std::vector<SymExpr> out{first};
+    out.insert(out.end(), shape.begin() + 2, shape.end());
+    return out;
+  }
+
   /// The input channel that output channel `o` reads at its group's channel `c`.
   SymExpr groupChannel(const loop::ConvSpec &spec, SymExpr o, SymExpr c, SymExpr outChannels,
                        SymExpr perGroupIn) {
@@ -806,9 +814,7 @@ private:
     std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
     if (spec.channelsLast)
       o = fromNhwc(o);
-    std::vector<SymExpr> redExtents{wn->shape()[1]};
-    redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
-    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    std::vector<SymExpr> rvars = freshVars(withSpatial(wn->shape()[1], wn->shape()), "r", r);
     DType t = computeType(n->dtype());
     SymExpr channel = groupChannel(spec, o[1], r[0], wn->shape()[0], wn->shape()[1]);
     Index pos(o.begin() + 2, o.end()), taps(r.begin() + 1, r.end());
@@ -848,9 +854,7 @@ private:
                                     : contiguousStrides(s_, n->shape()));
     Index o, r;
     std::vector<SymExpr> vars = freshVars(out->shape, "i", o);
-    std::vector<SymExpr> redExtents{dn->shape()[0]};
-    redExtents.insert(redExtents.end(), dn->shape().begin() + 2, dn->shape().end());
-    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    std::vector<SymExpr> rvars = freshVars(withSpatial(dn->shape()[0], dn->shape()), "r", r);
     DType t = computeType(n->dtype());
     SymExpr channel = groupChannel(spec, o[0], o[1], dn->shape()[1], n->shape()[1]);
     Index pos(r.begin() + 1, r.end()), taps(o.begin() + 2, o.end());
@@ -886,9 +890,7 @@ private:
     if (spec.channelsLast)
       o = fromNhwc(o);
     SymExpr perGroupOut = s_.floordiv(wn->shape()[0], s_.constant(spec.groups));
-    std::vector<SymExpr> redExtents{perGroupOut};
-    redExtents.insert(redExtents.end(), wn->shape().begin() + 2, wn->shape().end());
-    std::vector<SymExpr> rvars = freshVars(redExtents, "r", r);
+    std::vector<SymExpr> rvars = freshVars(withSpatial(perGroupOut, wn->shape()), "r", r);
     DType t = computeType(n->dtype());
     SymExpr perGroupIn = wn->shape()[1], channel = o[1], outChannel = r[0];
     if (spec.groups > 1) {

@@ -87,8 +87,10 @@ constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kC
               kPlanHandle = 400, kPlanEngineConfig = 401, kPlanWorkspaceSize = 402,
               kFwdAlpha = 700, kFwdBeta = 701, kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704,
               kFwdY = 705, kBwdDataAlpha = 706, kBwdDataBeta = 707, kBwdDataConvDesc = 708,
-              kBwdDataW = 709, kBwdDataDx = 710, kBwdDataDy = 711, kBwdFilterAlpha = 712, kBwdFilterBeta = 713, kBwdFilterConvDesc = 714,
-              kBwdFilterDw = 715, kBwdFilterX = 716, kBwdFilterDy = 717, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753,
+              kBwdDataW = 709, kBwdDataDx = 710, kBwdDataDy = 711, kBwdFilterAlpha = 712,
+              kBwdFilterBeta = 713, kBwdFilterConvDesc = 714, kBwdFilterDw = 715,
+              kBwdFilterX = 716, kBwdFilterDy = 717, kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752,
+              kPwOpY = 753,
               kPwOpT = 758, kOpGraphHandle = 800, kOpGraphOps = 801, kTensorByteAlignment = 900,
               kTensorDataType = 901, kTensorDimensions = 902, kTensorStrides = 903,
               kTensorUniqueId = 906, kTensorIsVirtual = 907, kTensorIsByValue = 908,
@@ -355,8 +357,9 @@ struct Cudnn::Impl {
   }
 
   /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
-  /// forward or backward-filter operation, and the plan finishPlan picks (no TF32 in f32
-  /// unless allowed). False if none (the legacy API is tried next for a forward one).
+  /// forward, backward-filter or backward-data operation (by p.direction), and the plan
+  /// finishPlan picks (no TF32 in f32 unless allowed). False if none (the legacy API is tried
+  /// next for a forward one).
   bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
                       size_t workspaceBytes) {
     if (!backendCreate)

@@ -4,6 +4,7 @@
 
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace braze {
@@ -247,6 +248,8 @@ AttrMap convGradientAttrs(const char *op, const std::string &name, const char *w
   if (!isFloating(a->dtype()) || a->dtype() != b->dtype())
     BRAZE_USER_ERROR(op, name) << "needs " << what << " of one floating dtype, got "
                                << dtypeName(a->dtype()) << " and " << dtypeName(b->dtype());
+  if (std::any_of(sizes.begin(), sizes.end(), [](int64_t v) { return v < 1 || v > (1 << 30); }))
+    BRAZE_USER_ERROR(op, name) << "needs sizes from 1 to 2^30, got " << listText(sizes);
   AttrMap attrs;
   attrs.set("stride", perDim(stride, spatial, 1));
   attrs.set("padding", perDim(padding, spatial, 0));

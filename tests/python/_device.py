@@ -1,4 +1,7 @@
-"""Helpers for tests that run once per device (see conftest.py)."""
+"""Helpers shared by the tests (most run once per device: see conftest.py)."""
+import os
+
+import pytest
 import torch
 from torch.utils._pytree import tree_map
 
@@ -33,3 +36,12 @@ def eager_cpu(fn, *args):
     if not on_cuda(*args):
         return out
     return tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, out)
+
+
+def braze_opt():
+    """The braze-opt installed with this braze; the test is skipped where there is none."""
+    import braze
+    exe = os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
+    if not os.path.exists(exe):
+        pytest.skip("braze-opt is not installed with this braze")
+    return exe

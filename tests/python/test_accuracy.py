@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import braze
+from _device import braze_opt
 
 pytestmark = pytest.mark.cpu_only("the checker's own logic; its CUDA path is the same Python")
 
@@ -90,14 +91,6 @@ def test_a_correct_convolutional_model_gives_no_report(monkeypatch):
     assert reports == []
 
 
-def _braze_opt():
-    import os
-    exe = os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
-    if not os.path.exists(exe):
-        pytest.skip("braze-opt is not installed with this braze")
-    return exe
-
-
 def test_minify_writes_a_small_reproducer_that_braze_opt_runs(monkeypatch, tmp_path):
     import os
     import subprocess
@@ -111,14 +104,14 @@ def test_minify_writes_a_small_reproducer_that_braze_opt_runs(monkeypatch, tmp_p
     text = open(os.path.join(folder, "graph.txt")).read()
     body = [line for line in text.splitlines() if line.startswith("  %")]
     assert len(body) <= 3 and "gelu(" in text
-    run = subprocess.run([_braze_opt(), os.path.join(folder, "graph.txt"),
+    run = subprocess.run([braze_opt(), os.path.join(folder, "graph.txt"),
                           "--run=" + os.path.join(folder, "tensors.safetensors")],
                          capture_output=True, text=True)
     assert run.returncode == 3 and "DIVERGES" in run.stdout, run.stdout + run.stderr
     # Without the planted add, the same graph and tensors agree.
     fixed = tmp_path / "fixed.txt"
     fixed.write_text(text.replace("return %gelu_2", "return %gelu"))
-    run = subprocess.run([_braze_opt(), str(fixed),
+    run = subprocess.run([braze_opt(), str(fixed),
                           "--run=" + os.path.join(folder, "tensors.safetensors")],
                          capture_output=True, text=True)
     assert run.returncode == 0 and "ok" in run.stdout, run.stdout + run.stderr
@@ -130,7 +123,7 @@ def test_braze_opt_run_names_a_missing_input_and_a_bad_file(tmp_path):
     graph.write_text("graph(%x: f32[3]) {\n  %y = neg(%x) : f32[3]\n  return %y\n}\n")
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
-    run = subprocess.run([_braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
+    run = subprocess.run([braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
                          text=True)
     assert run.returncode == 1 and "malformed safetensors header" in run.stderr
     import struct
@@ -141,19 +134,19 @@ def test_braze_opt_run_names_a_missing_input_and_a_bad_file(tmp_path):
                          (b'{"x":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}',
                           "unknown safetensors dtype")):
         bad.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
-        run = subprocess.run([_braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
+        run = subprocess.run([braze_opt(), str(graph), f"--run={bad}"], capture_output=True,
                              text=True)
         assert run.returncode == 1 and said in run.stderr, run.stderr
     from braze.package import _write_safetensors
     empty = tmp_path / "empty.safetensors"
     _write_safetensors(str(empty), [("other", torch.ones(3))])
-    run = subprocess.run([_braze_opt(), str(graph), f"--run={empty}"], capture_output=True,
+    run = subprocess.run([braze_opt(), str(graph), f"--run={empty}"], capture_output=True,
                          text=True)
     assert run.returncode == 1 and "no tensor for input 'x'" in run.stderr
     good = tmp_path / "good.safetensors"
     _write_safetensors(str(good), [("x", torch.tensor([1.0, -2.0, 3.0])),
                                    ("expected:0", torch.tensor([-1.0, 2.0, -3.0]))])
-    run = subprocess.run([_braze_opt(), str(graph), f"--run={good}"], capture_output=True,
+    run = subprocess.run([braze_opt(), str(graph), f"--run={good}"], capture_output=True,
                          text=True)
     assert run.returncode == 0 and "output 0: [3]: ok" in run.stdout
 

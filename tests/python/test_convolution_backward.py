@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import braze
-from _device import eager
+from _device import braze_opt, eager
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -213,13 +213,10 @@ def test_cuda_gradient_loops_compute_what_eager_does(case, tmp_path):
     declines a problem) are the fallback for cuDNN's backward-filter and backward-data calls.
     The loop programs braze-opt prints for CUDA run here on the CPU (braze-opt --run) against
     eager's gradients; so do the graphs, as the CPU compiles them."""
-    import os
     import subprocess
     from braze.package import _write_safetensors
     _, spatial, xs, ws, kw, _ = case
-    exe = os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
-    if not os.path.exists(exe):
-        pytest.skip("braze-opt is not installed with this braze")
+    exe = braze_opt()
     torch.manual_seed(5)
     x, w = torch.randn(xs), torch.randn(ws)
     y = CONV[spatial](x, w, **kw)

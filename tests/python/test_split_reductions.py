@@ -3,24 +3,17 @@ those (lowering/split/SplitReductions.h). The step runs for CUDA only; its rewri
 printed by braze-opt --cuda and run here on the CPU (braze-opt --run) against eager on the same
 random inputs, so its arithmetic is checked on a machine without a GPU. On CUDA, models whose
 reductions split are compared with eager whole."""
-import os
 import subprocess
 
 import pytest
 import torch
 
-import braze
+import braze  # noqa: F401 (registers the "braze" backend)
+from _device import braze_opt
 from braze.package import _write_safetensors
 
 _TEXT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.bool: "bool",
          torch.float64: "f64"}
-
-
-def _braze_opt():
-    exe = os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
-    if not os.path.exists(exe):
-        pytest.skip("braze-opt is not installed with this braze")
-    return exe
 
 
 def _shape(s):
@@ -63,7 +56,7 @@ def test_a_split_reduction_computes_what_eager_does(case, tmp_path):
         f"graph(%x: {_TEXT[dtype]}{_shape(shape)}) {{\n"
         f"  %r = {op}(%x) {{dims={dims}, keepdim={'true' if keepdim else 'false'}}} : "
         f"{_TEXT[out_dtype]}{_shape(want.shape)}\n  return %r\n}}\n")
-    split = subprocess.run([_braze_opt(), str(graph), "--cuda", "--passes=split-reductions"],
+    split = subprocess.run([braze_opt(), str(graph), "--cuda", "--passes=split-reductions"],
                            capture_output=True, text=True)
     assert split.returncode == 0, split.stderr
     assert "reshape(%x)" in split.stdout, split.stdout  # it did split
@@ -71,7 +64,7 @@ def test_a_split_reduction_computes_what_eager_does(case, tmp_path):
     tensors = tmp_path / "t.safetensors"
     _write_safetensors(str(tensors), [("x", x.contiguous()), ("expected:0", want.contiguous())])
     tol = {torch.float16: 1e-2, torch.bfloat16: 5e-2}.get(dtype, 1e-4)
-    run = subprocess.run([_braze_opt(), str(tmp_path / "split.txt"), f"--run={tensors}",
+    run = subprocess.run([braze_opt(), str(tmp_path / "split.txt"), f"--run={tensors}",
                           f"--atol={tol}", f"--rtol={tol}"], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 
@@ -84,7 +77,7 @@ def test_small_or_wide_reductions_do_not_split(tmp_path):
                      "  %b = sum(%y) {dims=[1], keepdim=false} : f32[4096]\n"
                      "  %c = argmax(%y) {dims=[0], keepdim=false} : i64[512]\n"
                      "  return %a, %b, %c\n}\n")
-    split = subprocess.run([_braze_opt(), str(graph), "--cuda", "--passes=split-reductions"],
+    split = subprocess.run([braze_opt(), str(graph), "--cuda", "--passes=split-reductions"],
                            capture_output=True, text=True)
     assert split.returncode == 0 and "reshape" not in split.stdout, split.stdout
 

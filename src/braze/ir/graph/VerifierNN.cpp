@@ -80,8 +80,7 @@ bool GraphVerifier::checkConvolution() {
                     sym::toString(out) + ", but the window gives " + sym::toString(want));
       continue;
     }
-    int64_t room = in->value() + 2 * pad[i] - dil[i] * (k->value() - 1) - 1;
-    int64_t want = room < 0 ? -1 : room / st[i] + 1;
+    int64_t want = convWindows(i, in->value(), k->value());
     if (want != out->value())
       return fail("spatial dim " + std::to_string(i) + " of the result is " +
                   std::to_string(out->value()) + ", but the window gives " +
@@ -190,7 +189,7 @@ bool GraphVerifier::checkConvGradient(const char *names,
 int64_t GraphVerifier::convWindows(size_t i, int64_t n, int64_t k) {
   const AttrMap &a = node_->attrs();
   int64_t room = n + 2 * a.getInts("padding")[i] - a.getInts("dilation")[i] * (k - 1) - 1;
-  return k < 1 || room < 0 ? -1 : room / a.getInts("stride")[i] + 1;
+  return room < 0 ? -1 : room / a.getInts("stride")[i] + 1;
 }
 
 /// A convolution's weight gradient (input [N, C, *S], output gradient [N, O, *P], result
@@ -210,7 +209,7 @@ bool GraphVerifier::checkConvWeightGrad() {
                 shapeText(node_->operand(0)->shape()) + ", output gradient " +
                 shapeText(node_->operand(1)->shape()) + " and groups " + std::to_string(groups));
   for (size_t i = 0; i + 2 < xs.size(); ++i)
-    if (ds[2 + i] < 1 || convWindows(i, xs[2 + i], ws[2 + i]) < ds[2 + i])
+    if (ws[2 + i] < 1 || ds[2 + i] < 1 || convWindows(i, xs[2 + i], ws[2 + i]) < ds[2 + i])
       return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
                   std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
                   " input positions has fewer windows than the output gradient's " +
@@ -233,7 +232,7 @@ bool GraphVerifier::checkConvInputGrad() {
                 ", weight " + shapeText(node_->operand(1)->shape()) + " and groups " +
                 std::to_string(groups));
   for (size_t i = 0; i + 2 < xs.size(); ++i)
-    if (convWindows(i, xs[2 + i], ws[2 + i]) != ds[2 + i])
+    if (ws[2 + i] < 1 || convWindows(i, xs[2 + i], ws[2 + i]) != ds[2 + i])
       return fail("spatial dim " + std::to_string(i) + ": a kernel of " +
                   std::to_string(ws[2 + i]) + " over " + std::to_string(xs[2 + i]) +
                   " input positions does not give the output gradient's " +

@@ -19,10 +19,11 @@ bool associative(OpKind k) {
 }
 
 /// How one reduction splits: the operand reshaped to `shape` (one dim cut in two, or none),
-/// then reduced over `first` (keeping dims) and the partials over `second` (dims of `shape`).
+/// reduced over `first` keeping dims, then the partials over every dim of `shape` the
+/// reduction covers (`reduced`: `first`, whose sizes are now ones, and the outer ones).
 struct Split {
   std::vector<int64_t> shape;
-  IntList first, second;
+  IntList first, reduced;
 };
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -129,17 +130,17 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
       s.shape.push_back(sizes[d]);
     }
   }
-  for (int64_t d : whole)
-    s.second.push_back(moved(d));
-  if (cutDim >= 0) {
-    s.second.push_back(cutDim);
-    s.first.push_back(cutDim + 1);
-  }
-  for (int64_t d : dims)
+  for (int64_t d : dims) {
+    s.reduced.push_back(moved(d));
     if (std::find(whole.begin(), whole.end(), d) == whole.end() && d != cutDim)
       s.first.push_back(moved(d));
+  }
+  if (cutDim >= 0) {
+    s.reduced.push_back(cutDim + 1);
+    s.first.push_back(cutDim + 1);
+  }
   std::sort(s.first.begin(), s.first.end());
-  std::sort(s.second.begin(), s.second.end());
+  std::sort(s.reduced.begin(), s.reduced.end());
   return s;
 }
 
@@ -163,33 +164,31 @@ void splitReductions(Graph &g, const SplitReductionOptions &opts) {
   // order, so first stages over one space (a batch norm's two sums) stay side by side and
   // share a kernel, as the single reductions did.
   GraphBuilder b(g);
-  std::vector<std::pair<Node *, Node *>> firsts; // (reduction, its partials)
-  std::vector<Split> splits;
+  struct Staged {
+    Node *n, *partials;
+    IntList reduced;
+  };
+  std::vector<Staged> staged;
   for (Node *n : candidates) {
     std::optional<Split> s = planSplit(n, opts);
     if (!s)
       continue;
     b.setName(n->name());
     Node *x = b.reshape(n->operand(0), b.dims(s->shape));
-    firsts.emplace_back(n, b.reduce(n->op(), x, s->first, true, accumulator(n)));
-    splits.push_back(std::move(*s));
+    staged.push_back({n, b.reduce(n->op(), x, s->first, true, accumulator(n)), s->reduced});
   }
-  for (size_t i = 0; i < firsts.size(); ++i) {
-    auto [n, partials] = firsts[i];
+  for (const auto &[n, partials, reduced] : staged) {
     b.setName(n->name());
     // The second stage reduces the first's dims of ones too, so that its result has n's
     // shape without keepdim: a scalar is computed as one, not viewed from a buffer of ones.
-    IntList dims = splits[i].first;
-    dims.insert(dims.end(), splits[i].second.begin(), splits[i].second.end());
-    std::sort(dims.begin(), dims.end());
-    Node *r = b.reduce(n->op(), partials, dims, false, accumulator(n));
+    Node *r = b.reduce(n->op(), partials, reduced, false, accumulator(n));
     if (n->attrs().getBool("keepdim"))
       r = b.reshape(r, n->shape());
     if (r->dtype() != n->dtype())
       r = b.convert(r, n->dtype());
     g.replaceAllUses(n, r);
   }
-  if (!firsts.empty()) {
+  if (!staged.empty()) {
     sortTopologically(g);
     g.removeDeadNodes();
   }

@@ -739,6 +739,19 @@ private:
     return b;
   }
 
+  /// 0 <= at < size, as a bool Expr.
+  const Expr *inRange(SymExpr at, SymExpr size) {
+    const Expr *p = ex_.indexValue(at, DType::Int64);
+    const Expr *lo = ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)}, DType::Bool);
+    const Expr *hi = ex_.op(ScalarOpKind::Lt, {p, ex_.indexValue(size, DType::Int64)}, DType::Bool);
+    return ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
+  }
+
+  /// a && b, where a null `a` is true.
+  const Expr *conjoin(const Expr *a, const Expr *b) {
+    return a ? ex_.op(ScalarOpKind::LogicalAnd, {a, b}, DType::Bool) : b;
+  }
+
   /// x[batch, channel, pos * stride + tap * dilation - padding] in type t: the input element
   /// under kernel tap `taps` of the window at output position `pos`; zero in the padding
   /// (where the load reads the clamped edge).
@@ -757,12 +770,7 @@ private:
         continue;
       }
       xi.push_back(s_.max(s_.constant(0), s_.min(at, s_.sub(size, s_.constant(1)))));
-      const Expr *p = ex_.indexValue(at, DType::Int64);
-      const Expr *lo = ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)}, DType::Bool);
-      const Expr *hi =
-          ex_.op(ScalarOpKind::Lt, {p, ex_.indexValue(size, DType::Int64)}, DType::Bool);
-      const Expr *both = ex_.op(ScalarOpKind::LogicalAnd, {lo, hi}, DType::Bool);
-      inside = inside ? ex_.op(ScalarOpKind::LogicalAnd, {inside, both}, DType::Bool) : both;
+      inside = conjoin(inside, inRange(at, size));
     }
     if (spec.channelsLast)
       xi = toNhwc(xi);
@@ -900,9 +908,6 @@ private:
     }
     Index di{o[0], outChannel}, wi{outChannel, channel};
     const Expr *inside = nullptr;
-    auto both = [&](const Expr *a, const Expr *b) {
-      return a ? ex_.op(ScalarOpKind::LogicalAnd, {a, b}, DType::Bool) : b;
-    };
     for (size_t i = 0; i < spec.stride.size(); ++i) {
       // The window position p of input position s under tap k: p * stride = s + padding - k *
       // dilation, when that is a multiple of the stride in [0, P * stride).
@@ -914,17 +919,12 @@ private:
                                                                   s_.constant(1))));
       di.push_back(s_.floordiv(clamped, stride));
       wi.push_back(tap);
-      const Expr *p = ex_.indexValue(at, DType::Int64);
-      inside = both(inside, ex_.op(ScalarOpKind::Ge, {p, ex_.constant(0, DType::Int64)},
-                                   DType::Bool));
-      inside = both(inside, ex_.op(ScalarOpKind::Lt,
-                                   {p, ex_.indexValue(s_.mul(windows, stride), DType::Int64)},
-                                   DType::Bool));
+      inside = conjoin(inside, inRange(at, s_.mul(windows, stride)));
       if (spec.stride[i] > 1)
-        inside = both(inside, ex_.op(ScalarOpKind::Eq,
-                                     {ex_.indexValue(s_.mod(clamped, stride), DType::Int64),
-                                      ex_.constant(0, DType::Int64)},
-                                     DType::Bool));
+        inside = conjoin(inside, ex_.op(ScalarOpKind::Eq,
+                                        {ex_.indexValue(s_.mod(clamped, stride), DType::Int64),
+                                         ex_.constant(0, DType::Int64)},
+                                        DType::Bool));
     }
     if (spec.channelsLast)
       di = toNhwc(di);

@@ -2,7 +2,8 @@
 attention, CUDA flash, memory-efficient and cuDNN attention, and scaled_dot_product_attention
 itself) become one braze attention op. In training, a fused op's log-sum-exp becomes an
 attention_lse op and its backward one attention_grad op per gradient: on the CPU (fused
-kernels), and on CUDA when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
+kernels), on CUDA in f16 and bf16 with head dims up to 128 (fused kernels, sm_80 and newer),
+and in other CUDA cases when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
 MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
 faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced
 as PyTorch's math path instead (trace_as_math_for_training), so that the dropout and the
@@ -43,20 +44,36 @@ def _operands(t, q, k, v, bias):
     return t.arg(q), t.arg(k), t.arg(v), (t.arg(bias) if bias is not None else None)
 
 
-# Whether CUDA training graphs compile the fused attention ops' log-sum-exp and backward
-# (decomposed: braze has no fused CUDA attention backward). Off: the H100 GPT-2 6-layer f32
+# Whether CUDA training graphs compile the fused attention ops' log-sum-exp and backward where
+# braze's fused CUDA kernels do not take them (f32, f64, head dims over
+# FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, before sm_80): decomposed, they compute their scores. Off: the H100 GPT-2 6-layer f32
 # train step of benchmarks/gpu_models.py took 23.37 ms compiled against 18.99 ms with the fused
 # ops and their backward in eager (TorchInductor, which keeps them in eager too: 17.29 and
 # 16.03 ms in those runs), and the decomposed backward holds its scores.
 COMPILE_CUDA_TRAINING_ATTENTION = False
 
 
-def _check_unfused_training(q, k):
-    """CUDA has no fused kernel for attention's log-sum-exp and backward: they compute their
-    batch x heads x Sq x Sk scores, which are bounded as the math path's are (eager's fused
-    kernels, whose memory grows with S, take larger ones)."""
+# The widest head braze's fused CUDA log-sum-exp and gradient kernels take (the driver's
+# DecomposeOptions::fusedAttentionBackwardMaxHeadDim).
+FUSED_CUDA_BACKWARD_MAX_HEAD_DIM = 128
+
+
+def _fused_on_cuda(qv, vv):
+    """Whether braze's fused CUDA kernels compute this attention's log-sum-exp and gradients:
+    f16 or bf16 operands, static head dims up to FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, sm_80+."""
+    dims = [qv.shape[-1]] + ([vv.shape[-1]] if vv is not None else [])
+    return qv.dtype in (torch.float16, torch.bfloat16) and \
+        all(isinstance(d, int) and 1 <= d <= FUSED_CUDA_BACKWARD_MAX_HEAD_DIM for d in dims) and \
+        torch.cuda.get_device_capability(qv.device) >= (8, 0)
+
+
+def _check_training(q, k, v):
+    """On CUDA, attention's log-sum-exp and backward run braze's fused kernels where they take
+    them (_fused_on_cuda). Elsewhere they compute their batch x heads x Sq x Sk scores, which
+    are bounded as the math path's are (eager's fused kernels, whose memory grows with S, take
+    larger ones)."""
     qv, kv = q.meta["val"], k.meta["val"]
-    if qv.device.type != "cuda":
+    if qv.device.type != "cuda" or _fused_on_cuda(qv, v.meta["val"] if v is not None else None):
         return
     if not COMPILE_CUDA_TRAINING_ATTENTION:
         raise Unsupported("attention training on CUDA (COMPILE_CUDA_TRAINING_ATTENTION is off)")
@@ -109,7 +126,7 @@ def attention(t, node, q, k, v, bias, dropout_p, is_causal, scale, tuple_size, l
         return out
     vals = node.meta["val"]
     if read - {0}:
-        _check_unfused_training(q, k)
+        _check_training(q, k, v)
     results = [out] + [None] * (tuple_size - 1)
     for i in sorted(read - {0}):
         if i == 1:
@@ -137,7 +154,7 @@ def attention_backward(t, node, grad_out, q, k, v, out, logsumexp, bias, dropout
     read = _read_outputs(node)
     if read - {0, 1, 2}:
         raise Unsupported("the gradient of an attention bias")
-    _check_unfused_training(q, k)
+    _check_training(q, k, v)
     scale = _scale_of(q, scale)
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
     lse = t.g.lse_from_layout(t.arg(logsumexp), qh)

@@ -360,11 +360,12 @@ def test_training_with_masks_matches_eager(device, mask):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32])
 def test_cuda_training_attention_over_the_score_limit_stays_fused_in_eager(device, dtype):
-    """On CUDA, attention's log-sum-exp and backward are computed from their scores; above
-    MATH_TRAINING_MAX_SCORES scores per call the fused op and its backward run in eager (counted
-    as fallbacks), and the results still match."""
+    """On CUDA in f32 (which braze's fused kernels do not take), attention's log-sum-exp and
+    backward are computed from their scores; above MATH_TRAINING_MAX_SCORES scores per call the
+    fused op and its backward run in eager (counted as fallbacks), and the results still
+    match."""
     if device != "cuda":
         pytest.skip("the score limit is CUDA's")
     from braze import rules_attention
@@ -583,3 +584,115 @@ def test_long_sequence_backward_runs_in_bounded_memory():
     grown, scores, err, fallbacks = _memory_case("training S=2048")
     assert fallbacks == 0 and err < 1e-4
     assert grown < scores, f"peak memory grew by {grown} MiB; one product's scores are {scores} MiB"
+
+
+# (batch, heads, key heads, query rows, key rows, head dim, mask): sizes off the CUDA kernels'
+# tiles of 64 (and 32) rows, more queries than keys and fewer, grouped-query heads, head dims
+# that are not multiples of 16, and masks: causal, additive over batch and heads, a padding
+# mask of keys per batch point, and a sliding window built in the graph.
+CUDA_FUSED_TRAINING = [(2, 4, 4, 128, 128, 64, "causal"), (1, 2, 2, 100, 77, 64, "none"),
+                       (1, 2, 2, 200, 200, 128, "causal"), (2, 3, 3, 70, 300, 40, "float"),
+                       (2, 4, 2, 96, 96, 64, "padding"), (1, 8, 2, 150, 150, 80, "causal"),
+                       (1, 2, 2, 64, 96, 32, "causal"), (2, 2, 2, 130, 130, 64, "window"),
+                       (1, 1, 1, 1, 5, 16, "none")]
+
+
+def _half_training_reference(fn, args, g):
+    """fn's value and gradients in f32 from args rounded to their half dtype, rounded back."""
+    wide = [a.detach().float().requires_grad_() for a in args]
+    out = fn(*wide)
+    grads = torch.autograd.grad(out, wide, g.float())
+    return [out.detach()] + list(grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", CUDA_FUSED_TRAINING, ids=lambda c: "x".join(map(str, c)))
+def test_cuda_fused_training_attention_matches_eager(device, dtype, case):
+    """On CUDA in f16 and bf16, attention's output, log-sum-exp and gradients run braze's fused
+    kernels (the output and its log-sum-exp in one kernel, cuDNN's where it takes it; the
+    backward recomputes the probabilities from the log-sum-exp, k's and v's gradients in one
+    kernel), with nothing left to eager and no decomposition's scores: each of the output and
+    the three gradients is as close to the f32 result as eager's is (within twice eager's
+    error, or the dtype's tolerance)."""
+    _check_fused_training(device, dtype, case)
+
+
+@pytest.mark.parametrize("case", [CUDA_FUSED_TRAINING[i] for i in (0, 3, 4, 7)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_cuda_fused_training_attention_without_cudnn(device, case):
+    """As above with cuDNN's attention turned off (torch.backends.cuda.enable_cudnn_sdp): the
+    forward's output and log-sum-exp come from braze's own kernel."""
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        _check_fused_training(device, torch.bfloat16, case)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
+def _check_fused_training(device, dtype, case):
+    if device != "cuda":
+        pytest.skip("the fused half-precision training kernels are CUDA's")
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the fused kernels need sm_80")
+    torch.manual_seed(21)
+    b, h, hk, sq, sk, d, mask = case
+    q = torch.randn(b, h, sq, d, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(b, hk, sk, d, dtype=dtype, requires_grad=True) for _ in range(2))
+    m = None
+    if mask == "float":
+        m = torch.randn(b, 1, sq, sk, dtype=dtype)
+    elif mask == "padding":
+        lengths = torch.tensor([sk, sk // 3])
+        m = (torch.arange(sk)[None, :] < lengths[:, None])[:, None, None, :]
+    kw = {"enable_gqa": True} if h != hk else {}
+
+    def fn(q, k, v):
+        attn_mask = m.to(q.dtype) if m is not None and m.is_floating_point() else m
+        if mask == "window":  # keys i - 31 .. i of query i
+            i = torch.arange(q.shape[-2], device=q.device)[:, None]
+            j = torch.arange(k.shape[-2], device=q.device)[None, :]
+            attn_mask = (j <= i) & (j > i - 32)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                              is_causal=mask == "causal", **kw)
+
+    g = torch.randn(b, h, sq, d, dtype=dtype)
+
+    def value_and_grads(f):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = f(*leaves)
+        return [out.detach()] + list(torch.autograd.grad(out, leaves, g))
+
+    compiled = _compile(fn)
+    before = _fallbacks()
+    got = value_and_grads(compiled)
+    background.wait_all()
+    assert _fallbacks() == before
+    want = value_and_grads(fn)
+    ref = _half_training_reference(fn, (q, k, v), g)
+    tol = _tolerance(dtype)
+    for name, x, w, r in zip(["out", "dq", "dk", "dv"], got, want, ref):
+        eager_err = (w.float() - r).abs().max().item()
+        err = (x.float() - r).abs().max().item()
+        assert torch.isfinite(x).all(), name
+        assert err <= max(2 * eager_err, tol["atol"] + tol["rtol"] * r.abs().max().item()), \
+            f"{name}: braze's error {err} against eager's {eager_err}"
+
+
+def test_cuda_fused_training_attention_of_a_long_sequence(device):
+    """A causal bf16 attention over 4096 positions and 5 heads (84M scores per call, over
+    MATH_TRAINING_MAX_SCORES) trains through the fused kernels: no fallback, gradients close to
+    eager's."""
+    if device != "cuda" or torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the fused half-precision training kernels are CUDA's, on sm_80+")
+    torch.manual_seed(3)
+    s = 4096
+    q, k, v = (torch.randn(1, 5, s, 64, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q * 1.5, k, v, is_causal=True)
+
+    got, want, fallbacks = _fused_training(fn, (q, k, v))
+    assert fallbacks == 0
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)

@@ -161,6 +161,8 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
   if (k.attention) { // the kernel takes each operand's offset and strides, and the output's sizes
     const loop::Computation &c = *k.attention;
     used.insert(c.out->id);
+    if (k.attentionPair)
+      used.insert(k.attentionPair->out->id);
     for (sym::SymExpr e : c.out->shape)
       addSyms(e);
     for (const loop::AttentionOperand *o : c.attention->operands()) {

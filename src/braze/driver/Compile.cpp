@@ -133,10 +133,11 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
     d.fusedAttentionDtypes = {DType::Float32};
     d.fusedAttentionBackwardDtypes = {DType::Float32};
-    d.fusedAttentionMaxHeadDim = 1024;
+    d.fusedAttentionMaxHeadDim = d.fusedAttentionBackwardMaxHeadDim = 1024;
   } else if (opts.cuda->computeCapability >= 80) { // tensor-core mma (codegen/cuda/CudaAttention)
-    d.fusedAttentionDtypes = {DType::Float16, DType::BFloat16};
+    d.fusedAttentionDtypes = d.fusedAttentionBackwardDtypes = {DType::Float16, DType::BFloat16};
     d.fusedAttentionMaxHeadDim = 256;
+    d.fusedAttentionBackwardMaxHeadDim = 128; // wider heads would spill the gradients' registers
   }
   return d;
 }

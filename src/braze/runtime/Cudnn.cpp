@@ -691,8 +691,10 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   ops.push_back(b.pointwise(kPwSub, kFloat, scaled, max, nullptr, centered));
   ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, e));
   ops.push_back(b.reduction(kReduceAdd, e, sum));
-  // The rows' log-sum-exp, virtual here: cuDNN recognizes the softmax by it.
-  void *logSum = rows(kUidLogSum), *stats = rows(kUidStats);
+  // The rows' log-sum-exp: cuDNN recognizes the softmax by it; virtual unless asked for.
+  void *logSum = rows(kUidLogSum);
+  void *stats = p.stats ? b.tensor(kUidStats, kFloat, 4, rd, p.statsStrides, alignmentOf(p.stats))
+                        : rows(kUidStats);
   ops.push_back(b.pointwise(kPwLog, kFloat, sum, nullptr, nullptr, logSum));
   ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
   ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
@@ -716,12 +718,15 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
   }
   std::vector<int64_t> key{-1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv, p.d, p.dv,
                            alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v), alignmentOf(p.o),
-                           p.bias ? alignmentOf(p.bias) : -1};
+                           p.bias ? alignmentOf(p.bias) : -1,
+                           p.stats ? alignmentOf(p.stats) : -1};
   for (const int64_t *a : {p.qStrides, p.kStrides, p.vStrides, p.oStrides})
     key.insert(key.end(), a, a + 4);
   if (p.bias)
     for (const int64_t *a : {p.biasDims, p.biasStrides})
       key.insert(key.end(), a, a + 4);
+  if (p.stats)
+    key.insert(key.end(), p.statsStrides, p.statsStrides + 4);
   std::lock_guard<std::mutex> lock(im.mu);
   auto [it, fresh] = im.plans.try_emplace(key);
   Plan &plan = it->second;
@@ -740,13 +745,15 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     error = im.failed("cudnnSetStream", s);
     return DnnStatus::Failed;
   }
-  int64_t uids[7] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
-  const void *pointers[7] = {p.q, p.k, p.v, p.o, &p.scale};
+  int64_t uids[8] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
+  const void *pointers[8] = {p.q, p.k, p.v, p.o, &p.scale};
   int64_t n = 5;
   if (p.causal)
     uids[n] = kUidNegInf, pointers[n++] = &kNegInf;
   if (p.bias)
     uids[n] = kUidBias, pointers[n++] = p.bias;
+  if (p.stats)
+    uids[n] = kUidStats, pointers[n++] = p.stats;
   return im.execute(plan, n, uids, pointers, workspace, error);
 }
 

@@ -39,8 +39,10 @@ struct ConvProblem {
 /// elements with the last one 1. hq is a multiple of hk: query head h reads key/value head
 /// h / (hq / hk) (grouped-query attention). The bias, when not null, is added to the scaled
 /// scores in f32: [b or 1, hq or 1, sq or 1, skv] (biasDims; a dim of 1 broadcasts), in q's
-/// dtype, its last stride 1 (a boolean mask arrives as 0 and -inf). A CUDA module's host code
-/// fills one as its BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
+/// dtype, its last stride 1 (a boolean mask arrives as 0 and -inf). `stats`, when not null,
+/// receives each row's log-sum-exp of those scores (the saved value of training), f32
+/// [b, hq, sq, 1] with strides statsStrides. A CUDA module's host code fills one as its
+/// BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
 struct AttentionProblem {
   int dtype = 2; ///< of q, k, v and o: 2 f16, 3 bf16 (as ConvProblem's)
   int causal = 0;
@@ -51,6 +53,8 @@ struct AttentionProblem {
   void *o = nullptr;
   const void *bias = nullptr;
   int64_t biasDims[4] = {}, biasStrides[4] = {};
+  void *stats = nullptr;
+  int64_t statsStrides[4] = {};
 };
 
 enum class DnnStatus { Done, Declined, Failed };

@@ -58,12 +58,13 @@ public:
   /// pointers in 4 KiB). On the CPU there is no limit, and products may be grouped (GemmCall).
   Fuser(loop::LoopProgram &p, Schedule &s, const Target &target)
       : p_(p), s_(s), sym_(p.sym()), groupedGemms_(target.kind == TargetKind::Cpu),
+        pairedParts_(target.kind == TargetKind::Cuda),
         maxBuffers_(target.kind == TargetKind::Cuda
                         ? static_cast<size_t>((target.kernelArgBytes - 512) / 8)
                         : 0) {}
 
   void add(const Computation &c, bool fuse) {
-    if (skipped_.count(c.id))
+    if (skipped_.count(c.id) || paired_.count(c.id))
       return;
     if (c.conv) {
       // A convolution keeps a kernel to itself, like a matrix product.
@@ -144,7 +145,57 @@ private:
     Kernel k = soloKernel(c, map);
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
     k.attention = &c;
+    const Computation *v = pairedParts_ ? partBeside(c) : nullptr;
+    if (v) {
+      for (size_t i = 0; i < v->vars.size(); ++i) // v's output dims lead c's
+        map[v->vars[i]] = k.outerVars[i];
+      k.attentionPair = v;
+    }
     pushSolo(std::move(k), Member{&c, nullptr, store, false});
+    if (v) {
+      Where w = where_[c.out];
+      w.storeIndex = sym_.substitute(loop::storeIndex(sym_, *v), map);
+      s_.kernels.back().steps[0].members.push_back(Member{v, nullptr, w.storeIndex, false});
+      where_[v->out] = w;
+      paired_.insert(v->id);
+    }
+  }
+
+  /// The later attention part that c's kernel computes too, if there is one: for the
+  /// gradient of k, the gradient of v from the same operands with an output of the same shape
+  /// and layout; for the output, its log-sum-exp.
+  const Computation *partBeside(const Computation &c) {
+    const loop::AttentionSpec &a = *c.attention;
+    bool grads = a.part == loop::AttentionPart::GradK;
+    if (!grads && a.part != loop::AttentionPart::Output)
+      return nullptr;
+    auto same = [](const loop::AttentionOperand &x, const loop::AttentionOperand &y) {
+      return x.buffer == y.buffer && x.offset == y.offset && x.shape == y.shape &&
+             x.strides == y.strides;
+    };
+    auto sameOptional = [&](const std::optional<loop::AttentionOperand> &x,
+                            const std::optional<loop::AttentionOperand> &y) {
+      return x.has_value() == y.has_value() && (!x || same(*x, *y));
+    };
+    bool after = false;
+    for (const auto &d : p_.computations()) {
+      after |= d.get() == &c;
+      if (!after || !d->attention || paired_.count(d->id) ||
+          d->attention->part !=
+              (grads ? loop::AttentionPart::GradV : loop::AttentionPart::Lse))
+        continue;
+      const loop::AttentionSpec &b = *d->attention;
+      bool operands = same(a.q, b.q) && same(a.k, b.k) && sameOptional(a.bias, b.bias) &&
+                      a.scale == b.scale && a.causal == b.causal;
+      if (operands && !grads)
+        return d.get();
+      if (operands && same(a.v, b.v) && sameOptional(a.dout, b.dout) &&
+          sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse) &&
+          d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
+          d->out->dtype == c.out->dtype)
+        return d.get();
+    }
+    return nullptr;
   }
 
   /// An accumulating scatter is a kernel of its own with one Scalar-step member over the
@@ -344,6 +395,8 @@ private:
   Schedule &s_;
   std::map<int, const loop::Buffer *> bias_; ///< GEMM bias epilogues, by computation id
   std::set<int> skipped_;                     ///< computations that compute nothing
+  bool pairedParts_;                          ///< attention parts may share a kernel (partBeside)
+  std::set<int> paired_;                      ///< parts another part's kernel writes
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
   bool groupedGemms_;

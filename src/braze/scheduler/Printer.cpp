@@ -37,6 +37,8 @@ std::string printSchedule(const Schedule &s) {
         names += (names.empty() ? "%" : ", %") + o->buffer->name;
       out += std::string(" ") + loop::attentionPartName(k.attention->attention->part) + "(" +
              names + ")";
+      if (k.attentionPair)
+        out += std::string(" and ") + loop::attentionPartName(k.attentionPair->attention->part);
     }
     if (k.conv)
       out += std::string(" ") + k.conv->conv->name() + "(%" +

@@ -61,6 +61,10 @@ struct Kernel {
   /// Set when the kernel is one fused attention (its only computation, which has an
   /// AttentionSpec and no value): codegen writes the attention kernel itself.
   const loop::Computation *attention = nullptr;
+  /// Set (CUDA) when the kernel writes a second attention part from the same operands in the
+  /// same pass: the gradient of v beside `attention`, the gradient of k, or the log-sum-exp
+  /// beside the output. That computation is the kernel's second member.
+  const loop::Computation *attentionPair = nullptr;
   /// Set when the kernel is one accumulating scatter (its only computation, which has a
   /// scatterAt): its one member's value is added at `scatterAt` (in kernel variables) of the
   /// computation's buffer. Codegen writes it as its own loop: atomic adds on CUDA, one thread

@@ -59,6 +59,46 @@ BRAZE_FN void braze_attn_cp16(uint16_t* dst, const uint16_t* src, bool in) {
   const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(in ? 16 : 0));
 }
+// Rows [r0, r0 + R) of a [n, W] operand (row stride rs) into a shared tile of R rows of WP + 8
+// elements (padded: fragment reads hit distinct banks), zeros past n and W: 16-byte cp.async
+// copies where rows are aligned (`vec`), element copies otherwise. The caller commits.
+template <int R, int W, int WP>
+BRAZE_FN void braze_attn_stage(uint16_t* dst, const uint16_t* __restrict__ src, int64_t rs,
+                               int64_t r0, int64_t n, bool vec) {
+  constexpr int S = WP + 8;
+  if (vec) {
+    for (int idx = threadIdx.x; idx < R * (WP / 8); idx += blockDim.x) {
+      const int r = idx / (WP / 8), c = idx % (WP / 8) * 8;
+      const bool in = r0 + r < n && c < W;
+      braze_attn_cp16(dst + r * S + c, in ? src + (r0 + r) * rs + c : src, in);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < R * WP; idx += blockDim.x) {
+      const int r = idx / WP, c = idx % WP;
+      dst[r * S + c] = r0 + r < n && c < W ? src[(r0 + r) * rs + c] : 0;
+    }
+  }
+}
+// acc[mt] += a[mt] Bᵀ over KP (a multiple of 16) where B's NT * 8 rows are rows of the shared
+// tile b (row stride S): S = Q Kᵀ and its kin. One ldmatrix.x4 gives the B registers of two
+// n-tiles (n, n + 1) for 16 of KP: matrix i is rows 8(n + i/2).., columns 16kk + 8(i%2)...
+template <int MT, int NT, int KP, int S, bool BF16>
+BRAZE_FN void braze_attn_mm_abt(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KP / 16][4],
+                                const uint16_t* b) {
+  const int lane = threadIdx.x % 32, mat = lane / 8;
+  #pragma unroll
+  for (int n = 0; n < NT; n += 2)
+    #pragma unroll
+    for (int kk = 0; kk < KP / 16; ++kk) {
+      uint32_t r[4];
+      braze_attn_ldsm4<false>(r, b + ((n + mat / 2) * 8 + lane % 8) * S + kk * 16 + (mat % 2) * 8);
+      #pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        braze_attn_mma<BF16>(acc[mt][n], a[mt][kk], r[0], r[1]);
+        braze_attn_mma<BF16>(acc[mt][n + 1], a[mt][kk], r[2], r[3]);
+      }
+    }
+}
 // ---- one warp's tile of 16 query rows: rows[0] = row g of the tile, rows[1] = row g + 8 ----------
 
 // The tile's queries as mma A fragments (qa[kk]: d 16kk..16kk + 15), zeros past sq and D.
@@ -196,40 +236,95 @@ BRAZE_FN void braze_attn_p_frag(uint32_t (&pa)[4], const float (&s)[N][4], int k
   pa[2] = braze_attn_pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
   pa[3] = braze_attn_pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
-// Step 4: O / l rounded and stored (a row with every key masked: 0 when SAFE, nan otherwise). A
-// thread's two adjacent columns go out as one 32-bit store where rows keep them aligned (`pack`).
+// acc[mt] += p[mt] B over the KT * 8 rows of the shared tile b (row stride S, WP columns):
+// O += P V and its kin, p (an accumulator of KT n-tiles) rounded to the operands' dtype as the A
+// operand. One ldmatrix.x4.trans: matrix i is rows 16kk + 8(i%2).., columns 8(n + i/2)...
+template <int MT, int KT, int WP, int S, bool BF16>
+BRAZE_FN void braze_attn_mm_ab(float (&acc)[MT][WP / 8][4], const float (&p)[MT][KT][4],
+                               const uint16_t* b) {
+  const int lane = threadIdx.x % 32, mat = lane / 8;
+  #pragma unroll
+  for (int kk = 0; kk < KT / 2; ++kk) {
+    uint32_t pa[MT][4];
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      braze_attn_p_frag<BF16>(pa[mt], p[mt], kk);
+    #pragma unroll
+    for (int n = 0; n < WP / 8; n += 2) {
+      uint32_t r[4];
+      braze_attn_ldsm4<true>(r, b + (kk * 16 + (mat % 2) * 8 + lane % 8) * S + (n + mat / 2) * 8);
+      #pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        braze_attn_mma<BF16>(acc[mt][n], pa[mt], r[0], r[1]);
+        braze_attn_mma<BF16>(acc[mt][n + 1], pa[mt], r[2], r[3]);
+      }
+    }
+  }
+}
+// Rows `rows` of acc ([16, WP] in the accumulator layout) times mul[row], rounded and stored
+// at out + row * rs (columns past W and rows past n are not). A thread's two adjacent columns go
+// out as one 32-bit store where rows keep them aligned (`pack`).
+template <int W, int WP, bool BF16>
+BRAZE_FN void braze_attn_store_rows(const float (&acc)[WP / 8][4], const float (&mul)[2],
+                                    const int64_t (&rows)[2], int t, uint16_t* __restrict__ out,
+                                    int64_t rs, int64_t n, bool pack) {
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = rows[h];
+    #pragma unroll
+    for (int c8 = 0; c8 < WP / 8; ++c8) {
+      const int col = c8 * 8 + t * 2;
+      if (row >= n || col >= W)
+        continue;
+      uint16_t val[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = acc[c8][2 * h + e] * mul[h];
+        val[e] = BF16 ? braze_f2bf(x) : braze_f2h(x);
+      }
+      uint16_t* at = out + row * rs + col;
+      if (pack) {
+        *reinterpret_cast<uint32_t*>(at) = (uint32_t)val[0] | ((uint32_t)val[1] << 16);
+      } else {
+        at[0] = val[0];
+        if (col + 1 < W)
+          at[1] = val[1];
+      }
+    }
+  }
+}
+// A row's sum of the quad's four partial sums l.
+BRAZE_FN float braze_attn_quad_sum(float l) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  return l + __shfl_xor_sync(0xffffffffu, l, 2);
+}
+// Step 4: O / l rounded and stored (a row with every key masked: 0 when SAFE, nan otherwise).
 template <int DV, int DVP, bool BF16, bool SAFE>
 BRAZE_FN void braze_attn_store(const float (&oacc)[DVP / 8][4], const float (&l)[2],
                                const int64_t (&rows)[2], int t, uint16_t* __restrict__ o,
                                int64_t ors, int64_t sq, bool pack) {
-  const float none = SAFE ? 0.f : NAN;
+  float inv[2];
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float lt = l[h];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    const float inv = lt > 0.f ? 1.f / lt : none;
-    const int64_t row = rows[h];
-    #pragma unroll
-    for (int n = 0; n < DVP / 8; ++n) {
-      const int col = n * 8 + t * 2;
-      if (row >= sq || col >= DV)
-        continue;
-      uint16_t out[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float val = oacc[n][2 * h + e] * inv;
-        out[e] = BF16 ? braze_f2bf(val) : braze_f2h(val);
-      }
-      uint16_t* at = o + row * ors + col;
-      if (pack) {
-        *reinterpret_cast<uint32_t*>(at) = (uint32_t)out[0] | ((uint32_t)out[1] << 16);
-      } else {
-        at[0] = out[0];
-        if (col + 1 < DV)
-          at[1] = out[1];
-      }
-    }
+    const float lt = braze_attn_quad_sum(l[h]);
+    inv[h] = lt > 0.f ? 1.f / lt : (SAFE ? 0.f : NAN);
+  }
+  braze_attn_store_rows<DV, DVP, BF16>(oacc, inv, rows, t, o, ors, sq, pack);
+}
+// Step 4 of the log-sum-exp: lse = log sum_j exp(s_j) of each row (-inf for a row with every key
+// masked) from the running maximum m (in the log2 domain unless BIAS, see braze_attn_softmax)
+// and the quad's partial sums l.
+template <bool BIAS>
+BRAZE_FN void braze_attn_store_lse(const float (&m)[2], const float (&l)[2],
+                                   const int64_t (&rows)[2], int t, float* __restrict__ lse,
+                                   int64_t lrs, int64_t sq) {
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lt = braze_attn_quad_sum(l[h]);
+    const float val = lt > 0.f ? (BIAS ? m[h] + logf(lt) : (m[h] + log2f(lt)) * 0.6931471805599453f)
+                               : -INFINITY;
+    if (t == 0 && rows[h] < sq)
+      lse[rows[h] * lrs] = val;
   }
 }
 
@@ -239,14 +334,15 @@ BRAZE_FN void braze_attn_store(const float (&oacc)[DVP / 8][4], const float (&l)
 // tiles. With BIAS, a bias whose keys are contiguous (and whose rows keep 4-byte alignment) is
 // read as pairs of values, a thread's two adjacent keys, one key tile ahead; a warp skips a key
 // tile its bias masks whole (-inf), so a causal or padding mask given as a tensor costs about
-// what the keys it keeps cost.
-template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE, bool BIAS>
+// what the keys it keeps cost. WRITES: 1 the output, 2 the rows' log-sum-exp to lse (row stride
+// lrs; without the output, v and o are not read or written), 3 both.
+template <int D, int DV, int BN, int MT, bool BF16, bool CAUSAL, bool SAFE, bool BIAS, int WRITES>
 BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
                                     const uint16_t* __restrict__ k, int64_t krs,
                                     const uint16_t* __restrict__ v, int64_t vrs,
                                     const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
                                     uint16_t* __restrict__ o, int64_t ors, int64_t sq, int64_t sk, int64_t i0,
-                                    float scale) {
+                                    float scale, float* __restrict__ lse, int64_t lrs) {
   constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BM = 64 * MT;
   constexpr int KS = DP + 8, VS = DVP + 8; // padded rows: fragment reads hit distinct banks
   __shared__ __align__(16) uint16_t kbuf[2][BN * KS]; // two stages: one loads, one computes
@@ -273,38 +369,18 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.f;
   }
-  const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
-                   (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+  constexpr bool WO = (WRITES & 1) != 0, WL = (WRITES & 2) != 0;
+  const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && (!WO || vrs % 8 == 0) &&
+                   (uintptr_t)k % 16 == 0 && (!WO || (uintptr_t)v % 16 == 0);
   const int64_t kend = CAUSAL ? (sk < i0 + BM ? sk : i0 + BM) : sk;
   const uint32_t ninf2 = BF16 ? 0xFF80FF80u : 0xFC00FC00u; // two -inf, as a pair of keys
   const bool pairs = BIAS && bias != nullptr && bcs == 1 && brs % 2 == 0 && (uintptr_t)bias % 4 == 0;
   uint32_t bnext[BIAS ? MT : 1][BIAS ? BN / 8 : 1][2]; // the next key tile's bias pairs
-  // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end): 16-byte cp.async
-  // copies when the rows are aligned, element copies otherwise.
+  // Stages K/V keys [j0, j0 + BN) into stage `st` (zeros past the end).
   auto stage = [&](int st, int64_t j0) {
-    uint16_t* ks = kbuf[st];
-    uint16_t* vs = vbuf[st];
-    if (vec) {
-      for (int idx = threadIdx.x; idx < BN * (DP / 8); idx += blockDim.x) {
-        const int key = idx / (DP / 8), c = idx % (DP / 8) * 8;
-        const bool in = j0 + key < sk && c < D;
-        braze_attn_cp16(ks + key * KS + c, in ? k + (j0 + key) * krs + c : k, in);
-      }
-      for (int idx = threadIdx.x; idx < BN * (DVP / 8); idx += blockDim.x) {
-        const int key = idx / (DVP / 8), c = idx % (DVP / 8) * 8;
-        const bool in = j0 + key < sk && c < DV;
-        braze_attn_cp16(vs + key * VS + c, in ? v + (j0 + key) * vrs + c : v, in);
-      }
-    } else {
-      for (int idx = threadIdx.x; idx < BN * DP; idx += blockDim.x) {
-        const int key = idx / DP, c = idx % DP;
-        ks[key * KS + c] = j0 + key < sk && c < D ? k[(j0 + key) * krs + c] : 0;
-      }
-      for (int idx = threadIdx.x; idx < BN * DVP; idx += blockDim.x) {
-        const int key = idx / DVP, c = idx % DVP;
-        vs[key * VS + c] = j0 + key < sk && c < DV ? v[(j0 + key) * vrs + c] : 0;
-      }
-    }
+    braze_attn_stage<BN, D, DP>(kbuf[st], k, krs, j0, sk, vec);
+    if (WO)
+      braze_attn_stage<BN, DV, DVP>(vbuf[st], v, vrs, j0, sk, vec);
     asm volatile("cp.async.commit_group;");
   };
   const float sl = BIAS ? scale : scale * 1.4426950408889634f; // see braze_attn_softmax
@@ -348,27 +424,14 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         braze_attn_bias_load<BN, BF16>(bv[mt], bias, brs, bcs, rows[mt], t, j0, sq, sk);
     }
     if (!dead) { // the warp's rows keep some key of the tile
-      // 1. S = Q K^T: B[d][key] = K[key][d]. One ldmatrix.x4 gives the B registers of two
-      //    key tiles (n, n + 1) for one step of 16 d: matrix i is keys 8(n + i/2).., d 8(i%2)...
+      // 1. S = Q K^T: B[d][key] = K[key][d].
       float s[MT][BN / 8][4];
       #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
         for (int n = 0; n < BN / 8; ++n)
           s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-      #pragma unroll
-      for (int n = 0; n < BN / 8; n += 2)
-        #pragma unroll
-        for (int kk = 0; kk < DP / 16; ++kk) {
-          uint32_t b[4];
-          const int mat = lane / 8;
-          braze_attn_ldsm4<false>(b, ksm + ((n + mat / 2) * 8 + lane % 8) * KS + kk * 16 + (mat % 2) * 8);
-          #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            braze_attn_mma<BF16>(s[mt][n], qa[mt][kk], b[0], b[1]);
-            braze_attn_mma<BF16>(s[mt][n + 1], qa[mt][kk], b[2], b[3]);
-          }
-        }
+      braze_attn_mm_abt<MT, BN / 8, DP, KS, BF16>(s, qa, ksm);
       // 2. Masks and the online softmax.
       const bool edge = j0 + BN > sk || (CAUSAL && j0 + BN - 1 > wrow);
       #pragma unroll
@@ -376,33 +439,271 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
         braze_attn_softmax<BN, DVP, CAUSAL, BIAS>(s[mt], bv[mt], bias != nullptr, sl, edge,
                                                   rows[mt], t, j0, sk, m[mt], l[mt], oacc[mt]);
       // 3. O += P V: P's A fragment is S's accumulator pair of n-tiles; B[key][c] = V[key][c].
-      #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t pa[MT][4];
-        #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          braze_attn_p_frag<BF16>(pa[mt], s[mt], kk);
-        // One ldmatrix.x4.trans: matrix i is keys 16kk + 8(i%2).., columns 8(n + i/2)...
-        #pragma unroll
-        for (int n = 0; n < DVP / 8; n += 2) {
-          uint32_t b[4];
-          const int mat = lane / 8;
-          braze_attn_ldsm4<true>(b, vsm + (kk * 16 + (mat % 2) * 8 + lane % 8) * VS + (n + mat / 2) * 8);
-          #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            braze_attn_mma<BF16>(oacc[mt][n], pa[mt], b[0], b[1]);
-            braze_attn_mma<BF16>(oacc[mt][n + 1], pa[mt], b[2], b[3]);
-          }
-        }
-      }
+      if constexpr (WO)
+        braze_attn_mm_ab<MT, BN / 8, DVP, VS, BF16>(oacc, s, vsm);
     }
     __syncthreads(); // the next iteration stages into this tile's buffers
   }
   // 4. Normalize and store.
+  if constexpr (WL)
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      braze_attn_store_lse<BIAS>(m[mt], l[mt], rows[mt], t, lse, lrs, sq);
+  if constexpr (!WO)
+    return;
   const bool pack = DV % 2 == 0 && ors % 2 == 0 && ((uintptr_t)o & 3) == 0;
   #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     braze_attn_store<DV, DVP, BF16, SAFE>(oacc[mt], l[mt], rows[mt], t, o, ors, sq, pack);
+}
+// ---- the backward: probabilities recomputed from the forward's log-sum-exp ----------------------
+
+// The lse of `row` as the backward reads it: +inf past the rows, and where the forward kept no
+// key (-inf), so that every probability of the row is 0.
+BRAZE_FN float braze_attn_lse_at(const float* __restrict__ lse, int64_t lrs, int64_t row, int64_t sq) {
+  const float x = row < sq ? lse[row * lrs] : INFINITY;
+  return x == -INFINITY ? INFINITY : x;
+}
+// p = exp(scale s + b - lse) of a score s = q·k with bias b (0 without one); 0 unless `keep`.
+BRAZE_FN float braze_attn_prob(float s, float b, float scale, float lse, bool keep) {
+  return keep ? braze_attn_exp2((fmaf(s, scale, b) - lse) * 1.4426950408889634f) : 0.f;
+}
+// sum of a[row][c] b[row][c] over c = first, first + step.. < W (0 past n rows).
+template <int W, bool BF16>
+BRAZE_FN float braze_attn_dot(const uint16_t* __restrict__ a, int64_t ars,
+                              const uint16_t* __restrict__ b, int64_t brs, int64_t row, int64_t n,
+                              int first, int step) {
+  float acc = 0.f;
+  if (row < n)
+    for (int c = first; c < W; c += step)
+      acc += braze_attn_f<BF16>(a[row * ars + c]) * braze_attn_f<BF16>(b[row * brs + c]);
+  return acc;
+}
+template <int N, int M>
+BRAZE_FN void braze_attn_zero(float (&x)[N][M][4]) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i)
+    #pragma unroll
+    for (int j = 0; j < M; ++j)
+      x[i][j][0] = x[i][j][1] = x[i][j][2] = x[i][j][3] = 0.f;
+}
+
+// The gradient of q for rows [i0, i0 + 64) of one batch point (4 warps of 16 rows), from the
+// output's gradient dout, the output o and its lse (row strides dors, ors, lrs) and the
+// forward's operands; dq has row stride dqrs. Per key tile of BN: S = Q Kᵀ and dP = dO Vᵀ,
+// P = exp(scale S + bias - lse), dS = P (dP - delta) with delta = rowsum(dO ∘ O), and
+// dQ += dS K; dQ · scale is stored at the end.
+template <int D, int DV, int BN, bool BF16, bool CAUSAL, bool BIAS>
+BRAZE_FN void braze_flash_attention_dq(const uint16_t* __restrict__ q, int64_t qrs,
+                                       const uint16_t* __restrict__ k, int64_t krs,
+                                       const uint16_t* __restrict__ v, int64_t vrs,
+                                       const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
+                                       const uint16_t* __restrict__ dout, int64_t dors,
+                                       const uint16_t* __restrict__ o, int64_t ors,
+                                       const float* __restrict__ lse, int64_t lrs,
+                                       uint16_t* __restrict__ dq, int64_t dqrs, int64_t sq,
+                                       int64_t sk, int64_t i0, float scale) {
+  constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BM = 64;
+  constexpr int KS = DP + 8, VS = DVP + 8;
+  __shared__ __align__(16) uint16_t kbuf[2][BN * KS];
+  __shared__ __align__(16) uint16_t vbuf[2][BN * VS];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t wrow = i0 + warp * 16;
+  const int64_t rows[2] = {wrow + g, wrow + g + 8};
+  uint32_t qa[1][DP / 16][4], da[1][DVP / 16][4];
+  braze_attn_load_q<D, DP>(qa[0], q, qrs, rows, t, sq);
+  braze_attn_load_q<DV, DVP>(da[0], dout, dors, rows, t, sq);
+  float lrow[2], delta[2];
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lrow[h] = braze_attn_lse_at(lse, lrs, rows[h], sq);
+    delta[h] = braze_attn_quad_sum(braze_attn_dot<DV, BF16>(dout, dors, o, ors, rows[h], sq, t, 4));
+  }
+  float acc[1][DP / 8][4];
+  braze_attn_zero(acc);
+  const bool vec = D % 8 == 0 && DV % 8 == 0 && krs % 8 == 0 && vrs % 8 == 0 &&
+                   (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+  const int64_t kend = CAUSAL ? (sk < i0 + BM ? sk : i0 + BM) : sk;
+  auto stage = [&](int st, int64_t j0) {
+    braze_attn_stage<BN, D, DP>(kbuf[st], k, krs, j0, sk, vec);
+    braze_attn_stage<BN, DV, DVP>(vbuf[st], v, vrs, j0, sk, vec);
+    asm volatile("cp.async.commit_group;");
+  };
+  if (kend > 0)
+    stage(0, 0);
+  int cur = 0;
+  for (int64_t j0 = 0; j0 < kend; j0 += BN, cur ^= 1) {
+    if (j0 + BN < kend) {
+      stage(cur ^ 1, j0 + BN);
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      asm volatile("cp.async.wait_group 0;");
+    }
+    __syncthreads();
+    if (!(CAUSAL && j0 > wrow + 15)) { // some key of the tile is at or before a row of the warp
+      float bv[1][BN / 8][4];
+      braze_attn_zero(bv);
+      if (BIAS && bias != nullptr)
+        braze_attn_bias_load<BN, BF16>(bv[0], bias, brs, bcs, rows, t, j0, sq, sk);
+      float s[1][BN / 8][4], dp[1][BN / 8][4];
+      braze_attn_zero(s);
+      braze_attn_zero(dp);
+      braze_attn_mm_abt<1, BN / 8, DP, KS, BF16>(s, qa, kbuf[cur]);
+      braze_attn_mm_abt<1, BN / 8, DVP, VS, BF16>(dp, da, vbuf[cur]);
+      #pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+        #pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int64_t key = j0 + n * 8 + t * 2 + (x & 1);
+          const bool keep = key < sk && (!CAUSAL || key <= rows[x >> 1]);
+          const float p = braze_attn_prob(s[0][n][x], bv[0][n][x], scale, lrow[x >> 1], keep);
+          s[0][n][x] = p * (dp[0][n][x] - delta[x >> 1]); // dS
+        }
+      braze_attn_mm_ab<1, BN / 8, DP, KS, BF16>(acc, s, kbuf[cur]);
+    }
+    __syncthreads();
+  }
+  const float mul[2] = {scale, scale};
+  const bool pack = D % 2 == 0 && dqrs % 2 == 0 && ((uintptr_t)dq & 3) == 0;
+  braze_attn_store_rows<D, DP, BF16>(acc[0], mul, rows, t, dq, dqrs, sq, pack);
+}
+
+// delta = rowsum(dout ∘ o) of rows [q0, q0 + R) into d[0, R) (0 past sq): 128 / R threads per
+// row, adjacent lanes, each issuing all its loads (16 bytes at a time where `vec`) before the sums.
+template <int R, int DV, bool BF16>
+BRAZE_FN void braze_attn_deltas(float* d, const uint16_t* __restrict__ dout, int64_t dors,
+                                const uint16_t* __restrict__ o, int64_t ors, int64_t q0,
+                                int64_t sq, bool vec) {
+  constexpr int PER = 128 / R;
+  const int r = threadIdx.x / PER, part = threadIdx.x % PER;
+  const int64_t row = q0 + r;
+  float acc = 0.f;
+  if (row < sq) {
+    const uint16_t* a = dout + row * dors;
+    const uint16_t* b = o + row * ors;
+    if (vec) {
+      #pragma unroll
+      for (int c = part * 8; c < DV; c += 8 * PER) {
+        const uint4 x = *reinterpret_cast<const uint4*>(a + c);
+        const uint4 y = *reinterpret_cast<const uint4*>(b + c);
+        const uint16_t* xs = reinterpret_cast<const uint16_t*>(&x);
+        const uint16_t* ys = reinterpret_cast<const uint16_t*>(&y);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc += braze_attn_f<BF16>(xs[e]) * braze_attn_f<BF16>(ys[e]);
+      }
+    } else {
+      for (int c = part; c < DV; c += PER)
+        acc += braze_attn_f<BF16>(a[c]) * braze_attn_f<BF16>(b[c]);
+    }
+  }
+  #pragma unroll
+  for (int m = PER / 2; m > 0; m /= 2)
+    acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (part == 0)
+    d[r] = acc;
+}
+
+// The gradients of k (WRT bit 1) and of v (bit 2) for keys [j0, j0 + 64) of one batch point (4
+// warps of 16 keys), operands as braze_flash_attention_dq's; gk and gv have row strides gks
+// and gvs. The block walks the query tiles of BM rows (staged with their lse, and for k with
+// delta) in transposed form: Sᵀ = K Qᵀ, Pᵀ = exp(scale Sᵀ + biasᵀ - lse); dV += Pᵀ dO; and
+// dPᵀ = V dOᵀ, dSᵀ = Pᵀ (dPᵀ - delta), dK += dSᵀ Q (times scale at the end). 128 threads.
+template <int D, int DV, int BM, bool BF16, bool CAUSAL, bool BIAS, int WRT>
+BRAZE_FN void braze_flash_attention_dkv(const uint16_t* __restrict__ q, int64_t qrs,
+                                        const uint16_t* __restrict__ k, int64_t krs,
+                                        const uint16_t* __restrict__ v, int64_t vrs,
+                                        const uint16_t* __restrict__ bias, int64_t brs, int64_t bcs,
+                                        const uint16_t* __restrict__ dout, int64_t dors,
+                                        const uint16_t* __restrict__ o, int64_t ors,
+                                        const float* __restrict__ lse, int64_t lrs,
+                                        uint16_t* __restrict__ gk, int64_t gks,
+                                        uint16_t* __restrict__ gv, int64_t gvs, int64_t sq,
+                                        int64_t sk, int64_t j0, float scale) {
+  constexpr bool WK = (WRT & 1) != 0, WV = (WRT & 2) != 0;
+  constexpr int DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;
+  constexpr int KS = DP + 8, VS = DVP + 8;
+  __shared__ __align__(16) uint16_t qbuf[2][BM * KS];
+  __shared__ __align__(16) uint16_t dobuf[2][BM * VS];
+  __shared__ float lbuf[2][BM], dbuf[2][BM];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t wkey = j0 + warp * 16;
+  const int64_t keys[2] = {wkey + g, wkey + g + 8};
+  uint32_t ka[1][DP / 16][4], va[1][WK ? DVP / 16 : 1][4];
+  braze_attn_load_q<D, DP>(ka[0], k, krs, keys, t, sk);
+  if constexpr (WK)
+    braze_attn_load_q<DV, DVP>(va[0], v, vrs, keys, t, sk);
+  float acck[1][WK ? DP / 8 : 1][4], accv[1][WV ? DVP / 8 : 1][4];
+  braze_attn_zero(acck);
+  braze_attn_zero(accv);
+  const bool vec = D % 8 == 0 && DV % 8 == 0 && qrs % 8 == 0 && dors % 8 == 0 &&
+                   (uintptr_t)q % 16 == 0 && (uintptr_t)dout % 16 == 0;
+  const bool ovec = vec && ors % 8 == 0 && (uintptr_t)o % 16 == 0;
+  const int64_t qbegin = CAUSAL ? j0 / BM * BM : 0; // earlier queries keep none of these keys
+  auto stage = [&](int st, int64_t q0) {
+    braze_attn_stage<BM, D, DP>(qbuf[st], q, qrs, q0, sq, vec);
+    braze_attn_stage<BM, DV, DVP>(dobuf[st], dout, dors, q0, sq, vec);
+    asm volatile("cp.async.commit_group;");
+    for (int r = threadIdx.x; r < BM; r += blockDim.x)
+      lbuf[st][r] = braze_attn_lse_at(lse, lrs, q0 + r, sq);
+    if (WK) // (nvcc takes no `if constexpr` in a lambda)
+      braze_attn_deltas<BM, DV, BF16>(dbuf[st], dout, dors, o, ors, q0, sq, ovec);
+  };
+  if (qbegin < sq)
+    stage(0, qbegin);
+  int cur = 0;
+  for (int64_t q0 = qbegin; q0 < sq; q0 += BM, cur ^= 1) {
+    if (q0 + BM < sq) {
+      stage(cur ^ 1, q0 + BM);
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      asm volatile("cp.async.wait_group 0;");
+    }
+    __syncthreads();
+    if (!(CAUSAL && q0 + BM - 1 < wkey)) { // some query of the tile keeps a key of the warp
+      float bv[1][BM / 8][4]; // biasᵀ: the warp's keys by the tile's queries
+      braze_attn_zero(bv);
+      if (BIAS && bias != nullptr)
+        braze_attn_bias_load<BM, BF16>(bv[0], bias, bcs, brs, keys, t, q0, sk, sq);
+      float s[1][BM / 8][4], dp[1][WK ? BM / 8 : 1][4];
+      braze_attn_zero(s);
+      braze_attn_mm_abt<1, BM / 8, DP, KS, BF16>(s, ka, qbuf[cur]);
+      if constexpr (WK) {
+        braze_attn_zero(dp);
+        braze_attn_mm_abt<1, BM / 8, DVP, VS, BF16>(dp, va, dobuf[cur]);
+      }
+      #pragma unroll
+      for (int n = 0; n < BM / 8; ++n)
+        #pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int qi = n * 8 + t * 2 + (x & 1);
+          const int64_t key = keys[x >> 1];
+          const bool keep = key < sk && (!CAUSAL || key <= q0 + qi);
+          s[0][n][x] = braze_attn_prob(s[0][n][x], bv[0][n][x], scale, lbuf[cur][qi], keep);
+        }
+      if constexpr (WV)
+        braze_attn_mm_ab<1, BM / 8, DVP, VS, BF16>(accv, s, dobuf[cur]);
+      if constexpr (WK) {
+        #pragma unroll
+        for (int n = 0; n < BM / 8; ++n)
+          #pragma unroll
+          for (int x = 0; x < 4; ++x) // dSᵀ
+            s[0][n][x] *= dp[0][n][x] - dbuf[cur][n * 8 + t * 2 + (x & 1)];
+        braze_attn_mm_ab<1, BM / 8, DP, KS, BF16>(acck, s, qbuf[cur]);
+      }
+    }
+    __syncthreads();
+  }
+  if constexpr (WK) {
+    const float mul[2] = {scale, scale};
+    const bool pack = D % 2 == 0 && gks % 2 == 0 && ((uintptr_t)gk & 3) == 0;
+    braze_attn_store_rows<D, DP, BF16>(acck[0], mul, keys, t, gk, gks, sk, pack);
+  }
+  if constexpr (WV) {
+    const float one[2] = {1.f, 1.f};
+    const bool pack = DV % 2 == 0 && gvs % 2 == 0 && ((uintptr_t)gv & 3) == 0;
+    braze_attn_store_rows<DV, DVP, BF16>(accv[0], one, keys, t, gv, gvs, sk, pack);
+  }
 }
 )FLASH";
 
@@ -410,10 +711,25 @@ BRAZE_FN void braze_flash_attention(const uint16_t* __restrict__ q, int64_t qrs,
 
 const char *cudaAttentionPrelude() { return kFlashPrelude; }
 
+namespace {
+
+bool keyMajor(loop::AttentionPart p) {
+  return p == loop::AttentionPart::GradK || p == loop::AttentionPart::GradV;
+}
+
+/// The head dims of spec `a`: of q and of v (of the log-sum-exp, which reads no v: 8).
+std::pair<int64_t, int64_t> headDims(const loop::AttentionSpec &a) {
+  size_t rank = a.q.shape.size();
+  return {a.q.shape[rank - 1]->value(),
+          a.part == loop::AttentionPart::Lse ? 8 : a.v.shape[rank - 1]->value()};
+}
+
+} // namespace
+
 AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
   const loop::AttentionSpec &a = *k.attention->attention;
   size_t rank = a.q.shape.size();
-  const int64_t d = a.q.shape[rank - 1]->value(), dv = a.v.shape[rank - 1]->value();
+  auto [d, dv] = headDims(a);
   auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };
   // Blocks of `rows` query rows over the batch points (symbolic sizes count as large).
   auto blocks = [&](int64_t rows) {
@@ -427,8 +743,9 @@ AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
     return n;
   };
   AttentionPlan p;
-  // Two stages of K and V tiles within 48 KiB of static shared memory.
-  auto keyTile = [](int64_t rowBytes) {
+  // Two stages of tiles (K and V rows; for a key-major gradient Q and dO rows with a float
+  // lse and delta each) within 48 KiB of static shared memory.
+  auto tile = [](int64_t rowBytes) {
     for (int bn : {64, 32})
       if (2 * bn * rowBytes <= 48 * 1024)
         return bn;
@@ -436,9 +753,10 @@ AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
   };
   // Rows padded by 8 elements. Two row tiles per warp halve the K/V traffic per row,
   // but also the blocks: keep them only where at least four blocks per multiprocessor remain,
-  // and not for heads wider than 64 (their registers would spill).
-  p.keyTile = keyTile((padded(d) + 8 + padded(dv) + 8) * 2);
-  p.units = std::max(d, dv) <= 64 && blocks(128) >= 4 * int64_t(target.cores) ? 2 : 1;
+  // and not for heads wider than 64 (their registers would spill). The gradients keep one.
+  p.keyTile = tile((padded(d) + 8 + padded(dv) + 8) * 2 + (keyMajor(a.part) ? 8 : 0));
+  bool forward = a.part == loop::AttentionPart::Output || a.part == loop::AttentionPart::Lse;
+  p.units = forward && std::max(d, dv) <= 64 && blocks(128) >= 4 * int64_t(target.cores) ? 2 : 1;
   p.threads = 128;
   p.rowsPerBlock = 64 * p.units;
   return p;
@@ -448,50 +766,97 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params, const Target &target) {
   const loop::Computation &c = *k.attention;
   const loop::AttentionSpec &a = *c.attention;
-  DType t = c.out->dtype;
+  DType t = a.q.buffer->dtype;
   BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
-  BRAZE_CHECK(a.part == loop::AttentionPart::Output)
-      << "CUDA fuses the attention output only (its log-sum-exp and gradients decompose)";
-  size_t rank = c.out->shape.size(), nb = rank - 2;
-  int64_t d = a.q.shape[rank - 1]->value(), dv = a.v.shape[rank - 1]->value();
+  size_t rank = c.out->shape.size(), nb = a.q.shape.size() - 2;
+  auto [d, dv] = headDims(a);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   std::string body;
   Writer w(body, 1);
-  w.line("const int64_t sq = " + ix(a.q.shape[rank - 2]) + ", sk = " + ix(a.k.shape[rank - 2]) +
-         ";");
+  w.line("const int64_t sq = " + ix(a.q.shape[nb]) + ", sk = " + ix(a.k.shape[nb]) + ";");
   AttentionPlan plan = planAttention(k, target);
   std::string bm = std::to_string(plan.rowsPerBlock);
-  w.line("const int64_t blocks = (sq + " + bm + " - 1) / " + bm + ";");
+  // Blocks over the batch points and the rows (of keys for dK and dV, queries otherwise).
+  w.line("const int64_t blocks = (" + std::string(keyMajor(a.part) ? "sk" : "sq") + " + " + bm +
+         " - 1) / " + bm + ";");
   w.line("int64_t rest = (int64_t)blockIdx.x / blocks;");
   w.line("const int64_t i0 = ((int64_t)blockIdx.x % blocks) * " + bm + ";");
-  std::vector<const loop::AttentionOperand *> ops = a.operands();
-  const char *off[] = {"qo", "ko", "vo", "bo"};
-  for (size_t i = 0; i < ops.size(); ++i)
-    w.line("int64_t " + std::string(off[i]) + " = " + ix(ops[i]->offset) + ";");
-  w.line("int64_t oo = 0;");
+  // Each operand's offset (named by its role) and the result's.
+  std::vector<std::pair<const loop::AttentionOperand *, std::string>> ops{
+      {&a.q, "qo"}, {&a.k, "ko"}};
+  if (a.v.buffer)
+    ops.push_back({&a.v, "vo"});
+  for (auto [o, name] : {std::pair{&a.bias, "bo"}, {&a.dout, "go"}, {&a.out, "oo"},
+                         {&a.lse, "lo"}})
+    if (*o)
+      ops.push_back({&**o, name});
+  for (auto &[o, name] : ops)
+    w.line("int64_t " + name + " = " + ix(o->offset) + ";");
+  w.line("int64_t ro = 0, rv = 0;"); // the result's offset (and the v gradient's beside it)
   for (size_t x = nb; x-- > 0;) {
     w.line("{");
     w.line("  const int64_t at = rest % " + ix(a.q.shape[x]) + ";");
     w.line("  rest /= " + ix(a.q.shape[x]) + ";");
-    for (size_t i = 0; i < ops.size(); ++i)
-      w.line("  " + std::string(off[i]) + " += at * " + ix(ops[i]->strides[x]) + ";");
-    w.line("  oo += at * " + ix(c.out->strides[x]) + ";");
+    for (auto &[o, name] : ops)
+      w.line("  " + name + " += at * " + ix(o->strides[x]) + ";");
+    w.line("  ro += at * " + ix(c.out->strides[x]) + ";");
+    if (k.attentionPair)
+      w.line("  rv += at * " + ix(k.attentionPair->out->strides[x]) + ";");
     w.line("}");
   }
-  w.line("(void)rest;");
-  auto buf = [&](const loop::AttentionOperand &o) { return names.buffer(*o.buffer); };
-  std::string bias = a.bias ? buf(*a.bias) + " + bo, " + ix(a.bias->strides[nb]) + ", " +
-                                  ix(a.bias->strides[nb + 1])
+  w.line("(void)rest; (void)rv;");
+  auto operand = [&](const loop::AttentionOperand &o, const std::string &off) {
+    return names.buffer(*o.buffer) + " + " + off + ", " + ix(o.strides[nb]);
+  };
+  std::string bias = a.bias ? operand(*a.bias, "bo") + ", " + ix(a.bias->strides[nb + 1])
                             : "nullptr, 0, 0";
+  std::string result = names.buffer(*c.out) + " + ro, " + ix(c.out->strides[rank - 1 - (
+                           a.part == loop::AttentionPart::Lse ? 0 : 1)]);
+  // The part the kernel writes too: a v gradient beside k's, or the log-sum-exp beside the
+  // output ([B.., Sq]: its last stride is the row stride).
+  std::string resultV =
+      k.attentionPair
+          ? names.buffer(*k.attentionPair->out) + " + rv, " +
+                ix(k.attentionPair->out->strides[k.attentionPair->out->strides.size() -
+                                                 (a.part == loop::AttentionPart::Output ? 1 : 2)])
+          : "nullptr, 0";
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  w.line("braze_flash_attention<" + std::to_string(d) + ", " + std::to_string(dv) + ", " + std::to_string(plan.keyTile) +
-         ", " + std::to_string(plan.units) + ", " +
-         flag(t == DType::BFloat16) + ", " + flag(a.causal) + ", " + flag(a.safe) + ", " +
-         flag(a.bias.has_value()) + ">(" +
-         buf(a.q) + " + qo, " + ix(a.q.strides[nb]) + ", " + buf(a.k) + " + ko, " +
-         ix(a.k.strides[nb]) + ", " + buf(a.v) + " + vo, " + ix(a.v.strides[nb]) + ", " + bias +
-         ", " + names.buffer(*c.out) + " + oo, " + ix(c.out->strides[nb]) + ", sq, sk, i0, " +
-         literal(a.scale, 0, DType::Float32) + ");");
+  std::string common = std::to_string(d) + ", " + std::to_string(dv) + ", " +
+                       std::to_string(plan.keyTile);
+  std::string qk = operand(a.q, "qo") + ", " + operand(a.k, "ko") + ", ";
+  std::string scale = literal(a.scale, 0, DType::Float32);
+  std::string bf16 = flag(t == DType::BFloat16), causal = flag(a.causal),
+              hasBias = flag(a.bias.has_value());
+  switch (a.part) {
+  case loop::AttentionPart::Output:
+  case loop::AttentionPart::Lse: {
+    bool lse = a.part == loop::AttentionPart::Lse;
+    std::string v = lse ? "nullptr, 0, " : operand(a.v, "vo") + ", ";
+    std::string out = lse ? "nullptr, 0" : result;
+    std::string lseOut = lse ? result : resultV;
+    int writes = lse ? 2 : k.attentionPair ? 3 : 1;
+    w.line("braze_flash_attention<" + common + ", " + std::to_string(plan.units) + ", " + bf16 +
+           ", " + causal + ", " + flag(a.safe) + ", " + hasBias + ", " + std::to_string(writes) +
+           ">(" + qk + v + bias + ", " + out + ", sq, sk, i0, " + scale + ", " +
+           (writes > 1 ? "(float*)" : "") + lseOut + ");");
+    break;
+  }
+  default: {
+    std::string inputs = operand(a.v, "vo") + ", " + bias + ", " + operand(*a.dout, "go") +
+                         ", " + operand(*a.out, "oo") + ", " + operand(*a.lse, "lo") + ", ";
+    std::string tail = ", sq, sk, i0, " + scale + ");";
+    if (a.part == loop::AttentionPart::GradQ) {
+      w.line("braze_flash_attention_dq<" + common + ", " + bf16 + ", " + causal + ", " + hasBias +
+             ">(" + qk + inputs + result + tail);
+    } else {
+      bool wrtK = a.part == loop::AttentionPart::GradK;
+      int wrt = wrtK ? (k.attentionPair ? 3 : 1) : 2;
+      w.line("braze_flash_attention_dkv<" + common + ", " + bf16 + ", " + causal + ", " +
+             hasBias + ", " + std::to_string(wrt) + ">(" + qk + inputs +
+             (wrtK ? result + ", " + resultV : "nullptr, 0, " + result) + tail);
+    }
+  }
+  }
   return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(plan.threads) +
          ") " + k.name + "(" + params + ") {\n" + body + "}\n\n";
 }
@@ -505,7 +870,8 @@ std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
   std::string blocks = "INT64_C(1)";
   for (size_t i = 0; i + 2 < rank; ++i)
     blocks += " * " + names.index(a.q.shape[i]);
-  blocks += " * ((" + names.index(a.q.shape[rank - 2]) + " + " + bm + " - 1) / " + bm + ")";
+  const loop::AttentionOperand &rows = keyMajor(a.part) ? a.k : a.q;
+  blocks += " * ((" + names.index(rows.shape[rank - 2]) + " + " + bm + " - 1) / " + bm + ")";
   return launchBlocks(s, names, k, index, plan.threads, blocks);
 }
 

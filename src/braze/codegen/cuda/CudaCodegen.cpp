@@ -134,9 +134,11 @@ public:
       int index = static_cast<int>(out.kernels.size());
       if (k.attention) {
         // A written-out softmax (not safe) gives nan for a row whose every key is masked,
-        // where cuDNN averages the row: such a masked attention runs braze's kernel.
+        // where cuDNN averages the row: such a masked attention runs braze's kernel. cuDNN
+        // takes the output only (the log-sum-exp and the gradients run braze's kernels).
         const loop::AttentionSpec &spec = *k.attention->attention;
-        bool cudnn = opts_.cudnnAttention && (!spec.bias || spec.safe);
+        bool cudnn = opts_.cudnnAttention && spec.part == loop::AttentionPart::Output &&
+                     (!spec.bias || spec.safe);
         add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target), cudnn);
         std::string launch = cudaAttentionLaunch(s_, names_, k, index);
         if (cudnn) {

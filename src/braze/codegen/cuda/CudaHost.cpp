@@ -172,8 +172,17 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
   w.line("const int64_t batch[] = " + list(batch) + ";");
   w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
          ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
-  std::string mapped =
-      "braze_attention_layout(&a, " + std::to_string(r) + ", batch, qs, ks, vs, os)";
+  std::string stats = "0";
+  if (k.attentionPair) { // the log-sum-exp beside the output: cuDNN's statistics
+    const loop::Buffer &l = *k.attentionPair->out;
+    std::string ls = list(l.strides); // and a last dim of 1
+    ls.insert(ls.size() - 1, ", INT64_C(1)");
+    w.line("a.stats = bufs[" + std::to_string(l.id) + "];");
+    w.line("const int64_t ls[] = " + ls + ";");
+    stats = "ls";
+  }
+  std::string mapped = "braze_attention_layout(&a, " + std::to_string(r) +
+                       ", batch, qs, ks, vs, os, " + stats + ")";
   if (a.bias) {
     w.line("a.bias = " + at(*a.bias) + ";");
     w.line("const int64_t bs[] = " + list(a.bias->strides) + ";");
@@ -225,6 +234,8 @@ struct BrazeAttention {
   const void* q; const void* k; const void* v; void* o;
   const void* bias; // [b|1, hq|1, sq|1, skv] (1 broadcasts), added to the scaled scores; or null
   int64_t bias_dims[4], bias_strides[4];
+  void* stats; // or null: each row's log-sum-exp, f32 [b, hq, sq, 1]
+  int64_t stats_strides[4];
 };
 struct BrazeCudaApi {
   void* ctx;
@@ -236,20 +247,21 @@ struct BrazeCudaApi {
   int (*attention)(void* ctx, const BrazeAttention* a); // as conv (1: launch braze's kernel)
 };
 
-// An attention's operands of rank r ([batch.., s, d]; strides qs, ks, vs and os, the output's)
-// as cuDNN's [b, h, s, d] in a: r = 3 has one head; r = 5 merges its two head dims, where keys
-// and values may repeat along the second (stride 0: grouped-query attention). 0 where they do
-// not map.
+// An attention's operands of rank r ([batch.., s, d]; strides qs, ks, vs and os, the output's,
+// and ls, the log-sum-exp's as [batch.., sq, 1], or null) as cuDNN's [b, h, s, d] in a: r = 3
+// has one head; r = 5 merges its two head dims, where keys and values may repeat along the
+// second (stride 0: grouped-query attention). 0 where they do not map.
 static int braze_attention_layout(BrazeAttention* a, int r, const int64_t* batch,
                                   const int64_t* qs, const int64_t* ks, const int64_t* vs,
-                                  const int64_t* os) {
-  const int64_t* src[4] = {qs, ks, vs, os};
-  int64_t* dst[4] = {a->q_strides, a->k_strides, a->v_strides, a->o_strides};
-  int64_t heads[4];
+                                  const int64_t* os, const int64_t* ls) {
+  const int64_t* src[5] = {qs, ks, vs, os, ls};
+  int64_t* dst[5] = {a->q_strides, a->k_strides, a->v_strides, a->o_strides, a->stats_strides};
+  int64_t heads[5];
+  const int n = ls ? 5 : 4;
   if (r < 3 || r > 5 || a->sq <= 0 || a->skv <= 0 || batch[0] <= 0)
     return 0;
   a->b = batch[0];
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < n; ++i) {
     const int64_t* s = src[i];
     if ((a->b > 1 && s[0] <= 0) || s[r - 1] != 1)
       return 0;
@@ -272,7 +284,8 @@ static int braze_attention_layout(BrazeAttention* a, int r, const int64_t* batch
       return 0;
   }
   a->hq = heads[0], a->hk = heads[1];
-  return heads[3] == a->hq && heads[2] == a->hk && a->hq % a->hk == 0;
+  return heads[3] == a->hq && heads[2] == a->hk && a->hq % a->hk == 0 &&
+         (!ls || heads[4] == a->hq);
 }
 
 // The bias of an attention of rank r ([batch.., sq, skv], strides bs; a stride 0 broadcasts)

@@ -54,8 +54,9 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
   std::vector<SymExpr> dims{q->shape().back()};
   if (n->op() != OpKind::AttentionLse)
     dims.push_back(n->operand(n->op() == OpKind::AttentionGrad ? 3 : 2)->shape().back());
+  int64_t most = saved ? opts.fusedAttentionBackwardMaxHeadDim : opts.fusedAttentionMaxHeadDim;
   for (SymExpr d : dims)
-    if (!d->isConst() || d->value() < 1 || d->value() > opts.fusedAttentionMaxHeadDim)
+    if (!d->isConst() || d->value() < 1 || d->value() > most)
       return false;
   return true;
 }

@@ -25,6 +25,7 @@ struct DecomposeOptions {
   /// Likewise for attention_lse and attention_grad (the forward's saved value and the backward).
   std::vector<DType> fusedAttentionBackwardDtypes;
   int64_t fusedAttentionMaxHeadDim = 0;
+  int64_t fusedAttentionBackwardMaxHeadDim = 0; ///< of attention_lse and attention_grad
   /// The target is the CPU, whose eager kernels round half precision as they go: a transposed
   /// convolution rounds after each kernel tap (eager's gemm + col2im kernel) unless eager runs
   /// it through oneDNN, for the dtypes in `oneDnnHalf` with an output padding below the

@@ -22,6 +22,7 @@
 #include "braze/driver/Compile.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/ir/loop/LoopText.h"
+#include "braze/lowering/decompose/Decompose.h"
 #include "braze/passes/PassManager.h"
 #include "braze/runtime/Safetensors.h"
 #include "braze/support/Check.h"
@@ -428,6 +429,7 @@ int run(int argc, char **argv) {
     std::string err = braze::verifyGraph(*g);
     if (!err.empty())
       BRAZE_USER_ERROR(tool.file, "") << "invalid graph: " << err;
+    braze::checkCompositeTypes(*g); // before any stage prints it
     for (const std::string &name : tool.passes)
       braze::runGraphStep(*g, name, opts);
   } else if (!tool.passes.empty()) {

@@ -146,6 +146,10 @@ def _kernel_error(e):
     return "out of bounds" in text or "kernel failed with code" in text or "kernel error code" in text
 
 
+class _AssertionFailed(Exception):
+    """An assertion of the graph (aten._assert_async) that does not hold; its message."""
+
+
 class _BrazeGraph:
     """A compiled braze graph called with the FX graph's positional arguments.
 
@@ -159,8 +163,10 @@ class _BrazeGraph:
     def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
                  complex_outputs=(), none_slots=(), run=None, device=None, *,
                  input_layouts=(), output_layouts=(), recompile=None, strict=False, bases=0,
-                 carried=()):
+                 carried=(), assertions=()):
         self.compiled = compiled
+        # the message of each assertion, whose condition is one of the last outputs
+        self.assertions = list(assertions)
         self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
         # (output position, None or (args, bases) -> tensor) of each output the graph does not
@@ -197,6 +203,7 @@ class _BrazeGraph:
                 or (run.into and not isinstance(run, cpu_support.CpuGraph)) or self.needs_seed
                 or run.checks
                 or self.complex_outputs or self.output_layouts or self.checker is not None
+                or self.assertions
                 or any(c.is_complex() for c in self.constants)):
             return self
         call = run.guarded_call(self.tensor_positions, self.constants)
@@ -234,6 +241,10 @@ class _BrazeGraph:
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
             outs = self._run(args, inputs)
+            if self.assertions:
+                failed = self._failed_assertion(outs)
+                if failed is not None:
+                    raise _AssertionFailed(failed)
             for i in self.complex_outputs:
                 outs[i] = torch.view_as_complex(outs[i])
             for i, shape, stride in self.output_layouts:
@@ -242,6 +253,8 @@ class _BrazeGraph:
             if self.checker is not None:
                 self.checker.check(args, outs)
             return outs
+        except _AssertionFailed as e:
+            raise RuntimeError(e.args[0]) from None  # as eager's _assert_async
         except _C.RunError as e:
             if _kernel_error(e) or self.strict:
                 raise  # a kernel error (e.g. an index out of bounds): eager raises too
@@ -255,6 +268,16 @@ class _BrazeGraph:
                 raise
             reason = f"internal error in braze's call ({type(e).__name__}: {e})"
         return self._eager(args, reason)
+
+    def _failed_assertion(self, outs):
+        """Drops the assertions' conditions (the last outputs) from outs; the message of the
+        first that does not hold, or None."""
+        conds = outs[-len(self.assertions):]
+        del outs[-len(self.assertions):]
+        for cond, msg in zip(conds, self.assertions):
+            if not bool(cond):
+                return msg
+        return None
 
     def _run(self, args, inputs):
         try:
@@ -389,6 +412,9 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     for base in bases:
         handles.append(t.values[base])
         layouts.append(_dense_layout(t, base.meta["val"]))
+    for handle, _ in t.assertions:  # checked on the host after each call, then dropped
+        handles.append(handle)
+        layouts.append([])
     t.g.output(handles, layouts)
     if opts.cuda_codegen_only:
         source = cuda_support.check_codegen(t.g)
@@ -398,6 +424,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
     dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
     dtypes += [b.meta["val"].dtype for b in bases]
+    dtypes += [torch.bool] * len(t.assertions)
     staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
     own = accuracy.schedule_of(t.g, opts, device) if args is None else None
     if device is None:
@@ -423,7 +450,8 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     graph = _BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
                         complex_outputs, none_slots, run, device, input_layouts=input_layouts,
                         output_layouts=output_layouts, recompile=recompile,
-                        strict=_strict(opts), bases=len(bases), carried=carried)
+                        strict=_strict(opts), bases=len(bases), carried=carried,
+                        assertions=[msg for _, msg in t.assertions])
     if accuracy.enabled(opts) and args is None:
         graph.checker = accuracy.checker(gm, opts, device, own)
     return graph, isinstance(outputs, (tuple, list))

@@ -29,6 +29,9 @@ class Translator:
         self.values = {}   # fx node -> graph handle (or tuple of handles)
         self.symbols = {}  # sympy symbol name -> sym handle
         self.seed = None   # the i64 seed input, created by the first random op
+        # (bool scalar handle, message) of each assertion: extra outputs the host checks after
+        # each call (_BrazeGraph.check_assertions)
+        self.assertions = []
         self.device = None  # the one device (cpu or cuda:N) every tensor of the graph is on
 
     def on_device(self, device, what):
@@ -371,6 +374,23 @@ def _gelu(t, node, x, approximate="none"):
 @rule(aten.silu.default)
 def _silu(t, node, x):
     return t.g.silu(t.arg(x))
+
+
+@rule(aten._assert_async.msg, aten._assert_async.default)
+def _assert_async(t, node, cond, msg="Expected Tensor with single nonzero value, but got zero"):
+    """An assertion on a one-element tensor (F.one_hot's range checks, say): the condition
+    becomes an extra bool output, which the host checks after the call, raising eager's
+    RuntimeError with its message. Only on the CPU: on CUDA the check would synchronize the
+    host with the device at every call (eager's is a device-side assertion)."""
+    val = cond.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
+        raise Unsupported("an assertion on CUDA (braze checks assertions on the host, which "
+                          "would wait for the device at every call)")
+    if val.numel() != 1:
+        raise Unsupported(f"an assertion on {val.numel()} elements (eager takes one)")
+    h = t.g.reshape(t.g.convert(t.arg(cond), "bool"), [])
+    t.assertions.append((h, msg))
+    return None
 
 
 @rule(operator.getitem)

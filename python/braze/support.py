@@ -165,7 +165,8 @@ def try_node(node, device=None, trial=False):
             t.input(a, val)
         out = t.translate(node)
         outs = list(out) if isinstance(out, tuple) else [out]
-        t.g.output([o for o in outs if o is not None])  # None: a result no node reads
+        # None: a result no node reads; an assertion's condition is an output of its own
+        t.g.output([o for o in outs if o is not None] + [h for h, _ in t.assertions])
         if trial:
             t.g.check_supported()
             return True, ""

@@ -134,6 +134,38 @@ def test_one_hot_sums_keep_their_index_check():
         torch.compile(_one_hot_sums, backend="braze")(i, torch.randn(8, 1), torch.randn(8, 1))
 
 
+def _expert_counts(i, w):
+    # a router's tokens per expert, as Mixtral's expert mask: one-hot rows of 8 experts
+    return (torch.nn.functional.one_hot(i, num_classes=8) * w).sum(0)
+
+
+def test_one_hot_range_checks_compile_and_still_raise(device):
+    """F.one_hot asserts (aten._assert_async) that its classes are in [0, num_classes). On the
+    CPU the assertions compile: each condition is an extra output of the graph, checked on the
+    host after the call, so nothing falls back and an out-of-range class raises a RuntimeError
+    with the traced assertion's message (eager's, prefixed with the op's name). On CUDA the check would wait for the device at every
+    call, so the two assertions run in eager there (counted)."""
+    g = torch.Generator(torch.get_default_device()).manual_seed(6)
+    i = torch.randint(0, 8, (64, 2), generator=g)
+    w = torch.randn(64, 2, 1, generator=g)
+    torch._dynamo.reset()
+    before = braze.counters()["fallback_ops"]
+    compiled = torch.compile(_expert_counts, backend="braze", dynamic=False)
+    torch.testing.assert_close(compiled(i, w), _expert_counts(i, w))
+    assert braze.counters()["fallback_ops"] - before == (2 if device == "cuda" else 0)
+    if device == "cuda":
+        return
+    for bad in (8, -1):
+        j = i.clone()
+        j[5, 1] = bad
+        with pytest.raises(RuntimeError) as want:
+            _expert_counts(j, w)
+        with pytest.raises(RuntimeError) as got:
+            compiled(j, w)
+        # the traced assertion's message names the op ("one_hot: Class values must ...")
+        assert str(want.value) in str(got.value)
+
+
 def test_cross_entropy_gradient_matches_eager():
     """The loss backward whose log-softmax gradient sums one-hot rows, with ignored targets."""
     g = torch.Generator(torch.get_default_device()).manual_seed(5)

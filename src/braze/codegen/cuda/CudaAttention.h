@@ -9,12 +9,16 @@ namespace braze::codegen {
 /// The device functions every attention kernel calls (braze_flash_attention<...>).
 const char *cudaAttentionPrelude();
 
+/// The device functions of the gradient kernels (braze_flash_attention_dq, _dkv), which need
+/// cudaAttentionPrelude() before them (CudaAttentionBackward.cpp).
+const char *cudaAttentionBackwardPrelude();
+
 /// How attention kernel k runs on `target`.
 struct AttentionPlan {
-  int keyTile = 64;        ///< keys per shared-memory tile
+  int keyTile = 64;        ///< keys (of dK and dV: queries) per shared-memory tile
   int units = 1;           ///< 16-row tiles per warp
   int threads = 128;       ///< per block
-  int rowsPerBlock = 64;   ///< query rows per block
+  int rowsPerBlock = 64;   ///< query rows (of dK and dV: keys) per block
 };
 AttentionPlan planAttention(const sched::Kernel &k, const Target &target);
 

@@ -197,8 +197,10 @@ private:
   static std::string withPrelude(const std::string &kernels) {
     const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
     const bool attention = kernels.find("braze_flash_attention") != std::string::npos;
+    const bool backward = kernels.find("braze_flash_attention_d") != std::string::npos;
     return cudaPrelude() + (special ? specialMathPrelude(true) : "") +
-           (attention ? cudaAttentionPrelude() : "") + kernels;
+           (attention ? cudaAttentionPrelude() : "") +
+           (backward ? cudaAttentionBackwardPrelude() : "") + kernels;
   }
 
   // ---- Facts about a kernel ------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/GraphText.h"
 #include "braze/passes/PassManager.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -121,6 +122,11 @@ void decompose(Graph &g, const DecomposeOptions &opts) {
     g.removeDeadNodes();
   }
   eliminateCommonSubexpressions(g);
+}
+
+void checkCompositeTypes(const Graph &g) {
+  std::unique_ptr<Graph> copy = parseGraph(printGraph(g));
+  decompose(*copy, DecomposeOptions{});
 }
 
 } // namespace braze

@@ -39,6 +39,12 @@ struct DecomposeOptions {
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
 
+/// Checks that each composite op of g declares the type its decomposition gives, as decompose
+/// would: a graph parsed from text declares every node's type, which the graph verifier cannot
+/// check for composites. Decomposes a copy of g with nothing kept whole; throws decompose's
+/// user error naming the node and both types.
+void checkCompositeTypes(const Graph &g);
+
 
 namespace decomp {
 /// A rule builds the replacement of `n` with `b` (whose name is set to n's) and returns it;

@@ -184,7 +184,7 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
            bundle_libraries=True):
     """Compiles `model` (an nn.Module called on `example_inputs`, or a
     torch.export.ExportedProgram) and writes a package to the directory `path` (replacing a
-    package there). `dynamic_shapes` is torch.export's: the sizes it makes dynamic stay
+    package there), or, for a `path` ending in .zip, the same package as one zip archive. `dynamic_shapes` is torch.export's: the sizes it makes dynamic stay
     symbolic, and the package checks each call's sizes against their ranges. With
     `bundle_libraries` (the default), the BLAS and oneDNN libraries the code links are copied
     into the package; otherwise it names them where they are installed. Returns `path`."""
@@ -240,8 +240,38 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
         raise ExportError(f"braze cannot compile the model: {e}") from e
     vendors = [cpu_support.blas_library() if opts.blas else None,
                cpu_support.dnnl_library() if opts.dnnl else None]
-    _write_package(path, compiled, inputs, flat, ep, vendors, bundle_libraries)
+    if str(path).endswith(".zip"):
+        _write_archive(path, lambda d: _write_package(d, compiled, inputs, flat, ep, vendors,
+                                                      bundle_libraries))
+    else:
+        _write_package(path, compiled, inputs, flat, ep, vendors, bundle_libraries)
     return path
+
+
+def _write_archive(path, write):
+    """The package as one file: `write` makes the package directory, which goes into a zip
+    archive of stored (uncompressed) entries at `path`, so that the runtime reads it with no
+    compression library (runtime/PackageArchive.h)."""
+    import zipfile
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise ExportError(f"{path} is a directory; a package archive is a file")
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".braze-export-", dir=parent)
+    try:
+        pkg = os.path.join(work, "package")
+        write(pkg)
+        archive = os.path.join(work, "package.zip")
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+            for root, dirs, files in os.walk(pkg):
+                dirs.sort()
+                for name in sorted(files):
+                    full = os.path.join(root, name)
+                    z.write(full, os.path.relpath(full, pkg))
+        os.replace(archive, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _write_package(path, compiled, inputs, outputs, ep, vendors, bundle):
@@ -347,5 +377,6 @@ class Loaded:
 
 
 def load(path):
-    """The package braze.export wrote to `path`, as a callable on CPU tensors."""
+    """The package braze.export wrote to `path` (a directory or a .zip archive), as a callable
+    on CPU tensors."""
     return Loaded(path)

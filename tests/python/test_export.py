@@ -169,6 +169,87 @@ def test_a_damaged_package_is_an_error(mlp_package, tmp_path, damage, message):
     assert message in str(e.value)
 
 
+@pytest.fixture(scope="module")
+def mlp_archive(tmp_path_factory, mlp_package):
+    model, _ = mlp_package
+    path = str(tmp_path_factory.mktemp("archive") / "mlp.zip")
+    braze.export(model, (torch.randn(4, 16),), path,
+                 dynamic_shapes={"x": {0: Dim("batch", min=1, max=256)}})
+    return model, path
+
+
+@cpu
+def test_a_package_as_one_zip_archive(mlp_archive):
+    """A path ending in .zip gets the package as one file: a zip archive of stored entries,
+    which the runtime extracts once (named by its SHA-256) and loads as a package directory."""
+    import zipfile
+    model, path = mlp_archive
+    assert os.path.isfile(path)
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        assert {"package.txt", "model.so", "weights.safetensors"} <= set(names)
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
+    for _ in range(2):  # the second load reuses the extracted directory
+        run = braze.load(path)
+        for batch in (1, 37):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(run(x), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def _rezip(path, out, compression):
+    import zipfile
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w", compression) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+
+
+def _flip_entry(path, out, entry):
+    """A copy of archive `path` with one byte of `entry`'s data flipped."""
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(entry)
+    data = bytearray(open(path, "rb").read())
+    header = info.header_offset
+    start = header + 30 + int.from_bytes(data[header + 26:header + 28], "little") + \
+        int.from_bytes(data[header + 28:header + 30], "little")
+    data[start + info.file_size // 2] ^= 0x40
+    open(out, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p, o: open(o, "wb").write(open(p, "rb").read()[:-30]),
+     "no end of central directory"),
+    (lambda p, o: open(o, "wb").write(open(p, "rb").read()[:5000]),
+     "no end of central directory"),
+    (lambda p, o: _flip_entry(p, o, "weights.safetensors"),
+     "entry weights.safetensors is damaged (its CRC-32 does not match)"),
+    (lambda p, o: _flip_entry(p, o, "package.txt"),
+     "entry package.txt is damaged (its CRC-32 does not match)"),
+    (lambda p, o: _rezip(p, o, __import__("zipfile").ZIP_DEFLATED), "is compressed (method 8)"),
+    (lambda p, o: open(o, "wb").write(b"not a zip archive at all" * 10),
+     "no end of central directory"),
+])
+@cpu
+def test_a_damaged_package_archive_is_an_error(mlp_archive, tmp_path, damage, message):
+    _, path = mlp_archive
+    out = str(tmp_path / "damaged.zip")
+    damage(path, out)
+    with pytest.raises(braze.RunError, match="braze package") as e:
+        braze.load(out)
+    assert message in str(e.value)
+
+
+@cpu
+def test_a_package_archive_entry_named_outside_is_refused(tmp_path):
+    import zipfile
+    out = str(tmp_path / "evil.zip")
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("../outside.txt", "x")
+        z.writestr("package.txt", "braze-package 1\n")
+    with pytest.raises(braze.RunError, match="named outside the package"):
+        braze.load(out)
+
+
 @cpu
 def test_a_missing_vendor_library_is_an_error(mlp_package, tmp_path):
     _, path = mlp_package

@@ -1,5 +1,6 @@
 #include "braze/runtime/Package.h"
 
+#include "braze/runtime/PackageArchive.h"
 #include "braze/runtime/Safetensors.h"
 #include "braze/support/Hashing.h"
 
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -138,11 +140,14 @@ std::vector<std::string> cpuFeatures() {
   return out;
 }
 
-std::shared_ptr<Package> Package::load(const std::string &path) {
+std::shared_ptr<Package> Package::load(const std::string &given) {
+  std::error_code ec;
+  const std::string path =
+      std::filesystem::is_regular_file(given, ec) ? extractPackageArchive(given) : given;
   std::shared_ptr<Package> p(new Package());
   p->path_ = path;
   auto fail = [&](const std::string &why) -> RunError {
-    return RunError("braze package " + path + ": " + why);
+    return RunError("braze package " + given + ": " + why);
   };
   std::string text;
   if (!readWhole(path + "/package.txt", text))

@@ -1,6 +1,7 @@
 #pragma once
 /// A compiled model that runs without Python, PyTorch or a compiler: what braze.export writes
-/// and braze::runtime::Package loads. A package is a directory:
+/// and braze::runtime::Package loads. A package is a directory, or the same as one zip archive of
+/// stored entries (PackageArchive.h):
 ///
 ///   package.txt          the manifest (below)
 ///   model.so             the host library braze compiled
@@ -70,8 +71,9 @@ class Package {
 public:
   static constexpr int kFormatVersion = 1;
 
-  /// Loads the package in directory `path`; throws RunError naming what is wrong (a missing or
-  /// damaged file, a newer format, a CPU without a feature the library needs).
+  /// Loads the package in directory `path`, or in the package archive (a file) `path`; throws
+  /// RunError naming what is wrong (a missing or damaged file, a newer format, a CPU without a
+  /// feature the library needs, a damaged archive).
   static std::shared_ptr<Package> load(const std::string &path);
   ~Package();
 

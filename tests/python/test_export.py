@@ -29,14 +29,16 @@ class MLP(torch.nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x))) + self.shift
 
 
-@pytest.fixture(scope="module")
-def mlp_package(tmp_path_factory):
-    torch.manual_seed(0)
-    model = MLP().eval()
-    path = str(tmp_path_factory.mktemp("export") / "mlp")
+def _export_mlp(model, path):
     braze.export(model, (torch.randn(4, 16),), path,
                  dynamic_shapes={"x": {0: Dim("batch", min=1, max=256)}})
     return model, path
+
+
+@pytest.fixture(scope="module")
+def mlp_package(tmp_path_factory):
+    torch.manual_seed(0)
+    return _export_mlp(MLP().eval(), str(tmp_path_factory.mktemp("export") / "mlp"))
 
 
 @cpu
@@ -171,11 +173,7 @@ def test_a_damaged_package_is_an_error(mlp_package, tmp_path, damage, message):
 
 @pytest.fixture(scope="module")
 def mlp_archive(tmp_path_factory, mlp_package):
-    model, _ = mlp_package
-    path = str(tmp_path_factory.mktemp("archive") / "mlp.zip")
-    braze.export(model, (torch.randn(4, 16),), path,
-                 dynamic_shapes={"x": {0: Dim("batch", min=1, max=256)}})
-    return model, path
+    return _export_mlp(mlp_package[0], str(tmp_path_factory.mktemp("archive") / "mlp.zip"))
 
 
 @cpu

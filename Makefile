@@ -76,6 +76,8 @@ test-install: build
 	    env PATH=/nonexistent BRAZE_CXX=/nonexistent/g++ build/deploy/run_package \
 	        build/deploy/packages/$$m build/deploy/packages/$$m.cases/cases.txt || exit 1; \
 	done
+	env PATH=/nonexistent BRAZE_CXX=/nonexistent/g++ build/deploy/run_package \
+	    build/deploy/packages/mlp.zip build/deploy/packages/mlp.cases/cases.txt
 
 test: test-cpp test-python test-conformance test-fuzz test-install
 

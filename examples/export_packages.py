@@ -103,6 +103,8 @@ def main(out):
         model.eval()
         pkg = os.path.join(out, name)
         braze.export(model, make(batches[0]), pkg, dynamic_shapes=dynamic)
+        if name == "mlp":  # and as one file, a package archive
+            braze.export(model, make(batches[0]), pkg + ".zip", dynamic_shapes=dynamic)
         cases = os.path.join(out, name + ".cases")
         os.makedirs(cases, exist_ok=True)
         lines = []

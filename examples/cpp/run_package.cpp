@@ -1,7 +1,7 @@
 // Runs a package written by braze.export, with braze's runtime alone (no Python, no PyTorch, no
 // compiler), on the cases a test saved beside it, and compares the outputs with eager's:
 //
-//   run_package <package dir> <cases file>
+//   run_package <package dir or .zip archive> <cases file>
 //
 // The cases file (written by examples/export_packages.py) is a list of records:
 //   case <name>
@@ -105,7 +105,7 @@ double worst(const Tensor &want, const void *got, double atol, double rtol) {
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: run_package <package dir> <cases file>\n");
+    std::fprintf(stderr, "usage: run_package <package dir or .zip archive> <cases file>\n");
     return 2;
   }
   const std::string pkgDir = argv[1], casesPath = argv[2];

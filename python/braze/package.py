@@ -184,8 +184,9 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
            bundle_libraries=True):
     """Compiles `model` (an nn.Module called on `example_inputs`, or a
     torch.export.ExportedProgram) and writes a package to the directory `path` (replacing a
-    package there), or, for a `path` ending in .zip, the same package as one zip archive. `dynamic_shapes` is torch.export's: the sizes it makes dynamic stay
-    symbolic, and the package checks each call's sizes against their ranges. With
+    package there), or, for a `path` ending in .zip, the same package as one zip archive.
+    `dynamic_shapes` is torch.export's: the sizes it makes dynamic stay symbolic, and the
+    package checks each call's sizes against their ranges. With
     `bundle_libraries` (the default), the BLAS and oneDNN libraries the code links are copied
     into the package; otherwise it names them where they are installed. Returns `path`."""
     opts = options if isinstance(options, Options) else Options(**(options or {}))

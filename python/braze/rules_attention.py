@@ -46,10 +46,11 @@ def _operands(t, q, k, v, bias):
 
 # Whether CUDA training graphs compile the fused attention ops' log-sum-exp and backward where
 # braze's fused CUDA kernels do not take them (f32, f64, head dims over
-# FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, before sm_80): decomposed, they compute their scores. Off: the H100 GPT-2 6-layer f32
-# train step of benchmarks/gpu_models.py took 23.37 ms compiled against 18.99 ms with the fused
-# ops and their backward in eager (TorchInductor, which keeps them in eager too: 17.29 and
-# 16.03 ms in those runs), and the decomposed backward holds its scores.
+# FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, before sm_80): decomposed, they compute their scores.
+# Off: the H100 GPT-2 6-layer f32 train step of benchmarks/gpu_models.py took 23.37 ms
+# compiled against 18.99 ms with the fused ops and their backward in eager (TorchInductor,
+# which keeps them in eager too: 17.29 and 16.03 ms in those runs), and the decomposed
+# backward holds its scores.
 COMPILE_CUDA_TRAINING_ATTENTION = False
 
 

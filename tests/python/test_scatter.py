@@ -143,8 +143,9 @@ def test_one_hot_range_checks_compile_and_still_raise(device):
     """F.one_hot asserts (aten._assert_async) that its classes are in [0, num_classes). On the
     CPU the assertions compile: each condition is an extra output of the graph, checked on the
     host after the call, so nothing falls back and an out-of-range class raises a RuntimeError
-    with the traced assertion's message (eager's, prefixed with the op's name). On CUDA the check would wait for the device at every
-    call, so the two assertions run in eager there (counted)."""
+    with the traced assertion's message (eager's, prefixed with the op's name). On CUDA the
+    check would wait for the device at every call, so the two assertions run in eager there
+    (counted)."""
     g = torch.Generator(torch.get_default_device()).manual_seed(6)
     i = torch.randint(0, 8, (64, 2), generator=g)
     w = torch.randn(64, 2, 1, generator=g)

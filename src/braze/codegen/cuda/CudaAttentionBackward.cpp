@@ -18,7 +18,8 @@ const char *kFlashBackwardPrelude = R"FLASH(
 
 // The lse of `row` as the backward reads it: +inf past the rows, and where the forward kept no
 // key (-inf), so that every probability of the row is 0.
-BRAZE_FN float braze_attn_lse_at(const float* __restrict__ lse, int64_t lrs, int64_t row, int64_t sq) {
+BRAZE_FN float braze_attn_lse_at(const float* __restrict__ lse, int64_t lrs, int64_t row,
+                                 int64_t sq) {
   const float x = row < sq ? lse[row * lrs] : INFINITY;
   return x == -INFINITY ? INFINITY : x;
 }
@@ -62,9 +63,9 @@ struct BrazeAttnGrad {
 };
 
 // The gradient of q for rows [i0, i0 + 64) of one batch point (4 warps of 16 rows) into dq
-// (row stride dqrs). Per key tile of BN: S = Q Kᵀ and dP = dO Vᵀ, P = exp(scale S + bias - lse),
-// dS = P (dP - delta) with delta = rowsum(dO ∘ O), and dQ += dS K; dQ · scale is stored at the
-// end.
+// (row stride dqrs). Per key tile of BN: S = Q Kᵀ and dP = dO Vᵀ,
+// P = exp(scale S + bias - lse), dS = P (dP - delta) with delta = rowsum(dO ∘ O), and
+// dQ += dS K; dQ · scale is stored at the end.
 template <int D, int DV, int BN, bool BF16, bool CAUSAL, bool BIAS>
 BRAZE_FN void braze_flash_attention_dq(const BrazeAttnGrad& a, uint16_t* __restrict__ dq,
                                        int64_t dqrs, int64_t i0) {

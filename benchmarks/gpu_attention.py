@@ -3,6 +3,7 @@ kernels), on one GPU, in one process.
 
     python benchmarks/gpu_attention.py                 # B4 H16 S1024, head dims 64 and 128
     python benchmarks/gpu_attention.py --seq 2048 --repeats 15
+    python benchmarks/gpu_attention.py --training      # forward and backward
 
 For each head dim and each mask (none, is_causal, a boolean causal mask tensor) it times, with
 CUDA events (median of --repeats samples of 10 back-to-back calls, after warm-up):
@@ -13,6 +14,12 @@ CUDA events (median of --repeats samples of 10 back-to-back calls, after warm-up
 TFLOP/s count 4·B·H·S²·D, halved for the causal cases (both masks keep half the scores).
 own/cudnn is eager cuDNN's time over braze's own kernel's. err is braze's own kernel's max
 abs error against eager. bf16, random inputs, torch.no_grad(), CUDA graphs off.
+
+With --training, each call is a forward and a backward (torch.autograd.grad of the output
+against a fixed random gradient, for q, k and v): eager's backends as above, and braze, which
+compiles the forward (its output and log-sum-exp) and the backward (its fused gradient kernels);
+TFLOP/s count 3.5 times the forward's products. err is then the largest error of braze's four
+results (output, dq, dk, dv) against eager's.
 """
 import argparse
 import statistics
@@ -52,6 +59,17 @@ def masked(q, k, v, m):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
 
+def training(f):
+    """f's output and its gradients for q, k and v (against the gradient `g`, the last of the
+    arguments), as one call."""
+    def step(*args):
+        *inputs, g = args
+        leaves = [x.detach().requires_grad_() if i < 3 else x for i, x in enumerate(inputs)]
+        out = f(*leaves)
+        return (out,) + torch.autograd.grad(out, leaves[:3], g)
+    return step
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=4)
@@ -59,6 +77,7 @@ def main():
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--dims", default="64,128")
     p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--training", action="store_true", help="time a forward and a backward")
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -69,7 +88,7 @@ def main():
     print("| head dim | mask | " + " | ".join(n for n, _ in eager) +
           " | braze own | braze cuDNN | own/cudnn | err |")
     print("|---|---|" + "---|" * (len(eager) + 4))
-    with torch.no_grad():
+    with torch.set_grad_enabled(a.training):
         for d in (int(x) for x in a.dims.split(",")):
             for kind, f in (("none", plain), ("causal", causal), ("bool tensor", masked)):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
@@ -78,7 +97,12 @@ def main():
                 if kind == "bool tensor":
                     args += (torch.ones(s, s, dtype=torch.bool, device="cuda").tril()[None, None],)
                 flops = 4 * b * h * s * s * d * (1 if kind == "none" else 0.5)
-                ref = f(*args).float()
+                base = f
+                if a.training:
+                    f = training(base)
+                    args += (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16),)
+                    flops *= 3.5
+                ref = [x.float() for x in (f(*args) if a.training else (f(*args),))]
                 ms = {}
                 for name, backend in eager:
                     try:
@@ -91,12 +115,14 @@ def main():
                     torch._dynamo.reset()
                     torch.backends.cuda.enable_cudnn_sdp(on)
                     try:
-                        g = torch.compile(f, backend="braze", options={"cuda_graphs": False})
+                        g = torch.compile(base, backend="braze", options={"cuda_graphs": False})
+                        g = training(g) if a.training else g
                         out = g(*args)
                     finally:
                         torch.backends.cuda.enable_cudnn_sdp(True)
                     if name == "own":
-                        err = (out.float() - ref).abs().max().item()
+                        outs = out if a.training else (out,)
+                        err = max((o.float() - r).abs().max().item() for o, r in zip(outs, ref))
                     ms[name] = timed(g, args, a.repeats)
 
                 def cell(t):

@@ -241,10 +241,7 @@ class _BrazeGraph:
         inputs = [torch.view_as_real(x.resolve_conj()) if x.is_complex() else x for x in inputs]
         try:
             outs = self._run(args, inputs)
-            if self.assertions:
-                failed = self._failed_assertion(outs)
-                if failed is not None:
-                    raise _AssertionFailed(failed)
+            self._check_assertions(outs)
             for i in self.complex_outputs:
                 outs[i] = torch.view_as_complex(outs[i])
             for i, shape, stride in self.output_layouts:
@@ -269,15 +266,15 @@ class _BrazeGraph:
             reason = f"internal error in braze's call ({type(e).__name__}: {e})"
         return self._eager(args, reason)
 
-    def _failed_assertion(self, outs):
-        """Drops the assertions' conditions (the last outputs) from outs; the message of the
-        first that does not hold, or None."""
-        conds = outs[-len(self.assertions):]
-        del outs[-len(self.assertions):]
-        for cond, msg in zip(conds, self.assertions):
-            if not bool(cond):
-                return msg
-        return None
+    def _check_assertions(self, outs):
+        """Drops the assertions' conditions (the last outputs) from outs; raises
+        _AssertionFailed with the message of the first that does not hold."""
+        if self.assertions:
+            conds = outs[-len(self.assertions):]
+            del outs[-len(self.assertions):]
+            for cond, msg in zip(conds, self.assertions):
+                if not bool(cond):
+                    raise _AssertionFailed(msg)
 
     def _run(self, args, inputs):
         try:

@@ -30,7 +30,7 @@ class Translator:
         self.symbols = {}  # sympy symbol name -> sym handle
         self.seed = None   # the i64 seed input, created by the first random op
         # (bool scalar handle, message) of each assertion: extra outputs the host checks after
-        # each call (_BrazeGraph.check_assertions)
+        # each call (backend._BrazeGraph._check_assertions)
         self.assertions = []
         self.device = None  # the one device (cpu or cuda:N) every tensor of the graph is on
 

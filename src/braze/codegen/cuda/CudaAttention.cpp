@@ -527,7 +527,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   const loop::AttentionSpec &a = *c.attention;
   DType t = a.q.buffer->dtype;
   BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
-  size_t rank = c.out->shape.size(), nb = a.q.shape.size() - 2;
+  size_t nb = a.q.shape.size() - 2;
   auto [d, dv] = headDims(a);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   std::string body;
@@ -569,16 +569,17 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   };
   std::string bias = a.bias ? operand(*a.bias, "bo") + ", " + ix(a.bias->strides[nb + 1])
                             : "nullptr, 0, 0";
-  std::string result = names.buffer(*c.out) + " + ro, " + ix(c.out->strides[rank - 1 - (
-                           a.part == loop::AttentionPart::Lse ? 0 : 1)]);
+  // A part's result at offset `off`, and its row stride: the last stride of a log-sum-exp
+  // ([B.., Sq]), the one before it otherwise.
+  auto resultOf = [&](const loop::Computation &r, const std::string &off) {
+    const std::vector<sym::SymExpr> &st = r.out->strides;
+    bool lse = r.attention->part == loop::AttentionPart::Lse;
+    return names.buffer(*r.out) + " + " + off + ", " + ix(st[st.size() - (lse ? 1 : 2)]);
+  };
+  std::string result = resultOf(c, "ro");
   // The part the kernel writes too: a v gradient beside k's, or the log-sum-exp beside the
-  // output ([B.., Sq]: its last stride is the row stride).
-  std::string resultV =
-      k.attentionPair
-          ? names.buffer(*k.attentionPair->out) + " + rv, " +
-                ix(k.attentionPair->out->strides[k.attentionPair->out->strides.size() -
-                                                 (a.part == loop::AttentionPart::Output ? 1 : 2)])
-          : "nullptr, 0";
+  // output.
+  std::string resultV = k.attentionPair ? resultOf(*k.attentionPair, "rv") : "nullptr, 0";
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   std::string common = std::to_string(d) + ", " + std::to_string(dv) + ", " +
                        std::to_string(plan.keyTile);

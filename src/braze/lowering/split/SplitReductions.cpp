@@ -23,18 +23,19 @@ bool associative(OpKind k) {
 /// reduction covers (`reduced`: `first`, whose sizes are now ones, and the outer ones).
 struct Split {
   std::vector<int64_t> shape;
+  IntList perm; ///< empty, or the permutation of `shape` the first stage reduces
   IntList first, reduced;
 };
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The divisor of n, from 2 to n, nearest `want` by ratio (n itself when none is nearer).
-int64_t nearestDivisor(int64_t n, int64_t want) {
-  int64_t best = n;
-  double bestGap = std::fabs(std::log(double(n) / double(want)));
-  for (int64_t c = 2; c < n && c <= 8 * want; ++c) {
+/// The divisor of n, from 2 to min(n, most), nearest `want` by ratio; 1 when there is none.
+int64_t nearestDivisor(int64_t n, int64_t want, int64_t most) {
+  int64_t best = 1;
+  double bestGap = 0;
+  for (int64_t c = 2; c <= n && c <= most; ++c) {
     double gap = std::fabs(std::log(double(c) / double(want)));
-    if (n % c == 0 && gap < bestGap) {
+    if (n % c == 0 && (best == 1 || gap < bestGap)) {
       best = c;
       bestGap = gap;
     }
@@ -63,6 +64,43 @@ int64_t innermostDim(const Node *x, const SplitReductionOptions &o) {
           work.push_back(a);
   }
   return o.channelsLast && x->rank() == 4 ? 1 : x->rank() - 1;
+}
+
+/// A column-like split's partials keep the innermost dim in memory (`inner`, a result dim)
+/// last among the first stage's results, so that its kernel reads neighbouring columns side by
+/// side. A channels-last batch norm's sums over [32, 64, 112, 112] cut H in 4: the partials
+/// [32, 64, 4] would have each block walk a channel's 3,136 values 64 apart, one value per
+/// 32-byte sector; permuted to [32, 4, 64], neighbouring threads read neighbouring channels.
+/// The permutation moves `inner` past the dims the second stage reduces, never past another
+/// result dim, so the result's dims keep their order.
+void keepColumnsInnermost(Split &s, int64_t inner) {
+  auto has = [](const IntList &l, int64_t d) {
+    return std::find(l.begin(), l.end(), d) != l.end();
+  };
+  int64_t rank = static_cast<int64_t>(s.shape.size()), last = inner;
+  for (int64_t d = inner + 1; d < rank; ++d) {
+    if (has(s.first, d) || s.shape[d] == 1)
+      continue;
+    if (!has(s.reduced, d))
+      return; // another result dim
+    last = d;
+  }
+  if (last == inner)
+    return;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != inner)
+      s.perm.push_back(d);
+  s.perm.insert(s.perm.begin() + last, inner);
+  std::vector<int64_t> shape, at(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    shape.push_back(s.shape[s.perm[i]]);
+    at[s.perm[i]] = i;
+  }
+  s.shape = shape;
+  for (int64_t &d : s.first)
+    d = at[d];
+  for (int64_t &d : s.reduced)
+    d = at[d];
 }
 
 std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
@@ -96,7 +134,11 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
   if (want < 2)
     return std::nullopt;
   // The outermost reduced dims go to the second stage whole while they fit `want`; the next
-  // one is cut at the divisor of its size nearest what is still wanted.
+  // one is cut at the divisor of its size nearest what is still wanted, among those that
+  // leave each partial `minPartialLength` elements (rounding up to the nearest divisor must
+  // not make the partials too short: a batch norm's 64 sums over [32, 64, 56, 56] take the
+  // 32 images whole, and then a cut of 2 would leave 1,568 elements a partial).
+  int64_t most = length / o.minPartialLength;
   IntList whole;
   int64_t cutDim = -1, cut = 1, partials = 1, need = want;
   for (int64_t d : dims) {
@@ -110,7 +152,9 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
         break;
       continue;
     }
-    cut = nearestDivisor(sizes[d], need);
+    cut = nearestDivisor(sizes[d], need, most / partials);
+    if (cut == 1)
+      break;
     if (cut == sizes[d])
       whole.push_back(d);
     else
@@ -139,6 +183,8 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
     s.reduced.push_back(cutDim + 1);
     s.first.push_back(cutDim + 1);
   }
+  if (!rowLike)
+    keepColumnsInnermost(s, moved(innermost));
   std::sort(s.first.begin(), s.first.end());
   std::sort(s.reduced.begin(), s.reduced.end());
   return s;
@@ -174,7 +220,14 @@ void splitReductions(Graph &g, const SplitReductionOptions &opts) {
     if (!s)
       continue;
     b.setName(n->name());
-    Node *x = b.reshape(n->operand(0), b.dims(s->shape));
+    Node *x = n->operand(0);
+    std::vector<int64_t> cutShape = s->shape;
+    if (!s->perm.empty())
+      for (size_t i = 0; i < s->perm.size(); ++i)
+        cutShape[s->perm[i]] = s->shape[i];
+    x = b.reshape(x, b.dims(cutShape));
+    if (!s->perm.empty())
+      x = b.permute(x, s->perm);
     staged.push_back({n, b.reduce(n->op(), x, s->first, true, accumulator(n)), s->reduced});
   }
   for (const auto &[n, partials, reduced] : staged) {

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-optimizer bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -118,6 +118,10 @@ bench-gpu-attention: build
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)
+
+# DDP and FSDP2 (blocks compiled, then sharded) on 2 ranks: NCCL where there are 2 GPUs, else gloo.
+bench-distributed: build
+	$(PY) benchmarks/distributed_training.py $(if $(shell nvidia-smi -L 2>/dev/null | sed -n 2p),,--device cpu --dim 256 --blocks 2)
 
 bench-scatter: build
 	$(PY) benchmarks/scatter_modes.py

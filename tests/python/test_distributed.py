@@ -1,10 +1,14 @@
 """Data-parallel training with braze: DistributedDataParallel over a braze-compiled module on 2
 gloo ranks (the CPU) gives the parameters of eager DDP after several SGD steps, and braze
-compiles the graphs that Dynamo splits at DDP's gradient buckets (counted per rank). A graph
-with functional collectives runs them in eager between its partitions, in the graph's order,
-with eager's results."""
+compiles the graphs that Dynamo splits at DDP's gradient buckets (counted per rank). So does
+FSDP2 over blocks each compiled, then sharded (benchmarks/distributed_training.py, which the
+NCCL test runs on 2 GPUs for both). A graph with functional collectives runs them in eager
+between its partitions, in the graph's order, with eager's results."""
+import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -123,3 +127,51 @@ def test_a_graph_with_a_collective_is_not_captured_as_a_cuda_graph():
     gm = torch.fx.GraphModule(torch.nn.Module(), g)
     reason = cudagraphs.why_not(gm, [], torch.device("cuda"))
     assert reason is not None and "collective" in reason, reason
+
+
+_SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
+                       "distributed_training.py")
+
+
+def _data_parallel(tmp_path, *args):
+    """benchmarks/distributed_training.py's ranks (checked steps only): (its exit status and
+    output, every rank's results)."""
+    out = tmp_path / "ranks.json"
+    run = subprocess.run([sys.executable, _SCRIPT, "--repeats", "0", "--json", str(out), *args],
+                         capture_output=True, text=True, timeout=900)
+    return run, json.loads(out.read_text()) if out.exists() else None
+
+
+def _check_ranks(run, ranks, modes):
+    assert run.returncode == 0 and ranks, run.stdout + run.stderr[-3000:]
+    for r in ranks:
+        for mode in modes:
+            res = r["modes"][mode]
+            counts = res["braze_counts"]
+            assert res["errors"]["braze"] < 1e-5, (r["rank"], mode, res["errors"])
+            # Dynamo hands graphs over, and braze compiles each, none left to eager
+            assert res["graphs_dynamo_made"] >= 2 and counts["graphs"] >= 2, (mode, res)
+            assert counts["fallback_ops"] == 0 and counts["fallback_graphs"] == 0, (mode, res)
+
+
+@pytest.mark.cpu_only("gloo ranks on the CPU; test_ddp_and_fsdp2_with_nccl is the GPU run")
+def test_fsdp2_over_compiled_blocks_matches_eager_fsdp2(tmp_path):
+    """Each block compiled with braze, then sharded with fully_shard, then the root: after 3 SGD
+    steps on 2 gloo ranks the parameters (gathered whole) are eager FSDP2's."""
+    run, ranks = _data_parallel(tmp_path, "--device", "cpu", "--modes", "fsdp",
+                                "--backends", "eager,braze,count", "--blocks", "2",
+                                "--dim", "128", "--batch", "2", "--seq", "8")
+    _check_ranks(run, ranks, ["fsdp"])
+
+
+def test_ddp_and_fsdp2_with_nccl(device, tmp_path):
+    """DDP (its bucketed graphs) and FSDP2 (blocks compiled, then sharded) on 2 GPUs with NCCL:
+    braze's parameters after 3 steps are eager's, and braze compiled the graphs."""
+    if device != "cuda":
+        pytest.skip("the NCCL run is the CUDA variant")
+    if torch.cuda.device_count() < 2 or not dist.is_nccl_available():
+        pytest.skip("needs 2 GPUs and NCCL")
+    run, ranks = _data_parallel(tmp_path, "--device", "cuda", "--backends",
+                                "eager,braze,count", "--blocks", "2", "--dim", "512",
+                                "--bucket-mb", "1")
+    _check_ranks(run, ranks, ["ddp", "fsdp"])

@@ -10,6 +10,22 @@ std::string varList(const std::vector<SymExpr> &vars) {
   return s + "]";
 }
 
+/// A CUDA kernel's launch record, as `launch{block=B threads=T vec=V ...}`: spread, columns
+/// and persistent (iters, ragged) where they apply.
+std::string launchText(const CudaLaunch &l, bool rows) {
+  std::string s = "launch{block=" + std::to_string(l.block);
+  if (rows)
+    s += " threads=" + std::to_string(l.threads);
+  s += " vec=" + std::to_string(l.vec);
+  if (l.spread > 1)
+    s += " spread=" + std::to_string(l.spread);
+  if (l.columns)
+    s += " columns=" + std::to_string(l.columnRows);
+  if (l.persistent)
+    s += " persistent iters=" + std::to_string(l.iters) + (l.ragged ? " ragged" : "");
+  return s + "}";
+}
+
 std::string_view placementName(PlacementKind k) {
   switch (k) {
   case PlacementKind::Input:
@@ -51,6 +67,8 @@ std::string printSchedule(const Schedule &s) {
              (k.gemm->rowOf ? " of gathered rows" : "");
     if (k.scatter)
       out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
+    if (k.cudaLaunch)
+      out += " " + launchText(*k.cudaLaunch, !k.innerVars.empty());
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";

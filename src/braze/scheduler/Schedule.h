@@ -48,6 +48,30 @@ struct Step {
   std::vector<Stash> stashes; ///< stored after the members, at each inner point
 };
 
+/// How a CUDA loop kernel maps its points to threads: the plan-cuda step's record
+/// (codegen::planCudaLaunches), which code generation prints as it says and --print=schedule
+/// shows as `launch{...}`. A pointwise kernel uses block, vec and spread; a kernel with an
+/// inner loop all of it.
+struct CudaLaunch {
+  int block = 256;       ///< threads per block
+  int threads = 32;      ///< rows: T, threads per row (a power of two)
+  int vec = 1;           ///< consecutive elements per thread per iteration
+  int spread = 1;        ///< pointwise without lanes: points per thread, a block apart
+  /// Columns: the rows' elements lie apart in memory and neighbouring rows are neighbours
+  /// (a sum over the rows of a row-major matrix, per column). A block holds `columnRows` rows;
+  /// its neighbouring threads take neighbouring rows, so that a warp reads adjacent elements
+  /// at each step, and a row's T threads, columnRows apart, combine by shuffles and through
+  /// shared memory.
+  bool columns = false;
+  int columnRows = 32;
+  /// Persistent rows: each thread keeps its `iters` x vec elements of the row (of constant
+  /// `length`) in registers across the kernel's steps; `ragged` when the last iteration is
+  /// partial.
+  bool persistent = false;
+  int64_t iters = 0, length = 0;
+  bool ragged = false;
+};
+
 struct Kernel {
   std::string name;
   std::vector<SymExpr> outerVars; ///< index symbols; parallel
@@ -71,6 +95,9 @@ struct Kernel {
   /// in order on the CPU.
   const loop::Computation *scatter = nullptr;
   const loop::Expr *scatterAt = nullptr;
+  /// Set by plan-cuda on a CUDA kernel that codegen writes as loops (a GEMM's or a
+  /// convolution's too, for where the library declines it).
+  std::optional<CudaLaunch> cudaLaunch;
 
   /// A matrix product, a convolution, an attention or a scatter: one computation, which
   /// codegen writes in a form of its own; no other computation joins it.

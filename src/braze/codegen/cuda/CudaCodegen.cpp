@@ -77,24 +77,9 @@ int64_t nextPow2(int64_t v) {
   return p;
 }
 
-/// How a kernel maps its points to threads, decided once and read by the kernel's text and its
-/// launch. Pointwise kernels use block and vec; row kernels all of it.
-struct KernelPlan {
-  int threads = 32;      ///< rows: T, threads per row (a power of two)
-  int block = kRowBlock; ///< threads per block
-  int vec = 1;           ///< consecutive elements per thread per iteration
-  int spread = 1;        ///< pointwise without lanes: points per thread, a block apart
-  bool persistent = false;
-  /// Columns: the rows' elements lie apart in memory and neighbouring rows are neighbours
-  /// (a sum over the rows of a row-major matrix, per column). A block holds R rows; its
-  /// neighbouring threads take neighbouring rows, so that a warp reads adjacent elements at each
-  /// step, and a row's T threads, R apart, combine by shuffles and through shared memory.
-  bool columns = false;
-  int columnRows = 32;   ///< columns: R, rows per block
-  int64_t iters = 0;     ///< persistent: iterations per thread
-  int64_t length = 0;    ///< persistent: the row length (constant)
-  bool ragged = false;   ///< persistent: the last iteration is partial
-  /// Persistent rows: the operands loaded once and the values kept between steps.
+/// A kernel's launch record (plan-cuda's, sched::CudaLaunch) with what its text needs beside
+/// it: for persistent rows, the operands loaded once and the values kept between steps.
+struct KernelPlan : sched::CudaLaunch {
   std::vector<const loop::Expr *> rowLoads;
   std::vector<std::pair<const loop::Expr *, int>> rowValues;
 };
@@ -154,7 +139,7 @@ public:
                                         std::to_string(kScatterBlock)));
         continue;
       }
-      KernelPlan plan = planKernel(k);
+      KernelPlan plan = planOf(k);
       add(k, emitKernel(k, plan), k.gemm || k.conv);
       std::string launch = launchCall(k, plan, index);
       if (k.gemm) {
@@ -757,8 +742,10 @@ private:
     return sym_.product(extents);
   }
 
-  KernelPlan planKernel(const Kernel &k) {
-    KernelPlan p;
+  /// The plan-cuda step's choice for loop kernel k: threads, lanes, columns or rows, and
+  /// whether a row stays in registers (persistent).
+  sched::CudaLaunch planLaunch(const Kernel &k) {
+    sched::CudaLaunch p;
     std::set<const Buffer *> writes = written(k);
     if (k.innerVars.empty()) {
       p.block = kPointwiseBlock;
@@ -817,17 +804,32 @@ private:
     p.length = length->value();
     int64_t chunk = static_cast<int64_t>(p.threads) * p.vec;
     p.iters = (p.length + chunk - 1) / chunk;
-    std::vector<const loop::Expr *> loads = rowOperands(k);
-    std::vector<std::pair<const loop::Expr *, int>> values = rowValues(k);
-    size_t live = std::max<size_t>(1, loads.size() + values.size());
+    size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
     int64_t rows = p.block / p.threads;
     int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
     p.persistent = p.iters * p.vec <= kMaxPerThread &&
                    bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
     p.ragged = p.length % chunk != 0;
+    return p;
+  }
+
+public:
+  /// Fills the launch record of every kernel codegen writes as loops (plan-cuda).
+  void planLaunches(sched::Schedule &s) {
+    for (Kernel &k : s.kernels)
+      if (!k.attention && !k.scatter)
+        k.cudaLaunch = planLaunch(k);
+  }
+
+private:
+  /// k's plan: its launch record (planned here where the schedule has none), and for
+  /// persistent rows the operands and values the record's registers hold.
+  KernelPlan planOf(const Kernel &k) {
+    KernelPlan p;
+    static_cast<sched::CudaLaunch &>(p) = k.cudaLaunch ? *k.cudaLaunch : planLaunch(k);
     if (p.persistent) {
-      p.rowLoads = std::move(loads);
-      p.rowValues = std::move(values);
+      p.rowLoads = rowOperands(k);
+      p.rowValues = rowValues(k);
     }
     return p;
   }
@@ -1089,6 +1091,11 @@ std::string CudaGeneratedSource::text() const {
          k.source.substr(start == std::string::npos ? 0 : start);
   }
   return t + "\n" + host;
+}
+
+void planCudaLaunches(sched::Schedule &s) {
+  BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "plan-cuda needs a CUDA target";
+  CudaEmitter(s, {}).planLaunches(s);
 }
 
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts) {

@@ -43,6 +43,12 @@ struct CudaCodegenOptions {
   bool cudnnAttention = false;
 };
 
+/// plan-cuda: records in each kernel that codegen writes as loops how it maps its points to
+/// threads (sched::Kernel::cudaLaunch: block, threads per row, lanes, spread, columns,
+/// persistent rows), from the target and the kernel's loads. generateCuda prints what the
+/// records say (and plans a kernel that has none).
+void planCudaLaunches(sched::Schedule &s);
+
 /// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts = {});
 

@@ -82,6 +82,36 @@ def test_small_or_wide_reductions_do_not_split(tmp_path):
     assert split.returncode == 0 and "reshape" not in split.stdout, split.stdout
 
 
+@pytest.mark.cpu_only("the rewritten graph runs on the CPU")
+@pytest.mark.parametrize("shape", [(8, 64, 64, 64), (8, 64, 56, 56)],
+                         ids=["cut-H", "images-whole"])
+def test_a_channels_last_column_split_computes_what_eager_does(shape, tmp_path):
+    """Channel sums over a channels-last image: the partials keep C last, through a permute
+    where H is cut ([8, 64, 64, 64]: N whole, H cut in 2), or the images whole without a cut
+    ([8, 64, 56, 56]: 25,088 elements a channel keep at most 12 partials of 2,048, and a cut
+    of H in 2 would make 16)."""
+    n, c, h, w = shape
+    x = _input(shape, torch.float32, "sum")
+    graph = tmp_path / "g.txt"
+    graph.write_text(f"graph(%x: f32{_shape(shape)}{{{c * h * w}, 1, {w * c}, {c}}}) {{\n"
+                     f"  %r = sum(%x) {{dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
+                     f"  return %r\n}}\n")
+    split = subprocess.run([braze_opt(), str(graph), "--cuda", "--passes=split-reductions"],
+                           capture_output=True, text=True)
+    assert split.returncode == 0, split.stderr
+    cut = shape[2] == 64
+    assert ("permute(" in split.stdout) == cut, split.stdout
+    assert cut or "sum(%x) {dims=[2, 3], keepdim=true}" in split.stdout, split.stdout
+    # The arithmetic on the CPU, from a contiguous copy: the layout only steers the split.
+    (tmp_path / "split.txt").write_text(
+        split.stdout.replace(f"{{{c * h * w}, 1, {w * c}, {c}}}", "", 1))
+    tensors = tmp_path / "t.safetensors"
+    _write_safetensors(str(tensors), [("x", x.contiguous()), ("expected:0", x.sum((0, 2, 3)))])
+    run = subprocess.run([braze_opt(), str(tmp_path / "split.txt"), f"--run={tensors}",
+                          "--atol=1e-3", "--rtol=1e-4"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def _cuda_only(device):
     if device != "cuda":
         pytest.skip("split-reductions runs for CUDA")

@@ -4,7 +4,8 @@
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32]
-///             [--kernel-arg-bytes=N] [--run=TENSORS [--atol=X] [--rtol=X]] [--help]
+///             [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--run=TENSORS [--atol=X] [--rtol=X]]
+///             [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
 /// 2. Parse and verify the input: a graph (`graph(...) {...}`), or a loop program (`sizes ..`,
@@ -25,6 +26,7 @@
 #include "braze/lowering/decompose/Decompose.h"
 #include "braze/passes/PassManager.h"
 #include "braze/runtime/Safetensors.h"
+#include "braze/scheduler/Schedule.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -61,6 +63,7 @@ struct ToolOptions {
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
   std::optional<int64_t> kernelArgBytes; ///< with --cuda: a launch's argument space
   std::string runFile;                   ///< --run: inputs and expected outputs
+  std::string launchFile;                ///< --launch: a schedule whose launch records to use
   std::optional<double> atol, rtol;      ///< --run's tolerances
   bool help = false;
 };
@@ -84,7 +87,8 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N] [--help]\n"
+        " [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N]"
+        " [--launch=SCHEDULE] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
         "prints the graph, or prints one stage of the compilation pipeline. A loop program\n"
@@ -107,6 +111,9 @@ std::string usageText() {
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
+        "  --launch=SCHEDULE  with --cuda: take the launch records (`launch{block=.. threads=..\n"
+        "                  vec=.. ...}`) of a --print=schedule text, written or edited by hand,\n"
+        "                  for the kernels it names; each is checked against its kernel's code\n"
         "  --run=TENSORS   compile the graph (or loop program) for the CPU and run it on the\n"
         "                  tensors of a safetensors file (named as its inputs); compare output k\n"
         "                  with its 'expected:k' tensor (exit status 3 when one differs)\n"
@@ -178,6 +185,10 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.cudnn = true;
     } else if (arg == "--tf32") {
       o.tf32 = true;
+    } else if (arg.starts_with("--launch=")) {
+      o.launchFile = std::string(arg.substr(9));
+      if (o.launchFile.empty())
+        BRAZE_USER_ERROR("--launch", "") << "expected a file";
     } else if (arg.starts_with("--run=")) {
       o.runFile = std::string(arg.substr(6));
     } else if (arg.starts_with("--atol=") || arg.starts_with("--rtol=")) {
@@ -406,12 +417,19 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes) && !tool.cuda)
-    BRAZE_USER_ERROR(tool.cudnn          ? "--cudnn"
-                     : tool.tf32         ? "--tf32"
-                                         : "--kernel-arg-bytes",
+  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes || !tool.launchFile.empty()) && !tool.cuda)
+    BRAZE_USER_ERROR(tool.cudnn            ? "--cudnn"
+                     : tool.tf32           ? "--tf32"
+                     : tool.kernelArgBytes ? "--kernel-arg-bytes"
+                                           : "--launch",
                      "")
         << "it needs --cuda";
+  if (!tool.launchFile.empty()) {
+    opts.cuda->launchRecords = readInput(tool.launchFile);
+    if (braze::sched::parseLaunchRecords(opts.cuda->launchRecords).empty())
+      BRAZE_USER_ERROR("--launch", "") << tool.launchFile << " has no launch record (a line "
+                                       << "`kernelN ... launch{...}` of --print=schedule)";
+  }
   if (tool.kernelArgBytes)
     opts.cuda->kernelArgBytes = *tool.kernelArgBytes;
   if (tool.cudnn)

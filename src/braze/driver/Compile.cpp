@@ -272,8 +272,11 @@ Lowered lowerLoops(std::unique_ptr<loop::LoopProgram> program, const CompileOpti
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
   l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
-  if (opts.cuda)
+  if (opts.cuda) {
     codegen::planCudaLaunches(l.schedule);
+    if (!opts.cuda->launchRecords.empty())
+      codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(opts.cuda->launchRecords));
+  }
   if (stop.after(StageKind::Schedule, opts, [&] { return sched::printSchedule(l.schedule); }))
     return l;
   if (opts.cuda) {

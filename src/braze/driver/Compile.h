@@ -60,6 +60,9 @@ struct CompileOptions {
     /// f16/bf16 attention runs on cuDNN's fused attention where cuDNN takes it (with a
     /// cuDNN library; torch.backends.cuda.enable_cudnn_sdp), else on braze's kernel.
     bool cudnnAttention = true;
+    /// A printed schedule whose launch records (`kernelN ... launch{...}`, braze-opt
+    /// --launch) replace plan-cuda's for the kernels they name; empty: none.
+    std::string launchRecords;
   };
   std::optional<Cuda> cuda;
 

@@ -1,5 +1,10 @@
 #include "braze/scheduler/Schedule.h"
 
+#include "braze/support/Diagnostic.h"
+
+#include <cstdlib>
+#include <sstream>
+
 namespace braze::sched {
 
 namespace {
@@ -93,6 +98,77 @@ std::string printSchedule(const Schedule &s) {
     out += "\n";
   }
   out += "arena bytes: " + sym::toString(s.arenaBytes) + "\n";
+  return out;
+}
+
+} // namespace braze::sched
+
+namespace braze::sched {
+
+std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
+  std::map<std::string, CudaLaunch> out;
+  std::istringstream lines(text);
+  std::string line;
+  for (int no = 1; std::getline(lines, line); ++no) {
+    size_t at = line.find("launch{");
+    if (at == std::string::npos || !line.starts_with("kernel"))
+      continue;
+    std::string where = "line " + std::to_string(no);
+    std::string name = line.substr(0, line.find(' '));
+    size_t close = line.find('}', at);
+    if (close == std::string::npos)
+      BRAZE_USER_ERROR("--launch", "") << where << ": the record of " << name
+                                       << " has no closing '}'";
+    if (out.count(name))
+      BRAZE_USER_ERROR("--launch", "") << where << ": a second record for " << name;
+    CudaLaunch l;
+    l.threads = 0; // rows say theirs; pointwise kernels have none
+    std::istringstream fields(line.substr(at + 7, close - at - 7));
+    std::string f;
+    bool sawBlock = false, sawVec = false;
+    while (fields >> f) {
+      size_t eq = f.find('=');
+      std::string key = f.substr(0, eq);
+      if (eq == std::string::npos) {
+        if (key == "persistent")
+          l.persistent = true;
+        else if (key == "ragged")
+          l.ragged = true;
+        else
+          BRAZE_USER_ERROR("--launch", "") << where << ": unknown word '" << f << "' in the "
+                                           << "record of " << name;
+        continue;
+      }
+      std::string value = f.substr(eq + 1);
+      char *end = nullptr;
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      long long least = key == "iters" ? 0 : 1; // a row of no elements takes no iterations
+      if (value.empty() || *end != '\0' || v < least || v > (1 << 20))
+        BRAZE_USER_ERROR("--launch", "")
+            << where << ": " << key << " of " << name << " must be a "
+            << (least ? "positive" : "non-negative") << " number, got '" << value << "'";
+      int n = static_cast<int>(v);
+      if (key == "block")
+        l.block = n, sawBlock = true;
+      else if (key == "threads")
+        l.threads = n;
+      else if (key == "vec")
+        l.vec = n, sawVec = true;
+      else if (key == "spread")
+        l.spread = n;
+      else if (key == "columns")
+        l.columns = true, l.columnRows = n;
+      else if (key == "iters")
+        l.iters = v;
+      else
+        BRAZE_USER_ERROR("--launch", "") << where << ": unknown field '" << key << "' in the "
+                                         << "record of " << name;
+    }
+    if (!sawBlock || !sawVec)
+      BRAZE_USER_ERROR("--launch", "") << where << ": the record of " << name
+                                       << " needs block= and vec=";
+    out[name] = l;
+  }
   return out;
 }
 

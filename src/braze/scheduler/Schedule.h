@@ -127,4 +127,10 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target,
                          const ScheduleOptions &opts = {});
 std::string printSchedule(const Schedule &s);
 
+/// The CUDA launch records of a printed schedule (`kernelN ... launch{block=.. ...}`), by
+/// kernel name: what printSchedule writes, read back, so that a record written or edited by
+/// hand steers code generation (braze-opt --launch). A malformed record is a user error naming
+/// its line; lines without one are passed over.
+std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text);
+
 } // namespace braze::sched

@@ -821,6 +821,94 @@ public:
         k.cudaLaunch = planLaunch(k);
   }
 
+  /// Replaces the records of the kernels `records` names with those records, each checked
+  /// against what its kernel's code can do; a record that names no loop kernel, or asks for
+  /// what the code cannot do, is a user error that says which field and why.
+  void applyLaunches(sched::Schedule &s, const std::map<std::string, sched::CudaLaunch> &records) {
+    for (const auto &[name, record] : records) {
+      auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
+                            [&](const Kernel &x) { return x.name == name; });
+      if (k == s.kernels.end() || !k->cudaLaunch)
+        BRAZE_USER_ERROR("--launch", "")
+            << (k == s.kernels.end() ? "the schedule has no kernel " + name
+                                     : name + " is not written as loops (no launch record)");
+      sched::CudaLaunch l = record;
+      if (std::string why = completeLaunch(*k, l); !why.empty())
+        BRAZE_USER_ERROR("--launch", "") << "the record of " << name << ": " << why;
+      k->cudaLaunch = l;
+    }
+  }
+
+private:
+  /// Checks record `l`, given for loop kernel k, and fills in what follows from it (the row
+  /// length, iterations and raggedness): "" when the kernel's code can run it, else why not.
+  std::string completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
+    const sched::CudaLaunch planned = planLaunch(k);
+    auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+    int most = s_.target.maxThreadsPerBlock;
+    if (l.block % 32 != 0 || l.block > most)
+      return "block must be a multiple of 32 (whole warps) up to " + std::to_string(most);
+    bool rows = !k.innerVars.empty();
+    std::vector<const Member *> members;
+    for (const Step &st : k.steps)
+      if (!rows || st.kind == StepKind::Loop)
+        for (const Member &m : st.members)
+          members.push_back(&m);
+    SymExpr var = rows ? k.innerVars.back() : k.outerVars.empty() ? nullptr : k.outerVars.back();
+    int lanes = laneCount(members, var, written(k));
+    if (!pow2(l.vec) || lanes % l.vec != 0)
+      return "vec must be a power of two dividing " + std::to_string(lanes) +
+             " (the lanes its accesses and sizes allow)";
+    if (!rows) {
+      if (l.threads || l.columns || l.persistent || l.iters || l.ragged)
+        return "threads, columns and persistent apply to kernels with an inner loop";
+      if (l.spread > 1 && l.vec > 1)
+        return "spread needs vec=1";
+      l.threads = planned.threads;
+      return "";
+    }
+    if (l.spread != 1)
+      return "spread applies to pointwise kernels";
+    if (!pow2(l.threads) || l.threads > l.block || l.block % l.threads != 0)
+      return "threads must be a power of two that divides block";
+    if (l.columns) {
+      if (!planned.columns)
+        return "columns: its rows' elements are not neighbouring columns (plan-cuda chose "
+               "rows)";
+      if (l.vec != 1 || !pow2(l.columnRows) || l.columnRows > 32 ||
+          l.block != l.columnRows * l.threads || l.threads < std::max(2, 32 / l.columnRows))
+        return "columns=R needs vec=1, R a power of two up to 32, block = R x threads, and "
+               "whole warps (threads at least 32 / R and 2)";
+    } else {
+      l.columnRows = planned.columnRows;
+    }
+    SymExpr length = points(k.innerVars);
+    if (!length->isConst()) {
+      if (l.persistent)
+        return "persistent needs a row length known at compile time";
+      l.length = l.iters = 0;
+      l.ragged = false;
+      return "";
+    }
+    int64_t chunk = static_cast<int64_t>(l.threads) * l.vec;
+    int64_t iters = (length->value() + chunk - 1) / chunk;
+    bool ragged = length->value() % chunk != 0;
+    if (l.persistent) {
+      if (l.iters != iters || l.ragged != ragged)
+        return "persistent over rows of " + std::to_string(length->value()) + " takes iters=" +
+               std::to_string(iters) + (ragged ? " ragged" : " (not ragged)");
+      if (iters * l.vec > kMaxPerThread)
+        return "persistent keeps at most " + std::to_string(kMaxPerThread) +
+               " elements a thread (iters x vec)";
+    } else if (l.iters || l.ragged) {
+      return "iters and ragged go with persistent";
+    }
+    l.length = length->value();
+    l.iters = iters;
+    l.ragged = ragged;
+    return "";
+  }
+
 private:
   /// k's plan: its launch record (planned here where the schedule has none), and for
   /// persistent rows the operands and values the record's registers hold.
@@ -1096,6 +1184,12 @@ std::string CudaGeneratedSource::text() const {
 void planCudaLaunches(sched::Schedule &s) {
   BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "plan-cuda needs a CUDA target";
   CudaEmitter(s, {}).planLaunches(s);
+}
+
+void applyCudaLaunches(sched::Schedule &s,
+                       const std::map<std::string, sched::CudaLaunch> &records) {
+  BRAZE_CHECK(s.target.kind == TargetKind::Cuda) << "launch records need a CUDA target";
+  CudaEmitter(s, {}).applyLaunches(s, records);
 }
 
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts) {

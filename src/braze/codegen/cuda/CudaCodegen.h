@@ -5,6 +5,7 @@
 /// runtime to launch each kernel or GEMM on the caller's stream (runtime/CudaModule.h).
 #include "braze/scheduler/Schedule.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct CudaCodegenOptions {
 /// persistent rows), from the target and the kernel's loads. generateCuda prints what the
 /// records say (and plans a kernel that has none).
 void planCudaLaunches(sched::Schedule &s);
+
+/// Puts launch records given by hand (sched::parseLaunchRecords of an edited schedule) in
+/// place of plan-cuda's, for the kernels they name. Each is checked against what its kernel's
+/// code can do: a user error names the kernel, the field and the rule.
+void applyCudaLaunches(sched::Schedule &s,
+                       const std::map<std::string, sched::CudaLaunch> &records);
 
 /// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts = {});

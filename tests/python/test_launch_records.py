@@ -1,0 +1,145 @@
+"""CUDA launch records as schedule data (plan-cuda, sched::CudaLaunch): --print=schedule writes
+each loop kernel's record, braze-opt --launch reads records back, and code generation follows
+them. Read back unedited they give the same code, for every lit graph; edited by hand they steer
+the code within what each kernel's code can do (NVRTC compiles it), and a record asking for more
+is an error that names the kernel, the field and the rule."""
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+
+import braze
+from braze import cuda as cuda_support
+from _device import braze_opt
+
+pytestmark = pytest.mark.cpu_only("braze-opt text: the schedule and the CUDA source")
+
+LIT = os.path.join(os.path.dirname(__file__), "..", "lit")
+
+# A sum of two aligned matrices (lanes), a softmax over rows of 768 (persistent rows) and sums
+# per column (column mode, split in two stages).
+GRAPH = """graph(%a: f32[1024, 1024], %b: f32[1024, 1024], %x: f32[4096, 768], %g: f32[8192, 512]) {
+  %p = add(%a, %b) : f32[1024, 1024]
+  %m = amax(%x) {dims=[1], keepdim=true} : f32[4096, 1]
+  %c = sub(%x, %m) : f32[4096, 768]
+  %e = exp(%c) : f32[4096, 768]
+  %s = sum(%e) {dims=[1], keepdim=true} : f32[4096, 1]
+  %y = div(%e, %s) : f32[4096, 768]
+  %k = sum(%g) {dims=[0], keepdim=false} : f32[512]
+  return %p, %y, %k
+}
+"""
+
+
+def _opt(*args):
+    return subprocess.run([braze_opt(), *args], capture_output=True, text=True)
+
+
+def _record(schedule, kernel):
+    return re.search(rf"^{kernel} .*(launch\{{[^}}]*\}})", schedule, re.M).group(1)
+
+
+def test_records_read_back_give_the_same_code_for_every_lit_graph(tmp_path):
+    compared = 0
+    for path in sorted(glob.glob(os.path.join(LIT, "*.txt"))):
+        schedule = _opt(path, "--cuda", "--print=schedule")
+        if schedule.returncode != 0 or "launch{" not in schedule.stdout:
+            continue  # a graph the CUDA path refuses (the hostile-input tests), or no loops
+        records = tmp_path / "schedule.txt"
+        records.write_text(schedule.stdout)
+        planned = _opt(path, "--cuda", "--print=code")
+        replayed = _opt(path, "--cuda", f"--launch={records}", "--print=code")
+        assert planned.returncode == 0 and replayed.returncode == 0, replayed.stderr
+        assert planned.stdout == replayed.stdout, os.path.basename(path)
+        compared += 1
+    assert compared >= 60, compared
+
+
+def _edited(tmp_path, edits):
+    graph = tmp_path / "g.txt"
+    graph.write_text(GRAPH)
+    schedule = _opt(str(graph), "--cuda", "--print=schedule").stdout
+    for kernel, record in edits.items():
+        schedule = schedule.replace(_record(schedule, kernel), record)
+    records = tmp_path / "edited.txt"
+    records.write_text(schedule)
+    return graph, records
+
+
+def test_the_planned_records(tmp_path):
+    schedule = _opt(str(_edited(tmp_path, {})[0]), "--cuda", "--print=schedule").stdout
+    assert _record(schedule, "kernel0") == "launch{block=256 vec=4}"
+    assert _record(schedule, "kernel1") == \
+        "launch{block=256 threads=64 vec=4 persistent iters=3}"
+    assert _record(schedule, "kernel2") == \
+        "launch{block=1024 threads=128 vec=1 columns=8 persistent iters=16}"
+
+
+@pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
+def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
+    graph, records = _edited(tmp_path, {
+        "kernel0": "launch{block=128 vec=2}",
+        "kernel1": "launch{block=128 threads=128 vec=2 persistent iters=3}",
+        "kernel2": "launch{block=512 threads=32 vec=1 columns=16 persistent iters=64}",
+    })
+    printed = _opt(str(graph), "--cuda", f"--launch={records}", "--print=schedule")
+    assert printed.returncode == 0, printed.stderr
+    assert "launch{block=128 threads=128 vec=2 persistent iters=3}" in printed.stdout
+    code = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+    assert code.returncode == 0, code.stderr
+    text = code.stdout
+    assert "__launch_bounds__(128) kernel0(" in text and "__launch_bounds__(128) kernel1(" in text
+    assert "__launch_bounds__(512) kernel2(" in text
+    assert "const int64_t row_raw = (int64_t)blockIdx.x * 16 + threadIdx.x % 16;" in text
+    assert "for (int it = 0; it < 64; ++it) {" in text
+    device = text.split("\n#include <stdint.h>\n")[0]  # the host source follows
+    paths = braze._C.nvrtc_compile(device, cuda_support.nvrtc_library(), 90, str(tmp_path))
+    assert paths
+
+
+@pytest.mark.parametrize("kernel, record, says", [
+    ("kernel1", "launch{block=100 threads=64 vec=4 persistent iters=3}", "multiple of 32"),
+    ("kernel1", "launch{block=2048 threads=64 vec=4 persistent iters=3}", "up to 1024"),
+    ("kernel1", "launch{block=256 threads=64 vec=8 persistent iters=2}", "dividing 4"),
+    ("kernel1", "launch{block=256 threads=512 vec=4}", "divides block"),
+    ("kernel1", "launch{block=256 threads=48 vec=4}", "power of two"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 persistent iters=5}", "takes iters=3"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 iters=3}", "go with persistent"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 spread=4}", "pointwise kernels"),
+    ("kernel1", "launch{block=256 threads=32 vec=1 columns=8}", "not neighbouring columns"),
+    ("kernel1", "launch{block=1024 threads=1 vec=1 persistent iters=768}", "at most 64"),
+    ("kernel0", "launch{block=256 threads=32 vec=4}", "kernels with an inner loop"),
+    ("kernel0", "launch{block=256 vec=2 spread=4}", "spread needs vec=1"),
+    ("kernel2", "launch{block=1024 threads=64 vec=1 columns=8 persistent iters=32}",
+     "block = R x threads"),
+    ("kernel2", "launch{block=1024 threads=128 vec=2 columns=8}", "dividing 1"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 persistent iters=3 colour=2}",
+     "unknown field 'colour'"),
+    ("kernel1", "launch{block=256 threads=64 vec=four}", "positive number, got 'four'"),
+    ("kernel1", "launch{threads=64 vec=4}", "needs block= and vec="),
+    ("kernel1", "launch{block=256 threads=64 vec=4 persistent iters=3 quickly}",
+     "unknown word 'quickly'"),
+])
+def test_a_record_beyond_its_kernel_is_an_error(tmp_path, kernel, record, says):
+    graph, records = _edited(tmp_path, {kernel: record})
+    run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+    assert run.returncode != 0 and says in run.stderr, run.stderr
+    assert "--launch" in run.stderr and kernel in run.stderr
+
+
+def test_records_for_kernels_the_schedule_does_not_have_are_errors(tmp_path):
+    graph = tmp_path / "g.txt"
+    graph.write_text(GRAPH)
+    for text, says in [("kernel9 outer [] launch{block=256 vec=1}\n", "no kernel kernel9"),
+                       ("kernel1 outer [] launch{block=256 vec=1\n", "no closing '}'"),
+                       ("kernel1 a launch{block=256 threads=64 vec=4 persistent iters=3}\n" * 2,
+                        "a second record for kernel1"),
+                       ("no records here\n", "has no launch record")]:
+        records = tmp_path / "r.txt"
+        records.write_text(text)
+        run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+        assert run.returncode != 0 and says in run.stderr, (text, run.stderr)
+    run = _opt(str(graph), f"--launch={records}", "--print=code")
+    assert run.returncode != 0 and "needs --cuda" in run.stderr

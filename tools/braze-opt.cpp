@@ -134,7 +134,10 @@ std::string usageText() {
   os << "\nthe pipeline's graph steps (what --print=decomposed runs, in this order):\n  ";
   for (size_t i = 0; i < braze::graphSteps().size(); ++i)
     os << (i ? "," : "") << braze::graphSteps()[i].name;
-  os << "\n";
+  os << "\n\nthe back half's steps, after to_loops (--print=schedule and code run them):\n";
+  for (const braze::LoopStepInfo &s : braze::loopSteps())
+    os << "  " << s.name << std::string(width - std::min(width, s.name.size()) + 2, ' ')
+       << s.description << "\n";
   return os.str();
 }
 

@@ -143,3 +143,11 @@ def test_records_for_kernels_the_schedule_does_not_have_are_errors(tmp_path):
         assert run.returncode != 0 and says in run.stderr, (text, run.stderr)
     run = _opt(str(graph), f"--launch={records}", "--print=code")
     assert run.returncode != 0 and "needs --cuda" in run.stderr
+
+
+def test_help_lists_the_back_half_steps_in_order():
+    """The back half is Pipeline.def's LOOP_STEP rows, which lowering walks in order."""
+    text = _opt("--help").stdout
+    back = text.split("the back half's steps")[1]
+    names = [line.split()[0] for line in back.splitlines()[1:] if line.strip()]
+    assert names == ["schedule", "plan-cuda", "codegen"], back

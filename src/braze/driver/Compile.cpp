@@ -260,7 +260,51 @@ struct Stop {
   }
 };
 
-/// The pipeline from loops on: verify, schedule, generate code.
+void scheduleStep(Lowered &l, const CompileOptions &opts) {
+  sched::ScheduleOptions so;
+  so.fuse = opts.fuse;
+  l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
+}
+
+void planCudaStep(Lowered &l, const CompileOptions &opts) {
+  if (!opts.cuda)
+    return;
+  codegen::planCudaLaunches(l.schedule);
+  if (!opts.cuda->launchRecords.empty())
+    codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(opts.cuda->launchRecords));
+}
+
+void codegenStep(Lowered &l, const CompileOptions &opts) {
+  if (opts.cuda) {
+    l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
+    return;
+  }
+  codegen::CpuCodegenOptions co;
+  co.blas = blasSymbolsFor(opts.blasLibrary);
+  co.dnnl = !opts.dnnlLibrary.empty();
+  l.code = codegen::generateCpu(l.schedule, co);
+}
+
+/// The back half's steps (Pipeline.def), in order.
+struct LoopStep {
+  std::string_view name;
+  void (*run)(Lowered &, const CompileOptions &);
+  StageKind stage;
+};
+constexpr LoopStep kLoopSteps[] = {
+#define LOOP_STEP(name, fn, stage, desc) {name, &fn, StageKind::stage},
+#include "braze/driver/Pipeline.def"
+};
+
+/// The text of the back-half stage `stage` of `l`.
+std::string stageText(const Lowered &l, StageKind stage, const CompileOptions &opts) {
+  if (stage == StageKind::Schedule)
+    return sched::printSchedule(l.schedule);
+  return opts.cuda ? l.cuda.text() : l.code.source;
+}
+
+/// The pipeline from loops on: verify the loop program, then the back half's steps in order,
+/// each stage printed (or logged) after its last step.
 Lowered lowerLoops(std::unique_ptr<loop::LoopProgram> program, const CompileOptions &opts,
                    const Stop &stop) {
   Lowered l;
@@ -269,26 +313,14 @@ Lowered lowerLoops(std::unique_ptr<loop::LoopProgram> program, const CompileOpti
   BRAZE_CHECK(loopErr.empty()) << "lowering produced an invalid loop program: " << loopErr;
   if (stop.after(StageKind::Loops, opts, [&] { return loop::printProgram(*l.program); }))
     return l;
-  sched::ScheduleOptions so;
-  so.fuse = opts.fuse;
-  l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
-  if (opts.cuda) {
-    codegen::planCudaLaunches(l.schedule);
-    if (!opts.cuda->launchRecords.empty())
-      codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(opts.cuda->launchRecords));
+  size_t n = std::size(kLoopSteps);
+  for (size_t i = 0; i < n; ++i) {
+    kLoopSteps[i].run(l, opts);
+    StageKind stage = kLoopSteps[i].stage;
+    if ((i + 1 == n || kLoopSteps[i + 1].stage != stage) &&
+        stop.after(stage, opts, [&] { return stageText(l, stage, opts); }))
+      return l;
   }
-  if (stop.after(StageKind::Schedule, opts, [&] { return sched::printSchedule(l.schedule); }))
-    return l;
-  if (opts.cuda) {
-    l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
-    stop.after(StageKind::Code, opts, [&] { return l.cuda.text(); });
-    return l;
-  }
-  codegen::CpuCodegenOptions co;
-  co.blas = blasSymbolsFor(opts.blasLibrary);
-  co.dnnl = !opts.dnnlLibrary.empty();
-  l.code = codegen::generateCpu(l.schedule, co);
-  stop.after(StageKind::Code, opts, [&] { return l.code.source; });
   return l;
 }
 
@@ -595,6 +627,14 @@ const std::vector<GraphStep> &graphSteps() {
   static const std::vector<GraphStep> steps = {
 #define GRAPH_PASS(name) pass(name),
 #define GRAPH_STEP(name, fn, desc) GraphStep{name, desc, &fn},
+#include "braze/driver/Pipeline.def"
+  };
+  return steps;
+}
+
+const std::vector<LoopStepInfo> &loopSteps() {
+  static const std::vector<LoopStepInfo> steps = {
+#define LOOP_STEP(name, fn, stage, desc) LoopStepInfo{name, desc},
 #include "braze/driver/Pipeline.def"
   };
   return steps;

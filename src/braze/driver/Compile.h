@@ -119,6 +119,13 @@ struct GraphStep {
   void (*lowering)(Graph &, const CompileOptions &);
 };
 const std::vector<GraphStep> &graphSteps();
+
+/// The back half's steps (Pipeline.def's LOOP_STEP rows: schedule, plan-cuda, codegen), in the
+/// order lowering runs them after to_loops; what braze-opt --help lists.
+struct LoopStepInfo {
+  std::string_view name, description;
+};
+const std::vector<LoopStepInfo> &loopSteps();
 void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts);
 
 /// Whether braze compiles `g` for the target `opts` describes, answered without lowering it:

@@ -10,7 +10,9 @@ diverges. The first divergence in a partition is then located: the partition is 
 with every FX node's value as an output, and the first node (in the graph's order) whose value
 diverges is named with its op, its source line, the worst element (braze's value, the float64
 reference, eager's value), and the kernel of that compile that computes it with its generated
-code. The report is a warning, is kept in braze.accuracy_reports(), is printed under
+code; also the kernel of the partition's own compile that computes it (partition_kernel), or
+where no buffer holds the value there, the kernel of the first reader it is fused into
+(partition_kernel_via names that reader). The report is a warning, is kept in braze.accuracy_reports(), is printed under
 BRAZE_LOG=accuracy, and is counted in counters()["accuracy_divergences"].
 
 Only floating-point outputs are compared (integer results are exact or order-dependent, as
@@ -131,7 +133,8 @@ class Checker:
         self.gm = gm
         # args -> (run(args) -> values, nodes, source, schedule): see _compile_all_nodes
         self.compile_all_nodes = compile_all_nodes
-        self.schedule = schedule  # the partition's own printed schedule, or None
+        # the partition's own printed schedule and value_names, or None
+        self.schedule, self.names = schedule if schedule is not None else ("", {})
         self.minify = minify  # (args, node name) -> the reproducer's folder, or None
         self.reported = False
 
@@ -189,12 +192,64 @@ class Checker:
                 "element": at, "braze": float(got[at]), "float64": float(ref.values[node][at]),
                 "eager": float(eager.values[node][at]),
                 "kernel": kernel, "code": kernel_code(source, kernel) if kernel else "",
-                # In the partition's own compile: the kernel that stores the node's value, or
-                # None where it is computed inside another kernel without being stored.
-                "partition_kernel": _kernel_of(self.schedule or "", node.name),
+                # In the partition's own compile: the kernel that computes the node's value,
+                # and the reader it is fused into where no buffer of its own holds it.
+                **_partition_kernel(self.schedule, self.names, node),
             }
         return {"node": None, "why": "no single node diverges when every node is stored: the "
                                      "divergence comes from how the partition's nodes fuse"}
+
+
+def value_names(t, outputs):
+    """{FX node name: the names its braze value may have in the partition's schedule}: the
+    value's own name (decomposition names its parts after it, with suffixes) and, for the k-th
+    of `outputs` (handles), `outk`."""
+    names = {}
+    for node, handle in t.values.items():
+        if isinstance(handle, int) and hasattr(node, "name"):
+            names[node.name] = [t.g.node_name(handle)] + \
+                [f"out{k}" for k, h in enumerate(outputs) if h == handle]
+    return names
+
+
+def _owner(buffer, names):
+    """The FX node whose value a schedule buffer holds: the one with the longest value name that
+    is the buffer's name, or its stem before `_<digits>` suffixes (names derived from it)."""
+    best, length = None, -1
+    for node, candidates in names.items():
+        for c in candidates:
+            derived = buffer.startswith(c + "_") and \
+                all(p.isdigit() for p in buffer[len(c) + 1:].split("_"))
+            if (buffer == c or derived) and len(c) > length:
+                best, length = node, len(c)
+    return best
+
+
+def _partition_kernel(schedule, names, node):
+    """{"partition_kernel": the kernel of the partition's own schedule that computes FX `node`
+    (the last that writes a buffer of its value), or where no buffer holds it (the value is
+    computed inside each reader) the kernel of its first reader that has one, named in
+    "partition_kernel_via"; None when neither is found}."""
+    from braze.report import schedule_kernels
+    kernels = schedule_kernels(schedule)
+
+    def kernel(n):
+        found = [k for k, written in kernels if any(_owner(b, names) == n.name for b in written)]
+        return found[-1] if found else None
+    own = kernel(node)
+    if own is not None:
+        return {"partition_kernel": own, "partition_kernel_via": None}
+    seen, frontier = {node}, list(node.users)
+    while frontier:
+        reader = frontier.pop(0)
+        if reader in seen or reader.op != "call_function":
+            continue
+        seen.add(reader)
+        k = kernel(reader)
+        if k is not None:
+            return {"partition_kernel": k, "partition_kernel_via": reader.name}
+        frontier.extend(reader.users)
+    return {"partition_kernel": None, "partition_kernel_via": None}
 
 
 def schedule_of(graph, opts, device):
@@ -210,7 +265,7 @@ def schedule_of(graph, opts, device):
 
 def checker(gm, opts, device, schedule=None):
     """A Checker for partition `gm` compiled for `device` (None: the CPU); `schedule` is the
-    partition's own printed schedule (schedule_of)."""
+    partition's own printed schedule (schedule_of) with its value_names, or None."""
     minify = None
     if _minifying(opts) and device is None:
         minify = lambda args, name: _write_reproducer(gm, args, name, opts)  # noqa: E731
@@ -353,6 +408,13 @@ def _kernel_of(schedule, buffer):
     return next((k for k, stored in schedule_kernels(schedule) if buffer in stored), None)
 
 
+def _own_kernel_text(report):
+    k, via = report.get("partition_kernel"), report.get("partition_kernel_via")
+    if k is None:
+        return "not found in its schedule"
+    return f"{k}, fused into its reader {via} there" if via else k
+
+
 def _record(report):
     from braze import backend
     with _lock:
@@ -365,8 +427,7 @@ def _record(report):
                 f"{report['node']} ({report['op']}) at {report['source']}: element "
                 f"{report['element']} is {report['braze']!r}, float64 {report['float64']!r}, "
                 f"eager {report['eager']!r}; computed by {report['kernel']} of the checking "
-                f"compile (in the partition's own: "
-                f"{report.get('partition_kernel') or 'fused, not stored'})")
+                f"compile (in the partition's own: {_own_kernel_text(report)})")
     else:
         text = (f"braze accuracy: output {report['output']} diverges (error "
                 f"{report['error']:.3g}, bound {report['bound']:.3g}); {report.get('why')}")

@@ -55,8 +55,26 @@ def test_a_planted_wrong_value_is_named(monkeypatch):
     assert abs(r["braze"] - r["float64"] - 1 / 64) < 1e-4
     assert abs(r["eager"] - r["float64"]) < 1e-5
     assert r["kernel"].startswith("kernel") and "0.015625f" in r["code"]
-    assert r["partition_kernel"] is None or r["partition_kernel"].startswith("kernel")
+    # in the partition's own compile, GELU's value is stored by a kernel of its own
+    assert r["partition_kernel"].startswith("kernel") and r["partition_kernel_via"] is None
     assert "gelu" in said[0] and r["kernel"] in said[0]
+    assert f"in the partition's own: {r['partition_kernel']})" in said[0]
+
+
+class ExpSum(torch.nn.Module):
+    def forward(self, x):
+        return (x.exp() * 2).sum(-1) + 1
+
+
+def test_a_planted_value_that_is_not_stored_names_the_kernel_of_its_reader(monkeypatch):
+    """exp(x) * 2 is computed inside the sum's kernel (never stored): the checker names that
+    kernel of the partition's own compile, and the reader it is fused into."""
+    torch.manual_seed(4)
+    _, reports, said = _run(ExpSum().eval(), torch.randn(4, 16, 64), monkeypatch, perturb="exp")
+    assert len(reports) == 1 and reports[0]["node"] == "exp"
+    r = reports[0]
+    assert r["partition_kernel"] == "kernel0" and r["partition_kernel_via"].startswith("sum")
+    assert f"kernel0, fused into its reader {r['partition_kernel_via']} there" in said[0]
 
 
 def test_a_planted_value_in_the_last_node_is_named_too(monkeypatch):

@@ -601,6 +601,7 @@ NB_MODULE(_C, m) {
         return g.node(g.builder().nonzeroStatic(g.at(x), size, fill));
       })
       .def("dtype", [](PyGraph &g, int x) { return std::string(dtypeName(g.at(x)->dtype())); })
+      .def("node_name", [](PyGraph &g, int x) { return g.at(x)->name(); })
       .def("shape", [](PyGraph &g, int x) {
         std::vector<int> hs;
         for (SymExpr e : g.at(x)->shape())

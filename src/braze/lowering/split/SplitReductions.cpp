@@ -29,17 +29,23 @@ struct Split {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The divisor of n, from 2 to min(n, most), nearest `want` by ratio; 1 when there is none.
+/// The divisor of n from 2 to `most` nearest `want` by ratio (n itself unless another is
+/// nearer; divisors above 8 x want are not looked at); 1 when none is at most `most`.
 int64_t nearestDivisor(int64_t n, int64_t want, int64_t most) {
   int64_t best = 1;
   double bestGap = 0;
-  for (int64_t c = 2; c <= n && c <= most; ++c) {
+  auto consider = [&](int64_t c) {
     double gap = std::fabs(std::log(double(c) / double(want)));
-    if (n % c == 0 && (best == 1 || gap < bestGap)) {
+    if (best == 1 || gap < bestGap) {
       best = c;
       bestGap = gap;
     }
-  }
+  };
+  if (n <= most)
+    consider(n);
+  for (int64_t c = 2; c < n && c <= most && c <= 8 * want; ++c)
+    if (n % c == 0)
+      consider(c);
   return best;
 }
 

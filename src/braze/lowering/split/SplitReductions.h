@@ -20,7 +20,11 @@
 ///     or C of a channels-last image): O < `columnResultsPerCore` x multiprocessors, aiming
 ///     for `columnPartialsPerCore` partials per multiprocessor; row-like: O < multiprocessors,
 ///     aiming for `rowPartialsPerCore` per multiprocessor;
-///   - each partial still reduces at least `minPartialLength` elements.
+///   - each partial still reduces at least `minPartialLength` elements: the cut is the
+///     divisor nearest what is wanted among those that keep partials that long, or no cut.
+/// A column-like split keeps the innermost dim last among the partials' dims (a permute after
+/// the reshape, where the cut would come after it), so that the first stage is a column sum
+/// too: a channels-last [32, 64, 112, 112] cut in H gives partials [32, 4, 64], not [32, 64, 4].
 /// Sum, prod, amax, amin, any and all split (they are associative); argmax and argmin keep
 /// their order and do not. A sum or product of half-precision values keeps its f32
 /// accumulator across the stages and rounds once at the end, as the single reduction does.

@@ -825,7 +825,9 @@ public:
   /// against what its kernel's code can do; a record that names no loop kernel, or asks for
   /// what the code cannot do, is a user error that says which field and why.
   void applyLaunches(sched::Schedule &s, const std::map<std::string, sched::CudaLaunch> &records) {
-    for (const auto &[name, record] : records) {
+    for (const auto &entry : records) {
+      const std::string &name = entry.first;
+      const sched::CudaLaunch &record = entry.second;
       auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
                             [&](const Kernel &x) { return x.name == name; });
       if (k == s.kernels.end() || !k->cudaLaunch)

@@ -742,14 +742,43 @@ private:
     return sym_.product(extents);
   }
 
+  /// The members whose accesses decide k's lanes and row shape: all of a pointwise kernel's,
+  /// the Loop steps' of a kernel with an inner loop.
+  std::vector<const Member *> laneMembers(const Kernel &k) {
+    std::vector<const Member *> members;
+    for (const Step &st : k.steps)
+      if (k.innerVars.empty() || st.kind == StepKind::Loop)
+        for (const Member &m : st.members)
+          members.push_back(&m);
+    return members;
+  }
+
+  /// The most lanes k's accesses and sizes allow along its innermost variable (the inner one,
+  /// else the last outer one).
+  int lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes) {
+    SymExpr var = !k.innerVars.empty() ? k.innerVars.back()
+                  : k.outerVars.empty() ? nullptr
+                                        : k.outerVars.back();
+    return laneCount(laneMembers(k), var, writes);
+  }
+
+  /// A row of constant `length` in `l`: its iterations of threads x vec elements, and whether
+  /// the last is partial.
+  static void setRowIterations(sched::CudaLaunch &l, int64_t length) {
+    int64_t chunk = static_cast<int64_t>(l.threads) * l.vec;
+    l.length = length;
+    l.iters = (length + chunk - 1) / chunk;
+    l.ragged = length % chunk != 0;
+  }
+
   /// The plan-cuda step's choice for loop kernel k: threads, lanes, columns or rows, and
   /// whether a row stays in registers (persistent).
   sched::CudaLaunch planLaunch(const Kernel &k) {
     sched::CudaLaunch p;
     std::set<const Buffer *> writes = written(k);
+    p.vec = lanesAllowed(k, writes);
     if (k.innerVars.empty()) {
       p.block = kPointwiseBlock;
-      p.vec = laneCount(allMembers(k), k.outerVars.empty() ? nullptr : k.outerVars.back(), writes);
       // Without vector lanes, one scalar access per thread keeps too few bytes in flight for
       // the memory's bandwidth (a [1024, 50257] gradient of unaligned rows): a thread of a
       // large kernel takes kSpread points.
@@ -758,12 +787,7 @@ private:
         p.spread = kSpread;
       return p;
     }
-    std::vector<const Member *> all;
-    for (const Step &st : k.steps)
-      if (st.kind == StepKind::Loop)
-        for (const Member &m : st.members)
-          all.push_back(&m);
-    p.vec = laneCount(all, k.innerVars.back(), writes);
+    std::vector<const Member *> all = laneMembers(k);
     SymExpr length = points(k.innerVars);
     // Fewer rows than multiprocessors: the rows' threads are all the kernel has, so lanes give
     // way to threads (a single row of 1,024 values took 16 threads of 16 lanes each).
@@ -801,15 +825,12 @@ private:
     }
     if (!length->isConst())
       return p;
-    p.length = length->value();
-    int64_t chunk = static_cast<int64_t>(p.threads) * p.vec;
-    p.iters = (p.length + chunk - 1) / chunk;
+    setRowIterations(p, length->value());
     size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
     int64_t rows = p.block / p.threads;
     int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
     p.persistent = p.iters * p.vec <= kMaxPerThread &&
                    bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
-    p.ragged = p.length % chunk != 0;
     return p;
   }
 
@@ -851,13 +872,7 @@ private:
     if (l.block % 32 != 0 || l.block > most)
       return "block must be a multiple of 32 (whole warps) up to " + std::to_string(most);
     bool rows = !k.innerVars.empty();
-    std::vector<const Member *> members;
-    for (const Step &st : k.steps)
-      if (!rows || st.kind == StepKind::Loop)
-        for (const Member &m : st.members)
-          members.push_back(&m);
-    SymExpr var = rows ? k.innerVars.back() : k.outerVars.empty() ? nullptr : k.outerVars.back();
-    int lanes = laneCount(members, var, written(k));
+    int lanes = lanesAllowed(k, written(k));
     if (!pow2(l.vec) || lanes % l.vec != 0)
       return "vec must be a power of two dividing " + std::to_string(lanes) +
              " (the lanes its accesses and sizes allow)";
@@ -892,26 +907,22 @@ private:
       l.ragged = false;
       return "";
     }
-    int64_t chunk = static_cast<int64_t>(l.threads) * l.vec;
-    int64_t iters = (length->value() + chunk - 1) / chunk;
-    bool ragged = length->value() % chunk != 0;
+    sched::CudaLaunch derived = l;
+    setRowIterations(derived, length->value());
     if (l.persistent) {
-      if (l.iters != iters || l.ragged != ragged)
-        return "persistent over rows of " + std::to_string(length->value()) + " takes iters=" +
-               std::to_string(iters) + (ragged ? " ragged" : " (not ragged)");
-      if (iters * l.vec > kMaxPerThread)
+      if (l.iters != derived.iters || l.ragged != derived.ragged)
+        return "persistent over rows of " + std::to_string(derived.length) + " takes iters=" +
+               std::to_string(derived.iters) + (derived.ragged ? " ragged" : " (not ragged)");
+      if (derived.iters * l.vec > kMaxPerThread)
         return "persistent keeps at most " + std::to_string(kMaxPerThread) +
                " elements a thread (iters x vec)";
     } else if (l.iters || l.ragged) {
       return "iters and ragged go with persistent";
     }
-    l.length = length->value();
-    l.iters = iters;
-    l.ragged = ragged;
+    l = derived;
     return "";
   }
 
-private:
   /// k's plan: its launch record (planned here where the schedule has none), and for
   /// persistent rows the operands and values the record's registers hold.
   KernelPlan planOf(const Kernel &k) {

@@ -12,8 +12,9 @@ diverges is named with its op, its source line, the worst element (braze's value
 reference, eager's value), and the kernel of that compile that computes it with its generated
 code; also the kernel of the partition's own compile that computes it (partition_kernel), or
 where no buffer holds the value there, the kernel of the first reader it is fused into
-(partition_kernel_via names that reader). The report is a warning, is kept in braze.accuracy_reports(), is printed under
-BRAZE_LOG=accuracy, and is counted in counters()["accuracy_divergences"].
+(partition_kernel_via names that reader). The report is a warning, is kept in
+braze.accuracy_reports(), is printed under BRAZE_LOG=accuracy, and is counted in
+counters()["accuracy_divergences"].
 
 Only floating-point outputs are compared (integer results are exact or order-dependent, as
 ties). CUDA graphs are not captured while the checker is on (it runs eager work at each call).
@@ -231,11 +232,13 @@ def _partition_kernel(schedule, names, node):
     computed inside each reader) the kernel of its first reader that has one, named in
     "partition_kernel_via"; None when neither is found}."""
     from braze.report import schedule_kernels
-    kernels = schedule_kernels(schedule)
+    last = {}  # FX node name -> the last kernel that writes a buffer of its value
+    for k, written in schedule_kernels(schedule):
+        for b in written:
+            last[_owner(b, names)] = k
 
     def kernel(n):
-        found = [k for k, written in kernels if any(_owner(b, names) == n.name for b in written)]
-        return found[-1] if found else None
+        return last.get(n.name)
     own = kernel(node)
     if own is not None:
         return {"partition_kernel": own, "partition_kernel_via": None}

@@ -3,6 +3,7 @@
 #include "braze/runtime/CublasLt.h"
 #include "braze/runtime/Cudnn.h"
 #include "braze/runtime/Executable.h"
+#include "braze/runtime/Files.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -129,12 +130,10 @@ void check(CUresult r, const std::string &what) {
 }
 
 std::string readBinary(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::string bytes;
+  if (!readWholeFile(path, bytes))
     throw RunError("cannot read CUDA module " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return bytes;
 }
 
 /// One buffer of `bytes` per device and `what` for the process (launches are stream-ordered on

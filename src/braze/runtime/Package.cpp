@@ -1,5 +1,6 @@
 #include "braze/runtime/Package.h"
 
+#include "braze/runtime/Files.h"
 #include "braze/runtime/PackageArchive.h"
 #include "braze/runtime/Safetensors.h"
 #include "braze/support/Hashing.h"
@@ -31,16 +32,6 @@ std::string typeName(DLDataType t) {
 }
 
 /// The whole file, or nothing when it cannot be read.
-bool readWhole(const std::string &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  out = s.str();
-  return true;
-}
-
 std::vector<std::string> words(const std::string &line) {
   std::vector<std::string> out;
   std::istringstream in(line);
@@ -150,7 +141,7 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
     return RunError("braze package " + given + ": " + why);
   };
   std::string text;
-  if (!readWhole(path + "/package.txt", text))
+  if (!readWholeFile(path + "/package.txt", text))
     throw fail("package.txt is missing (not a package written by braze.export?)");
   // The manifest's own checksum: its last line covers everything before it.
   size_t last = text.rfind("\nchecksum ");
@@ -249,7 +240,7 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
   // Every file against its checksum.
   auto verified = [&](const std::string &file, const std::string &sum) {
     std::string data;
-    if (!readWhole(file, data))
+    if (!readWholeFile(file, data))
       throw fail(file + " is missing");
     if (sha256Hex(data) != sum)
       throw fail(file + " is damaged (its checksum does not match)");

@@ -11,6 +11,7 @@
 #include "braze/runtime/PackageArchive.h"
 
 #include "braze/runtime/Executable.h"
+#include "braze/runtime/Files.h"
 #include "braze/support/Hashing.h"
 
 #include <array>
@@ -132,14 +133,8 @@ std::vector<Entry> readEntries(const Bytes &b) {
 
 std::string extractPackageArchive(const std::string &archivePath) {
   std::string data;
-  {
-    std::ifstream in(archivePath, std::ios::binary);
-    if (!in)
-      throw RunError("braze package " + archivePath + ": cannot be read");
-    std::ostringstream s;
-    s << in.rdbuf();
-    data = s.str();
-  }
+  if (!readWholeFile(archivePath, data))
+    throw RunError("braze package " + archivePath + ": cannot be read");
   Bytes b{data, archivePath};
   std::vector<Entry> entries = readEntries(b);
   for (const Entry &e : entries)

@@ -1,6 +1,7 @@
 #include "braze/runtime/Safetensors.h"
 
 #include "braze/runtime/Executable.h"
+#include "braze/runtime/Files.h"
 
 #include <cctype>
 #include <cerrno>
@@ -126,12 +127,9 @@ DLDataType fromSafetensorsDType(const std::string &name) {
 }
 
 SafetensorsFile readSafetensors(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::string bytes;
+  if (!readWholeFile(path, bytes))
     throw RunError("cannot read " + path);
-  std::ostringstream all;
-  all << in.rdbuf();
-  const std::string bytes = all.str();
   auto fail = [&](const std::string &why) { return RunError(path + ": " + why); };
   if (bytes.size() < 8)
     throw fail("shorter than a safetensors header");

@@ -255,13 +255,14 @@ def _partition_kernel(schedule, names, node):
     return {"partition_kernel": None, "partition_kernel_via": None}
 
 
-def schedule_of(graph, opts, device):
-    """The printed schedule of braze graph `graph` when the checker is on (call before compile
-    consumes it): where the partition's own kernels store each value."""
+def schedule_of(t, outputs, opts, device):
+    """When the checker is on, the printed schedule of translator `t`'s braze graph, whose
+    outputs are the handles `outputs` (call before compile consumes it), with its value_names:
+    which of the partition's own kernels computes each value. Else None."""
     if not enabled(opts):
         return None
     try:
-        return graph.print_stage("schedule", device is not None)
+        return t.g.print_stage("schedule", device is not None), value_names(t, outputs)
     except Exception:
         return None
 

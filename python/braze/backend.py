@@ -423,9 +423,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
     dtypes += [b.meta["val"].dtype for b in bases]
     dtypes += [torch.bool] * len(t.assertions)
     staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
-    own = accuracy.schedule_of(t.g, opts, device) if args is None else None
-    if own is not None:
-        own = (own, accuracy.value_names(t, handles))
+    own = accuracy.schedule_of(t, handles, opts, device) if args is None else None
     if device is None:
         compiled = cpu_support.compile_graph(t.g, opts, opts.log)
         run = cpu_support.CpuGraph(compiled, specs, dtypes)

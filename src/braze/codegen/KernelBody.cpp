@@ -165,6 +165,11 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
       used.insert(k.attentionPair->out->id);
     for (sym::SymExpr e : c.out->shape)
       addSyms(e);
+    if (k.attentionGradQ) { // its own launch takes the query rows' sizes
+      used.insert(k.attentionGradQ->out->id);
+      for (sym::SymExpr e : k.attentionGradQ->out->shape)
+        addSyms(e);
+    }
     for (const loop::AttentionOperand *o : c.attention->operands()) {
       used.insert(o->buffer->id);
       addSyms(o->offset);

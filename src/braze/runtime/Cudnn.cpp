@@ -54,6 +54,7 @@ using ForwardFn = Status (*)(void *handle, const void *alpha, void *xDesc, const
                              void *wDesc, const void *w, void *convDesc, int algo, void *workspace,
                              size_t workspaceBytes, const void *beta, void *yDesc, void *y);
 using ErrorFn = const char *(*)(Status);
+using VersionFn = size_t (*)();
 
 // The backend (graph) API, cudnn_graph.h: descriptors are built once per problem and finalized
 // into an execution plan; a call only fills a variant pack (pointers) and executes the plan. The
@@ -73,7 +74,7 @@ constexpr int kPointwiseDesc = 0, kConvolutionDesc = 1, kEngineDesc = 2, kEngine
               kConvBwdFilterOpDesc = 11, kConvBwdDataOpDesc = 12,
               kPointwiseOperation = 13, kOperationGraphDesc = 15, kVariantPackDesc = 16,
               kTensorDesc = 17, kMatmulDesc = 18, kMatmulOperation = 19, kReductionDesc = 21,
-              kReductionOperation = 22;
+              kReductionOperation = 22, kReshapeOperation = 31;
 // cudnnBackendAttributeType_t
 constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3,
               kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7,
@@ -98,11 +99,11 @@ constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kC
               kEngineNumericalNote = 1303, kMatmulCompType = 1500, kMatmulOpA = 1520,
               kMatmulOpB = 1521, kMatmulOpC = 1522, kMatmulOpDesc = 1523,
               kReductionOperator = 1600, kReductionCompType = 1601, kReductionOpX = 1610,
-              kReductionOpY = 1611, kReductionOpDesc = 1612;
+              kReductionOpY = 1611, kReductionOpDesc = 1612, kReshapeOpX = 2200, kReshapeOpY = 2201;
 constexpr int kInt32 = 4, kBoolean = 11; // cudnnDataType_t, beyond the floating types
 // cudnnPointwiseMode_t
 constexpr int kPwAdd = 0, kPwMul = 1, kPwDiv = 6, kPwSub = 9, kPwExp = 13, kPwLog = 15,
-              kPwCmpGe = 303, kPwGenIndex = 501, kPwBinarySelect = 601;
+              kPwIdentity = 21, kPwCmpGe = 303, kPwGenIndex = 501, kPwBinarySelect = 601;
 constexpr int kReduceAdd = 0, kReduceMax = 3; // cudnnReduceTensorOp_t
 // cudnnBackendHeurMode_t
 constexpr int kHeurInstant = 0, kHeurFallback = 2, kHeurA = 3;
@@ -167,6 +168,9 @@ struct Plan {
   // backend API: the finalized execution plan and every descriptor it was built from
   void *graphPlan = nullptr;
   int64_t graphWorkspace = 0;
+  /// Bytes at the start of the workspace that the plan's own tensors take (the attention
+  /// backward's f32 accumulator of dQ and its rows' sums of dO·O); the engine's follow.
+  size_t scratch = 0;
   std::vector<void *> descriptors;
   // legacy API, where no backend plan could be built
   void *x = nullptr, *w = nullptr, *y = nullptr, *conv = nullptr;
@@ -188,6 +192,7 @@ struct Cudnn::Impl {
   AlgoFn algorithms = nullptr;
   ForwardFn forward = nullptr;
   ErrorFn errorString = nullptr;
+  size_t version = 0; ///< cudnnGetVersion(), e.g. 90600 for 9.6.0
   BackendCreateFn backendCreate = nullptr;
   BackendDestroyFn backendDestroy = nullptr;
   BackendFinalizeFn backendFinalize = nullptr;
@@ -283,6 +288,14 @@ struct Cudnn::Impl {
       set(op, kReductionOpDesc, kTypeDescriptor, 1, &r);
       set(op, kReductionOpX, kTypeDescriptor, 1, &x);
       set(op, kReductionOpY, kTypeDescriptor, 1, &y);
+      finalize(op);
+      return op;
+    }
+    /// y = x with y's dims and strides (a view: a transpose, or a cast of a virtual tensor).
+    void *reshape(void *x, void *y) {
+      void *op = make(kReshapeOperation);
+      set(op, kReshapeOpX, kTypeDescriptor, 1, &x);
+      set(op, kReshapeOpY, kTypeDescriptor, 1, &y);
       finalize(op);
       return op;
     }
@@ -409,6 +422,17 @@ struct Cudnn::Impl {
   /// which its heuristics hand to that engine. False if no engine takes it.
   bool buildAttentionPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes);
 
+  /// Builds plan.graphPlan for the gradients of attention `p` (p.grad): the operation graph of
+  /// cuDNN's fused flash attention backward, with its f32 scratch (plan.scratch) at the start
+  /// of the workspace. False if no engine takes it.
+  bool buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes);
+
+  /// The attention's scores as its operation graphs compute them, in f32: scale * q kᵀ (kT is
+  /// k transposed, [b, hk, d, skv]), the bias added, keys after the row dropped (causal);
+  /// virtual, [b, hq, sq, skv]. `ops` gains their operations.
+  static void *maskedScores(Builder &b, const AttentionProblem &p, void *q, void *kT,
+                            void *scale, std::vector<void *> &ops);
+
   /// Whether engine config `cfg` computes what eager would: no tensor cores unless
   /// `narrowTypes` (f16/bf16, or f32 with TF32 allowed), and never inputs converted down to a
   /// narrower type.
@@ -490,6 +514,8 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
   lib.bind(im.algorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
   lib.bind(im.forward, "cudnnConvolutionForward");
   lib.bind(im.errorString, "cudnnGetErrorString");
+  if (auto version = reinterpret_cast<VersionFn>(lib.find("cudnnGetVersion")))
+    im.version = version();
   // The backend API (cuDNN 8.x and 9): optional; without it every problem takes the legacy API.
   im.backendCreate = reinterpret_cast<BackendCreateFn>(lib.find("cudnnBackendCreateDescriptor"));
   im.backendDestroy = reinterpret_cast<BackendDestroyFn>(lib.find("cudnnBackendDestroyDescriptor"));
@@ -635,9 +661,15 @@ namespace {
 enum AttentionUid : int64_t {
   kUidQ = 1, kUidK, kUidV, kUidO, kUidScale, kUidNegInf, kUidScores, kUidScaled, kUidRow,
   kUidCol, kUidKeep, kUidMasked, kUidMax, kUidCentered, kUidExp, kUidSum, kUidProbs, kUidLogSum,
-  kUidStats, kUidBias, kUidBiased
+  kUidStats, kUidBias, kUidBiased,
+  // the backward's
+  kUidDout, kUidDq, kUidDk, kUidDv, kUidOne, kUidDoutO, kUidDoutORows, kUidSoftmaxSum,
+  kUidProbsT, kUidDp, kUidDpCentered, kUidDpProbs, kUidDs, kUidDsT, kUidKRows, kUidDqAccum
 };
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kOne = 1;
+
+size_t roundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 } // namespace
 
 bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
@@ -665,8 +697,35 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   };
   auto rows = [&](int64_t uid) { return b.tensor(uid, kFloat, 4, rd, rs, 16, true); };
   std::vector<void *> ops;
+  void *scaled = maskedScores(b, p, q, k, scale, ops);
+  void *max = rows(kUidMax), *centered = scores(kUidCentered), *e = scores(kUidExp);
+  void *sum = rows(kUidSum), *probs = scores(kUidProbs, io);
+  ops.push_back(b.reduction(kReduceMax, scaled, max));
+  ops.push_back(b.pointwise(kPwSub, kFloat, scaled, max, nullptr, centered));
+  ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, e));
+  ops.push_back(b.reduction(kReduceAdd, e, sum));
+  // The rows' log-sum-exp: cuDNN recognizes the softmax by it; virtual unless asked for.
+  void *logSum = rows(kUidLogSum);
+  void *stats = p.stats ? b.tensor(kUidStats, kFloat, 4, rd, p.statsStrides, alignmentOf(p.stats))
+                        : rows(kUidStats);
+  ops.push_back(b.pointwise(kPwLog, kFloat, sum, nullptr, nullptr, logSum));
+  ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
+  ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
+  ops.push_back(b.matmul(probs, v, o));
+  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes, {kHeurA, kHeurFallback});
+}
+
+void *Cudnn::Impl::maskedScores(Builder &b, const AttentionProblem &p, void *q, void *kT,
+                                void *scale, std::vector<void *> &ops) {
+  int io = p.dtype == 3 ? kBFloat16 : kHalf;
+  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
+                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
+  const int64_t unit[4] = {1, 1, 1, 1};
+  auto scores = [&](int64_t uid, int type = kFloat) {
+    return b.tensor(uid, type, 4, sd, ss, 16, true);
+  };
   void *s = scores(kUidScores), *scaled = scores(kUidScaled);
-  ops.push_back(b.matmul(q, k, s));
+  ops.push_back(b.matmul(q, kT, s));
   ops.push_back(b.pointwise(kPwMul, kFloat, s, scale, nullptr, scaled));
   if (p.bias) {
     void *bias = b.tensor(kUidBias, io, 4, p.biasDims, p.biasStrides, alignmentOf(p.bias));
@@ -685,21 +744,90 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
     ops.push_back(b.pointwise(kPwBinarySelect, kFloat, scaled, negInf, keep, masked));
     scaled = masked;
   }
-  void *max = rows(kUidMax), *centered = scores(kUidCentered), *e = scores(kUidExp);
-  void *sum = rows(kUidSum), *probs = scores(kUidProbs, io);
-  ops.push_back(b.reduction(kReduceMax, scaled, max));
-  ops.push_back(b.pointwise(kPwSub, kFloat, scaled, max, nullptr, centered));
-  ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, e));
-  ops.push_back(b.reduction(kReduceAdd, e, sum));
-  // The rows' log-sum-exp: cuDNN recognizes the softmax by it; virtual unless asked for.
-  void *logSum = rows(kUidLogSum);
-  void *stats = p.stats ? b.tensor(kUidStats, kFloat, 4, rd, p.statsStrides, alignmentOf(p.stats))
-                        : rows(kUidStats);
-  ops.push_back(b.pointwise(kPwLog, kFloat, sum, nullptr, nullptr, logSum));
-  ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
-  ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
-  ops.push_back(b.matmul(probs, v, o));
-  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes, {kHeurA, kHeurFallback});
+  return scaled;
+}
+
+bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p,
+                                             size_t workspaceBytes) {
+  if (!backendCreate)
+    return false;
+  if (version < 90600) {
+    // Before 9.6 the caller zeroes the dQ accumulator, which this runtime has no call for.
+    plan.declined = "cuDNN " + std::to_string(version) + " is older than 9.6, the first whose "
+                    "fused attention backward zeroes its own dQ accumulator";
+    return false;
+  }
+  Builder b{*this, plan};
+  int io = p.dtype == 3 ? kBFloat16 : kHalf;
+  // K and V enter transposed, [b, hk, d, skv], as in the forward.
+  const int64_t qd[4] = {p.b, p.hq, p.sq, p.d}, kd[4] = {p.b, p.hk, p.d, p.skv},
+                vd[4] = {p.b, p.hk, p.dv, p.skv}, od[4] = {p.b, p.hq, p.sq, p.dv},
+                dkd[4] = {p.b, p.hg, p.skv, p.d}, dvd[4] = {p.b, p.hg, p.skv, p.dv};
+  const int64_t ks[4] = {p.kStrides[0], p.kStrides[1], p.kStrides[3], p.kStrides[2]},
+                vs[4] = {p.vStrides[0], p.vStrides[1], p.vStrides[3], p.vStrides[2]};
+  const int64_t rd[4] = {p.b, p.hq, p.sq, 1}, rs[4] = {p.hq * p.sq, p.sq, 1, 1};
+  void *q = b.tensor(kUidQ, io, 4, qd, p.qStrides, alignmentOf(p.q));
+  void *kT = b.tensor(kUidK, io, 4, kd, ks, alignmentOf(p.k));
+  void *vT = b.tensor(kUidV, io, 4, vd, vs, alignmentOf(p.v));
+  void *o = b.tensor(kUidO, io, 4, od, p.oStrides, alignmentOf(p.o));
+  void *dout = b.tensor(kUidDout, io, 4, od, p.gradOutStrides, alignmentOf(p.gradOut));
+  void *stats = b.tensor(kUidStats, kFloat, 4, rd, p.statsStrides, alignmentOf(p.stats));
+  void *dq = b.tensor(kUidDq, io, 4, qd, p.gradQStrides, alignmentOf(p.gradQ));
+  void *dk = b.tensor(kUidDk, io, 4, dkd, p.gradKStrides, alignmentOf(p.gradK));
+  void *dv = b.tensor(kUidDv, io, 4, dvd, p.gradVStrides, alignmentOf(p.gradV));
+  const int64_t unit[4] = {1, 1, 1, 1};
+  void *scale = b.tensor(kUidScale, kFloat, 4, unit, unit, 16, false, true);
+  void *one = b.tensor(kUidOne, kFloat, 4, unit, unit, 16, false, true);
+  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
+                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
+  // The scores transposed for the products that give dK and dV: [b, hq, skv, sq].
+  const int64_t td[4] = {p.b, p.hq, p.skv, p.sq}, ts[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, 1,
+                                                           p.skv};
+  auto scores = [&](int64_t uid) { return b.tensor(uid, kFloat, 4, sd, ss, 16, true); };
+  std::vector<void *> ops;
+  // softmax_sum = sum over dv of dO * O per row: f32, in the workspace.
+  const int64_t dood[4] = {p.b, p.hq, p.sq, p.dv},
+                doos[4] = {p.hq * p.sq * p.dv, p.sq * p.dv, p.hq * p.dv, 1};
+  void *doutO = b.tensor(kUidDoutO, kFloat, 4, dood, doos, 16, true);
+  void *doutORows = b.tensor(kUidDoutORows, kFloat, 4, rd, rs, 16, true);
+  void *softmaxSum = b.tensor(kUidSoftmaxSum, kFloat, 4, rd, rs, 16);
+  ops.push_back(b.pointwise(kPwMul, kFloat, dout, o, nullptr, doutO));
+  ops.push_back(b.reduction(kReduceAdd, doutO, doutORows));
+  ops.push_back(b.pointwise(kPwMul, kFloat, doutORows, one, nullptr, softmaxSum));
+  // P = exp(scores - stats); dV = Pᵀ dO.
+  void *scaled = maskedScores(b, p, q, kT, scale, ops);
+  void *centered = scores(kUidCentered), *probs = scores(kUidExp);
+  ops.push_back(b.pointwise(kPwSub, kFloat, scaled, stats, nullptr, centered));
+  ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, probs));
+  void *probsT = b.tensor(kUidProbsT, io, 4, td, ts, 16, true);
+  ops.push_back(b.reshape(probs, probsT));
+  ops.push_back(b.matmul(probsT, dout, dv));
+  // dS = P * (dO Vᵀ - softmax_sum) * scale; dK = dSᵀ Q; dQ = dS K (accumulated in f32).
+  void *dp = scores(kUidDp), *dpCentered = scores(kUidDpCentered);
+  void *dpProbs = scores(kUidDpProbs), *ds = scores(kUidDs);
+  ops.push_back(b.matmul(dout, vT, dp));
+  ops.push_back(b.pointwise(kPwSub, kFloat, dp, softmaxSum, nullptr, dpCentered));
+  ops.push_back(b.pointwise(kPwMul, kFloat, dpCentered, probs, nullptr, dpProbs));
+  ops.push_back(b.pointwise(kPwMul, kFloat, dpProbs, scale, nullptr, ds));
+  void *dsT = b.tensor(kUidDsT, io, 4, td, ts, 16, true);
+  ops.push_back(b.reshape(ds, dsT));
+  ops.push_back(b.matmul(dsT, q, dk));
+  const int64_t kr[4] = {p.b, p.hk, p.skv, p.d};
+  void *kRows = b.tensor(kUidKRows, io, 4, kr, p.kStrides, alignmentOf(p.k), true);
+  ops.push_back(b.reshape(kT, kRows));
+  const int64_t qs[4] = {p.hq * p.sq * p.d, p.sq * p.d, p.d, 1};
+  void *dqAccum = b.tensor(kUidDqAccum, kFloat, 4, qd, qs, 16);
+  ops.push_back(b.matmul(ds, kRows, dqAccum));
+  ops.push_back(b.pointwise(kPwIdentity, kFloat, dqAccum, nullptr, nullptr, dq));
+  plan.scratch = roundUp256(size_t(p.b * p.hq * p.sq * p.d) * sizeof(float)) +
+                 roundUp256(size_t(p.b * p.hq * p.sq) * sizeof(float));
+  if (plan.scratch >= workspaceBytes) {
+    plan.declined = "its f32 scratch (" + std::to_string(plan.scratch) +
+                    " bytes) does not fit the workspace";
+    return false;
+  }
+  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes - plan.scratch,
+                    {kHeurA, kHeurFallback});
 }
 
 DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *workspace,
@@ -716,9 +844,16 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     error = "a bias whose keys are not contiguous is not one cuDNN's fused attention takes";
     return DnnStatus::Declined;
   }
-  std::vector<int64_t> key{-1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv, p.d, p.dv,
-                           alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v), alignmentOf(p.o),
-                           p.bias ? alignmentOf(p.bias) : -1,
+  if (p.grad && (!p.stats || !p.gradOut || !p.gradQ || !p.gradK || !p.gradV ||
+                 (p.hg != p.hk && p.hg != p.hq))) {
+    error = "an attention backward needs the saved statistics, the output's gradient, and "
+            "gradients of k and v with " + std::to_string(p.hk) + " or " +
+            std::to_string(p.hq) + " heads (got " + std::to_string(p.hg) + ")";
+    return DnnStatus::Declined;
+  }
+  std::vector<int64_t> key{p.grad ? -2 : -1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv,
+                           p.d, p.dv, alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v),
+                           alignmentOf(p.o), p.bias ? alignmentOf(p.bias) : -1,
                            p.stats ? alignmentOf(p.stats) : -1};
   for (const int64_t *a : {p.qStrides, p.kStrides, p.vStrides, p.oStrides})
     key.insert(key.end(), a, a + 4);
@@ -727,10 +862,17 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
       key.insert(key.end(), a, a + 4);
   if (p.stats)
     key.insert(key.end(), p.statsStrides, p.statsStrides + 4);
+  if (p.grad) {
+    key.insert(key.end(), {p.hg, alignmentOf(p.gradOut), alignmentOf(p.gradQ), alignmentOf(p.gradK),
+                           alignmentOf(p.gradV)});
+    for (const int64_t *a : {p.gradOutStrides, p.gradQStrides, p.gradKStrides, p.gradVStrides})
+      key.insert(key.end(), a, a + 4);
+  }
   std::lock_guard<std::mutex> lock(im.mu);
   auto [it, fresh] = im.plans.try_emplace(key);
   Plan &plan = it->second;
-  if (fresh && !im.buildAttentionPlan(plan, p, workspaceBytes)) {
+  if (fresh && !(p.grad ? im.buildAttentionBackwardPlan(plan, p, workspaceBytes)
+                        : im.buildAttentionPlan(plan, p, workspaceBytes))) {
     for (void *d : plan.descriptors)
       im.backendDestroy(d);
     plan.descriptors.clear();
@@ -745,8 +887,8 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     error = im.failed("cudnnSetStream", s);
     return DnnStatus::Failed;
   }
-  int64_t uids[8] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
-  const void *pointers[8] = {p.q, p.k, p.v, p.o, &p.scale};
+  int64_t uids[16] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
+  const void *pointers[16] = {p.q, p.k, p.v, p.o, &p.scale};
   int64_t n = 5;
   if (p.causal)
     uids[n] = kUidNegInf, pointers[n++] = &kNegInf;
@@ -754,6 +896,17 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     uids[n] = kUidBias, pointers[n++] = p.bias;
   if (p.stats)
     uids[n] = kUidStats, pointers[n++] = p.stats;
+  if (p.grad) {
+    // The scratch leads the workspace: the dQ accumulator, then the rows' sums.
+    char *scratch = static_cast<char *>(workspace);
+    size_t rows = roundUp256(size_t(p.b * p.hq * p.sq * p.d) * sizeof(float));
+    const std::pair<int64_t, const void *> grads[] = {
+        {kUidDout, p.gradOut}, {kUidDq, p.gradQ}, {kUidDk, p.gradK}, {kUidDv, p.gradV}, {kUidOne, &kOne},
+        {kUidDqAccum, scratch}, {kUidSoftmaxSum, scratch + rows}};
+    for (auto [uid, pointer] : grads)
+      uids[n] = uid, pointers[n++] = pointer;
+    workspace = scratch + plan.scratch;
+  }
   return im.execute(plan, n, uids, pointers, workspace, error);
 }
 

@@ -34,15 +34,17 @@ struct ConvProblem {
 };
 
 /// o = softmax(scale * q kᵀ + bias [causal: keys j > i dropped]) v, cuDNN's fused flash
-/// attention (inference: no log-sum-exp). Every operand is 4-d, [batch, heads, sequence, head dim]:
+/// attention; or (grad) the gradients of q, k and v, cuDNN's fused flash attention backward. Every operand is 4-d, [batch, heads, sequence, head dim]:
 /// q [b, hq, sq, d], k [b, hk, skv, d], v [b, hk, skv, dv], o [b, hq, sq, dv], strides in
 /// elements with the last one 1. hq is a multiple of hk: query head h reads key/value head
 /// h / (hq / hk) (grouped-query attention). The bias, when not null, is added to the scaled
 /// scores in f32: [b or 1, hq or 1, sq or 1, skv] (biasDims; a dim of 1 broadcasts), in q's
 /// dtype, its last stride 1 (a boolean mask arrives as 0 and -inf). `stats`, when not null,
 /// receives each row's log-sum-exp of those scores (the saved value of training), f32
-/// [b, hq, sq, 1] with strides statsStrides. A CUDA module's host code fills one as its
-/// BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
+/// [b, hq, sq, 1] with strides statsStrides. With `grad`, o and stats are read (the forward's
+/// output and log-sum-exp), and gradQ (as q), gradK and gradV (as k and v, with hg heads: hk, or
+/// hq where each query head's gradient is kept apart) are written from gradOut (as o). A CUDA module's host
+/// code fills one as its BrazeAttention (codegen/cuda/CudaHost.cpp), which has this layout.
 struct AttentionProblem {
   int dtype = 2; ///< of q, k, v and o: 2 f16, 3 bf16 (as ConvProblem's)
   int causal = 0;
@@ -55,6 +57,12 @@ struct AttentionProblem {
   int64_t biasDims[4] = {}, biasStrides[4] = {};
   void *stats = nullptr;
   int64_t statsStrides[4] = {};
+  int grad = 0;
+  int64_t hg = 0;
+  const void *gradOut = nullptr;
+  void *gradQ = nullptr, *gradK = nullptr, *gradV = nullptr;
+  int64_t gradOutStrides[4] = {}, gradQStrides[4] = {}, gradKStrides[4] = {},
+          gradVStrides[4] = {};
 };
 
 enum class DnnStatus { Done, Declined, Failed };
@@ -73,9 +81,10 @@ public:
   DnnStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
                  std::string &error);
 
-  /// Enqueues the attention on `stream`, as conv() does. Declined: no cuDNN engine runs this
-  /// problem (dtype, head dims, alignment, or a cuDNN without fused attention); the caller
-  /// launches its own kernel.
+  /// Enqueues the attention (or its backward) on `stream`, as conv() does. Declined: no cuDNN
+  /// engine runs this problem (dtype, head dims, alignment, a cuDNN without fused attention,
+  /// or, for the backward, one before 9.6 or a workspace too small for its f32 scratch); the
+  /// caller launches its own kernels.
   DnnStatus attention(const AttentionProblem &p, void *stream, void *workspace,
                       size_t workspaceBytes, std::string &error);
 

@@ -139,26 +139,73 @@ private:
   }
 
   /// A fused attention is a kernel of its own with one Scalar-step member that has no value:
-  /// codegen writes the whole kernel from the spec.
+  /// codegen writes the whole kernel from the spec. On CUDA the gradients of q, k and v from
+  /// the same operands are one kernel (k's, with v's and q's as its second and third members),
+  /// which stands where the first of them stands in program order.
   void startAttentionKernel(const Computation &c) {
+    const Computation *main = &c, *gradQ = nullptr;
+    if (pairedParts_ && c.attention->part == loop::AttentionPart::GradQ)
+      if (const Computation *gradK = gradientAfter(c, loop::AttentionPart::GradK);
+          gradK && partBeside(*gradK))
+        main = gradK, gradQ = &c;
     std::unordered_map<SymExpr, SymExpr> map;
-    Kernel k = soloKernel(c, map);
-    SymExpr store = sym_.substitute(loop::storeIndex(sym_, c), map);
-    k.attention = &c;
-    const Computation *v = pairedParts_ ? partBeside(c) : nullptr;
+    Kernel k = soloKernel(*main, map);
+    SymExpr store = sym_.substitute(loop::storeIndex(sym_, *main), map);
+    k.attention = main;
+    const Computation *v = pairedParts_ ? partBeside(*main) : nullptr;
     if (v) {
       for (size_t i = 0; i < v->vars.size(); ++i) // v's output dims lead c's
         map[v->vars[i]] = k.outerVars[i];
       k.attentionPair = v;
+      if (!gradQ && main->attention->part == loop::AttentionPart::GradK)
+        gradQ = gradientAfter(*main, loop::AttentionPart::GradQ);
     }
-    pushSolo(std::move(k), Member{&c, nullptr, store, false});
-    if (v) {
-      Where w = where_[c.out];
-      w.storeIndex = sym_.substitute(loop::storeIndex(sym_, *v), map);
-      s_.kernels.back().steps[0].members.push_back(Member{v, nullptr, w.storeIndex, false});
-      where_[v->out] = w;
-      paired_.insert(v->id);
+    k.attentionGradQ = gradQ;
+    pushSolo(std::move(k), Member{main, nullptr, store, false});
+    if (main != &c)
+      paired_.insert(main->id);
+    for (const Computation *part : {v, gradQ}) {
+      if (!part)
+        continue;
+      Where w = where_[main->out];
+      if (part == gradQ) // q's rows are not k's: variables of its own
+        for (size_t i = 0; i < part->vars.size(); ++i)
+          map[part->vars[i]] = freshVar("q", i, part->vars[i]->extent());
+      w.storeIndex = sym_.substitute(loop::storeIndex(sym_, *part), map);
+      s_.kernels.back().steps[0].members.push_back(Member{part, nullptr, w.storeIndex, false});
+      where_[part->out] = w;
+      paired_.insert(part->id);
     }
+  }
+
+  /// Whether attentions a and b read the same operands (the gradients' too, with `grads`).
+  static bool sameOperands(const loop::AttentionSpec &a, const loop::AttentionSpec &b,
+                           bool grads) {
+    auto same = [](const loop::AttentionOperand &x, const loop::AttentionOperand &y) {
+      return x.buffer == y.buffer && x.offset == y.offset && x.shape == y.shape &&
+             x.strides == y.strides;
+    };
+    auto sameOptional = [&](const std::optional<loop::AttentionOperand> &x,
+                            const std::optional<loop::AttentionOperand> &y) {
+      return x.has_value() == y.has_value() && (!x || same(*x, *y));
+    };
+    return same(a.q, b.q) && same(a.k, b.k) && sameOptional(a.bias, b.bias) &&
+           a.scale == b.scale && a.causal == b.causal &&
+           (!grads || (same(a.v, b.v) && sameOptional(a.dout, b.dout) &&
+                       sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse)));
+  }
+
+  /// The first attention part `part` after c in program order, from c's operands, that no
+  /// kernel writes yet: for a gradient, one from the same gradient operands.
+  const Computation *gradientAfter(const Computation &c, loop::AttentionPart part) {
+    bool after = false;
+    for (const auto &d : p_.computations()) {
+      after |= d.get() == &c;
+      if (after && d.get() != &c && d->attention && !paired_.count(d->id) &&
+          d->attention->part == part && sameOperands(*c.attention, *d->attention, true))
+        return d.get();
+    }
+    return nullptr;
   }
 
   /// The later attention part that c's kernel computes too, if there is one: for the
@@ -169,14 +216,6 @@ private:
     bool grads = a.part == loop::AttentionPart::GradK;
     if (!grads && a.part != loop::AttentionPart::Output)
       return nullptr;
-    auto same = [](const loop::AttentionOperand &x, const loop::AttentionOperand &y) {
-      return x.buffer == y.buffer && x.offset == y.offset && x.shape == y.shape &&
-             x.strides == y.strides;
-    };
-    auto sameOptional = [&](const std::optional<loop::AttentionOperand> &x,
-                            const std::optional<loop::AttentionOperand> &y) {
-      return x.has_value() == y.has_value() && (!x || same(*x, *y));
-    };
     bool after = false;
     for (const auto &d : p_.computations()) {
       after |= d.get() == &c;
@@ -184,15 +223,10 @@ private:
           d->attention->part !=
               (grads ? loop::AttentionPart::GradV : loop::AttentionPart::Lse))
         continue;
-      const loop::AttentionSpec &b = *d->attention;
-      bool operands = same(a.q, b.q) && same(a.k, b.k) && sameOptional(a.bias, b.bias) &&
-                      a.scale == b.scale && a.causal == b.causal;
-      if (operands && !grads)
-        return d.get();
-      if (operands && same(a.v, b.v) && sameOptional(a.dout, b.dout) &&
-          sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse) &&
-          d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
-          d->out->dtype == c.out->dtype)
+      if (!sameOperands(a, *d->attention, grads))
+        continue;
+      if (!grads || (d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
+                     d->out->dtype == c.out->dtype))
         return d.get();
     }
     return nullptr;

@@ -60,6 +60,8 @@ std::string printSchedule(const Schedule &s) {
              names + ")";
       if (k.attentionPair)
         out += std::string(" and ") + loop::attentionPartName(k.attentionPair->attention->part);
+      if (k.attentionGradQ)
+        out += std::string(" and ") + loop::attentionPartName(k.attentionGradQ->attention->part);
     }
     if (k.conv)
       out += std::string(" ") + k.conv->conv->name() + "(%" +

@@ -89,6 +89,11 @@ struct Kernel {
   /// same pass: the gradient of v beside `attention`, the gradient of k, or the log-sum-exp
   /// beside the output. That computation is the kernel's second member.
   const loop::Computation *attentionPair = nullptr;
+  /// Set (CUDA) on a kernel of k's and v's gradients when it writes q's gradient too, from the
+  /// same operands: cuDNN's fused backward writes all three in one call, and where cuDNN
+  /// declines, braze's own kernels run as two launches (k and v's, then q's). That computation
+  /// is the kernel's third member.
+  const loop::Computation *attentionGradQ = nullptr;
   /// Set when the kernel is one accumulating scatter (its only computation, which has a
   /// scatterAt): its one member's value is added at `scatterAt` (in kernel variables) of the
   /// computation's buffer. Codegen writes it as its own loop: atomic adds on CUDA, one thread

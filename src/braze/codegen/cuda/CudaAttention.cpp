@@ -621,8 +621,16 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
          ") " + k.name + "(" + params + ") {\n" + body + "}\n\n";
 }
 
+sched::Kernel gradQKernel(const sched::Kernel &k) {
+  sched::Kernel q = k;
+  q.name += "_dq";
+  q.attention = k.attentionGradQ;
+  q.attentionPair = q.attentionGradQ = nullptr;
+  return q;
+}
+
 std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
-                                const sched::Kernel &k, int index) {
+                                const sched::Kernel &k, const sched::Kernel &params, int index) {
   const loop::AttentionSpec &a = *k.attention->attention;
   size_t rank = a.q.shape.size();
   AttentionPlan plan = planAttention(k, s.target);
@@ -632,7 +640,7 @@ std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
     blocks += " * " + names.index(a.q.shape[i]);
   const loop::AttentionOperand &rows = keyMajor(a.part) ? a.k : a.q;
   blocks += " * ((" + names.index(rows.shape[rank - 2]) + " + " + bm + " - 1) / " + bm + ")";
-  return launchBlocks(s, names, k, index, plan.threads, blocks);
+  return launchBlocks(s, names, params, index, plan.threads, blocks);
 }
 
 } // namespace braze::codegen

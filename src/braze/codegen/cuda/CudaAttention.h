@@ -27,8 +27,14 @@ AttentionPlan planAttention(const sched::Kernel &k, const Target &target);
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params, const Target &target);
 
-/// braze_run's launch of that kernel (index `index`).
+/// braze_run's launch of that kernel (index `index`), whose parameters are those of kernel
+/// `params` (k itself, or the schedule kernel whose second function k is: q's gradient beside
+/// k's and v's).
 std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
-                                const sched::Kernel &k, int index);
+                                const sched::Kernel &k, const sched::Kernel &params, int index);
+
+/// The function of q's gradient in kernel k (one with attentionGradQ): k's parameters, named
+/// k's name with `_dq`.
+sched::Kernel gradQKernel(const sched::Kernel &k);
 
 } // namespace braze::codegen

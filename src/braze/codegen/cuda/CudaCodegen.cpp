@@ -120,15 +120,23 @@ public:
       if (k.attention) {
         // A written-out softmax (not safe) gives nan for a row whose every key is masked,
         // where cuDNN averages the row: such a masked attention runs braze's kernel. cuDNN
-        // takes the output only (the log-sum-exp and the gradients run braze's kernels).
+        // takes the output (with its log-sum-exp beside it), and the three gradients when one
+        // kernel writes them; a lone log-sum-exp or gradient runs braze's kernel.
         const loop::AttentionSpec &spec = *k.attention->attention;
-        bool cudnn = opts_.cudnnAttention && spec.part == loop::AttentionPart::Output &&
+        bool cudnn = opts_.cudnnAttention &&
+                     (spec.part == loop::AttentionPart::Output || k.attentionGradQ) &&
                      (!spec.bias || spec.safe);
         add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target), cudnn);
-        std::string launch = cudaAttentionLaunch(s_, names_, k, index);
+        std::string launch = cudaAttentionLaunch(s_, names_, k, k, index);
+        if (k.attentionGradQ) { // braze's own backward is two kernels: k's and v's, then q's
+          Kernel q = gradQKernel(k);
+          add(q, emitCudaAttentionKernel(names_, q, params(k), s_.target), cudnn);
+          launch += " if (!err) " + cudaAttentionLaunch(s_, names_, q, k, index + 1);
+        }
         if (cudnn) {
           out.usesCudnn = true;
-          launch = attentionStatement(names_, k, launch);
+          launch = k.attentionGradQ ? attentionGradStatement(names_, k, launch)
+                                    : attentionStatement(names_, k, launch);
         }
         calls.push_back(launch);
         continue;

@@ -1,6 +1,7 @@
 #include "braze/codegen/cuda/CudaHost.h"
 
 #include "braze/codegen/CFamily.h"
+#include "braze/support/Check.h"
 
 namespace braze::codegen {
 
@@ -144,51 +145,111 @@ std::string convStatement(const Names &names, const sched::Kernel &k, const std:
   return out;
 }
 
-std::string attentionStatement(const Names &names, const sched::Kernel &k,
-                               const std::string &fallback) {
-  const loop::Computation &c = *k.attention;
-  const loop::AttentionSpec &a = *c.attention;
+namespace {
+/// An attention's operands in C text: an operand's address, a list of sizes or strides.
+struct AttentionFill {
+  const Names &names;
+  size_t rank = 0;
+  std::string at(const loop::AttentionOperand &o) const {
+    return "(const char*)bufs[" + std::to_string(o.buffer->id) + "] + (" + names.index(o.offset) +
+           ") * " + std::to_string(dtypeSize(o.buffer->dtype));
+  }
+  std::string list(const std::vector<sym::SymExpr> &xs) const { return cIndexList(names, xs); }
+};
+
+/// Writes the lines that fill BrazeAttention `a` with attention kernel k's operands (q, k, v,
+/// sizes, scale) and the stride arrays `batch`, `qs`, `ks` and `vs`.
+AttentionFill fillAttention(Writer &w, const Names &names, const sched::Kernel &k) {
+  const loop::AttentionSpec &a = *k.attention->attention;
   size_t r = a.q.shape.size();
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
-  auto list = [&](const std::vector<sym::SymExpr> &xs) { return cIndexList(names, xs); };
-  std::string esz = std::to_string(dtypeSize(c.out->dtype));
-  auto at = [&](const loop::AttentionOperand &o) {
-    return "(const char*)bufs[" + std::to_string(o.buffer->id) + "] + (" + ix(o.offset) +
-           ") * " + esz;
-  };
+  AttentionFill f{names, r};
   std::vector<sym::SymExpr> batch(a.q.shape.begin(), a.q.shape.end() - 2);
-  std::string out;
-  Writer w(out, 1);
-  w.line("{");
-  w.indent();
   w.line("BrazeAttention a = {};");
-  w.line("a.dtype = " + code(c.out->dtype) + ";");
+  w.line("a.dtype = " + code(a.q.buffer->dtype) + ";");
   w.line("a.causal = " + std::string(a.causal ? "1" : "0") + ";");
   w.line("a.sq = " + ix(a.q.shape[r - 2]) + "; a.skv = " + ix(a.k.shape[r - 2]) + ";");
   w.line("a.d = " + ix(a.q.shape[r - 1]) + "; a.dv = " + ix(a.v.shape[r - 1]) + ";");
   w.line("a.scale = " + literal(a.scale, 0, DType::Float32) + ";");
-  w.line("a.q = " + at(a.q) + "; a.k = " + at(a.k) + "; a.v = " + at(a.v) + ";");
+  w.line("a.q = " + f.at(a.q) + "; a.k = " + f.at(a.k) + "; a.v = " + f.at(a.v) + ";");
+  w.line("const int64_t batch[] = " + f.list(batch) + ";");
+  w.line("const int64_t qs[] = " + f.list(a.q.strides) + ", ks[] = " + f.list(a.k.strides) +
+         ", vs[] = " + f.list(a.v.strides) + ";");
+  return f;
+}
+
+/// A log-sum-exp's strides ([B.., Sq]) as [B.., Sq, 1] (C text).
+std::string rowStrides(const AttentionFill &f, const std::vector<sym::SymExpr> &strides) {
+  std::string ls = f.list(strides);
+  ls.insert(ls.size() - 1, ", INT64_C(1)");
+  return ls;
+}
+
+/// `mapped` (C text: whether the operands map to cuDNN's) with the bias's mapping, and the
+/// call or `fallback` in its place.
+void callAttention(Writer &w, const AttentionFill &f, const loop::AttentionSpec &a,
+                   std::string mapped, const std::string &fallback) {
+  if (a.bias) {
+    w.line("a.bias = " + f.at(*a.bias) + ";");
+    w.line("const int64_t bs[] = " + f.list(a.bias->strides) + ";");
+    mapped += " && braze_attention_bias(&a, " + std::to_string(f.rank) + ", batch, bs)";
+  }
+  callOrFallback(w, mapped + " ? api->attention(api->ctx, &a) : 1", fallback);
+}
+} // namespace
+
+std::string attentionStatement(const Names &names, const sched::Kernel &k,
+                               const std::string &fallback) {
+  const loop::Computation &c = *k.attention;
+  const loop::AttentionSpec &a = *c.attention;
+  std::string out;
+  Writer w(out, 1);
+  w.line("{");
+  w.indent();
+  AttentionFill f = fillAttention(w, names, k);
   w.line("a.o = bufs[" + std::to_string(c.out->id) + "];");
-  w.line("const int64_t batch[] = " + list(batch) + ";");
-  w.line("const int64_t qs[] = " + list(a.q.strides) + ", ks[] = " + list(a.k.strides) +
-         ", vs[] = " + list(a.v.strides) + ", os[] = " + list(c.out->strides) + ";");
+  w.line("const int64_t os[] = " + f.list(c.out->strides) + ";");
   std::string stats = "0";
   if (k.attentionPair) { // the log-sum-exp beside the output: cuDNN's statistics
     const loop::Buffer &l = *k.attentionPair->out;
-    std::string ls = list(l.strides); // and a last dim of 1
-    ls.insert(ls.size() - 1, ", INT64_C(1)");
     w.line("a.stats = bufs[" + std::to_string(l.id) + "];");
-    w.line("const int64_t ls[] = " + ls + ";");
+    w.line("const int64_t ls[] = " + rowStrides(f, l.strides) + ";");
     stats = "ls";
   }
-  std::string mapped = "braze_attention_layout(&a, " + std::to_string(r) +
-                       ", batch, qs, ks, vs, os, " + stats + ")";
-  if (a.bias) {
-    w.line("a.bias = " + at(*a.bias) + ";");
-    w.line("const int64_t bs[] = " + list(a.bias->strides) + ";");
-    mapped += " && braze_attention_bias(&a, " + std::to_string(r) + ", batch, bs)";
-  }
-  callOrFallback(w, mapped + " ? api->attention(api->ctx, &a) : 1", fallback);
+  callAttention(w, f, a,
+                "braze_attention_layout(&a, " + std::to_string(f.rank) +
+                    ", batch, qs, ks, vs, os, " + stats + ")",
+                fallback);
+  w.dedent();
+  w.line("}");
+  return out;
+}
+
+std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
+                                   const std::string &fallback) {
+  const loop::Computation &c = *k.attention;
+  const loop::AttentionSpec &a = *c.attention;
+  BRAZE_CHECK(k.attentionPair && k.attentionGradQ) << "a cuDNN backward writes three gradients";
+  auto buffer = [](const loop::Computation &x) { return "bufs[" + std::to_string(x.out->id) + "]"; };
+  std::string out;
+  Writer w(out, 1);
+  w.line("{");
+  w.indent();
+  AttentionFill f = fillAttention(w, names, k);
+  w.line("a.o = (void*)(" + f.at(*a.out) + "); a.stats = (void*)(" + f.at(*a.lse) + ");");
+  w.line("a.grad_out = " + f.at(*a.dout) + ";");
+  w.line("a.grad_q = " + buffer(*k.attentionGradQ) + "; a.grad_k = " + buffer(c) +
+         "; a.grad_v = " + buffer(*k.attentionPair) + ";");
+  w.line("const int64_t os[] = " + f.list(a.out->strides) + ", ls[] = " +
+         rowStrides(f, a.lse->strides) + ";");
+  w.line("const int64_t gs[] = " + f.list(a.dout->strides) + ", dqs[] = " +
+         f.list(k.attentionGradQ->out->strides) + ", dks[] = " + f.list(c.out->strides) +
+         ", dvs[] = " + f.list(k.attentionPair->out->strides) + ";");
+  std::string r = std::to_string(f.rank);
+  callAttention(w, f, a,
+                "braze_attention_layout(&a, " + r + ", batch, qs, ks, vs, os, ls) && " +
+                    "braze_attention_grads(&a, " + r + ", batch, gs, dqs, dks, dvs)",
+                fallback);
   w.dedent();
   w.line("}");
   return out;
@@ -234,8 +295,12 @@ struct BrazeAttention {
   const void* q; const void* k; const void* v; void* o;
   const void* bias; // [b|1, hq|1, sq|1, skv] (1 broadcasts), added to the scaled scores; or null
   int64_t bias_dims[4], bias_strides[4];
-  void* stats; // or null: each row's log-sum-exp, f32 [b, hq, sq, 1]
+  void* stats; // or null: each row's log-sum-exp, f32 [b, hq, sq, 1] (read with grad)
   int64_t stats_strides[4];
+  int grad; // 1: the gradients of q, k and v from grad_out (of o), o (read) and stats (read)
+  int64_t hg; // heads of grad_k and grad_v: hk, or hq where each query head has its own
+  const void* grad_out; void* grad_q; void* grad_k; void* grad_v; // with grad
+  int64_t grad_out_strides[4], grad_q_strides[4], grad_k_strides[4], grad_v_strides[4];
 };
 struct BrazeCudaApi {
   void* ctx;
@@ -247,45 +312,61 @@ struct BrazeCudaApi {
   int (*attention)(void* ctx, const BrazeAttention* a); // as conv (1: launch braze's kernel)
 };
 
+// An attention operand's strides s of rank r ([batch.., s, d]) as cuDNN's [b, h, s, d] strides
+// in dst; its heads, or 0 where they do not map. r = 3 has one head; r = 5 merges its two head
+// dims, where keys and values may repeat along the second (stride 0: grouped-query attention).
+static int64_t braze_attention_strides(int r, const int64_t* batch, int64_t b,
+                                       const int64_t* s, int64_t* dst) {
+  int64_t heads;
+  if ((b > 1 && s[0] <= 0) || s[r - 1] != 1)
+    return 0;
+  dst[0] = s[0];
+  dst[2] = s[r - 2];
+  dst[3] = 1;
+  if (r == 3) {
+    heads = 1, dst[1] = s[0];
+  } else if (r == 4) {
+    int repeated = s[1] == 0 && batch[1] > 1;
+    heads = repeated ? 1 : batch[1], dst[1] = repeated ? s[0] : s[1];
+  } else if (batch[2] == 1 || s[1] == s[2] * batch[2]) {
+    heads = batch[1] * batch[2], dst[1] = batch[2] == 1 ? s[1] : s[2];
+  } else if (s[2] == 0) {
+    heads = batch[1], dst[1] = s[1];
+  } else {
+    return 0;
+  }
+  return heads > 1 && dst[1] <= 0 ? 0 : heads;
+}
+
 // An attention's operands of rank r ([batch.., s, d]; strides qs, ks, vs and os, the output's,
-// and ls, the log-sum-exp's as [batch.., sq, 1], or null) as cuDNN's [b, h, s, d] in a: r = 3
-// has one head; r = 5 merges its two head dims, where keys and values may repeat along the
-// second (stride 0: grouped-query attention). 0 where they do not map.
+// and ls, the log-sum-exp's as [batch.., sq, 1], or null) as cuDNN's [b, h, s, d] in a: 0 where
+// they do not map.
 static int braze_attention_layout(BrazeAttention* a, int r, const int64_t* batch,
                                   const int64_t* qs, const int64_t* ks, const int64_t* vs,
                                   const int64_t* os, const int64_t* ls) {
-  const int64_t* src[5] = {qs, ks, vs, os, ls};
-  int64_t* dst[5] = {a->q_strides, a->k_strides, a->v_strides, a->o_strides, a->stats_strides};
-  int64_t heads[5];
-  const int n = ls ? 5 : 4;
   if (r < 3 || r > 5 || a->sq <= 0 || a->skv <= 0 || batch[0] <= 0)
     return 0;
   a->b = batch[0];
-  for (int i = 0; i < n; ++i) {
-    const int64_t* s = src[i];
-    if ((a->b > 1 && s[0] <= 0) || s[r - 1] != 1)
-      return 0;
-    dst[i][0] = s[0];
-    dst[i][2] = s[r - 2];
-    dst[i][3] = 1;
-    if (r == 3) {
-      heads[i] = 1, dst[i][1] = s[0];
-    } else if (r == 4) {
-      bool repeated = s[1] == 0 && batch[1] > 1;
-      heads[i] = repeated ? 1 : batch[1], dst[i][1] = repeated ? s[0] : s[1];
-    } else if (batch[2] == 1 || s[1] == s[2] * batch[2]) {
-      heads[i] = batch[1] * batch[2], dst[i][1] = batch[2] == 1 ? s[1] : s[2];
-    } else if (s[2] == 0) {
-      heads[i] = batch[1], dst[i][1] = s[1];
-    } else {
-      return 0;
-    }
-    if (heads[i] > 1 && dst[i][1] <= 0)
-      return 0;
-  }
-  a->hq = heads[0], a->hk = heads[1];
-  return heads[3] == a->hq && heads[2] == a->hk && a->hq % a->hk == 0 &&
-         (!ls || heads[4] == a->hq);
+  a->hq = braze_attention_strides(r, batch, a->b, qs, a->q_strides);
+  a->hk = braze_attention_strides(r, batch, a->b, ks, a->k_strides);
+  return a->hq > 0 && a->hk > 0 && a->hq % a->hk == 0 &&
+         braze_attention_strides(r, batch, a->b, vs, a->v_strides) == a->hk &&
+         braze_attention_strides(r, batch, a->b, os, a->o_strides) == a->hq &&
+         (!ls || braze_attention_strides(r, batch, a->b, ls, a->stats_strides) == a->hq);
+}
+
+// The gradients' strides after braze_attention_layout (the output's gradient's as the output's,
+// q's as q's, k's and v's as k's, or with each query head's own: a->hg) in a: 0 where they do
+// not map.
+static int braze_attention_grads(BrazeAttention* a, int r, const int64_t* batch,
+                                 const int64_t* gs, const int64_t* dqs, const int64_t* dks,
+                                 const int64_t* dvs) {
+  a->grad = 1;
+  a->hg = braze_attention_strides(r, batch, a->b, dks, a->grad_k_strides);
+  return braze_attention_strides(r, batch, a->b, gs, a->grad_out_strides) == a->hq &&
+         braze_attention_strides(r, batch, a->b, dqs, a->grad_q_strides) == a->hq &&
+         (a->hg == a->hk || a->hg == a->hq) &&
+         braze_attention_strides(r, batch, a->b, dvs, a->grad_v_strides) == a->hg;
 }
 
 // The bias of an attention of rank r ([batch.., sq, skv], strides bs; a stride 0 broadcasts)

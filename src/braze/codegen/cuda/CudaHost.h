@@ -32,11 +32,17 @@ std::string gemmStatement(sym::SymContext &s, const Names &names, const sched::K
 std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
                           bool tf32);
 
-/// The cuDNN call for attention kernel k (its output, f16/bf16, no bias), or `fallback` (the
-/// launch of braze's attention kernel) where its operands do not map to cuDNN's or cuDNN
-/// declines it.
+/// The cuDNN call for attention kernel k (its output, f16/bf16, with its log-sum-exp where
+/// the kernel writes it), or `fallback` (the launch of braze's attention kernel) where its
+/// operands do not map to cuDNN's or cuDNN declines it.
 std::string attentionStatement(const Names &names, const sched::Kernel &k,
                                const std::string &fallback);
+
+/// The cuDNN backward for attention kernel k (k's gradient, with v's and q's beside it: the
+/// kernel's attentionPair and attentionGradQ), or `fallback` (the launches of braze's two
+/// gradient kernels) where the operands do not map to cuDNN's or cuDNN declines it.
+std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
+                                   const std::string &fallback);
 
 /// The module's host source: the callback types, then the module ABI with `calls` in braze_run.
 std::string hostSource(const sched::Schedule &s, Names &names,

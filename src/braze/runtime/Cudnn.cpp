@@ -851,6 +851,12 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
             std::to_string(p.hq) + " heads (got " + std::to_string(p.hg) + ")";
     return DnnStatus::Declined;
   }
+  if (p.grad && p.bias && p.biasDims[2] == 1 && p.sq > 1) {
+    // Measured on cuDNN 9.19 (H200): such a backward runs, but its gradients are wrong.
+    error = "cuDNN's fused attention backward takes a bias of every query row, not one "
+            "broadcast over them";
+    return DnnStatus::Declined;
+  }
   std::vector<int64_t> key{p.grad ? -2 : -1, p.dtype, p.causal, p.b, p.hq, p.hk, p.sq, p.skv,
                            p.d, p.dv, alignmentOf(p.q), alignmentOf(p.k), alignmentOf(p.v),
                            alignmentOf(p.o), p.bias ? alignmentOf(p.bias) : -1,

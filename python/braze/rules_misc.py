@@ -260,8 +260,16 @@ _HALF_EXACT_COUNT = {"f16": 2048, "bf16": 256}
 @rule(aten.histc.default)
 def _histc(t, node, x, bins=100, min=0, max=0):
     """A range taken from the data (min == max) is left to eager, which checks it is finite;
-    so are half-precision counts past what eager's half-precision accumulation keeps exact."""
+    so are half-precision counts past what eager's half-precision accumulation keeps exact.
+    Integer input (a mixture of experts counts its tokens per expert so on CUDA) bins in
+    integers with the range truncated, as eager's CUDA kernel does; eager's CPU kernel takes
+    floating point only, and raises for integers as it always does."""
     dt = t.g.dtype(t.arg(x))
+    val = x.meta["val"]
+    if not val.dtype.is_floating_point:
+        if val.device.type != "cuda":
+            raise Unsupported(f"histc of {dt} on the CPU (eager's kernel takes floating point)")
+        min, max = int(min), int(max)  # eager truncates the range to the input's integers
     if float(min) == float(max):
         raise Unsupported("histc with a range from the data")
     if x.meta["val"].numel() > _HALF_EXACT_COUNT.get(dt, x.meta["val"].numel()):

@@ -172,6 +172,24 @@ def test_histc(dtype):
     assert_same(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_of_integers(device, dtype):
+    """Expert ids counted per expert, as a mixture of experts' router does on CUDA: eager's
+    CUDA kernel bins integers with the range truncated to integers (min=-0.5 is 0), in
+    integer arithmetic; braze matches it. Eager's CPU kernel refuses integers, and so does the
+    compiled call (the op runs in eager)."""
+    def fn(x):
+        return (torch.histc(x, bins=8, min=0, max=7), torch.histc(x, bins=3, min=-0.5, max=7.9),
+                torch.histc(x, bins=5, min=2, max=6))
+    x = torch.randint(0, 9, (1000,), dtype=dtype)
+    if device != "cuda":
+        with pytest.raises((RuntimeError, NotImplementedError), match="not implemented"):
+            compiled(fn)(x)
+        return
+    got, want = run_compiled(fn, x)
+    assert_same(got, want, atol=0, rtol=0)
+
+
 def test_histc_with_a_range_from_the_data_runs_eagerly():
     x = torch.tensor([1.0, float("inf")])
     with pytest.raises(Exception, match="not finite"):

@@ -350,8 +350,10 @@ public:
   /// `out` (i64 or i32); seq and values promote to one dtype.
   Node *searchSorted(Node *seq, Node *values, Node *sorter, bool right, DType out);
   /// Counts of x's elements in `bins` equal parts of [lo, hi] (elements outside are not
-  /// counted; hi falls in the last bin), in x's floating-point dtype. An element's bin is
-  /// trunc((e - lo) * bins / (hi - lo)) computed in x's dtype, as eager's kernel does.
+  /// counted; hi falls in the last bin), in x's dtype. An element's bin is
+  /// trunc((e - lo) * bins / (hi - lo)) computed in x's floating-point dtype, or for integers
+  /// (eager's CUDA kernel takes them) in i64 with lo and hi truncated to integers, as eager's
+  /// kernels do.
   Node *histogram(Node *x, int64_t bins, double lo, double hi);
   /// Search and histogram compare every value with every boundary: at most kMaxComparisons.
   static constexpr int64_t kMaxComparisons = int64_t(1) << 24;

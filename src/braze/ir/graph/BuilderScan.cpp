@@ -107,11 +107,21 @@ Node *GraphBuilder::searchSorted(Node *seq, Node *values, Node *sorter, bool rig
 }
 
 std::string GraphBuilder::histogramError(const Node *x, int64_t bins, double lo, double hi) {
-  if (!isFloating(x->dtype()))
-    return "needs a floating-point input";
+  DType t = x->dtype();
+  if (!isFloating(t) && !isIntegral(t))
+    return "needs a floating-point or integer input, got " + std::string(dtypeName(t));
+  if (isIntegral(t) && std::isfinite(lo) && std::isfinite(hi)) {
+    // eager's kernel takes the range in the input's integers
+    lo = std::trunc(lo), hi = std::trunc(hi);
+    double end = std::ldexp(1.0, 8 * dtypeSize(t) - (isSigned(t) ? 1 : 0));
+    if (lo < lowestValue(t) || hi >= end)
+      return "needs a range within " + std::string(dtypeName(t)) + ", got [" +
+             std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  }
   if (bins < 1 || !std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-    return "needs bins >= 1 and a finite range min < max, got " + std::to_string(bins) +
-           " bins over [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return "needs bins >= 1 and a finite range min < max (of integers for an integer input), "
+           "got " + std::to_string(bins) + " bins over [" + std::to_string(lo) + ", " +
+           std::to_string(hi) + "]";
   int64_t n = 1;
   for (const SymExpr &d : x->shape()) {
     if (!d->isConst())

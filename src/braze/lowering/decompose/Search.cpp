@@ -5,8 +5,11 @@
 /// as below every value, as eager's search does); a sorter gathers seq into order first.
 ///   histogram(x)[b] = #{ e in x : min <= e <= max and min(trunc((e - min) * bins / width),
 ///                                                       bins - 1) == b }
-/// with min, max and width = max - min in x's dtype, as eager's kernel computes them.
+/// with min, max and width = max - min in x's dtype, as eager's kernel computes them (for an
+/// integer x, in i64 with min and max truncated to integers, as eager's CUDA kernel does).
 #include "braze/lowering/decompose/Decompose.h"
+
+#include <cmath>
 
 namespace braze::decomp {
 
@@ -31,11 +34,20 @@ Node *decomposeHistogram(GraphBuilder &b, Node *n) {
   if (count == 0)
     return b.full(0.0, t, n->shape());
   Node *flat = b.reshape(x, {b.dim(count)});
-  Node *lo = b.scalar(n->attrs().getFloat("min"), t), *hi = b.scalar(n->attrs().getFloat("max"), t);
+  double min = n->attrs().getFloat("min"), max = n->attrs().getFloat("max");
+  Node *pos = nullptr;
+  if (isIntegral(t)) { // exact: the range truncated to integers, the bin in i64
+    flat = b.convert(flat, DType::Int64);
+    min = std::trunc(min), max = std::trunc(max);
+  }
+  Node *lo = b.scalar(min, flat->dtype()), *hi = b.scalar(max, flat->dtype());
   Node *inside = b.binary(OpKind::LogicalAnd, b.binary(OpKind::Ge, flat, lo),
                           b.binary(OpKind::Le, flat, hi));
-  Node *scaled = b.mul(b.sub(flat, lo), b.scalar(static_cast<double>(bins), t));
-  Node *pos = b.convert(b.div(scaled, b.sub(hi, lo)), DType::Int64);
+  Node *scaled = b.mul(b.sub(flat, lo), b.scalar(static_cast<double>(bins), flat->dtype()));
+  if (isIntegral(t))
+    pos = b.truncDiv(scaled, b.sub(hi, lo));
+  else
+    pos = b.convert(b.div(scaled, b.sub(hi, lo)), DType::Int64);
   pos = b.binary(OpKind::Minimum, pos, i64(b, bins - 1));
   Node *which = b.iota(DType::Int64, {b.dim(1), b.dim(bins)}, 1);
   Node *hit = b.binary(OpKind::LogicalAnd, b.unsqueeze(inside, 1),

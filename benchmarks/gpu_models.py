@@ -17,6 +17,9 @@ Models (names for --only; random weights, built offline from configs):
               16 heads (4 KV heads), ids 4×512, f32 parameters
   vit_train   a ViT-B/16 training step (torchvision: patch convolution, 12 layers) under bf16
               autocast, batch 32, 224×224
+  moe         Mixtral-style mixture of experts: 4 layers, hidden 1024, 16 heads (4 KV heads),
+              8 experts of MLP 2816, top 2, ids 4×512, bf16 (greedy routing flips on near-ties
+              in bf16 for every backend: compare rel error with eager's noise)
   attention   softmax(q@kᵀ/√d)@v, 8×16×1024×64, bf16
   decoder_a   LLaMA-family decoder at LLM size: 8 layers, hidden 2048, 32 heads (8 KV heads,
               head dim 64), ids 4×1024, bf16, use_cache=False, the causal mask built by
@@ -93,7 +96,7 @@ import braze  # noqa: E402
 
 DEV = torch.device("cuda")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "bert_train", "resnet50_train",
-          "llama_train", "vit_train", "attention", "sdpa", "decoder_a", "decoder_b")
+          "llama_train", "vit_train", "moe", "attention", "sdpa", "decoder_a", "decoder_b")
 REL_TOL = {torch.bfloat16: 5e-2, torch.float16: 5e-2, torch.float32: 1e-3}
 
 
@@ -124,6 +127,15 @@ def build(name):
                             num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
                             max_position_embeddings=1024)
         m = t.LlamaModel(cfg).to(DEV, bf).eval()
+        ids = torch.randint(0, 32000, (4, 512), device=DEV)
+        return m, (lambda f: [f(ids).last_hidden_state]), bf, False
+    if name == "moe":
+        t = _transformers()
+        cfg = t.MixtralConfig(num_hidden_layers=4, hidden_size=1024, num_attention_heads=16,
+                              num_key_value_heads=4, intermediate_size=2816, num_local_experts=8,
+                              num_experts_per_tok=2, vocab_size=32000,
+                              max_position_embeddings=1024)
+        m = t.MixtralModel(cfg).to(DEV, bf).eval()
         ids = torch.randint(0, 32000, (4, 512), device=DEV)
         return m, (lambda f: [f(ids).last_hidden_state]), bf, False
     if name in ("decoder_a", "decoder_b"):

@@ -56,9 +56,13 @@ split is handed out, and counted, whole, so the peak would depend on the backend
 The exit status is 1 when braze raised, ran a graph in eager, or differs from eager beyond the
 tolerance (relative error 5e-2 in bf16/f16, 1e-3 in f32, plus twice eager's own difference
 between two calls, or from a call without TF32, whichever is larger: nondeterministic backward
-kernels make eager differ from itself, and TF32 convolutions from f32).
+kernels make eager differ from itself, and TF32 convolutions from f32). The moe model is
+compared with a float32 run of itself instead, eager included: its greedy routing flips on
+near-ties in bf16, differently in every backend, so a backend is within tolerance where its
+error is at most twice eager's (or the bf16 tolerance).
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -98,6 +102,10 @@ DEV = torch.device("cuda")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "gpt2_train", "bert_train", "resnet50_train",
           "llama_train", "vit_train", "moe", "attention", "sdpa", "decoder_a", "decoder_b")
 REL_TOL = {torch.bfloat16: 5e-2, torch.float16: 5e-2, torch.float32: 1e-3}
+# Models compared with a float32 run of themselves rather than with eager: a mixture of experts'
+# greedy routing flips on near-ties in bf16, differently in every backend. A backend is ok
+# where its error against the f32 run is at most twice eager's (or REL_TOL).
+F32_REFERENCE = {"moe"}
 
 
 def _transformers():
@@ -285,6 +293,12 @@ def run_model(name, backends):
             noise = max(noise, errors([w.detach() for w in call(model)], want)[1])
         finally:
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+        if name in F32_REFERENCE:
+            wide = copy.deepcopy(model).float()
+            ref = [w.detach().float() for w in call(wide)]
+            del wide
+            noise = errors(want, ref)[1]  # eager's own error against the f32 run
+            want = ref
         torch.cuda.synchronize()
         eager_s = min(_wall(lambda: call(model)) for _ in range(3))
         fns = {}
@@ -308,7 +322,9 @@ def run_model(name, backends):
                 row["max_abs_error"], row["rel_error"] = worst[0], max(e[1] for e in errs)
                 row["worst_result"] = worst[2]
                 row["eager_noise"] = noise
-                row["ok"] = row["rel_error"] <= REL_TOL[dtype] + 2 * noise
+                row["ok"] = row["rel_error"] <= (max(REL_TOL[dtype], 2 * noise)
+                                                 if name in F32_REFERENCE
+                                                 else REL_TOL[dtype] + 2 * noise)
                 if b.startswith("braze"):
                     braze_row(row, before, after, caught, ops_before)
                 if train:

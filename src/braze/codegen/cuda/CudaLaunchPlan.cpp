@@ -1,0 +1,351 @@
+// plan-cuda: each loop kernel's launch record (sched::CudaLaunch) from its shape and operands,
+// the check of a record given by hand (braze-opt --launch), and the row operands and values a
+// persistent row keeps in registers.
+#include "braze/codegen/cuda/CudaEmitter.h"
+
+#include "braze/codegen/CFamily.h"
+#include "braze/codegen/KernelBody.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+
+#include <algorithm>
+#include <map>
+
+namespace braze::codegen::cuda {
+
+bool CudaEmitter::contiguousIn(SymExpr index, SymExpr var) {
+  std::unordered_map<SymExpr, SymExpr> next{{var, sym_.add(var, 1)}};
+  return sym_.sub(sym_.substitute(index, next), index)->isConst(1);
+}
+
+std::vector<const loop::Expr *>
+CudaEmitter::plainLoads(const std::vector<const Member *> &members,
+                        const std::set<const Buffer *> &writes) {
+  std::vector<const loop::Expr *> out;
+  for (const Member *m : members)
+    forEachExpr(m->value, [&](const loop::Expr *e) {
+      if (e->kind() == loop::ExprKind::Load && e->indirect().empty() && inMemory(*e->buffer()) &&
+          !writes.count(e->buffer()) && std::find(out.begin(), out.end(), e) == out.end())
+        out.push_back(e);
+    });
+  return out;
+}
+
+int CudaEmitter::laneCount(const std::vector<const Member *> &members, SymExpr var,
+                           const std::set<const Buffer *> &writes) {
+  if (!var || !var->extent()->isConst())
+    return 1;
+  int narrowest = 0;
+  auto consider = [&](DType t) {
+    int b = static_cast<int>(dtypeSize(t));
+    narrowest = narrowest == 0 ? b : std::min(narrowest, b);
+  };
+  for (const loop::Expr *l : plainLoads(members, writes))
+    if (contiguousIn(l->index(), var))
+      consider(l->buffer()->dtype);
+  for (const Member *m : members)
+    if (m->store && !m->comp->isReduction() && contiguousIn(m->storeIndex, var))
+      consider(m->comp->out->dtype);
+  if (narrowest == 0)
+    return 1;
+  int vec = std::max(1, 16 / narrowest);
+  int64_t extent = var->extent()->value();
+  while (vec > 1 && extent % vec != 0)
+    vec /= 2;
+  return vec;
+}
+
+std::vector<const loop::Expr *> CudaEmitter::rowOperands(const Kernel &k) {
+  std::set<const Buffer *> writes = written(k);
+  std::vector<std::vector<const loop::Expr *>> perStep;
+  std::map<const loop::Expr *, int> steps;
+  for (const Step &st : k.steps)
+    if (st.kind == StepKind::Loop) {
+      perStep.push_back(plainLoads(membersOf(st), writes));
+      for (const loop::Expr *l : perStep.back())
+        steps[l] += mentionsAny(l->index(), k.innerVars) ? 1 : 0;
+    }
+  std::vector<const loop::Expr *> out;
+  for (const auto &loads : perStep)
+    for (const loop::Expr *l : loads)
+      if (steps[l] > 1 && std::find(out.begin(), out.end(), l) == out.end())
+        out.push_back(l);
+  return out;
+}
+
+std::vector<std::pair<const loop::Expr *, int>> CudaEmitter::rowValues(const Kernel &k) {
+  // Each step's values as a set, and in the order its members visit them: the order the
+  // result follows (a set of pointers iterates in address order, which differs from process
+  // to process, and so would the kernel's source and its cache key).
+  std::vector<std::set<const loop::Expr *>> dags;
+  std::vector<std::vector<const loop::Expr *>> visits;
+  std::map<const loop::Expr *, bool> inner;
+  for (const Step &st : k.steps) {
+    if (st.kind != StepKind::Loop)
+      continue;
+    std::set<const loop::Expr *> dag;
+    std::vector<const loop::Expr *> visit;
+    for (const Member &m : st.members)
+      forEachExpr(m.value, [&](const loop::Expr *e) {
+        if (dag.insert(e).second)
+          visit.push_back(e);
+        bool dep = e->index() && mentionsAny(e->index(), k.innerVars);
+        for (const loop::Expr *o : e->operands())
+          dep = dep || inner[o];
+        for (const auto &b : e->indirect())
+          dep = dep || inner[b.second];
+        inner[e] = dep;
+      });
+    dags.push_back(std::move(dag));
+    visits.push_back(std::move(visit));
+  }
+  std::map<const loop::Expr *, int> first, count;
+  for (size_t i = 0; i < dags.size(); ++i)
+    for (const loop::Expr *e : dags[i]) {
+      count[e]++;
+      if (!first.count(e))
+        first[e] = static_cast<int>(i);
+    }
+  auto candidate = [&](const loop::Expr *e) {
+    if (e->kind() != loop::ExprKind::Op || !inner[e] || count[e] < 2 || !e->indirect().empty())
+      return false;
+    return !(e->op() == loop::ScalarOpKind::Cast && e->operands()[0]->kind() == loop::ExprKind::Load);
+  };
+  std::vector<std::pair<const loop::Expr *, int>> out;
+  for (size_t i = 0; i < dags.size(); ++i)
+    for (const loop::Expr *e : visits[i]) {
+      if (first[e] != static_cast<int>(i) || !candidate(e))
+        continue;
+      // Needed unless every use in a later step is under another candidate.
+      bool needed = false;
+      for (size_t j = i + 1; j < dags.size() && !needed; ++j) {
+        if (!dags[j].count(e))
+          continue;
+        for (const Step &st : k.steps)
+          for (const Member &m : st.members)
+            if (m.value == e && dags[j].count(e))
+              needed = true;
+        for (const loop::Expr *p : dags[j])
+          if (!candidate(p) && std::find(p->operands().begin(), p->operands().end(), e) !=
+                                   p->operands().end())
+            needed = true;
+      }
+      if (needed)
+        out.push_back({e, static_cast<int>(i)});
+    }
+  return out;
+}
+
+bool CudaEmitter::rowsAdjacent(const std::vector<const Member *> &members,
+                               const std::vector<SymExpr> &rowVars,
+                               const std::set<const Buffer *> &writes) {
+  if (rowVars.empty())
+    return false;
+  std::vector<const loop::Expr *> loads = plainLoads(members, writes);
+  return !loads.empty() && std::all_of(loads.begin(), loads.end(), [&](const loop::Expr *l) {
+    return contiguousIn(l->index(), rowVars.back());
+  });
+}
+
+int CudaEmitter::columnBytes(const std::vector<const Member *> &members,
+                             const std::vector<SymExpr> &rowVars,
+                             const std::vector<SymExpr> &inner,
+                             const std::set<const Buffer *> &writes) {
+  if (rowVars.empty())
+    return 0;
+  int bytes = 0;
+  for (const loop::Expr *l : plainLoads(members, writes)) {
+    if (!sym::mentions(l->index(), rowVars.back()) || !mentionsAny(l->index(), inner))
+      continue; // the rows share it, or it is read once per row
+    if (!contiguousIn(l->index(), rowVars.back()) || contiguousIn(l->index(), inner.back()))
+      return 0;
+    int size = static_cast<int>(dtypeSize(l->buffer()->dtype));
+    bytes = bytes ? std::min(bytes, size) : size;
+  }
+  return bytes;
+}
+
+SymExpr CudaEmitter::points(const std::vector<SymExpr> &vars) {
+  std::vector<SymExpr> extents;
+  for (SymExpr v : vars)
+    extents.push_back(v->extent());
+  return sym_.product(extents);
+}
+
+std::vector<const Member *> CudaEmitter::laneMembers(const Kernel &k) {
+  std::vector<const Member *> members;
+  for (const Step &st : k.steps)
+    if (k.innerVars.empty() || st.kind == StepKind::Loop)
+      for (const Member &m : st.members)
+        members.push_back(&m);
+  return members;
+}
+
+int CudaEmitter::lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes) {
+  SymExpr var = !k.innerVars.empty() ? k.innerVars.back()
+                : k.outerVars.empty() ? nullptr
+                                      : k.outerVars.back();
+  return laneCount(laneMembers(k), var, writes);
+}
+
+void CudaEmitter::setRowIterations(sched::CudaLaunch &l, int64_t length) {
+  int64_t chunk = static_cast<int64_t>(l.threads) * l.vec;
+  l.length = length;
+  l.iters = (length + chunk - 1) / chunk;
+  l.ragged = length % chunk != 0;
+}
+
+sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
+  sched::CudaLaunch p;
+  std::set<const Buffer *> writes = written(k);
+  p.vec = lanesAllowed(k, writes);
+  if (k.innerVars.empty()) {
+    p.block = kPointwiseBlock;
+    // Without vector lanes, one scalar access per thread keeps too few bytes in flight for
+    // the memory's bandwidth (a [1024, 50257] gradient of unaligned rows): a thread of a
+    // large kernel takes kSpread points.
+    SymExpr count = points(k.outerVars);
+    if (p.vec == 1 && count->isConst() && count->value() >= kSpreadMin)
+      p.spread = kSpread;
+    return p;
+  }
+  std::vector<const Member *> all = laneMembers(k);
+  SymExpr length = points(k.innerVars);
+  // Fewer rows than multiprocessors: the rows' threads are all the kernel has, so lanes give
+  // way to threads (a single row of 1,024 values took 16 threads of 16 lanes each).
+  SymExpr rowCount = points(k.outerVars);
+  if (rowCount->isConst() && length->isConst() && rowCount->value() < s_.target.cores)
+    while (p.vec > 1 && length->value() / (4 * p.vec) < s_.target.maxThreadsPerBlock)
+      p.vec /= 2;
+  // Threads per row: about four vectors per thread, within a block's limit. A short row of
+  // elements apart in memory whose neighbouring rows are neighbours (a max pool's window
+  // over channels-last values) is one thread's: a warp then reads 32 adjacent rows at each
+  // step, where threads sharing a row would each read a few scattered elements.
+  int64_t perThread = 4 * p.vec;
+  int64_t guess = length->isConst() ? (length->value() + perThread - 1) / perThread : 1024;
+  if (p.vec == 1 && length->isConst() && length->value() <= kShortRow &&
+      rowsAdjacent(all, k.outerVars, writes))
+    guess = 1;
+  p.threads = static_cast<int>(std::clamp<int64_t>(nextPow2(guess), 1, s_.target.maxThreadsPerBlock));
+  p.block = std::max(p.threads, kRowBlock);
+  if (int bytes = guess > 1 ? columnBytes(all, k.outerVars, k.innerVars, writes) : 0) {
+    // Columns: R rows per block, the rows a warp reads side by side: enough blocks for every
+    // multiprocessor, at least a 32-byte sector per warp row, at most a warp. Each of a
+    // row's T threads reads about kColumnSteps elements.
+    int64_t r = rowCount->isConst()
+                    ? prevPow2(std::max<int64_t>(1, rowCount->value() / std::max(1, s_.target.cores)))
+                    : 32;
+    p.columns = true;
+    p.vec = 1;
+    p.columnRows = static_cast<int>(std::clamp<int64_t>(r, std::max(1, 32 / bytes), 32));
+    int64_t perRow = length->isConst() ? (length->value() + kColumnSteps - 1) / kColumnSteps
+                                       : s_.target.maxThreadsPerBlock;
+    p.threads = static_cast<int>(std::clamp<int64_t>(  // a block is whole warps
+        nextPow2(perRow), std::max(2, 32 / p.columnRows),
+        s_.target.maxThreadsPerBlock / p.columnRows));
+    p.block = p.columnRows * p.threads;
+  }
+  if (!length->isConst())
+    return p;
+  setRowIterations(p, length->value());
+  size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
+  int64_t rows = p.block / p.threads;
+  int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
+  p.persistent = p.iters * p.vec <= kMaxPerThread &&
+                 bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
+  return p;
+}
+
+void CudaEmitter::planLaunches(sched::Schedule &s) {
+  for (Kernel &k : s.kernels)
+    if (!k.attention && !k.scatter)
+      k.cudaLaunch = planLaunch(k);
+}
+
+void CudaEmitter::applyLaunches(sched::Schedule &s, const std::map<std::string,
+                                sched::CudaLaunch> &records) {
+  for (const auto &entry : records) {
+    const std::string &name = entry.first;
+    const sched::CudaLaunch &record = entry.second;
+    auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
+                          [&](const Kernel &x) { return x.name == name; });
+    if (k == s.kernels.end() || !k->cudaLaunch)
+      BRAZE_USER_ERROR("--launch", "")
+          << (k == s.kernels.end() ? "the schedule has no kernel " + name
+                                   : name + " is not written as loops (no launch record)");
+    sched::CudaLaunch l = record;
+    if (std::string why = completeLaunch(*k, l); !why.empty())
+      BRAZE_USER_ERROR("--launch", "") << "the record of " << name << ": " << why;
+    k->cudaLaunch = l;
+  }
+}
+
+std::string CudaEmitter::completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
+  const sched::CudaLaunch planned = planLaunch(k);
+  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  int most = s_.target.maxThreadsPerBlock;
+  if (l.block % 32 != 0 || l.block > most)
+    return "block must be a multiple of 32 (whole warps) up to " + std::to_string(most);
+  bool rows = !k.innerVars.empty();
+  int lanes = lanesAllowed(k, written(k));
+  if (!pow2(l.vec) || lanes % l.vec != 0)
+    return "vec must be a power of two dividing " + std::to_string(lanes) +
+           " (the lanes its accesses and sizes allow)";
+  if (!rows) {
+    if (l.threads || l.columns || l.persistent || l.iters || l.ragged)
+      return "threads, columns and persistent apply to kernels with an inner loop";
+    if (l.spread > 1 && l.vec > 1)
+      return "spread needs vec=1";
+    l.threads = planned.threads;
+    return "";
+  }
+  if (l.spread != 1)
+    return "spread applies to pointwise kernels";
+  if (!pow2(l.threads) || l.threads > l.block || l.block % l.threads != 0)
+    return "threads must be a power of two that divides block";
+  if (l.columns) {
+    if (!planned.columns)
+      return "columns: its rows' elements are not neighbouring columns (plan-cuda chose "
+             "rows)";
+    if (l.vec != 1 || !pow2(l.columnRows) || l.columnRows > 32 ||
+        l.block != l.columnRows * l.threads || l.threads < std::max(2, 32 / l.columnRows))
+      return "columns=R needs vec=1, R a power of two up to 32, block = R x threads, and "
+             "whole warps (threads at least 32 / R and 2)";
+  } else {
+    l.columnRows = planned.columnRows;
+  }
+  SymExpr length = points(k.innerVars);
+  if (!length->isConst()) {
+    if (l.persistent)
+      return "persistent needs a row length known at compile time";
+    l.length = l.iters = 0;
+    l.ragged = false;
+    return "";
+  }
+  sched::CudaLaunch derived = l;
+  setRowIterations(derived, length->value());
+  if (l.persistent) {
+    if (l.iters != derived.iters || l.ragged != derived.ragged)
+      return "persistent over rows of " + std::to_string(derived.length) + " takes iters=" +
+             std::to_string(derived.iters) + (derived.ragged ? " ragged" : " (not ragged)");
+    if (derived.iters * l.vec > kMaxPerThread)
+      return "persistent keeps at most " + std::to_string(kMaxPerThread) +
+             " elements a thread (iters x vec)";
+  } else if (l.iters || l.ragged) {
+    return "iters and ragged go with persistent";
+  }
+  l = derived;
+  return "";
+}
+
+KernelPlan CudaEmitter::planOf(const Kernel &k) {
+  KernelPlan p;
+  static_cast<sched::CudaLaunch &>(p) = k.cudaLaunch ? *k.cudaLaunch : planLaunch(k);
+  if (p.persistent) {
+    p.rowLoads = rowOperands(k);
+    p.rowValues = rowValues(k);
+  }
+  return p;
+}
+
+} // namespace braze::codegen::cuda

@@ -445,7 +445,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
-    return st.dnnResult("an attention",
+    return st.dnnResult(a->grad ? "an attention backward" : "an attention",
                         st.dnn->attention(*a, st.stream, st.convWorkspace,
                                           Cudnn::recommendedWorkspaceBytes(), st.failure));
   };

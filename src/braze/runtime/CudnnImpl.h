@@ -174,6 +174,8 @@ struct Cudnn::Impl {
   /// Makes, sets and finalizes backend descriptors that `plan` owns. `ok` turns false at the
   /// first call cuDNN rejects; the calls after it do nothing.
   struct Builder {
+    Builder(Impl &im, Plan &plan) : im(im), plan(plan) {}
+
     Impl &im;
     Plan &plan;
     bool ok = true;

@@ -57,8 +57,8 @@ public:
   /// the argument space but 512 bytes, left to the error flag and the symbolic sizes (448
   /// pointers in 4 KiB). On the CPU there is no limit, and products may be grouped (GemmCall).
   Fuser(loop::LoopProgram &p, Schedule &s, const Target &target)
-      : p_(p), s_(s), sym_(p.sym()), groupedGemms_(target.kind == TargetKind::Cpu),
-        pairedParts_(target.kind == TargetKind::Cuda),
+      : p_(p), s_(s), pairedParts_(target.kind == TargetKind::Cuda), sym_(p.sym()),
+        groupedGemms_(target.kind == TargetKind::Cpu),
         maxBuffers_(target.kind == TargetKind::Cuda
                         ? static_cast<size_t>((target.kernelArgBytes - 512) / 8)
                         : 0) {}

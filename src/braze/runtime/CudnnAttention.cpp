@@ -24,7 +24,20 @@ enum AttentionUid : int64_t {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kOne = 1;
 
+/// cuDNN's data type of the attention's operands.
+int ioType(const AttentionProblem &p) { return p.dtype == 3 ? kBFloat16 : kHalf; }
+
 size_t roundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// The backward's scratch at the start of the workspace: its f32 dQ accumulator
+/// ([b, hq, sq, d]), then its rows' sums of dO·O ([b, hq, sq]), each 256-byte aligned. The
+/// accumulator's bytes are the sums' offset.
+size_t dqAccumulatorBytes(const AttentionProblem &p) {
+  return roundUp256(size_t(p.b * p.hq * p.sq * p.d) * sizeof(float));
+}
+size_t backwardScratchBytes(const AttentionProblem &p) {
+  return dqAccumulatorBytes(p) + roundUp256(size_t(p.b * p.hq * p.sq) * sizeof(float));
+}
 } // namespace
 
 bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
@@ -32,7 +45,7 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   if (!backendCreate)
     return false;
   Builder b{*this, plan};
-  int io = p.dtype == 3 ? kBFloat16 : kHalf;
+  int io = ioType(p);
   // K enters the first product transposed: [b, hk, d, skv].
   const int64_t qd[4] = {p.b, p.hq, p.sq, p.d}, kd[4] = {p.b, p.hk, p.d, p.skv},
                 vd[4] = {p.b, p.hk, p.skv, p.dv}, od[4] = {p.b, p.hq, p.sq, p.dv};
@@ -44,25 +57,20 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   const int64_t unit[4] = {1, 1, 1, 1};
   void *scale = b.tensor(kUidScale, kFloat, 4, unit, unit, 16, false, true);
   // The scores and what follows them live inside the fused kernel: virtual, row-major.
-  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
-                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
-  const int64_t rd[4] = {p.b, p.hq, p.sq, 1}, rs[4] = {p.hq * p.sq, p.sq, 1, 1};
-  auto scores = [&](int64_t uid, int type = kFloat) {
-    return b.tensor(uid, type, 4, sd, ss, 16, true);
-  };
-  auto rows = [&](int64_t uid) { return b.tensor(uid, kFloat, 4, rd, rs, 16, true); };
   std::vector<void *> ops;
   void *scaled = maskedScores(b, p, q, k, scale, ops);
-  void *max = rows(kUidMax), *centered = scores(kUidCentered), *e = scores(kUidExp);
-  void *sum = rows(kUidSum), *probs = scores(kUidProbs, io);
+  void *max = rowsTensor(b, p, kUidMax), *centered = scoresTensor(b, p, kUidCentered);
+  void *e = scoresTensor(b, p, kUidExp), *sum = rowsTensor(b, p, kUidSum);
+  void *probs = scoresTensor(b, p, kUidProbs, io);
   ops.push_back(b.reduction(kReduceMax, scaled, max));
   ops.push_back(b.pointwise(kPwSub, kFloat, scaled, max, nullptr, centered));
   ops.push_back(b.pointwise(kPwExp, kFloat, centered, nullptr, nullptr, e));
   ops.push_back(b.reduction(kReduceAdd, e, sum));
   // The rows' log-sum-exp: cuDNN recognizes the softmax by it; virtual unless asked for.
-  void *logSum = rows(kUidLogSum);
+  void *logSum = rowsTensor(b, p, kUidLogSum);
+  const int64_t rd[4] = {p.b, p.hq, p.sq, 1};
   void *stats = p.stats ? b.tensor(kUidStats, kFloat, 4, rd, p.statsStrides, alignmentOf(p.stats))
-                        : rows(kUidStats);
+                        : rowsTensor(b, p, kUidStats);
   ops.push_back(b.pointwise(kPwLog, kFloat, sum, nullptr, nullptr, logSum));
   ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
   ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
@@ -72,18 +80,13 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
 
 void *Cudnn::Impl::maskedScores(Builder &b, const AttentionProblem &p, void *q, void *kT,
                                 void *scale, std::vector<void *> &ops) {
-  int io = p.dtype == 3 ? kBFloat16 : kHalf;
-  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
-                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
   const int64_t unit[4] = {1, 1, 1, 1};
-  auto scores = [&](int64_t uid, int type = kFloat) {
-    return b.tensor(uid, type, 4, sd, ss, 16, true);
-  };
+  auto scores = [&](int64_t uid, int type = kFloat) { return scoresTensor(b, p, uid, type); };
   void *s = scores(kUidScores), *scaled = scores(kUidScaled);
   ops.push_back(b.matmul(q, kT, s));
   ops.push_back(b.pointwise(kPwMul, kFloat, s, scale, nullptr, scaled));
   if (p.bias) {
-    void *bias = b.tensor(kUidBias, io, 4, p.biasDims, p.biasStrides, alignmentOf(p.bias));
+    void *bias = b.tensor(kUidBias, ioType(p), 4, p.biasDims, p.biasStrides, alignmentOf(p.bias));
     void *biased = scores(kUidBiased);
     ops.push_back(b.pointwise(kPwAdd, kFloat, scaled, bias, nullptr, biased));
     scaled = biased;
@@ -102,6 +105,18 @@ void *Cudnn::Impl::maskedScores(Builder &b, const AttentionProblem &p, void *q, 
   return scaled;
 }
 
+void *Cudnn::Impl::scoresTensor(Builder &b, const AttentionProblem &p, int64_t uid, int type) {
+  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
+                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
+  return b.tensor(uid, type, 4, sd, ss, 16, true);
+}
+
+void *Cudnn::Impl::rowsTensor(Builder &b, const AttentionProblem &p, int64_t uid,
+                              bool isVirtual) {
+  const int64_t rd[4] = {p.b, p.hq, p.sq, 1}, rs[4] = {p.hq * p.sq, p.sq, 1, 1};
+  return b.tensor(uid, kFloat, 4, rd, rs, 16, isVirtual);
+}
+
 bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p,
                                              size_t workspaceBytes) {
   if (!backendCreate)
@@ -112,15 +127,21 @@ bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem 
                     "fused attention backward zeroes its own dQ accumulator";
     return false;
   }
+  plan.scratch = backwardScratchBytes(p);
+  if (plan.scratch >= workspaceBytes) {
+    plan.declined = "its f32 scratch (" + std::to_string(plan.scratch) +
+                    " bytes) does not fit the workspace";
+    return false;
+  }
   Builder b{*this, plan};
-  int io = p.dtype == 3 ? kBFloat16 : kHalf;
+  int io = ioType(p);
   // K and V enter transposed, [b, hk, d, skv], as in the forward.
   const int64_t qd[4] = {p.b, p.hq, p.sq, p.d}, kd[4] = {p.b, p.hk, p.d, p.skv},
                 vd[4] = {p.b, p.hk, p.dv, p.skv}, od[4] = {p.b, p.hq, p.sq, p.dv},
                 dkd[4] = {p.b, p.hg, p.skv, p.d}, dvd[4] = {p.b, p.hg, p.skv, p.dv};
   const int64_t ks[4] = {p.kStrides[0], p.kStrides[1], p.kStrides[3], p.kStrides[2]},
                 vs[4] = {p.vStrides[0], p.vStrides[1], p.vStrides[3], p.vStrides[2]};
-  const int64_t rd[4] = {p.b, p.hq, p.sq, 1}, rs[4] = {p.hq * p.sq, p.sq, 1, 1};
+  const int64_t rd[4] = {p.b, p.hq, p.sq, 1};
   void *q = b.tensor(kUidQ, io, 4, qd, p.qStrides, alignmentOf(p.q));
   void *kT = b.tensor(kUidK, io, 4, kd, ks, alignmentOf(p.k));
   void *vT = b.tensor(kUidV, io, 4, vd, vs, alignmentOf(p.v));
@@ -133,19 +154,17 @@ bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem 
   const int64_t unit[4] = {1, 1, 1, 1};
   void *scale = b.tensor(kUidScale, kFloat, 4, unit, unit, 16, false, true);
   void *one = b.tensor(kUidOne, kFloat, 4, unit, unit, 16, false, true);
-  const int64_t sd[4] = {p.b, p.hq, p.sq, p.skv},
-                ss[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, p.skv, 1};
   // The scores transposed for the products that give dK and dV: [b, hq, skv, sq].
   const int64_t td[4] = {p.b, p.hq, p.skv, p.sq}, ts[4] = {p.hq * p.sq * p.skv, p.sq * p.skv, 1,
                                                            p.skv};
-  auto scores = [&](int64_t uid) { return b.tensor(uid, kFloat, 4, sd, ss, 16, true); };
+  auto scores = [&](int64_t uid) { return scoresTensor(b, p, uid); };
   std::vector<void *> ops;
   // softmax_sum = sum over dv of dO * O per row: f32, in the workspace.
   const int64_t dood[4] = {p.b, p.hq, p.sq, p.dv},
                 doos[4] = {p.hq * p.sq * p.dv, p.sq * p.dv, p.hq * p.dv, 1};
   void *doutO = b.tensor(kUidDoutO, kFloat, 4, dood, doos, 16, true);
-  void *doutORows = b.tensor(kUidDoutORows, kFloat, 4, rd, rs, 16, true);
-  void *softmaxSum = b.tensor(kUidSoftmaxSum, kFloat, 4, rd, rs, 16);
+  void *doutORows = rowsTensor(b, p, kUidDoutORows);
+  void *softmaxSum = rowsTensor(b, p, kUidSoftmaxSum, false);
   ops.push_back(b.pointwise(kPwMul, kFloat, dout, o, nullptr, doutO));
   ops.push_back(b.reduction(kReduceAdd, doutO, doutORows));
   ops.push_back(b.pointwise(kPwMul, kFloat, doutORows, one, nullptr, softmaxSum));
@@ -174,13 +193,6 @@ bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem 
   void *dqAccum = b.tensor(kUidDqAccum, kFloat, 4, qd, qs, 16);
   ops.push_back(b.matmul(ds, kRows, dqAccum));
   ops.push_back(b.pointwise(kPwIdentity, kFloat, dqAccum, nullptr, nullptr, dq));
-  plan.scratch = roundUp256(size_t(p.b * p.hq * p.sq * p.d) * sizeof(float)) +
-                 roundUp256(size_t(p.b * p.hq * p.sq) * sizeof(float));
-  if (plan.scratch >= workspaceBytes) {
-    plan.declined = "its f32 scratch (" + std::to_string(plan.scratch) +
-                    " bytes) does not fit the workspace";
-    return false;
-  }
   return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes - plan.scratch,
                     {kHeurA, kHeurFallback});
 }
@@ -260,10 +272,10 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
   if (p.grad) {
     // The scratch leads the workspace: the dQ accumulator, then the rows' sums.
     char *scratch = static_cast<char *>(workspace);
-    size_t rows = roundUp256(size_t(p.b * p.hq * p.sq * p.d) * sizeof(float));
     const std::pair<int64_t, const void *> grads[] = {
-        {kUidDout, p.gradOut}, {kUidDq, p.gradQ}, {kUidDk, p.gradK}, {kUidDv, p.gradV}, {kUidOne, &kOne},
-        {kUidDqAccum, scratch}, {kUidSoftmaxSum, scratch + rows}};
+        {kUidDout, p.gradOut}, {kUidDq, p.gradQ},       {kUidDk, p.gradK},
+        {kUidDv, p.gradV},     {kUidOne, &kOne},         {kUidDqAccum, scratch},
+        {kUidSoftmaxSum, scratch + dqAccumulatorBytes(p)}};
     for (auto [uid, pointer] : grads)
       uids[n] = uid, pointers[n++] = pointer;
     workspace = scratch + plan.scratch;

@@ -353,6 +353,15 @@ struct Cudnn::Impl {
   static void *maskedScores(Builder &b, const AttentionProblem &p, void *q, void *kT,
                             void *scale, std::vector<void *> &ops);
 
+  /// A virtual tensor of attention p's scores, [b, hq, sq, skv] row-major, of `type`.
+  static void *scoresTensor(Builder &b, const AttentionProblem &p, int64_t uid,
+                            int type = kFloat);
+
+  /// An f32 tensor of attention p's rows, [b, hq, sq, 1] row-major: virtual, or (not) one the
+  /// variant pack points at.
+  static void *rowsTensor(Builder &b, const AttentionProblem &p, int64_t uid,
+                          bool isVirtual = true);
+
   /// Whether engine config `cfg` computes what eager would: no tensor cores unless
   /// `narrowTypes` (f16/bf16, or f32 with TF32 allowed), and never inputs converted down to a
   /// narrower type.

@@ -652,22 +652,8 @@ def test_cuda_attention_backward_runs_on_cudnn(device, case):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("the fused kernels need sm_80")
     torch.manual_seed(22)
-    b, h, hk, sq, sk, d, mask, takes = case
-    q = torch.randn(b, h, sq, d, dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn(b, hk, sk, d, dtype=torch.bfloat16, requires_grad=True)
-            for _ in range(2))
-    m = None
-    if mask == "padding":
-        lengths = torch.tensor([sk, sk // 3])
-        m = (torch.arange(sk)[None, :] < lengths[:, None])[:, None, None, :]
-    elif mask == "float":
-        m = torch.randn(b, 1, sq, sk)
-    kw = {"enable_gqa": True} if h != hk else {}
-
-    def fn(q, k, v):
-        attn_mask = m.to(q.dtype) if m is not None and m.is_floating_point() else m
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                              is_causal=mask == "causal", **kw)
+    q, k, v, fn = _training_case(torch.bfloat16, case)
+    takes = case[-1]
 
     from torch.profiler import ProfilerActivity, profile
     compiled = _compile(fn)
@@ -686,8 +672,7 @@ def test_cuda_attention_backward_runs_on_cudnn(device, case):
         assert any("sdpa" in n and "bprop" in n for n in names), names
     else:
         assert len(own) == 1, names  # (loaded here, or by an earlier compile of this graph)
-    wide = [x.detach().float().requires_grad_() for x in (q, k, v)]
-    want = torch.autograd.grad(fn(*wide), wide, g.float())
+    want = _half_training_reference(fn, (q, k, v), g)[1:]
     eager = torch.autograd.grad(fn(q, k, v), (q, k, v), g)
     for got, w, e in zip(grads, want, eager):
         limit = max(2 * (e.float() - w).abs().max().item(), 1.6e-2)
@@ -717,13 +702,12 @@ def test_cuda_flash_attention_training_stays_in_eager(device):
         torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
 
 
-def _check_fused_training(device, dtype, case):
-    if device != "cuda":
-        pytest.skip("the fused half-precision training kernels are CUDA's")
-    if torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip("the fused kernels need sm_80")
-    torch.manual_seed(21)
-    b, h, hk, sq, sk, d, mask = case
+def _training_case(dtype, case):
+    """q, k and v (leaves of `dtype`) and the attention fn of a training case (batch, heads,
+    key heads, query rows, key rows, head dim, mask): mask "causal", "float" (additive, per
+    batch point and query row), "padding" (keys per batch point), "window" (keys i - 31 .. i of
+    query i, built in the graph) or "none"."""
+    b, h, hk, sq, sk, d, mask = case[:7]
     q = torch.randn(b, h, sq, d, dtype=dtype, requires_grad=True)
     k, v = (torch.randn(b, hk, sk, d, dtype=dtype, requires_grad=True) for _ in range(2))
     m = None
@@ -736,14 +720,23 @@ def _check_fused_training(device, dtype, case):
 
     def fn(q, k, v):
         attn_mask = m.to(q.dtype) if m is not None and m.is_floating_point() else m
-        if mask == "window":  # keys i - 31 .. i of query i
+        if mask == "window":
             i = torch.arange(q.shape[-2], device=q.device)[:, None]
             j = torch.arange(k.shape[-2], device=q.device)[None, :]
             attn_mask = (j <= i) & (j > i - 32)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                               is_causal=mask == "causal", **kw)
+    return q, k, v, fn
 
-    g = torch.randn(b, h, sq, d, dtype=dtype)
+
+def _check_fused_training(device, dtype, case):
+    if device != "cuda":
+        pytest.skip("the fused half-precision training kernels are CUDA's")
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the fused kernels need sm_80")
+    torch.manual_seed(21)
+    q, k, v, fn = _training_case(dtype, case)
+    g = torch.randn_like(q)
 
     def value_and_grads(f):
         leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]

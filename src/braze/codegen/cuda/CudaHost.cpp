@@ -230,7 +230,9 @@ std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
   const loop::Computation &c = *k.attention;
   const loop::AttentionSpec &a = *c.attention;
   BRAZE_CHECK(k.attentionPair && k.attentionGradQ) << "a cuDNN backward writes three gradients";
-  auto buffer = [](const loop::Computation &x) { return "bufs[" + std::to_string(x.out->id) + "]"; };
+  auto buffer = [](const loop::Computation &x) {
+    return "bufs[" + std::to_string(x.out->id) + "]";
+  };
   std::string out;
   Writer w(out, 1);
   w.line("{");

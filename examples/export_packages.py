@@ -16,7 +16,8 @@ from torch.export import Dim
 import braze
 
 warnings.filterwarnings("ignore")
-_NAMES = {torch.float32: "f32", torch.int64: "i64", torch.float64: "f64", torch.int32: "i32"}
+_NAMES = {torch.float32: "f32", torch.int64: "i64", torch.float64: "f64", torch.int32: "i32",
+          torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 class Block(torch.nn.Module):
@@ -97,6 +98,29 @@ def models():
     ]
 
 
+def write_cases(model, make, batches, tol, cases):
+    """Raw inputs and eager's outputs for run_package, one case per batch size, in `cases`
+    (a directory: cases.txt and the raw files; tensors on any device)."""
+    os.makedirs(cases, exist_ok=True)
+    lines = []
+    for b in batches:
+        inputs = make(b)
+        with torch.no_grad():
+            result = model(*inputs)
+        outputs = result if isinstance(result, (tuple, list)) else (result,)
+        lines.append(f"case batch{b}")
+        for kind, tensors in (("in", inputs), ("out", outputs)):
+            for k, t in enumerate(tensors):
+                file = f"b{b}_{kind}{k}.bin"
+                t.detach().cpu().contiguous().view(torch.uint8).numpy().tofile(
+                    os.path.join(cases, file))
+                dims = " ".join(str(d) for d in t.shape)
+                lines.append(f"{kind} {_NAMES[t.dtype]} {t.dim()} {dims} {file}")
+        lines.append(f"tol {tol} {tol}")
+    with open(os.path.join(cases, "cases.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     for name, model, make, dynamic, batches, tol in models():
@@ -105,24 +129,7 @@ def main(out):
         braze.export(model, make(batches[0]), pkg, dynamic_shapes=dynamic)
         if name == "mlp":  # and as one file, a package archive
             braze.export(model, make(batches[0]), pkg + ".zip", dynamic_shapes=dynamic)
-        cases = os.path.join(out, name + ".cases")
-        os.makedirs(cases, exist_ok=True)
-        lines = []
-        for b in batches:
-            inputs = make(b)
-            with torch.no_grad():
-                result = model(*inputs)
-            outputs = result if isinstance(result, (tuple, list)) else (result,)
-            lines.append(f"case batch{b}")
-            for kind, tensors in (("in", inputs), ("out", outputs)):
-                for k, t in enumerate(tensors):
-                    file = f"b{b}_{kind}{k}.bin"
-                    t.contiguous().numpy().tofile(os.path.join(cases, file))
-                    dims = " ".join(str(d) for d in t.shape)
-                    lines.append(f"{kind} {_NAMES[t.dtype]} {t.dim()} {dims} {file}")
-            lines.append(f"tol {tol} {tol}")
-        with open(os.path.join(cases, "cases.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+        write_cases(model, make, batches, tol, os.path.join(out, name + ".cases"))
         print(f"exported {name} to {pkg}")
 
 

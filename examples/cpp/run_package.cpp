@@ -1,7 +1,7 @@
 // Runs a package written by braze.export, with braze's runtime alone (no Python, no PyTorch, no
 // compiler), on the cases a test saved beside it, and compares the outputs with eager's:
 //
-//   run_package <package dir or .zip archive> <cases file>
+//   run_package <package dir or .zip archive> <cases file> [repeats]
 //
 // The cases file (written by examples/export_packages.py) is a list of records:
 //   case <name>
@@ -9,12 +9,18 @@
 //   out <dtype> <rank> <dims>... <raw file>    one per output: eager's result
 //   tol <atol> <rtol>
 // Raw files hold row-major elements. Each case runs twice: into outputs the runtime allocates
-// (Package::run) and into buffers this program owns (Package::runRaw). Exits 1 on a mismatch.
+// (Package::run) and into buffers this program owns (Package::runRaw). A CUDA package runs on
+// device 0: the inputs are copied there and the outputs back (through braze's runtime, which
+// needs only the CUDA driver). With `repeats`, each case then runs that many more times and
+// the median time of a run (waiting for the GPU) is printed. Exits 1 on a mismatch.
+#include "braze/runtime/CudaModule.h"
 #include "braze/runtime/Package.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -43,6 +49,20 @@ size_t elementBytes(const std::string &dtype) {
 
 double element(const Tensor &t, size_t i) {
   const char *p = t.data.data() + i * elementBytes(t.dtype);
+  if (t.dtype == "f16" || t.dtype == "bf16") {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    uint32_t bits = static_cast<uint32_t>(h) << 16;
+    if (t.dtype == "f16") { // sign, 5-bit exponent, 10-bit mantissa
+      uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+      if (exp == 0) // zero or subnormal
+        return (sign ? -1.0 : 1.0) * std::ldexp(static_cast<double>(man), -24);
+      bits = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
+    }
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
   if (t.dtype == "f32") {
     float v;
     std::memcpy(&v, p, 4);
@@ -103,12 +123,33 @@ double worst(const Tensor &want, const void *got, double atol, double rtol) {
 
 } // namespace
 
+/// Device copies of host buffers, freed with the object (a CUDA package's inputs and outputs).
+struct DeviceCopies {
+  std::vector<void *> ptrs;
+  ~DeviceCopies() {
+    for (void *p : ptrs)
+      braze::runtime::cudaRelease(0, p);
+  }
+  void *add(const std::vector<char> &host, bool copy) {
+    ptrs.push_back(braze::runtime::cudaAllocate(0, host.size()));
+    if (copy)
+      braze::runtime::cudaCopy(0, ptrs.back(), host.data(), host.size(), true);
+    return ptrs.back();
+  }
+};
+
+double millisSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: run_package <package dir or .zip archive> <cases file>\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr,
+                 "usage: run_package <package dir or .zip archive> <cases file> [repeats]\n");
     return 2;
   }
   const std::string pkgDir = argv[1], casesPath = argv[2];
+  const int repeats = argc == 4 ? std::atoi(argv[3]) : 0;
   const std::string casesDir = casesPath.substr(0, casesPath.find_last_of('/'));
   try {
     auto start = std::chrono::steady_clock::now();
@@ -116,11 +157,12 @@ int main(int argc, char **argv) {
     double loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                               start).count();
     braze::runtime::RuntimeFile runtime = braze::runtime::runtimeFile();
-    std::printf("%s: loaded in %.1f ms (format %d, %zu inputs, %zu outputs; the runtime is in "
-                "%s, %lld bytes)\n",
-                pkgDir.c_str(), loadMs, pkg->formatVersion(), pkg->signature().inputs.size(),
-                pkg->signature().outputs.size(), runtime.path.c_str(),
-                static_cast<long long>(runtime.bytes));
+    const bool cuda = pkg->device().device_type == kDLCUDA;
+    std::printf("%s: loaded in %.1f ms (format %d, %s, %zu inputs, %zu outputs; the runtime is "
+                "in %s, %lld bytes)\n",
+                pkgDir.c_str(), loadMs, pkg->formatVersion(), cuda ? "CUDA" : "CPU",
+                pkg->signature().inputs.size(), pkg->signature().outputs.size(),
+                runtime.path.c_str(), static_cast<long long>(runtime.bytes));
     std::ifstream cases(casesPath);
     if (!cases)
       throw std::runtime_error("cannot read " + casesPath);
@@ -147,11 +189,12 @@ int main(int argc, char **argv) {
           in >> atol >> rtol;
       }
       // 1. Outputs the runtime allocates, from DLPack views of the inputs.
+      DeviceCopies device;
       std::vector<DLTensor> views(ins.size());
       std::vector<const DLTensor *> ptrs;
       for (size_t k = 0; k < ins.size(); ++k) {
-        views[k].data = ins[k].data.data();
-        views[k].device = DLDevice{kDLCPU, 0};
+        views[k].data = cuda ? device.add(ins[k].data, true) : ins[k].data.data();
+        views[k].device = pkg->device();
         views[k].ndim = static_cast<int32_t>(ins[k].shape.size());
         views[k].dtype = braze::runtime::packageDType(ins[k].dtype);
         views[k].shape = ins[k].shape.data();
@@ -159,29 +202,50 @@ int main(int argc, char **argv) {
       }
       auto t0 = std::chrono::steady_clock::now();
       auto got = pkg->run(ptrs);
-      double runMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                               t0).count();
+      if (cuda)
+        braze::runtime::cudaSynchronize(0);
+      double runMs = millisSince(t0);
       // 2. Into buffers this program owns.
       std::vector<std::vector<char>> mine;
       std::vector<void *> minePtrs;
       std::vector<const void *> inPtrs;
       std::vector<std::vector<int64_t>> inShapes;
-      for (const Tensor &t : ins) {
-        inPtrs.push_back(t.data.data());
-        inShapes.push_back(t.shape);
+      for (size_t k = 0; k < ins.size(); ++k) {
+        inPtrs.push_back(views[k].data);
+        inShapes.push_back(ins[k].shape);
       }
       for (const Tensor &t : outs) {
         mine.emplace_back(t.data.size());
-        minePtrs.push_back(mine.back().data());
+        minePtrs.push_back(cuda ? device.add(mine.back(), false) : mine.back().data());
       }
       pkg->runRaw(inPtrs, inShapes, minePtrs);
       if (got.size() != outs.size())
         throw std::runtime_error("output count differs from eager's");
+      // Steady state: the median of `repeats` runs, each waited for.
+      double steadyMs = 0;
+      if (repeats > 0) {
+        std::vector<double> times;
+        for (int r = 0; r < repeats; ++r) {
+          auto t1 = std::chrono::steady_clock::now();
+          auto again = pkg->run(ptrs);
+          if (cuda)
+            braze::runtime::cudaSynchronize(0);
+          times.push_back(millisSince(t1));
+        }
+        std::sort(times.begin(), times.end());
+        steadyMs = times[times.size() / 2];
+      }
+      std::vector<std::vector<char>> gotHost(outs.size());
+      for (size_t k = 0; k < outs.size() && cuda; ++k) {
+        gotHost[k].resize(outs[k].data.size());
+        braze::runtime::cudaCopy(0, gotHost[k].data(), got[k]->data(), gotHost[k].size(), false);
+        braze::runtime::cudaCopy(0, mine[k].data(), minePtrs[k], mine[k].size(), false);
+      }
       bool caseBad = false;
       for (size_t k = 0; k < outs.size(); ++k) {
         if (got[k]->shape() != outs[k].shape)
           throw std::runtime_error(name + ": output " + std::to_string(k) + " has another shape");
-        double a = worst(outs[k], got[k]->data(), atol, rtol);
+        double a = worst(outs[k], cuda ? gotHost[k].data() : got[k]->data(), atol, rtol);
         double b = worst(outs[k], mine[k].data(), atol, rtol);
         ++count;
         if (a > 0 || b > 0) {
@@ -191,7 +255,10 @@ int main(int argc, char **argv) {
                       k, a, b);
         }
       }
-      if (!caseBad)
+      if (!caseBad && repeats > 0)
+        std::printf("  %s: ok (first run %.2f ms, then %.3f ms a run, median of %d)\n",
+                    name.c_str(), runMs, steadyMs, repeats);
+      else if (!caseBad)
         std::printf("  %s: ok (first run %.2f ms)\n", name.c_str(), runMs);
     }
     if (failures) {

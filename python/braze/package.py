@@ -7,9 +7,10 @@ braze.load, which runs such a package from Python.
 
 C++ loads the same directory with braze::runtime::Package::load (Package.h documents the
 format). An export traces the model with torch.export, decomposes it for inference with
-braze's decompositions and compiles the whole graph with braze for the CPU. Export has no eager
-fallback: an op braze cannot compile is an error that lists every such op with its source
-line."""
+braze's decompositions and compiles the whole graph with braze for the device of its inputs
+and weights: the CPU, or one CUDA GPU (the package then holds the kernels compiled for that
+GPU's architecture, and runs on device tensors). Export has no eager fallback: an op braze
+cannot compile is an error that lists every such op with its source line."""
 import os
 import platform
 import shutil
@@ -20,12 +21,14 @@ import torch
 
 from braze import _C
 from braze import cpu as cpu_support
+from braze import cuda as cuda_support
 from braze import decompositions, sizes, support
 from braze.fx_import import Translator
 from braze.options import Options
 from braze.registry import Unsupported
 
 FORMAT_VERSION = _C.package_format_version()
+CPU_FORMAT_VERSION = 1  # CPU packages stay readable by runtimes that predate CUDA packages
 
 # torch dtype -> (package dtype, safetensors dtype)
 _DTYPES = {
@@ -100,7 +103,8 @@ def _inputs(ep):
                 value = ep.constants.get(spec.target)
             if not isinstance(value, torch.Tensor):
                 raise ExportError(f"{spec.target} is not a tensor")
-            out.append((node, "weight", spec.target, value.detach()))
+            # Stored row-major (the weights file holds dense tensors), so compiled as such.
+            out.append((node, "weight", spec.target, value.detach().contiguous()))
         else:
             raise ExportError(f"input {node.name} is a {spec.kind.name.lower()}, which a package "
                               "cannot hold")
@@ -200,10 +204,7 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
     _drop_asserts(gm)
     _check_outputs(ep)
     inputs = _inputs(ep)
-    for node, kind, name, value in inputs:
-        val = node.meta.get("val") if value is None else value
-        if val.device.type != "cpu":
-            raise ExportError(f"{name} is on {val.device}: braze.export writes CPU packages")
+    device = _device(inputs)
     bad = _unsupported(gm)
     if bad:
         lines = [f"  {node.target} at {_where(node)}: {why}" for node, why in bad.items()]
@@ -236,17 +237,69 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
     if t.seed is not None:
         raise ExportError("the model draws random numbers, which a package cannot do yet")
     try:
-        compiled = cpu_support.compile_graph(t.g, opts, opts.log)
+        if device.type == "cuda":
+            compiled = cuda_support.compile_graph(t.g, opts, device, opts.log)
+            target = _cuda_target(compiled, device)
+        else:
+            compiled = cpu_support.compile_graph(t.g, opts, opts.log)
+            target = _cpu_target(opts)
     except _C.CompileError as e:
         raise ExportError(f"braze cannot compile the model: {e}") from e
-    vendors = [cpu_support.blas_library() if opts.blas else None,
-               cpu_support.dnnl_library() if opts.dnnl else None]
     if str(path).endswith(".zip"):
-        _write_archive(path, lambda d: _write_package(d, compiled, inputs, flat, ep, vendors,
+        _write_archive(path, lambda d: _write_package(d, compiled, inputs, flat, ep, target,
                                                       bundle_libraries))
     else:
-        _write_package(path, compiled, inputs, flat, ep, vendors, bundle_libraries)
+        _write_package(path, compiled, inputs, flat, ep, target, bundle_libraries)
     return path
+
+
+def _device(inputs):
+    """The one device of the model's inputs and weights: the CPU or one CUDA device."""
+    devices = {}
+    for node, kind, name, value in inputs:
+        val = node.meta.get("val") if value is None else value
+        devices.setdefault(val.device, name)
+    if len(devices) > 1:
+        named = ", ".join(f"{name} on {d}" for d, name in devices.items())
+        raise ExportError(f"the model's inputs and weights are on {len(devices)} devices "
+                          f"({named}); a package runs on one")
+    device = next(iter(devices), torch.device("cpu"))
+    if device.type == "cuda":
+        device = torch.device("cuda", device.index if device.index is not None
+                              else torch.cuda.current_device())
+        why = cuda_support.unavailable_reason(device)
+        if why:
+            raise ExportError(f"braze cannot compile for {device}: {why}")
+    elif device.type != "cpu":
+        raise ExportError(f"{next(iter(devices.values()))} is on {device}: braze.export "
+                          "writes CPU and CUDA packages")
+    return device
+
+
+def _cpu_target(opts):
+    """What a CPU package's manifest says of its target, and the vendor libraries it may link."""
+    return {"lines": ["device cpu", f"target cpu-{platform.machine()}-{os.cpu_count()}cores",
+                      "isa " + " ".join(_C.cpu_features())],
+            "vendors": [cpu_support.blas_library() if opts.blas else None,
+                        cpu_support.dnnl_library() if opts.dnnl else None],
+            "format": CPU_FORMAT_VERSION}
+
+
+def _cuda_target(compiled, device):
+    """A CUDA package's manifest records for `compiled` (on `device`): its architecture, its
+    cubins (the kernels deferred to their first launch compiled now), its kernels, and the
+    libraries it calls; and the cubins to copy."""
+    files = compiled.cuda_package_files()
+    props = torch.cuda.get_device_properties(device)
+    cc = props.major * 10 + props.minor
+    lines = [f"device cuda {cc}", f"target cuda-sm{cc}-{props.multi_processor_count}sms"]
+    lines += [f"kernel {k}" for k in files["kernels"]]
+    for lib in ("cublaslt", "cudnn"):
+        if files[lib]:
+            lines.append(f"cuda-library {lib} {os.path.realpath(files[lib])}")
+    if files["checks_indices"]:
+        lines.append("checks-indices")
+    return {"lines": lines, "vendors": [], "cubins": files["cubins"], "format": FORMAT_VERSION}
 
 
 def _write_archive(path, write):
@@ -275,7 +328,7 @@ def _write_archive(path, write):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _write_package(path, compiled, inputs, outputs, ep, vendors, bundle):
+def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
     """Writes the package into a fresh directory beside `path`, then puts it in place."""
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isfile(os.path.join(path, "package.txt")):
@@ -286,16 +339,19 @@ def _write_package(path, compiled, inputs, outputs, ep, vendors, bundle):
     work = tempfile.mkdtemp(prefix=".braze-export-", dir=parent)
     os.chmod(work, 0o755)
     try:
-        lines = [f"braze-package {FORMAT_VERSION}", "braze braze-0.1.0", "device cpu",
-                 f"target cpu-{platform.machine()}-{os.cpu_count()}cores",
-                 "isa " + " ".join(_C.cpu_features())]
+        lines = [f"braze-package {target['format']}", "braze braze-0.1.0"] + target["lines"]
         library = compiled.library_path
         shutil.copyfile(library, os.path.join(work, "model.so"))
         lines.append(f"library model.so {_sha256(os.path.join(work, 'model.so'))}")
         lines.append(f"module-symbols {compiled.num_symbols}")
         with open(library, "rb") as f:
             linked = f.read()
-        for lib in vendors:
+        for i, cubin in enumerate(target.get("cubins", [])):
+            os.makedirs(os.path.join(work, "kernels"), exist_ok=True)
+            rel = os.path.join("kernels", f"{i}.cubin")
+            shutil.copyfile(cubin, os.path.join(work, rel))
+            lines.append(f"cubin {rel} {_sha256(os.path.join(work, rel))}")
+        for lib in target["vendors"]:
             if not lib or os.path.basename(lib).encode() not in linked:
                 continue  # not one the library links
             if bundle:
@@ -360,24 +416,38 @@ def _write_package(path, compiled, inputs, outputs, ep, vendors, bundle):
 
 
 class Loaded:
-    """A package loaded from Python: called with CPU tensors (read in place through DLPack), it
-    returns its outputs (one tensor, or a tuple of them) as tensors over the runtime's memory."""
+    """A package loaded from Python: called with tensors on the package's device (read in place
+    through DLPack), it returns its outputs (one tensor, or a tuple of them). A CPU package's
+    outputs are tensors over the runtime's memory; a CUDA package's are allocated by PyTorch and
+    written on the current stream."""
 
-    def __init__(self, path):
+    def __init__(self, path, device=None):
         self.path = path
-        self.package = _C.Package.load(os.path.abspath(path))
+        index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
+        self.package = _C.Package.load(os.path.abspath(path), index or 0)
         self.signature = self.package.signature
+        kind, index = self.package.device
+        self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
+        names = {package: t for t, (package, _) in _DTYPES.items()}
+        self._out_dtypes = [names[o["dtype"]] for o in self.signature["outputs"]]
 
     def __call__(self, *inputs):
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"input {i} is a {type(x).__name__}, not a tensor")
-        outs = self.package.run([x.detach() for x in inputs])
-        outs = [torch.from_dlpack(o) if not isinstance(o, torch.Tensor) else o for o in outs]
+        xs = [x.detach() for x in inputs]
+        if self.device.type == "cuda":
+            outs = [torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
+                    for (shape, strides), dtype in zip(self.package.output_layouts(xs),
+                                                       self._out_dtypes)]
+            self.package.run_into(xs, outs, torch.cuda.current_stream(self.device).cuda_stream)
+        else:
+            outs = self.package.run(xs)
+            outs = [torch.from_dlpack(o) if not isinstance(o, torch.Tensor) else o for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def load(path):
+def load(path, device=None):
     """The package braze.export wrote to `path` (a directory or a .zip archive), as a callable
-    on CPU tensors."""
-    return Loaded(path)
+    on tensors of its device: the CPU, or for a CUDA package CUDA device `device` (default 0)."""
+    return Loaded(path, device)

@@ -14,8 +14,9 @@ from torch.export import Dim
 import braze
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-# Packages run on the CPU: each test's CUDA variant would only repeat it.
-cpu = pytest.mark.cpu_only("braze.export writes CPU packages")
+# CPU packages: each test's CUDA variant would only repeat it. The CUDA packages' tests run on
+# the CUDA variant alone.
+cpu = pytest.mark.cpu_only("a CPU package")
 
 
 class MLP(torch.nn.Module):
@@ -54,7 +55,7 @@ def test_mlp_matches_eager_at_several_batch_sizes(mlp_package):
     (name, (lo, hi)), = sig["symbols"].items()
     assert sig["inputs"][0]["shape"][0] == name and (lo, hi) == (1, 256)
     assert open(os.path.join(path, "package.txt")).readline() == \
-        f"braze-package {braze.package.FORMAT_VERSION}\n"
+        f"braze-package {braze.package.CPU_FORMAT_VERSION}\n"
 
 
 @cpu
@@ -337,12 +338,108 @@ def test_a_model_that_mutates_a_buffer_is_refused(tmp_path):
         braze.export(Counter(), (torch.randn(3),), str(tmp_path / "p"))
 
 
-def test_a_cuda_model_is_refused_until_cuda_packages_exist(tmp_path, device):
+def _cuda_only(device):
     if device != "cuda":
-        pytest.skip("a CUDA model")
-    with pytest.raises(braze.ExportError, match="CPU packages"):
-        braze.export(torch.nn.Linear(3, 2).cuda(), (torch.randn(2, 3, device="cuda"),),
-                     str(tmp_path / "p"))
+        pytest.skip("a CUDA package")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cuda_package_matches_eager(tmp_path, device, dtype):
+    _cuda_only(device)
+    torch.manual_seed(5)
+    model = MLP().eval().to("cuda", dtype)
+    path = str(tmp_path / "mlp")
+    braze.export(model, (torch.randn(4, 16, device="cuda", dtype=dtype),), path,
+                 dynamic_shapes={"x": {0: Dim("batch", min=1, max=256)}})
+    lines = open(os.path.join(path, "package.txt")).read().splitlines()
+    props = torch.cuda.get_device_properties(0)
+    assert lines[0] == f"braze-package {braze.package.FORMAT_VERSION}"
+    assert f"device cuda {props.major * 10 + props.minor}" in lines
+    assert any(l.startswith("cubin kernels/") for l in lines)
+    assert any(l.startswith("cuda-library cublaslt ") for l in lines)
+    run = braze.load(path)
+    assert run.device == torch.device("cuda", 0)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for batch in (1, 5, 64, 256):
+        x = torch.randn(batch, 16, device="cuda", dtype=dtype)
+        got = run(x)
+        assert got.device.type == "cuda" and got.dtype == dtype
+        with torch.no_grad():
+            torch.testing.assert_close(got, model(x), **tol)
+    # On another stream, as PyTorch's current one.
+    side = torch.cuda.Stream()
+    x = torch.randn(9, 16, device="cuda", dtype=dtype)
+    with torch.cuda.stream(side), torch.no_grad():
+        got, want = run(x), model(x)
+    side.synchronize()
+    torch.testing.assert_close(got, want, **tol)
+    with pytest.raises(braze.RunError, match="is not on CUDA device 0"):
+        run(torch.randn(3, 16, dtype=dtype, device="cpu"))
+    with pytest.raises(braze.RunError, match="outside the range"):
+        run(torch.randn(300, 16, device="cuda", dtype=dtype))
+    bad = _copy(path, tmp_path)
+    _flip(os.path.join(bad, "kernels", "0.cubin"), 200)
+    with pytest.raises(braze.RunError, match="kernels/0.cubin is damaged"):
+        braze.load(bad)
+    _rewrite_manifest(bad, lambda ls: [l.replace("device cuda ", "device cuda 1") for l in ls])
+    with pytest.raises(braze.RunError, match="export it again on this GPU"):
+        braze.load(bad)
+
+
+def test_a_cuda_language_model_with_dynamic_batch(tmp_path, device):
+    _cuda_only(device)
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(6)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100,
+                                  n_positions=64, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg).eval().cuda()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = model
+
+        def forward(self, ids):
+            return self.lm(input_ids=ids, use_cache=False).logits
+
+    # GPT-2 pads its mask to a multiple of 8 keys on CUDA, which torch.export cannot state for
+    # every sequence length: the batch alone is dynamic.
+    ids = torch.randint(0, 100, (2, 24), device="cuda")
+    braze.export(Logits().eval(), (ids,), str(tmp_path / "lm"),
+                 dynamic_shapes={"ids": {0: Dim("batch", min=1, max=8)}})
+    run = braze.load(str(tmp_path / "lm"))
+    for b, s in ((2, 24), (5, 24)):
+        ids = torch.randint(0, 100, (b, s), device="cuda")
+        with torch.no_grad():
+            want = model(input_ids=ids, use_cache=False).logits
+        torch.testing.assert_close(run(ids), want, rtol=1e-3, atol=1e-3)
+
+
+class TwoDevices(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2).cuda()
+        self.register_buffer("count", torch.arange(4.0, device="cpu"))
+
+    def forward(self, x):
+        return self.lin(x), self.count * 2
+
+
+def test_a_model_on_two_devices_is_refused(tmp_path, device):
+    _cuda_only(device)
+    with pytest.raises(braze.ExportError, match="on 2 devices"):
+        braze.export(TwoDevices(), (torch.randn(2, 3, device="cuda"),), str(tmp_path / "p"))
+
+
+@cpu
+def test_a_cuda_package_without_a_gpu_is_an_error(mlp_package, tmp_path):
+    if braze._C.cuda_driver_available():
+        pytest.skip("this machine has a CUDA device")
+    _, path = mlp_package
+    pkg = _copy(path, tmp_path)
+    _rewrite_manifest(pkg, lambda ls: [l.replace("device cpu", "device cuda 90") for l in ls])
+    with pytest.raises(braze.RunError, match="no CUDA driver or device"):
+        braze.load(pkg)
 
 
 @cpu

@@ -138,25 +138,37 @@ template <typename T> std::vector<T *> addressesOf(const std::vector<uintptr_t> 
   return out;
 }
 
-/// Runs `call` (DLTensor inputs -> owned outputs) on CPU arrays, without the GIL, and hands
-/// the outputs to torch without copies.
-template <typename Call>
-std::vector<TorchArray> runOnArrays(std::vector<CpuArray> &inputs, Call &&call) {
-  std::vector<DLTensor> views(inputs.size());
-  std::vector<const DLTensor *> ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    CpuArray &a = inputs[i];
+/// DLTensor views of arrays on any device (they point into the arrays).
+template <typename Array> std::vector<DLTensor> dlViews(std::vector<Array> &arrays) {
+  std::vector<DLTensor> views(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    Array &a = arrays[i];
     DLTensor &v = views[i];
-    v.data = const_cast<void *>(a.data());
-    v.device = DLDevice{kDLCPU, 0};
+    v.data = const_cast<void *>(static_cast<const void *>(a.data()));
+    v.device = DLDevice{static_cast<DLDeviceType>(a.device_type()), a.device_id()};
     v.ndim = static_cast<int32_t>(a.ndim());
     nb::dlpack::dtype t = a.dtype();
     v.dtype = DLDataType{t.code, t.bits, t.lanes};
     v.shape = const_cast<int64_t *>(a.shape_ptr());
     v.strides = const_cast<int64_t *>(a.stride_ptr());
     v.byte_offset = 0;
-    ptrs.push_back(&v);
   }
+  return views;
+}
+
+template <typename T> std::vector<T *> viewPointers(std::vector<DLTensor> &views) {
+  std::vector<T *> out;
+  for (DLTensor &v : views)
+    out.push_back(&v);
+  return out;
+}
+
+/// Runs `call` (DLTensor inputs -> owned outputs) on CPU arrays, without the GIL, and hands
+/// the outputs to torch without copies.
+template <typename Call>
+std::vector<TorchArray> runOnArrays(std::vector<CpuArray> &inputs, Call &&call) {
+  std::vector<DLTensor> views = dlViews(inputs);
+  std::vector<const DLTensor *> ptrs = viewPointers<const DLTensor>(views);
   std::vector<std::unique_ptr<runtime::OwnedTensor>> outs;
   {
     nb::gil_scoped_release release;
@@ -728,10 +740,50 @@ NB_MODULE(_C, m) {
       .def_prop_ro("checks_indices", [](PyCompiled &c) { return c.exe->spec().checksIndices; })
       .def("set_assert_indices", [](PyCompiled &c, bool on) { c.exe->setAssertIndices(on); })
       .def_prop_ro("library_path", [](PyCompiled &c) { return c.exe->spec().libraryPath; })
+      // What a CUDA package holds of this module: its cubins (the deferred kernels compiled
+      // now, each into a cubin of its own), its kernels in launch order, and the libraries it
+      // calls.
+      .def("cuda_package_files", [](PyCompiled &c) {
+        const runtime::ModuleSpec &spec = c.exe->spec();
+        if (!spec.cuda)
+          throw runtime::RunError("cuda_package_files: not a CUDA module");
+        nb::dict d;
+        std::vector<std::string> cubins = spec.cubinPaths;
+        for (const runtime::DeferredCubin &k : spec.deferred)
+          cubins.push_back(k.compile());
+        d["cubins"] = cubins;
+        d["kernels"] = spec.kernels;
+        d["cublaslt"] = spec.cublasLtLibrary;
+        d["cudnn"] = spec.cudnnLibrary;
+        d["checks_indices"] = spec.checksIndices;
+        return d;
+      })
       .def_prop_ro("num_symbols", [](PyCompiled &c) { return c.exe->spec().numSymbols; });
 
   nb::class_<runtime::Package>(m, "Package")
-      .def_static("load", &runtime::Package::load, "Loads a package written by braze.export.")
+      .def_static("load", &runtime::Package::load, "path"_a, "device"_a = 0,
+                  "Loads a package written by braze.export (a CUDA one onto CUDA device "
+                  "`device`).")
+      .def_prop_ro("device", [](runtime::Package &p) {
+        DLDevice d = p.device();
+        return nb::make_tuple(d.device_type == kDLCUDA ? "cuda" : "cpu", d.device_id);
+      })
+      // Any device: the outputs' (shape, strides) for these inputs, and a run into outputs the
+      // caller allocated so (torch tensors), enqueued on `stream` (a cudaStream_t as an int).
+      .def("output_layouts", [](runtime::Package &p, std::vector<nb::ndarray<>> inputs) {
+        std::vector<DLTensor> views = dlViews(inputs);
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
+        for (auto &l : p.outputLayouts(viewPointers<const DLTensor>(views)))
+          out.emplace_back(l.shape, l.strides);
+        return out;
+      })
+      .def("run_into", [](runtime::Package &p, std::vector<nb::ndarray<>> inputs,
+                          std::vector<nb::ndarray<>> outputs, uintptr_t stream) {
+        std::vector<DLTensor> in = dlViews(inputs), out = dlViews(outputs);
+        nb::gil_scoped_release release;
+        p.run(viewPointers<const DLTensor>(in), viewPointers<DLTensor>(out),
+              reinterpret_cast<void *>(stream));
+      }, "inputs"_a, "outputs"_a, "stream"_a = 0)
       .def("run", [](runtime::Package &p, std::vector<CpuArray> inputs) {
         return runOnArrays(inputs, [&](const std::vector<const DLTensor *> &ptrs) {
           return p.run(ptrs);

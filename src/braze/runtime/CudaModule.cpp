@@ -65,6 +65,12 @@ struct Driver {
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*memFreeHost)(void *);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memAllocAsync)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*deviceGetAttribute)(int *, int, CUdevice);
   CUresult (*memcpy2DAsync)(const struct Memcpy2D *, CUstream);
   CUresult (*getErrorString)(CUresult, const char **);
   bool ok = false;
@@ -103,6 +109,12 @@ const Driver &driver() {
     get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     get(d.memFreeHost, "cuMemFreeHost");
     get(d.memAlloc, "cuMemAlloc_v2");
+    get(d.memFree, "cuMemFree_v2");
+    get(d.memAllocAsync, "cuMemAllocAsync");
+    get(d.memFreeAsync, "cuMemFreeAsync");
+    get(d.memcpyHtoD, "cuMemcpyHtoD_v2");
+    get(d.memcpyDtoH, "cuMemcpyDtoH_v2");
+    get(d.deviceGetAttribute, "cuDeviceGetAttribute");
     get(d.memcpy2DAsync, "cuMemcpy2DAsync_v2");
     get(d.getErrorString, "cuGetErrorString");
     if (missing)
@@ -319,7 +331,96 @@ std::string gemmInRowChunks(CublasLt &lt, void *padded, void *workspace, CUstrea
   return "";
 }
 
+/// Makes `device`'s primary context current on this thread (what PyTorch's runtime uses too).
+void useDevice(int device) {
+  const Driver &d = driver();
+  if (!d.ok)
+    throw RunError(d.why);
+  static std::mutex mu;
+  static std::map<int, CUcontext> contexts;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CUcontext &c = contexts[device];
+    if (!c) {
+      CUdevice dev = 0;
+      check(d.deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
+      check(d.primaryCtxRetain(&c, dev), "retaining the primary context");
+    }
+    ctx = c;
+  }
+  CUcontext current = nullptr;
+  d.ctxGetCurrent(&current);
+  if (current != ctx)
+    check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
 } // namespace
+
+int cudaComputeCapability(int device) {
+  useDevice(device);
+  CUdevice dev = 0;
+  check(driver().deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
+  int major = 0, minor = 0;
+  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+  check(driver().deviceGetAttribute(&major, 75, dev), "reading the compute capability");
+  check(driver().deviceGetAttribute(&minor, 76, dev), "reading the compute capability");
+  return major * 10 + minor;
+}
+
+void *cudaAllocate(int device, size_t bytes) {
+  useDevice(device);
+  CUdeviceptr p = 0;
+  check(driver().memAlloc(&p, bytes ? bytes : 1),
+        "allocating " + std::to_string(bytes) + " bytes on CUDA device " + std::to_string(device));
+  return reinterpret_cast<void *>(p);
+}
+
+void *cudaAllocateOn(int device, size_t bytes, void *stream) {
+  useDevice(device);
+  CUdeviceptr p = 0;
+  check(driver().memAllocAsync(&p, bytes ? bytes : 1, stream),
+        "allocating " + std::to_string(bytes) + " bytes on CUDA device " + std::to_string(device));
+  return reinterpret_cast<void *>(p);
+}
+
+void cudaRelease(int device, void *p) noexcept {
+  if (!p)
+    return;
+  try {
+    useDevice(device);
+  } catch (const RunError &) {
+    return; // no driver: nothing was allocated
+  }
+  driver().memFree(reinterpret_cast<CUdeviceptr>(p));
+}
+
+void cudaReleaseOn(int device, void *p, void *stream) noexcept {
+  if (!p)
+    return;
+  try {
+    useDevice(device);
+  } catch (const RunError &) {
+    return;
+  }
+  driver().memFreeAsync(reinterpret_cast<CUdeviceptr>(p), stream);
+}
+
+void cudaCopy(int device, void *dst, const void *src, size_t bytes, bool toDevice) {
+  useDevice(device);
+  if (bytes == 0)
+    return;
+  check(toDevice ? driver().memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes)
+                 : driver().memcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes),
+        std::string("copying ") + std::to_string(bytes) + " bytes " +
+            (toDevice ? "to" : "from") + " CUDA device " + std::to_string(device));
+}
+
+void cudaSynchronize(int device, void *stream) {
+  useDevice(device);
+  check(stream ? driver().streamSynchronize(stream) : driver().ctxSynchronize(),
+        "waiting for CUDA device " + std::to_string(device));
+}
 
 bool cudaDriverAvailable() {
   const Driver &d = driver();
@@ -335,13 +436,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   m->state_ = std::make_unique<State>();
   State &s = *m->state_;
   const int device = spec.device;
-  CUdevice dev = 0;
-  check(d.deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
-  check(d.primaryCtxRetain(&s.ctx, dev), "retaining the primary context");
-  CUcontext current = nullptr;
-  d.ctxGetCurrent(&current);
-  if (current != s.ctx)
-    check(d.ctxSetCurrent(s.ctx), "cuCtxSetCurrent");
+  useDevice(device);
+  d.ctxGetCurrent(&s.ctx);
   for (const std::string &path : spec.cubinPaths) {
     std::string image = readBinary(path);
     CUmodule module = nullptr;

@@ -92,4 +92,24 @@ private:
 /// True when libcuda can be loaded and reports at least one device.
 bool cudaDriverAvailable();
 
+// Device memory through the driver, for packages and the programs that run them (no CUDA
+// runtime library needed). Each makes the device's primary context current on the calling
+// thread and throws RunError naming what failed.
+
+/// The device's compute capability as major * 10 + minor (90 for an H100).
+int cudaComputeCapability(int device);
+/// `bytes` of device memory.
+void *cudaAllocate(int device, size_t bytes);
+/// `bytes` of device memory ordered on `stream` (null: the default stream): work enqueued there
+/// after this call may use it.
+void *cudaAllocateOn(int device, size_t bytes, void *stream);
+/// Frees what cudaAllocate returned. Never throws.
+void cudaRelease(int device, void *p) noexcept;
+/// Frees what cudaAllocateOn returned, once the work enqueued on `stream` before is done.
+void cudaReleaseOn(int device, void *p, void *stream) noexcept;
+/// Copies `bytes` host -> device (`toDevice`) or device -> host; synchronous.
+void cudaCopy(int device, void *dst, const void *src, size_t bytes, bool toDevice);
+/// Waits for `stream` (null: the whole device).
+void cudaSynchronize(int device, void *stream = nullptr);
+
 } // namespace braze::runtime

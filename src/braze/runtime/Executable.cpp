@@ -31,8 +31,9 @@ std::string kernelError(int code) {
 }
 } // namespace
 
-OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides)
-    : dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)) {
+OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                         DLDevice device)
+    : dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)), device_(device) {
   if (strides_.empty()) {
     strides_.resize(shape_.size());
     int64_t s = 1;
@@ -52,18 +53,27 @@ OwnedTensor::OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vect
   }
   bytes_ = n * elementBytes(dtype);
   size_t alloc = ((bytes_ + 63) / 64) * 64;
+  if (device_.device_type == kDLCUDA) {
+    data_ = cudaAllocate(device_.device_id, alloc == 0 ? 64 : alloc);
+    return;
+  }
   data_ = std::aligned_alloc(64, alloc == 0 ? 64 : alloc);
   if (!data_)
     throw RunError("out of memory allocating " + std::to_string(alloc) + " bytes");
 }
 
-OwnedTensor::~OwnedTensor() { std::free(data_); }
+OwnedTensor::~OwnedTensor() {
+  if (device_.device_type == kDLCUDA)
+    cudaRelease(device_.device_id, data_);
+  else
+    std::free(data_);
+}
 
 DLManagedTensor *OwnedTensor::release(std::unique_ptr<OwnedTensor> t) {
   auto *m = new DLManagedTensor{};
   OwnedTensor *raw = t.release();
   m->dl_tensor.data = raw->data_;
-  m->dl_tensor.device = DLDevice{kDLCPU, 0};
+  m->dl_tensor.device = raw->device_;
   m->dl_tensor.ndim = static_cast<int32_t>(raw->shape_.size());
   m->dl_tensor.dtype = raw->dtype_;
   m->dl_tensor.shape = raw->shape_.data();

@@ -45,8 +45,10 @@ class CudaModule;
 /// A tensor whose memory the runtime allocated (64-byte aligned), handed out through DLPack.
 class OwnedTensor {
 public:
-  /// Row-major unless `strides` (in elements, a dense layout) are given.
-  OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides = {});
+  /// Row-major unless `strides` (in elements, a dense layout) are given; in host memory, or
+  /// in a CUDA device's memory for a kDLCUDA `device`.
+  OwnedTensor(DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides = {},
+              DLDevice device = DLDevice{kDLCPU, 0});
   ~OwnedTensor();
   OwnedTensor(const OwnedTensor &) = delete;
   OwnedTensor &operator=(const OwnedTensor &) = delete;
@@ -54,6 +56,7 @@ public:
   const std::vector<int64_t> &shape() const { return shape_; }
   const std::vector<int64_t> &strides() const { return strides_; }
   DLDataType dtype() const { return dtype_; }
+  DLDevice device() const { return device_; }
   size_t bytes() const { return bytes_; }
   /// Transfers ownership to a DLManagedTensor (its deleter frees the memory).
   static DLManagedTensor *release(std::unique_ptr<OwnedTensor> t);
@@ -61,6 +64,7 @@ public:
 private:
   DLDataType dtype_;
   std::vector<int64_t> shape_, strides_;
+  DLDevice device_;
   void *data_ = nullptr;
   size_t bytes_ = 0;
 };

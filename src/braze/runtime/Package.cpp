@@ -1,5 +1,6 @@
 #include "braze/runtime/Package.h"
 
+#include "braze/runtime/CudaModule.h"
 #include "braze/runtime/Files.h"
 #include "braze/runtime/PackageArchive.h"
 #include "braze/runtime/Safetensors.h"
@@ -87,6 +88,21 @@ std::string shapeText(const int64_t *shape, int rank) {
 
 size_t elementBytes(DLDataType t) { return (t.bits * t.lanes + 7) / 8; }
 
+std::string deviceText(DLDevice d) {
+  return d.device_type == kDLCUDA ? "CUDA device " + std::to_string(d.device_id) : "the CPU";
+}
+
+/// Where a CUDA library the package calls is loaded from: $env, else where it was at export,
+/// else its file name (the dynamic loader's search path).
+std::string cudaLibrary(const std::string &recorded, const char *env) {
+  if (const char *v = std::getenv(env); v && *v)
+    return v;
+  std::error_code ec;
+  if (std::filesystem::exists(recorded, ec))
+    return recorded;
+  return std::filesystem::path(recorded).filename().string();
+}
+
 } // namespace
 
 DLDataType packageDType(const std::string &name) {
@@ -131,7 +147,7 @@ std::vector<std::string> cpuFeatures() {
   return out;
 }
 
-std::shared_ptr<Package> Package::load(const std::string &given) {
+std::shared_ptr<Package> Package::load(const std::string &given, int device) {
   std::error_code ec;
   const std::string path =
       std::filesystem::is_regular_file(given, ec) ? extractPackageArchive(given) : given;
@@ -176,6 +192,12 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
   int64_t weightsStart = 0, moduleSymbols = -1;
   std::vector<std::pair<std::string, std::string>> vendors; // path, checksum (empty: not bundled)
   std::vector<std::string> isa;
+  // CUDA packages
+  bool cuda = false;
+  int computeCapability = 0;
+  std::vector<std::pair<std::string, std::string>> cubins; // file, checksum
+  std::vector<std::string> kernels;
+  std::string cublasLt, cudnn;
   try {
     for (size_t i = 1; i < lines.size(); ++i) {
       std::vector<std::string> w = words(lines[i]);
@@ -186,10 +208,22 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
         moduleSymbols = number(w[1], "symbol count");
         if (moduleSymbols < 0 || moduleSymbols > (1 << 20))
           throw RunError("a symbol count out of range: " + w[1]);
+      } else if (k == "device" && w.size() == 2 && w[1] == "cpu") {
+        cuda = false;
+      } else if (k == "device" && w.size() == 3 && w[1] == "cuda") {
+        cuda = true;
+        computeCapability = static_cast<int>(number(w[2], "compute capability"));
       } else if (k == "device") {
-        if (w.size() != 2 || w[1] != "cpu")
-          throw RunError("device " + (w.size() > 1 ? w[1] : std::string("?")) +
-                         " is not one this runtime runs (cpu)");
+        throw RunError("device " + (w.size() > 1 ? w[1] : std::string("?")) +
+                       " is not one this runtime runs (cpu, cuda)");
+      } else if (k == "cubin" && w.size() == 3) {
+        cubins.emplace_back(path + "/" + w[1], w[2]);
+      } else if (k == "kernel" && w.size() == 2) {
+        kernels.push_back(w[1]);
+      } else if (k == "cuda-library" && w.size() == 3 && (w[1] == "cublaslt" || w[1] == "cudnn")) {
+        (w[1] == "cublaslt" ? cublasLt : cudnn) = w[2];
+      } else if (k == "checks-indices" && w.size() == 1) {
+        p->checksIndices_ = true;
       } else if (k == "isa") {
         isa.assign(w.begin() + 1, w.end());
       } else if (k == "library" && w.size() == 3) {
@@ -230,6 +264,24 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
   }
   if (library.empty() || moduleSymbols < 0)
     throw fail("package.txt names no library or no module-symbols");
+  if (cuda) {
+    if (cubins.empty() && !kernels.empty())
+      throw fail("package.txt names kernels but no cubin");
+    if (!cudaDriverAvailable())
+      throw fail("it runs on a CUDA GPU (compute capability " +
+                 std::to_string(computeCapability / 10) + "." +
+                 std::to_string(computeCapability % 10) +
+                 "), and this machine has no CUDA driver or device");
+    int have = cudaComputeCapability(device);
+    // A cubin runs on its own architecture and later minor versions of it.
+    if (have / 10 != computeCapability / 10 || have % 10 < computeCapability % 10)
+      throw fail("its kernels were compiled for compute capability " +
+                 std::to_string(computeCapability / 10) + "." +
+                 std::to_string(computeCapability % 10) + ", and CUDA device " +
+                 std::to_string(device) + " is " + std::to_string(have / 10) + "." +
+                 std::to_string(have % 10) + "; export it again on this GPU");
+    p->device_ = DLDevice{kDLCUDA, device};
+  }
 
   // The CPU must have what the library was compiled for.
   std::vector<std::string> have = cpuFeatures();
@@ -251,6 +303,8 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
     if (!sum.empty())
       verified(file, sum);
   }
+  for (const auto &[file, sum] : cubins)
+    verified(file, sum);
   if (!weightsFile.empty()) {
     std::string data = verified(path + "/" + weightsFile, weightsSum);
     if (weightsStart < 8 || weightsStart > static_cast<int64_t>(data.size()))
@@ -260,6 +314,18 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
     if (!p->weights_)
       throw fail("out of memory for " + std::to_string(p->weightBytes_) + " bytes of weights");
     std::memcpy(p->weights_, data.data() + weightsStart, p->weightBytes_);
+    if (cuda) { // the weights live on the device from now on
+      void *host = p->weights_;
+      p->weights_ = nullptr;
+      try {
+        p->weights_ = cudaAllocate(device, p->weightBytes_);
+        cudaCopy(device, p->weights_, host, p->weightBytes_, /*toDevice=*/true);
+      } catch (const RunError &e) {
+        std::free(host);
+        throw fail(std::string("loading its weights: ") + e.what());
+      }
+      std::free(host);
+    }
   }
   for (const PackageTensor &t : p->moduleInputs_) {
     if (!t.weight)
@@ -291,7 +357,23 @@ std::shared_ptr<Package> Package::load(const std::string &given) {
     spec.inputs.push_back({packageDType(t.dtype), static_cast<int>(t.shape.size())});
   for (const PackageTensor &t : p->signature_.outputs)
     spec.outputs.push_back({packageDType(t.dtype), static_cast<int>(t.shape.size())});
-  p->exe_ = Executable::load(spec);
+  if (cuda) {
+    spec.cuda = true;
+    spec.device = device;
+    for (const auto &[file, sum] : cubins)
+      spec.cubinPaths.push_back(file);
+    spec.kernels = kernels;
+    spec.checksIndices = p->checksIndices_;
+    if (!cublasLt.empty())
+      spec.cublasLtLibrary = cudaLibrary(cublasLt, "BRAZE_CUBLASLT");
+    if (!cudnn.empty())
+      spec.cudnnLibrary = cudaLibrary(cudnn, "BRAZE_CUDNN");
+  }
+  try {
+    p->exe_ = Executable::load(spec);
+  } catch (const RunError &e) {
+    throw fail(e.what());
+  }
   return p;
 }
 
@@ -299,7 +381,10 @@ Package::~Package() {
   exe_.reset();
   for (auto it = vendors_.rbegin(); it != vendors_.rend(); ++it)
     dlclose(*it);
-  std::free(weights_);
+  if (device_.device_type == kDLCUDA)
+    cudaRelease(device_.device_id, weights_);
+  else
+    std::free(weights_);
 }
 
 std::vector<const DLTensor *>
@@ -314,8 +399,9 @@ Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<D
     const DLTensor &x = *inputs[i];
     const PackageTensor &s = user[i];
     const std::string what = "input " + std::to_string(i) + " (" + s.name + ")";
-    if (x.device.device_type != kDLCPU)
-      throw RunError(what + " is not on the CPU, where this package runs");
+    if (x.device.device_type != device_.device_type ||
+        (device_.device_type == kDLCUDA && x.device.device_id != device_.device_id))
+      throw RunError(what + " is not on " + deviceText(device_) + ", where this package runs");
     if (!sameType(x.dtype, packageDType(s.dtype)))
       throw RunError(what + " is " + typeName(x.dtype) + ", the package takes " + s.dtype);
     if (x.ndim != static_cast<int>(s.shape.size()))
@@ -363,7 +449,7 @@ Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<D
     shapes.push_back(std::move(shape));
     DLTensor w{};
     w.data = static_cast<char *>(weights_) + t.begin;
-    w.device = DLDevice{kDLCPU, 0};
+    w.device = device_;
     w.ndim = static_cast<int32_t>(t.shape.size());
     w.dtype = packageDType(t.dtype);
     w.shape = shapes.back().data();
@@ -374,25 +460,53 @@ Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<D
 }
 
 std::vector<std::unique_ptr<OwnedTensor>>
-Package::run(const std::vector<const DLTensor *> &inputs) const {
+Package::run(const std::vector<const DLTensor *> &inputs, void *stream) const {
   std::vector<DLTensor> weights;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
-  return exe_->run(all);
+  if (device_.device_type != kDLCUDA)
+    return exe_->run(all);
+  std::vector<int64_t> syms = exe_->bind(all);
+  std::vector<Executable::Layout> layouts = exe_->layoutsFor(syms);
+  std::vector<std::unique_ptr<OwnedTensor>> outs;
+  std::vector<DLTensor> views(layouts.size());
+  std::vector<DLTensor *> ptrs;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    outs.push_back(std::make_unique<OwnedTensor>(packageDType(signature_.outputs[i].dtype),
+                                                 layouts[i].shape, layouts[i].strides, device_));
+    OwnedTensor &o = *outs.back();
+    views[i].data = o.data();
+    views[i].device = device_;
+    views[i].ndim = static_cast<int32_t>(o.shape().size());
+    views[i].dtype = o.dtype();
+    views[i].shape = const_cast<int64_t *>(o.shape().data());
+    views[i].strides = const_cast<int64_t *>(o.strides().data());
+    ptrs.push_back(&views[i]);
+  }
+  runInto(all, syms, layouts, ptrs, stream);
+  return outs;
 }
 
 void Package::run(const std::vector<const DLTensor *> &inputs,
-                  const std::vector<DLTensor *> &outputs) const {
+                  const std::vector<DLTensor *> &outputs, void *stream) const {
   std::vector<DLTensor> weights;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
   std::vector<int64_t> syms = exe_->bind(all);
-  runInto(all, syms, exe_->layoutsFor(syms), outputs);
+  runInto(all, syms, exe_->layoutsFor(syms), outputs, stream);
+}
+
+std::vector<Executable::Layout>
+Package::outputLayouts(const std::vector<const DLTensor *> &inputs) const {
+  std::vector<DLTensor> weights;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const DLTensor *> all = moduleInputs(inputs, weights, shapes);
+  return exe_->layoutsFor(exe_->bind(all));
 }
 
 void Package::runInto(const std::vector<const DLTensor *> &all, const std::vector<int64_t> &syms,
                       const std::vector<Executable::Layout> &layouts,
-                      const std::vector<DLTensor *> &outputs) const {
+                      const std::vector<DLTensor *> &outputs, void *stream) const {
   if (outputs.size() != layouts.size())
     throw RunError("the package has " + std::to_string(layouts.size()) + " outputs, got " +
                    std::to_string(outputs.size()) + " buffers");
@@ -403,7 +517,8 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
     const std::string what = "output " + std::to_string(i) + " (" + signature_.outputs[i].name + ")";
     bool same = o.ndim == static_cast<int>(l.shape.size()) &&
                 sameType(o.dtype, packageDType(signature_.outputs[i].dtype)) &&
-                o.device.device_type == kDLCPU;
+                o.device.device_type == device_.device_type &&
+                (device_.device_type != kDLCUDA || o.device.device_id == device_.device_id);
     for (int d = 0; same && d < o.ndim; ++d) {
       int64_t stride = o.strides ? o.strides[d] : 1;
       if (!o.strides)
@@ -412,7 +527,8 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
       same = o.shape[d] == l.shape[d] && (l.shape[d] == 1 || stride == l.strides[d]);
     }
     if (!same)
-      throw RunError(what + " must be a CPU " + signature_.outputs[i].dtype + " buffer of shape " +
+      throw RunError(what + " must be a " + signature_.outputs[i].dtype + " buffer on " +
+                     deviceText(device_) + " of shape " +
                      shapeText(l.shape.data(), static_cast<int>(l.shape.size())) +
                      " laid out as the package writes it");
     outPtrs.push_back(static_cast<char *>(o.data) + o.byte_offset);
@@ -420,7 +536,22 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
   std::vector<const void *> inPtrs;
   for (const DLTensor *t : all)
     inPtrs.push_back(static_cast<const char *>(t->data) + t->byte_offset);
-  exe_->runBound(inPtrs, outPtrs, syms);
+  if (device_.device_type != kDLCUDA) {
+    exe_->runBound(inPtrs, outPtrs, syms);
+    return;
+  }
+  // Scratch ordered on the stream: freed once the kernels enqueued before the free are done.
+  const int dev = device_.device_id;
+  void *arena = cudaAllocateOn(dev, static_cast<size_t>(exe_->arenaBytes(syms)), stream);
+  try {
+    exe_->runCuda(inPtrs, outPtrs, arena, syms, stream);
+  } catch (...) {
+    cudaReleaseOn(dev, arena, stream);
+    throw;
+  }
+  cudaReleaseOn(dev, arena, stream);
+  if (checksIndices_)
+    exe_->synchronizeAndCheck(stream);
 }
 
 namespace {
@@ -428,8 +559,8 @@ namespace {
 /// views point into) and the dtypes of `tensors`; RunError unless there is one per tensor.
 std::vector<DLTensor> rowMajorViews(const std::vector<const void *> *data,
                                     const std::vector<std::vector<int64_t>> &shapes,
-                                    const std::vector<PackageTensor> &tensors,
-                                    const char *what) {
+                                    const std::vector<PackageTensor> &tensors, const char *what,
+                                    DLDevice device) {
   if (shapes.size() != tensors.size() || (data && data->size() != shapes.size())) {
     const std::string got = std::to_string(data ? data->size() : shapes.size());
     throw RunError(what == std::string("inputs")
@@ -440,7 +571,7 @@ std::vector<DLTensor> rowMajorViews(const std::vector<const void *> *data,
   std::vector<DLTensor> views(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     views[i].data = data ? const_cast<void *>((*data)[i]) : nullptr;
-    views[i].device = DLDevice{kDLCPU, 0};
+    views[i].device = device;
     views[i].ndim = static_cast<int32_t>(shapes[i].size());
     views[i].dtype = packageDType(tensors[i].dtype);
     views[i].shape = const_cast<int64_t *>(shapes[i].data());
@@ -458,8 +589,9 @@ template <typename T> std::vector<T *> pointers(std::vector<DLTensor> &views) {
 
 void Package::runRaw(const std::vector<const void *> &inputs,
                      const std::vector<std::vector<int64_t>> &inputShapes,
-                     const std::vector<void *> &outputs) const {
-  std::vector<DLTensor> views = rowMajorViews(&inputs, inputShapes, signature_.inputs, "inputs");
+                     const std::vector<void *> &outputs, void *stream) const {
+  std::vector<DLTensor> views =
+      rowMajorViews(&inputs, inputShapes, signature_.inputs, "inputs", device_);
   std::vector<DLTensor> weights;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const DLTensor *> all =
@@ -471,13 +603,14 @@ void Package::runRaw(const std::vector<const void *> &inputs,
     outShapes.push_back(l.shape);
   const std::vector<const void *> outData(outputs.begin(), outputs.end());
   std::vector<DLTensor> outViews =
-      rowMajorViews(&outData, outShapes, signature_.outputs, "outputs");
-  runInto(all, syms, layouts, pointers<DLTensor>(outViews));
+      rowMajorViews(&outData, outShapes, signature_.outputs, "outputs", device_);
+  runInto(all, syms, layouts, pointers<DLTensor>(outViews), stream);
 }
 
 std::vector<std::vector<int64_t>>
 Package::outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const {
-  std::vector<DLTensor> views = rowMajorViews(nullptr, inputShapes, signature_.inputs, "inputs");
+  std::vector<DLTensor> views =
+      rowMajorViews(nullptr, inputShapes, signature_.inputs, "inputs", device_);
   std::vector<DLTensor> weights;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const DLTensor *> all =

@@ -6,6 +6,7 @@
 ///   package.txt          the manifest (below)
 ///   model.so             the host library braze compiled
 ///   lib/<name>           the vendor libraries it links (BLAS, oneDNN), unless left out
+///   kernels/<n>.cubin    CUDA packages: the kernels, compiled for the exporting GPU
 ///   weights.safetensors  the parameters, buffers and constants (safetensors: an 8-byte
 ///                        little-endian header length, a JSON header, then the raw data)
 ///
@@ -13,9 +14,16 @@
 ///
 ///   braze-package <format>            first line; this runtime reads formats 1..kFormatVersion
 ///   braze <version>                   the braze that wrote it
-///   device cpu
+///   device cpu | device cuda <cc>     where it runs; cc: the compute capability the kernels
+///                                     were compiled for, as major * 10 + minor (format 2)
 ///   target <text>                     the exporting machine's target fingerprint (informative)
 ///   isa <feature>...                  CPU features the library may use (-march=native there)
+///   cubin <file> <sha256>             CUDA: a file of kernels
+///   kernel <name>                     CUDA: the module's kernels, in its launch numbering
+///   cuda-library <cublaslt|cudnn> <path>  CUDA: a library the module calls, where it was at
+///                                     export (at load: $BRAZE_CUBLASLT / $BRAZE_CUDNN, else
+///                                     that path, else its file name on the loader's path)
+///   checks-indices                    CUDA: some kernel bounds-checks an index
 ///   library <file> <sha256>           the host library
 ///   module-symbols <n>                the size symbols the library binds (its braze_bind)
 ///   vendor <file> <sha256>            a bundled vendor library, loaded before the host library
@@ -34,6 +42,12 @@
 ///
 /// run is safe to call from several threads at once on one loaded package: each call binds its
 /// own sizes and allocates its own scratch memory.
+///
+/// A CUDA package (format 2) keeps its weights in device memory from load on. Its runs take
+/// and give device tensors and enqueue on the caller's stream without waiting (scratch memory
+/// is stream-ordered), except where a kernel checks indices: such a run waits for its kernels
+/// and raises a bad index as a RunError. It needs the CUDA driver, and cuBLASLt and cuDNN where
+/// the model calls them; no CUDA runtime, NVRTC or compiler.
 #include "braze/runtime/Executable.h"
 
 #include <cstdint>
@@ -69,31 +83,41 @@ struct PackageSignature {
 
 class Package {
 public:
-  static constexpr int kFormatVersion = 1;
+  /// 1: CPU packages; 2: CUDA packages too (CPU packages are still written as format 1).
+  static constexpr int kFormatVersion = 2;
 
-  /// Loads the package in directory `path`, or in the package archive (a file) `path`; throws
-  /// RunError naming what is wrong (a missing or damaged file, a newer format, a CPU without a
-  /// feature the library needs, a damaged archive).
-  static std::shared_ptr<Package> load(const std::string &path);
+  /// Loads the package in directory `path`, or in the package archive (a file) `path`; a CUDA
+  /// package onto CUDA device `device`. Throws RunError naming what is wrong (a missing or
+  /// damaged file, a newer format, a CPU without a feature the library needs, a damaged
+  /// archive, no CUDA device or one of another architecture, a missing CUDA library).
+  static std::shared_ptr<Package> load(const std::string &path, int device = 0);
   ~Package();
 
   const PackageSignature &signature() const { return signature_; }
   /// The format version the package was written in.
   int formatVersion() const { return format_; }
+  /// Where it runs: the CPU, or the CUDA device it was loaded onto.
+  DLDevice device() const { return device_; }
 
-  /// Runs on CPU tensors, one per user input (row-major or any strides the graph accepts);
-  /// returns new outputs. Throws RunError naming an input of the wrong dtype, rank or size.
-  std::vector<std::unique_ptr<OwnedTensor>> run(const std::vector<const DLTensor *> &inputs) const;
+  /// Runs on tensors on the package's device, one per user input (row-major or any strides
+  /// the graph accepts); returns new outputs there. CUDA packages enqueue on `stream` (null:
+  /// the default stream). Throws RunError naming an input of the wrong device, dtype, rank or
+  /// size.
+  std::vector<std::unique_ptr<OwnedTensor>> run(const std::vector<const DLTensor *> &inputs,
+                                                void *stream = nullptr) const;
   /// Runs into caller-owned outputs, which must have the shapes and strides outputShapes gives.
-  void run(const std::vector<const DLTensor *> &inputs,
-           const std::vector<DLTensor *> &outputs) const;
-  /// Runs on row-major buffers: user inputs with the given shapes, outputs row-major.
+  void run(const std::vector<const DLTensor *> &inputs, const std::vector<DLTensor *> &outputs,
+           void *stream = nullptr) const;
+  /// Runs on row-major buffers (device pointers for a CUDA package): user inputs with the given
+  /// shapes, outputs row-major.
   void runRaw(const std::vector<const void *> &inputs,
               const std::vector<std::vector<int64_t>> &inputShapes,
-              const std::vector<void *> &outputs) const;
+              const std::vector<void *> &outputs, void *stream = nullptr) const;
   /// The outputs' shapes for user inputs of these shapes.
   std::vector<std::vector<int64_t>>
   outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const;
+  /// The outputs' layouts (shapes and strides in elements) for these inputs, as run writes them.
+  std::vector<Executable::Layout> outputLayouts(const std::vector<const DLTensor *> &inputs) const;
 
 private:
   Package() = default;
@@ -107,7 +131,7 @@ private:
   /// Checks caller-owned `outputs` against `layouts` and runs the module into them.
   void runInto(const std::vector<const DLTensor *> &all, const std::vector<int64_t> &syms,
                const std::vector<Executable::Layout> &layouts,
-               const std::vector<DLTensor *> &outputs) const;
+               const std::vector<DLTensor *> &outputs, void *stream) const;
 
   std::string path_;
   int format_ = 0;
@@ -115,8 +139,10 @@ private:
   std::vector<PackageTensor> moduleInputs_; ///< every module input, in order
   std::vector<void *> vendors_;             ///< dlopen handles, closed after the module
   std::shared_ptr<Executable> exe_;
-  void *weights_ = nullptr; ///< the weights data (64-byte aligned)
+  void *weights_ = nullptr; ///< the weights data (64-byte aligned; device memory for CUDA)
   size_t weightBytes_ = 0;
+  DLDevice device_{kDLCPU, 0};
+  bool checksIndices_ = false; ///< CUDA: runs wait for their kernels and check the error flag
 };
 
 /// Where braze's runtime lives in this process and its size: the file holding this code (the

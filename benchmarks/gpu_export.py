@@ -156,12 +156,14 @@ def main():
     # (torch 2.11: a segmentation fault in _load_aoti), so it is timed in a process of its own,
     # beside eager again: compare its ratio to that process's eager.
     import subprocess
-    child = subprocess.run([sys.executable, __file__, a.out, "--aoti", "--repeats",
+    child = subprocess.run([sys.executable, "-X", "faulthandler", __file__, a.out, "--aoti",
+                            "--repeats",
                             str(a.repeats), "--only", a.only], capture_output=True, text=True)
     try:
         aoti = {r["model"]: r for r in json.loads(child.stdout.strip().splitlines()[-1])}
     except (ValueError, IndexError):
-        say("AOTInductor's process failed:", child.stderr[-2000:])
+        say(f"AOTInductor's process failed (exit {child.returncode}):",
+            "\n".join(l for l in child.stderr.splitlines() if "arn" not in l)[-1500:])
         aoti = {}
     for r in rows:
         got = aoti.get(r["model"], {})

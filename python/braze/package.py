@@ -103,8 +103,12 @@ def _inputs(ep):
                 value = ep.constants.get(spec.target)
             if not isinstance(value, torch.Tensor):
                 raise ExportError(f"{spec.target} is not a tensor")
-            # Stored row-major (the weights file holds dense tensors), so compiled as such.
-            out.append((node, "weight", spec.target, value.detach().contiguous()))
+            # Stored dense, in their own order (a channels-last weight stays channels-last, as
+            # the code is compiled for it); anything else row-major.
+            value = value.detach()
+            if not _dense(value):
+                value = value.contiguous()
+            out.append((node, "weight", spec.target, value))
         else:
             raise ExportError(f"input {node.name} is a {spec.kind.name.lower()}, which a package "
                               "cannot hold")
@@ -152,16 +156,28 @@ def _bound(value, default):
         return default
 
 
+_ALIGN = 64  # every weight starts this aligned (cuDNN's and cuBLASLt's fast kernels need 16)
+
+
 def _write_safetensors(path, tensors, metadata=None):
     """tensors: [(name, tensor)], written in that order: returns (data start, {name: (begin,
-    end)}). The header is padded with spaces so that the data starts 64-byte aligned."""
+    end)}). The header is padded with spaces so that the data starts 64-byte aligned, and each
+    tensor starts 64-byte aligned too: a gap before one is a zero-filled U8 entry of its own
+    (named __braze_pad_<n>), since safetensors' data has no holes."""
     import json
-    header, offsets, at = {}, {}, 0
+    header, offsets, at, layout = {}, {}, 0, []
     for name, t in tensors:
+        if at % _ALIGN:
+            gap = _ALIGN - at % _ALIGN
+            pad = f"__braze_pad_{len(layout)}"
+            header[pad] = {"dtype": "U8", "shape": [gap], "data_offsets": [at, at + gap]}
+            layout.append((pad, torch.zeros(gap, dtype=torch.uint8)))
+            at += gap
         n = t.numel() * t.element_size()
         header[name] = {"dtype": _DTYPES[t.dtype][1], "shape": list(t.shape),
                         "data_offsets": [at, at + n]}
         offsets[name] = (at, at + n)
+        layout.append((name, t))
         at += n
     header["__metadata__"] = {"format": "pt", "writer": "braze", **(metadata or {})}
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -169,10 +185,26 @@ def _write_safetensors(path, tensors, metadata=None):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for _, t in tensors:
+        for _, t in layout:
             f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
                     if t.numel() else b"")
     return 8 + len(text), offsets
+
+
+def _memory_order(t):
+    """t's dims from largest stride to smallest: for a dense tensor, t.permute(order) is
+    contiguous, and its bytes are t's memory."""
+    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+
+
+def _dense(t):
+    """Whether t's elements fill its memory exactly, in some order of its dims."""
+    span = 1
+    for d in reversed(_memory_order(t)):
+        if t.shape[d] != 1 and t.stride(d) != span:
+            return False
+        span *= t.shape[d]
+    return True
 
 
 def _sha256(path):
@@ -368,8 +400,9 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
             if value.is_complex():
                 raise ExportError(f"{name} is complex, which a package cannot hold")
         ordered = sorted(weights, key=lambda w: -w[1].element_size())
-        start, offsets = _write_safetensors(os.path.join(work, "weights.safetensors"),
-                                            [(n, v.cpu()) for n, v in ordered])
+        start, offsets = _write_safetensors(
+            os.path.join(work, "weights.safetensors"),
+            [(n, v.permute(_memory_order(v)).cpu()) for n, v in ordered])
         lines.append(f"weights weights.safetensors "
                      f"{_sha256(os.path.join(work, 'weights.safetensors'))} {start}")
         used = set()
@@ -391,7 +424,11 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
                 lines.append(f"{record} user")
             else:
                 begin, end = offsets[name]
-                lines.append(f"{record} weight {begin} {end}")
+                strides = ""
+                if not val.is_contiguous():
+                    strides = " strides " + " ".join(str(st) for st in val.stride())
+                    lines[0] = f"braze-package {FORMAT_VERSION}"  # strides came with format 2
+                lines.append(f"{record} weight {begin} {end}{strides}")
         for j, o in enumerate(outputs):
             val = o.meta["val"]
             dims = [_dim(d) for d in val.shape]

@@ -71,6 +71,7 @@ def test_weights_are_a_safetensors_file(mlp_package):
     for name, value in model.state_dict().items():
         entry = header[name]
         begin, end = entry["data_offsets"]
+        assert begin % 64 == 0  # each weight aligned, as the GPU libraries' fast kernels want
         assert entry["shape"] == list(value.shape) and entry["dtype"] == "F32"
         stored = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32)
         assert torch.equal(stored.reshape(value.shape), value)
@@ -460,6 +461,28 @@ def test_a_cnn_with_batch_norm_matches_eager(tmp_path):
     for batch in (1, 6):
         x = torch.randn(batch, 3, 32, 32)
         torch.testing.assert_close(run(x), model(x).detach(), rtol=1e-4, atol=1e-4)
+
+
+@cpu
+def test_channels_last_weights_keep_their_layout(tmp_path):
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 1)).eval()
+    model = model.to(memory_format=torch.channels_last)
+    path = str(tmp_path / "cl")
+    braze.export(model, (torch.randn(2, 3, 16, 16),), path)
+    text = open(os.path.join(path, "package.txt")).read()
+    assert text.startswith(f"braze-package {braze.package.FORMAT_VERSION}\n")
+    assert "input 0.weight f32 4 8 3 3 3 weight" in text and " strides 27 1 9 3" in text
+    run = braze.load(path)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(run(x), model(x), rtol=1e-4, atol=1e-4)
+    bad = _copy(path, tmp_path)
+    _rewrite_manifest(bad, lambda ls: [l.replace(" strides 27 1 9 3", " strides 27 2 9 3")
+                                       for l in ls])
+    with pytest.raises(braze.RunError, match="not a dense layout"):
+        braze.load(bad)
 
 
 @cpu

@@ -244,10 +244,15 @@ std::shared_ptr<Package> Package::load(const std::string &given, int device) {
         PackageTensor t = tensorRecord(w, next);
         if (next < w.size() && w[next] == "user" && next + 1 == w.size()) {
           p->signature_.inputs.push_back(t);
-        } else if (next + 3 == w.size() && w[next] == "weight") {
+        } else if (next + 3 <= w.size() && w[next] == "weight") {
           t.weight = true;
           t.begin = number(w[next + 1], "weight offset");
           t.end = number(w[next + 2], "weight offset");
+          size_t rest = w.size() - (next + 3);
+          if (rest != 0 && (rest != t.shape.size() + 1 || w[next + 3] != "strides"))
+            throw RunError("a malformed input record for " + t.name);
+          for (size_t d = 0; rest && d < t.shape.size(); ++d)
+            t.strides.push_back(number(w[next + 4 + d], "stride"));
         } else {
           throw RunError("a malformed input record for " + t.name);
         }
@@ -337,6 +342,21 @@ std::shared_ptr<Package> Package::load(const std::string &given, int device) {
       if (d.value < 0 || (d.value > 0 && n > (int64_t(1) << 56) / d.value))
         throw fail("weight " + t.name + " has a size no file holds");
       n *= d.value;
+    }
+    if (!t.strides.empty()) { // dense in some order: sorted by stride, each the span of those after
+      std::vector<size_t> order(t.shape.size());
+      for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return t.strides[a] > t.strides[b];
+      });
+      int64_t span = 1;
+      for (size_t i = order.size(); i-- > 0;) {
+        const int64_t size = t.shape[order[i]].value;
+        if (size != 1 && t.strides[order[i]] != span)
+          throw fail("weight " + t.name + " has strides that are not a dense layout");
+        span *= size;
+      }
     }
     int64_t bytes = n * static_cast<int64_t>(elementBytes(packageDType(t.dtype)));
     if (t.begin < 0 || t.end != t.begin + bytes || t.end > static_cast<int64_t>(p->weightBytes_))
@@ -453,6 +473,7 @@ Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<D
     w.ndim = static_cast<int32_t>(t.shape.size());
     w.dtype = packageDType(t.dtype);
     w.shape = shapes.back().data();
+    w.strides = t.strides.empty() ? nullptr : const_cast<int64_t *>(t.strides.data());
     weights.push_back(w);
     all.push_back(&weights.back());
   }

@@ -8,7 +8,8 @@
 ///   lib/<name>           the vendor libraries it links (BLAS, oneDNN), unless left out
 ///   kernels/<n>.cubin    CUDA packages: the kernels, compiled for the exporting GPU
 ///   weights.safetensors  the parameters, buffers and constants (safetensors: an 8-byte
-///                        little-endian header length, a JSON header, then the raw data)
+///                        little-endian header length, a JSON header, then the raw data; each
+///                        tensor starts 64-byte aligned, a gap being a U8 __braze_pad_<n>)
 ///
 /// package.txt is one record per line, words separated by single spaces:
 ///
@@ -31,13 +32,15 @@
 ///   weights <file> <sha256> <offset>  the weights file and where its data starts
 ///   symbol <name> <min> <max>         a size symbol and the range it was exported for
 ///   input <name> <dtype> <rank> <dim>... user
-///   input <name> <dtype> <rank> <dim>... weight <begin> <end>
+///   input <name> <dtype> <rank> <dim>... weight <begin> <end> [strides <stride>...]
 ///   output <name> <dtype> <rank> <dim>...
 ///   checksum <sha256>                 of every line before this one (newlines included)
 ///
 /// A dim is an integer, a symbol's name, or (outputs only) an expression of symbols. Inputs are
 /// the module's inputs in order: user inputs (passed to run) and weights (bytes [begin, end) of
-/// the weights data). dtypes: bool, u8, i8, i16, i32, i64, f16, bf16, f32, f64. Every file is
+/// the weights data). A weight with strides (format 2) is dense in another order than row-major
+/// (a channels-last convolution weight): its bytes are in memory order, and its safetensors
+/// entry has the dims in that order. dtypes: bool, u8, i8, i16, i32, i64, f16, bf16, f32, f64. Every file is
 /// checked against its checksum at load, so a damaged package is an error, never a crash.
 ///
 /// run is safe to call from several threads at once on one loaded package: each call binds its
@@ -68,6 +71,7 @@ struct PackageTensor {
   std::vector<PackageDim> shape;
   bool weight = false;        ///< inputs: read from the weights file
   int64_t begin = 0, end = 0; ///< weights: the bytes of the weights data
+  std::vector<int64_t> strides; ///< weights: in elements, when not row-major
 };
 
 struct PackageSymbol {

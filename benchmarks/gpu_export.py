@@ -107,6 +107,7 @@ def main():
     p.add_argument("--json", default="")
     p.add_argument("--aoti", action="store_true",
                    help="time AOTInductor's package and eager only (run as a process of its own)")
+    p.add_argument("--no-aoti", action="store_true", help="leave AOTInductor out")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows = []
@@ -152,6 +153,8 @@ def main():
     if a.aoti:
         print(json.dumps(rows))
         return
+    if a.no_aoti:
+        return finish(rows, a.json)
     # AOTInductor's loaded package crashes in a process that has loaded braze's CUDA modules
     # (torch 2.11: a segmentation fault in _load_aoti), so it is timed in a process of its own,
     # beside eager again: compare its ratio to that process's eager.
@@ -173,8 +176,12 @@ def main():
             r["aoti_own_ms"], r["aoti_eager_ms"] = got["aoti_ms"], got["eager_ms"]
             r["aoti_ms"] = got["aoti_ms"] / got["eager_ms"] * r["eager_ms"]
             r["aoti_max_err"] = got["aoti_max_err"]
-    if a.json:
-        with open(a.json, "w") as f:
+    finish(rows, a.json)
+
+
+def finish(rows, json_path):
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
     print("\n| model | export s | package MB | load ms | first run ms | package ms | "
           "torch.compile braze ms | AOTInductor ms | eager ms |")

@@ -171,7 +171,7 @@ def _write_safetensors(path, tensors, metadata=None):
             gap = _ALIGN - at % _ALIGN
             pad = f"__braze_pad_{len(layout)}"
             header[pad] = {"dtype": "U8", "shape": [gap], "data_offsets": [at, at + gap]}
-            layout.append((pad, torch.zeros(gap, dtype=torch.uint8)))
+            layout.append((pad, torch.zeros(gap, dtype=torch.uint8, device="cpu")))
             at += gap
         n = t.numel() * t.element_size()
         header[name] = {"dtype": _DTYPES[t.dtype][1], "shape": list(t.shape),

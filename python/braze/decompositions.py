@@ -131,6 +131,22 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     return torch.where((rows < offs[-1]).unsqueeze(-1), out, 0)
 
 
+def _index_add(core):
+    """x.index_add(dim, index, source) as a scatter_add along dim: eager's CPU kernel sums
+    half-precision values wide and rounds once there, as scatter_add does, where Core ATen's
+    decomposition `core` (index_put with accumulate) rounds after every add (4096 f16 ones
+    summed into one element gave 2048, bf16 256, against eager's 4096). With an alpha other
+    than 1, eager rounds every add too: `core` then."""
+    def decomposition(x, dim, index, source, alpha=1):
+        if alpha != 1 or x.dim() == 0 or source.dim() != x.dim() or index.dim() > 1:
+            return core(x, dim, index, source, alpha=alpha)
+        dim = dim % x.dim()
+        shape = [1] * source.dim()
+        shape[dim] = -1
+        return x.scatter_add(dim, index.reshape(shape).expand_as(source), source)
+    return decomposition
+
+
 def _grouped_mm_ops():
     """aten._grouped_mm and transformers' grouped_mm_fallback, where they exist (transformers
     registers its op when its MoE integration is imported)."""
@@ -152,6 +168,9 @@ def table(training=False):
     table = dict(_table(bool(training)))
     for op in _grouped_mm_ops():
         table[op] = _grouped_mm
+    index_add = torch.ops.aten.index_add.default
+    if index_add in table:
+        table[index_add] = _index_add(table[index_add])
     return table
 
 

@@ -284,6 +284,25 @@ def test_index_add_copy_fill(dtype):
                                        x.index_fill(1, i, 7)), x, index, src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_index_add_of_halves_sums_wide_as_eager(dtype):
+    """Eager's index_add rounds a half-precision sum once (with alpha 1; with another alpha it
+    rounds every add, as braze does then): 4096 ones into one element give 4096, where a sum
+    rounded after every add stops at 2048 (f16) or 256 (bf16)."""
+    ones = torch.ones(4096, 3, dtype=dtype)
+    into = torch.zeros(2, 3, dtype=dtype)
+    index = torch.zeros(4096, dtype=torch.int64)
+    torch._dynamo.reset()
+    got = torch.compile(lambda x, i, s: x.index_add(0, i, s), backend="braze")(into, index, ones)
+    assert got[0].tolist() == [4096.0] * 3 and got[1].tolist() == [0.0] * 3
+    g = torch.Generator(torch.get_default_device()).manual_seed(9)
+    x = _make((50, 4, 6), dtype, g)
+    src = _make((50, 4, 300), dtype, g)
+    index = torch.randint(0, 6, (300,), generator=g)
+    _compiled_matches(lambda x, i, s: (x.index_add(-1, i, s), x.index_add(2, i, s, alpha=0.5)),
+                      x, index, src)
+
+
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32])
 def test_index_reduce(reduce, dtype):

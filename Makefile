@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-optimizer bench-distributed bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -115,6 +115,11 @@ bench-gpu-training: build
 # braze's own CUDA attention kernel against cuDNN's, flash and memory-efficient attention.
 bench-gpu-attention: build
 	$(PY) benchmarks/gpu_attention.py
+
+# On a machine with an NVIDIA GPU: CUDA packages of ResNet-50 and BERT-base (export, load, first
+# run, steady state) against torch.compile, AOTInductor and eager.
+bench-gpu-export: build
+	$(PY) benchmarks/gpu_export.py build/gpu-packages
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

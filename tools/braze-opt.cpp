@@ -111,9 +111,11 @@ std::string usageText() {
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
-        "  --launch=SCHEDULE  with --cuda: take the launch records (`launch{block=.. threads=..\n"
-        "                  vec=.. ...}`) of a --print=schedule text, written or edited by hand,\n"
-        "                  for the kernels it names; each is checked against its kernel's code\n"
+        "  --launch=SCHEDULE  take the records of a --print=schedule text, written or edited\n"
+        "                  by hand, for the kernels it names: with --cuda their launch records\n"
+        "                  (`launch{block=.. threads=.. vec=.. ...}`), else their CPU records\n"
+        "                  (`cpu{parallel=..}`, `cpu{lanes=.. along=x..}`, `cpu{region}`,\n"
+        "                  `cpu{groups}`); each is checked against its kernel's code\n"
         "  --run=TENSORS   compile the graph (or loop program) for the CPU and run it on the\n"
         "                  tensors of a safetensors file (named as its inputs); compare output k\n"
         "                  with its 'expected:k' tensor (exit status 3 when one differs)\n"
@@ -420,18 +422,19 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes || !tool.launchFile.empty()) && !tool.cuda)
-    BRAZE_USER_ERROR(tool.cudnn            ? "--cudnn"
-                     : tool.tf32           ? "--tf32"
-                     : tool.kernelArgBytes ? "--kernel-arg-bytes"
-                                           : "--launch",
-                     "")
+  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes) && !tool.cuda)
+    BRAZE_USER_ERROR(tool.cudnn ? "--cudnn" : tool.tf32 ? "--tf32" : "--kernel-arg-bytes", "")
         << "it needs --cuda";
-  if (!tool.launchFile.empty()) {
+  if (!tool.launchFile.empty() && tool.cuda) {
     opts.cuda->launchRecords = readInput(tool.launchFile);
     if (braze::sched::parseLaunchRecords(opts.cuda->launchRecords).empty())
       BRAZE_USER_ERROR("--launch", "") << tool.launchFile << " has no launch record (a line "
-                                       << "`kernelN ... launch{...}` of --print=schedule)";
+                                       << "`kernelN ... launch{...}` of --print=schedule --cuda)";
+  } else if (!tool.launchFile.empty()) {
+    opts.cpuLaunchRecords = readInput(tool.launchFile);
+    if (braze::sched::parseCpuLaunchRecords(opts.cpuLaunchRecords).empty())
+      BRAZE_USER_ERROR("--launch", "") << tool.launchFile << " has no cpu record (a line "
+                                       << "`kernelN ... cpu{...}` of --print=schedule)";
   }
   if (tool.kernelArgBytes)
     opts.cuda->kernelArgBytes = *tool.kernelArgBytes;

@@ -1,8 +1,9 @@
-"""CUDA launch records as schedule data (plan-cuda, sched::CudaLaunch): --print=schedule writes
-each loop kernel's record, braze-opt --launch reads records back, and code generation follows
-them. Read back unedited they give the same code, for every lit graph; edited by hand they steer
-the code within what each kernel's code can do (NVRTC compiles it), and a record asking for more
-is an error that names the kernel, the field and the rule."""
+"""Launch records as schedule data: CUDA's (plan-cuda, sched::CudaLaunch) and the CPU's
+(plan-cpu, sched::CpuLaunch). --print=schedule writes each loop kernel's record, braze-opt
+--launch reads records back, and code generation follows them. Read back unedited they give the
+same code, for every lit graph; edited by hand they steer the code within what each kernel's
+code can do (NVRTC compiles it; the CPU's still computes eager's answer), and a record asking for
+more is an error that names the kernel, the field and the rule."""
 import glob
 import os
 import re
@@ -37,32 +38,35 @@ def _opt(*args):
     return subprocess.run([braze_opt(), *args], capture_output=True, text=True)
 
 
-def _record(schedule, kernel):
-    return re.search(rf"^{kernel} .*(launch\{{[^}}]*\}})", schedule, re.M).group(1)
+def _record(schedule, kernel, kind="launch"):
+    return re.search(rf"^{kernel} .*({kind}\{{[^}}]*\}})", schedule, re.M).group(1)
 
 
-def test_records_read_back_give_the_same_code_for_every_lit_graph(tmp_path):
+@pytest.mark.parametrize("flags, kind, least", [(["--cuda"], "launch", 60), ([], "cpu", 100)])
+def test_records_read_back_give_the_same_code_for_every_lit_graph(tmp_path, flags, kind, least):
     compared = 0
     for path in sorted(glob.glob(os.path.join(LIT, "*.txt"))):
-        schedule = _opt(path, "--cuda", "--print=schedule")
-        if schedule.returncode != 0 or "launch{" not in schedule.stdout:
-            continue  # a graph the CUDA path refuses (the hostile-input tests), or no loops
+        schedule = _opt(path, *flags, "--print=schedule")
+        if schedule.returncode != 0 or kind + "{" not in schedule.stdout:
+            continue  # a graph braze refuses (the hostile-input tests), or no loop kernels
         records = tmp_path / "schedule.txt"
         records.write_text(schedule.stdout)
-        planned = _opt(path, "--cuda", "--print=code")
-        replayed = _opt(path, "--cuda", f"--launch={records}", "--print=code")
+        planned = _opt(path, *flags, "--print=code")
+        replayed = _opt(path, *flags, f"--launch={records}", "--print=code")
         assert planned.returncode == 0 and replayed.returncode == 0, replayed.stderr
         assert planned.stdout == replayed.stdout, os.path.basename(path)
         compared += 1
-    assert compared >= 60, compared
+    assert compared >= least, compared
 
 
-def _edited(tmp_path, edits):
+def _edited(tmp_path, edits, kind="launch"):
+    """GRAPH's schedule (for CUDA, or the CPU with kind "cpu") with the records of `edits`."""
     graph = tmp_path / "g.txt"
     graph.write_text(GRAPH)
-    schedule = _opt(str(graph), "--cuda", "--print=schedule").stdout
+    flags = ["--cuda"] if kind == "launch" else []
+    schedule = _opt(str(graph), *flags, "--print=schedule").stdout
     for kernel, record in edits.items():
-        schedule = schedule.replace(_record(schedule, kernel), record)
+        schedule = schedule.replace(_record(schedule, kernel, kind), record)
     records = tmp_path / "edited.txt"
     records.write_text(schedule)
     return graph, records
@@ -142,7 +146,7 @@ def test_records_for_kernels_the_schedule_does_not_have_are_errors(tmp_path):
         run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
         assert run.returncode != 0 and says in run.stderr, (text, run.stderr)
     run = _opt(str(graph), f"--launch={records}", "--print=code")
-    assert run.returncode != 0 and "needs --cuda" in run.stderr
+    assert run.returncode != 0 and "has no cpu record" in run.stderr
 
 
 def test_help_lists_the_back_half_steps_in_order():
@@ -150,4 +154,61 @@ def test_help_lists_the_back_half_steps_in_order():
     text = _opt("--help").stdout
     back = text.split("the back half's steps")[1]
     names = [line.split()[0] for line in back.splitlines()[1:] if line.strip()]
-    assert names == ["schedule", "plan-cuda", "codegen"], back
+    assert names == ["schedule", "plan-cuda", "plan-cpu", "codegen"], back
+
+
+# ---- the CPU's records ---------------------------------------------------------------------
+
+def test_the_planned_cpu_records(tmp_path):
+    schedule = _opt(str(_edited(tmp_path, {}, "cpu")[0]), "--print=schedule").stdout
+    assert _record(schedule, "kernel0", "cpu") == "cpu{parallel=1 simd}"
+    assert _record(schedule, "kernel1", "cpu") == "cpu{parallel=1}"
+    assert _record(schedule, "kernel2", "cpu") == "cpu{lanes=16 along=x0}"
+
+
+def test_edited_cpu_records_steer_the_code_and_it_still_computes(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    graph, records = _edited(tmp_path, {"kernel0": "cpu{parallel=0}",
+                                        "kernel1": "cpu{parallel=0}",
+                                        "kernel2": "cpu{lanes=4 along=x0}"}, "cpu")
+    printed = _opt(str(graph), f"--launch={records}", "--print=schedule")
+    assert printed.returncode == 0, printed.stderr
+    assert "cpu{lanes=4 along=x0}" in printed.stdout
+    code = _opt(str(graph), f"--launch={records}", "--print=code")
+    assert code.returncode == 0, code.stderr
+    kernels = code.stdout.split("static void kernel")
+    assert "#pragma omp parallel" not in kernels[1] and "#pragma omp simd" in kernels[1]
+    assert "#pragma omp parallel" not in kernels[2]
+    assert "x0b += 4) {" in kernels[3] and "[4];" in kernels[3]
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
+    x, k = torch.randn(4096, 768, generator=g), torch.randn(8192, 512, generator=g)
+    tensors = {"a": a, "b": b, "x": x, "g": k, "expected:0": a + b,
+               "expected:1": torch.softmax(x, 1), "expected:2": k.sum(0)}
+    save_file(tensors, str(tmp_path / "t.safetensors"), metadata={"atol": "1e-4", "rtol": "1e-4"})
+    run = _opt(str(graph), f"--launch={records}", f"--run={tmp_path / 't.safetensors'}")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("kernel, record, says", [
+    ("kernel0", "cpu{region}", "region is for kernels without outer loops"),
+    ("kernel1", "cpu{parallel=3}", "parallel must be at most 1"),
+    ("kernel1", "cpu{parallel=1 simd}", "simd needs every outer loop parallel"),
+    ("kernel0", "cpu{groups}", "groups needs one outer loop"),
+    ("kernel0", "cpu{lanes=16 along=x0}", "lanes apply to loop kernels with an inner loop"),
+    ("kernel2", "cpu{lanes=12 along=x0}", "power of two"),
+    ("kernel2", "cpu{lanes=16 along=x3}", "along must be an outer variable"),
+    ("kernel2", "cpu{lanes=16 along=y0}", "must name an outer variable"),
+    ("kernel1", "cpu{parallel=1 fast}", "unknown word 'fast'"),
+    ("kernel1", "cpu{threads=4}", "unknown field 'threads'"),
+    ("kernel1", "cpu{lanes=16}", "needs exactly one of"),
+    ("kernel1", "cpu{parallel=1 region}", "needs exactly one of"),
+    ("kernel1", "cpu{parallel=1 along=x0}", "along= with lanes="),
+    ("kernel1", "cpu{parallel=-1}", "non-negative number, got '-1'"),
+])
+def test_a_cpu_record_beyond_its_kernel_is_an_error(tmp_path, kernel, record, says):
+    graph, records = _edited(tmp_path, {kernel: record}, "cpu")
+    run = _opt(str(graph), f"--launch={records}", "--print=code")
+    assert run.returncode != 0 and says in run.stderr, run.stderr
+    assert "--launch" in run.stderr and kernel in run.stderr

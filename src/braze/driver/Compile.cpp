@@ -274,6 +274,14 @@ void planCudaStep(Lowered &l, const CompileOptions &opts) {
     codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(opts.cuda->launchRecords));
 }
 
+void planCpuStep(Lowered &l, const CompileOptions &opts) {
+  if (opts.cuda)
+    return;
+  codegen::planCpuLaunches(l.schedule);
+  if (!opts.cpuLaunchRecords.empty())
+    codegen::applyCpuLaunches(l.schedule, sched::parseCpuLaunchRecords(opts.cpuLaunchRecords));
+}
+
 void codegenStep(Lowered &l, const CompileOptions &opts) {
   if (opts.cuda) {
     l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));

@@ -65,6 +65,9 @@ struct CompileOptions {
     std::string launchRecords;
   };
   std::optional<Cuda> cuda;
+  /// CPU: a printed schedule whose records (`kernelN ... cpu{...}`, braze-opt --launch)
+  /// replace plan-cpu's for the kernels they name; empty: none.
+  std::string cpuLaunchRecords;
 
   /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_REMOTE_CACHE, BRAZE_CXX, BRAZE_BLAS and BRAZE_DNNL: the one place
   /// braze reads the environment.

@@ -56,7 +56,11 @@ std::string optionsText(const CompileOptions &o) {
          ";cublaslt=" + c.cublasLtLibrary + ";cudnn=" + c.cudnnLibrary +
          ";tf32=" + std::to_string(c.matmulTf32) + std::to_string(c.convTf32) +
          ";cudnn_attention=" + std::to_string(c.cudnnAttention);
+    if (!c.launchRecords.empty()) // records by hand make other code
+      s += ";launch=" + sha256Hex(c.launchRecords);
   }
+  if (!o.cpuLaunchRecords.empty())
+    s += ";cpu_launch=" + sha256Hex(o.cpuLaunchRecords);
   Target t = targetFor(o);
   return s + ";target=" + t.fingerprint() + ";cores=" + std::to_string(t.cores);
 }

@@ -31,6 +31,22 @@ std::string launchText(const CudaLaunch &l, bool rows) {
   return s + "}";
 }
 
+/// A CPU kernel's record, as `cpu{region}`, `cpu{groups}`, `cpu{parallel=P [simd]}` or
+/// `cpu{lanes=L along=x<i>}`.
+std::string cpuLaunchText(const CpuLaunch &l, const std::vector<SymExpr> &outer) {
+  switch (l.shape) {
+  case CpuLaunch::Shape::Region:
+    return "cpu{region}";
+  case CpuLaunch::Shape::Groups:
+    return "cpu{groups}";
+  case CpuLaunch::Shape::Lanes:
+    return "cpu{lanes=" + std::to_string(l.lanes) + " along=" + outer.at(l.along)->name() + "}";
+  case CpuLaunch::Shape::Outer:
+    break;
+  }
+  return "cpu{parallel=" + std::to_string(l.parallel) + (l.simd ? " simd}" : "}");
+}
+
 std::string_view placementName(PlacementKind k) {
   switch (k) {
   case PlacementKind::Input:
@@ -76,6 +92,8 @@ std::string printSchedule(const Schedule &s) {
       out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
     if (k.cudaLaunch)
       out += " " + launchText(*k.cudaLaunch, !k.innerVars.empty());
+    if (k.cpuLaunch)
+      out += " " + cpuLaunchText(*k.cpuLaunch, k.outerVars);
     out += "\n";
     for (const Step &st : k.steps) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";
@@ -107,12 +125,18 @@ std::string printSchedule(const Schedule &s) {
 
 namespace braze::sched {
 
-std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
-  std::map<std::string, CudaLaunch> out;
+namespace {
+/// Calls `read(name, where, fields)` for each kernel line of `text` with a record opened by
+/// `open` (`launch{`, `cpu{`): its words between the braces. A record without its closing brace,
+/// or a second one for a kernel, is a user error naming the line.
+template <typename Record, typename Read>
+std::map<std::string, Record> readRecords(const std::string &text, const std::string &open,
+                                          Read read) {
+  std::map<std::string, Record> out;
   std::istringstream lines(text);
   std::string line;
   for (int no = 1; std::getline(lines, line); ++no) {
-    size_t at = line.find("launch{");
+    size_t at = line.find(open);
     if (at == std::string::npos || !line.starts_with("kernel"))
       continue;
     std::string where = "line " + std::to_string(no);
@@ -123,9 +147,31 @@ std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
                                        << " has no closing '}'";
     if (out.count(name))
       BRAZE_USER_ERROR("--launch", "") << where << ": a second record for " << name;
+    std::istringstream fields(line.substr(at + open.size(), close - at - open.size()));
+    out[name] = read(name, where, fields);
+  }
+  return out;
+}
+
+/// A record's `key=value` number, in [least, 2^20]; a user error naming the field otherwise.
+int64_t recordNumber(const std::string &key, const std::string &value, long long least,
+                     const std::string &name, const std::string &where) {
+  char *end = nullptr;
+  long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < least || v > (1 << 20))
+    BRAZE_USER_ERROR("--launch", "")
+        << where << ": " << key << " of " << name << " must be a "
+        << (least ? "positive" : "non-negative") << " number, got '" << value << "'";
+  return v;
+}
+} // namespace
+
+std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
+  return readRecords<CudaLaunch>(text, "launch{", [](const std::string &name,
+                                                     const std::string &where,
+                                                     std::istringstream &fields) {
     CudaLaunch l;
     l.threads = 0; // rows say theirs; pointwise kernels have none
-    std::istringstream fields(line.substr(at + 7, close - at - 7));
     std::string f;
     bool sawBlock = false, sawVec = false;
     while (fields >> f) {
@@ -141,14 +187,8 @@ std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
                                            << "record of " << name;
         continue;
       }
-      std::string value = f.substr(eq + 1);
-      char *end = nullptr;
-      long long v = std::strtoll(value.c_str(), &end, 10);
-      long long least = key == "iters" ? 0 : 1; // a row of no elements takes no iterations
-      if (value.empty() || *end != '\0' || v < least || v > (1 << 20))
-        BRAZE_USER_ERROR("--launch", "")
-            << where << ": " << key << " of " << name << " must be a "
-            << (least ? "positive" : "non-negative") << " number, got '" << value << "'";
+      // A row of no elements takes no iterations.
+      int64_t v = recordNumber(key, f.substr(eq + 1), key == "iters" ? 0 : 1, name, where);
       int n = static_cast<int>(v);
       if (key == "block")
         l.block = n, sawBlock = true;
@@ -169,9 +209,62 @@ std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
     if (!sawBlock || !sawVec)
       BRAZE_USER_ERROR("--launch", "") << where << ": the record of " << name
                                        << " needs block= and vec=";
-    out[name] = l;
-  }
-  return out;
+    return l;
+  });
+}
+
+std::map<std::string, CpuLaunch> parseCpuLaunchRecords(const std::string &text) {
+  return readRecords<CpuLaunch>(text, "cpu{", [](const std::string &name,
+                                                 const std::string &where,
+                                                 std::istringstream &fields) {
+    CpuLaunch l;
+    std::string f, alongName;
+    bool sawParallel = false, sawLanes = false, sawShape = false;
+    while (fields >> f) {
+      size_t eq = f.find('=');
+      std::string key = f.substr(0, eq);
+      if (eq == std::string::npos) {
+        if (key == "region" || key == "groups") {
+          l.shape = key == "region" ? CpuLaunch::Shape::Region : CpuLaunch::Shape::Groups;
+          sawShape = true;
+        } else if (key == "simd") {
+          l.simd = true;
+        } else {
+          BRAZE_USER_ERROR("--launch", "") << where << ": unknown word '" << f << "' in the "
+                                           << "record of " << name;
+        }
+        continue;
+      }
+      std::string value = f.substr(eq + 1);
+      if (key == "parallel") {
+        l.parallel = static_cast<int>(recordNumber(key, value, 0, name, where));
+        sawParallel = true;
+      } else if (key == "lanes") {
+        l.lanes = static_cast<int>(recordNumber(key, value, 1, name, where));
+        sawLanes = true;
+      } else if (key == "along") {
+        // x<i>: the kernel's outer variable i
+        if (value.size() < 2 || value[0] != 'x')
+          BRAZE_USER_ERROR("--launch", "") << where << ": along of " << name
+                                           << " must name an outer variable (x0, x1, ..), got '"
+                                           << value << "'";
+        l.along = static_cast<int>(recordNumber(key, value.substr(1), 0, name, where));
+      } else {
+        BRAZE_USER_ERROR("--launch", "") << where << ": unknown field '" << key << "' in the "
+                                         << "record of " << name;
+      }
+    }
+    if (sawLanes)
+      l.shape = CpuLaunch::Shape::Lanes;
+    if (int(sawShape) + int(sawParallel) + int(sawLanes) != 1 || (sawLanes && l.along < 0))
+      BRAZE_USER_ERROR("--launch", "")
+          << where << ": the record of " << name
+          << " needs exactly one of region, groups, parallel= and lanes= (with along=)";
+    if ((l.simd && !sawParallel) || (l.along >= 0 && !sawLanes))
+      BRAZE_USER_ERROR("--launch", "") << where << ": in the record of " << name
+                                       << ", simd goes with parallel= and along= with lanes=";
+    return l;
+  });
 }
 
 } // namespace braze::sched

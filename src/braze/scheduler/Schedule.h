@@ -72,6 +72,26 @@ struct CudaLaunch {
   bool ragged = false;
 };
 
+/// How a CPU loop kernel shares its points among the threads and vectorizes them: the plan-cpu
+/// step's record, `cpu{...}` in --print=schedule (braze-opt --launch reads records back).
+struct CpuLaunch {
+  enum class Shape {
+    Region, ///< no outer loop: one parallel region, inner loops work-shared, partials per thread
+    Outer,  ///< `omp parallel for` over the first `parallel` outer loops (collapsed)
+    Groups, ///< one outer loop as a work-shared `omp for simd` loop per independent group of
+            ///< members (an optimizer's same-sized parameters), none waiting for the others
+    Lanes,  ///< outer loop `along` in blocks of `lanes` values computed as simd lanes around
+            ///< the inner loops (a column sum); the other outer loops shared by the threads
+  };
+  Shape shape = Shape::Outer;
+  /// Outer: the outer loops the threads share; the others run inside each thread, the last of
+  /// them as `omp simd` when the kernel has no inner loop. 0: one thread.
+  int parallel = 0;
+  bool simd = false; ///< Outer: `omp parallel for simd` (every outer loop shared, no inner loop)
+  int along = -1;    ///< Lanes: the outer loop (its position among the outer variables)
+  int lanes = 0;     ///< Lanes: values per block
+};
+
 struct Kernel {
   std::string name;
   std::vector<SymExpr> outerVars; ///< index symbols; parallel
@@ -103,6 +123,9 @@ struct Kernel {
   /// Set by plan-cuda on a CUDA kernel that codegen writes as loops (a GEMM's or a
   /// convolution's too, for where the library declines it).
   std::optional<CudaLaunch> cudaLaunch;
+  /// Set by plan-cpu on a CPU kernel that codegen writes as loops (a GEMM's or a convolution's
+  /// too: its loop nest stands in where no library takes it).
+  std::optional<CpuLaunch> cpuLaunch;
 
   /// A matrix product, a convolution, an attention or a scatter: one computation, which
   /// codegen writes in a form of its own; no other computation joins it.
@@ -137,5 +160,9 @@ std::string printSchedule(const Schedule &s);
 /// hand steers code generation (braze-opt --launch). A malformed record is a user error naming
 /// its line; lines without one are passed over.
 std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text);
+
+/// The CPU records of a printed schedule (`kernelN ... cpu{parallel=.. ...}`), by kernel name,
+/// as parseLaunchRecords reads CUDA's.
+std::map<std::string, CpuLaunch> parseCpuLaunchRecords(const std::string &text);
 
 } // namespace braze::sched

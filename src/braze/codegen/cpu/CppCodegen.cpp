@@ -1,7 +1,9 @@
 /// Emits, for each kernel:
 ///   1. the buffer pointers and size symbols it uses, as typed locals;
-///   2. its outer loops: `omp parallel for` (collapsed) when there are outer dims, or a
-///      parallel region whose inner loops are work-shared when there are none;
+///   2. its outer loops as its record (sched::CpuLaunch, plan-cpu: CpuLaunchPlan.cpp) says:
+///      `omp parallel for` (collapsed) over the shared ones, lanes along one, a loop per
+///      independent group, or a parallel region whose inner loops are work-shared when there are
+///      no outer dims;
 ///   3. per outer point, its steps in order: a Loop step is one (simd) loop over the inner space
 ///      that computes pointwise members and folds reductions; a Scalar step computes values once;
 ///   4. stores for members whose value must reach memory.
@@ -90,13 +92,22 @@ std::string CpuEmitter::emitKernel(const Kernel &k, const std::string &name) {
     work += " * " + names_.index(v->extent());
   w.line("const int64_t work = " + work + ";");
   w.line("(void)work;");
-  // 2-4.
-  if (k.outerVars.empty())
+  // 2-4, as the kernel's record says.
+  BRAZE_CHECK(k.cpuLaunch) << k.name << " has no cpu record (plan-cpu did not run)";
+  const sched::CpuLaunch &l = *k.cpuLaunch;
+  switch (l.shape) {
+  case sched::CpuLaunch::Shape::Region:
     emitWithoutOuter(k, w);
-  else if (std::optional<size_t> lane = laneVar(k))
-    emitWithLanes(k, w, *lane);
-  else
-    emitWithOuter(k, w);
+    break;
+  case sched::CpuLaunch::Shape::Lanes:
+    lanes_ = l.lanes;
+    emitWithLanes(k, w, static_cast<size_t>(l.along));
+    break;
+  case sched::CpuLaunch::Shape::Outer:
+  case sched::CpuLaunch::Shape::Groups:
+    emitWithOuter(k, w, l);
+    break;
+  }
   return "static void " + name +
          "(void* const* bufs, const int64_t* syms, int* err) {\n" + body + "}\n\n";
 }
@@ -185,24 +196,26 @@ std::string CpuEmitter::accFold(const loop::Computation &c, const std::string &a
   return accumulatorUpdate(c, acc, v);
 }
 
-void CpuEmitter::emitWithOuter(const Kernel &k, Writer &w) {
+void CpuEmitter::emitWithOuter(const Kernel &k, Writer &w, const sched::CpuLaunch &l) {
   bool scalarOnly = k.innerVars.empty();
   size_t n = k.outerVars.size();
-  // A kernel without inner loops vectorizes its innermost outer loop.
-  size_t parallelDims = scalarOnly && n > 1 ? n - 1 : n;
+  size_t parallelDims = static_cast<size_t>(l.parallel);
   std::string collapse = parallelDims > 1 ? " collapse(" + std::to_string(parallelDims) + ")" : "";
-  bool simdOnParallel = scalarOnly && n == 1;
   Scope top(nullptr);
   std::vector<const Step *> steps;
   for (const Step &st : k.steps)
     steps.push_back(&st);
   hoistLoads(k, steps, allVars(k), w, top);
-  if (simdOnParallel && k.steps.size() == 1 && emitGroups(k, w, top))
+  if (l.shape == sched::CpuLaunch::Shape::Groups) {
+    emitGroups(k, w, top);
     return;
-  w.line(std::string("#pragma omp parallel for") + (simdOnParallel ? " simd" : "") + collapse +
-         " if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
+  }
+  if (parallelDims > 0)
+    w.line(std::string("#pragma omp parallel for") + (l.simd ? " simd" : "") + collapse +
+           " if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
   for (size_t i = 0; i < n; ++i) {
-    if (scalarOnly && n > 1 && i == n - 1)
+    // Without inner loops, the innermost outer loop vectorizes where it is not shared.
+    if (scalarOnly && i == n - 1 && i >= parallelDims)
       w.line("#pragma omp simd");
     w.line(loopHead(k.outerVars[i]) + " {");
     w.indent();
@@ -240,10 +253,9 @@ void CpuEmitter::emitWithOuter(const Kernel &k, Writer &w) {
   }
 }
 
-bool CpuEmitter::emitGroups(const Kernel &k, Writer &w, Scope &top) {
+void CpuEmitter::emitGroups(const Kernel &k, Writer &w, Scope &top) {
   std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], k.outerVars);
-  if (groups.size() < 2)
-    return false;
+  BRAZE_CHECK(groups.size() >= 2) << k.name << ": a groups record for one group";
   w.line("#pragma omp parallel if(work >= " + std::to_string(s_.target.minParallelWork) + ")");
   w.line("{");
   w.indent();
@@ -258,7 +270,6 @@ bool CpuEmitter::emitGroups(const Kernel &k, Writer &w, Scope &top) {
   }
   w.dedent();
   w.line("}");
-  return true;
 }
 
 std::optional<size_t> CpuEmitter::laneVar(const Kernel &k) {
@@ -318,7 +329,7 @@ std::vector<sym::SymExpr> CpuEmitter::allVars(const Kernel &k) {
 }
 
 void CpuEmitter::declareLaneLocals(const Step &st, Writer &w) {
-  std::string n = "[" + std::to_string(kLanes) + "]";
+  std::string n = "[" + std::to_string(lanes_) + "]";
   for (const Member &m : st.members) {
     const loop::Computation &c = *m.comp;
     if (!c.isReduction()) {
@@ -343,7 +354,7 @@ void CpuEmitter::emitWithLanes(const Kernel &k, Writer &w, size_t laneIndex) {
     if (i != laneIndex)
       rest.push_back(k.outerVars[i]);
   std::string blockHead = "for (int64_t " + xb + " = 0; " + xb + " < " + extent + "; " + xb +
-                          " += " + std::to_string(kLanes) + ") {";
+                          " += " + std::to_string(lanes_) + ") {";
   std::string parallel = "#pragma omp parallel for";
   if (rest.size() > 1)
     parallel += " collapse(" + std::to_string(rest.size()) + ")";
@@ -355,7 +366,7 @@ void CpuEmitter::emitWithLanes(const Kernel &k, Writer &w, size_t laneIndex) {
   w.line(blockHead);
   w.indent();
   w.line("const int64_t " + x + "e = braze_imin(" + extent + ", " + xb + " + " +
-         std::to_string(kLanes) + ");");
+         std::to_string(lanes_) + ");");
   std::string laneLoop =
       "for (int64_t " + x + " = " + xb + "; " + x + " < " + x + "e; ++" + x + ") {";
   lane_ = "[" + x + " - " + xb + "]";

@@ -3,6 +3,7 @@
 /// module ABI that runtime/Executable loads (see runtime/ModuleAbi.h).
 #include "braze/scheduler/Schedule.h"
 
+#include <map>
 #include <string>
 
 namespace braze::codegen {
@@ -34,6 +35,16 @@ struct CpuCodegenOptions {
   /// back to their loop nests where it declines; false: loop nests only.
   bool dnnl = false;
 };
+
+/// plan-cpu: records in each kernel that codegen writes as loops how its points run on the
+/// threads (sched::Kernel::cpuLaunch: a parallel region, the shared outer loops and simd, lanes
+/// along an outer loop, or a loop per independent group). generateCpu prints what they say.
+void planCpuLaunches(sched::Schedule &s);
+
+/// Puts records given by hand (sched::parseCpuLaunchRecords of an edited schedule) in place of
+/// plan-cpu's, for the kernels they name; each is checked against what its kernel's code can
+/// do: a user error names the kernel and the rule.
+void applyCpuLaunches(sched::Schedule &s, const std::map<std::string, sched::CpuLaunch> &records);
 
 GeneratedSource generateCpu(const sched::Schedule &s, const CpuCodegenOptions &opts = {});
 

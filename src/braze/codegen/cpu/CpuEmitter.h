@@ -33,7 +33,21 @@ public:
 
   GeneratedSource run();
 
+  /// plan-cpu's record for loop kernel k.
+  sched::CpuLaunch planLaunch(const Kernel &k);
+  /// Fills the record of every kernel codegen writes as loops.
+  void planLaunches(sched::Schedule &s);
+  /// Replaces the records `records` names, each checked (checkLaunch); a user error otherwise.
+  void applyLaunches(sched::Schedule &s, const std::map<std::string, sched::CpuLaunch> &records);
+
 private:
+  /// "" when k's code can run record `l`, else why not.
+  std::string checkLaunch(const Kernel &k, const sched::CpuLaunch &l);
+
+  /// Whether k is one pointwise loop whose members fall in at least two independent groups
+  /// (emitGroups).
+  static bool hasGroups(const Kernel &k);
+
   bool usesBlas(const Kernel &k) const;
 
   /// Sets the BLAS's own threads to one, once per module, where it has such an entry point:
@@ -129,21 +143,22 @@ private:
   /// One element folded into an accumulator inside the loop.
   std::string accFold(const loop::Computation &c, const std::string &acc, const std::string &v);
 
-  void emitWithOuter(const Kernel &k, Writer &w);
+  void emitWithOuter(const Kernel &k, Writer &w, const sched::CpuLaunch &l);
 
   /// A one-dim pointwise kernel whose members fall in independent groups (an optimizer's
   /// updates of same-shaped parameters, joined by earlierKernel): one parallel region with a
   /// work-shared loop per group, none waiting for the others. One loop interleaving every
   /// group's dozens of loads and stores ran at half the speed per element of a loop per group.
-  /// False (nothing written) for a single group.
-  bool emitGroups(const Kernel &k, Writer &w, Scope &top);
+  void emitGroups(const Kernel &k, Writer &w, Scope &top);
 
   /// Lane mode, for kernels whose reductions read memory along an outer dim (a column sum, a
-  /// channels-last pooling window): that dim is cut into blocks of kLanes consecutive values,
+  /// channels-last pooling window): that dim is cut into blocks of lanes_ consecutive values,
   /// and every step runs its inner loops outside a `omp simd` loop over the block's values,
-  /// which keep their accumulators and results in arrays. Chosen when no load is contiguous
-  /// along the innermost inner variable and some load is along an outer one.
+  /// which keep their accumulators and results in arrays. plan-cpu chooses it, with kLanes,
+  /// when no load is contiguous along the innermost inner variable and some load is along an
+  /// outer one.
   static constexpr int kLanes = 16;
+  int lanes_ = kLanes;
 
   std::optional<size_t> laneVar(const Kernel &k);
 

@@ -421,7 +421,13 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
             dims = [_dim(d) for d in val.shape]
             record = f"input {name} {_dtype(val.dtype, name)} {len(dims)} {' '.join(dims)}".rstrip()
             if kind == "user":
-                lines.append(f"{record} user")
+                # One exported in another layout (channels-last), with static sizes, is taken
+                # in it: say so, so that a call in another layout is an error naming it.
+                strides = ""
+                if not val.is_contiguous() and all(isinstance(st, int) for st in val.stride()):
+                    strides = " strides " + " ".join(str(st) for st in val.stride())
+                    lines[0] = f"braze-package {FORMAT_VERSION}"  # strides came with format 2
+                lines.append(f"{record} user{strides}")
             else:
                 begin, end = offsets[name]
                 strides = ""

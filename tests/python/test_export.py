@@ -486,6 +486,23 @@ def test_channels_last_weights_keep_their_layout(tmp_path):
 
 
 @cpu
+def test_a_channels_last_input_is_taken_in_its_layout(tmp_path):
+    torch.manual_seed(8)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 16, 16).to(memory_format=torch.channels_last)
+    path = str(tmp_path / "cl")
+    braze.export(model, (x,), path)
+    run = braze.load(path)
+    assert run.signature["inputs"][0]["strides"] == [768, 1, 48, 3]
+    with torch.no_grad():
+        torch.testing.assert_close(run(x), model(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(braze.RunError, match=r"input 0 \(input\) has strides \[768, 256, 16, "
+                                             r"1\]; the package takes it laid out as it was "
+                                             r"exported, with strides \[768, 1, 48, 3\]"):
+        run(x.contiguous())
+
+
+@cpu
 def test_a_language_model_with_dynamic_batch_and_sequence(tmp_path):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(4)

@@ -205,6 +205,8 @@ nb::dict packageTensor(const runtime::PackageTensor &t) {
       shape.append(dim.symbol);
   }
   d["shape"] = shape;
+  if (!t.strides.empty())
+    d["strides"] = t.strides;
   return d;
 }
 

@@ -242,17 +242,22 @@ std::shared_ptr<Package> Package::load(const std::string &given, int device) {
       } else if (k == "input") {
         size_t next = 0;
         PackageTensor t = tensorRecord(w, next);
-        if (next < w.size() && w[next] == "user" && next + 1 == w.size()) {
+        // After the kind's own words, optionally `strides <one per dim>`.
+        auto strides = [&](size_t at) {
+          size_t rest = w.size() - at;
+          if (rest != 0 && (rest != t.shape.size() + 1 || w[at] != "strides"))
+            throw RunError("a malformed input record for " + t.name);
+          for (size_t d = 0; rest && d < t.shape.size(); ++d)
+            t.strides.push_back(number(w[at + 1 + d], "stride"));
+        };
+        if (next < w.size() && w[next] == "user") {
+          strides(next + 1);
           p->signature_.inputs.push_back(t);
         } else if (next + 3 <= w.size() && w[next] == "weight") {
           t.weight = true;
           t.begin = number(w[next + 1], "weight offset");
           t.end = number(w[next + 2], "weight offset");
-          size_t rest = w.size() - (next + 3);
-          if (rest != 0 && (rest != t.shape.size() + 1 || w[next + 3] != "strides"))
-            throw RunError("a malformed input record for " + t.name);
-          for (size_t d = 0; rest && d < t.shape.size(); ++d)
-            t.strides.push_back(number(w[next + 4 + d], "stride"));
+          strides(next + 3);
         } else {
           throw RunError("a malformed input record for " + t.name);
         }
@@ -449,6 +454,18 @@ Package::moduleInputs(const std::vector<const DLTensor *> &inputs, std::vector<D
                        std::to_string(d) + " (" + dim.symbol + ") is " + std::to_string(n) +
                        ", but an earlier input has " + dim.symbol + " = " +
                        std::to_string(it->second));
+    }
+    // An input exported in another layout than row-major (channels-last) is taken in it.
+    if (!s.strides.empty()) {
+      std::vector<int64_t> have(x.ndim);
+      int64_t span = 1;
+      for (int d = x.ndim; d-- > 0; span *= x.shape[d])
+        have[d] = x.strides ? x.strides[d] : span;
+      for (int d = 0; d < x.ndim; ++d)
+        if (x.shape[d] != 1 && have[d] != s.strides[d])
+          throw RunError(what + " has strides " + shapeText(have.data(), x.ndim) +
+                         "; the package takes it laid out as it was exported, with strides " +
+                         shapeText(s.strides.data(), x.ndim));
     }
   }
   // Reserved whole first: the returned pointers point into both vectors.

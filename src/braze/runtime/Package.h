@@ -31,7 +31,7 @@
 ///   vendor-path <absolute path>       a vendor library left where it was
 ///   weights <file> <sha256> <offset>  the weights file and where its data starts
 ///   symbol <name> <min> <max>         a size symbol and the range it was exported for
-///   input <name> <dtype> <rank> <dim>... user
+///   input <name> <dtype> <rank> <dim>... user [strides <stride>...]
 ///   input <name> <dtype> <rank> <dim>... weight <begin> <end> [strides <stride>...]
 ///   output <name> <dtype> <rank> <dim>...
 ///   checksum <sha256>                 of every line before this one (newlines included)
@@ -40,7 +40,8 @@
 /// the module's inputs in order: user inputs (passed to run) and weights (bytes [begin, end) of
 /// the weights data). A weight with strides (format 2) is dense in another order than row-major
 /// (a channels-last convolution weight): its bytes are in memory order, and its safetensors
-/// entry has the dims in that order. dtypes: bool, u8, i8, i16, i32, i64, f16, bf16, f32, f64. Every file is
+/// entry has the dims in that order. A user input with strides (format 2) was exported in that
+/// layout (channels-last) with static sizes, and a call must pass it so. dtypes: bool, u8, i8, i16, i32, i64, f16, bf16, f32, f64. Every file is
 /// checked against its checksum at load, so a damaged package is an error, never a crash.
 ///
 /// run is safe to call from several threads at once on one loaded package: each call binds its
@@ -71,7 +72,7 @@ struct PackageTensor {
   std::vector<PackageDim> shape;
   bool weight = false;        ///< inputs: read from the weights file
   int64_t begin = 0, end = 0; ///< weights: the bytes of the weights data
-  std::vector<int64_t> strides; ///< weights: in elements, when not row-major
+  std::vector<int64_t> strides; ///< in elements, when not row-major (user inputs: as exported)
 };
 
 struct PackageSymbol {

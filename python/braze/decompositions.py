@@ -136,9 +136,11 @@ def _index_add(core):
     half-precision values wide and rounds once there, as scatter_add does, where Core ATen's
     decomposition `core` (index_put with accumulate) rounds after every add (4096 f16 ones
     summed into one element gave 2048, bf16 256, against eager's 4096). With an alpha other
-    than 1, eager rounds every add too: `core` then."""
+    than 1, eager rounds every add too: `core` then; and on CUDA, where eager adds halves
+    atomically."""
     def decomposition(x, dim, index, source, alpha=1):
-        if alpha != 1 or x.dim() == 0 or source.dim() != x.dim() or index.dim() > 1:
+        if (alpha != 1 or x.device.type != "cpu" or x.dim() == 0 or source.dim() != x.dim()
+                or index.dim() > 1):
             return core(x, dim, index, source, alpha=alpha)
         dim = dim % x.dim()
         shape = [1] * source.dim()

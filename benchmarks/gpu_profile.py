@@ -5,7 +5,14 @@
 For each backend: after warm-up, torch.profiler records --calls calls; the kernels are grouped
 by name and printed by total CUDA time per call, with launch counts per call, so that two
 backends' lists of the same model can be read side by side. Models are gpu_models.py's.
+
+    python benchmarks/gpu_profile.py moe --backends braze,inductor_ro --host
+
+With --host, instead: the host time of a call against the call's span on the stream, medians of
+30 calls each made after a synchronize (perf_counter from the call to its return; CUDA events
+recorded around it). A call whose host time nears its span is host-bound.
 """
+import time
 import argparse
 import collections
 import os
@@ -24,6 +31,25 @@ P.add_argument("model", choices=gm.MODELS)
 P.add_argument("--backends", default="inductor,braze_nocg")
 P.add_argument("--calls", type=int, default=3)
 P.add_argument("--top", type=int, default=20)
+P.add_argument("--host", action="store_true", help="host time per call against its GPU span")
+
+
+def host_and_span(call, fn, calls=30):
+    """Medians (ms) of a call's host time and of its span on the stream."""
+    for _ in range(5):
+        call(fn)
+    host, span = [], []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t = time.perf_counter()
+        s.record()
+        call(fn)
+        host.append((time.perf_counter() - t) * 1e3)
+        e.record()
+        e.synchronize()
+        span.append(s.elapsed_time(e))
+    return sorted(host)[calls // 2], sorted(span)[calls // 2]
 
 
 def profile(call, fn, calls):
@@ -51,6 +77,10 @@ def main():
         for b in a.backends.split(","):
             before = braze.counters()
             fn = gm.compiled(model, b)
+            if a.host:
+                host, span = host_and_span(call, fn)
+                print(f"## {a.model} · {b}: host {host:.3f} ms a call, span {span:.3f} ms")
+                continue
             per = profile(call, fn, a.calls)
             after = braze.counters()
             total = sum(v[0] for v in per.values())

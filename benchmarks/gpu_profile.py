@@ -12,11 +12,11 @@ With --host, instead: the host time of a call against the call's span on the str
 30 calls each made after a synchronize (perf_counter from the call to its return; CUDA events
 recorded around it). A call whose host time nears its span is host-bound.
 """
-import time
 import argparse
 import collections
 import os
 import sys
+import time
 
 sys.argv, _argv = sys.argv[:1], sys.argv  # gpu_models parses its own flags at import
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -328,7 +328,9 @@ def _cuda_target(compiled, device):
     lines += [f"kernel {k}" for k in files["kernels"]]
     for lib in ("cublaslt", "cudnn"):
         if files[lib]:
-            lines.append(f"cuda-library {lib} {os.path.realpath(files[lib])}")
+            path = files[lib]  # a bare file name stays one: the loader's path finds it
+            lines.append(f"cuda-library {lib} "
+                         f"{os.path.realpath(path) if os.path.isabs(path) else path}")
     if files["checks_indices"]:
         lines.append("checks-indices")
     return {"lines": lines, "vendors": [], "cubins": files["cubins"], "format": FORMAT_VERSION}

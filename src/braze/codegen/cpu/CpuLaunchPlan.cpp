@@ -81,7 +81,9 @@ std::string CpuEmitter::checkLaunch(const Kernel &k, const sched::CpuLaunch &l) 
 
 void CpuEmitter::applyLaunches(sched::Schedule &s,
                                const std::map<std::string, sched::CpuLaunch> &records) {
-  for (const auto &[name, record] : records) {
+  for (const auto &entry : records) {
+    const std::string &name = entry.first; // not a structured binding: the lambda captures it
+    const sched::CpuLaunch &record = entry.second;
     auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
                           [&](const Kernel &x) { return x.name == name; });
     if (k == s.kernels.end() || !k->cpuLaunch)

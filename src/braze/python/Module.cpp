@@ -2,9 +2,9 @@
 // symbolic sizes by integer handles; all compiler logic stays in C++.
 #include "braze/driver/Compile.h"
 #include "braze/runtime/CudaModule.h"
-#include "braze/runtime/Package.h"
 #include "braze/ir/graph/Builder.h"
 #include "braze/ir/graph/GraphText.h"
+#include "braze/python/Arrays.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -127,9 +127,6 @@ struct PyCompiled {
   CompileTimes times;
 };
 
-using CpuArray = nb::ndarray<nb::device::cpu>;
-using TorchArray = nb::ndarray<nb::pytorch, nb::device::cpu>;
-
 /// Buffer addresses passed from Python as ints (torch's data_ptr()).
 template <typename T> std::vector<T *> addressesOf(const std::vector<uintptr_t> &addresses) {
   std::vector<T *> out(addresses.size());
@@ -138,79 +135,17 @@ template <typename T> std::vector<T *> addressesOf(const std::vector<uintptr_t> 
   return out;
 }
 
-/// DLTensor views of arrays on any device (they point into the arrays).
-template <typename Array> std::vector<DLTensor> dlViews(std::vector<Array> &arrays) {
-  std::vector<DLTensor> views(arrays.size());
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    Array &a = arrays[i];
-    DLTensor &v = views[i];
-    v.data = const_cast<void *>(static_cast<const void *>(a.data()));
-    v.device = DLDevice{static_cast<DLDeviceType>(a.device_type()), a.device_id()};
-    v.ndim = static_cast<int32_t>(a.ndim());
-    nb::dlpack::dtype t = a.dtype();
-    v.dtype = DLDataType{t.code, t.bits, t.lanes};
-    v.shape = const_cast<int64_t *>(a.shape_ptr());
-    v.strides = const_cast<int64_t *>(a.stride_ptr());
-    v.byte_offset = 0;
-  }
-  return views;
-}
-
-template <typename T> std::vector<T *> viewPointers(std::vector<DLTensor> &views) {
-  std::vector<T *> out;
-  for (DLTensor &v : views)
-    out.push_back(&v);
-  return out;
-}
-
-/// Runs `call` (DLTensor inputs -> owned outputs) on CPU arrays, without the GIL, and hands
-/// the outputs to torch without copies.
-template <typename Call>
-std::vector<TorchArray> runOnArrays(std::vector<CpuArray> &inputs, Call &&call) {
-  std::vector<DLTensor> views = dlViews(inputs);
-  std::vector<const DLTensor *> ptrs = viewPointers<const DLTensor>(views);
-  std::vector<std::unique_ptr<runtime::OwnedTensor>> outs;
-  {
-    nb::gil_scoped_release release;
-    outs = call(ptrs);
-  }
-  std::vector<TorchArray> result;
-  for (auto &o : outs) {
-    runtime::OwnedTensor *raw = o.release();
-    nb::capsule owner(raw, [](void *p) noexcept { delete static_cast<runtime::OwnedTensor *>(p); });
-    std::vector<size_t> shape(raw->shape().begin(), raw->shape().end());
-    DLDataType t = raw->dtype();
-    result.emplace_back(raw->data(), shape.size(), shape.data(), owner, raw->strides().data(),
-                        nb::dlpack::dtype{t.code, t.bits, t.lanes});
-  }
-  return result;
-}
-
 std::vector<TorchArray> runCompiled(PyCompiled &c, std::vector<CpuArray> inputs) {
   return runOnArrays(inputs, [&](const std::vector<const DLTensor *> &ptrs) {
     return c.exe->run(ptrs);
   });
 }
 
-/// A package's tensor record as a dict: name, dtype, shape (ints and symbol names).
-nb::dict packageTensor(const runtime::PackageTensor &t) {
-  nb::dict d;
-  d["name"] = t.name;
-  d["dtype"] = t.dtype;
-  nb::list shape;
-  for (const runtime::PackageDim &dim : t.shape) {
-    if (dim.symbol.empty())
-      shape.append(dim.value);
-    else
-      shape.append(dim.symbol);
-  }
-  d["shape"] = shape;
-  if (!t.strides.empty())
-    d["strides"] = t.strides;
-  return d;
-}
-
 } // namespace
+
+/// The Package class and the package functions (PackageModule.cpp).
+void bindPackage(nb::module_ &m);
+
 } // namespace braze
 
 NB_MODULE(_C, m) {
@@ -762,54 +697,7 @@ NB_MODULE(_C, m) {
       })
       .def_prop_ro("num_symbols", [](PyCompiled &c) { return c.exe->spec().numSymbols; });
 
-  nb::class_<runtime::Package>(m, "Package")
-      .def_static("load", &runtime::Package::load, "path"_a, "device"_a = 0,
-                  "Loads a package written by braze.export (a CUDA one onto CUDA device "
-                  "`device`).")
-      .def_prop_ro("device", [](runtime::Package &p) {
-        DLDevice d = p.device();
-        return nb::make_tuple(d.device_type == kDLCUDA ? "cuda" : "cpu", d.device_id);
-      })
-      // Any device: the outputs' (shape, strides) for these inputs, and a run into outputs the
-      // caller allocated so (torch tensors), enqueued on `stream` (a cudaStream_t as an int).
-      .def("output_layouts", [](runtime::Package &p, std::vector<nb::ndarray<>> inputs) {
-        std::vector<DLTensor> views = dlViews(inputs);
-        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
-        for (auto &l : p.outputLayouts(viewPointers<const DLTensor>(views)))
-          out.emplace_back(l.shape, l.strides);
-        return out;
-      })
-      .def("run_into", [](runtime::Package &p, std::vector<nb::ndarray<>> inputs,
-                          std::vector<nb::ndarray<>> outputs, uintptr_t stream) {
-        std::vector<DLTensor> in = dlViews(inputs), out = dlViews(outputs);
-        nb::gil_scoped_release release;
-        p.run(viewPointers<const DLTensor>(in), viewPointers<DLTensor>(out),
-              reinterpret_cast<void *>(stream));
-      }, "inputs"_a, "outputs"_a, "stream"_a = 0)
-      .def("run", [](runtime::Package &p, std::vector<CpuArray> inputs) {
-        return runOnArrays(inputs, [&](const std::vector<const DLTensor *> &ptrs) {
-          return p.run(ptrs);
-        });
-      })
-      .def_prop_ro("format_version", &runtime::Package::formatVersion)
-      .def_prop_ro("signature", [](runtime::Package &p) {
-        nb::dict d;
-        nb::list inputs, outputs;
-        for (const runtime::PackageTensor &t : p.signature().inputs)
-          inputs.append(packageTensor(t));
-        for (const runtime::PackageTensor &t : p.signature().outputs)
-          outputs.append(packageTensor(t));
-        nb::dict symbols;
-        for (const runtime::PackageSymbol &s : p.signature().symbols)
-          symbols[s.name.c_str()] = nb::make_tuple(s.min, s.max);
-        d["inputs"] = inputs;
-        d["outputs"] = outputs;
-        d["symbols"] = symbols;
-        return d;
-      });
-  m.def("cpu_features", &runtime::cpuFeatures,
-        "The CPU features of this machine that a package records (GCC's names).");
-  m.def("package_format_version", [] { return runtime::Package::kFormatVersion; });
+  bindPackage(m);
 
   m.def("counters", []() {
     Counters &c = counters();

@@ -373,7 +373,7 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
     work = tempfile.mkdtemp(prefix=".braze-export-", dir=parent)
     os.chmod(work, 0o755)
     try:
-        lines = [f"braze-package {target['format']}", "braze braze-0.1.0"] + target["lines"]
+        lines = ["braze braze-0.1.0"] + target["lines"]
         library = compiled.library_path
         shutil.copyfile(library, os.path.join(work, "model.so"))
         lines.append(f"library model.so {_sha256(os.path.join(work, 'model.so'))}")
@@ -418,6 +418,7 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
             lo, hi = _bound(r.lower if r is not None else None, 0), \
                 _bound(r.upper if r is not None else None, _LARGE)
             lines.append(f"symbol {sym} {lo} {min(hi, _LARGE)}")
+        strided = False
         for node, kind, name, value in inputs:
             val = node.meta["val"] if value is None else value
             dims = [_dim(d) for d in val.shape]
@@ -428,14 +429,14 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
                 strides = ""
                 if not val.is_contiguous() and all(isinstance(st, int) for st in val.stride()):
                     strides = " strides " + " ".join(str(st) for st in val.stride())
-                    lines[0] = f"braze-package {FORMAT_VERSION}"  # strides came with format 2
+                    strided = True
                 lines.append(f"{record} user{strides}")
             else:
                 begin, end = offsets[name]
                 strides = ""
                 if not val.is_contiguous():
                     strides = " strides " + " ".join(str(st) for st in val.stride())
-                    lines[0] = f"braze-package {FORMAT_VERSION}"  # strides came with format 2
+                    strided = True
                 lines.append(f"{record} weight {begin} {end}{strides}")
         for j, o in enumerate(outputs):
             val = o.meta["val"]
@@ -443,7 +444,9 @@ def _write_package(path, compiled, inputs, outputs, ep, target, bundle):
             lines.append(f"output {o.name} {_dtype(val.dtype, f'output {j}')} {len(dims)} "
                          f"{' '.join(dims)}".rstrip())
         import hashlib
-        body = "\n".join(lines) + "\n"
+        # Strides records came with format 2, as CUDA packages did.
+        version = FORMAT_VERSION if strided else target["format"]
+        body = "\n".join([f"braze-package {version}"] + lines) + "\n"
         body += f"checksum {hashlib.sha256(body.encode()).hexdigest()}\n"
         with open(os.path.join(work, "package.txt"), "w") as f:
             f.write(body)
@@ -475,6 +478,7 @@ class Loaded:
         self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
         names = {package: t for t, (package, _) in _DTYPES.items()}
         self._out_dtypes = [names[o["dtype"]] for o in self.signature["outputs"]]
+        self._layouts = {}
 
     def __call__(self, *inputs):
         for i, x in enumerate(inputs):
@@ -482,9 +486,14 @@ class Loaded:
                 raise TypeError(f"input {i} is a {type(x).__name__}, not a tensor")
         xs = [x.detach() for x in inputs]
         if self.device.type == "cuda":
+            # The outputs' layouts follow from the inputs' sizes and strides: bound once per
+            # such key (run_into checks every call's inputs again).
+            key = tuple((tuple(x.shape), x.stride()) for x in xs)
+            layouts = self._layouts.get(key)
+            if layouts is None:
+                layouts = self._layouts[key] = self.package.output_layouts(xs)
             outs = [torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
-                    for (shape, strides), dtype in zip(self.package.output_layouts(xs),
-                                                       self._out_dtypes)]
+                    for (shape, strides), dtype in zip(layouts, self._out_dtypes)]
             self.package.run_into(xs, outs, torch.cuda.current_stream(self.device).cuda_stream)
         else:
             outs = self.package.run(xs)

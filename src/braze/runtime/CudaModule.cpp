@@ -384,26 +384,29 @@ void *cudaAllocateOn(int device, size_t bytes, void *stream) {
   return reinterpret_cast<void *>(p);
 }
 
-void cudaRelease(int device, void *p) noexcept {
+namespace {
+/// Whether `p` is memory to free on `device`, whose context is then current (never throws: with
+/// no driver, nothing was allocated).
+bool releasable(int device, void *p) noexcept {
   if (!p)
-    return;
+    return false;
   try {
     useDevice(device);
   } catch (const RunError &) {
-    return; // no driver: nothing was allocated
+    return false;
   }
-  driver().memFree(reinterpret_cast<CUdeviceptr>(p));
+  return true;
+}
+} // namespace
+
+void cudaRelease(int device, void *p) noexcept {
+  if (releasable(device, p))
+    driver().memFree(reinterpret_cast<CUdeviceptr>(p));
 }
 
 void cudaReleaseOn(int device, void *p, void *stream) noexcept {
-  if (!p)
-    return;
-  try {
-    useDevice(device);
-  } catch (const RunError &) {
-    return;
-  }
-  driver().memFreeAsync(reinterpret_cast<CUdeviceptr>(p), stream);
+  if (releasable(device, p))
+    driver().memFreeAsync(reinterpret_cast<CUdeviceptr>(p), stream);
 }
 
 void cudaCopy(int device, void *dst, const void *src, size_t bytes, bool toDevice) {

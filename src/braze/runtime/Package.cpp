@@ -320,21 +320,19 @@ std::shared_ptr<Package> Package::load(const std::string &given, int device) {
     if (weightsStart < 8 || weightsStart > static_cast<int64_t>(data.size()))
       throw fail(weightsFile + " is shorter than its header says");
     p->weightBytes_ = data.size() - weightsStart;
-    p->weights_ = std::aligned_alloc(64, (p->weightBytes_ + 63) / 64 * 64 + 64);
-    if (!p->weights_)
-      throw fail("out of memory for " + std::to_string(p->weightBytes_) + " bytes of weights");
-    std::memcpy(p->weights_, data.data() + weightsStart, p->weightBytes_);
-    if (cuda) { // the weights live on the device from now on
-      void *host = p->weights_;
-      p->weights_ = nullptr;
+    const char *bytes = data.data() + weightsStart;
+    if (cuda) { // straight from the file's bytes to the device, where the weights live
       try {
         p->weights_ = cudaAllocate(device, p->weightBytes_);
-        cudaCopy(device, p->weights_, host, p->weightBytes_, /*toDevice=*/true);
+        cudaCopy(device, p->weights_, bytes, p->weightBytes_, /*toDevice=*/true);
       } catch (const RunError &e) {
-        std::free(host);
         throw fail(std::string("loading its weights: ") + e.what());
       }
-      std::free(host);
+    } else {
+      p->weights_ = std::aligned_alloc(64, (p->weightBytes_ + 63) / 64 * 64 + 64);
+      if (!p->weights_)
+        throw fail("out of memory for " + std::to_string(p->weightBytes_) + " bytes of weights");
+      std::memcpy(p->weights_, bytes, p->weightBytes_);
     }
   }
   for (const PackageTensor &t : p->moduleInputs_) {
@@ -649,12 +647,8 @@ std::vector<std::vector<int64_t>>
 Package::outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const {
   std::vector<DLTensor> views =
       rowMajorViews(nullptr, inputShapes, signature_.inputs, "inputs", device_);
-  std::vector<DLTensor> weights;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<const DLTensor *> all =
-      moduleInputs(pointers<const DLTensor>(views), weights, shapes);
   std::vector<std::vector<int64_t>> out;
-  for (Executable::Layout &l : exe_->layoutsFor(exe_->bind(all)))
+  for (Executable::Layout &l : outputLayouts(pointers<const DLTensor>(views)))
     out.push_back(std::move(l.shape));
   return out;
 }

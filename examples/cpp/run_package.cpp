@@ -169,6 +169,9 @@ int main(int argc, char **argv) {
     std::vector<std::string> lines;
     for (std::string l; std::getline(cases, l);)
       lines.push_back(l);
+    if (lines.empty())
+      throw std::runtime_error(casesPath + " has no case (a cases directory's file is "
+                               "cases.txt)");
     int failures = 0, count = 0;
     for (size_t i = 0; i < lines.size();) {
       std::istringstream head(lines[i++]);
@@ -260,6 +263,12 @@ int main(int argc, char **argv) {
                     name.c_str(), runMs, steadyMs, repeats);
       else if (!caseBad)
         std::printf("  %s: ok (first run %.2f ms)\n", name.c_str(), runMs);
+    }
+    if (cuda) {
+      braze::runtime::PackageGraphs::Stats g = pkg->cudaGraphStats();
+      std::printf("CUDA graphs: %d captured, %lld runs replayed, %lld not%s%s\n", g.captures,
+                  static_cast<long long>(g.replays), static_cast<long long>(g.uncaptured),
+                  g.off.empty() ? "" : "; none made: ", g.off.c_str());
     }
     if (failures) {
       std::printf("%d of %d outputs differ from eager's\n", failures, count);

@@ -277,6 +277,17 @@ class _Capture:
                 all(args[i].stride() == self.buffers[i].stride() for i, _, _, _ in
                     self.views.values()))
 
+    def why_not(self, args):
+        """Why this capture does not serve a call with `args` (busy, or an input moved): for
+        the log when another capture is made beside it."""
+        if self.busy():
+            return "its outputs are still in use (" + ", ".join(self.held_outputs()) + ")"
+        moved = [i for i in self.fixed_positions if args[i].data_ptr() != self.fixed_ptrs[i]]
+        if moved:
+            return f"input {moved[0]}, read in place, moved" + (
+                f" ({len(moved)} inputs did)" if len(moved) > 1 else "")
+        return "an input's strides changed"
+
     def run(self, args):
         if self.buffers:
             torch._foreach_copy_(list(self.buffers.values()), [args[i] for i in self.buffers])
@@ -369,6 +380,10 @@ class Replayed:
         if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)
+        if group.captures and group.made < _MAX_CAPTURES:
+            log(f"{self.name} captures again at call {self.calls}: " + "; ".join(
+                f"capture {k + 1} cannot replay: {c.why_not(args)}"
+                for k, c in enumerate(group.captures)))
         reserved = torch.cuda.memory_reserved()
         try:
             c = _Capture(self.fn, args, self.static, self.name, self.written)

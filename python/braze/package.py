@@ -467,12 +467,14 @@ class Loaded:
     """A package loaded from Python: called with tensors on the package's device (read in place
     through DLPack), it returns its outputs (one tensor, or a tuple of them). A CPU package's
     outputs are tensors over the runtime's memory; a CUDA package's are allocated by PyTorch and
-    written on the current stream."""
+    written on the current stream, by a CUDA graph from an input layout's second call on
+    (`cuda_graphs`: None follows BRAZE_CUDA_GRAPHS; see `cuda_graph_stats`)."""
 
-    def __init__(self, path, device=None):
+    def __init__(self, path, device=None, cuda_graphs=None):
         self.path = path
         index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
-        self.package = _C.Package.load(os.path.abspath(path), index or 0)
+        given = () if cuda_graphs is None else (bool(cuda_graphs),)
+        self.package = _C.Package.load(os.path.abspath(path), index or 0, *given)
         self.signature = self.package.signature
         kind, index = self.package.device
         self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
@@ -500,8 +502,15 @@ class Loaded:
             outs = [torch.from_dlpack(o) if not isinstance(o, torch.Tensor) else o for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    @property
+    def cuda_graph_stats(self):
+        """{captures, replays, uncaptured, off}: the CUDA graphs this package made and ran, and
+        why it makes none (off), if so."""
+        return self.package.cuda_graph_stats
 
-def load(path, device=None):
+
+def load(path, device=None, cuda_graphs=None):
     """The package braze.export wrote to `path` (a directory or a .zip archive), as a callable
-    on tensors of its device: the CPU, or for a CUDA package CUDA device `device` (default 0)."""
-    return Loaded(path, device)
+    on tensors of its device: the CPU, or for a CUDA package CUDA device `device` (default 0).
+    A CUDA package replays CUDA graphs unless `cuda_graphs` is False or BRAZE_CUDA_GRAPHS=0."""
+    return Loaded(path, device, cuda_graphs)

@@ -141,6 +141,22 @@ def test_inputs_at_new_addresses_and_held_outputs():
     torch.testing.assert_close(third, torch.softmax(xs[3] @ w, -1) + xs[3].sin())
 
 
+def test_the_log_says_why_a_graph_is_captured_again(monkeypatch):
+    from braze import cudagraphs
+    said = []
+    monkeypatch.setattr(cudagraphs, "log", said.append)
+    w = torch.randn(32, 32, device="cuda")
+    f = compiled(lambda x: (x @ w).relu())
+    x = torch.randn(8, 32, device="cuda")
+    f(x)
+    held = f(x)  # the first capture's output, still held at the next call
+    f(x)
+    again = [m for m in said if "captures again" in m]
+    assert len(again) == 1, said
+    assert "capture 1 cannot replay: its outputs are still in use (output 0" in again[0], again
+    del held
+
+
 def test_large_and_expanded_inputs_are_read_in_place():
     big = torch.randn(4096, 4096, device="cuda")  # 64 MiB: not copied per call
     row = torch.randn(1, 4096, device="cuda").expand(4096, 4096)  # overlaps itself

@@ -38,8 +38,18 @@ nb::dict packageTensor(const runtime::PackageTensor &t) {
 void bindPackage(nb::module_ &m) {
   nb::class_<runtime::Package>(m, "Package")
       .def_static("load", &runtime::Package::load, "path"_a, "device"_a = 0,
+                  "cuda_graphs"_a = true,
                   "Loads a package written by braze.export (a CUDA one onto CUDA device "
-                  "`device`).")
+                  "`device`, replaying CUDA graphs unless `cuda_graphs` is false).")
+      .def_prop_ro("cuda_graph_stats", [](runtime::Package &p) {
+        runtime::PackageGraphs::Stats s = p.cudaGraphStats();
+        nb::dict d;
+        d["captures"] = s.captures;
+        d["replays"] = s.replays;
+        d["uncaptured"] = s.uncaptured;
+        d["off"] = s.off;
+        return d;
+      })
       .def_prop_ro("device", [](runtime::Package &p) {
         DLDevice d = p.device();
         return nb::make_tuple(d.device_type == kDLCUDA ? "cuda" : "cpu", d.device_id);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <dlfcn.h>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -73,7 +74,22 @@ struct Driver {
   CUresult (*deviceGetAttribute)(int *, int, CUdevice);
   CUresult (*memcpy2DAsync)(const struct Memcpy2D *, CUstream);
   CUresult (*getErrorString)(CUresult, const char **);
+  // CUDA graphs and events (optional: a driver without them runs packages uncaptured).
+  CUresult (*streamCreate)(CUstream *, unsigned);
+  CUresult (*streamDestroy)(CUstream);
+  CUresult (*streamBeginCapture)(CUstream, int);
+  CUresult (*streamEndCapture)(CUstream, void **);
+  CUresult (*graphInstantiate)(void **, void *, unsigned long long);
+  CUresult (*graphLaunch)(void *, CUstream);
+  CUresult (*graphExecDestroy)(void *);
+  CUresult (*graphDestroy)(void *);
+  CUresult (*eventCreate)(void **, unsigned);
+  CUresult (*eventRecord)(void *, CUstream);
+  CUresult (*eventDestroy)(void *);
+  CUresult (*streamWaitEvent)(CUstream, void *, unsigned);
+  CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   bool ok = false;
+  bool graphs = false; ///< every CUDA-graph and event entry point above was found
   std::string why;
 };
 
@@ -119,6 +135,23 @@ const Driver &driver() {
     get(d.getErrorString, "cuGetErrorString");
     if (missing)
       return d;
+    auto optional = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      return fn != nullptr;
+    };
+    d.graphs = optional(d.streamCreate, "cuStreamCreate") &&
+               optional(d.streamDestroy, "cuStreamDestroy_v2") &&
+               optional(d.streamBeginCapture, "cuStreamBeginCapture_v2") &&
+               optional(d.streamEndCapture, "cuStreamEndCapture") &&
+               optional(d.graphInstantiate, "cuGraphInstantiateWithFlags") &&
+               optional(d.graphLaunch, "cuGraphLaunch") &&
+               optional(d.graphExecDestroy, "cuGraphExecDestroy") &&
+               optional(d.graphDestroy, "cuGraphDestroy") &&
+               optional(d.eventCreate, "cuEventCreate") &&
+               optional(d.eventRecord, "cuEventRecord") &&
+               optional(d.eventDestroy, "cuEventDestroy_v2") &&
+               optional(d.streamWaitEvent, "cuStreamWaitEvent") &&
+               optional(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     if (CUresult r = d.init(0); r != 0) {
       d.why = "cuInit failed with CUresult " + std::to_string(r);
       return d;
@@ -423,6 +456,107 @@ void cudaSynchronize(int device, void *stream) {
   useDevice(device);
   check(stream ? driver().streamSynchronize(stream) : driver().ctxSynchronize(),
         "waiting for CUDA device " + std::to_string(device));
+}
+
+void cudaCopyOn(int device, void *dst, const void *src, size_t bytes, void *stream) {
+  useDevice(device);
+  if (bytes == 0)
+    return;
+  check(driver().memcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                 reinterpret_cast<CUdeviceptr>(src), bytes, stream),
+        "copying " + std::to_string(bytes) + " bytes on CUDA device " + std::to_string(device));
+}
+
+std::string cudaGraphsUnavailable() {
+  const Driver &d = driver();
+  if (!d.ok)
+    return d.why;
+  return d.graphs ? "" : "the CUDA driver lacks the CUDA graph entry points (CUDA 11.4 or later)";
+}
+
+namespace {
+/// The order of the work that shares a device's library workspaces, across streams.
+struct DeviceOrder {
+  std::mutex mu;
+  void *event = nullptr;
+  void *stream = nullptr; ///< where the last ordered work went
+};
+DeviceOrder &deviceOrder(int device) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<DeviceOrder>> orders;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<DeviceOrder> &o = orders[device];
+  if (!o)
+    o = std::make_unique<DeviceOrder>();
+  return *o;
+}
+} // namespace
+
+void cudaOrdered(int device, void *stream, const std::function<void()> &enqueue) {
+  useDevice(device);
+  const Driver &d = driver();
+  DeviceOrder &o = deviceOrder(device);
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (!d.graphs) { // no events: one stream at a time is the caller's to keep
+    enqueue();
+    return;
+  }
+  if (!o.event)
+    check(d.eventCreate(&o.event, 0x2 /* CU_EVENT_DISABLE_TIMING */), "creating a CUDA event");
+  if (o.stream != stream)
+    check(d.streamWaitEvent(stream, o.event, 0), "ordering work across CUDA streams");
+  enqueue();
+  check(d.eventRecord(o.event, stream), "recording a CUDA event");
+  o.stream = stream;
+}
+
+std::unique_ptr<CudaGraph> CudaGraph::capture(int device,
+                                              const std::function<void(void *stream)> &enqueue) {
+  useDevice(device);
+  const Driver &d = driver();
+  if (!d.graphs)
+    throw RunError(cudaGraphsUnavailable());
+  CUstream stream = nullptr;
+  check(d.streamCreate(&stream, 0x1 /* CU_STREAM_NON_BLOCKING */), "creating a CUDA stream");
+  // Relaxed: the capture records this thread's work on its own stream, and other threads'
+  // calls go on undisturbed.
+  if (CUresult r = d.streamBeginCapture(stream, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */); r != 0) {
+    d.streamDestroy(stream);
+    throw RunError("beginning a CUDA graph capture failed: CUresult " + errorText(r));
+  }
+  std::string failed;
+  try {
+    enqueue(stream);
+  } catch (const std::exception &e) {
+    failed = e.what();
+  }
+  void *graph = nullptr;
+  CUresult ended = d.streamEndCapture(stream, &graph);
+  d.streamDestroy(stream);
+  if (failed.empty() && ended != 0)
+    failed = "ending the capture failed: CUresult " + errorText(ended);
+  void *exec = nullptr;
+  if (failed.empty())
+    if (CUresult r = d.graphInstantiate(&exec, graph, 0); r != 0)
+      failed = "instantiating the graph failed: CUresult " + errorText(r);
+  if (graph)
+    d.graphDestroy(graph);
+  if (!failed.empty())
+    throw RunError("capturing a CUDA graph: " + failed);
+  std::unique_ptr<CudaGraph> g(new CudaGraph());
+  g->exec_ = exec;
+  g->device_ = device;
+  return g;
+}
+
+void CudaGraph::launch(void *stream) const {
+  useDevice(device_);
+  check(driver().graphLaunch(exec_, stream), "launching a CUDA graph");
+}
+
+CudaGraph::~CudaGraph() {
+  if (exec_ && driver().ok)
+    driver().graphExecDestroy(exec_);
 }
 
 bool cudaDriverAvailable() {

@@ -6,6 +6,7 @@
 #include "braze/runtime/Cudnn.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,5 +112,37 @@ void cudaReleaseOn(int device, void *p, void *stream) noexcept;
 void cudaCopy(int device, void *dst, const void *src, size_t bytes, bool toDevice);
 /// Waits for `stream` (null: the whole device).
 void cudaSynchronize(int device, void *stream = nullptr);
+/// Copies `bytes` device -> device, enqueued on `stream`.
+void cudaCopyOn(int device, void *dst, const void *src, size_t bytes, void *stream);
+
+/// Runs `enqueue`, which puts work on `stream`, after the work that went through here on
+/// another stream of `device`: the cuBLASLt, cuDNN and padded-result buffers are one per device
+/// and process, so calls on two streams would otherwise use them at once on the GPU.
+void cudaOrdered(int device, void *stream, const std::function<void()> &enqueue);
+
+/// Why CUDA graphs cannot be used in this process ("" when they can).
+std::string cudaGraphsUnavailable();
+
+/// A CUDA graph: the work a function enqueues, captured once and launched again on any stream
+/// (its kernels, library calls and copies, with the addresses they had when captured).
+class CudaGraph {
+public:
+  /// Captures what `enqueue` puts on the stream it is given (a stream of the capture's own;
+  /// nothing runs). Throws RunError naming what failed: an operation a capture cannot hold (a
+  /// synchronization, say) fails it.
+  static std::unique_ptr<CudaGraph> capture(int device,
+                                            const std::function<void(void *stream)> &enqueue);
+  ~CudaGraph();
+  CudaGraph(const CudaGraph &) = delete;
+  CudaGraph &operator=(const CudaGraph &) = delete;
+
+  /// Enqueues the captured work on `stream`.
+  void launch(void *stream) const;
+
+private:
+  CudaGraph() = default;
+  void *exec_ = nullptr;
+  int device_ = 0;
+};
 
 } // namespace braze::runtime

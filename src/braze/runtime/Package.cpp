@@ -147,7 +147,7 @@ std::vector<std::string> cpuFeatures() {
   return out;
 }
 
-std::shared_ptr<Package> Package::load(const std::string &given, int device) {
+std::shared_ptr<Package> Package::load(const std::string &given, int device, bool cudaGraphs) {
   std::error_code ec;
   const std::string path =
       std::filesystem::is_regular_file(given, ec) ? extractPackageArchive(given) : given;
@@ -397,7 +397,19 @@ std::shared_ptr<Package> Package::load(const std::string &given, int device) {
   } catch (const RunError &e) {
     throw fail(e.what());
   }
+  if (cuda) {
+    const char *env = std::getenv("BRAZE_CUDA_GRAPHS");
+    // A package whose kernels check indices replays too, then waits and checks (runInto).
+    std::string off = !cudaGraphs ? "turned off at load"
+                      : env && std::string(env) == "0" ? "BRAZE_CUDA_GRAPHS=0"
+                                                        : cudaGraphsUnavailable();
+    p->graphs_ = std::make_unique<PackageGraphs>(device, std::move(off));
+  }
   return p;
+}
+
+PackageGraphs::Stats Package::cudaGraphStats() const {
+  return graphs_ ? graphs_->stats() : PackageGraphs::Stats{0, 0, 0, "a CPU package"};
 }
 
 Package::~Package() {
@@ -540,6 +552,32 @@ Package::outputLayouts(const std::vector<const DLTensor *> &inputs) const {
   return exe_->layoutsFor(exe_->bind(all));
 }
 
+namespace {
+/// The bytes between t's first and last element (at `data`), and whether its elements fill
+/// them (strides that are not positive count as not dense).
+PackageGraphs::Buffer span(const DLTensor &t, const void *data) {
+  int64_t elems = 1, extent = 1;
+  bool positive = true;
+  for (int d = 0; d < t.ndim; ++d) {
+    elems *= t.shape[d];
+    int64_t stride = 1;
+    if (t.strides)
+      stride = t.strides[d];
+    else
+      for (int e = d + 1; e < t.ndim; ++e)
+        stride *= t.shape[e];
+    if (t.shape[d] > 1) {
+      positive = positive && stride > 0;
+      extent += (t.shape[d] - 1) * stride;
+    }
+  }
+  if (elems == 0)
+    extent = 0;
+  const size_t bytes = static_cast<size_t>(extent) * elementBytes(t.dtype);
+  return {const_cast<void *>(data), bytes, positive && extent == elems};
+}
+} // namespace
+
 void Package::runInto(const std::vector<const DLTensor *> &all, const std::vector<int64_t> &syms,
                       const std::vector<Executable::Layout> &layouts,
                       const std::vector<DLTensor *> &outputs, void *stream) const {
@@ -576,16 +614,31 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
     exe_->runBound(inPtrs, outPtrs, syms);
     return;
   }
-  // Scratch ordered on the stream: freed once the kernels enqueued before the free are done.
-  const int dev = device_.device_id;
-  void *arena = cudaAllocateOn(dev, static_cast<size_t>(exe_->arenaBytes(syms)), stream);
-  try {
-    exe_->runCuda(inPtrs, outPtrs, arena, syms, stream);
-  } catch (...) {
-    cudaReleaseOn(dev, arena, stream);
-    throw;
-  }
-  cudaReleaseOn(dev, arena, stream);
+  // The user inputs (copied into a graph's own buffers when it replays) and the outputs, with
+  // the layout that picks the graph.
+  std::vector<int64_t> layout = syms;
+  std::vector<size_t> user;
+  std::vector<PackageGraphs::Buffer> ins, outs;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!moduleInputs_[i].weight) {
+      user.push_back(i);
+      ins.push_back(span(*all[i], inPtrs[i]));
+      layout.push_back(all[i]->ndim);
+      for (int d = 0; d < all[i]->ndim; ++d)
+        layout.push_back(all[i]->strides ? all[i]->strides[d] : 0);
+    }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    outs.push_back(span(*outputs[i], outPtrs[i]));
+  graphs_->run(
+      layout, ins, outs, static_cast<size_t>(exe_->arenaBytes(syms)),
+      [&](const std::vector<const void *> &userIn, const std::vector<void *> &out, void *arena,
+          void *s) {
+        std::vector<const void *> in = inPtrs;
+        for (size_t k = 0; k < user.size(); ++k)
+          in[user[k]] = userIn[k];
+        exe_->runCuda(in, out, arena, syms, s);
+      },
+      stream);
   if (checksIndices_)
     exe_->synchronizeAndCheck(stream);
 }

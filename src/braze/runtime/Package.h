@@ -51,8 +51,12 @@
 /// and give device tensors and enqueue on the caller's stream without waiting (scratch memory
 /// is stream-ordered), except where a kernel checks indices: such a run waits for its kernels
 /// and raises a bad index as a RunError. It needs the CUDA driver, and cuBLASLt and cuDNN where
-/// the model calls them; no CUDA runtime, NVRTC or compiler.
+/// the model calls them; no CUDA runtime, NVRTC or compiler. Its runs replay CUDA graphs, one
+/// per input layout, from a layout's second call on (PackageGraphs.h), unless `cudaGraphs` is
+/// false at load or BRAZE_CUDA_GRAPHS=0. Runs of a package on several
+/// streams are ordered one after another on the GPU (the libraries' workspaces are shared).
 #include "braze/runtime/Executable.h"
+#include "braze/runtime/PackageGraphs.h"
 
 #include <cstdint>
 #include <memory>
@@ -95,7 +99,10 @@ public:
   /// package onto CUDA device `device`. Throws RunError naming what is wrong (a missing or
   /// damaged file, a newer format, a CPU without a feature the library needs, a damaged
   /// archive, no CUDA device or one of another architecture, a missing CUDA library).
-  static std::shared_ptr<Package> load(const std::string &path, int device = 0);
+  /// `cudaGraphs`: whether a CUDA package may replay CUDA graphs (BRAZE_CUDA_GRAPHS=0 turns
+  /// them off too).
+  static std::shared_ptr<Package> load(const std::string &path, int device = 0,
+                                       bool cudaGraphs = true);
   ~Package();
 
   const PackageSignature &signature() const { return signature_; }
@@ -123,6 +130,8 @@ public:
   outputShapes(const std::vector<std::vector<int64_t>> &inputShapes) const;
   /// The outputs' layouts (shapes and strides in elements) for these inputs, as run writes them.
   std::vector<Executable::Layout> outputLayouts(const std::vector<const DLTensor *> &inputs) const;
+  /// CUDA packages: the CUDA graphs made, replayed and not, and why none are made if so.
+  PackageGraphs::Stats cudaGraphStats() const;
 
 private:
   Package() = default;
@@ -148,6 +157,7 @@ private:
   size_t weightBytes_ = 0;
   DLDevice device_{kDLCPU, 0};
   bool checksIndices_ = false; ///< CUDA: runs wait for their kernels and check the error flag
+  std::unique_ptr<PackageGraphs> graphs_; ///< CUDA: every run goes through it
 };
 
 /// Where braze's runtime lives in this process and its size: the file holding this code (the

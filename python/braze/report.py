@@ -37,12 +37,33 @@ def graph_started(number, gm, forward, opts):
     if folder is None:
         return None
     record = {"number": number, "kind": "forward" if forward else "backward",
-              "code": gm.code, "nodes": _node_lines(gm), "partitions": [], "notes": [],
+              "code": gm.code, "nodes": _node_lines(gm), "partitions": [],
+              "notes": [("recompile", r) for r in _new_guard_failures()],
               "times": {}, "folder": folder, "started": time.time()}
     with _lock:
         _graphs.append(record)
         _register(folder)
     return _current.set(record)
+
+
+_failures_seen = {}  # code object -> guard failures of it already reported
+
+
+def _new_guard_failures():
+    """Dynamo's reasons for recompiling (the guard that failed, per frame) recorded since the
+    last graph: a graph compiled after a guard failed is that recompile."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:  # a PyTorch without the record
+        return []
+    out = []
+    with _lock:
+        for code, reasons in list(guard_failures.items()):
+            seen = _failures_seen.get(code, 0)
+            name = getattr(code, "co_name", str(code))
+            out += [f"Dynamo recompiled {name}: guard failed: {r}" for r in reasons[seen:]]
+            _failures_seen[code] = len(reasons)
+    return out
 
 
 def graph_finished(token, times):

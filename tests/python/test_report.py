@@ -77,6 +77,19 @@ def test_a_report_with_a_partition_and_an_op_left_to_eager(tmp_path):
     assert "host_compile" in text  # the compile split
 
 
+def test_a_recompile_names_the_guard_that_failed(tmp_path):
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: (x * 2).sin(), backend="braze",
+                      options={"report": str(tmp_path)}, dynamic=False)
+    g(torch.rand(8, 4))
+    g(torch.rand(8, 4, dtype=torch.float64))  # a dtype guard fails: Dynamo compiles again
+    page, text = _parse(braze.write_report(str(tmp_path / "page.html")))
+    _check_links(page)
+    notes = text[text.rindex("Recompiles and CUDA graphs"):]
+    assert "recompile: Dynamo recompiled" in notes and "guard failed" in notes, notes[:2000]
+    assert "dtype" in notes, notes[:2000]
+
+
 def test_the_report_of_a_language_model(tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     import zoo

@@ -23,7 +23,6 @@ from braze import (_C, accuracy, aot, background, cudagraphs, decompositions, de
                    mutations, partition, report, sizes, support)
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
-from braze.fx_import import Translator
 from braze.options import Options
 from braze.options import from_torch_compile as options_from_torch_compile
 from braze.registry import Unsupported
@@ -32,8 +31,8 @@ from braze.support import fetch_attr
 from braze import rules_scatter, rules_special, rules_nn, rules_misc, rules_sort  # noqa: F401,E402
 from braze import rules_complex, rules_attention  # noqa: F401,E402
 from braze.rules_attention import trace_as_math_for_training, unify_lengths
-from braze.layouts import (as_layout, computed_view, concrete_layout, guard_eager_layouts,
-                           input_view, shared_outputs)
+from braze.signature import Computed
+from braze.layouts import as_layout, guard_eager_layouts
 
 class _State:
     """What the backend keeps for the process, in one place (counters(), compile_times(),
@@ -155,37 +154,21 @@ class _BrazeGraph:
 
     Inputs are taken as they come: a call whose inputs are laid out otherwise than the graph was
     compiled for (an eager kernel's output, a view) runs a variant compiled for those layouts,
-    kept and counted in counters()["recompiles"]. Outputs that the FX graph declares with a
-    layout braze does not produce directly (strided or expanded) are laid out as declared. If
-    braze's own call path fails, that call runs the eager graph on inputs laid out as the graph
-    declares them, with one warning: never a wrong answer and never a broken program."""
+    kept and counted in counters()["recompiles"]. The returned outputs are made from braze's as
+    the graph's signature says (signature.GraphSignature.fill). If braze's own call path fails,
+    that call runs the eager graph on inputs laid out as the graph declares them, with one
+    warning: never a wrong answer and never a broken program."""
 
-    def __init__(self, compiled, tensor_positions, constants, needs_seed, eager,
-                 complex_outputs=(), none_slots=(), run=None, device=None, *,
-                 input_layouts=(), output_layouts=(), recompile=None, strict=False, bases=0,
-                 carried=(), assertions=()):
+    def __init__(self, compiled, signature, constants, needs_seed, eager, run, device=None, *,
+                 recompile=None, strict=False):
         self.compiled = compiled
-        # the message of each assertion, whose condition is one of the last outputs
-        self.assertions = list(assertions)
-        self.run = run or compiled.run  # inputs (flat list of tensors) -> outputs
+        self.signature = signature
+        self.run = run  # inputs (flat list of tensors) -> outputs
         self.device = device  # where the seed of random ops lives
-        # (output position, None or (args, bases) -> tensor) of each output the graph does not
-        # compute: None (e.g. no gradient for an input), or a view made in eager of an argument
-        # or of a base: one of the last `bases` computed outputs, which are not returned
-        self.none_slots = none_slots
-        self.bases = bases
-        self.tensor_positions = tensor_positions
-        # (input number, argument position) of each size argument passed as a SizeCarrier
-        self.carried = carried
-        self.complex_outputs = complex_outputs  # output slots returned as complex views
+        self.tensor_positions = signature.tensor_positions
         self.constants = constants  # tensors the graph holds as attributes, passed after the args
         self.needs_seed = needs_seed  # random ops: a fresh seed from torch's generator per call
         self.eager = eager
-        # (argument position, sizes, strides) of each tensor argument with a static layout
-        self.input_layouts = input_layouts
-        # (output slot, sizes, strides) of each output braze computes row-major but the graph
-        # declares with other strides
-        self.output_layouts = output_layouts
         self.recompile = recompile  # args -> the run callable of a variant for their layouts
         self.strict = strict
         self.variants = {}  # ((sizes, strides) per input) -> run callable
@@ -201,33 +184,22 @@ class _BrazeGraph:
         run = self.run
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
                 or (run.into and not isinstance(run, cpu_support.CpuGraph)) or self.needs_seed
-                or run.checks
-                or self.complex_outputs or self.output_layouts or self.checker is not None
-                or self.assertions
+                or run.checks or self.checker is not None or self.signature.assertions
+                or any(s.complex or s.layout is not None for s in self.signature.computed)
                 or any(c.is_complex() for c in self.constants)):
             return self
         call = run.guarded_call(self.tensor_positions, self.constants)
-        if not self.none_slots:
+        if self.signature.direct:
             return call
-        fill = self._fill
+        fill = self.signature.fill
 
         def with_slots(*args):
             return fill(args, call(*args))
         return with_slots
 
-    def _fill(self, args, outs):
-        """The outputs the graph returns: the computed ones, with the made ones inserted."""
-        bases = []
-        if self.bases:
-            bases = outs[-self.bases:]
-            del outs[-self.bases:]
-        for i, make in self.none_slots:
-            outs.insert(i, make(args, bases) if make is not None else None)
-        return outs
-
     def __call__(self, *args):
         inputs = [args[i] for i in self.tensor_positions] + self.constants
-        for k, i in self.carried:
+        for k, i in self.signature.carried:
             inputs[k] = sizes.SizeCarrier.of(args[i], self.device)
         where = self.device.type if self.device is not None else "cpu"
         if any(x.device.type != where for x in inputs):
@@ -242,11 +214,7 @@ class _BrazeGraph:
         try:
             outs = self._run(args, inputs)
             self._check_assertions(outs)
-            for i in self.complex_outputs:
-                outs[i] = torch.view_as_complex(outs[i])
-            for i, shape, stride in self.output_layouts:
-                outs[i] = as_layout(outs[i], shape, stride)
-            outs = self._fill(args, outs)
+            outs = self.signature.fill(args, outs)
             if self.checker is not None:
                 self.checker.check(args, outs)
             return outs
@@ -269,10 +237,11 @@ class _BrazeGraph:
     def _check_assertions(self, outs):
         """Drops the assertions' conditions (the last outputs) from outs; raises
         _AssertionFailed with the message of the first that does not hold."""
-        if self.assertions:
-            conds = outs[-len(self.assertions):]
-            del outs[-len(self.assertions):]
-            for cond, msg in zip(conds, self.assertions):
+        messages = self.signature.assertions
+        if messages:
+            conds = outs[-len(messages):]
+            del outs[-len(messages):]
+            for cond, msg in zip(conds, messages):
                 if not bool(cond):
                     raise _AssertionFailed(msg)
 
@@ -298,130 +267,33 @@ class _BrazeGraph:
         _state.counts["fallback_graphs"] += 1
         _log_fallback(f"{reason}; running this call in eager PyTorch")
         args = list(args)
-        for i, shape, stride in self.input_layouts:  # eager gets the layouts it was traced with
-            if isinstance(args[i], torch.Tensor):
-                args[i] = as_layout(args[i], shape, stride)
+        for i in self.signature.inputs:  # eager gets the layouts it was traced with
+            if i.layout is not None and isinstance(args[i.position], torch.Tensor):
+                args[i.position] = as_layout(args[i.position], *i.layout)
         out = self.eager(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _compile_whole(gm, opts, device=None, args=None, writes=()):
-    """Translates and compiles a graph whose every node braze supports, for the CPU or for
-    the CUDA `device`. With `args` (one call's arguments), the graph is compiled for exactly
-    their sizes and strides: a variant for inputs laid out otherwise than the example inputs."""
-    t = Translator(sizes.bindings(gm, args) if args is not None else None)
-    positions, input_layouts = [], []
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i, node in enumerate(placeholders):
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            t.input(node, args[i] if args is not None else val)
-            positions.append(i)
-            layout = concrete_layout(val)
-            if layout is not None:
-                input_layouts.append((i, *layout))
-        elif not isinstance(val, (torch.SymInt, int)):
-            raise Unsupported(f"placeholder {node.name} of type {type(val).__name__}")
-    # Sizes are bound from the tensors' shapes; a size argument that is no dim of them comes in
-    # as a carrier (SizeCarrier).
-    carried = []  # (input number, argument position) of each carrier
-    for i in sizes.carried(placeholders):
-        t.g.input(placeholders[i].name, "u8", [t.sym(placeholders[i].meta["val"])],
-                  [t.g.sym_const(0)])
-        carried.append((len(positions), i))
-        positions.append(i)
-    constants = []
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = fetch_attr(gm, node.target)
-            if not isinstance(value, torch.Tensor):
-                raise Unsupported(f"attribute {node.target} is not a tensor")
-            t.input(node, value)
-            constants.append(value)
-    outputs = None
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            if not sizes.is_size(node):  # sizes come from the meta values
-                t.translate(node)
-        elif node.op == "output":
-            outputs = node.args[0]
-    flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-    if not flat:
-        # Every output aliased an input and AOTAutograd regenerates it: nothing to compute.
-        return (lambda *args: []), True
-    # Outputs that are None, or arguments or views of one (a weight or its transpose saved for
-    # the backward): made at each call, never computed into new memory.
-    made = [(i, None if o is None else input_view(gm, o)) for i, o in enumerate(flat)]
-    none_slots = [(i, make) for (i, make), o in zip(made, flat) if o is None or make is not None]
-    if len(none_slots) == len(flat):
-        return (lambda *args: [make(args) if make is not None else None
-                               for _, make in none_slots]), isinstance(outputs, (tuple, list))
-    none_slots = [(i, make if make is None else (lambda args, bases, m=make: m(args)))
-                  for i, make in none_slots]
-    injected = {i for i, _ in none_slots}
-    # Outputs that view a computed value without being dense (a K/V cache sliced from a fused
-    # projection): the value is computed as a base output and the view made of it.
-    bases = []
-
-    def base_slot(base):
-        """base's position among the computed bases (added once)."""
-        if base not in bases:
-            bases.append(base)
-        return bases.index(base)
-
-    for j, o in enumerate(flat):
-        found = None if j in injected else computed_view(o)
-        if found is None or not isinstance(t.values.get(found[0]), int):
-            continue
-        base, view = found
-        k = base_slot(base)
-        none_slots.append((j, lambda args, made, k=k, view=view: view(made[k])))
-        injected.add(j)
-    # Outputs that share memory in eager (a saved activation and its transpose): the base is
-    # computed once and each of them made of it.
-    for base, members in shared_outputs(flat, injected):
-        k = base_slot(base)
-        for j, size, stride, offset in members:
-            none_slots.append((j, lambda args, made, k=k, size=size, stride=stride, offset=offset:
-                               made[k].as_strided(size, stride, made[k].storage_offset() + offset)))
-            injected.add(j)
-    none_slots.sort(key=lambda slot: slot[0])
-    handles, layouts, complex_outputs, output_layouts = [], [], [], []
-    handle_of = {}  # FX output -> the braze output that computes it
-    for j, o in enumerate(flat):
-        if j in injected:
-            continue
-        if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
-            raise Unsupported(f"output {o!r} is not a tensor")
-        handle_of[j] = len(handles)
-        handles.append(t.values[o])
-        val = o.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.is_complex():
-            complex_outputs.append(len(handles) - 1)
-            declared = concrete_layout(val)
-            val = torch.view_as_real(val.resolve_conj())
-        else:
-            declared = concrete_layout(val)
-        dense = _dense_layout(t, val)
-        layouts.append(dense)
-        if declared is not None and not dense and not val.is_contiguous():
-            output_layouts.append((len(handles) - 1, *declared))
-    for base in bases:
-        handles.append(t.values[base])
-        layouts.append(_dense_layout(t, base.meta["val"]))
-    for handle, _ in t.assertions:  # checked on the host after each call, then dropped
-        handles.append(handle)
-        layouts.append([])
-    t.g.output(handles, layouts)
+def _compile_whole(gm, opts, device=None, args=None, writes=(), translated=None):
+    """Compiles a graph whose every node braze supports, for the CPU or for the CUDA `device`:
+    `translated` is its translation (support.translate_whole) when deciding support made it,
+    else it is translated here. With `args` (one call's arguments), the graph is compiled for
+    exactly their sizes and strides: a variant for inputs laid out otherwise than the example
+    inputs."""
+    t, sig, handles = translated or support.translate_whole(gm, args)
+    if not sig.computes:
+        # Every output is None, or an argument or a view of one (a weight or its transpose
+        # saved for the backward), made at each call; or there is none (each aliased an input,
+        # which AOTAutograd regenerates).
+        return (lambda *call_args: sig.fill(call_args, [])), sig.returns_tuple
     if opts.cuda_codegen_only:
         source = cuda_support.check_codegen(t.g)
         with _state.lock:
             _record_source(source)
-        return (lambda *args: list(_as_tuple(gm.forward(*args)))), isinstance(outputs, (tuple, list))
-    specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, t, args)]
-    dtypes = [_real_dtype(o.meta["val"]) for j, o in enumerate(flat) if j not in injected]
-    dtypes += [b.meta["val"].dtype for b in bases]
-    dtypes += [torch.bool] * len(t.assertions)
+        return (lambda *args: list(_as_tuple(gm.forward(*args)))), sig.returns_tuple
+    specs = [(tuple(v.shape), tuple(v.stride())) for v in _input_values(gm, sig, t.seed, args)]
+    dtypes = [c.dtype for c in sig.computed] + [b.dtype for b in sig.bases]
+    dtypes += [torch.bool] * len(sig.assertions)
     staged = report.stages(t.g, device is not None)  # printed before compile consumes t.g
     own = accuracy.schedule_of(t, handles, opts, device) if args is None else None
     if device is None:
@@ -433,8 +305,10 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
                                      opts.sync_index_checks())
     report.partition(staged, compiled)
     # Outputs written into the inputs they update (mutations.take): braze output -> input.
-    run.into = {handle_of[w.output]: positions.index(w.position) for w in writes
-                if w.in_place and w.output in handle_of and w.position in positions}
+    positions = sig.tensor_positions
+    run.into = {sig.outputs[w.output].index: positions.index(w.position) for w in writes
+                if w.in_place and isinstance(sig.outputs[w.output], Computed)
+                and w.position in positions}
     with _state.lock:  # partitions compile on several threads
         _add_times(compiled.times)
         _record_source(compiled.source)
@@ -444,54 +318,31 @@ def _compile_whole(gm, opts, device=None, args=None, writes=()):
         def recompile(call_args):
             variant, _ = _compile_whole(gm, opts, device, call_args, writes=writes)
             return variant.run
-    graph = _BrazeGraph(compiled, positions, constants, t.seed is not None, gm.forward,
-                        complex_outputs, none_slots, run, device, input_layouts=input_layouts,
-                        output_layouts=output_layouts, recompile=recompile,
-                        strict=_strict(opts), bases=len(bases), carried=carried,
-                        assertions=[msg for _, msg in t.assertions])
+    constants = [fetch_attr(gm, target) for target in sig.constants]
+    graph = _BrazeGraph(compiled, sig, constants, t.seed is not None, gm.forward, run, device,
+                        recompile=recompile, strict=_strict(opts))
     if accuracy.enabled(opts) and args is None:
         graph.checker = accuracy.checker(gm, opts, device, own)
-    return graph, isinstance(outputs, (tuple, list))
+    return graph, sig.returns_tuple
 
 
 def _as_tuple(out):
     return out if isinstance(out, (tuple, list)) else (out,)
 
 
-def _real_dtype(val):
-    """The dtype of an output as braze computes it (complex values as real pairs)."""
-    return torch.view_as_real(val.resolve_conj()).dtype if val.is_complex() else val.dtype
-
-
-def _input_values(gm, t, args=None):
-    """The values of the compiled graph's tensor inputs, in input order (placeholders, then
-    attributes, then the seed of random ops), complex ones as real pairs: the example values,
-    or those of `args` (one call's arguments) when given."""
+def _input_values(gm, sig, seed, args=None):
+    """The values of the compiled graph's tensor inputs, in input order (placeholders' tensors,
+    carried sizes, attributes, then the `seed` of random ops when there is one), complex ones
+    as real pairs: the example values, or those of `args` (one call's arguments) when given."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    vals = [args[i] if args is not None else n.meta["val"] for i, n in enumerate(placeholders)
-            if isinstance(n.meta.get("val"), torch.Tensor)]
-    vals += [sizes.SizeCarrier(args[i] if args is not None else placeholders[i].meta["val"])
-             for i in sizes.carried(placeholders)]
-    vals += [fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
-    if t.seed is not None:
+    vals = []
+    for i in sig.tensor_positions:
+        v = args[i] if args is not None else placeholders[i].meta["val"]
+        vals.append(sizes.SizeCarrier(v) if sig.inputs[i].kind == "carried" else v)
+    vals += [fetch_attr(gm, target) for target in sig.constants]
+    if seed is not None:
         vals.append(torch.empty((), dtype=torch.int64))
     return [torch.view_as_real(v.resolve_conj()) if v.is_complex() else v for v in vals]
-
-
-@functools.lru_cache(maxsize=1)
-def _dense_layout(t, val):
-    """The strides PyTorch expects for an output, when they are a dense permutation (a
-    transposed or channels-last result); [] (row-major) otherwise."""
-    if not isinstance(val, torch.Tensor):
-        return []
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
-    try:
-        dense = bool(is_non_overlapping_and_dense_or_false(val))
-    except Exception:  # symbolic strides that cannot be decided: keep row-major
-        return []
-    if not dense or val.is_contiguous():
-        return []
-    return t.shape(val.stride())
 
 
 def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, in_background=False):
@@ -584,17 +435,21 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         _log_fallback(f"attention lengths or masks left as they are: {type(e).__name__}: {e}")
     host_sizes = sizes.hoist(gm)
     support_start = time.perf_counter()
-    unsupported = support.unsupported_nodes(gm, device, skip=set(host_sizes))
     # Sizes are host arithmetic: a graph compiled whole reads them from its meta values; a
     # partitioned one, or one that returns a size, computes them in its eager part.
-    if unsupported or any(u.op == "output" for n in host_sizes for u in n.users):
+    sized_output = any(u.op == "output" for n in host_sizes for u in n.users)
+    # The whole graph's translation, when braze takes it, is what compiles; else the nodes are
+    # asked about one by one.
+    whole = None if sized_output else support.whole_graph(gm, device, skip=host_sizes)
+    unsupported = {} if whole else support.unsupported_nodes(gm, device, skip=set(host_sizes))
+    if unsupported or sized_output:
         unsupported.update((n, "a size computed on the host") for n in host_sizes)
     with _state.lock:
         _add_times({"support": time.perf_counter() - support_start})
     try:
         if not unsupported:
             try:
-                fn, tuple_out = _compile_whole(gm, opts, device, writes=writes)
+                fn, tuple_out = _compile_whole(gm, opts, device, writes=writes, translated=whole)
             except (Unsupported, _C.CompileError) as e:
                 unsupported = support.refused_by_trial(gm, device)
                 _log_fallback(f"supported nodes failed to compile together ({e}); the ones that "

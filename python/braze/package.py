@@ -22,7 +22,7 @@ import torch
 from braze import _C
 from braze import cpu as cpu_support
 from braze import cuda as cuda_support
-from braze import decompositions, sizes, support
+from braze import decompositions, signature, sizes, support
 from braze.fx_import import Translator
 from braze.options import Options
 from braze.registry import Unsupported
@@ -246,25 +246,13 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
     t = Translator()
     for node, kind, name, value in inputs:
         t.input(node, node.meta["val"] if value is None else value)
-    outputs = None
     for node in gm.graph.nodes:
         if node.op == "call_function" and not sizes.is_size(node):
             try:
                 t.translate(node)
             except (Unsupported, _C.CompileError) as e:
                 raise ExportError(f"{node.target} at {_where(node)}: {e}") from e
-        elif node.op == "output":
-            outputs = node.args[0]
-    flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-    placeholders = {node for node, *_ in inputs}
-    for j, o in enumerate(flat):
-        if not isinstance(o, torch.fx.Node) or not isinstance(t.values.get(o), int):
-            raise ExportError(f"output {j} ({o!r}) is not a tensor the graph computes")
-        if o in placeholders:
-            raise ExportError(f"output {j} is input {o.name} itself; a package computes its "
-                              "outputs")
-        if o.meta["val"].is_complex():
-            raise ExportError(f"output {j} is complex, which a package cannot hold")
+    flat = _outputs(gm, signature.graph_signature(gm, t.values, views=False))
     t.g.output([t.values[o] for o in flat], [[] for _ in flat])
     if t.seed is not None:
         raise ExportError("the model draws random numbers, which a package cannot do yet")
@@ -283,6 +271,22 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
     else:
         _write_package(path, compiled, inputs, flat, ep, target, bundle_libraries)
     return path
+
+
+def _outputs(gm, sig):
+    """The FX nodes of a package's outputs, in order, from gm's signature `sig`: each one braze
+    computes, as a real tensor."""
+    for j, slot in enumerate(sig.outputs):
+        if isinstance(slot, (signature.NoOutput, signature.NotTensor)):
+            text = slot.text if isinstance(slot, signature.NotTensor) else "None"
+            raise ExportError(f"output {j} ({text}) is not a tensor the graph computes")
+        if isinstance(slot, signature.InputView):
+            raise ExportError(f"output {j} is input {slot.name} itself; a package computes its "
+                              "outputs")
+        if slot.complex:
+            raise ExportError(f"output {j} is complex, which a package cannot hold")
+    nodes = {n.name: n for n in gm.graph.nodes}
+    return [nodes[slot.name] for slot in sig.outputs]
 
 
 def _device(inputs):

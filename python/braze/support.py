@@ -1,5 +1,7 @@
-"""Which FX nodes braze takes: each node alone is translated into a braze graph, whose builder
-checks what its op takes, and braze::supports answers for the target without lowering it. Nodes
+"""Which FX nodes braze takes. A graph is translated whole, once: when every node passes the
+checks that need no translation and braze::supports accepts the whole graph, that translation
+is what compiles. Otherwise each node alone is translated into a braze graph, whose builder
+checks what its op takes, and braze::supports answers for the target without lowering it; nodes
 that repeat (every layer of a transformer) are asked about once per process. When supported
 nodes fail to compile together, the lowering trial finds the ones that fail alone."""
 import operator
@@ -8,7 +10,7 @@ import torch
 
 from braze import _C
 from braze import cpu as cpu_support
-from braze import devices
+from braze import devices, signature, sizes
 from braze.fx_import import Translator
 from braze.registry import Unsupported, aten, bound_args, supported_targets
 
@@ -103,20 +105,28 @@ def nondeterministic_on_cuda(node):
             "fixed order; eager's deterministic kernel runs")
 
 
-def node_support(node, device=None):
-    """(True, "") if braze can compile this call_function node alone in a graph on `device`
-    (None: the CPU), else (False, reason)."""
+def refusal(node, device=None):
+    """Why braze cannot take call_function `node` in a graph on `device` (None: the CPU), known
+    without translating it: no rule for its op, an operand on another device, or a CUDA scatter
+    that is not deterministic where determinism is asked for. None when translation decides."""
     if node.target not in supported_targets():
-        return False, f"no braze rule for {node.target}"
+        return f"no braze rule for {node.target}"
     if device is not None:
         for n in [node, *node.all_input_nodes]:
             for d in devices.tensor_devices(n):
                 if d != device:
-                    return False, f"{n.name} is on {d} in a graph on {device}"
+                    return f"{n.name} is on {d} in a graph on {device}"
         if device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
-            why = nondeterministic_on_cuda(node)
-            if why is not None:
-                return False, why
+            return nondeterministic_on_cuda(node)
+    return None
+
+
+def node_support(node, device=None):
+    """(True, "") if braze can compile this call_function node alone in a graph on `device`
+    (None: the CPU), else (False, reason)."""
+    why = refusal(node, device)
+    if why is not None:
+        return False, why
     key = _key(node)
     if key is not None and (key, device) in _cache:
         return _cache[key, device]
@@ -170,11 +180,76 @@ def try_node(node, device=None, trial=False):
         if trial:
             t.g.check_supported()
             return True, ""
-        if device is not None and device.type == "cuda":
-            return t.g.supports(cuda=True)
-        return t.g.supports(one_dnn_half=cpu_support.one_dnn_half())
+        return _supports(t.g, device)
     except (Unsupported, _C.CompileError) as e:
         return False, str(e)
+
+
+def _supports(g, device):
+    """braze::supports of braze graph g for `device` (None: the CPU): (ok, reason)."""
+    if device is not None and device.type == "cuda":
+        return g.supports(cuda=True)
+    return g.supports(one_dnn_half=cpu_support.one_dnn_half())
+
+
+def translate_whole(gm, args=None):
+    """gm translated into one braze graph: its tensor placeholders (laid out as `args`, one
+    call's arguments, when given: a variant for their layouts), its carried sizes and its
+    attributes as inputs, then each op (sizes aside: rules read them from the meta values).
+    Returns the Translator, gm's GraphSignature and the handles of the braze graph's outputs
+    (none when the signature computes nothing)."""
+    t = Translator(sizes.bindings(gm, args) if args is not None else None)
+    ins = signature.inputs(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in ins:
+        if i.kind == "tensor":
+            node = placeholders[i.position]
+            t.input(node, args[i.position] if args is not None else node.meta["val"])
+    for i in ins:  # sizes that no tensor's dims bind come in as carriers (sizes.SizeCarrier)
+        if i.kind == "carried":
+            node = placeholders[i.position]
+            t.g.input(node.name, "u8", [t.sym(node.meta["val"])], [t.g.sym_const(0)])
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = fetch_attr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise Unsupported(f"attribute {node.target} is not a tensor")
+            t.input(node, value)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not sizes.is_size(node):
+            t.translate(node)
+    sig = signature.graph_signature(gm, t.values, [msg for _, msg in t.assertions])
+    handles = []
+    if sig.computes:
+        for slot in sig.outputs:
+            if isinstance(slot, signature.NotTensor):
+                raise Unsupported(f"output {slot.text} is not a tensor")
+        nodes = {n.name: n for n in gm.graph.nodes}
+        parts = sig.computed + list(sig.bases)
+        handles = [t.values[nodes[p.name]] for p in parts] + [h for h, _ in t.assertions]
+        # an assertion's condition is checked on the host after each call, then dropped
+        t.g.output(handles, [t.shape(p.strides) if p.strides is not None else [] for p in parts]
+                   + [[] for _ in t.assertions])
+    return t, sig, handles
+
+
+def whole_graph(gm, device=None, skip=()):
+    """translate_whole(gm) when braze takes the whole graph on `device` (None: the CPU): every
+    call_function node (those in `skip` aside) passes the checks that need no translation, the
+    graph translates, computes something, and braze::supports accepts it. None otherwise, and
+    unsupported_nodes finds which nodes braze refuses."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in skip or (
+                node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)):
+            continue  # a getitem is supported exactly when its op is
+        if refusal(node, device) is not None:
+            return None
+    try:
+        whole = translate_whole(gm)
+        ok, _ = _supports(whole[0].g, device)
+    except Exception:  # the search node by node meets it again, and says which node it is
+        return None
+    return whole if ok and whole[1].computes else None
 
 
 def refused_by_trial(gm, device):

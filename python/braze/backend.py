@@ -651,4 +651,6 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
         warnings.warn(f"braze: {reason}; running this graph in eager PyTorch")
         _log_fallback(reason)
         return gm.forward
-    return direct["fn"] if direct is not None and "fn" in direct else compiled
+    if direct is not None and "fn" in direct:
+        return direct["fn"]
+    return aot.calling_convention_fixed(compiled)

@@ -31,6 +31,10 @@ namespace cuda {
 constexpr int kPointwiseBlock = 256;
 constexpr int kRowBlock = 256;       ///< threads of a block that holds several rows
 constexpr int kMaxPerThread = 64;    ///< elements one thread keeps of a persistent row
+/// Row threads per multiprocessor a row kernel aims for at most (twice what one holds at once):
+/// beyond it, rows whose threads take at most kRowWork elements get fewer threads each.
+constexpr int64_t kRowFill = 2 * 2048;
+constexpr int64_t kRowWork = 32;
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
 constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file

@@ -62,6 +62,12 @@ def log(msg):
         print(f"===== braze: cudagraphs =====\n{msg}", file=sys.stderr)
 
 
+def logging():
+    """Whether log() is read (BRAZE_LOG=cudagraphs, or a report): costly reasons are computed
+    only then."""
+    return _C.log_cudagraphs_from_environment() or report.directory() is not None
+
+
 def enabled(option):
     """Options(cuda_graphs=...) when set, otherwise BRAZE_CUDA_GRAPHS (on unless "0")."""
     if option is not None:
@@ -380,7 +386,7 @@ class Replayed:
         if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)
-        if group.captures and group.made < _MAX_CAPTURES:
+        if group.captures and group.made < _MAX_CAPTURES and logging():
             log(f"{self.name} captures again at call {self.calls}: " + "; ".join(
                 f"capture {k + 1} cannot replay: {c.why_not(args)}"
                 for k, c in enumerate(group.captures)))

@@ -145,6 +145,7 @@ def test_the_log_says_why_a_graph_is_captured_again(monkeypatch):
     from braze import cudagraphs
     said = []
     monkeypatch.setattr(cudagraphs, "log", said.append)
+    monkeypatch.setattr(cudagraphs, "logging", lambda: True)
     w = torch.randn(32, 32, device="cuda")
     f = compiled(lambda x: (x @ w).relu())
     x = torch.randn(8, 32, device="cuda")

@@ -447,11 +447,24 @@ public:
   static bool exceedsScatterPairs(int64_t self, int64_t sources) {
     return sources != 0 && self > kMaxScatterPairs / sources;
   }
+  /// Whether combining in place gives exactly what the reductions over the pairs give, in
+  /// any order: an overwrite (the largest source index wins), amax and amin, and integer sums
+  /// and products.
+  static bool scatterInPlaceIsExact(DType t, const std::string &mode);
+  /// Pairs above which a scatter that combines in place exactly (scatterInPlaceIsExact) does:
+  /// its work is then linear in the sources, where the reductions compare every position with
+  /// every source (a router's inverse permutation of 4,096 tokens is 2^24 pairs).
+  static constexpr int64_t kMaxExactScatterPairs = int64_t{1} << 20;
   /// Whether such a scatter combines in place (scatterCombinesInPlace) because it has more
-  /// pairs than the reductions take.
+  /// pairs than the reductions take: kMaxScatterPairs, or kMaxExactScatterPairs where the
+  /// result is the same either way.
   static bool scatterAccumulates(DType t, const std::string &mode, bool inOrder, int64_t self,
                                  int64_t sources) {
-    return scatterCombinesInPlace(t, mode, inOrder) && exceedsScatterPairs(self, sources);
+    if (!scatterCombinesInPlace(t, mode, inOrder))
+      return false;
+    if (scatterInPlaceIsExact(t, mode) && sources != 0 && self > kMaxExactScatterPairs / sources)
+      return true;
+    return exceedsScatterPairs(self, sources);
   }
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's

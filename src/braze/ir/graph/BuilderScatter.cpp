@@ -360,6 +360,11 @@ bool GraphBuilder::scatterCombinesInPlace(DType t, const std::string &mode, bool
   return accumulatingType(t) || (isHalf(t) && (!inOrder || minMax || mode == "sum"));
 }
 
+bool GraphBuilder::scatterInPlaceIsExact(DType t, const std::string &mode) {
+  return mode == "overwrite" || mode == "amax" || mode == "amin" ||
+         ((mode == "sum" || mode == "prod") && (t == DType::Int32 || t == DType::Int64));
+}
+
 bool GraphBuilder::scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf,
                                          bool inOrder) {
   if (isHalf(t) && inOrder)
@@ -551,12 +556,21 @@ Node *GraphBuilder::indexPutLastWrite(Node *self, int64_t first,
     cell = cell == nullptr ? term : add(cell, term);
     stride = ctx.mul(stride, size);
   }
-  std::vector<SymExpr> pairs{cells, entries};
-  Node *hit = binary(OpKind::Eq, expand(reshape(cell, {dim(1), entries}), pairs),
-                     iota(DType::Int64, pairs, 0));
-  Node *lastEntry = reduce(OpKind::Amax,
-                           where(hit, iota(DType::Int64, pairs, 1), scalar(-1, DType::Int64)), {1},
-                           false, DType::Int64);
+  // The last entry naming each cell (-1: none), from every cell compared with every entry, or
+  // beyond kMaxExactScatterPairs from an accumulating maximum of the entries' numbers.
+  Node *lastEntry = nullptr;
+  if (cells->isConst() && entries->isConst() && entries->value() != 0 &&
+      cells->value() > kMaxExactScatterPairs / entries->value()) {
+    lastEntry = scatter(expand(scalar(-1, DType::Int64), {cells}), cell,
+                        iota(DType::Int64, {entries}, 0), "amax", true);
+  } else {
+    std::vector<SymExpr> pairs{cells, entries};
+    Node *hit = binary(OpKind::Eq, expand(reshape(cell, {dim(1), entries}), pairs),
+                       iota(DType::Int64, pairs, 0));
+    lastEntry = reduce(OpKind::Amax,
+                       where(hit, iota(DType::Int64, pairs, 1), scalar(-1, DType::Int64)), {1},
+                       false, DType::Int64);
+  }
   std::vector<SymExpr> target(xs.begin(), xs.begin() + first);
   target.insert(target.end(), shape.begin(), shape.end());
   target.insert(target.end(), xs.begin() + last, xs.end());

@@ -78,7 +78,8 @@ bool accumulatingScatter(const Node *n) {
     self *= d->value();
   for (SymExpr d : n->operand(2)->shape())
     src *= d->value();
-  return GraphBuilder::exceedsScatterPairs(self, src);
+  return GraphBuilder::scatterAccumulates(n->dtype(), n->attrs().getString("mode"), maxHits > 0,
+                                         self, src);
 }
 
 /// Whether decompose leaves `n` whole under `opts` (a convolution or a weight gradient a

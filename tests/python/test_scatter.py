@@ -144,16 +144,19 @@ def test_one_hot_range_checks_compile_and_still_raise(device):
     CPU the assertions compile: each condition is an extra output of the graph, checked on the
     host after the call, so nothing falls back and an out-of-range class raises a RuntimeError
     with the traced assertion's message (eager's, prefixed with the op's name). On CUDA the
-    check would wait for the device at every call, so the two assertions run in eager there
-    (counted)."""
+    check would wait for the device at every call, so an assertion runs in eager there
+    (counted); PyTorch 2.11 traces none for CUDA tensors (its CUDA kernel checks on the
+    device)."""
     g = torch.Generator(torch.get_default_device()).manual_seed(6)
     i = torch.randint(0, 8, (64, 2), generator=g)
     w = torch.randn(64, 2, 1, generator=g)
     torch._dynamo.reset()
-    before = braze.counters()["fallback_ops"]
+    before = braze.fallback_ops_by_op()
     compiled = torch.compile(_expert_counts, backend="braze", dynamic=False)
     torch.testing.assert_close(compiled(i, w), _expert_counts(i, w))
-    assert braze.counters()["fallback_ops"] - before == (2 if device == "cuda" else 0)
+    after = braze.fallback_ops_by_op()
+    fell = {op for op in after if after[op] != before.get(op, 0)}
+    assert fell <= ({"aten._assert_async.msg"} if device == "cuda" else set()), fell
     if device == "cuda":
         return
     for bad in (8, -1):
@@ -761,7 +764,7 @@ def test_index_put_of_many_entries_writes_in_place(device, dtype):
     are left undefined by eager and are not compared)."""
     g = torch.Generator().manual_seed(7)
     n = 4096
-    perm = torch.randperm(n, generator=g)
+    perm = torch.randperm(n, generator=g, device="cpu")
 
     def invert(p):
         inv = torch.empty_like(p)

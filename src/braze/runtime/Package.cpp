@@ -413,6 +413,7 @@ PackageGraphs::Stats Package::cudaGraphStats() const {
 }
 
 Package::~Package() {
+  graphs_.reset(); // its graphs launch the module's kernels: gone before the module is
   exe_.reset();
   for (auto it = vendors_.rbegin(); it != vendors_.rend(); ++it)
     dlclose(*it);

@@ -303,7 +303,7 @@ def _compile_whole(gm, opts, device=None, args=None, writes=(), translated=None)
         compiled = cuda_support.compile_graph(t.g, opts, device, opts.log)
         run = cuda_support.CudaGraph(compiled, device, specs, dtypes,
                                      opts.sync_index_checks())
-    report.partition(staged, compiled)
+    report.partition(staged, compiled, sig)
     # Outputs written into the inputs they update (mutations.take): braze output -> input.
     positions = sig.tensor_positions
     run.into = {sig.outputs[w.output].index: positions.index(w.position) for w in writes

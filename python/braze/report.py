@@ -3,10 +3,12 @@
 One self-contained HTML page per process (<dir>/braze-report-<pid>.html; no script, nothing
 fetched from the network), written at exit and by braze.write_report(). For each FX graph braze
 received: its code and the source line of each node; the ops left to eager, with the reasons;
-each partition braze compiled, with its graph after each pipeline stage (graph, decomposed,
-loops, schedule), a picture of its fusion (one box per kernel, naming the values it stores),
-the generated code per kernel, and whether the cache had it; the graph's compile split;
-recompiles; and what the CUDA-graph layer decided. A summary links to every section."""
+each partition braze compiled, with its calling convention (signature.GraphSignature: how
+each output is made), its graph after each pipeline stage (graph, decomposed, loops,
+schedule), a picture of its fusion (one box per kernel, naming the values it stores), the
+generated code per kernel, and whether the cache had it; the graph's compile split;
+recompiles, with the guard that failed; and what the CUDA-graph layer decided. A summary links
+to every section."""
 import atexit
 import contextvars
 import html
@@ -89,8 +91,9 @@ def stages(graph, cuda):
     return out
 
 
-def partition(staged, compiled):
-    """Records a partition: its stages (from stages()) and what compiling it produced. Its
+def partition(staged, compiled, signature=None):
+    """Records a partition: its stages (from stages()), its calling convention (a
+    GraphSignature: how each output is made) and what compiling it produced. Its
     generated source also goes to PyTorch's structured trace (TORCH_TRACE, read by tlparse)
     as an artifact named braze_output_code, report or not."""
     try:
@@ -104,7 +107,8 @@ def partition(staged, compiled):
     if record is None or staged is None:
         return
     entry = {"stages": staged, "source": compiled.source, "cache_hit": compiled.cache_hit,
-             "kernels": compiled.num_kernels}
+             "kernels": compiled.num_kernels,
+             "signature": str(signature) if signature is not None else None}
     with _lock:
         record["partitions"].append(entry)
 
@@ -231,6 +235,10 @@ def render():
             out.append(f"<h4 id='{anchor}'>partition {p}: {part['kernels']} kernels, cache "
                        f"{'hit' if part['cache_hit'] else 'miss'}</h4>")
             out.append(f"<div id='{anchor}-fusion'>{_fusion_svg(kernels)}</div>")
+            if part.get("signature"):
+                out.append(f"<details id='{anchor}-signature'><summary>its calling convention: "
+                           f"how each output is made</summary><pre>{_esc(part['signature'])}"
+                           "</pre></details>")
             for stage in _STAGES:
                 out.append(f"<details id='{anchor}-{stage}'><summary>after the {stage} stage"
                            f"</summary><pre>{_esc(part['stages'].get(stage, ''))}</pre></details>")

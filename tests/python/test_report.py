@@ -75,6 +75,8 @@ def test_a_report_with_a_partition_and_an_op_left_to_eager(tmp_path):
     assert any(i.endswith("-kernel0") for i in page.ids)
     assert "static void kernel0(" in text  # generated code per kernel
     assert "host_compile" in text  # the compile split
+    assert any(i.endswith("-signature") for i in page.ids)  # how each output is made
+    assert "outputs:" in text and "inputs:" in text
 
 
 def test_a_recompile_names_the_guard_that_failed(tmp_path):

@@ -477,8 +477,8 @@ class Loaded:
     def __init__(self, path, device=None, cuda_graphs=None):
         self.path = path
         index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
-        given = () if cuda_graphs is None else (bool(cuda_graphs),)
-        self.package = _C.Package.load(os.path.abspath(path), index or 0, *given)
+        self.package = _C.Package.load(os.path.abspath(path), index or 0,
+                                       True if cuda_graphs is None else bool(cuda_graphs))
         self.signature = self.package.signature
         kind, index = self.package.device
         self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")

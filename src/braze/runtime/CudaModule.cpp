@@ -85,7 +85,6 @@ struct Driver {
   CUresult (*graphDestroy)(void *);
   CUresult (*eventCreate)(void **, unsigned);
   CUresult (*eventRecord)(void *, CUstream);
-  CUresult (*eventDestroy)(void *);
   CUresult (*streamWaitEvent)(CUstream, void *, unsigned);
   CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   bool ok = false;
@@ -102,9 +101,12 @@ const Driver &driver() {
       return d;
     }
     bool missing = false;
-    auto get = [&](auto &fn, const char *name) {
+    auto optional = [&](auto &fn, const char *name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-      if (!fn && !missing) {
+      return fn != nullptr;
+    };
+    auto get = [&](auto &fn, const char *name) {
+      if (!optional(fn, name) && !missing) {
         missing = true;
         d.why = std::string("the CUDA driver lacks ") + name;
       }
@@ -135,10 +137,6 @@ const Driver &driver() {
     get(d.getErrorString, "cuGetErrorString");
     if (missing)
       return d;
-    auto optional = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-      return fn != nullptr;
-    };
     d.graphs = optional(d.streamCreate, "cuStreamCreate") &&
                optional(d.streamDestroy, "cuStreamDestroy_v2") &&
                optional(d.streamBeginCapture, "cuStreamBeginCapture_v2") &&
@@ -149,7 +147,6 @@ const Driver &driver() {
                optional(d.graphDestroy, "cuGraphDestroy") &&
                optional(d.eventCreate, "cuEventCreate") &&
                optional(d.eventRecord, "cuEventRecord") &&
-               optional(d.eventDestroy, "cuEventDestroy_v2") &&
                optional(d.streamWaitEvent, "cuStreamWaitEvent") &&
                optional(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     if (CUresult r = d.init(0); r != 0) {

@@ -554,6 +554,16 @@ Package::outputLayouts(const std::vector<const DLTensor *> &inputs) const {
 }
 
 namespace {
+/// t's stride along dim d in elements (row-major where t has no strides).
+int64_t strideOf(const DLTensor &t, int d) {
+  if (t.strides)
+    return t.strides[d];
+  int64_t stride = 1;
+  for (int e = d + 1; e < t.ndim; ++e)
+    stride *= t.shape[e];
+  return stride;
+}
+
 /// The bytes between t's first and last element (at `data`), and whether its elements fill
 /// them (strides that are not positive count as not dense).
 PackageGraphs::Buffer span(const DLTensor &t, const void *data) {
@@ -561,12 +571,7 @@ PackageGraphs::Buffer span(const DLTensor &t, const void *data) {
   bool positive = true;
   for (int d = 0; d < t.ndim; ++d) {
     elems *= t.shape[d];
-    int64_t stride = 1;
-    if (t.strides)
-      stride = t.strides[d];
-    else
-      for (int e = d + 1; e < t.ndim; ++e)
-        stride *= t.shape[e];
+    const int64_t stride = strideOf(t, d);
     if (t.shape[d] > 1) {
       positive = positive && stride > 0;
       extent += (t.shape[d] - 1) * stride;
@@ -594,13 +599,8 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
                 sameType(o.dtype, packageDType(signature_.outputs[i].dtype)) &&
                 o.device.device_type == device_.device_type &&
                 (device_.device_type != kDLCUDA || o.device.device_id == device_.device_id);
-    for (int d = 0; same && d < o.ndim; ++d) {
-      int64_t stride = o.strides ? o.strides[d] : 1;
-      if (!o.strides)
-        for (int e = d + 1; e < o.ndim; ++e)
-          stride *= o.shape[e];
-      same = o.shape[d] == l.shape[d] && (l.shape[d] == 1 || stride == l.strides[d]);
-    }
+    for (int d = 0; same && d < o.ndim; ++d)
+      same = o.shape[d] == l.shape[d] && (l.shape[d] == 1 || strideOf(o, d) == l.strides[d]);
     if (!same)
       throw RunError(what + " must be a " + signature_.outputs[i].dtype + " buffer on " +
                      deviceText(device_) + " of shape " +
@@ -626,7 +626,7 @@ void Package::runInto(const std::vector<const DLTensor *> &all, const std::vecto
       ins.push_back(span(*all[i], inPtrs[i]));
       layout.push_back(all[i]->ndim);
       for (int d = 0; d < all[i]->ndim; ++d)
-        layout.push_back(all[i]->strides ? all[i]->strides[d] : 0);
+        layout.push_back(strideOf(*all[i], d));
     }
   for (size_t i = 0; i < outputs.size(); ++i)
     outs.push_back(span(*outputs[i], outPtrs[i]));

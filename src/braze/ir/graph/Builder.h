@@ -443,9 +443,10 @@ public:
   /// each value (`inOrder`) that includes self.
   static bool scatterIsAccumulating(DType t, const std::string &mode, bool includeSelf,
                                     bool inOrder = false);
-  /// Whether numel(self) x `sources` element pairs exceed kMaxScatterPairs.
-  static bool exceedsScatterPairs(int64_t self, int64_t sources) {
-    return sources != 0 && self > kMaxScatterPairs / sources;
+  /// Whether numel(self) x `sources` element pairs exceed `limit` (kMaxScatterPairs).
+  static bool exceedsScatterPairs(int64_t self, int64_t sources,
+                                  int64_t limit = kMaxScatterPairs) {
+    return sources != 0 && self > limit / sources;
   }
   /// Whether combining in place gives exactly what the reductions over the pairs give, in
   /// any order: an overwrite (the largest source index wins), amax and amin, and integer sums
@@ -462,9 +463,9 @@ public:
                                  int64_t sources) {
     if (!scatterCombinesInPlace(t, mode, inOrder))
       return false;
-    if (scatterInPlaceIsExact(t, mode) && sources != 0 && self > kMaxExactScatterPairs / sources)
-      return true;
-    return exceedsScatterPairs(self, sources);
+    return exceedsScatterPairs(self, sources,
+                               scatterInPlaceIsExact(t, mode) ? kMaxExactScatterPairs
+                                                              : kMaxScatterPairs);
   }
   /// self.scatter(dim, index, src) (scatter, scatter_add, scatter_reduce): self[.., index[j..]
   /// at dim, ..] combined with src[j..] for every j in index's shape, which fits in self's

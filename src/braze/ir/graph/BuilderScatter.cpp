@@ -559,8 +559,8 @@ Node *GraphBuilder::indexPutLastWrite(Node *self, int64_t first,
   // The last entry naming each cell (-1: none), from every cell compared with every entry, or
   // beyond kMaxExactScatterPairs from an accumulating maximum of the entries' numbers.
   Node *lastEntry = nullptr;
-  if (cells->isConst() && entries->isConst() && entries->value() != 0 &&
-      cells->value() > kMaxExactScatterPairs / entries->value()) {
+  if (cells->isConst() && entries->isConst() &&
+      exceedsScatterPairs(cells->value(), entries->value(), kMaxExactScatterPairs)) {
     lastEntry = scatter(expand(scalar(-1, DType::Int64), {cells}), cell,
                         iota(DType::Int64, {entries}, 0), "amax", true);
   } else {

@@ -117,18 +117,30 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     """A grouped product (a mixture of experts' per-expert GEMMs): row r of x, sorted by expert,
     times the weight [K, N] of the expert whose rows [offs[e-1], offs[e]) hold it; rows from
     offs[-1] on are 0 (transformers' fallback writes zeros there; aten's leaves them unset).
-    Written as a product whose right operand is picked per row, which braze runs as one BLAS
-    call per run of rows of one expert (GemmCall::group). CPU f32/f64 only: other inputs keep
-    the op whole."""
+    Written as a product whose right operand is picked per row, which braze runs as one
+    grouped GEMM (GemmCall::group): on the CPU one BLAS call per run of rows of one expert
+    (f32/f64), on CUDA braze's tensor-core kernel (f16/bf16 on sm_80 or later, accumulated in
+    f32 and rounded once, or kept f32 for out_dtype=float32). Other inputs keep the op whole."""
     if (offs is None or bias is not None or x.dim() != 2 or w.dim() != 3 or offs.dim() != 1
-            or w.shape[0] == 0 or x.device.type != "cpu" or w.dtype != x.dtype
-            or x.dtype not in (torch.float32, torch.float64)
-            or (out_dtype is not None and out_dtype != x.dtype)):
+            or w.shape[0] == 0 or w.dtype != x.dtype):
+        return NotImplemented
+    if x.device.type == "cpu":
+        if x.dtype not in (torch.float32, torch.float64) or out_dtype not in (None, x.dtype):
+            return NotImplemented
+        wide = x.dtype
+    elif x.device.type == "cuda":
+        if (x.dtype not in (torch.float16, torch.bfloat16)
+                or out_dtype not in (None, x.dtype, torch.float32)
+                or torch.cuda.get_device_capability(x.device) < (8, 0)):
+            return NotImplemented
+        wide = torch.float32
+    else:
         return NotImplemented
     rows = torch.arange(x.shape[0], device=x.device, dtype=offs.dtype)
     expert = torch.searchsorted(offs, rows, right=True).clamp(max=w.shape[0] - 1)
-    out = (x.unsqueeze(-1) * w[expert]).sum(1)
-    return torch.where((rows < offs[-1]).unsqueeze(-1), out, 0)
+    out = (x.unsqueeze(-1).to(wide) * w[expert].to(wide)).sum(1)
+    out = torch.where((rows < offs[-1]).unsqueeze(-1), out, 0)
+    return out.to(out_dtype or x.dtype)
 
 
 def _index_add(core):

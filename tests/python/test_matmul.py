@@ -1,4 +1,6 @@
 """Matrix products: through BLAS (scipy-openblas64) and through braze's own loop nests."""
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -148,7 +150,7 @@ def test_grouped_products_match_the_per_expert_loop(device, counts, dtype, blas)
     expert, each times its expert's weight; empty experts, every row in one expert, no row
     routed at all, and 7 rows past the last offset (0, as the op writes them). On the CPU it
     compiles (one BLAS call per run of rows of one expert, or the loop nest without BLAS);
-    CUDA keeps the op whole, in eager, counted."""
+    CUDA keeps f32 and f64 products whole, in eager, counted."""
     op = _grouped_mm_op()
     torch.manual_seed(0)
     rows, k, n = sum(counts) + 7, 24, 40
@@ -165,6 +167,108 @@ def test_grouped_products_match_the_per_expert_loop(device, counts, dtype, blas)
         assert ("_group(bufs, syms, err, r)" in "".join(code)) == blas
     else:
         assert braze.counters()["fallback_ops"] == before + 1
+
+
+def _per_expert(x, w, offs, out_dtype):
+    """The grouped product as a loop over experts, in f32 from the same half inputs, rounded
+    once (what a GEMM with f32 accumulation computes); rows past the last offset are 0."""
+    out = torch.zeros(x.shape[0], w.shape[-1], dtype=torch.float32, device=x.device)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end].float() @ w[e].float()
+        start = end
+    return out.to(out_dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("counts,k,n,transposed", [
+    ([10, 0, 25, 3, 0, 19], 24, 40, False),      # tiny, one tile spanning every expert
+    ([300, 0, 1, 129, 0, 77], 256, 384, True),   # several tiles, boundaries inside tiles
+    ([0, 0, 200], 72, 136, True),                # every row in the last expert
+    ([45, 90, 33], 20, 36, False),               # K and N not multiples of 8: element copies
+    ([45, 90, 33], 20, 36, True),
+    ([0, 0, 0], 32, 64, False),                  # no row routed: every row past the end
+])
+def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, n, transposed):
+    """Half-precision grouped products: on CUDA one tensor-core kernel that reads each row's
+    expert on the device (no fallback op), equal to the per-expert loop accumulated in f32 and
+    rounded once; weights stored [experts, k, n] or read transposed from [experts, n, k]. The
+    CPU keeps half products whole, in eager, counted."""
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    rows = sum(counts) + 7
+    x = torch.randn(rows, k, device=device).to(dtype)
+    stored = torch.randn(len(counts), *((n, k) if transposed else (k, n)), device=device) / 4
+    stored = stored.to(dtype)
+    offs = torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
+    f = torch.compile(lambda x, w, offs: op(x, w.transpose(1, 2) if transposed else w, offs),
+                      backend="braze", dynamic=False)
+    before = braze.counters()["fallback_ops"]
+    out, code = braze.run_and_get_code(f, x, stored, offs)
+    w = stored.transpose(1, 2) if transposed else stored
+    torch.testing.assert_close(out, _per_expert(x, w, offs, dtype), rtol=1e-2, atol=1e-2)
+    if device == "cuda":
+        assert braze.counters()["fallback_ops"] == before
+        assert "braze_grouped_mm<" in "".join(code)
+    else:
+        assert braze.counters()["fallback_ops"] == before + 1
+
+
+def test_aten_grouped_mm_with_f32_output_runs_one_kernel_on_cuda(device):
+    """aten._grouped_mm with out_dtype=float32: the f32 sums are stored unrounded."""
+    if device == "cpu" or not hasattr(torch.ops.aten, "_grouped_mm"):
+        pytest.skip("aten._grouped_mm with out_dtype runs on CUDA")
+    torch.manual_seed(0)
+    x = torch.randn(200, 64, device=device, dtype=torch.bfloat16)
+    w = torch.randn(4, 96, 64, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    offs = torch.tensor([50, 50, 130, 200], device=device, dtype=torch.int32)
+    fn = lambda x, w, offs: torch._grouped_mm(x, w, offs=offs, out_dtype=torch.float32)
+    try:
+        fn(x, w, offs)
+    except RuntimeError as e:  # torch 2.11's CUDA kernel writes bf16 only
+        pytest.skip(f"eager's _grouped_mm takes no f32 output here: {e}")
+    before = braze.counters()["fallback_ops"]
+    out = torch.compile(fn, backend="braze", dynamic=False)(x, w, offs)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, _per_expert(x, w, offs, torch.float32), rtol=1e-4, atol=1e-4)
+    assert braze.counters()["fallback_ops"] == before
+
+
+def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device):
+    """transformers' MoE route in bf16 on CUDA: top-2 router, tokens gathered in their experts'
+    order into the grouped product (weights read transposed), results scattered back and
+    summed per token; and with the rows of sentinel tokens filled with zeros first. No op runs
+    in eager; the tokens' gather and the mask are the kernel's row table."""
+    if device == "cpu":
+        pytest.skip("the CPU keeps half-precision grouped products whole")
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    experts, hidden, inner, tokens = 8, 64, 96, 301
+    gate = torch.randn(hidden, experts, device=device).to(torch.bfloat16)
+    w = (torch.randn(experts, inner, hidden, device=device) / 8).to(torch.bfloat16)
+
+    def moe(h, masked):
+        weights, chosen = (h @ gate).float().softmax(-1).topk(2, -1)
+        flat = chosen.reshape(-1)
+        order = flat.argsort(stable=True)
+        offs = torch.stack([(flat <= e).sum() for e in range(experts)]).to(torch.int32)
+        tokens_g = h[order // 2]
+        if masked:  # transformers' sentinel rows (expert-parallel): the last expert's
+            tokens_g = tokens_g.masked_fill((flat[order] >= experts - 1).unsqueeze(-1), 0.0)
+        y = op(tokens_g, w.transpose(1, 2), offs)
+        back = torch.empty_like(y).index_copy(0, order, y)
+        return (back.view(tokens, 2, inner).float() * weights.unsqueeze(-1)).sum(1)
+
+    h = torch.randn(tokens, hidden, device=device).to(torch.bfloat16)
+    for masked in (False, True):
+        torch._dynamo.reset()
+        f = torch.compile(functools.partial(moe, masked=masked), backend="braze", dynamic=False)
+        before = braze.counters()["fallback_ops"]
+        out, code = braze.run_and_get_code(f, h)
+        torch.testing.assert_close(out, moe(h, masked), rtol=2e-2, atol=2e-2)
+        assert braze.counters()["fallback_ops"] == before
+        assert "braze_grouped_mm<true, true" in "".join(code)
+        assert ("const bool zero = " in "".join(code)) == masked
 
 
 @pytest.mark.cpu_only("CUDA keeps the grouped product in eager (one counted fallback op)")

@@ -162,6 +162,7 @@ LoweringOptions loweringFor(const CompileOptions &opts, Graph &g) {
   lo.rowMajorConvolution = opts.cuda.has_value();
   lo.permutedAttentionOutput = true; // both targets' attention kernels write strided rows
   lo.takeViewsInPlace = !opts.cuda.has_value();
+  lo.takeMatrixViewsInPlace = true;
   // cuDNN's fast kernels are NHWC: a model fed channels-last images is kept channels-last.
   // oneDNN's are too (its NCHW path unfolds windows): a CNN of a few convolutions runs
   // channels-last inside whatever its input's layout.
@@ -185,6 +186,7 @@ RealizeOptions realizeFor(const CompileOptions &opts, Graph &g) {
   r.widenedHalfMatMul = lo.widenedHalfMatMul;
   r.channelsLast = lo.channelsLast;
   r.takeViewsInPlace = lo.takeViewsInPlace;
+  r.takeMatrixViewsInPlace = lo.takeMatrixViewsInPlace;
   return r;
 }
 

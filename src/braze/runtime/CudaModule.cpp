@@ -62,6 +62,7 @@ struct Driver {
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void **, void **);
+  CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*memHostAlloc)(void **, size_t, unsigned);
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*memFreeHost)(void *);
@@ -123,6 +124,7 @@ const Driver &driver() {
     get(d.moduleUnload, "cuModuleUnload");
     get(d.moduleGetFunction, "cuModuleGetFunction");
     get(d.launchKernel, "cuLaunchKernel");
+    get(d.funcSetAttribute, "cuFuncSetAttribute");
     get(d.memHostAlloc, "cuMemHostAlloc");
     get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     get(d.memFreeHost, "cuMemFreeHost");
@@ -212,6 +214,9 @@ struct CudaModule::State {
   std::vector<CUmodule> modules; ///< the kernels, in one or more cubins
   std::vector<CUfunction> functions;
   std::vector<std::string> names; ///< of functions
+  /// Per function: the dynamic shared memory its launches were allowed so far (above 48 KiB
+  /// a function must be allowed it before its launch).
+  std::vector<int> sharedAllowed;
   int *errHost = nullptr; ///< mapped host memory the kernels write
   CudaApi api{};
   CUstream stream = nullptr; ///< of the call in progress
@@ -227,6 +232,35 @@ struct CudaModule::State {
   bool logFallback = false;        ///< say why cuDNN declined a call, once per reason
   std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
+
+  /// Launches kernel `kernel` on the call's stream with `sharedBytes` of dynamic shared memory:
+  /// 0 or 2 (failed, with `failure` set).
+  int launch(int kernel, int64_t blocks, int threads, int sharedBytes, void **args) {
+    if (blocks > 0x7fffffff) {
+      failure = "a launch needs " + std::to_string(blocks) + " blocks, more than CUDA allows";
+      return 2;
+    }
+    if (!functions[kernel] && !loadDeferred(kernel))
+      return 2;
+    constexpr int kMaxDynamicShared = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if (sharedBytes > sharedAllowed[kernel]) {
+      CUresult r = driver().funcSetAttribute(functions[kernel], kMaxDynamicShared, sharedBytes);
+      if (r != 0) {
+        failure = "kernel " + names[kernel] + " cannot have " + std::to_string(sharedBytes) +
+                  " bytes of shared memory: CUresult " + errorText(r);
+        return 2;
+      }
+      sharedAllowed[kernel] = sharedBytes;
+    }
+    CUresult r = driver().launchKernel(functions[kernel], static_cast<unsigned>(blocks), 1, 1,
+                                       static_cast<unsigned>(threads), 1, 1,
+                                       static_cast<unsigned>(sharedBytes), stream, args, nullptr);
+    if (r != 0) {
+      failure = "launching kernel " + std::to_string(kernel) + " failed: CUresult " + errorText(r);
+      return 2;
+    }
+    return 0;
+  }
 
   /// Compiles and loads deferred kernel `kernel` (and every launch index of the same function);
   /// false with `failure` set when that fails.
@@ -244,8 +278,10 @@ struct CudaModule::State {
       check(driver().moduleGetFunction(&f, module, names[kernel].c_str()),
             "looking up kernel " + names[kernel]);
       for (size_t i = 0; i < names.size(); ++i)
-        if (names[i] == names[kernel])
+        if (names[i] == names[kernel]) {
           functions[i] = f;
+          sharedAllowed[i] = 0;
+        }
       return true;
     } catch (const std::exception &e) {
       failure = std::string("compiling deferred kernel ") + names[kernel] + ": " + e.what();
@@ -614,22 +650,13 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   s.api.ctx = &s;
   s.api.err = reinterpret_cast<int *>(errDev);
   s.api.assertIndices = 0;
+  s.sharedAllowed.assign(s.functions.size(), 0);
   s.api.launch = [](void *ctx, int kernel, int64_t blocks, int threads, void **args) -> int {
-    State &st = *static_cast<State *>(ctx);
-    if (blocks > 0x7fffffff) {
-      st.failure = "a launch needs " + std::to_string(blocks) + " blocks, more than CUDA allows";
-      return 2;
-    }
-    if (!st.functions[kernel] && !st.loadDeferred(kernel))
-      return 2;
-    CUresult r = driver().launchKernel(st.functions[kernel], static_cast<unsigned>(blocks), 1, 1,
-                                       static_cast<unsigned>(threads), 1, 1, 0, st.stream, args,
-                                       nullptr);
-    if (r != 0) {
-      st.failure = "launching kernel " + std::to_string(kernel) + " failed: CUresult " + errorText(r);
-      return 2;
-    }
-    return 0;
+    return static_cast<State *>(ctx)->launch(kernel, blocks, threads, 0, args);
+  };
+  s.api.launchShared = [](void *ctx, int kernel, int64_t blocks, int threads, int sharedBytes,
+                          void **args) -> int {
+    return static_cast<State *>(ctx)->launch(kernel, blocks, threads, sharedBytes, args);
   };
   s.api.gemm = [](void *ctx, const CudaGemmCall *g) -> int {
     State &st = *static_cast<State *>(ctx);

@@ -48,6 +48,9 @@ struct CudaApi {
   int assertIndices;
   /// As conv: 1 when cuDNN declines it (the caller launches its own attention kernel).
   int (*attention)(void *ctx, const CudaAttentionCall *a);
+  /// As launch, with `sharedBytes` of dynamic shared memory (more than 48 KiB allowed).
+  int (*launchShared)(void *ctx, int kernel, int64_t blocks, int threads, int sharedBytes,
+                      void **args);
 };
 
 /// The module's host entry point: braze_run with the callbacks.

@@ -58,7 +58,7 @@ public:
   /// pointers in 4 KiB). On the CPU there is no limit, and products may be grouped (GemmCall).
   Fuser(loop::LoopProgram &p, Schedule &s, const Target &target)
       : p_(p), s_(s), pairedParts_(target.kind == TargetKind::Cuda), sym_(p.sym()),
-        groupedGemms_(target.kind == TargetKind::Cpu),
+        groupedGemms_(true), maskedRows_(target.kind == TargetKind::Cuda),
         maxBuffers_(target.kind == TargetKind::Cuda
                         ? static_cast<size_t>((target.kernelArgBytes - 512) / 8)
                         : 0) {}
@@ -81,6 +81,8 @@ public:
       return;
     }
     std::optional<GemmCall> gemm = matchGemm(p_, c, groupedGemms_);
+    if (gemm && gemm->rowZero && !maskedRows_)
+      gemm.reset(); // the CPU's grouped calls read A's rows in place: its loops compute it
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
@@ -104,6 +106,8 @@ public:
       }
       if (gemm->rowOf)
         gemm->rowOf = loop::substituteIndices(p_, gemm->rowOf, map);
+      if (gemm->rowZero)
+        gemm->rowZero = loop::substituteIndices(p_, gemm->rowZero, map);
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
       k.gemm = std::move(gemm);
@@ -434,6 +438,7 @@ private:
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
   bool groupedGemms_;
+  bool maskedRows_; ///< a grouped product may have rows of zeros (GemmCall::rowZero)
   size_t maxBuffers_; ///< 0: no limit
   std::vector<std::unordered_set<const Buffer *>> kernelBuffers_; ///< by kernel, when limited
 };

@@ -24,6 +24,52 @@ const Expr *widenedLoad(const Expr *x, DType storage) {
   return l->kind() == ExprKind::Load && l->dtype() == storage ? l : nullptr;
 }
 
+bool isCast(const Expr *e) { return e->kind() == ExprKind::Op && e->op() == loop::ScalarOpKind::Cast; }
+
+/// Whether e is 0 (through casts).
+bool isZero(const Expr *e) {
+  while (isCast(e))
+    e = e->operands()[0];
+  return e->kind() == ExprKind::Const && e->floatValue() == 0.0;
+}
+
+/// Whether f32 value e is exactly a `half` value: a widened load of one, a zero, or a choice
+/// between such.
+bool halfExact(const Expr *e, DType half) {
+  if (widenedLoad(e, half) || isZero(e))
+    return true;
+  return e->kind() == ExprKind::Op && e->op() == loop::ScalarOpKind::Where &&
+         halfExact(e->operands()[1], half) && halfExact(e->operands()[2], half);
+}
+
+/// x without round trips through a half dtype that change nothing: cast(cast(y, half), f32)
+/// where y is exactly a half value (the rounding a masked_fill of half rows leaves).
+const Expr *peelRoundTrips(const Expr *x) {
+  while (isCast(x) && x->dtype() == DType::Float32 && isCast(x->operands()[0]) &&
+         isHalf(x->operands()[0]->dtype()) &&
+         x->operands()[0]->operands()[0]->dtype() == DType::Float32 &&
+         halfExact(x->operands()[0]->operands()[0], x->operands()[0]->dtype()))
+    x = x->operands()[0]->operands()[0];
+  return x;
+}
+
+/// A where of x against 0 (rows of an operand filled with zeros where a mask holds): sets
+/// `mask` (the condition) and `zeroIfTrue`, and returns the other operand; else x.
+const Expr *maskedOperand(const Expr *x, const Expr *&mask, bool &zeroIfTrue) {
+  if (x->kind() != ExprKind::Op || x->op() != loop::ScalarOpKind::Where)
+    return x;
+  const Expr *c = x->operands()[0], *a = x->operands()[1], *b = x->operands()[2];
+  if (isZero(a) && !isZero(b)) {
+    mask = c, zeroIfTrue = true;
+    return b;
+  }
+  if (isZero(b) && !isZero(a)) {
+    mask = c, zeroIfTrue = false;
+    return a;
+  }
+  return x;
+}
+
 /// Whether e reads at an index (or computes an index value) that mentions one of `vars`.
 bool movesWith(const Expr *e, const std::vector<SymExpr> &vars) {
   bool moves = false;
@@ -87,6 +133,13 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   if (v->kind() != ExprKind::Op || v->op() != loop::ScalarOpKind::Mul)
     return std::nullopt;
   const Expr *x = v->operands()[0], *y = v->operands()[1];
+  // A grouped product's A may have rows filled with zeros where a mask of m holds.
+  const Expr *maskX = nullptr, *maskY = nullptr;
+  bool zeroX = true, zeroY = true;
+  if (grouped) {
+    x = maskedOperand(peelRoundTrips(x), maskX, zeroX);
+    y = maskedOperand(peelRoundTrips(y), maskY, zeroY);
+  }
   DType t = v->dtype();
   // f16/bf16 operands are widened to f32 and the sum rounded once when stored, which is what a
   // half-precision GEMM with f32 accumulation computes.
@@ -168,7 +221,11 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   if (nVar && !coefOf(aa, nVar)->isConst(0)) {
     std::swap(A, B);
     std::swap(aa, ab);
+    std::swap(maskX, maskY);
+    std::swap(zeroX, zeroY);
   }
+  if (maskY || (maskX && (!mVar || movesWith(maskX, {nVar, kVar}))))
+    return std::nullopt; // only A's rows are masked, by m alone
   if ((nVar && !coefOf(aa, nVar)->isConst(0)) || (mVar && !coefOf(ab, mVar)->isConst(0)))
     return std::nullopt;
   if (!A->indirect().empty() && B->indirect().empty())
@@ -179,6 +236,10 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     g.groupStride = ab.coef.back();
     g.mVar = mVar;
   }
+  if (maskX && !g.group)
+    return std::nullopt; // masked rows only in a grouped product
+  g.rowZero = maskX;
+  g.rowZeroIfTrue = zeroX;
   if (!A->indirect().empty()) {
     if (!coefOf(aa, mVar)->isConst(0))
       return std::nullopt;

@@ -36,6 +36,11 @@ struct GemmCall {
   /// together before its call, so A is then dense: transA false and lda = k.
   const loop::Expr *rowOf = nullptr;
   sym::SymExpr rowSym = nullptr, rowStride = nullptr, rowStep = nullptr;
+  /// A grouped product whose A has rows of zeros (a masked_fill of the rows routed nowhere):
+  /// row m of A is all zeros where the integer Expr rowZero of mVar alone is nonzero
+  /// (rowZeroIfTrue) or zero (!rowZeroIfTrue). Its rows of C are still A's row times B.
+  const loop::Expr *rowZero = nullptr;
+  bool rowZeroIfTrue = true;
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and

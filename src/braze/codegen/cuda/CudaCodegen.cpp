@@ -98,7 +98,17 @@ CudaGeneratedSource CudaEmitter::run() {
                                       std::to_string(kScatterBlock)));
       continue;
     }
+    if (k.gemm && k.gemm->group && tensorCoreGroupedGemm(k)) {
+      add(k, emitGroupedGemmKernel(k), false);
+      calls.push_back(groupedGemmLaunch(k, index));
+      continue;
+    }
     KernelPlan plan = planOf(k);
+    if (k.gemm && k.gemm->group) { // no library call takes it: its loops compute it
+      add(k, emitKernel(k, plan), false);
+      calls.push_back(launchCall(k, plan, index));
+      continue;
+    }
     add(k, emitKernel(k, plan), k.gemm || k.conv);
     std::string launch = launchCall(k, plan, index);
     if (k.gemm) {
@@ -137,11 +147,13 @@ CudaGeneratedSource CudaEmitter::run() {
 
 std::string CudaEmitter::withPrelude(const std::string &kernels) {
   const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
-  const bool attention = kernels.find("braze_flash_attention") != std::string::npos;
+  const bool grouped = kernels.find("braze_grouped_mm") != std::string::npos;
+  const bool attention = grouped || kernels.find("braze_flash_attention") != std::string::npos;
   const bool backward = kernels.find("braze_flash_attention_d") != std::string::npos;
   return cudaPrelude() + (special ? specialMathPrelude(true) : "") +
          (attention ? cudaAttentionPrelude() : "") +
-         (backward ? cudaAttentionBackwardPrelude() : "") + kernels;
+         (backward ? cudaAttentionBackwardPrelude() : "") +
+         (grouped ? cudaGroupedGemmPrelude() : "") + kernels;
 }
 
 bool CudaEmitter::inMemory(const Buffer &b) const {

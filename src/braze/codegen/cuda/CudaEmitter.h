@@ -26,6 +26,10 @@ using sched::Step;
 using sched::StepKind;
 using sym::SymExpr;
 
+/// The device template grouped product kernels call (braze_grouped_mm), which needs
+/// cudaAttentionPrelude()'s tensor-core helpers before it (CudaGroupedGemm.cpp).
+const char *cudaGroupedGemmPrelude();
+
 namespace cuda {
 
 constexpr int kPointwiseBlock = 256;
@@ -118,6 +122,16 @@ private:
   std::string emitScatterKernel(const Kernel &k);
 
   std::string emitKernel(const Kernel &k, const KernelPlan &plan);
+
+  // ---- Grouped products (CudaGroupedGemm.cpp) --------------------------------------------------
+
+  /// Whether grouped product k (GemmCall::group) runs braze's tensor-core kernel: half
+  /// operands on sm_80 or later. Any other grouped product runs its loop kernel.
+  bool tensorCoreGroupedGemm(const Kernel &k) const;
+  /// The grouped product's kernel: a block per 128 x 128 tile of C.
+  std::string emitGroupedGemmKernel(const Kernel &k);
+  /// braze_run's launch of that kernel (index `index`).
+  std::string groupedGemmLaunch(const Kernel &k, int index);
 
   /// Emits, in `scope`, every subexpression of the members that does not depend on `vars`
   /// (row statistics, broadcast operands, constants folded with them), so that the loops over

@@ -20,7 +20,7 @@ std::string launchStatement(const sched::Schedule &s, const Names &names, const 
 }
 
 std::string launchBlocks(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
-                         int index, int threads, const std::string &blocks) {
+                         int index, int threads, const std::string &blocks, int sharedBytes) {
   // Arguments in the order of the kernel's parameters: buffers in memory, then sizes, then the
   // error flag; each a pointer to the value.
   std::set<int> used;
@@ -33,9 +33,10 @@ std::string launchBlocks(const sched::Schedule &s, const Names &names, const sch
   for (sym::SymExpr sy : syms)
     args += "(void*)&" + names.symbol(sy) + ", ";
   args += "(void*)&api->err";
+  std::string launch = sharedBytes ? "api->launchShared(api->ctx, " : "api->launch(api->ctx, ";
   return "{ const int64_t blocks = " + blocks + "; if (blocks > 0) { void* args[] = {" + args +
-         "}; err = api->launch(api->ctx, " + std::to_string(index) + ", blocks, " +
-         std::to_string(threads) + ", args); } }";
+         "}; err = " + launch + std::to_string(index) + ", blocks, " + std::to_string(threads) +
+         (sharedBytes ? ", " + std::to_string(sharedBytes) : "") + ", args); } }";
 }
 
 namespace {
@@ -312,6 +313,7 @@ struct BrazeCudaApi {
   int* err; // device-visible error flag of the kernels
   int assertIndices; // launch braze_index_guard after the kernels that check indices
   int (*attention)(void* ctx, const BrazeAttention* a); // as conv (1: launch braze's kernel)
+  int (*launchShared)(void* ctx, int kernel, int64_t blocks, int threads, int shared_bytes, void** args);
 };
 
 // An attention operand's strides s of rank r ([batch.., s, d]) as cuDNN's [b, h, s, d] strides

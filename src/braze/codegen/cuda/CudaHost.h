@@ -16,9 +16,10 @@ std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &v
 /// outer space at `pointsPerBlock` (C text) each; sets `err`.
 std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
                             int index, int threads, const std::string &pointsPerBlock);
-/// Launches kernel `index` with `threads` per block and `blocks` (C text) blocks; sets `err`.
+/// Launches kernel `index` with `threads` per block and `blocks` (C text) blocks, and
+/// `sharedBytes` of dynamic shared memory where not 0; sets `err`.
 std::string launchBlocks(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
-                         int index, int threads, const std::string &blocks);
+                         int index, int threads, const std::string &blocks, int sharedBytes = 0);
 
 /// The cuBLASLt calls for a matrix-product kernel: one strided-batched call per point of the
 /// batch variables that do not collapse into one run (sched::stridedBatch), or `fallback` (the

@@ -180,6 +180,14 @@ private:
     return opCategory(o->op()) == OpCategoryKind::View && readsStored(o->operand(0), true);
   }
 
+  /// The half value o widens to f32, where o is such a widening (not a graph output), else o:
+  /// what to store of o for a reader that rereads it (half the bytes, widened as it is loaded;
+  /// a product of it then reads a half operand, as a half GEMM's).
+  Node *halfSource(Node *o) const {
+    Node *x = o->op() == OpKind::Convert ? o->operand(0) : nullptr;
+    return x && o->dtype() == DType::Float32 && isHalf(x->dtype()) && !outputs_.count(o) ? x : o;
+  }
+
   /// A reader needs n stored: from now on, and in the next walk from n's computation on.
   void need(const Node *n) {
     if (own(n).stored)
@@ -281,7 +289,7 @@ private:
       const State &x = own(o);
       if (broadcastFactor(o->shape(), n->shape()) >= opts_.storedBroadcast && !x.stored &&
           x.cost > 0 && x.library)
-        need(o);
+        need(halfSource(o));
     }
     State s = lazy(1);
     for (Node *o : n->operands())
@@ -305,13 +313,15 @@ private:
   }
 
   /// A take loads its source through indices: the source is in memory, where it is (a view of
-  /// a stored value, such as experts' weights read transposed, with takeViewsInPlace) or
-  /// stored.
+  /// a stored value, such as experts' weights read transposed, with takeViewsInPlace or
+  /// takeMatrixViewsInPlace) or stored.
   State take(Node *n) {
     Node *xn = n->operand(0);
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
-    if (opts_.takeViewsInPlace && opCategory(xn->op()) == OpCategoryKind::View &&
-        !own(xn).stored && inPlace(xn)) {
+    size_t gathered = n->operands().size() - 1, dim = n->attrs().getInt("dim");
+    bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
+    if ((opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
+        opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored && inPlace(xn)) {
       s.absorb(state(xn));
     } else {
       need(xn);

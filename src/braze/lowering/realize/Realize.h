@@ -42,6 +42,8 @@ struct RealizeOptions {
   bool channelsLast = false;
   /// LoweringOptions::takeViewsInPlace.
   bool takeViewsInPlace = false;
+  /// LoweringOptions::takeMatrixViewsInPlace.
+  bool takeMatrixViewsInPlace = false;
 };
 
 /// Marks the values of g to store (clearing earlier marks) and records that g is realized.

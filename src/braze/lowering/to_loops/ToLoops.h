@@ -41,6 +41,10 @@ struct LoweringOptions {
   /// view instead of storing a copy. For the CPU, whose caches take strided reads well; a GPU's
   /// threads would read such a view uncoalesced, over and over where many outputs share a row.
   bool takeViewsInPlace = false;
+  /// The same for a take that gathers whole matrices (experts' weights picked per row of a
+  /// grouped product), on every target: the product reads tiles of the view along its
+  /// unit-stride dim, where storing the view would copy every expert's weights per call.
+  bool takeMatrixViewsInPlace = false;
 };
 
 /// g must be realized (Graph::realized).

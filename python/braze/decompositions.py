@@ -2,6 +2,7 @@
 decompositions of the ops braze compiles best written out, minus the composites braze lowers
 itself (lowering/decompose)."""
 import functools
+import os
 
 import torch
 
@@ -119,8 +120,9 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     offs[-1] on are 0 (transformers' fallback writes zeros there; aten's leaves them unset).
     Written as a product whose right operand is picked per row, which braze runs as one
     grouped GEMM (GemmCall::group): on the CPU one BLAS call per run of rows of one expert
-    (f32/f64), on CUDA braze's tensor-core kernel (f16/bf16 on sm_80 or later, accumulated in
-    f32 and rounded once, or kept f32 for out_dtype=float32). Other inputs keep the op whole."""
+    (f32/f64), on CUDA with BRAZE_GROUPED_GEMM=1 braze's tensor-core kernel (f16/bf16 on sm_80
+    or later, accumulated in f32 and rounded once, or kept f32 for out_dtype=float32). Other
+    inputs keep the op whole."""
     if (offs is None or bias is not None or x.dim() != 2 or w.dim() != 3 or offs.dim() != 1
             or w.shape[0] == 0 or w.dtype != x.dtype):
         return NotImplemented
@@ -129,7 +131,10 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
             return NotImplemented
         wide = x.dtype
     elif x.device.type == "cuda":
-        if (x.dtype not in (torch.float16, torch.bfloat16)
+        # braze's grouped kernel reaches about 0.3x of eager's grouped GEMM (CUTLASS) on an
+        # H200, which costs more than the partitions it saves: opt-in until it is faster.
+        if (os.environ.get("BRAZE_GROUPED_GEMM", "0") != "1"
+                or x.dtype not in (torch.float16, torch.bfloat16)
                 or out_dtype not in (None, x.dtype, torch.float32)
                 or torch.cuda.get_device_capability(x.device) < (8, 0)):
             return NotImplemented

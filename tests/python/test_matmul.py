@@ -189,11 +189,14 @@ def _per_expert(x, w, offs, out_dtype):
     ([45, 90, 33], 20, 36, True),
     ([0, 0, 0], 32, 64, False),                  # no row routed: every row past the end
 ])
-def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, n, transposed):
+def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, n, transposed,
+                                                     monkeypatch):
     """Half-precision grouped products: on CUDA one tensor-core kernel that reads each row's
     expert on the device (no fallback op), equal to the per-expert loop accumulated in f32 and
     rounded once; weights stored [experts, k, n] or read transposed from [experts, n, k]. The
-    CPU keeps half products whole, in eager, counted."""
+    CPU keeps half products whole, in eager, counted. (BRAZE_GROUPED_GEMM=1: by default CUDA
+    keeps them whole too, test_half_grouped_products_stay_whole_on_cuda_by_default.)"""
+    monkeypatch.setenv("BRAZE_GROUPED_GEMM", "1")
     op = _grouped_mm_op()
     torch.manual_seed(0)
     rows = sum(counts) + 7
@@ -214,8 +217,9 @@ def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, 
         assert braze.counters()["fallback_ops"] == before + 1
 
 
-def test_aten_grouped_mm_with_f32_output_runs_one_kernel_on_cuda(device):
+def test_aten_grouped_mm_with_f32_output_runs_one_kernel_on_cuda(device, monkeypatch):
     """aten._grouped_mm with out_dtype=float32: the f32 sums are stored unrounded."""
+    monkeypatch.setenv("BRAZE_GROUPED_GEMM", "1")
     if device == "cpu" or not hasattr(torch.ops.aten, "_grouped_mm"):
         pytest.skip("aten._grouped_mm with out_dtype runs on CUDA")
     torch.manual_seed(0)
@@ -234,13 +238,29 @@ def test_aten_grouped_mm_with_f32_output_runs_one_kernel_on_cuda(device):
     assert braze.counters()["fallback_ops"] == before
 
 
-def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device):
+def test_half_grouped_products_stay_whole_on_cuda_by_default(device, monkeypatch):
+    """Without BRAZE_GROUPED_GEMM=1, a half grouped product runs eager's kernel (one counted
+    fallback op) on both devices, equal to eager."""
+    monkeypatch.delenv("BRAZE_GROUPED_GEMM", raising=False)
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    x = torch.randn(50, 32, device=device).to(torch.bfloat16)
+    w = torch.randn(3, 32, 48, device=device).to(torch.bfloat16)
+    offs = torch.tensor([10, 30, 50], device=device, dtype=torch.int32)
+    f = torch.compile(lambda x, w, offs: op(x, w, offs) * 2, backend="braze", dynamic=False)
+    before = braze.counters()["fallback_ops"]
+    torch.testing.assert_close(f(x, w, offs), op(x, w, offs) * 2)
+    assert braze.counters()["fallback_ops"] == before + 1
+
+
+def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device, monkeypatch):
     """transformers' MoE route in bf16 on CUDA: top-2 router, tokens gathered in their experts'
     order into the grouped product (weights read transposed), results scattered back and
     summed per token; and with the rows of sentinel tokens filled with zeros first. No op runs
     in eager; the tokens' gather and the mask are the kernel's row table."""
     if device == "cpu":
         pytest.skip("the CPU keeps half-precision grouped products whole")
+    monkeypatch.setenv("BRAZE_GROUPED_GEMM", "1")
     op = _grouped_mm_op()
     torch.manual_seed(0)
     experts, hidden, inner, tokens = 8, 64, 96, 301

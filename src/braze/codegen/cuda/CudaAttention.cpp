@@ -45,16 +45,18 @@ template <bool BF16> BRAZE_FN void braze_attn_mma(float* c, const uint32_t* a, u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Four 8x8 16-bit matrices from shared memory (rows addressed by lanes 8i..8i+7 for matrix i),
-// as the mma operand registers: plain, or transposed (`trans`).
-template <bool TRANS> BRAZE_FN void braze_attn_ldsm4(uint32_t* r, const uint16_t* row) {
-  const uint32_t at = (uint32_t)__cvta_generic_to_shared(row);
+// Four 8x8 16-bit matrices from shared memory (rows addressed by lanes 8i..8i+7 for matrix i,
+// `at` in the shared window), as the mma operand registers: plain, or transposed (`trans`).
+template <bool TRANS> BRAZE_FN void braze_ldsm4_at(uint32_t* r, uint32_t at) {
   if (TRANS)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+template <bool TRANS> BRAZE_FN void braze_attn_ldsm4(uint32_t* r, const uint16_t* row) {
+  braze_ldsm4_at<TRANS>(r, (uint32_t)__cvta_generic_to_shared(row));
 }
 
 // 16 bytes global -> shared without passing through registers; zeros when !in.

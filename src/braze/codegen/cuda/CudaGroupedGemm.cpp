@@ -48,14 +48,6 @@ extern __shared__ __align__(16) unsigned char braze_grouped_smem[];
 BRAZE_FN void braze_grouped_cp16(uint32_t dst, const uint16_t* src, bool in) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(in ? 16 : 0));
 }
-template <bool TRANS> BRAZE_FN void braze_grouped_ldsm4(uint32_t* r, uint32_t at) {
-  if (TRANS)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
 // The block's 64 x 128 tile of C at (m0, n0), computed by 4 warps of 32 x 64 each. Row r of
 // the tile belongs to group groups[r] (-1: none) and reads A at a + rows[r] + k * ka
 // (rows[r] = -1: a row of zeros); group g's B is at b + g * gstride, element (k, n) at
@@ -183,20 +175,20 @@ BRAZE_FN void braze_grouped_mm(const uint16_t* __restrict__ a, int64_t ka,
       uint32_t af[2][MT][4], bf[2][NT / 2][4];
       #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        braze_grouped_ldsm4<false>(af[0][mt], sa + afrag[mt]);
+        braze_ldsm4_at<false>(af[0][mt], sa + afrag[mt]);
       #pragma unroll
       for (int p = 0; p < NT / 2; ++p)
-        braze_grouped_ldsm4<!TB>(bf[0][p], sb + bfrag[p]);
+        braze_ldsm4_at<!TB>(bf[0][p], sb + bfrag[p]);
       #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
         const int cur = kk % 2;
         if (kk + 1 < BK / 16) {
           #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
-            braze_grouped_ldsm4<false>(af[cur ^ 1][mt], sa + afrag[mt] + (kk + 1) * 32);
+            braze_ldsm4_at<false>(af[cur ^ 1][mt], sa + afrag[mt] + (kk + 1) * 32);
           #pragma unroll
           for (int p = 0; p < NT / 2; ++p)
-            braze_grouped_ldsm4<!TB>(bf[cur ^ 1][p], sb + bfrag[p] + (kk + 1) * BKK);
+            braze_ldsm4_at<!TB>(bf[cur ^ 1][p], sb + bfrag[p] + (kk + 1) * BKK);
         }
         #pragma unroll
         for (int mt = 0; mt < MT; ++mt)

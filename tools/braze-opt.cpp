@@ -3,7 +3,7 @@
 /// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
-///             [--no-fuse] [--cuda] [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32]
+///             [--no-fuse] [--cuda] [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32]
 ///             [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--run=TENSORS [--atol=X] [--rtol=X]]
 ///             [--help]
 ///
@@ -58,6 +58,7 @@ struct ToolOptions {
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
   bool blas = false; ///< CPU f32/f64 matrix products call BLAS (OpenBLAS's cblas names)
+  bool mkl = false;  ///< with blas: PyTorch's MKL (Fortran's ILP64 gemm) instead
   std::vector<braze::DType> oneDnnHalf; ///< half dtypes eager's CPU kernels run through oneDNN
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
@@ -87,7 +88,7 @@ std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
      << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
-        " [--dnnl] [--blas] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N]"
+        " [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N]"
         " [--launch=SCHEDULE] [--help]\n"
         "\n"
         "Reads a tensor graph in text form (FILE '-' is stdin), runs the given graph passes and\n"
@@ -103,6 +104,7 @@ std::string usageText() {
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
         "  --blas          let CPU f32 and f64 matrix products call BLAS (cblas_sgemm/dgemm)\n"
+        "  --blas=mkl      the same through PyTorch's MKL (libtorch_cpu's sgemm_64_/dgemm_64_)\n"
         "  --onednn-half=LIST  half dtypes (bf16,f16) the machine's eager kernels run through\n"
         "                  oneDNN: braze rounds them as those kernels do\n"
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them and for\n"
@@ -179,6 +181,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.dnnl = true;
     } else if (arg == "--blas") {
       o.blas = true;
+    } else if (arg == "--blas=mkl") {
+      o.blas = o.mkl = true;
     } else if (arg.starts_with("--onednn-half=")) {
       for (const std::string &name : splitCommas(arg.substr(14))) {
         std::optional<braze::DType> t = braze::parseDType(name);
@@ -445,7 +449,7 @@ int run(int argc, char **argv) {
   if (tool.dnnl)
     opts.dnnlLibrary = "libdnnl.so.3";
   if (tool.blas)
-    opts.blasLibrary = "libopenblas.so.0";
+    opts.blasLibrary = tool.mkl ? "libtorch_cpu.so" : "libopenblas.so.0";
   opts.oneDnnHalf = tool.oneDnnHalf;
   std::unique_ptr<braze::Graph> g;
   if (!loops) {

@@ -261,7 +261,7 @@ def export(model, example_inputs, path, dynamic_shapes=None, *, options=None,
             compiled = cuda_support.compile_graph(t.g, opts, device, opts.log)
             target = _cuda_target(compiled, device)
         else:
-            compiled = cpu_support.compile_graph(t.g, opts, opts.log)
+            compiled = cpu_support.compile_graph(t.g, opts, opts.log, portable=True)
             target = _cpu_target(opts)
     except _C.CompileError as e:
         raise ExportError(f"braze cannot compile the model: {e}") from e

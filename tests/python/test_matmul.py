@@ -319,3 +319,35 @@ def test_a_grouped_product_with_transposed_weights_and_the_experts_loop_of_a_rou
     assert braze.counters()["fallback_ops"] == before
     # the tokens' gather is the product's: each run's rows are copied, then one BLAS call
     assert "_row(bufs, syms, err, i)" in "".join(code) and "_group(" in "".join(code)
+
+
+@pytest.mark.cpu_only("the CPU's BLAS")
+def test_in_process_products_call_pytorchs_mkl_and_packages_keep_openblas(tmp_path):
+    """Where PyTorch has MKL, a compile for this process calls it (libtorch_cpu's Fortran ILP64
+    gemm through row-major wrappers): f32 and f64, plain and transposed operands, a bias, sizes
+    that are not multiples of anything, equal to eager. A package, which runs without PyTorch,
+    still links OpenBLAS."""
+    from braze import cpu as cpu_support
+    lib = cpu_support.jit_blas_library()
+    if lib is None or "libtorch_cpu" not in lib:
+        pytest.skip("PyTorch has no MKL here")
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        x, w, b = (torch.randn(37, 24, dtype=dtype), torch.randn(53, 24, dtype=dtype),
+                   torch.randn(53, dtype=dtype))
+        for fn in (lambda x, w, b: F.linear(x, w, b), lambda x, w, b: x.t() @ x,
+                   lambda x, w, b: torch.bmm(x.view(1, 37, 24), w.t().unsqueeze(0))):
+            torch._dynamo.reset()
+            out, code = braze.run_and_get_code(torch.compile(fn, backend="braze", dynamic=False),
+                                               x, w, b)
+            tol = 1e-4 if dtype == torch.float32 else 1e-10
+            torch.testing.assert_close(out, fn(x, w, b), rtol=tol, atol=tol)
+            assert ("sgemm_64_" if dtype == torch.float32 else "dgemm_64_") in "".join(code)
+    if cpu_support.blas_library() is None:
+        return
+    model = torch.nn.Linear(24, 53).eval()
+    braze.export(model, (torch.randn(8, 24),), str(tmp_path / "p"))
+    manifest = open(tmp_path / "p" / "package.txt").read()
+    assert "libtorch_cpu" not in manifest and "openblas" in manifest
+    x = torch.randn(8, 24)
+    torch.testing.assert_close(braze.load(str(tmp_path / "p"))(x), model(x).detach())

@@ -81,7 +81,14 @@ codegen::BlasSymbols blasSymbolsFor(const std::string &library) {
   codegen::BlasSymbols b;
   if (library.empty())
     return b;
-  if (library.find("scipy_openblas64") != std::string::npos) {
+  if (library.find("libtorch_cpu") != std::string::npos) {
+    // PyTorch's MKL: Fortran's ILP64 gemm only. Called inside braze's parallel loops it runs
+    // on the calling thread (MKL's dynamic threads); its thread count is PyTorch's to set.
+    b.sgemm = "braze_mkl_sgemm";
+    b.dgemm = "braze_mkl_dgemm";
+    b.fortran64 = true;
+    b.indexBits = 64;
+  } else if (library.find("scipy_openblas64") != std::string::npos) {
     b.sgemm = "scipy_cblas_sgemm64_";
     b.dgemm = "scipy_cblas_dgemm64_";
     b.setThreads = "scipy_openblas_set_num_threads64_";

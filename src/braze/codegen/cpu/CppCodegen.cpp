@@ -642,6 +642,21 @@ std::string blasDeclarations(const BlasSymbols &blas, DType t) {
   std::string fn = t == DType::Float32 ? blas.sgemm : blas.dgemm;
   std::string idx = blas.indexBits == 64 ? "int64_t" : "int";
   std::string ty = ctype(t);
+  if (blas.fortran64) {
+    // Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: the operands swap.
+    std::string f = t == DType::Float32 ? "sgemm_64_" : "dgemm_64_";
+    std::string guard = "BRAZE_" + fn;
+    return "#ifndef " + guard + "\n#define " + guard + "\nextern \"C\" void " + f +
+           "(const char*, const char*, const int64_t*, const int64_t*, const int64_t*, const " +
+           ty + "*, const " + ty + "*, const int64_t*, const " + ty + "*, const int64_t*, const " +
+           ty + "*, " + ty + "*, const int64_t*);\n"
+           "static inline void " + fn + "(int, int ta, int tb, int64_t m, int64_t n, int64_t k, " +
+           ty + " alpha, const " + ty + "* a, int64_t lda, const " + ty + "* b, int64_t ldb, " +
+           ty + " beta, " + ty + "* c, int64_t ldc) {\n"
+           "  const char fa = ta == 112 ? 'T' : 'N', fb = tb == 112 ? 'T' : 'N';\n"
+           "  " + f + "(&fb, &fa, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);\n"
+           "}\n#endif\n";
+  }
   std::string out = "extern \"C\" void " + fn + "(int, int, int, " + idx + ", " + idx + ", " +
                     idx + ", " + ty + ", const " + ty + "*, " + idx + ", const " + ty + "*, " +
                     idx + ", " + ty + ", " + ty + "*, " + idx + ");\n";

@@ -23,6 +23,10 @@ struct BlasSymbols {
   /// The library's set-thread-count entry point (OpenBLAS's), called once with 1: braze splits
   /// products over its own OpenMP threads. Empty when the library has none known.
   std::string setThreads;
+  /// The library has Fortran's ILP64 interface only (MKL inside libtorch_cpu: sgemm_64_,
+  /// column-major, arguments by address): sgemm and dgemm name CBLAS-style row-major wrappers
+  /// that the generated code defines around it.
+  bool fortran64 = false;
 };
 
 /// C declarations of `blas`'s gemm for dtype t (sgemm for f32, dgemm for f64) and of its

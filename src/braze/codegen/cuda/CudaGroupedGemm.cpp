@@ -8,13 +8,14 @@
 /// One block of 4 warps takes a 64 x 128 tile of C; each warp holds 32 x 64 of it in mma.sync
 /// m16n8k16 accumulators (f32). K is walked 64 at a time through four shared-memory stages
 /// (104-108 KiB of dynamic shared memory) filled by cp.async (16-byte copies where rows are
-/// aligned, element copies otherwise). On an H200 this shape measured best of twelve tried
-/// (tiles of 64-256 rows and columns, 32 or 64 of K, 3-6 stages): about 200 TFLOPs at MoE
-/// sizes, where eager's grouped GEMM (CUTLASS with wgmma) reaches 260-350. Before the
-/// main loop the block writes each of its rows' group and A offset to shared memory; a tile
-/// whose rows span several groups (an expert boundary) runs once per group, reading the other
-/// groups' rows as zeros and storing only its own. Rows with a group or gathered row out of
-/// range set the error flag and are not stored.
+/// aligned, element copies otherwise). Before the main loop the block writes each of its rows'
+/// group and A offset to shared memory; a tile whose rows span several groups (an expert
+/// boundary) runs once per group, reading the other groups' rows as zeros and storing only its
+/// own. Rows with a group or gathered row out of range set the error flag and are not stored.
+///
+/// On an H200 this shape measured best of twelve tried (tiles of 64-256 rows and columns, 32 or
+/// 64 of K, 3-6 stages): about 200 TFLOPs at MoE sizes, where eager's grouped GEMM (CUTLASS
+/// with wgmma) reaches 260-350, so decompositions.py uses it only with BRAZE_GROUPED_GEMM=1.
 #include "braze/codegen/cuda/CudaEmitter.h"
 
 #include "braze/codegen/CFamily.h"

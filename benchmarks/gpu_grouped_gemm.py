@@ -1,6 +1,7 @@
 """Grouped GEMMs at a mixture of experts' sizes on CUDA: eager's torch._grouped_mm against the
-same call compiled by braze with its grouped tensor-core kernel (BRAZE_GROUPED_GEMM=1), in one
-process, CUDA-event medians.
+same call compiled by braze with its grouped tensor-core kernel (BRAZE_GROUPED_GEMM=1: on sm_90
+with these K-major weights it is braze's default, elsewhere opt-in), in one process, CUDA-event
+medians.
 
     python benchmarks/gpu_grouped_gemm.py
 

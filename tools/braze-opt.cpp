@@ -4,7 +4,7 @@
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32]
-///             [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--run=TENSORS [--atol=X] [--rtol=X]]
+///             [--sm=NN] [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--run=TENSORS [--atol=X] [--rtol=X]]
 ///             [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
@@ -63,6 +63,7 @@ struct ToolOptions {
   bool cudnn = false; ///< with --cuda: convolutions stay whole and call cuDNN
   bool tf32 = false;  ///< with --cuda: f32 GEMMs and convolutions may use TF32
   std::optional<int64_t> kernelArgBytes; ///< with --cuda: a launch's argument space
+  std::optional<int> sm;                 ///< with --cuda: the compute capability (default 90)
   std::string runFile;                   ///< --run: inputs and expected outputs
   std::string launchFile;                ///< --launch: a schedule whose launch records to use
   std::optional<double> atol, rtol;      ///< --run's tolerances
@@ -110,6 +111,8 @@ std::string usageText() {
         "  --cudnn         with --cuda: keep convolutions whole and call cuDNN for them and for\n"
         "                  f16/bf16 attention\n"
         "  --tf32          with --cuda: let f32 GEMMs and convolutions use TF32\n"
+        "  --sm=NN         with --cuda: the GPU's compute capability (90, the default, is\n"
+        "                  sm_90; 80 sm_80)\n"
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
@@ -208,6 +211,14 @@ ToolOptions parseArguments(int argc, char **argv) {
         BRAZE_USER_ERROR(std::string(arg.substr(0, 6)), "") << "expected a tolerance, got '"
                                                             << value << "'";
       (arg[2] == 'a' ? o.atol : o.rtol) = v;
+    } else if (arg.starts_with("--sm=")) {
+      std::string n(arg.substr(5));
+      char *end = nullptr;
+      long v = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 70 || v > 129)
+        BRAZE_USER_ERROR("--sm", "") << "expected a compute capability from 70 to 129 (90 for "
+                                     << "sm_90), got '" << n << "'";
+      o.sm = static_cast<int>(v);
     } else if (arg.starts_with("--kernel-arg-bytes=")) {
       std::string n(arg.substr(19));
       char *end = nullptr;
@@ -426,9 +437,15 @@ int run(int argc, char **argv) {
   opts.fuse = tool.fuse;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
-  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes) && !tool.cuda)
-    BRAZE_USER_ERROR(tool.cudnn ? "--cudnn" : tool.tf32 ? "--tf32" : "--kernel-arg-bytes", "")
+  if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes || tool.sm) && !tool.cuda)
+    BRAZE_USER_ERROR(tool.cudnn  ? "--cudnn"
+                     : tool.tf32 ? "--tf32"
+                     : tool.sm   ? "--sm"
+                                 : "--kernel-arg-bytes",
+                     "")
         << "it needs --cuda";
+  if (tool.sm)
+    opts.cuda->computeCapability = *tool.sm;
   if (!tool.launchFile.empty() && tool.cuda) {
     opts.cuda->launchRecords = readInput(tool.launchFile);
     if (braze::sched::parseLaunchRecords(opts.cuda->launchRecords).empty())

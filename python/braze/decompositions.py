@@ -120,9 +120,14 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     offs[-1] on are 0 (transformers' fallback writes zeros there; aten's leaves them unset).
     Written as a product whose right operand is picked per row, which braze runs as one
     grouped GEMM (GemmCall::group): on the CPU one BLAS call per run of rows of one expert
-    (f32/f64), on CUDA with BRAZE_GROUPED_GEMM=1 braze's tensor-core kernel (f16/bf16 on sm_80
-    or later, accumulated in f32 and rounded once, or kept f32 for out_dtype=float32). Other
-    inputs keep the op whole."""
+    (f32/f64); on CUDA braze's tensor-core kernel (f16/bf16, accumulated in f32 and rounded
+    once, or kept f32 for out_dtype=float32). Other inputs keep the op whole.
+
+    On CUDA the kernel is used where it is at least as fast as eager's grouped GEMM: on sm_90
+    with the weights read K-major (transformers' [experts, out, in] weights, transposed), which
+    braze runs with wgmma. Elsewhere (sm_80 and sm_89's mma.sync kernel, about 0.55x of eager's
+    on an H200, or weights stored [experts, in, out]) the op stays whole, in eager, counted.
+    BRAZE_GROUPED_GEMM=1 takes braze's kernel on any sm_80+ GPU, =0 never."""
     if (offs is None or bias is not None or x.dim() != 2 or w.dim() != 3 or offs.dim() != 1
             or w.shape[0] == 0 or w.dtype != x.dtype):
         return NotImplemented
@@ -131,12 +136,12 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
             return NotImplemented
         wide = x.dtype
     elif x.device.type == "cuda":
-        # braze's grouped kernel reaches about 0.55x of eager's grouped GEMM (CUTLASS, wgmma)
-        # on an H200, which costs more than the partitions it saves: opt-in until it is faster.
-        if (os.environ.get("BRAZE_GROUPED_GEMM", "0") != "1"
+        mode = os.environ.get("BRAZE_GROUPED_GEMM", "")
+        capability = torch.cuda.get_device_capability(x.device)
+        fast = capability == (9, 0) and w.stride(-2) == 1
+        if (mode == "0" or not (fast or mode == "1")
                 or x.dtype not in (torch.float16, torch.bfloat16)
-                or out_dtype not in (None, x.dtype, torch.float32)
-                or torch.cuda.get_device_capability(x.device) < (8, 0)):
+                or out_dtype not in (None, x.dtype, torch.float32) or capability < (8, 0)):
             return NotImplemented
         wide = torch.float32
     else:

@@ -169,6 +169,13 @@ def test_grouped_products_match_the_per_expert_loop(device, counts, dtype, blas)
         assert braze.counters()["fallback_ops"] == before + 1
 
 
+def _grouped_kernel(k_major):
+    """The device template of braze's grouped kernel on this GPU: wgmma on sm_90 where the
+    weights are read K-major, else mma.sync."""
+    wgmma = k_major and torch.cuda.get_device_capability() == (9, 0)
+    return "braze_grouped_wgmma<" if wgmma else "braze_grouped_mm<"
+
+
 def _per_expert(x, w, offs, out_dtype):
     """The grouped product as a loop over experts, in f32 from the same half inputs, rounded
     once (what a GEMM with f32 accumulation computes); rows past the last offset are 0."""
@@ -195,7 +202,8 @@ def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, 
     expert on the device (no fallback op), equal to the per-expert loop accumulated in f32 and
     rounded once; weights stored [experts, k, n] or read transposed from [experts, n, k]. The
     CPU keeps half products whole, in eager, counted. (BRAZE_GROUPED_GEMM=1: by default CUDA
-    keeps them whole too, test_half_grouped_products_stay_whole_on_cuda_by_default.)"""
+    keeps them whole where eager's kernel is faster,
+    test_half_grouped_products_stay_whole_where_eagers_kernel_is_faster.)"""
     monkeypatch.setenv("BRAZE_GROUPED_GEMM", "1")
     op = _grouped_mm_op()
     torch.manual_seed(0)
@@ -212,7 +220,7 @@ def test_half_grouped_products_run_one_kernel_on_cuda(device, dtype, counts, k, 
     torch.testing.assert_close(out, _per_expert(x, w, offs, dtype), rtol=1e-2, atol=1e-2)
     if device == "cuda":
         assert braze.counters()["fallback_ops"] == before
-        assert "braze_grouped_mm<" in "".join(code)
+        assert _grouped_kernel(transposed) in "".join(code)
     else:
         assert braze.counters()["fallback_ops"] == before + 1
 
@@ -238,19 +246,51 @@ def test_aten_grouped_mm_with_f32_output_runs_one_kernel_on_cuda(device, monkeyp
     assert braze.counters()["fallback_ops"] == before
 
 
-def test_half_grouped_products_stay_whole_on_cuda_by_default(device, monkeypatch):
-    """Without BRAZE_GROUPED_GEMM=1, a half grouped product runs eager's kernel (one counted
-    fallback op) on both devices, equal to eager."""
-    monkeypatch.delenv("BRAZE_GROUPED_GEMM", raising=False)
+def test_half_grouped_products_stay_whole_where_eagers_kernel_is_faster(device, monkeypatch):
+    """By default a half grouped product runs eager's kernel (one counted fallback op), equal to
+    eager, on the CPU and wherever braze's kernel is slower than eager's: weights stored
+    [experts, in, out], any weights with BRAZE_GROUPED_GEMM=0, and any GPU but sm_90."""
     op = _grouped_mm_op()
     torch.manual_seed(0)
     x = torch.randn(50, 32, device=device).to(torch.bfloat16)
-    w = torch.randn(3, 32, 48, device=device).to(torch.bfloat16)
+    stored = torch.randn(3, 32, 48, device=device).to(torch.bfloat16)
     offs = torch.tensor([10, 30, 50], device=device, dtype=torch.int32)
-    f = torch.compile(lambda x, w, offs: op(x, w, offs) * 2, backend="braze", dynamic=False)
+    for mode, w in ((None, stored), ("0", stored.transpose(1, 2).contiguous().transpose(1, 2))):
+        torch._dynamo.reset()
+        if mode is None:
+            monkeypatch.delenv("BRAZE_GROUPED_GEMM", raising=False)
+        else:
+            monkeypatch.setenv("BRAZE_GROUPED_GEMM", mode)
+        f = torch.compile(lambda x, w, offs: op(x, w, offs) * 2, backend="braze", dynamic=False)
+        before = braze.counters()["fallback_ops"]
+        torch.testing.assert_close(f(x, w, offs), op(x, w, offs) * 2)
+        assert braze.counters()["fallback_ops"] == before + 1
+
+
+def test_half_grouped_products_with_k_major_weights_compile_by_default_on_sm90(device,
+                                                                               monkeypatch):
+    """On sm_90, a bf16 grouped product whose weights are read K-major (transformers' weights
+    [experts, out, in], transposed) runs braze's wgmma kernel by default: no fallback op, equal
+    to the per-expert f32 loop; on other GPUs it stays whole."""
+    if device == "cpu":
+        pytest.skip("the CPU keeps half-precision grouped products whole")
+    monkeypatch.delenv("BRAZE_GROUPED_GEMM", raising=False)
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    x = torch.randn(700, 192, device=device).to(torch.bfloat16)
+    stored = (torch.randn(4, 320, 192, device=device) / 8).to(torch.bfloat16)
+    offs = torch.tensor([100, 100, 450, 690], device=device, dtype=torch.int32)
+    f = torch.compile(lambda x, w, offs: op(x, w.transpose(1, 2), offs), backend="braze",
+                      dynamic=False)
     before = braze.counters()["fallback_ops"]
-    torch.testing.assert_close(f(x, w, offs), op(x, w, offs) * 2)
-    assert braze.counters()["fallback_ops"] == before + 1
+    out, code = braze.run_and_get_code(f, x, stored, offs)
+    torch.testing.assert_close(out, _per_expert(x, stored.transpose(1, 2), offs, torch.bfloat16),
+                               rtol=1e-2, atol=1e-2)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert braze.counters()["fallback_ops"] == before
+        assert "braze_grouped_wgmma<true, " in "".join(code)
+    else:
+        assert braze.counters()["fallback_ops"] == before + 1
 
 
 def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device, monkeypatch):
@@ -287,7 +327,7 @@ def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device, monkeyp
         out, code = braze.run_and_get_code(f, h)
         torch.testing.assert_close(out, moe(h, masked), rtol=2e-2, atol=2e-2)
         assert braze.counters()["fallback_ops"] == before
-        assert "braze_grouped_mm<true, true" in "".join(code)
+        assert _grouped_kernel(True) in "".join(code)
         assert ("const bool zero = " in "".join(code)) == masked
 
 

@@ -72,8 +72,11 @@ const Nvrtc &nvrtc(const std::string &library) {
   return loaded.emplace(library, n).first->second;
 }
 
+/// Compute capability 9.0 compiles for sm_90a, whose cubins run on 9.0 devices alone (as every
+/// cubin braze builds is for one device) and which has Hopper's wgmma.
 std::vector<std::string> nvrtcFlags(int cc) {
-  return {"--gpu-architecture=sm_" + std::to_string(cc), "--std=c++17", "-w"};
+  return {"--gpu-architecture=sm_" + std::to_string(cc) + (cc == 90 ? "a" : ""), "--std=c++17",
+          "-w"};
 }
 
 } // namespace

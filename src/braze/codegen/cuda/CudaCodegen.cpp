@@ -147,13 +147,15 @@ CudaGeneratedSource CudaEmitter::run() {
 
 std::string CudaEmitter::withPrelude(const std::string &kernels) {
   const bool special = kernels.find(kSpecialMathPrefix) != std::string::npos;
-  const bool grouped = kernels.find("braze_grouped_mm") != std::string::npos;
+  const bool wgmma = kernels.find("braze_grouped_wgmma") != std::string::npos;
+  const bool grouped = wgmma || kernels.find("braze_grouped_mm") != std::string::npos;
   const bool attention = grouped || kernels.find("braze_flash_attention") != std::string::npos;
   const bool backward = kernels.find("braze_flash_attention_d") != std::string::npos;
   return cudaPrelude() + (special ? specialMathPrelude(true) : "") +
          (attention ? cudaAttentionPrelude() : "") +
          (backward ? cudaAttentionBackwardPrelude() : "") +
-         (grouped ? cudaGroupedGemmPrelude() : "") + kernels;
+         (grouped ? cudaGroupedGemmPrelude() : "") + (wgmma ? cudaGroupedWgmmaPrelude() : "") +
+         kernels;
 }
 
 bool CudaEmitter::inMemory(const Buffer &b) const {

@@ -29,6 +29,9 @@ using sym::SymExpr;
 /// The device template grouped product kernels call (braze_grouped_mm), which needs
 /// cudaAttentionPrelude()'s tensor-core helpers before it (CudaGroupedGemm.cpp).
 const char *cudaGroupedGemmPrelude();
+/// The sm_90a grouped kernel (braze_grouped_wgmma) and its wgmma wrappers, after
+/// cudaGroupedGemmPrelude(); compiled only for sm_90a (NVRTC's target on compute capability 9.0).
+const std::string &cudaGroupedWgmmaPrelude();
 
 namespace cuda {
 
@@ -126,9 +129,10 @@ private:
   // ---- Grouped products (CudaGroupedGemm.cpp) --------------------------------------------------
 
   /// Whether grouped product k (GemmCall::group) runs braze's tensor-core kernel: half
-  /// operands on sm_80 or later. Any other grouped product runs its loop kernel.
+  /// operands on sm_80 or later (wgmma on sm_90 where B is read K-major, else mma.sync). Any
+  /// other grouped product runs its loop kernel.
   bool tensorCoreGroupedGemm(const Kernel &k) const;
-  /// The grouped product's kernel: a block per 128 x 128 tile of C.
+  /// The grouped product's kernel: a block per tile of C (groupedShape in CudaGroupedGemm.cpp).
   std::string emitGroupedGemmKernel(const Kernel &k);
   /// braze_run's launch of that kernel (index `index`).
   std::string groupedGemmLaunch(const Kernel &k, int index);

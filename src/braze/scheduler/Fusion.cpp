@@ -81,7 +81,7 @@ public:
       return;
     }
     std::optional<GemmCall> gemm = matchGemm(p_, c, groupedGemms_);
-    if (gemm && gemm->rowZero && !maskedRows_)
+    if (gemm && !gemm->rowZero.empty() && !maskedRows_)
       gemm.reset(); // the CPU's grouped calls read A's rows in place: its loops compute it
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
@@ -106,8 +106,8 @@ public:
       }
       if (gemm->rowOf)
         gemm->rowOf = loop::substituteIndices(p_, gemm->rowOf, map);
-      if (gemm->rowZero)
-        gemm->rowZero = loop::substituteIndices(p_, gemm->rowZero, map);
+      for (GemmCall::RowMask &mask : gemm->rowZero)
+        mask.cond = loop::substituteIndices(p_, mask.cond, map);
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
       k.gemm = std::move(gemm);
@@ -693,6 +693,7 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   s.target = target;
   Fuser fuser(p, s, target);
   if (target.kind == TargetKind::Cuda) {
+    absorbGemmRounding(p);
     fuser.setGemmBias(absorbGemmBias(p));
     fuser.skip(forwardGemmCopies(p));
   }

@@ -33,10 +33,10 @@ bool isZero(const Expr *e) {
   return e->kind() == ExprKind::Const && e->floatValue() == 0.0;
 }
 
-/// Whether f32 value e is exactly a `half` value: a widened load of one, a zero, or a choice
+/// Whether f32 value e is exactly a `half` value: a widened half value, a zero, or a choice
 /// between such.
 bool halfExact(const Expr *e, DType half) {
-  if (widenedLoad(e, half) || isZero(e))
+  if ((isCast(e) && e->operands()[0]->dtype() == half) || isZero(e))
     return true;
   return e->kind() == ExprKind::Op && e->op() == loop::ScalarOpKind::Where &&
          halfExact(e->operands()[1], half) && halfExact(e->operands()[2], half);
@@ -53,19 +53,22 @@ const Expr *peelRoundTrips(const Expr *x) {
   return x;
 }
 
-/// A where of x against 0 (rows of an operand filled with zeros where a mask holds): sets
-/// `mask` (the condition) and `zeroIfTrue`, and returns the other operand; else x.
-const Expr *maskedOperand(const Expr *x, const Expr *&mask, bool &zeroIfTrue) {
-  if (x->kind() != ExprKind::Op || x->op() != loop::ScalarOpKind::Where)
-    return x;
-  const Expr *c = x->operands()[0], *a = x->operands()[1], *b = x->operands()[2];
-  if (isZero(a) && !isZero(b)) {
-    mask = c, zeroIfTrue = true;
-    return b;
-  }
-  if (isZero(b) && !isZero(a)) {
-    mask = c, zeroIfTrue = false;
-    return a;
+/// x without its wheres against 0 (rows of an operand filled with zeros where a mask holds,
+/// each perhaps inside round trips through a half dtype): appends each mask to `masks` and
+/// returns the operand under them.
+const Expr *maskedOperand(const Expr *x, std::vector<GemmCall::RowMask> &masks) {
+  for (x = peelRoundTrips(x); x->kind() == ExprKind::Op && x->op() == loop::ScalarOpKind::Where;
+       x = peelRoundTrips(x)) {
+    const Expr *c = x->operands()[0], *a = x->operands()[1], *b = x->operands()[2];
+    if (isZero(a) && !isZero(b)) {
+      masks.push_back({c, true});
+      x = b;
+    } else if (isZero(b) && !isZero(a)) {
+      masks.push_back({c, false});
+      x = a;
+    } else {
+      break;
+    }
   }
   return x;
 }
@@ -133,12 +136,11 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
   if (v->kind() != ExprKind::Op || v->op() != loop::ScalarOpKind::Mul)
     return std::nullopt;
   const Expr *x = v->operands()[0], *y = v->operands()[1];
-  // A grouped product's A may have rows filled with zeros where a mask of m holds.
-  const Expr *maskX = nullptr, *maskY = nullptr;
-  bool zeroX = true, zeroY = true;
+  // A grouped product's A may have rows filled with zeros where masks of m hold.
+  std::vector<GemmCall::RowMask> maskX, maskY;
   if (grouped) {
-    x = maskedOperand(peelRoundTrips(x), maskX, zeroX);
-    y = maskedOperand(peelRoundTrips(y), maskY, zeroY);
+    x = maskedOperand(x, maskX);
+    y = maskedOperand(y, maskY);
   }
   DType t = v->dtype();
   // f16/bf16 operands are widened to f32 and the sum rounded once when stored, which is what a
@@ -222,10 +224,12 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     std::swap(A, B);
     std::swap(aa, ab);
     std::swap(maskX, maskY);
-    std::swap(zeroX, zeroY);
   }
-  if (maskY || (maskX && (!mVar || movesWith(maskX, {nVar, kVar}))))
-    return std::nullopt; // only A's rows are masked, by m alone
+  if (!maskY.empty())
+    return std::nullopt; // only A's rows are masked
+  for (const GemmCall::RowMask &mask : maskX)
+    if (!mVar || movesWith(mask.cond, {nVar, kVar}))
+      return std::nullopt; // by m alone
   if ((nVar && !coefOf(aa, nVar)->isConst(0)) || (mVar && !coefOf(ab, mVar)->isConst(0)))
     return std::nullopt;
   if (!A->indirect().empty() && B->indirect().empty())
@@ -236,10 +240,9 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
     g.groupStride = ab.coef.back();
     g.mVar = mVar;
   }
-  if (maskX && !g.group)
+  if (!maskX.empty() && !g.group)
     return std::nullopt; // masked rows only in a grouped product
-  g.rowZero = maskX;
-  g.rowZeroIfTrue = zeroX;
+  g.rowZero = std::move(maskX);
   if (!A->indirect().empty()) {
     if (!coefOf(aa, mVar)->isConst(0))
       return std::nullopt;
@@ -435,7 +438,7 @@ std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
   }
   for (size_t gi = 0; gi < comps.size(); ++gi) {
     loop::Computation &g = *comps[gi];
-    std::optional<GemmCall> call = matchGemm(p, g);
+    std::optional<GemmCall> call = matchGemm(p, g, /*grouped=*/true);
     const std::vector<size_t> &rs = readers[g.out];
     if (!call || !layoutFixed(*call) || g.out->kind != loop::BufferKind::Intermediate ||
         writers[g.out].size() != 1 || rs.empty() ||
@@ -452,7 +455,7 @@ std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
       continue;
     loop::Buffer *c = g.out;
     g.out = d.out;
-    std::optional<GemmCall> moved = matchGemm(p, g);
+    std::optional<GemmCall> moved = matchGemm(p, g, /*grouped=*/true);
     if (!moved || !layoutFixed(*moved)) {
       g.out = c;
       continue;
@@ -490,6 +493,113 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
     out[c.id] = m.bias();
   }
   return out;
+}
+
+namespace {
+
+/// The loads of one buffer, each directly under a cast to `half` (a rounding), in readers'
+/// expressions: whether every load of it is, and the rewrite to a plain load of the buffer once
+/// it holds `half` values.
+class RoundedReads {
+public:
+  RoundedReads(loop::LoopProgram &p, const loop::Buffer *c, DType half) : p_(p), c_(c), half_(half) {}
+
+  /// The load under `e` when e is cast(load of C, half).
+  const Expr *rounded(const Expr *e) const {
+    if (!isCast(e) || e->dtype() != half_)
+      return nullptr;
+    const Expr *l = e->operands()[0];
+    return l->kind() == ExprKind::Load && l->buffer() == c_ ? l : nullptr;
+  }
+
+  bool onlyRounded(const Expr *e) {
+    if (auto it = only_.find(e); it != only_.end())
+      return it->second;
+    bool ok = true;
+    if (const Expr *l = rounded(e)) {
+      for (const auto &b : l->indirect())
+        ok = ok && onlyRounded(b.second);
+    } else if (e->kind() == ExprKind::Load && e->buffer() == c_) {
+      ok = false;
+    } else {
+      for (const Expr *o : e->operands())
+        ok = ok && onlyRounded(o);
+      for (const auto &b : e->indirect())
+        ok = ok && onlyRounded(b.second);
+    }
+    return only_[e] = ok;
+  }
+
+  /// e with each cast(load of C, half) a load of C (called once C holds half values).
+  const Expr *rewrite(const Expr *e) {
+    if (auto it = rewritten_.find(e); it != rewritten_.end())
+      return it->second;
+    const Expr *out = e;
+    if (const Expr *l = rounded(e)) {
+      out = p_.exprs().load(c_, l->index(), rebind(l));
+    } else if (e->kind() == ExprKind::Op) {
+      std::vector<const Expr *> ops;
+      for (const Expr *o : e->operands())
+        ops.push_back(rewrite(o));
+      out = p_.exprs().op(e->op(), ops, e->dtype());
+    } else if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
+      out = p_.exprs().load(e->buffer(), e->index(), rebind(e));
+    }
+    return rewritten_[e] = out;
+  }
+
+private:
+  std::vector<loop::IndirectBinding> rebind(const Expr *load) {
+    std::vector<loop::IndirectBinding> bs;
+    for (const auto &[sy, v] : load->indirect())
+      bs.push_back({sy, rewrite(v)});
+    return bs;
+  }
+
+  loop::LoopProgram &p_;
+  const loop::Buffer *c_;
+  DType half_;
+  std::unordered_map<const Expr *, bool> only_;
+  std::unordered_map<const Expr *, const Expr *> rewritten_;
+};
+
+} // namespace
+
+std::set<int> absorbGemmRounding(loop::LoopProgram &p) {
+  std::set<int> changed;
+  const auto &comps = p.computations();
+  for (size_t ci = 0; ci < comps.size(); ++ci) {
+    loop::Computation &c = *comps[ci];
+    std::optional<GemmCall> g = matchGemm(p, c, /*grouped=*/true);
+    if (!g || !isHalf(g->dtype) || g->outDtype != DType::Float32 ||
+        c.out->kind != loop::BufferKind::Intermediate)
+      continue;
+    RoundedReads reads(p, c.out, g->dtype);
+    std::vector<loop::Computation *> readers;
+    bool ok = true;
+    for (size_t di = 0; di < comps.size() && ok; ++di) {
+      loop::Computation &d = *comps[di];
+      if (di == ci)
+        continue;
+      bool touches = d.out == c.out;
+      loop::forEachBufferRead(d, d.value, [&](const loop::Buffer *b) { touches |= b == c.out; });
+      if (!touches)
+        continue;
+      ok = d.out != c.out && !d.conv && !d.attention && d.value && reads.onlyRounded(d.value) &&
+           (!d.scatterAt || reads.onlyRounded(d.scatterAt));
+      readers.push_back(&d);
+    }
+    if (!ok || readers.empty())
+      continue;
+    c.out->dtype = g->dtype;
+    for (loop::Computation *d : readers) {
+      d->value = reads.rewrite(d->value);
+      if (d->scatterAt)
+        d->scatterAt = reads.rewrite(d->scatterAt);
+    }
+    changed.insert(c.id);
+  }
+  return changed;
 }
 
 } // namespace braze::sched

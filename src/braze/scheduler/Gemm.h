@@ -36,11 +36,15 @@ struct GemmCall {
   /// together before its call, so A is then dense: transA false and lda = k.
   const loop::Expr *rowOf = nullptr;
   sym::SymExpr rowSym = nullptr, rowStride = nullptr, rowStep = nullptr;
-  /// A grouped product whose A has rows of zeros (a masked_fill of the rows routed nowhere):
-  /// row m of A is all zeros where the integer Expr rowZero of mVar alone is nonzero
-  /// (rowZeroIfTrue) or zero (!rowZeroIfTrue). Its rows of C are still A's row times B.
-  const loop::Expr *rowZero = nullptr;
-  bool rowZeroIfTrue = true;
+  /// A grouped product whose A has rows of zeros (masked_fills of rows routed nowhere, and the
+  /// rows past the last offset): row m of A is all zeros where any mask holds, a mask holding
+  /// where its integer Expr `cond` of mVar alone is nonzero (zeroIfTrue) or zero (!zeroIfTrue).
+  /// Its rows of C are still A's row times B.
+  struct RowMask {
+    const loop::Expr *cond = nullptr;
+    bool zeroIfTrue = true;
+  };
+  std::vector<RowMask> rowZero;
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and
@@ -73,11 +77,19 @@ std::optional<GemmCall> matchGemm(loop::LoopProgram &p, const loop::Computation 
 /// Returns each absorbed product's bias, by computation id.
 std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p);
 
+/// Rounded products: where a product of two half operands is summed in f32 (GemmCall::outDtype
+/// f32, an intermediate) and every reader loads it only to round it to that half dtype, the
+/// product stores the rounded value (its buffer takes the half dtype, and the readers load it
+/// as is): the same values, one kernel's f32 writes and reads fewer. Grouped products included.
+/// Returns the ids of the products changed.
+std::set<int> absorbGemmRounding(loop::LoopProgram &p);
+
 /// Copies of products: where the only reader of a product C (an intermediate the GEMM library
 /// computes, as absorbGemmBias requires) stores C unchanged into a buffer D of the same shape
 /// and dtype (what a Linear's bias add is once the bias is absorbed), the product writes D
 /// itself when D's layout still suits the library. Returns the ids of the copies, which
 /// compute nothing any more.
+/// Grouped products too (GemmCall::group), which braze's own kernel computes.
 std::set<int> forwardGemmCopies(loop::LoopProgram &p);
 
 } // namespace braze::sched

@@ -489,14 +489,19 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
     bad += " || src < 0 || src >= " + ix(g.rowSym->extent());
     rowStart = ix(g.offA) + " + src * " + ix(g.rowStride);
   }
-  if (g.rowZero) // a row of zeros reads nothing (-1), but is stored
-    w.line("const bool zero = (" + ex.emit(g.rowZero) + ") " + (g.rowZeroIfTrue ? "!=" : "==") +
-           " 0;");
+  if (!g.rowZero.empty()) { // a row of zeros reads nothing (-1), but is stored
+    std::string zero;
+    for (const sched::GemmCall::RowMask &mask : g.rowZero)
+      zero += std::string(zero.empty() ? "" : " || ") + "(" + ex.emit(mask.cond) + ") " +
+              (mask.zeroIfTrue ? "!=" : "==") + " 0";
+    w.line("const bool zero = " + zero + ";");
+  }
   w.line("if (" + bad + ") {");
   w.line("  *err = 1;");
   w.line("} else {");
   w.line("  group = (int)t;");
-  w.line("  row = " + std::string(g.rowZero ? "zero ? INT64_C(-1) : " : "") + rowStart + ";");
+  w.line("  row = " + std::string(g.rowZero.empty() ? "" : "zero ? INT64_C(-1) : ") + rowStart +
+         ";");
   w.line("}");
   w.dedent();
   w.line("}");

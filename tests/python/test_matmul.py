@@ -328,7 +328,10 @@ def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device, monkeyp
         torch.testing.assert_close(out, moe(h, masked), rtol=2e-2, atol=2e-2)
         assert braze.counters()["fallback_ops"] == before
         assert _grouped_kernel(True) in "".join(code)
-        assert ("const bool zero = " in "".join(code)) == masked
+        # the row table masks the rows past the last offset (CUDA's decomposition), and the
+        # sentinel rows too where the model fills them with zeros
+        zero = [line for line in "".join(code).splitlines() if "const bool zero = " in line]
+        assert zero and all((" || " in line) == masked for line in zero)
 
 
 @pytest.mark.cpu_only("CUDA keeps the grouped product in eager (one counted fallback op)")

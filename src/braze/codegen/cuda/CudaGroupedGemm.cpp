@@ -1,21 +1,22 @@
 /// Grouped matrix products on CUDA (f16/bf16, sm_80+): C[m, n] = sum_k A[m, k] B_g(m)[k, n],
 /// where g(m) picks one of B's matrices per row (a mixture of experts' weights, from the offsets
 /// of the rows routed to each expert) and A's rows may be gathered (tokens taken in their
-/// experts' order). cuBLASLt has no grouped call whose sizes stay on the device, so braze runs
-/// its own kernel: the launch shape depends on M and N alone, every row reads its group on the
-/// device, and the call is captured in a CUDA graph like any other kernel.
+/// experts' order) or masked. cuBLASLt has no grouped call whose sizes stay on the device, so
+/// braze runs its own kernels: the launch shape depends on M and N alone, every row reads its
+/// group on the device, and the call is captured in a CUDA graph like any other kernel.
 ///
-/// One block of 4 warps takes a 64 x 128 tile of C; each warp holds 32 x 64 of it in mma.sync
-/// m16n8k16 accumulators (f32). K is walked 64 at a time through four shared-memory stages
-/// (104-108 KiB of dynamic shared memory) filled by cp.async (16-byte copies where rows are
-/// aligned, element copies otherwise). Before the main loop the block writes each of its rows'
-/// group and A offset to shared memory; a tile whose rows span several groups (an expert
-/// boundary) runs once per group, reading the other groups' rows as zeros and storing only its
-/// own. Rows with a group or gathered row out of range set the error flag and are not stored.
-///
-/// On an H200 this shape measured best of twelve tried (tiles of 64-256 rows and columns, 32 or
-/// 64 of K, 3-6 stages): about 200 TFLOPs at MoE sizes, where eager's grouped GEMM (CUTLASS
-/// with wgmma) reaches 260-350, so decompositions.py uses it only with BRAZE_GROUPED_GEMM=1.
+/// Each block first writes its rows' group and A offset to shared memory; a tile whose rows span
+/// several groups (an expert boundary) runs once per group, reading the other groups' rows as
+/// zeros and storing only its own. Rows with a group or gathered row out of range set the error
+/// flag and are not stored. Two kernels share that scheme:
+/// - braze_grouped_wgmma (sm_90, B read K-major, as transformers' experts are): 128 x 256 tiles
+///   (128 x 128 where N <= 128) of two warpgroups, Hopper's wgmma from 128-byte-swizzled stages
+///   filled by cp.async, C out through shared memory. On an H200 at MoE sizes (4096 rows, 8
+///   experts, bf16) it took 0.126 ms for the gate-up product (1024 -> 5632; eager's CUTLASS
+///   grouped GEMM 0.121) and 0.080 ms for the down product (2816 -> 1024; eager 0.088-0.093).
+/// - braze_grouped_mm (mma.sync m16n8k16, any sm_80+): 64 x 128 tiles of 4 warps; about 200
+///   TFLOPs at those sizes, 0.55x of eager's, so decompositions.py uses it only with
+///   BRAZE_GROUPED_GEMM=1.
 #include "braze/codegen/cuda/CudaEmitter.h"
 
 #include "braze/codegen/CFamily.h"
@@ -225,9 +226,6 @@ const char *kWgmmaKernel = R"WGMMA(
 BRAZE_FN uint64_t braze_wgmma_desc(uint32_t at) {
   return (uint64_t)((at & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
-BRAZE_FN void braze_wgcp16(uint32_t dst, const uint16_t* src, bool in) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(in ? 16 : 0));
-}
 template <bool BF16> BRAZE_FN void braze_wg_pair(unsigned char* at, float x, float y, uint16_t*) {
   *(uint32_t*)at = braze_attn_pack<BF16>(x, y);
 }
@@ -266,9 +264,14 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
       atomicMin(&next_group, groups[tid]);
     __syncthreads();
     const int grp = next_group;
-    __syncthreads();
+    // Whether each warpgroup's 64 rows hold one of the group's: a warpgroup with none skips
+    // its products (a tile at an expert boundary runs once per expert, and its second pass
+    // then costs about half). These barriers also end the reads of next_group.
+    const bool first = __syncthreads_or(tid < 64 && groups[tid] == grp);
+    const bool second = __syncthreads_or(tid >= 64 && tid < BM && groups[tid] == grp);
     if (grp == 0x7fffffff)
       return;
+    const bool mine = wg == 0 ? first : second;
     prev = grp;
     const uint16_t* bg = b + grp * gstride;
     // Thread tid copies the 16 bytes at column tid % 8 * 8 of rows tid / 8 + 32 j of A's and
@@ -289,11 +292,11 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
         const bool kin = k0 + cc * 8 < K;
         #pragma unroll
         for (int j = 0; j < CA; ++j)
-          braze_wgcp16(sa + soff + j * 4096, asrc[j] ? asrc[j] + k0 : a, kin && asrc[j]);
+          braze_grouped_cp16(sa + soff + j * 4096, asrc[j] ? asrc[j] + k0 : a, kin && asrc[j]);
         #pragma unroll
         for (int j = 0; j < CB; ++j) {
           const bool in = kin && n0 + r0 + 32 * j < N;
-          braze_wgcp16(sb + soff + j * 4096, in ? bsrc + j * 32 * ldb + k0 : b, in);
+          braze_grouped_cp16(sb + soff + j * 4096, in ? bsrc + j * 32 * ldb + k0 : b, in);
         }
         return;
       }
@@ -335,12 +338,14 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
       write = write + 1 == STAGES ? 0 : write + 1;
       const uint32_t sa = s0 + read * STAGE + wg * 64 * 128, sb = s0 + read * STAGE + ASTAGE;
       read = read + 1 == STAGES ? 0 : read + 1;
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        braze_wgmma<BF16, BN>(acc, braze_wgmma_desc(sa + kk * 32), braze_wgmma_desc(sb + kk * 32), 1);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (mine) {
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        #pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+          braze_wgmma<BF16, BN>(acc, braze_wgmma_desc(sa + kk * 32), braze_wgmma_desc(sb + kk * 32), 1);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     asm volatile("cp.async.wait_group 0;");

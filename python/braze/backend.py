@@ -490,10 +490,24 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
         if _strict(opts):
             raise
         reason = f"internal error in braze ({type(e).__name__}: {e})"
+    if forward:  # braze_backend runs the graph Dynamo gave (_GraphInEager)
+        raise _GraphInEager(reason)
     _count_fallback_graph()
     warnings.warn(f"{reason}; running this graph in eager PyTorch")
     _log_fallback(reason)
     return make_boxed_func(gm.forward)
+
+
+class _GraphInEager(Exception):
+    """A forward graph braze cannot compile: braze_backend runs Dynamo's graph in eager, with
+    the user's own ops. AOTAutograd's graph holds braze's decompositions, which are written to
+    be compiled: run in eager, a grouped product's would broadcast every row against every
+    expert's weights (88 GiB for a Mixtral-sized layer), and a sort's would compare every pair.
+    A backward graph has no such graph to go back to: it runs AOTAutograd's in eager."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _count_fallback_op(node):
@@ -643,6 +657,12 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
                                     keep_inference_input_mutations=True,
                                     decompositions=decompositions.table(torch.is_grad_enabled()))(
                                         gm, example_inputs)
+    except _GraphInEager as e:  # the forward graph does not compile: the user's ops run
+        reason = e.reason
+        _count_fallback_graph()
+        warnings.warn(f"{reason}; running this graph in eager PyTorch")
+        _log_fallback(reason)
+        return gm.forward
     except Exception as e:  # AOTAutograd's tracing, with braze's decompositions, failed
         if _strict(opts) or isinstance(e, aot.DYNAMO_HANDLES):
             raise

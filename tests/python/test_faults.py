@@ -377,6 +377,39 @@ def test_a_missing_or_failing_host_compiler_is_named_and_the_graph_runs_in_eager
     assert not _entries(tmp_path / "cache")
 
 
+@pytest.mark.graph_fallback("without a host compiler the graph runs in eager")
+@pytest.mark.cpu_only(HOST)
+def test_a_graph_that_does_not_compile_runs_the_users_ops_not_brazes_decompositions(
+        monkeypatch, tmp_path):
+    """When a forward graph cannot compile, eager runs Dynamo's graph (the user's ops), not
+    AOTAutograd's: braze's decompositions are written to be compiled, and a grouped product's
+    (rows times every expert's weights, broadcast) or a sort's would be far larger or slower
+    in eager. Here the grouped product runs as transformers' op itself, equal to eager."""
+    compiler, _ = _compiler(tmp_path, "fails")
+    monkeypatch.setenv("BRAZE_CXX", str(compiler))
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    pytest.importorskip("transformers.integrations.moe")  # registers the op
+    grouped = torch.ops.transformers.grouped_mm_fallback
+    x, w = torch.randn(40, 16), torch.randn(3, 16, 24)
+    offs = torch.tensor([10, 25, 40], dtype=torch.int32)
+
+    def fn(x, w, offs):
+        return grouped(x, w, offs).sort(dim=0).values
+
+    compiled = torch.compile(fn, backend="braze")
+    before = braze.counters()["fallback_graphs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(x, w, offs)  # compiles, fails, falls back
+    assert braze.counters()["fallback_graphs"] == before + 1
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = compiled(x, w, offs)
+    torch.testing.assert_close(out, fn(x, w, offs))
+    ran = {e.name for e in prof.events()}
+    assert "transformers::grouped_mm_fallback" in ran, sorted(ran)
+    assert not {"aten::searchsorted", "aten::mul"} & ran, sorted(ran)
+
+
 # Compiles a matrix product on the GPU with BRAZE_CUBLASLT set to a missing library (in a fresh
 # process: cuBLASLt is loaded once per process) and prints the fallback count and the warnings.
 CUBLASLT = """

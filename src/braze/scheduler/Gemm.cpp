@@ -306,12 +306,75 @@ const Expr *unwiden(const Expr *x) {
   return x;
 }
 
+/// A pattern around the loads of one buffer C in readers' expressions: whether every load of C
+/// is inside an instance of it (covers), and the expressions with each instance replaced
+/// (rewrite). A subclass says what an instance becomes.
+class PatternReads {
+public:
+  PatternReads(loop::LoopProgram &p, const loop::Buffer *c) : p_(p), c_(c) {}
+  virtual ~PatternReads() = default;
+
+  /// Whether every load of C in e is inside the pattern.
+  bool covers(const Expr *e) {
+    if (auto it = covered_.find(e); it != covered_.end())
+      return it->second;
+    bool ok = true;
+    if (replacement(e)) {
+      ok = true;
+    } else if (e->kind() == ExprKind::Load && e->buffer() == c_) {
+      ok = false;
+    } else {
+      for (const Expr *o : e->operands())
+        ok = ok && covers(o);
+      for (const auto &b : e->indirect())
+        ok = ok && covers(b.second);
+    }
+    return covered_[e] = ok;
+  }
+
+  const Expr *rewrite(const Expr *e) {
+    if (auto it = rewritten_.find(e); it != rewritten_.end())
+      return it->second;
+    const Expr *out = e;
+    if (const Expr *r = replacement(e)) {
+      out = r;
+    } else if (e->kind() == ExprKind::Op) {
+      std::vector<const Expr *> ops;
+      for (const Expr *o : e->operands())
+        ops.push_back(rewrite(o));
+      out = p_.exprs().op(e->op(), ops, e->dtype());
+    } else if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
+      out = p_.exprs().load(e->buffer(), e->index(), rebind(e));
+    }
+    return rewritten_[e] = out;
+  }
+
+protected:
+  /// What e becomes when it is an instance of the pattern; nullptr otherwise.
+  virtual const Expr *replacement(const Expr *e) = 0;
+
+  /// A load's indirect bindings, rewritten.
+  std::vector<loop::IndirectBinding> rebind(const Expr *load) {
+    std::vector<loop::IndirectBinding> bs;
+    for (const auto &[sy, v] : load->indirect())
+      bs.push_back({sy, rewrite(v)});
+    return bs;
+  }
+
+  loop::LoopProgram &p_;
+  const loop::Buffer *c_;
+
+private:
+  std::unordered_map<const Expr *, bool> covered_;
+  std::unordered_map<const Expr *, const Expr *> rewritten_;
+};
+
 /// Recognizes round(C[idx] + bias[n]) and rewrites it to a load of C (which then includes the
 /// bias).
-class BiasMatcher {
+class BiasMatcher : public PatternReads {
 public:
   BiasMatcher(loop::LoopProgram &p, const loop::Buffer *c, SymExpr n)
-      : p_(p), c_(c), n_(n) {}
+      : PatternReads(p, c), n_(n) {}
 
   /// The load of C that `e` becomes, when e is the pattern.
   const Expr *match(const Expr *e) {
@@ -346,53 +409,14 @@ public:
     return nullptr;
   }
 
-  /// Whether every load of C in e is inside the pattern.
-  bool covers(const Expr *e) {
-    if (auto it = covered_.find(e); it != covered_.end())
-      return it->second;
-    bool ok = true;
-    if (match(e)) {
-      ok = true;
-    } else if (e->kind() == ExprKind::Load && e->buffer() == c_) {
-      ok = false;
-    } else {
-      for (const Expr *o : e->operands())
-        ok = ok && covers(o);
-      for (const auto &b : e->indirect())
-        ok = ok && covers(b.second);
-    }
-    return covered_[e] = ok;
-  }
-
-  const Expr *rewrite(const Expr *e) {
-    if (auto it = rewritten_.find(e); it != rewritten_.end())
-      return it->second;
-    const Expr *out = e;
-    if (const Expr *load = match(e)) {
-      out = load;
-    } else if (e->kind() == ExprKind::Op) {
-      std::vector<const Expr *> ops;
-      for (const Expr *o : e->operands())
-        ops.push_back(rewrite(o));
-      out = p_.exprs().op(e->op(), ops, e->dtype());
-    } else if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
-      std::vector<loop::IndirectBinding> bs;
-      for (const auto &[sy, v] : e->indirect())
-        bs.push_back({sy, rewrite(v)});
-      out = p_.exprs().load(e->buffer(), e->index(), bs);
-    }
-    return rewritten_[e] = out;
-  }
-
   const loop::Buffer *bias() const { return bias_; }
 
+protected:
+  const Expr *replacement(const Expr *e) override { return match(e); }
+
 private:
-  loop::LoopProgram &p_;
-  const loop::Buffer *c_;
   SymExpr n_;
   const loop::Buffer *bias_ = nullptr;
-  std::unordered_map<const Expr *, bool> covered_;
-  std::unordered_map<const Expr *, const Expr *> rewritten_;
 };
 
 /// The GEMM library always computes g: every size and leading dimension is a constant that
@@ -498,69 +522,29 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p) {
 namespace {
 
 /// The loads of one buffer, each directly under a cast to `half` (a rounding), in readers'
-/// expressions: whether every load of it is, and the rewrite to a plain load of the buffer once
-/// it holds `half` values.
-class RoundedReads {
+/// expressions: whether every load of it is (covers), and the rewrite to a plain load of the
+/// buffer once it holds `half` values.
+class RoundedReads : public PatternReads {
 public:
-  RoundedReads(loop::LoopProgram &p, const loop::Buffer *c, DType half) : p_(p), c_(c), half_(half) {}
+  RoundedReads(loop::LoopProgram &p, const loop::Buffer *c, DType half)
+      : PatternReads(p, c), half_(half) {}
 
-  /// The load under `e` when e is cast(load of C, half).
-  const Expr *rounded(const Expr *e) const {
+protected:
+  /// cast(load of C, half) whose indices do not read C: the load, as C's dtype now has it.
+  const Expr *replacement(const Expr *e) override {
     if (!isCast(e) || e->dtype() != half_)
       return nullptr;
     const Expr *l = e->operands()[0];
-    return l->kind() == ExprKind::Load && l->buffer() == c_ ? l : nullptr;
-  }
-
-  bool onlyRounded(const Expr *e) {
-    if (auto it = only_.find(e); it != only_.end())
-      return it->second;
-    bool ok = true;
-    if (const Expr *l = rounded(e)) {
-      for (const auto &b : l->indirect())
-        ok = ok && onlyRounded(b.second);
-    } else if (e->kind() == ExprKind::Load && e->buffer() == c_) {
-      ok = false;
-    } else {
-      for (const Expr *o : e->operands())
-        ok = ok && onlyRounded(o);
-      for (const auto &b : e->indirect())
-        ok = ok && onlyRounded(b.second);
-    }
-    return only_[e] = ok;
-  }
-
-  /// e with each cast(load of C, half) a load of C (called once C holds half values).
-  const Expr *rewrite(const Expr *e) {
-    if (auto it = rewritten_.find(e); it != rewritten_.end())
-      return it->second;
-    const Expr *out = e;
-    if (const Expr *l = rounded(e)) {
-      out = p_.exprs().load(c_, l->index(), rebind(l));
-    } else if (e->kind() == ExprKind::Op) {
-      std::vector<const Expr *> ops;
-      for (const Expr *o : e->operands())
-        ops.push_back(rewrite(o));
-      out = p_.exprs().op(e->op(), ops, e->dtype());
-    } else if (e->kind() == ExprKind::Load && !e->indirect().empty()) {
-      out = p_.exprs().load(e->buffer(), e->index(), rebind(e));
-    }
-    return rewritten_[e] = out;
+    if (l->kind() != ExprKind::Load || l->buffer() != c_)
+      return nullptr;
+    bool readsC = false;
+    for (const auto &b : l->indirect())
+      loop::forEachLoad(b.second, [&](const Expr *x) { readsC |= x->buffer() == c_; });
+    return readsC ? nullptr : p_.exprs().load(c_, l->index(), l->indirect());
   }
 
 private:
-  std::vector<loop::IndirectBinding> rebind(const Expr *load) {
-    std::vector<loop::IndirectBinding> bs;
-    for (const auto &[sy, v] : load->indirect())
-      bs.push_back({sy, rewrite(v)});
-    return bs;
-  }
-
-  loop::LoopProgram &p_;
-  const loop::Buffer *c_;
   DType half_;
-  std::unordered_map<const Expr *, bool> only_;
-  std::unordered_map<const Expr *, const Expr *> rewritten_;
 };
 
 } // namespace
@@ -585,8 +569,8 @@ std::set<int> absorbGemmRounding(loop::LoopProgram &p) {
       loop::forEachBufferRead(d, d.value, [&](const loop::Buffer *b) { touches |= b == c.out; });
       if (!touches)
         continue;
-      ok = d.out != c.out && !d.conv && !d.attention && d.value && reads.onlyRounded(d.value) &&
-           (!d.scatterAt || reads.onlyRounded(d.scatterAt));
+      ok = d.out != c.out && !d.conv && !d.attention && d.value && reads.covers(d.value) &&
+           (!d.scatterAt || reads.covers(d.scatterAt));
       readers.push_back(&d);
     }
     if (!ok || readers.empty())

@@ -500,10 +500,10 @@ def _compile_mutation_free(gm, example_inputs, opts, direct, forward, number, wr
 
 class _GraphInEager(Exception):
     """A forward graph braze cannot compile: braze_backend runs Dynamo's graph in eager, with
-    the user's own ops. AOTAutograd's graph holds braze's decompositions, which are written to
-    be compiled: run in eager, a grouped product's would broadcast every row against every
-    expert's weights (88 GiB for a Mixtral-sized layer), and a sort's would compare every pair.
-    A backward graph has no such graph to go back to: it runs AOTAutograd's in eager."""
+    the user's own ops. AOTAutograd's graph holds the decompositions braze asks for
+    (decompositions.table), which are written to be compiled: run in eager, a grouped
+    product's broadcasts every row against every expert's weights (88 GiB for a Mixtral-sized
+    layer). A backward graph has no such graph to go back to: it runs AOTAutograd's in eager."""
 
     def __init__(self, reason):
         super().__init__(reason)

@@ -383,8 +383,8 @@ def test_a_graph_that_does_not_compile_runs_the_users_ops_not_brazes_decompositi
         monkeypatch, tmp_path):
     """When a forward graph cannot compile, eager runs Dynamo's graph (the user's ops), not
     AOTAutograd's: braze's decompositions are written to be compiled, and a grouped product's
-    (rows times every expert's weights, broadcast) or a sort's would be far larger or slower
-    in eager. Here the grouped product runs as transformers' op itself, equal to eager."""
+    (rows times every expert's weights, broadcast) would be far larger in eager. Here the
+    grouped product runs as transformers' op itself, equal to eager."""
     compiler, _ = _compiler(tmp_path, "fails")
     monkeypatch.setenv("BRAZE_CXX", str(compiler))
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))

@@ -549,11 +549,23 @@ private:
 
 } // namespace
 
-std::set<int> absorbGemmRounding(loop::LoopProgram &p) {
-  std::set<int> changed;
+void absorbGemmRounding(loop::LoopProgram &p) {
   const auto &comps = p.computations();
-  for (size_t ci = 0; ci < comps.size(); ++ci) {
-    loop::Computation &c = *comps[ci];
+  // The computations that read or write each buffer, found once: a rewrite below replaces
+  // loads of a product's buffer by loads of the same buffer, so the lists stay true.
+  std::unordered_map<const loop::Buffer *, std::vector<loop::Computation *>> touching;
+  for (const auto &d : comps) {
+    std::vector<loop::Computation *> &w = touching[d->out];
+    if (w.empty() || w.back() != d.get())
+      w.push_back(d.get());
+    loop::forEachBufferRead(*d, d->value, [&](const loop::Buffer *b) {
+      std::vector<loop::Computation *> &r = touching[b];
+      if (r.empty() || r.back() != d.get())
+        r.push_back(d.get());
+    });
+  }
+  for (const auto &cp : comps) {
+    loop::Computation &c = *cp;
     std::optional<GemmCall> g = matchGemm(p, c, /*grouped=*/true);
     if (!g || !isHalf(g->dtype) || g->outDtype != DType::Float32 ||
         c.out->kind != loop::BufferKind::Intermediate)
@@ -561,17 +573,12 @@ std::set<int> absorbGemmRounding(loop::LoopProgram &p) {
     RoundedReads reads(p, c.out, g->dtype);
     std::vector<loop::Computation *> readers;
     bool ok = true;
-    for (size_t di = 0; di < comps.size() && ok; ++di) {
-      loop::Computation &d = *comps[di];
-      if (di == ci)
+    for (loop::Computation *d : touching[c.out]) {
+      if (d == &c)
         continue;
-      bool touches = d.out == c.out;
-      loop::forEachBufferRead(d, d.value, [&](const loop::Buffer *b) { touches |= b == c.out; });
-      if (!touches)
-        continue;
-      ok = d.out != c.out && !d.conv && !d.attention && d.value && reads.covers(d.value) &&
-           (!d.scatterAt || reads.covers(d.scatterAt));
-      readers.push_back(&d);
+      ok = ok && d->out != c.out && !d->conv && !d->attention && d->value &&
+           reads.covers(d->value) && (!d->scatterAt || reads.covers(d->scatterAt));
+      readers.push_back(d);
     }
     if (!ok || readers.empty())
       continue;
@@ -581,9 +588,6 @@ std::set<int> absorbGemmRounding(loop::LoopProgram &p) {
       if (d->scatterAt)
         d->scatterAt = reads.rewrite(d->scatterAt);
     }
-    changed.insert(c.id);
   }
-  return changed;
 }
-
 } // namespace braze::sched

@@ -81,8 +81,7 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p);
 /// f32, an intermediate) and every reader loads it only to round it to that half dtype, the
 /// product stores the rounded value (its buffer takes the half dtype, and the readers load it
 /// as is): the same values, one kernel's f32 writes and reads fewer. Grouped products included.
-/// Returns the ids of the products changed.
-std::set<int> absorbGemmRounding(loop::LoopProgram &p);
+void absorbGemmRounding(loop::LoopProgram &p);
 
 /// Copies of products: where the only reader of a product C (an intermediate the GEMM library
 /// computes, as absorbGemmBias requires) stores C unchanged into a buffer D of the same shape

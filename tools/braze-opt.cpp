@@ -148,6 +148,17 @@ std::string usageText() {
   return os.str();
 }
 
+/// `text` as a decimal integer in [lo, hi]; nothing when it is not one (empty, trailing
+/// characters, out of range).
+std::optional<int64_t> integerIn(std::string_view text, int64_t lo, int64_t hi) {
+  std::string n(text);
+  char *end = nullptr;
+  long long v = std::strtoll(n.c_str(), &end, 10);
+  if (n.empty() || *end != '\0' || v < lo || v > hi)
+    return std::nullopt;
+  return v;
+}
+
 /// Parses argv; a bad argument is a Diagnostic.
 ToolOptions parseArguments(int argc, char **argv) {
   ToolOptions o;
@@ -212,21 +223,17 @@ ToolOptions parseArguments(int argc, char **argv) {
                                                             << value << "'";
       (arg[2] == 'a' ? o.atol : o.rtol) = v;
     } else if (arg.starts_with("--sm=")) {
-      std::string n(arg.substr(5));
-      char *end = nullptr;
-      long v = std::strtol(n.c_str(), &end, 10);
-      if (n.empty() || *end != '\0' || v < 70 || v > 129)
+      std::optional<int64_t> v = integerIn(arg.substr(5), 70, 129);
+      if (!v)
         BRAZE_USER_ERROR("--sm", "") << "expected a compute capability from 70 to 129 (90 for "
-                                     << "sm_90), got '" << n << "'";
-      o.sm = static_cast<int>(v);
+                                     << "sm_90), got '" << arg.substr(5) << "'";
+      o.sm = static_cast<int>(*v);
     } else if (arg.starts_with("--kernel-arg-bytes=")) {
-      std::string n(arg.substr(19));
-      char *end = nullptr;
-      long long v = std::strtoll(n.c_str(), &end, 10);
-      if (n.empty() || *end != '\0' || v < 1024 || v > 32764)
+      std::optional<int64_t> v = integerIn(arg.substr(19), 1024, 32764);
+      if (!v)
         BRAZE_USER_ERROR("--kernel-arg-bytes", "")
-            << "expected a number of bytes from 1024 to 32764, got '" << n << "'";
-      o.kernelArgBytes = v;
+            << "expected a number of bytes from 1024 to 32764, got '" << arg.substr(19) << "'";
+      o.kernelArgBytes = *v;
     } else if (arg.size() > 1 && arg.front() == '-') {
       BRAZE_USER_ERROR("arguments", "") << "unknown option '" << arg << "' (see --help)";
     } else if (haveFile) {

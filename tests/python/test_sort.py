@@ -75,6 +75,17 @@ def test_sort_long_dims():
         assert torch.equal(indices, want.indices)
 
 
+@pytest.mark.parametrize("dtype", (torch.int64, torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("shape,dim", (((4096,), 0), ((2, 700), 1), ((600, 3), 0)))
+def test_long_sorts_place_each_index_at_its_rank(dtype, shape, dim):
+    # Past 2^20 element pairs, the indices are scattered to their ranks' positions (each
+    # reached once) instead of found by a second quadratic reduction; along dim 0 of a 2-d
+    # input, the position moves by the dim's stride. A router sorts 4,096 expert ids.
+    x = sample(dtype, shape)
+    check(lambda x: torch.sort(x, dim=dim, stable=True), x)
+    check(lambda x: torch.argsort(x, dim=dim, stable=True, descending=True), x)
+
+
 def test_sort_edge_shapes():
     check(lambda x: torch.sort(x), torch.tensor(2.5))
     check(lambda x: torch.sort(x, dim=0), torch.zeros(0, 3))

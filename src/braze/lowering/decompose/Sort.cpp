@@ -3,8 +3,11 @@
 ///   1. rank(i) = #{ j : less(x[j], x[i]) or (same(x[j], x[i]) and j < i) }, NaN the largest
 ///      value (last ascending, first descending) and NaNs the same value;
 ///   2. position r takes the index i whose rank is r (ranks are a permutation: exactly one).
-/// Both are masked reductions over [.., n, n, ..] broadcasts, so nothing of size n x n is
-/// stored, but the work is quadratic in the sorted length.
+/// Step 1 is a masked reduction over an [.., n, n, ..] broadcast, so nothing of size n x n is
+/// stored, but its work is quadratic in the sorted length. Step 2 is a scatter of each index
+/// to its rank's position: an integer sum into zeros, which combines in place (linear work,
+/// exact in any order, each position reached once) where the scatter has more pairs than its
+/// reductions take, and is otherwise a second reduction over the broadcast.
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <tuple>
@@ -42,7 +45,26 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
     same = op(OpKind::Eq, xj, xi);
   }
   Node *before = op(OpKind::LogicalOr, less, op(OpKind::LogicalAnd, same, op(OpKind::Lt, j, i)));
-  Node *rank = b.reduce(OpKind::Sum, b.convert(before, DType::Int64), {dim}, false, DType::Int64);
+  // A count below 2^31 (sortLimitError bounds n) adds in i32: one instruction, not two.
+  Node *rank = b.convert(
+      b.reduce(OpKind::Sum, b.convert(before, DType::Int32), {dim}, false, DType::Int32),
+      DType::Int64);
+  int64_t numel = 1, stride = 1;
+  for (size_t d = 0; d < x->shape().size(); ++d) {
+    numel *= x->shape()[d]->value();
+    if (static_cast<int64_t>(d) > dim)
+      stride *= x->shape()[d]->value();
+  }
+  if (GraphBuilder::scatterAccumulates(DType::Int64, "sum", false, numel, numel)) {
+    // flat position of (.., rank(i), ..) = flat position of (.., i, ..) + (rank(i) - i) * stride
+    Node *at = b.iota(DType::Int64, x->shape(), dim);
+    Node *flat = b.reshape(b.iota(DType::Int64, {b.dim(numel)}, 0), x->shape());
+    Node *moved = b.sub(rank, at);
+    if (stride != 1)
+      moved = b.binary(OpKind::Mul, moved, i64(b, stride));
+    Node *target = b.add(flat, moved);
+    return b.scatter(b.full(0, DType::Int64, x->shape()), target, at, "sum", true);
+  }
   Node *ranked = b.expand(b.unsqueeze(rank, dim), wide); // [.., r, i, ..] -> rank(i)
   Node *hit = op(OpKind::Eq, ranked, j);                  // j is r along dim
   return b.reduce(OpKind::Sum, b.where(hit, i, b.scalar(0, DType::Int64)), {dim + 1}, false,

@@ -55,6 +55,17 @@ std::optional<int64_t> staticCount(const std::vector<SymExpr> &shape) {
 }
 
 /// The node a chain of views starts from (n itself when n is not a view).
+/// The element count of a shape of constant dims; -1 otherwise.
+int64_t constantCount(const std::vector<SymExpr> &shape) {
+  int64_t count = 1;
+  for (SymExpr d : shape) {
+    if (!d->isConst())
+      return -1;
+    count *= d->value();
+  }
+  return count;
+}
+
 Node *viewRoot(Node *n) {
   while (opCategory(n->op()) == OpCategoryKind::View)
     n = n->operand(0);
@@ -302,6 +313,8 @@ private:
 
   State view(Node *n) {
     Node *x = n->operand(0);
+    if (n->op() == OpKind::Expand)
+      storeBroadcastGather(n);
     // Overlapping windows read each element several times: a costly computed operand (the
     // batch norm and relu before a max pool) is stored once rather than recomputed per read.
     if (n->op() == OpKind::Unfold && n->attrs().getInt("size") > n->attrs().getInt("step") &&
@@ -310,6 +323,28 @@ private:
     State s = state(x);
     s.stored = false;
     return s;
+  }
+
+  /// A broadcast n of a view that reads its stored root at an index that is not affine (the
+  /// flat view of top-k's chosen experts, sliced from a wider buffer: a floor division and a
+  /// remainder per element) repeats that arithmetic and gather on every read: at
+  /// `storedBroadcast` or more reads per element (a sort's rank counts read every key once per
+  /// key), the lowest such view of the broadcast's element count is stored, densely, and read
+  /// through plain loads.
+  void storeBroadcastGather(Node *n) {
+    Node *x = n->operand(0), *root = viewRoot(x);
+    const int64_t count = constantCount(x->shape());
+    if (root == x || !own(root).stored || count < 0 ||
+        broadcastFactor(x->shape(), n->shape()) < opts_.storedBroadcast)
+      return;
+    Node *pick = nullptr;
+    for (Node *v = x; v != root && constantCount(v->shape()) == count; v = v->operand(0)) {
+      if (stridedView(v, root, /*unitLast=*/false))
+        break;
+      pick = v;
+    }
+    if (pick)
+      need(pick);
   }
 
   /// A take loads its source through indices: the source is in memory, where it is (a view of

@@ -347,6 +347,21 @@ private:
       need(pick);
   }
 
+  /// Whether take n computes its source's elements where it takes them, leaving the source
+  /// unstored: a cheap computed value (no library call) read by n alone, through one index
+  /// tensor, that n takes no more elements of than it has (a permutation's inverse: the expert
+  /// outputs of a mixture of experts, weighted in expert order and taken back in token order).
+  /// Its own loads through indices nest (to-loops binds the take's index inside them).
+  bool computedAtTaken(Node *n) {
+    Node *xn = n->operand(0);
+    const State &x = own(xn);
+    const int64_t taken = constantCount(n->shape()), source = constantCount(xn->shape());
+    return n->operands().size() == 2 && !x.stored && !x.library && users_[xn] == 1 &&
+           !outputs_.count(xn) && x.cost <= opts_.inlineCostLimit &&
+           opCategory(xn->op()) != OpCategoryKind::View && taken >= 0 && source >= 0 &&
+           taken <= source;
+  }
+
   /// A take loads its source through indices: the source is in memory, where it is (a view of
   /// a stored value, such as experts' weights read transposed, with takeViewsInPlace or
   /// takeMatrixViewsInPlace) or stored.
@@ -357,6 +372,8 @@ private:
     bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
     if ((opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
         opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored && inPlace(xn)) {
+      s.absorb(state(xn));
+    } else if (computedAtTaken(n)) {
       s.absorb(state(xn));
     } else {
       need(xn);

@@ -283,11 +283,14 @@ private:
   /// writing a row-major buffer; the bias broadcasts by zero strides (dims it lacks or has as 1).
   Value lowerAttention(Node *n);
 
-  /// e with the indirect binding {t, i} on every load whose index uses t; nullptr when t is
-  /// used outside load indices (an index value), where a binding cannot reach it, or e has
-  /// indirect loads of its own.
+  /// e with the indirect binding {t, i} on every load whose index uses t, and inside the
+  /// bindings of e's own indirect loads (a take of a take); nullptr when t is used outside
+  /// load indices (an index value), where a binding cannot reach it.
   const Expr *bindIndirect(const Expr *e, SymExpr t, const Expr *i,
                            std::unordered_map<const Expr *, const Expr *> &done);
+  /// Whether a load of e is bound to t: the one place a gathered or taken index is checked
+  /// against its dim (a value that does not read at t, in place, would never check it).
+  static bool bindsIndex(const Expr *e, SymExpr t);
 
   /// A gather from a value the realize step did not store (a cheap value computed nowhere else,
   /// log_softmax feeding nll_loss, or a view of a stored one) reads the value's inputs at the
@@ -295,6 +298,9 @@ private:
   /// cannot take the gathered index (bindIndirect).
   std::optional<Value> gatherInPlace(Node *n, const Value &xv, const Value &index, size_t dim,
                                      SymExpr extent, DType compute);
+  /// Take n of a computed value xv (one index tensor; realize's computedAtTaken) reads the
+  /// value's inputs at the taken positions; nullopt when its body cannot take the index.
+  std::optional<Value> takeInPlace(Node *n, const Value &xv);
 
   Value lowerGather(Node *n);
 

@@ -452,6 +452,43 @@ Buffer *Lowerer::inMemory(Node *n) {
   return v.buffer;
 }
 
+std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
+  const Value *index = &operandValue(n, 1);
+  size_t dim = n->attrs().getInt("dim"), indexRank = n->operand(1)->rank();
+  SymExpr extent = n->operand(0)->shape()[dim];
+  DType compute = computeType(n->dtype());
+  auto build = [this, xv, index, dim, indexRank, extent, compute](const Index &idx) -> const Expr * {
+    Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
+    const Expr *i = ex_.cast(index->load(at), DType::Int64);
+    const Expr *zero = ex_.constant(0, DType::Int64), *size = ex_.indexValue(extent, DType::Int64);
+    i = ex_.op(ScalarOpKind::Where,
+               {ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool),
+                ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
+               DType::Int64);
+    SymExpr t = s_.indexSymbol("t", extent);
+    Index in(idx.begin(), idx.begin() + dim);
+    in.push_back(t);
+    in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
+    std::unordered_map<const Expr *, const Expr *> done;
+    const Expr *v = bindIndirect(xv.load(in), t, i, done);
+    return v && bindsIndex(v, t) ? ex_.cast(v, compute) : nullptr;
+  };
+  Index probe;
+  freshVars(n->shape(), "p", probe);
+  if (!build(probe))
+    return std::nullopt;
+  return lazy(build);
+}
+
+bool Lowerer::bindsIndex(const Expr *e, SymExpr t) {
+  bool bound = false;
+  loop::forEachLoad(e, [&](const Expr *l) {
+    for (const auto &b : l->indirect())
+      bound = bound || b.first == t;
+  });
+  return bound;
+}
+
 Value Lowerer::lowerTake(Node *n) {
   Node *xn = n->operand(0);
   // A view of a stored value that realize left unstored (LoweringOptions::takeViewsInPlace:
@@ -461,8 +498,11 @@ Value Lowerer::lowerTake(Node *n) {
   const Value *view = &values_.at(xn);
   bool direct = opCategory(xn->op()) == OpCategoryKind::View && !view->buffer &&
                 plainLoad(xn, *view, probe, probeVars);
-  Buffer *src = direct ? nullptr : inMemory(xn);
   size_t k = n->operands().size() - 1;
+  if (!direct && k == 1 && !view->buffer) // a computed source (realize's computedAtTaken)
+    if (auto v = takeInPlace(n, *view))
+      return *v;
+  Buffer *src = direct ? nullptr : inMemory(xn);
   std::vector<const Value *> indices;
   for (size_t j = 1; j <= k; ++j)
     indices.push_back(&operandValue(n, j));
@@ -604,12 +644,21 @@ const Expr *Lowerer::bindIndirect(const Expr *e, SymExpr t, const Expr *i,
     if (uses(e->index()))
       out = nullptr;
     break;
-  case loop::ExprKind::Load:
-    if (!e->indirect().empty())
-      out = nullptr; // an indirect load already: keep to one level of indirection
-    else if (uses(e->index()))
-      out = ex_.load(e->buffer(), e->index(), {{t, i}});
+  case loop::ExprKind::Load: {
+    // A load through indices of its own keeps them, each bound inside too (a take of a take).
+    std::vector<loop::IndirectBinding> bindings;
+    for (const auto &[sy, v] : e->indirect()) {
+      const Expr *bound = bindIndirect(v, t, i, done);
+      if (!bound)
+        return done[e] = nullptr;
+      bindings.push_back({sy, bound});
+    }
+    if (uses(e->index()))
+      bindings.push_back({t, i});
+    if (!bindings.empty())
+      out = ex_.load(e->buffer(), e->index(), std::move(bindings));
     break;
+  }
   case loop::ExprKind::Op: {
     std::vector<const Expr *> ops;
     for (const Expr *o : e->operands()) {
@@ -636,7 +685,7 @@ std::optional<Value> Lowerer::gatherInPlace(Node *n, const Value &xv, const Valu
     in[dim] = t;
     std::unordered_map<const Expr *, const Expr *> done;
     const Expr *v = bindIndirect(xv.load(in), t, i, done);
-    return v ? ex_.cast(v, compute) : nullptr;
+    return v && bindsIndex(v, t) ? ex_.cast(v, compute) : nullptr;
   };
   Index probe;
   freshVars(n->shape(), "p", probe);

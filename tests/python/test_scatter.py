@@ -493,7 +493,11 @@ def test_half_precision_products_of_many_values_fall_back():
     fn = lambda x, i, s: x.index_reduce(0, i, s, "prod")
     out = torch.compile(fn, backend="braze")(x, index, src)
     assert braze.counters()["fallback_ops"] == before + 1
-    torch.testing.assert_close(out, fn(x, index, src))
+    if x.is_cuda:  # eager's CUDA kernel multiplies the 20 values in whatever order its atomics
+        # take, rounding after each: two eager runs differ by a unit in the last place
+        torch.testing.assert_close(out, fn(x, index, src), rtol=2e-2, atol=2e-2)
+    else:
+        torch.testing.assert_close(out, fn(x, index, src))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])

@@ -297,10 +297,18 @@ private:
   /// gathered positions instead of realizing the whole value; nullopt when the value's body
   /// cannot take the gathered index (bindIndirect).
   std::optional<Value> gatherInPlace(Node *n, const Value &xv, const Value &index, size_t dim,
-                                     SymExpr extent, DType compute);
+                                     SymExpr extent);
   /// Take n of a computed value xv (one index tensor; realize's computedAtTaken) reads the
   /// value's inputs at the taken positions; nullopt when its body cannot take the index.
   std::optional<Value> takeInPlace(Node *n, const Value &xv);
+  /// For an element of n (its index) and the symbol t of the position read along the source's
+  /// dim: that position's value and the source element's index, which holds t there.
+  using PositionAt = std::function<std::pair<const Expr *, Index>(const Index &, SymExpr)>;
+  /// n's value as xv's computed where n reads it (gatherInPlace, takeInPlace): xv's loads
+  /// bind t to the position; nullopt when its body cannot take it (bindIndirect) or none of
+  /// its loads would check it (bindsIndex).
+  std::optional<Value> boundInPlace(Node *n, const Value &xv, SymExpr extent,
+                                    const PositionAt &position);
 
   Value lowerGather(Node *n);
 

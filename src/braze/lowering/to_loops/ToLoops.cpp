@@ -456,8 +456,8 @@ std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
   const Value *index = &operandValue(n, 1);
   size_t dim = n->attrs().getInt("dim"), indexRank = n->operand(1)->rank();
   SymExpr extent = n->operand(0)->shape()[dim];
-  DType compute = computeType(n->dtype());
-  auto build = [this, xv, index, dim, indexRank, extent, compute](const Index &idx) -> const Expr * {
+  return boundInPlace(n, xv, extent, [this, index, dim, indexRank, extent](const Index &idx,
+                                                                            SymExpr t) {
     Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
     const Expr *i = ex_.cast(index->load(at), DType::Int64);
     const Expr *zero = ex_.constant(0, DType::Int64), *size = ex_.indexValue(extent, DType::Int64);
@@ -465,10 +465,19 @@ std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
                {ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool),
                 ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
                DType::Int64);
-    SymExpr t = s_.indexSymbol("t", extent);
     Index in(idx.begin(), idx.begin() + dim);
     in.push_back(t);
     in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
+    return std::make_pair(i, in);
+  });
+}
+
+std::optional<Value> Lowerer::boundInPlace(Node *n, const Value &xv, SymExpr extent,
+                                           const PositionAt &position) {
+  DType compute = computeType(n->dtype());
+  auto build = [this, xv, extent, position, compute](const Index &idx) -> const Expr * {
+    SymExpr t = s_.indexSymbol("t", extent);
+    auto [i, in] = position(idx, t);
     std::unordered_map<const Expr *, const Expr *> done;
     const Expr *v = bindIndirect(xv.load(in), t, i, done);
     return v && bindsIndex(v, t) ? ex_.cast(v, compute) : nullptr;
@@ -675,23 +684,14 @@ const Expr *Lowerer::bindIndirect(const Expr *e, SymExpr t, const Expr *i,
 }
 
 std::optional<Value> Lowerer::gatherInPlace(Node *n, const Value &xv, const Value &index,
-                                            size_t dim, SymExpr extent, DType compute) {
+                                            size_t dim, SymExpr extent) {
   if (xv.buffer)
     return std::nullopt;
-  auto build = [this, xv, &index, dim, extent, compute](const Index &idx) -> const Expr * {
-    const Expr *i = ex_.cast(index.load(idx), DType::Int64);
-    SymExpr t = s_.indexSymbol("t", extent);
+  return boundInPlace(n, xv, extent, [this, &index, dim](const Index &idx, SymExpr t) {
     Index in = idx;
     in[dim] = t;
-    std::unordered_map<const Expr *, const Expr *> done;
-    const Expr *v = bindIndirect(xv.load(in), t, i, done);
-    return v && bindsIndex(v, t) ? ex_.cast(v, compute) : nullptr;
-  };
-  Index probe;
-  freshVars(n->shape(), "p", probe);
-  if (!build(probe))
-    return std::nullopt;
-  return lazy(build);
+    return std::make_pair(ex_.cast(index.load(idx), DType::Int64), in);
+  });
 }
 
 Value Lowerer::lowerGather(Node *n) {
@@ -701,7 +701,7 @@ Value Lowerer::lowerGather(Node *n) {
   size_t dim = n->attrs().getInt("dim");
   SymExpr extent = xn->shape()[dim];
   DType compute = computeType(n->dtype());
-  if (auto v = gatherInPlace(n, values_.at(xn), index, dim, extent, compute))
+  if (auto v = gatherInPlace(n, values_.at(xn), index, dim, extent))
     return *v;
   Buffer *src = inMemory(xn);
   return lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {

@@ -19,8 +19,8 @@ which of its results braze's stable order reproduces.
   sorted. The largest k <= 8 of half, f32 or small-integer values are k passes of argmax
   instead (each takes the first of the largest remaining, NaN the largest; the same order as
   the sort's), a row reduction each, which fuse with the row's other reductions: a router's
-  softmax and its top 2 are one kernel. kthvalue selects among ties as its algorithm does and
-  is left to eager."""
+  softmax and its top-2 selection are one kernel (the values' gather and what follows, a
+  second). kthvalue selects among ties as its algorithm does and is left to eager."""
 import torch
 
 from braze.registry import OpKind, Unsupported, aten, rule

@@ -55,17 +55,6 @@ std::optional<int64_t> staticCount(const std::vector<SymExpr> &shape) {
 }
 
 /// The node a chain of views starts from (n itself when n is not a view).
-/// The element count of a shape of constant dims; -1 otherwise.
-int64_t constantCount(const std::vector<SymExpr> &shape) {
-  int64_t count = 1;
-  for (SymExpr d : shape) {
-    if (!d->isConst())
-      return -1;
-    count *= d->value();
-  }
-  return count;
-}
-
 Node *viewRoot(Node *n) {
   while (opCategory(n->op()) == OpCategoryKind::View)
     n = n->operand(0);
@@ -333,12 +322,12 @@ private:
   /// through plain loads.
   void storeBroadcastGather(Node *n) {
     Node *x = n->operand(0), *root = viewRoot(x);
-    const int64_t count = constantCount(x->shape());
-    if (root == x || !own(root).stored || count < 0 ||
+    const std::optional<int64_t> count = staticCount(x->shape());
+    if (root == x || !own(root).stored || !count ||
         broadcastFactor(x->shape(), n->shape()) < opts_.storedBroadcast)
       return;
     Node *pick = nullptr;
-    for (Node *v = x; v != root && constantCount(v->shape()) == count; v = v->operand(0)) {
+    for (Node *v = x; v != root && staticCount(v->shape()) == count; v = v->operand(0)) {
       if (stridedView(v, root, /*unitLast=*/false))
         break;
       pick = v;
@@ -355,11 +344,10 @@ private:
   bool computedAtTaken(Node *n) {
     Node *xn = n->operand(0);
     const State &x = own(xn);
-    const int64_t taken = constantCount(n->shape()), source = constantCount(xn->shape());
+    const std::optional<int64_t> taken = staticCount(n->shape()), source = staticCount(xn->shape());
     return n->operands().size() == 2 && !x.stored && !x.library && users_[xn] == 1 &&
            !outputs_.count(xn) && x.cost <= opts_.inlineCostLimit &&
-           opCategory(xn->op()) != OpCategoryKind::View && taken >= 0 && source >= 0 &&
-           taken <= source;
+           opCategory(xn->op()) != OpCategoryKind::View && taken && source && *taken <= *source;
   }
 
   /// A take loads its source through indices: the source is in memory, where it is (a view of

@@ -301,6 +301,8 @@ private:
   /// Take n of a computed value xv (one index tensor; realize's computedAtTaken) reads the
   /// value's inputs at the taken positions; nullopt when its body cannot take the index.
   std::optional<Value> takeInPlace(Node *n, const Value &xv);
+  /// A take's index i (i64) into a dim of `extent`, a negative one counted from the end.
+  const Expr *wrapIndex(const Expr *i, SymExpr extent);
   /// For an element of n (its index) and the symbol t of the position read along the source's
   /// dim: that position's value and the source element's index, which holds t there.
   using PositionAt = std::function<std::pair<const Expr *, Index>(const Index &, SymExpr)>;

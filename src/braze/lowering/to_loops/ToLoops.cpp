@@ -459,17 +459,20 @@ std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
   return boundInPlace(n, xv, extent, [this, index, dim, indexRank, extent](const Index &idx,
                                                                             SymExpr t) {
     Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
-    const Expr *i = ex_.cast(index->load(at), DType::Int64);
-    const Expr *zero = ex_.constant(0, DType::Int64), *size = ex_.indexValue(extent, DType::Int64);
-    i = ex_.op(ScalarOpKind::Where,
-               {ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool),
-                ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
-               DType::Int64);
+    const Expr *i = wrapIndex(ex_.cast(index->load(at), DType::Int64), extent);
     Index in(idx.begin(), idx.begin() + dim);
     in.push_back(t);
     in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
     return std::make_pair(i, in);
   });
+}
+
+const Expr *Lowerer::wrapIndex(const Expr *i, SymExpr extent) {
+  const Expr *zero = ex_.constant(0, DType::Int64), *size = ex_.indexValue(extent, DType::Int64);
+  return ex_.op(ScalarOpKind::Where,
+                {ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool),
+                 ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
+                DType::Int64);
 }
 
 std::optional<Value> Lowerer::boundInPlace(Node *n, const Value &xv, SymExpr extent,
@@ -523,14 +526,8 @@ Value Lowerer::lowerTake(Node *n) {
     Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
     Index in(idx.begin(), idx.begin() + dim);
     std::vector<loop::IndirectBinding> bindings;
-    const Expr *zero = ex_.constant(0, DType::Int64);
     for (size_t j = 0; j < indices.size(); ++j) {
-      const Expr *i = ex_.cast(indices[j]->load(at), DType::Int64);
-      const Expr *size = ex_.indexValue(extents[j], DType::Int64);
-      const Expr *neg = ex_.op(ScalarOpKind::Lt, {i, zero}, DType::Bool);
-      i = ex_.op(ScalarOpKind::Where,
-                 {neg, ex_.op(ScalarOpKind::Add, {i, size}, DType::Int64), i},
-                 DType::Int64);
+      const Expr *i = wrapIndex(ex_.cast(indices[j]->load(at), DType::Int64), extents[j]);
       std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
       SymExpr t = s_.indexSymbol(hint, extents[j]);
       in.push_back(t);

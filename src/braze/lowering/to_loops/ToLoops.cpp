@@ -16,6 +16,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -479,7 +480,17 @@ std::optional<Value> Lowerer::boundInPlace(Node *n, const Value &xv, SymExpr ext
                                            const PositionAt &position) {
   DType compute = computeType(n->dtype());
   auto build = [this, xv, extent, position, compute](const Index &idx) -> const Expr * {
+    // t's name differs from every index the source's loads bind already: a load may hold both.
     SymExpr t = s_.indexSymbol("t", extent);
+    std::set<std::string> bound;
+    auto [i0, in0] = position(idx, t);
+    for (const Expr *e : {xv.load(in0), i0})
+      loop::forEachLoad(e, [&](const Expr *l) {
+        for (const auto &b : l->indirect())
+          bound.insert(b.first->name());
+      });
+    for (int k = 1; bound.count(t->name()); ++k)
+      t = s_.indexSymbol("t" + std::to_string(k), extent);
     auto [i, in] = position(idx, t);
     std::unordered_map<const Expr *, const Expr *> done;
     const Expr *v = bindIndirect(xv.load(in), t, i, done);

@@ -358,10 +358,10 @@ private:
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
     size_t gathered = n->operands().size() - 1, dim = n->attrs().getInt("dim");
     bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
-    if ((opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
-        opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored && inPlace(xn)) {
-      s.absorb(state(xn));
-    } else if (computedAtTaken(n)) {
+    bool viewInPlace = (opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
+                       opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored &&
+                       inPlace(xn);
+    if (viewInPlace || computedAtTaken(n)) {
       s.absorb(state(xn));
     } else {
       need(xn);

@@ -479,25 +479,29 @@ const Expr *Lowerer::wrapIndex(const Expr *i, SymExpr extent) {
 std::optional<Value> Lowerer::boundInPlace(Node *n, const Value &xv, SymExpr extent,
                                            const PositionAt &position) {
   DType compute = computeType(n->dtype());
-  auto build = [this, xv, extent, position, compute](const Index &idx) -> const Expr * {
-    // t's name differs from every index the source's loads bind already: a load may hold both.
-    SymExpr t = s_.indexSymbol("t", extent);
+  Index probe;
+  freshVars(n->shape(), "p", probe);
+  // The bound index's name differs from every index the source's loads bind already (a load
+  // may hold both). The source's lowering names those, so one probe finds them for every point.
+  std::string name = "t";
+  {
+    auto [i, in] = position(probe, s_.indexSymbol(name, extent));
     std::set<std::string> bound;
-    auto [i0, in0] = position(idx, t);
-    for (const Expr *e : {xv.load(in0), i0})
+    for (const Expr *e : {xv.load(in), i})
       loop::forEachLoad(e, [&](const Expr *l) {
         for (const auto &b : l->indirect())
           bound.insert(b.first->name());
       });
-    for (int k = 1; bound.count(t->name()); ++k)
-      t = s_.indexSymbol("t" + std::to_string(k), extent);
+    for (int k = 1; bound.count(name); ++k)
+      name = "t" + std::to_string(k);
+  }
+  auto build = [this, xv, extent, position, compute, name](const Index &idx) -> const Expr * {
+    SymExpr t = s_.indexSymbol(name, extent);
     auto [i, in] = position(idx, t);
     std::unordered_map<const Expr *, const Expr *> done;
     const Expr *v = bindIndirect(xv.load(in), t, i, done);
     return v && bindsIndex(v, t) ? ex_.cast(v, compute) : nullptr;
   };
-  Index probe;
-  freshVars(n->shape(), "p", probe);
   if (!build(probe))
     return std::nullopt;
   return lazy(build);

@@ -183,7 +183,7 @@ class _BrazeGraph:
         static graph with plain inputs and outputs); self otherwise."""
         run = self.run
         if (not isinstance(run, (cpu_support.CpuGraph, cuda_support.CudaGraph)) or not run.static
-                or (run.into and not isinstance(run, cpu_support.CpuGraph)) or self.needs_seed
+                or self.needs_seed
                 or run.checks or self.checker is not None or self.signature.assertions
                 or any(s.complex or s.layout is not None for s in self.signature.computed)
                 or any(c.is_complex() for c in self.constants)):

@@ -55,7 +55,7 @@ class CpuGraph:
         def call(*args):
             nonlocal into_args
             if into_args is None:
-                into_args = _into_arguments(self.into, positions, args, layouts)
+                into_args = into_arguments(self.into, positions, args, layouts)
             outs = [args[into_args[k]] if k in into_args else empty_strided(s, st, dtype=dt)
                     for k, (s, st, dt) in enumerate(layouts)]
             run_bound([args[i].data_ptr() for i in positions] + const_ptrs,
@@ -70,7 +70,7 @@ def _holds(x, shape, stride, dtype):
     return x.dtype == dtype and tuple(x.shape) == tuple(shape) and tuple(x.stride()) == tuple(stride)
 
 
-def _into_arguments(into, positions, args, layouts):
+def into_arguments(into, positions, args, layouts):
     """{output: argument position} for the outputs computed in an argument's memory: those
     whose input (into) is an argument with the output's dtype and layout."""
     return {k: positions[j] for k, j in into.items()

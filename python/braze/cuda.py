@@ -11,7 +11,7 @@ import sys
 import torch
 
 from braze import _C
-from braze.cpu import blas_library, outputs_into
+from braze.cpu import blas_library, into_arguments, outputs_into
 
 
 def _library_dirs():
@@ -247,14 +247,25 @@ class CudaGraph:
         # per call spent more host time on them than its GPU spent on its kernels.
         direct = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
         direct = getattr(direct, "_empty_strided_cuda", None)
+        # Outputs computed in an argument's own memory (self.into, an optimizer's parameters
+        # and moments): the argument position for each, decided at the first call as
+        # outputs_into decides (Dynamo's guards keep the layouts and dtypes from call to call).
+        into_args = None
+        outputs = len(layouts)
         if arena_bytes:
             layouts.append(((arena_bytes,), (1,), torch.uint8))
 
         def call(*args):
+            nonlocal into_args
+            if into_args is None:
+                into_args = into_arguments(self.into, positions, args, layouts[:outputs])
             if direct is not None and current() == index:
-                outs = [direct(s, st, dt) for s, st, dt in layouts]
+                outs = [args[into_args[k]] if k in into_args else direct(s, st, dt)
+                        for k, (s, st, dt) in enumerate(layouts)]
             else:
-                outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in layouts]
+                outs = [args[into_args[k]] if k in into_args
+                        else empty_strided(s, st, dtype=dt, device=device)
+                        for k, (s, st, dt) in enumerate(layouts)]
             arena = outs.pop() if arena_bytes else None
             run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
                      [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,

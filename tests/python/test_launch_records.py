@@ -116,6 +116,9 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
     ("kernel1", "launch{block=1024 threads=1 vec=1 persistent iters=768}", "at most 64"),
     ("kernel0", "launch{block=256 threads=32 vec=4}", "kernels with an inner loop"),
     ("kernel0", "launch{block=256 vec=2 spread=4}", "spread needs vec=1"),
+    ("kernel0", "launch{block=256 vec=4 groups=2}", "this kernel has one"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 groups=2 persistent iters=3}",
+     "pointwise kernels"),
     ("kernel2", "launch{block=1024 threads=64 vec=1 columns=8 persistent iters=32}",
      "block = R x threads"),
     ("kernel2", "launch{block=1024 threads=128 vec=2 columns=8}", "dividing 1"),
@@ -131,6 +134,40 @@ def test_a_record_beyond_its_kernel_is_an_error(tmp_path, kernel, record, says):
     run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
     assert run.returncode != 0 and says in run.stderr, run.stderr
     assert "--launch" in run.stderr and kernel in run.stderr
+
+
+# Three independent pointwise groups (an optimizer's same-sized parameters, in small).
+GROUPS = """graph(%a: f32[4096], %b: f32[4096], %c: f32[4096], %s: f32[]) {
+  %x = mul(%a, %s) : f32[4096]
+  %y = add(%b, %s) : f32[4096]
+  %w = mul(%c, %c) : f32[4096]
+  return %x, %y, %w
+}
+"""
+
+
+def test_member_groups_are_a_record_field(tmp_path):
+    """plan-cuda gives each independent group blocks of its own (groups=3); a record may turn
+    that off (groups=1: every block runs every member) but not ask for another count."""
+    graph = tmp_path / "g.txt"
+    graph.write_text(GROUPS)
+    schedule = _opt(str(graph), "--cuda", "--print=schedule").stdout
+    assert _record(schedule, "kernel0") == "launch{block=256 vec=4 groups=3}"
+    records = tmp_path / "r.txt"
+    for record, ok in [("launch{block=256 vec=4}", True), ("launch{block=128 vec=4 groups=3}", True),
+                       ("launch{block=256 vec=4 groups=2}", False)]:
+        records.write_text(schedule.replace(_record(schedule, "kernel0"), record))
+        run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+        assert (run.returncode == 0) == ok, run.stderr
+        if not ok:
+            assert "groups must be 1 or 3" in run.stderr
+            continue
+        grouped = "groups=3" in record
+        assert ("const int64_t group = (int64_t)blockIdx.x / group_blocks;" in run.stdout) == grouped
+        block = re.search(r"__launch_bounds__\((\d+)\) kernel0", run.stdout).group(1)
+        # the kernel's points per block follow the record's block, as its launch does
+        assert f"* {block} + threadIdx.x) * 4;" in run.stdout
+        assert f"{block} * 4 - 1) / ({block} * 4)" in run.stdout
 
 
 def test_records_for_kernels_the_schedule_does_not_have_are_errors(tmp_path):

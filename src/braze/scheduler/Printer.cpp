@@ -15,8 +15,8 @@ std::string varList(const std::vector<SymExpr> &vars) {
   return s + "]";
 }
 
-/// A CUDA kernel's launch record, as `launch{block=B threads=T vec=V ...}`: spread, columns
-/// and persistent (iters, ragged) where they apply.
+/// A CUDA kernel's launch record, as `launch{block=B threads=T vec=V ...}`: spread, groups,
+/// columns and persistent (iters, ragged) where they apply.
 std::string launchText(const CudaLaunch &l, bool rows) {
   std::string s = "launch{block=" + std::to_string(l.block);
   if (rows)
@@ -24,6 +24,8 @@ std::string launchText(const CudaLaunch &l, bool rows) {
   s += " vec=" + std::to_string(l.vec);
   if (l.spread > 1)
     s += " spread=" + std::to_string(l.spread);
+  if (l.groups > 1)
+    s += " groups=" + std::to_string(l.groups);
   if (l.columns)
     s += " columns=" + std::to_string(l.columnRows);
   if (l.persistent)
@@ -199,6 +201,8 @@ std::map<std::string, CudaLaunch> parseLaunchRecords(const std::string &text) {
         l.vec = n, sawVec = true;
       else if (key == "spread")
         l.spread = n;
+      else if (key == "groups")
+        l.groups = n;
       else if (key == "columns")
         l.columns = true, l.columnRows = n;
       else if (key == "iters")

@@ -300,10 +300,41 @@ std::vector<const Member *> CudaEmitter::allMembers(const Kernel &k) {
 }
 
 void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer &w) {
-  std::vector<const Member *> members = allMembers(k);
+  if (plan.groups <= 1) {
+    emitPointwiseBlock(k, plan, w, allMembers(k), "(int64_t)blockIdx.x");
+    return;
+  }
+  // Groups: each independent group's points over blocks of its own, so a thread holds one
+  // group's operands (an optimizer's 12 same-sized parameters held 84 arrays a thread).
+  std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], k.outerVars);
+  BRAZE_CHECK(static_cast<int>(groups.size()) == plan.groups)
+      << k.name << ": launch record of " << plan.groups << " groups for " << groups.size();
+  std::string per = std::to_string(plan.block * plan.vec * plan.spread);
+  w.line("const int64_t group_blocks = (" + product(k.outerVars) + " + " + per + " - 1) / " +
+         per + ";");
+  w.line("const int64_t group = (int64_t)blockIdx.x / group_blocks;");
+  w.line("const int64_t group_block = (int64_t)blockIdx.x - group * group_blocks;");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<const Member *> members;
+    for (const Member &copy : groups[g])
+      for (const Member &m : k.steps[0].members)
+        if (m.comp == copy.comp)
+          members.push_back(&m);
+    w.line((g ? "} else if (group == " : "if (group == ") + std::to_string(g) + ") {");
+    w.indent();
+    emitPointwiseBlock(k, plan, w, members, "group_block");
+    w.dedent();
+  }
+  w.line("}");
+}
+
+void CudaEmitter::emitPointwiseBlock(const Kernel &k, const KernelPlan &plan, Writer &w,
+                                     const std::vector<const Member *> &members,
+                                     const std::string &blockIndex) {
   std::set<const Buffer *> writes = written(k);
   SymExpr var = k.outerVars.empty() ? nullptr : k.outerVars.back();
-  std::string total = product(k.outerVars), block = std::to_string(kPointwiseBlock);
+  // The record's block: a record given by hand may make it other than plan-cuda's.
+  std::string total = product(k.outerVars), block = std::to_string(plan.block);
   auto emitPoint = [&] { // the members at point `first` (lane 0 of vec)
     std::string base = var ? names_.index(var) + "_base" : "";
     decompose(w, k.outerVars, "first", base);
@@ -313,7 +344,7 @@ void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer 
     emitLanes(w, outer, members, var, base, plan.vec, writes, {}, "", "");
   };
   if (plan.spread == 1) {
-    w.line("const int64_t first = ((int64_t)blockIdx.x * " + block + " + threadIdx.x) * " +
+    w.line("const int64_t first = (" + blockIndex + " * " + block + " + threadIdx.x) * " +
            std::to_string(plan.vec) + ";");
     w.line("if (first >= " + total + ") return;");
     emitPoint();
@@ -322,7 +353,7 @@ void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer 
   // Spread: S points a block apart per thread. In a block whose points all exist, nothing
   // guards them, so their loads are issued together.
   std::string tile = block + " * " + std::to_string(plan.spread);
-  w.line("const int64_t tile = (int64_t)blockIdx.x * " + tile + ";");
+  w.line("const int64_t tile = " + blockIndex + " * " + tile + ";");
   for (bool whole : {true, false}) {
     w.line(whole ? "if (tile + " + tile + " <= " + total + ") {" : "} else {");
     w.indent();
@@ -742,6 +773,11 @@ std::string CudaEmitter::launchCall(const Kernel &k, const KernelPlan &plan, int
   std::string per = k.innerVars.empty()
                         ? std::to_string(plan.block) + " * " + std::to_string(plan.vec * plan.spread)
                         : std::to_string(plan.block / plan.threads);
+  if (plan.groups > 1) // each group over blocks of its own (emitPointwise)
+    return launchBlocks(s_, names_, k, index, plan.block,
+                        std::to_string(plan.groups) + " * ((" +
+                            extentProduct(names_, k.outerVars) + " + " + per + " - 1) / (" +
+                            per + "))");
   return launchStatement(s_, names_, k, index, plan.block, per);
 }
 

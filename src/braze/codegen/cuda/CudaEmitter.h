@@ -148,6 +148,13 @@ private:
   std::vector<const Member *> allMembers(const Kernel &k);
 
   void emitPointwise(const Kernel &k, const KernelPlan &plan, Writer &w);
+  /// The points of `members` from block `blockIndex` (an expression) of a pointwise kernel.
+  void emitPointwiseBlock(const Kernel &k, const KernelPlan &plan, Writer &w,
+                          const std::vector<const Member *> &members,
+                          const std::string &blockIndex);
+  /// The independent member groups a pointwise kernel may run over blocks of their own (1
+  /// where it has one, or is not pointwise).
+  int memberGroups(const Kernel &k);
 
   /// Emits the members for `vec` consecutive values of var (from `base`), each lane in its own
   /// block where var = base + j. With vec > 1, operands contiguous along var are read (and

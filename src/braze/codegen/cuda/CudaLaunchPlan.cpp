@@ -195,6 +195,12 @@ void CudaEmitter::setRowIterations(sched::CudaLaunch &l, int64_t length) {
   l.ragged = length % chunk != 0;
 }
 
+int CudaEmitter::memberGroups(const Kernel &k) {
+  if (k.outerVars.empty() || !k.innerVars.empty() || k.steps.size() != 1)
+    return 1;
+  return static_cast<int>(std::max<size_t>(1, independentMembers(k.steps[0], k.outerVars).size()));
+}
+
 sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   sched::CudaLaunch p;
   std::set<const Buffer *> writes = written(k);
@@ -207,6 +213,7 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
     SymExpr count = points(k.outerVars);
     if (p.vec == 1 && count->isConst() && count->value() >= kSpreadMin)
       p.spread = kSpread;
+    p.groups = memberGroups(k);
     return p;
   }
   std::vector<const Member *> all = laneMembers(k);
@@ -304,11 +311,16 @@ std::string CudaEmitter::completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
       return "threads, columns and persistent apply to kernels with an inner loop";
     if (l.spread > 1 && l.vec > 1)
       return "spread needs vec=1";
+    if (l.groups != 1 && l.groups != planned.groups)
+      return planned.groups == 1
+                 ? "groups needs independent member groups, and this kernel has one"
+                 : "groups must be 1 or " + std::to_string(planned.groups) +
+                       " (its independent member groups)";
     l.threads = planned.threads;
     return "";
   }
-  if (l.spread != 1)
-    return "spread applies to pointwise kernels";
+  if (l.spread != 1 || l.groups != 1)
+    return "spread and groups apply to pointwise kernels";
   if (!pow2(l.threads) || l.threads > l.block || l.block % l.threads != 0)
     return "threads must be a power of two that divides block";
   if (l.columns) {

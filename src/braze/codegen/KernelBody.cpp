@@ -209,15 +209,17 @@ std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st
   };
   // A buffer's first member to make or read it: a later member that reads it joins that one.
   std::unordered_map<const loop::Buffer *, size_t> first;
+  std::unordered_set<const loop::Buffer *> made;
   for (size_t i = 0; i < n; ++i) {
     loop::forEachLoad(st.members[i].value, [&](const loop::Expr *ld) {
-      if (ld->indirect().empty() && !mentionsAny(ld->index(), vars))
+      if (ld->indirect().empty() && !mentionsAny(ld->index(), vars) && !made.count(ld->buffer()))
         return; // one value for the whole kernel (a step size), loaded before its loops
       auto [it, fresh] = first.try_emplace(ld->buffer(), i);
       if (!fresh)
         parent[root(i)] = root(it->second);
     });
     first.try_emplace(st.members[i].comp->out, i);
+    made.insert(st.members[i].comp->out);
   }
   std::vector<std::vector<sched::Member>> groups;
   std::unordered_map<size_t, size_t> groupOf;

@@ -103,7 +103,8 @@ bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars);
 /// reads what the other computes or both read one buffer (directly or through members
 /// between), and groups are in the order of their first member. Members of different groups
 /// share no memory, so a kernel may run the groups as loops of their own without reading
-/// anything twice (a load that no variable of `vars` moves is one value, read once).
+/// anything twice (a load that no variable of `vars` moves is one value, read once, unless a
+/// member of the step makes it: a scalar kernel's members read each other's values).
 std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
                                                            const std::vector<sym::SymExpr> &vars);
 

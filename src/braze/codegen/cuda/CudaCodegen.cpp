@@ -314,16 +314,19 @@ void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer 
          per + ";");
   w.line("const int64_t group = (int64_t)blockIdx.x / group_blocks;");
   w.line("const int64_t group_block = (int64_t)blockIdx.x - group * group_blocks;");
+  w.line("switch (group) {");
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<const Member *> members;
     for (const Member &copy : groups[g])
       for (const Member &m : k.steps[0].members)
         if (m.comp == copy.comp)
           members.push_back(&m);
-    w.line((g ? "} else if (group == " : "if (group == ") + std::to_string(g) + ") {");
+    w.line("case " + std::to_string(g) + ": {");
     w.indent();
     emitPointwiseBlock(k, plan, w, members, "group_block");
+    w.line("break;");
     w.dedent();
+    w.line("}");
   }
   w.line("}");
 }

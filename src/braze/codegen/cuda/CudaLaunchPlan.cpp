@@ -196,7 +196,7 @@ void CudaEmitter::setRowIterations(sched::CudaLaunch &l, int64_t length) {
 }
 
 int CudaEmitter::memberGroups(const Kernel &k) {
-  if (k.outerVars.empty() || !k.innerVars.empty() || k.steps.size() != 1)
+  if (!k.innerVars.empty() || k.steps.size() != 1)
     return 1;
   return static_cast<int>(std::max<size_t>(1, independentMembers(k.steps[0], k.outerVars).size()));
 }

@@ -2,7 +2,9 @@
 the Sq x Sk scores it never holds (`make bench-cpu-memory`).
 
   * forward: causal scaled_dot_product_attention, [1, 8, 4096, 64] f32, inference;
-  * training: causal attention forward and the gradients of q, k and v, [1, 2, 2048, 32] f32.
+  * training: causal attention forward and the gradients of q, k and v, [1, 2, 2048, 32] f32;
+  * training with dropout: the same through braze::attention_dropout (p = 0.1, one seed),
+    whose gradients are compared with its eager implementation's.
 
 Each case runs in a fresh process (2 threads) after a compile at another size, so that its peak
 is its own; it also prints the largest error against eager and the ops left to eager.
@@ -13,6 +15,19 @@ import os
 import subprocess
 import sys
 import textwrap
+
+_TRAINING = """
+        q, k, v = (torch.randn(1, 2, 2048, 32, requires_grad=True) for _ in range(3))
+        scores = 2 * 2048 * 2048 * 4
+        small = [t[:, :, :64].detach().requires_grad_() for t in (q, k, v)]
+        torch.compile(fn, backend="braze", dynamic=False)(*small).sum().backward()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="braze", dynamic=False)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        got = torch.autograd.grad(compiled(q, k, v).sum(), (q, k, v))
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        want = torch.autograd.grad(fn(q, k, v).sum(), (q, k, v))
+"""
 
 CASES = {
     "forward S=4096": ("""
@@ -27,18 +42,12 @@ CASES = {
             grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
             want = [fn(q, k, v)]
     """),
-    "training S=2048": ("""
-        q, k, v = (torch.randn(1, 2, 2048, 32, requires_grad=True) for _ in range(3))
-        scores = 2 * 2048 * 2048 * 4
-        small = [t[:, :, :64].detach().requires_grad_() for t in (q, k, v)]
-        torch.compile(fn, backend="braze", dynamic=False)(*small).sum().backward()
-        torch._dynamo.reset()
-        compiled = torch.compile(fn, backend="braze", dynamic=False)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        got = torch.autograd.grad(compiled(q, k, v).sum(), (q, k, v))
-        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-        want = torch.autograd.grad(fn(q, k, v).sum(), (q, k, v))
-    """),
+    "training S=2048": _TRAINING,
+    "training with dropout S=2048": """
+        from braze.attention_dropout import attention_dropout
+        seed = torch.tensor(77)
+        fn = lambda q, k, v: attention_dropout(q, k, v, None, seed, 0.1, True, 32 ** -0.5)[0]
+""" + _TRAINING,
 }
 
 PRELUDE = """

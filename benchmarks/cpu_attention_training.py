@@ -9,6 +9,11 @@ against eager.
 
     python benchmarks/cpu_attention_training.py
     python benchmarks/cpu_attention_training.py --seq 128,512 --repeats 10
+    python benchmarks/cpu_attention_training.py --dropout 0.1
+
+With --dropout P the attention drops its probabilities: braze runs braze::attention_dropout (the
+fused kernels with their dropout) and, as "braze (math path)", PyTorch's math path, which saves
+the probabilities; every contender draws its own, so the errors are not given.
 """
 import argparse
 import statistics
@@ -30,6 +35,7 @@ def _parse_args(argv=None):
     p.add_argument("--warm-cache", action="store_true",
                    help="reuse the braze/Inductor on-disk caches instead of a fresh temp dir")
     p.add_argument("--malloc", choices=("reuse", "default"), default="reuse")
+    p.add_argument("--dropout", type=float, default=0.0, help="attention dropout p")
     return p.parse_args(argv)
 
 
@@ -44,7 +50,7 @@ from braze import rules_attention  # noqa: E402
 
 
 def attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=ARGS.dropout)
 
 
 def stepper(fn, grad):
@@ -67,10 +73,12 @@ def run(seq):
     for name, backend, math_path in plans:
         torch._dynamo.reset()
         rules_attention.MATH_TRAINING_WITHOUT_DROPOUT = math_path
+        rules_attention.FUSED_CPU_DROPOUT = not math_path
         before = braze.counters().get("fallback_ops", 0)
         step = stepper(torch.compile(attention, backend=backend, dynamic=False), grad)
-        got = step(q, k, v)  # compiles, with the switch set
+        got = step(q, k, v)  # compiles, with the switches set
         rules_attention.MATH_TRAINING_WITHOUT_DROPOUT = False
+        rules_attention.FUSED_CPU_DROPOUT = True
         errors[name] = (max((g - w).abs().max().item() for g, w in zip(got, want)),
                         braze.counters().get("fallback_ops", 0) - before)
         contenders[name] = step
@@ -81,14 +89,15 @@ def run(seq):
     ms = {n: statistics.median(s) * 1e3 for n, s in samples.items()}
     for n in contenders:
         err, fallbacks = errors.get(n, (0.0, 0))
-        print(f"| {seq} | {n} | {ms[n]:.2f} | {ms['eager'] / ms[n]:.2f}x | {err:.1e} | "
+        error = "-" if ARGS.dropout else f"{err:.1e}"
+        print(f"| {seq} | {n} | {ms[n]:.2f} | {ms['eager'] / ms[n]:.2f}x | {error} | "
               f"{fallbacks if n.startswith('braze') else '-'} |")
 
 
 def main():
     torch.set_num_threads(ARGS.threads)
     print(f"causal attention training step, [B={ARGS.batch}, H={ARGS.heads}, S, D={ARGS.head_dim}] "
-          f"f32, {ARGS.threads} threads, median of {ARGS.repeats}\n")
+          f"f32, dropout {ARGS.dropout}, {ARGS.threads} threads, median of {ARGS.repeats}\n")
     print("| S | contender | ms | vs eager | max grad error | fallback ops |")
     print("|---:|---|---:|---:|---:|---:|")
     for seq in (int(s) for s in ARGS.seq.split(",")):

@@ -6,14 +6,16 @@ kernels), on CUDA in f16 and bf16 with head dims up to 128 (fused kernels, sm_80
 and in other CUDA cases when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
 MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
 faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced
-as PyTorch's math path instead (trace_as_math_for_training), so that the dropout and the
-backward compile too."""
+as braze::attention_dropout (attention_dropout.py), whose forward and backward compile as the
+fused CPU kernels with their dropout, or where those do not take it as PyTorch's math path
+(trace_as_math_for_training)."""
 import math
 import operator
 
 import torch
 import torch.nn.functional as F
 
+from braze.attention_dropout import attention_with_dropout
 from braze.registry import rule, Unsupported, aten, dtype_name
 
 
@@ -218,6 +220,29 @@ def _sdpa(t, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 # ---- training -------------------------------------------------------------------------------
 
+@rule(torch.ops.braze.attention_dropout.default)
+def _attention_dropout(t, node, q, k, v, bias, seed, p, causal, scale):
+    """braze::attention_dropout: the attention with its dropout, and its log-sum-exp."""
+    if q.meta["val"].device.type != "cpu":
+        raise Unsupported("attention dropout on CUDA (braze's CUDA kernels have none)")
+    qh, kh, vh, bh = _operands(t, q, k, v, bias)
+    out = t.g.attention(qh, kh, vh, bh, float(scale), bool(causal), dropout=float(p),
+                        seed=t.arg(seed))
+    return out, t.g.attention_lse(qh, kh, bh, float(scale), bool(causal))
+
+
+@rule(torch.ops.braze.attention_dropout_backward.default)
+def _attention_dropout_backward(t, node, dout, q, k, v, bias, out, lse, seed, p, causal, scale):
+    """braze::attention_dropout_backward: one attention_grad op per gradient read."""
+    if q.meta["val"].device.type != "cpu":
+        raise Unsupported("attention dropout on CUDA (braze's CUDA kernels have none)")
+    read = _read_outputs(node)
+    qh, kh, vh, bh = _operands(t, q, k, v, bias)
+    args = (t.arg(dout), qh, kh, vh, t.arg(out), t.arg(lse), bh, float(scale), bool(causal))
+    return tuple(t.g.attention_grad(wrt, *args, dropout=float(p), seed=t.arg(seed))
+                 if i in read else None for i, wrt in enumerate("qkv"))
+
+
 def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scale=None, enable_gqa=False):
     """scaled_dot_product_attention as PyTorch's math path: products, softmax and dropout,
@@ -262,19 +287,47 @@ def _has_dropout(node):
     return not (isinstance(p, (int, float)) and p == 0)
 
 
+def _fused_dropout(node):
+    """Whether CPU attention `node` with dropout can be braze::attention_dropout: a constant p
+    in (0, 1), query, key and value of one floating dtype and head count (grouped heads take
+    the math path), and a mask (if any) that needs no gradient."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+             "enable_gqa")
+    args = dict(zip(names, node.args))
+    args.update(node.kwargs)
+    val = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a
+           for a in (args.get("query"), args.get("key"), args.get("value"))]
+    mask = args.get("attn_mask")
+    mask = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else mask
+    p = args.get("dropout_p", 0.0)
+    if not all(isinstance(x, torch.Tensor) for x in val) or not isinstance(p, (int, float)):
+        return False
+    q, k, v = val
+    return (0 < p < 1 and q.dtype.is_floating_point and k.dtype == q.dtype == v.dtype
+            and q.dim() == k.dim() == v.dim() and q.dim() >= 2
+            and (q.dim() < 3 or k.shape[-3] == q.shape[-3] == v.shape[-3])
+            and (mask is None or (isinstance(mask, torch.Tensor) and not mask.requires_grad
+                                  and mask.dim() <= q.dim())))
+
+
 # Whether CUDA training graphs, and CPU calls without dropout, take the math path too (see
 # trace_as_math_for_training; benchmarks/cpu_attention_training.py compares the two on the CPU).
 MATH_TRAINING_ON_CUDA = False
 MATH_TRAINING_WITHOUT_DROPOUT = False
+# Whether CPU training calls with dropout become braze::attention_dropout (the fused kernels'
+# dropout) rather than the math path.
+FUSED_CPU_DROPOUT = True
 
 
 def trace_as_math_for_training(gm, example_inputs):
     """In a training graph (grad mode on, an input that requires grad), rewrites Dynamo's
-    scaled_dot_product_attention calls to the math path before AOTAutograd where braze could
-    not compile the fused kernel's training form:
-      - on the CPU, calls with dropout (braze compiles CPU flash attention and its backward,
-        not their dropout), up to MATH_TRAINING_MAX_SCORES scores: the math path saves its
-        probabilities, Sq x Sk per head. Without dropout the fused form holds no scores and
+    scaled_dot_product_attention calls before AOTAutograd where braze could not compile the
+    fused kernel's training form:
+      - on the CPU, calls with dropout: as braze::attention_dropout (_fused_dropout), whose
+        forward saves the output and its log-sum-exp and whose backward draws the dropped
+        probabilities again; other calls with dropout, up to MATH_TRAINING_MAX_SCORES scores,
+        as the math path, which saves its probabilities, Sq x Sk per head (PyTorch's CPU
+        flash attention takes no dropout). Without dropout the fused form holds no scores and
         is as fast (benchmarks/cpu_attention_training.py: causal 2x6xSx64 f32 steps at 2
         threads, 1.40 / 13.37 / 48.56 ms fused against 1.37 / 13.36 / 48.38 ms as the math
         path for S = 128 / 512 / 1024);
@@ -293,7 +346,12 @@ def trace_as_math_for_training(gm, example_inputs):
         if node.op == "call_function" and node.target in (
                 torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
             scores = _scores(node)
-            math_path = cuda or MATH_TRAINING_WITHOUT_DROPOUT or _has_dropout(node)
+            dropout = _has_dropout(node)
+            if dropout and not cuda and FUSED_CPU_DROPOUT and _fused_dropout(node):
+                node.target = attention_with_dropout
+                changed = True
+                continue
+            math_path = cuda or MATH_TRAINING_WITHOUT_DROPOUT or dropout
             if math_path and scores is not None \
                     and scores <= MATH_TRAINING_MAX_SCORES:
                 node.target = _math_attention

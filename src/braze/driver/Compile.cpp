@@ -141,6 +141,7 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
     d.fusedAttentionDtypes = {DType::Float32};
     d.fusedAttentionBackwardDtypes = {DType::Float32};
     d.fusedAttentionMaxHeadDim = d.fusedAttentionBackwardMaxHeadDim = 1024;
+    d.fusedAttentionDropout = true;
   } else if (opts.cuda->computeCapability >= 80) { // tensor-core mma (codegen/cuda/CudaAttention)
     d.fusedAttentionDtypes = d.fusedAttentionBackwardDtypes = {DType::Float16, DType::BFloat16};
     d.fusedAttentionMaxHeadDim = 256;

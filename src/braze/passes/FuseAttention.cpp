@@ -432,10 +432,12 @@ void fuseAttention(Graph &g) {
     if (kind == MaskKind::Other)
       continue;
     b.setName(a->name());
+    double dropout = a->attrs().has("dropout") ? a->attrs().getFloat("dropout") : 0;
     Node *plain = b.attention(a->operand(0), a->operand(1), a->operand(2), nullptr,
                               a->attrs().getFloat("scale"),
                               a->attrs().getBool("causal") || kind == MaskKind::Causal,
-                              a->attrs().getBool("safe"));
+                              a->attrs().getBool("safe"), dropout,
+                              dropout > 0 ? a->operand(3) : nullptr);
     g.replaceAllUses(a, plain);
     changed = true;
   }

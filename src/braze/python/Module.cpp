@@ -370,10 +370,12 @@ NB_MODULE(_C, m) {
                                                 padding, dilation, outputPadding, groups));
       })
       .def("attention", [](PyGraph &g, int q, int k, int v, std::optional<int> bias, double scale,
-                           bool causal) {
+                           bool causal, double dropout, std::optional<int> seed) {
         return g.node(g.builder().attention(g.at(q), g.at(k), g.at(v),
-                                            bias ? g.at(*bias) : nullptr, scale, causal));
-      })
+                                            bias ? g.at(*bias) : nullptr, scale, causal, true,
+                                            dropout, seed ? g.at(*seed) : nullptr));
+      }, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("bias").none(), nb::arg("scale"),
+         nb::arg("causal"), nb::arg("dropout") = 0.0, nb::arg("seed").none() = nb::none())
       .def("attention_lse", [](PyGraph &g, int q, int k, std::optional<int> bias, double scale,
                                bool causal) {
         return g.node(g.builder().attentionLse(g.at(q), g.at(k), bias ? g.at(*bias) : nullptr,
@@ -387,11 +389,14 @@ NB_MODULE(_C, m) {
       })
       .def("attention_grad", [](PyGraph &g, const std::string &wrt, int dout, int q, int k, int v,
                                 int out, int lse, std::optional<int> bias, double scale,
-                                bool causal) {
+                                bool causal, double dropout, std::optional<int> seed) {
         return g.node(g.builder().attentionGrad(wrt, g.at(dout), g.at(q), g.at(k), g.at(v),
                                                 g.at(out), g.at(lse),
-                                                bias ? g.at(*bias) : nullptr, scale, causal));
-      })
+                                                bias ? g.at(*bias) : nullptr, scale, causal,
+                                                dropout, seed ? g.at(*seed) : nullptr));
+      }, nb::arg("wrt"), nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
+         nb::arg("out"), nb::arg("lse"), nb::arg("bias").none(), nb::arg("scale"),
+         nb::arg("causal"), nb::arg("dropout") = 0.0, nb::arg("seed").none() = nb::none())
       .def("max_pool", [](PyGraph &g, int x, int64_t spatial, IntList k, IntList s, IntList p,
                           IntList d, bool ceil) {
         auto [v, i] = g.builder().maxPool(g.at(x), spatial, k, s, p, d, ceil);

@@ -133,6 +133,18 @@ static inline float braze_attn_scale_row(float* si, int64_t seen, float scale, c
   return mx;
 }
 
+// Dropout over `n` probabilities of one row whose first is at row-major position `at` of the
+// scores [B.., Sq, Sk]: each dropped where Philox's draw there is below p (the graph's
+// random draws), the rest scaled by 1 / (1 - p). The forward and every gradient draw alike.
+static inline void braze_attn_drop(float* x, int64_t n, const int64_t* seed, int64_t at,
+                                   float p) {
+  const float keep = (float)(1.0 / (1.0 - (double)p));
+  const uint64_t key = (uint64_t)*seed;
+  #pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    x[j] = braze_philox_uniform(key, (uint64_t)(at + j)) >= p ? x[j] * keep : 0.f;
+}
+
 // The element offset of batch point b (row-major over dims[0..nb)) in an operand of strides st.
 static inline int64_t braze_attn_offset(int nb, const int64_t* dims, const int64_t* st,
                                         int64_t b) {
@@ -148,7 +160,8 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                 const int64_t* qs, const float* k, const int64_t* ks,
                                 const float* v, const int64_t* vs, const float* bias,
                                 const int64_t* bs, float* out, const int64_t* os,
-                                float scale, bool causal, bool safe) {
+                                float scale, bool causal, bool safe, const int64_t* seed,
+                                float dropout) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
@@ -215,6 +228,8 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
           }
           for (int64_t j = seen; j < cols; ++j)
             si[j] = 0.f;
+          if (seed) // dropped after the row's sum, which keeps every probability
+            braze_attn_drop(si, seen, seed, (b * sq + i0 + i) * sk + j0, dropout);
           const float alpha = braze_attn_exp(m[i] - mx);
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
@@ -311,12 +326,15 @@ static void braze_attention_lse_f32(int rank, const int64_t* dims, const float* 
 //   dk = scale * dSᵀ·q and dv = pᵀ·dout (tasks of 64 keys, walking blocks of 256 query rows;
 //   causal: from the task's first key on).
 // v and o are unused (may be null) for dv. Per thread: p (then dS), dP and Delta of a block.
+// With dropout (a seed), the forward's dropped probabilities: dv = (p * keep)ᵀ·dout and
+// dS = p * (dP * keep - Delta), keep being braze_attn_drop's factor.
 static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, const float* dout,
                                      const int64_t* dos, const float* q, const int64_t* qs,
                                      const float* k, const int64_t* ks, const float* v,
                                      const int64_t* vs, const float* o, const int64_t* os,
                                      const float* lse, const int64_t* ls, const float* bias,
-                                     const int64_t* bs, float* grad, float scale, bool causal) {
+                                     const int64_t* bs, float* grad, float scale, bool causal,
+                                     const int64_t* seed, float dropout) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
@@ -388,12 +406,17 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
               si[j] *= scale;
           }
           // s - lse is <= 0 up to rounding
+          const int64_t at = (b * sq + i0 + i) * sk + j0; // the row's first score
           if (wrt == 2) {
             #pragma omp simd
             for (int64_t j = 0; j < seen; ++j)
               si[j] = braze_attn_exp(std::min(si[j] - li, 0.f));
+            if (seed)
+              braze_attn_drop(si, seen, seed, at, dropout);
           } else {
-            const float* dpi = dp + i * ck;
+            float* dpi = dp + i * ck;
+            if (seed)
+              braze_attn_drop(dpi, seen, seed, at, dropout);
             const float di = delta[i];
             #pragma omp simd
             for (int64_t j = 0; j < seen; ++j)

@@ -98,12 +98,18 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
   std::string bias = operand(a.bias, "b");
   std::string out = "(float*)bufs[" + std::to_string(c.out->id) + "]";
   std::string tail = literal(a.scale, 0, DType::Float32) + ", " + (a.causal ? "true" : "false");
+  // Dropout: the seed's i64 and p (a null seed keeps every probability).
+  std::string dropout = a.seed ? "(const int64_t*)bufs[" + std::to_string(a.seed->buffer->id) +
+                                     "] + " + names_.index(a.seed->offset) + ", " +
+                                     literal(a.dropout, 0, DType::Float32)
+                               : std::string("nullptr, 0.0f");
   std::string r = std::to_string(rank);
   switch (a.part) {
   case loop::AttentionPart::Output:
     w.line("const int64_t os[" + r + "] = " + list(c.out->strides) + ";");
     w.line("braze_attention_f32(" + r + ", dims, " + q + ", " + kk + ", " + v + ", " + bias +
-           ", " + out + ", os, " + tail + ", " + (a.safe ? "true" : "false") + ");");
+           ", " + out + ", os, " + tail + ", " + (a.safe ? "true" : "false") + ", " + dropout +
+           ");");
     break;
   case loop::AttentionPart::Lse:
     w.line("braze_attention_lse_f32(" + r + ", dims, " + q + ", " + kk + ", " + bias + ", " +
@@ -116,7 +122,7 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
     std::string dout = operand(a.dout, "do"), o = operand(a.out, "o"), lse = operand(a.lse, "l");
     w.line("braze_attention_grad_f32(" + std::to_string(wrt) + ", " + r + ", dims, " + dout +
            ", " + q + ", " + kk + ", " + v + ", " + o + ", " + lse + ", " + bias + ", " + out +
-           ", " + tail + ");");
+           ", " + tail + ", " + dropout + ");");
     break;
   }
   }

@@ -76,6 +76,10 @@ CudaGeneratedSource CudaEmitter::run() {
       // takes the output (with its log-sum-exp beside it), and the three gradients when one
       // kernel writes them; a lone log-sum-exp or gradient runs braze's kernel.
       const loop::AttentionSpec &spec = *k.attention->attention;
+      if (spec.seed) // decompose keeps dropout whole only for the CPU (fusedAttentionDropout)
+        BRAZE_USER_ERROR("attention", k.name)
+            << "CUDA's fused attention kernels have no dropout; a loop program for CUDA must "
+               "write it out";
       bool cudnn = opts_.cudnnAttention &&
                    (spec.part == loop::AttentionPart::Output || k.attentionGradQ) &&
                    (!spec.bias || spec.safe);

@@ -143,9 +143,12 @@ public:
   /// nullptr) is added to the scores and broadcasts to [B.., Sq, Sk]; a bool bias is a mask
   /// (false: -inf). `causal` keeps key j for query i when j <= i (top-left aligned, as
   /// PyTorch's is_causal). A row whose every key is masked is 0 when `safe` (PyTorch's attention
-  /// ops) and nan otherwise (a softmax written out).
+  /// ops) and nan otherwise (a softmax written out). A `dropout` p in (0, 1) drops each
+  /// probability of [B.., Sq, Sk] (row-major position n) where philox_uniform(seed, n) < p and
+  /// scales the rest by 1 / (1 - p), as the sum over the keys is taken before the drop; `seed`
+  /// is an i64 scalar.
   Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
-                  bool safe = true);
+                  bool safe = true, double dropout = 0, Node *seed = nullptr);
   /// The log-sum-exp of attention's scores over the kept keys: [B.., Sq] in the compute type
   /// (f32 for half operands); -inf for a row whose every key is masked. The forward's saved
   /// value for attentionGrad.
@@ -160,9 +163,11 @@ public:
   Node *lseFromLayout(Node *saved, Node *q);
   /// The gradient of the attention `out` (safe, with log-sum-exp `lse`) with respect to `wrt`
   /// ("q", "k" or "v"), given the output's gradient `dout` [B.., Sq, Dv]: shaped and typed as
-  /// that operand. A bias is a constant (it gets no gradient).
+  /// that operand. A bias is a constant (it gets no gradient). `dropout` and `seed` are the
+  /// forward's: its dropped probabilities regenerated.
   Node *attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v, Node *out,
-                      Node *lse, Node *bias, double scale, bool causal);
+                      Node *lse, Node *bias, double scale, bool causal, double dropout = 0,
+                      Node *seed = nullptr);
   /// Max pooling over the last `spatial` (1 to 3) dims of a [C, ...] or [N, C, ...] input:
   /// the values and each maximum's flat position in its pooled plane (row-major over the
   /// pooled dims). Per-dim parameters may be given once; an empty stride is the kernel.

@@ -44,6 +44,23 @@ void checkOperands(const char *op, const std::string &name, Node *q, Node *k, No
                                << " rows but key has " << sym::toString(k->shape()[r - 2]);
 }
 
+/// Checks attention's dropout p and seed, and sets the `dropout` attribute and appends the
+/// seed to `ops` where p > 0.
+void addDropout(const char *op, const std::string &name, double dropout, Node *seed,
+                std::vector<Node *> &ops, AttrMap &attrs) {
+  if (!(dropout >= 0 && dropout < 1))
+    BRAZE_USER_ERROR(op, name) << "dropout must be in [0, 1), got " << dropout;
+  if (dropout == 0)
+    return;
+  if (!seed || seed->dtype() != DType::Int64 || seed->rank() != 0)
+    BRAZE_USER_ERROR(op, name) << "dropout needs an i64 scalar seed, got "
+                               << (seed ? std::string(dtypeName(seed->dtype())) +
+                                              shapeText(seed->shape())
+                                        : std::string("none"));
+  attrs.set("dropout", dropout);
+  ops.push_back(seed);
+}
+
 /// The scores' shape [B.., Sq, Sk].
 std::vector<SymExpr> scoresShape(Node *q, Node *k) {
   std::vector<SymExpr> scores(q->shape().begin(), q->shape().end() - 1);
@@ -92,7 +109,7 @@ Node *GraphBuilder::attentionBias(const char *op, Node *bias, Node *q, Node *k) 
 }
 
 Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
-                              bool safe) {
+                              bool safe, double dropout, Node *seed) {
   const char *op = "attention";
   k = repeatHeads(op, k, q);
   v = repeatHeads(op, v, q);
@@ -100,12 +117,13 @@ Node *GraphBuilder::attention(Node *q, Node *k, Node *v, Node *bias, double scal
   if (!std::isfinite(scale))
     BRAZE_USER_ERROR(op, name_) << "scale must be finite, got " << scale;
   std::vector<Node *> ops{q, k, v};
+  AttrMap attrs;
+  addDropout(op, name_, dropout, seed, ops, attrs);
   if (bias)
     ops.push_back(attentionBias(op, bias, q, k));
   int64_t r = q->rank();
   std::vector<SymExpr> shape(q->shape().begin(), q->shape().end() - 1);
   shape.push_back(v->shape()[r - 1]);
-  AttrMap attrs;
   attrs.set("scale", scale);
   attrs.set("causal", causal);
   attrs.set("safe", safe);
@@ -178,7 +196,8 @@ Node *GraphBuilder::lseFromLayout(Node *saved, Node *q) {
 }
 
 Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, Node *k, Node *v,
-                                  Node *out, Node *lse, Node *bias, double scale, bool causal) {
+                                  Node *out, Node *lse, Node *bias, double scale, bool causal,
+                                  double dropout, Node *seed) {
   const char *op = "attention_grad";
   Node *own = wrt == "k" ? k : v; // the operand whose gradient a grouped head sums
   k = repeatHeads(op, k, q);
@@ -202,10 +221,11 @@ Node *GraphBuilder::attentionGrad(const std::string &wrt, Node *dout, Node *q, N
                                 << shapeText(lseShape) << ", got " << dtypeName(lse->dtype())
                                 << shapeText(lse->shape());
   std::vector<Node *> ops{dout, q, k, v, out, lse};
+  AttrMap attrs;
+  addDropout(op, name_, dropout, seed, ops, attrs);
   if (bias)
     ops.push_back(attentionBias(op, bias, q, k));
   Node *like = wrt == "q" ? q : wrt == "k" ? k : v;
-  AttrMap attrs;
   attrs.set("wrt", wrt);
   attrs.set("scale", scale);
   attrs.set("causal", causal);

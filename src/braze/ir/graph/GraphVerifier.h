@@ -53,6 +53,7 @@ private:
   bool checkGridSample();
   bool checkAttention();
   bool checkAttentionBias(const Node *b, const Node *q, const Node *k);
+  bool checkAttentionDropout(size_t at);
   bool checkAttentionSaved();
   // VerifierOps.cpp
   bool checkSort();

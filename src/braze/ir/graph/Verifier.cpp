@@ -572,8 +572,6 @@ bool GraphVerifier::checkComposite() {
   case OpKind::ConvInputGrad:
     return checkConvInputGrad();
   case OpKind::Attention:
-    if (operands != 3u + a.getBool("bias"))
-      return fail("operand count does not match the 'bias' attribute");
     if (!std::isfinite(a.getFloat("scale")))
       return fail("scale must be finite");
     return checkAttention();

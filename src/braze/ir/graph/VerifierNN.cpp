@@ -385,7 +385,24 @@ bool GraphVerifier::checkAttention() {
   want.push_back(v->shape()[r - 1]);
   if (node_->shape() != want)
     return fail("result must be " + shapeText(want));
-  return node_->operands().size() != 4 || checkAttentionBias(node_->operand(3), q, k);
+  if (!checkAttentionDropout(3))
+    return false;
+  return !node_->attrs().getBool("bias") || checkAttentionBias(node_->operands().back(), q, k);
+}
+
+/// An attention's or its gradient's dropout: p in [0, 1), and for p > 0 an i64 scalar seed
+/// at operand `at`; the operand count is `at`, the seed and the bias.
+bool GraphVerifier::checkAttentionDropout(size_t at) {
+  const AttrMap &a = node_->attrs();
+  double p = a.has("dropout") ? a.getFloat("dropout") : 0;
+  if (!(p >= 0 && p < 1))
+    return fail("dropout must be in [0, 1)");
+  if (node_->operands().size() != at + (p > 0) + a.getBool("bias"))
+    return fail("operand count does not match the 'bias' and 'dropout' attributes");
+  if (p > 0 && (node_->operand(at)->dtype() != DType::Int64 ||
+                !node_->operand(at)->shape().empty()))
+    return fail("dropout's seed must be an i64 scalar");
+  return true;
 }
 
 /// An attention's bias: the query's dtype, broadcasting to the scores [B.., Sq, Sk].
@@ -409,7 +426,9 @@ bool GraphVerifier::checkAttentionSaved() {
   const AttrMap &a = node_->attrs();
   bool grad = node_->op() == OpKind::AttentionGrad;
   size_t first = grad ? 1 : 0, operands = node_->operands().size();
-  if (operands != (grad ? 6u : 2u) + a.getBool("bias"))
+  if (grad && !checkAttentionDropout(6))
+    return false;
+  if (!grad && operands != 2u + a.getBool("bias"))
     return fail("operand count does not match the 'bias' attribute");
   const Node *q = node_->operand(first), *k = node_->operand(first + 1);
   size_t r = q->shape().size();

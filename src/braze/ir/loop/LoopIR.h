@@ -222,11 +222,16 @@ struct AttentionSpec {
   AttentionOperand q, k, v;
   std::optional<AttentionOperand> bias;
   std::optional<AttentionOperand> dout, out, lse;
+  /// Dropout (the output and the gradients): probabilities dropped where
+  /// philox_uniform(*seed, n) < dropout at their row-major position n in [B.., Sq, Sk], the
+  /// rest scaled by 1 / (1 - dropout); `seed` is an i64 scalar.
+  std::optional<AttentionOperand> seed;
+  double dropout = 0;
   double scale = 1;
   bool causal = false;
   bool safe = true;
 
-  /// The operands the part reads, in the order dout, q, k, v, out, lse, bias.
+  /// The operands the part reads, in the order dout, q, k, v, out, lse, seed, bias.
   std::vector<const AttentionOperand *> operands() const {
     std::vector<const AttentionOperand *> xs;
     if (dout)
@@ -235,7 +240,7 @@ struct AttentionSpec {
     xs.push_back(&k);
     if (v.buffer)
       xs.push_back(&v);
-    for (const std::optional<AttentionOperand> *o : {&out, &lse, &bias})
+    for (const std::optional<AttentionOperand> *o : {&out, &lse, &seed, &bias})
       if (*o)
         xs.push_back(&**o);
     return xs;

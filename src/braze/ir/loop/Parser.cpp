@@ -280,8 +280,33 @@ private:
     return o;
   }
 
-  /// `PART(NAME=(..), .., [bias=(..), ]scale=s, causal=true|false[, safe=false])` as
-  /// printProgram writes it: the operands the part reads, in order.
+  /// The text of a number at the cursor (a sign, word characters, and an exponent's sign),
+  /// consumed; empty where there is none.
+  std::string numberText() {
+    skipSpace();
+    size_t end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
+    while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
+                                  (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
+      ++end;
+    std::string v(text_.substr(pos_, end - pos_));
+    pos_ = end;
+    return v;
+  }
+
+  /// A number as printProgram writes a double (formatDouble).
+  double number() {
+    skipSpace();
+    size_t at = pos_;
+    std::string v = numberText();
+    char *stop = nullptr;
+    double x = std::strtod(v.c_str(), &stop);
+    if (v.empty() || *stop != '\0')
+      fail(at, "expected a number, found '" + v + "'");
+    return x;
+  }
+
+  /// `PART(NAME=(..), .., [seed=(..), ][bias=(..), ]scale=s, causal=true|false[, safe=false]
+  /// [, dropout=p])` as printProgram writes it: the operands the part reads, in order.
   AttentionSpec attentionSpec() {
     AttentionSpec a;
     size_t at = pos_;
@@ -312,26 +337,16 @@ private:
       *slot = attentionOperand();
       expect(',');
     }
-    if (peekWord() == "bias") {
-      expectWord("bias");
-      expect('=');
-      a.bias = attentionOperand();
-      expect(',');
-    }
+    for (auto [name, slot] : {std::pair{"seed", &a.seed}, std::pair{"bias", &a.bias}})
+      if (peekWord() == name) {
+        expectWord(name);
+        expect('=');
+        *slot = attentionOperand();
+        expect(',');
+      }
     expectWord("scale");
     expect('=');
-    skipSpace();
-    at = pos_;
-    size_t end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
-    while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
-                                  (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
-      ++end;
-    std::string v(text_.substr(pos_, end - pos_));
-    pos_ = end;
-    char *stop = nullptr;
-    a.scale = std::strtod(v.c_str(), &stop);
-    if (v.empty() || *stop != '\0')
-      fail(at, "expected a number, found '" + v + "'");
+    a.scale = number();
     expect(',');
     expectWord("causal");
     expect('=');
@@ -341,7 +356,7 @@ private:
     if (c != "true" && c != "false")
       fail(at, "expected true or false, found '" + c + "'");
     a.causal = c == "true";
-    if (consumeIf(',')) {
+    if (consumeIf(',') && peekWord() == "safe") {
       expectWord("safe");
       expect('=');
       skipSpace();
@@ -349,6 +364,17 @@ private:
       if (word("false") != "false")
         fail(at, "expected safe=false (safe is the default)");
       a.safe = false;
+      consumeIf(',');
+    }
+    if (peekWord() == "dropout") {
+      expectWord("dropout");
+      expect('=');
+      at = pos_;
+      a.dropout = number();
+      if (!a.seed || !(a.dropout > 0 && a.dropout < 1))
+        fail(at, "dropout must be in (0, 1) and follow a seed operand");
+    } else if (a.seed) {
+      fail(pos_, "a seed operand needs dropout=p");
     }
     expect(')');
     return a;
@@ -479,14 +505,9 @@ private:
   const Expr *constant() {
     skipSpace();
     size_t at = pos_;
-    size_t end = pos_ + (pos_ < text_.size() && text_[pos_] == '-');
-    while (end < text_.size() && (isWordChar(text_[end]) || text_[end] == '+' ||
-                                  (text_[end] == '-' && (text_[end - 1] | 0x20) == 'e')))
-      ++end;
-    std::string v(text_.substr(pos_, end - pos_));
+    std::string v = numberText();
     if (v.empty())
       expected("a constant");
-    pos_ = end;
     expect(':');
     DType t = dtype();
     if (t == DType::Bool) {

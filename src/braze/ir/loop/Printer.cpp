@@ -160,9 +160,9 @@ std::string operandText(const AttentionOperand &o) {
          ", " + list(o.strides) + ")";
 }
 
-/// `PART(NAME=(..), .., scale=s, causal=true|false[, safe=false])`: PART is attention (q, k,
-/// v), attention_lse (q, k) or attention_grad_q|k|v (dout, q, k, v, out, lse), then bias when
-/// there is one.
+/// `PART(NAME=(..), .., scale=s, causal=true|false[, safe=false][, dropout=p])`: PART is
+/// attention (q, k, v), attention_lse (q, k) or attention_grad_q|k|v (dout, q, k, v, out, lse),
+/// then seed (with dropout) and bias when there are.
 std::string attentionText(const AttentionSpec &a) {
   std::string s = std::string(attentionPartName(a.part)) + "(";
   std::vector<std::pair<const char *, const AttentionOperand *>> named{{"q", &a.q}, {"k", &a.k}};
@@ -174,12 +174,15 @@ std::string attentionText(const AttentionSpec &a) {
     named.push_back({"out", &*a.out});
   if (a.lse)
     named.push_back({"lse", &*a.lse});
+  if (a.seed)
+    named.push_back({"seed", &*a.seed});
   if (a.bias)
     named.push_back({"bias", &*a.bias});
   for (const auto &[name, o] : named)
     s += std::string(name) + "=" + operandText(*o) + ", ";
   return s + "scale=" + formatDouble(a.scale) + ", causal=" + (a.causal ? "true" : "false") +
-         (a.safe ? ")" : ", safe=false)");
+         (a.safe ? "" : ", safe=false") +
+         (a.seed ? ", dropout=" + formatDouble(a.dropout) : "") + ")";
 }
 
 } // namespace

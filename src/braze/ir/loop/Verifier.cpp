@@ -250,7 +250,7 @@ private:
   /// for q, k, v, dout and out; the logical shapes q [B.., Sq, D], k [B.., Sk, D],
   /// v [B.., Sk, Dv], dout and out [B.., Sq, Dv], lse [B.., Sq] agree with the part's row-major
   /// output (the buffers' own shapes may differ: an operand may be a strided view of its
-  /// buffer).
+  /// buffer); a dropout's seed is an i64 scalar.
   bool checkAttention(const AttentionSpec &a, const std::set<const Buffer *> &written) {
     const Computation &c = *comp_;
     // The operands' rank, from the output's: the log-sum-exp drops the last dim.
@@ -282,6 +282,13 @@ private:
       if (!b || !buffers_.count(b) || !written.count(b))
         return failHere("attention operand is not a buffer written before it");
       std::string what = "attention operand %" + b->name;
+      if (a.seed && o == &*a.seed) {
+        if (b->dtype != DType::Int64 || !o->shape.empty() || !o->offset ||
+            a.part == AttentionPart::Lse || !(a.dropout > 0 && a.dropout < 1))
+          return failHere("attention seed %" + b->name + " must be an i64 scalar of an output "
+                          "or a gradient with a dropout in (0, 1)");
+        continue;
+      }
       bool free = (a.bias && o == &*a.bias) || (a.lse && o == &*a.lse);
       if (!isFloating(b->dtype) || (!free && b->dtype != t))
         return failHere(what + " is " + dt(b->dtype) + "; q, k, v, dout and out share one "

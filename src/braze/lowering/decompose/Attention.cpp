@@ -8,6 +8,11 @@
 /// same scores written out: with p = exp(s - lse) (0 where lse is -inf), dP = dout·vᵀ and
 /// Δ = rowsum(dout ∘ out), dS = p ∘ (dP - Δ), so that dv = pᵀ·dout, dq = scale·dS·k and
 /// dk = scale·dSᵀ·q, all in the compute type.
+///
+/// With dropout p, the probabilities that reach v are p ∘ keep / (1 - p), keep being
+/// philox_uniform(seed, n) >= p at the scores' row-major position n (the fused kernels'
+/// draw); the backward drops the same ones: dv = (p ∘ keep')ᵀ·dout, dS = p ∘ (dP ∘ keep' - Δ),
+/// keep' = keep / (1 - p).
 #include "braze/lowering/decompose/Decompose.h"
 
 #include <limits>
@@ -49,6 +54,20 @@ Node *biasOf(Node *n) {
   return n->attrs().getBool("bias") ? n->operands().back() : nullptr;
 }
 
+/// An attention's kept probabilities' factor over the scores `s`: 1 / (1 - p) where the
+/// draw at a score's position is at least the dropout p, 0 where it drops; nullptr without
+/// dropout. The seed is operand `at`.
+Node *dropoutFactor(GraphBuilder &b, Node *n, Node *s, size_t at) {
+  double p = n->attrs().has("dropout") ? n->attrs().getFloat("dropout") : 0;
+  if (p == 0)
+    return nullptr;
+  const std::vector<SymExpr> &shape = s->shape();
+  Node *u = b.binary(OpKind::PhiloxUniform, b.expand(n->operand(at), shape),
+                     flatPosition(b, shape));
+  Node *keep = b.binary(OpKind::Ge, u, b.scalar(p, DType::Float32));
+  return b.where(keep, b.scalar(1 / (1 - p), s->dtype()), b.scalar(0, s->dtype()));
+}
+
 } // namespace
 
 Node *decomposeAttention(GraphBuilder &b, Node *n) {
@@ -65,6 +84,8 @@ Node *decomposeAttention(GraphBuilder &b, Node *n) {
                            b.scalar(kNegInf, compute));
     p = b.where(empty, b.scalar(0, compute), p);
   }
+  if (Node *keep = dropoutFactor(b, n, s, 3))
+    p = b.mul(p, keep);
   return b.matmul(downcastLike(b, p, q->dtype()), v);
 }
 
@@ -94,10 +115,13 @@ Node *decomposeAttentionGrad(GraphBuilder &b, Node *n) {
   Node *p = b.where(b.binary(OpKind::Eq, l, b.scalar(kNegInf, compute)), b.scalar(0, compute),
                     b.unary(OpKind::Exp, b.sub(s, l)));
   Node *g = upcast(b, dout);
+  Node *keep = dropoutFactor(b, n, s, 6);
   const std::string &wrt = n->attrs().getString("wrt");
   if (wrt == "v")
-    return downcastLike(b, b.matmul(transposed(b, p), g), q->dtype());
+    return downcastLike(b, b.matmul(transposed(b, keep ? b.mul(p, keep) : p), g), q->dtype());
   Node *dp = b.matmul(g, transposed(b, upcast(b, v)));
+  if (keep)
+    dp = b.mul(dp, keep);
   Node *delta = b.reduce(OpKind::Sum, b.mul(g, upcast(b, out)), {last}, true);
   Node *ds = b.mul(p, b.sub(dp, delta));
   Node *d = wrt == "q" ? b.matmul(ds, upcast(b, k)) : b.matmul(transposed(b, ds), upcast(b, q));

@@ -25,6 +25,9 @@ struct DecomposeOptions {
   /// Likewise for attention_lse and attention_grad (the forward's saved value and the backward).
   std::vector<DType> fusedAttentionBackwardDtypes;
   int64_t fusedAttentionMaxHeadDim = 0;
+  /// The fused kernels drop probabilities too (attention and attention_grad with dropout);
+  /// without, those decompose.
+  bool fusedAttentionDropout = false;
   int64_t fusedAttentionBackwardMaxHeadDim = 0; ///< of attention_lse and attention_grad
   /// The target is the CPU, whose eager kernels round half precision as they go: a transposed
   /// convolution rounds after each kernel tap (eager's gemm + col2im kernel) unless eager runs
@@ -129,6 +132,8 @@ Node *upcast(GraphBuilder &b, Node *x);
 /// An i64 scalar constant (indices, counts and window bounds).
 Node *i64(GraphBuilder &b, int64_t v);
 Node *downcastLike(GraphBuilder &b, Node *x, DType dtype);
+/// The row-major position of every element of a tensor of `shape`, as i64.
+Node *flatPosition(GraphBuilder &b, const std::vector<SymExpr> &shape);
 } // namespace decomp
 
 } // namespace braze

@@ -15,8 +15,6 @@
 
 namespace braze::decomp {
 
-namespace {
-/// Row-major position of every element of a tensor of `shape`, as i64.
 Node *flatPosition(GraphBuilder &b, const std::vector<SymExpr> &shape) {
   Node *pos = b.scalar(0, DType::Int64);
   Node *zeros = b.full(0, DType::Int64, shape);
@@ -26,7 +24,6 @@ Node *flatPosition(GraphBuilder &b, const std::vector<SymExpr> &shape) {
   }
   return shape.empty() ? pos : b.expand(pos, shape);
 }
-} // namespace
 
 Node *decomposeRandom(GraphBuilder &b, Node *n) {
   Node *seed = n->operand(0);

@@ -336,6 +336,11 @@ Value Lowerer::lowerAttention(Node *n) {
   spec.safe = grad || lse || a.getBool("safe");
   spec.scale = a.getFloat("scale");
   spec.causal = a.getBool("causal");
+  if (a.has("dropout") && a.getFloat("dropout") > 0) { // the seed follows the tensors
+    spec.dropout = a.getFloat("dropout");
+    Buffer *seed = inMemory(n->operand(grad ? 6 : 3));
+    spec.seed = loop::AttentionOperand{seed, s_.constant(0), {}, {}};
+  }
   if (a.getBool("bias")) {
     Node *bn = n->operands().back();
     loop::AttentionOperand b = stridedOperand(bn, false);

@@ -57,7 +57,7 @@ public:
   /// the argument space but 512 bytes, left to the error flag and the symbolic sizes (448
   /// pointers in 4 KiB). On the CPU there is no limit, and products may be grouped (GemmCall).
   Fuser(loop::LoopProgram &p, Schedule &s, const Target &target)
-      : p_(p), s_(s), pairedParts_(target.kind == TargetKind::Cuda), sym_(p.sym()),
+      : p_(p), s_(s), cudaParts_(target.kind == TargetKind::Cuda), sym_(p.sym()),
         groupedGemms_(true), maskedRows_(target.kind == TargetKind::Cuda),
         maxBuffers_(target.kind == TargetKind::Cuda
                         ? static_cast<size_t>((target.kernelArgBytes - 512) / 8)
@@ -143,12 +143,13 @@ private:
   }
 
   /// A fused attention is a kernel of its own with one Scalar-step member that has no value:
-  /// codegen writes the whole kernel from the spec. On CUDA the gradients of q, k and v from
-  /// the same operands are one kernel (k's, with v's and q's as its second and third members),
-  /// which stands where the first of them stands in program order.
+  /// codegen writes the whole kernel from the spec. An output and its log-sum-exp from the same
+  /// operands are one kernel, and so are the gradients of k and v (v's the second member); on
+  /// CUDA q's gradient joins them as the third, and the kernel stands where the first of the
+  /// three stands in program order.
   void startAttentionKernel(const Computation &c) {
     const Computation *main = &c, *gradQ = nullptr;
-    if (pairedParts_ && c.attention->part == loop::AttentionPart::GradQ)
+    if (cudaParts_ && c.attention->part == loop::AttentionPart::GradQ)
       if (const Computation *gradK = gradientAfter(c, loop::AttentionPart::GradK);
           gradK && partBeside(*gradK))
         main = gradK, gradQ = &c;
@@ -156,12 +157,12 @@ private:
     Kernel k = soloKernel(*main, map);
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, *main), map);
     k.attention = main;
-    const Computation *v = pairedParts_ ? partBeside(*main) : nullptr;
+    const Computation *v = partBeside(*main);
     if (v) {
       for (size_t i = 0; i < v->vars.size(); ++i) // v's output dims lead c's
         map[v->vars[i]] = k.outerVars[i];
       k.attentionPair = v;
-      if (!gradQ && main->attention->part == loop::AttentionPart::GradK)
+      if (cudaParts_ && !gradQ && main->attention->part == loop::AttentionPart::GradK)
         gradQ = gradientAfter(*main, loop::AttentionPart::GradQ);
     }
     k.attentionGradQ = gradQ;
@@ -194,7 +195,8 @@ private:
       return x.has_value() == y.has_value() && (!x || same(*x, *y));
     };
     return same(a.q, b.q) && same(a.k, b.k) && sameOptional(a.bias, b.bias) &&
-           a.scale == b.scale && a.causal == b.causal &&
+           a.scale == b.scale && a.causal == b.causal && (!grads || a.dropout == b.dropout) &&
+           (!grads || sameOptional(a.seed, b.seed)) &&
            (!grads || (same(a.v, b.v) && sameOptional(a.dout, b.dout) &&
                        sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse)));
   }
@@ -229,8 +231,9 @@ private:
         continue;
       if (!sameOperands(a, *d->attention, grads))
         continue;
-      if (!grads || (d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
-                     d->out->dtype == c.out->dtype))
+      if (!grads || !cudaParts_ ||
+          (d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
+           d->out->dtype == c.out->dtype))
         return d.get();
     }
     return nullptr;
@@ -433,7 +436,9 @@ private:
   Schedule &s_;
   std::map<int, const loop::Buffer *> bias_; ///< GEMM bias epilogues, by computation id
   std::set<int> skipped_;                     ///< computations that compute nothing
-  bool pairedParts_;                          ///< attention parts may share a kernel (partBeside)
+  /// CUDA's attention kernels: q's gradient joins k's and v's kernel, and a pair of gradients
+  /// shares one store index (same shapes). The CPU's take pairs of any shapes.
+  bool cudaParts_;
   std::set<int> paired_;                      ///< parts another part's kernel writes
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;

@@ -110,9 +110,9 @@ struct Kernel {
   /// Set when the kernel is one fused attention (its only computation, which has an
   /// AttentionSpec and no value): codegen writes the attention kernel itself.
   const loop::Computation *attention = nullptr;
-  /// Set (CUDA) when the kernel writes a second attention part from the same operands in the
-  /// same pass: the gradient of v beside `attention`, the gradient of k, or the log-sum-exp
-  /// beside the output. That computation is the kernel's second member.
+  /// Set when the kernel writes a second attention part from the same operands in the same
+  /// pass: the gradient of v beside `attention`, the gradient of k, or the log-sum-exp beside
+  /// the output. That computation is the kernel's second member.
   const loop::Computation *attentionPair = nullptr;
   /// Set (CUDA) on a kernel of k's and v's gradients when it writes q's gradient too, from the
   /// same operands: cuDNN's fused backward writes all three in one call, and where cuDNN

@@ -161,18 +161,20 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
                                 const float* v, const int64_t* vs, const float* bias,
                                 const int64_t* bs, float* out, const int64_t* os,
                                 float scale, bool causal, bool safe, const int64_t* seed,
-                                float dropout) {
+                                float dropout, float* lse) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
     batch *= dims[i];
   const int64_t sq = dims[nb], sk = dims[nb + 1], d = dims[nb + 2], dv = dims[nb + 3];
-  if (batch == 0 || sq == 0 || dv == 0)
+  if (batch == 0 || sq == 0 || (dv == 0 && !lse))
     return;
   if (sk == 0) { // no keys: the product with an empty value is zero
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t i = 0; i < sq; ++i)
         std::fill_n(out + braze_attn_offset(nb, dims, os, b) + i * os[nb], dv, 0.f);
+    if (lse)
+      std::fill(lse, lse + batch * sq, -INFINITY);
     return;
   }
   const int64_t bq = 64, bk = 256, blocks = (sq + bq - 1) / bq, tasks = batch * blocks;
@@ -246,6 +248,9 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
         for (int64_t e = 0; e < dv; ++e)
           ob[i * os[nb] + e] = acc[i * dv + e] * inv;
       }
+      if (lse) // as braze_attention_lse_f32 gives it, from the same maxima and sums
+        for (int64_t i = 0; i < rows; ++i)
+          lse[b * sq + i0 + i] = l[i] > 0.f ? m[i] + std::log(l[i]) : -INFINITY;
     }
     std::free(s);
   }
@@ -318,14 +323,16 @@ static void braze_attention_lse_f32(int rank, const int64_t* dims, const float* 
   }
 }
 
-// The gradient of the forward's output with respect to q (wrt 0), k (1) or v (2), row-major
-// as that operand, given the output's gradient dout, the output o and its lse (rank - 1
-// strides ls over [B.., Sq]). With p = exp(s - lse), dP = dout·vᵀ and
-// Delta_i = sum_e dout[i, e] * o[i, e], dS = p * (dP - Delta):
+// The gradient of the forward's output with respect to q (wrt 0), k (1) or v (2), or those
+// of k and v in one pass (3: k's into grad, v's into grad2), row-major as those operands,
+// given the output's gradient dout, the output o and its lse (rank - 1 strides ls over
+// [B.., Sq]). With p = exp(s - lse), dP = dout·vᵀ and Delta_i = sum_e dout[i, e] * o[i, e],
+// dS = p * (dP - Delta):
 //   dq = scale * dS·k (tasks of 64 query rows, walking blocks of 256 keys);
 //   dk = scale * dSᵀ·q and dv = pᵀ·dout (tasks of 64 keys, walking blocks of 256 query rows;
-//   causal: from the task's first key on).
-// v and o are unused (may be null) for dv. Per thread: p (then dS), dP and Delta of a block.
+//   causal: from the task's first key on); together, each block's p serves both.
+// v and o are unused (may be null) for dv alone. Per thread: p (then dS), dP, Delta and, for
+// k and v with dropout, the dropped p of a block.
 // With dropout (a seed), the forward's dropped probabilities: dv = (p * keep)ᵀ·dout and
 // dS = p * (dP * keep - Delta), keep being braze_attn_drop's factor.
 static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, const float* dout,
@@ -334,17 +341,19 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
                                      const int64_t* vs, const float* o, const int64_t* os,
                                      const float* lse, const int64_t* ls, const float* bias,
                                      const int64_t* bs, float* grad, float scale, bool causal,
-                                     const int64_t* seed, float dropout) {
+                                     const int64_t* seed, float dropout, float* grad2) {
   const int nb = rank - 2;
   int64_t batch = 1;
   for (int i = 0; i < nb; ++i)
     batch *= dims[i];
   const int64_t sq = dims[nb], sk = dims[nb + 1], d = dims[nb + 2], dv = dims[nb + 3];
   const int64_t n = wrt == 0 ? sq : sk, width = wrt == 2 ? dv : d; // grad is [B.., n, width]
-  if (batch == 0 || n == 0 || width == 0)
+  if (batch == 0 || n == 0 || (width == 0 && (wrt != 3 || dv == 0)))
     return;
   if ((wrt == 0 ? sk : sq) == 0) { // nothing reaches the operand
     std::fill(grad, grad + batch * n * width, 0.f);
+    if (wrt == 3)
+      std::fill(grad2, grad2 + batch * n * dv, 0.f);
     return;
   }
   const int64_t rq = wrt == 0 ? 64 : 256, ck = wrt == 0 ? 256 : 64, tb = wrt == 0 ? rq : ck;
@@ -353,9 +362,10 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
   const int threads = work < 2.0e5 ? 1 : omp_get_max_threads();
   #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float* s = (float*)std::malloc(sizeof(float) * (2 * rq * ck + rq));
+    float* s = (float*)std::malloc(sizeof(float) * (3 * rq * ck + rq));
     float* dp = s + rq * ck;
-    float* delta = dp + rq * ck;
+    float* dropped = dp + rq * ck;
+    float* delta = dropped + rq * ck;
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t b = t / blocks, t0 = (t % blocks) * tb, tn = std::min(tb, n - t0);
@@ -368,6 +378,9 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
       const float* bb = bias ? bias + braze_attn_offset(nb, dims, bs, b) : nullptr;
       float* g = grad + (b * n + t0) * width;
       std::fill(g, g + tn * width, 0.f);
+      float* g2 = wrt == 3 ? grad2 + (b * n + t0) * dv : nullptr;
+      if (g2)
+        std::fill(g2, g2 + tn * dv, 0.f);
       // Delta of query rows [i0, i0 + rows).
       auto deltas = [&](int64_t i0, int64_t rows) {
         for (int64_t i = 0; i < rows; ++i) {
@@ -380,8 +393,9 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
           delta[i] = acc;
         }
       };
-      // The block of query rows [i0, i0 + rows) and keys [j0, j0 + cols) into s: p for dv,
-      // scale * dS for dq and dk; 0 at masked keys.
+      // The block of query rows [i0, i0 + rows) and keys [j0, j0 + cols): p into s (and, for
+      // k and v, p as dropped into `dropped`), then for any gradient but v's alone,
+      // scale * dS into s; 0 at masked keys.
       auto block = [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
         braze_attn_scores(rows, cols, d, qb + i0 * qs[nb], qs[nb], kb + j0 * ks[nb], ks[nb], s,
                           ck);
@@ -406,24 +420,41 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
               si[j] *= scale;
           }
           // s - lse is <= 0 up to rounding
-          const int64_t at = (b * sq + i0 + i) * sk + j0; // the row's first score
-          if (wrt == 2) {
-            #pragma omp simd
-            for (int64_t j = 0; j < seen; ++j)
-              si[j] = braze_attn_exp(std::min(si[j] - li, 0.f));
-            if (seed)
-              braze_attn_drop(si, seen, seed, at, dropout);
-          } else {
-            float* dpi = dp + i * ck;
-            if (seed)
-              braze_attn_drop(dpi, seen, seed, at, dropout);
-            const float di = delta[i];
-            #pragma omp simd
-            for (int64_t j = 0; j < seen; ++j)
-              si[j] = scale * braze_attn_exp(std::min(si[j] - li, 0.f)) * (dpi[j] - di);
-          }
+          #pragma omp simd
+          for (int64_t j = 0; j < seen; ++j)
+            si[j] = braze_attn_exp(std::min(si[j] - li, 0.f));
           for (int64_t j = seen; j < cols; ++j)
             si[j] = 0.f;
+          const int64_t at = (b * sq + i0 + i) * sk + j0; // the row's first score
+          if (wrt == 3 && seed) {
+            float* pi = dropped + i * ck;
+            std::copy(si, si + cols, pi);
+            braze_attn_drop(pi, seen, seed, at, dropout);
+          } else if (wrt == 2 && seed) {
+            braze_attn_drop(si, seen, seed, at, dropout);
+          }
+          if (wrt == 2)
+            continue;
+          float* dpi = dp + i * ck;
+          if (seed)
+            braze_attn_drop(dpi, seen, seed, at, dropout);
+          const float di = delta[i];
+          if (wrt == 3) // v's gradient reads p first; gradientScores then writes dS over it
+            continue;
+          #pragma omp simd
+          for (int64_t j = 0; j < seen; ++j)
+            si[j] = scale * si[j] * (dpi[j] - di);
+        }
+      };
+      // k and v: after v's gradient has read p, scale * dS in place of p.
+      auto gradientScores = [&](int64_t rows, int64_t cols) {
+        for (int64_t i = 0; i < rows; ++i) {
+          float* si = s + i * ck;
+          const float* dpi = dp + i * ck;
+          const float di = delta[i];
+          #pragma omp simd
+          for (int64_t j = 0; j < cols; ++j)
+            si[j] = scale * si[j] * (dpi[j] - di);
         }
       };
       if (wrt == 0) {
@@ -438,10 +469,15 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
         const int64_t j0 = t0, cols = tn;
         for (int64_t i0 = causal ? j0 : 0; i0 < sq; i0 += rq) {
           const int64_t rows = std::min(rq, sq - i0);
-          if (wrt == 1)
+          if (wrt != 2)
             deltas(i0, rows);
           block(i0, rows, j0, cols);
-          if (wrt == 1)
+          if (wrt == 3) {
+            braze_attn_accumulate_t(rows, cols, dv, seed ? dropped : s, ck, dob + i0 * dos[nb],
+                                    dos[nb], g2, dv);
+            gradientScores(rows, cols);
+          }
+          if (wrt != 2)
             braze_attn_accumulate_t(rows, cols, d, s, ck, qb + i0 * qs[nb], qs[nb], g, d);
           else
             braze_attn_accumulate_t(rows, cols, dv, s, ck, dob + i0 * dos[nb], dos[nb], g, dv);

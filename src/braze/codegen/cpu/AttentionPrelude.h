@@ -10,10 +10,12 @@ namespace braze::codegen {
 ///   void braze_attention_f32(int rank, const int64_t *dims, const float *q, const int64_t *qs,
 ///                            const float *k, const int64_t *ks, const float *v,
 ///                            const int64_t *vs, const float *bias, const int64_t *bs,
-///                            float *out, float scale, bool causal, bool safe)
+///                            float *out, const int64_t *os, float scale, bool causal,
+///                            bool safe, const int64_t *seed, float dropout, float *lse)
 /// computing loop::AttentionSpec's function. dims = [B.., Sq, Sk, D, Dv] (rank - 2 batch dims);
 /// each operand's strides are `rank` element strides of its logical dims (the last is 1 for
-/// q, k and v); out is row-major [B.., Sq, Dv]; bias may be null.
+/// q, k and v); out has strides os; bias may be null; a seed (else null) drops probabilities
+/// with p = dropout; a non-null lse gets the log-sum-exp too (as braze_attention_lse_f32's).
 ///   1. The work is (batch point, block of 64 query rows) tasks over the OpenMP threads that
 ///      PyTorch and braze's kernels share.
 ///   2. Each task walks the keys in blocks, with an online softmax: a running row maximum m and
@@ -30,11 +32,13 @@ namespace braze::codegen {
 ///                                 const float *k, const int64_t *ks, const float *v,
 ///                                 const int64_t *vs, const float *o, const int64_t *os,
 ///                                 const float *lse, const int64_t *ls, const float *bias,
-///                                 const int64_t *bs, float *grad, float scale, bool causal)
+///                                 const int64_t *bs, float *grad, float scale, bool causal,
+///                                 const int64_t *seed, float dropout, float *grad2)
 ///   - lse is row-major [B.., Sq], -inf for a row whose every key is masked; the forward's
 ///     tasks and key blocks, keeping only the running maximum and sum.
-///   - grad is the gradient with respect to q (wrt 0), k (1) or v (2), row-major as that
-///     operand, from dout and o ([B.., Sq, Dv]) and lse (rank - 1 strides ls). With
+///   - grad is the gradient with respect to q (wrt 0), k (1) or v (2), or k's with v's in
+///     grad2 from one pass (3), row-major as that operand, from dout and o ([B.., Sq, Dv]) and
+///     lse (rank - 1 strides ls). With
 ///     p = exp(s - lse) and dS = p * (dout·vᵀ - rowsum(dout * o)): dq = scale * dS·k from
 ///     tasks of 64 query rows walking blocks of 256 keys; dk = scale * dSᵀ·q and dv = pᵀ·dout
 ///     from tasks of 64 keys walking blocks of 256 query rows (causal: from the task's first

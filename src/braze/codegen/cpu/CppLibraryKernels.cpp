@@ -104,12 +104,16 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
                                      literal(a.dropout, 0, DType::Float32)
                                : std::string("nullptr, 0.0f");
   std::string r = std::to_string(rank);
+  // The part the same pass writes beside (the output's log-sum-exp, k's gradient's v's).
+  std::string pair = k.attentionPair ? "(float*)bufs[" + std::to_string(k.attentionPair->out->id) +
+                                           "]"
+                                     : std::string("nullptr");
   switch (a.part) {
   case loop::AttentionPart::Output:
     w.line("const int64_t os[" + r + "] = " + list(c.out->strides) + ";");
     w.line("braze_attention_f32(" + r + ", dims, " + q + ", " + kk + ", " + v + ", " + bias +
            ", " + out + ", os, " + tail + ", " + (a.safe ? "true" : "false") + ", " + dropout +
-           ");");
+           ", " + pair + ");");
     break;
   case loop::AttentionPart::Lse:
     w.line("braze_attention_lse_f32(" + r + ", dims, " + q + ", " + kk + ", " + bias + ", " +
@@ -118,11 +122,14 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
   case loop::AttentionPart::GradQ:
   case loop::AttentionPart::GradK:
   case loop::AttentionPart::GradV: {
-    int wrt = a.part == loop::AttentionPart::GradQ ? 0 : a.part == loop::AttentionPart::GradK ? 1 : 2;
+    int wrt = a.part == loop::AttentionPart::GradQ   ? 0
+              : a.part == loop::AttentionPart::GradV ? 2
+              : k.attentionPair                      ? 3 // and v's
+                                                     : 1;
     std::string dout = operand(a.dout, "do"), o = operand(a.out, "o"), lse = operand(a.lse, "l");
     w.line("braze_attention_grad_f32(" + std::to_string(wrt) + ", " + r + ", dims, " + dout +
            ", " + q + ", " + kk + ", " + v + ", " + o + ", " + lse + ", " + bias + ", " + out +
-           ", " + tail + ", " + dropout + ");");
+           ", " + tail + ", " + dropout + ", " + pair + ");");
     break;
   }
   }

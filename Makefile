@@ -90,7 +90,7 @@ bench-cpu: build
 	$(PY) benchmarks/cpu_suite.py
 
 # CPU attention training steps: eager beside braze's fused kernels, braze's math path and Inductor,
-# one compiled contender a process (their buffers would slow each other in one).
+# one compiled contender a process (beside the math path's, the fused kernels' calls ran slower).
 bench-cpu-training: build
 	for c in braze math inductor; do $(PY) benchmarks/cpu_attention_training.py --only $$c || exit 1; done
 

@@ -11,9 +11,10 @@ against eager.
     python benchmarks/cpu_attention_training.py --seq 128,512 --repeats 10
     python benchmarks/cpu_attention_training.py --dropout 0.1
 
-With --only NAME (braze, math or inductor) one compiled contender runs beside eager: the math
-path's S x S buffers, kept in braze's arena pool, slow the fused contender's calls in the same
-process (at S = 1024 on 2 cores, 86 ms interleaved against 47 ms alone).
+With --only NAME (braze, math or inductor) one compiled contender runs beside eager: in one
+process with the math path's, the fused contender's calls ran slower (at S = 1024 on 2 cores,
+86 ms interleaved against 47 ms alone; the math path's S x S buffers are the likely cause, not
+established).
 
 With --dropout P the attention drops its probabilities: braze runs braze::attention_dropout (the
 fused kernels with their dropout) and, as "braze (math path)", PyTorch's math path, which saves

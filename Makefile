@@ -89,10 +89,9 @@ zoo: build
 bench-cpu: build
 	$(PY) benchmarks/cpu_suite.py
 
-# CPU attention training steps: eager beside braze's fused kernels, braze's math path and Inductor,
-# one compiled contender a process (beside the math path's, the fused kernels' calls ran slower).
+# CPU attention training steps: eager, braze's fused kernels, braze's math path, Inductor.
 bench-cpu-training: build
-	for c in braze math inductor; do $(PY) benchmarks/cpu_attention_training.py --only $$c || exit 1; done
+	$(PY) benchmarks/cpu_attention_training.py
 
 # CPU attention's peak memory against the scores it never holds (forward S=4096, training S=2048).
 bench-cpu-memory: build

@@ -11,10 +11,10 @@ against eager.
     python benchmarks/cpu_attention_training.py --seq 128,512 --repeats 10
     python benchmarks/cpu_attention_training.py --dropout 0.1
 
-With --only NAME (braze, math or inductor) one compiled contender runs beside eager: in one
-process with the math path's, the fused contender's calls ran slower (at S = 1024 on 2 cores,
-86 ms interleaved against 47 ms alone; the math path's S x S buffers are the likely cause, not
-established).
+With --only NAME (braze, math or inductor) one compiled contender runs beside eager. Each
+contender compiles its own copy of the attention function: Dynamo keeps compiled code on the
+function's code object, so two torch.compile wrappers of one function with one backend share it
+(before, both braze contenders ran whichever was compiled last: the math path).
 
 With --dropout P the attention drops its probabilities: braze runs braze::attention_dropout (the
 fused kernels with their dropout) and, as "braze (math path)", PyTorch's math path, which saves
@@ -22,6 +22,7 @@ the probabilities; every contender draws its own, so the errors are not given.
 """
 import argparse
 import statistics
+import types
 
 import harness
 
@@ -85,7 +86,9 @@ def run(seq):
         rules_attention.MATH_TRAINING_WITHOUT_DROPOUT = math_path
         rules_attention.FUSED_CPU_DROPOUT = not math_path
         before = braze.counters().get("fallback_ops", 0)
-        step = stepper(torch.compile(attention, backend=backend, dynamic=False), grad)
+        own = types.FunctionType(attention.__code__.replace(co_name=f"attention_{len(errors)}"),
+                                 attention.__globals__)
+        step = stepper(torch.compile(own, backend=backend, dynamic=False), grad)
         got = step(q, k, v)  # compiles, with the switches set
         rules_attention.MATH_TRAINING_WITHOUT_DROPOUT = False
         rules_attention.FUSED_CPU_DROPOUT = True

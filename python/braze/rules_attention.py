@@ -328,9 +328,9 @@ def trace_as_math_for_training(gm, example_inputs):
         probabilities again; other calls with dropout, up to MATH_TRAINING_MAX_SCORES scores,
         as the math path, which saves its probabilities, Sq x Sk per head (PyTorch's CPU
         flash attention takes no dropout). Without dropout the fused form holds no scores and
-        is as fast (benchmarks/cpu_attention_training.py: causal 2x6xSx64 f32 steps at 2
-        threads, 1.40 / 13.37 / 48.56 ms fused against 1.37 / 13.36 / 48.38 ms as the math
-        path for S = 128 / 512 / 1024);
+        is faster (benchmarks/cpu_attention_training.py: causal 2x6xSx64 f32 steps at 2
+        threads, 13.78 / 48.14 ms fused against 22.85 / 88.04 ms as the math path for
+        S = 512 / 1024; with dropout 0.1, 21.24 / 74.45 against 33.81 / 133.48);
       - on CUDA, every call when MATH_TRAINING_ON_CUDA (off): CUDA keeps PyTorch's fused
         attention and its backward in eager. Traced as the math path, the H100 GPT-2 6-layer
         f32 train step of benchmarks/gpu_models.py took 22.64 ms against 22.58 ms with the

@@ -255,17 +255,16 @@ class CudaGraph:
         if arena_bytes:
             layouts.append(((arena_bytes,), (1,), torch.uint8))
 
+        def dispatched(shape, stride, dtype):
+            return empty_strided(shape, stride, dtype=dtype, device=device)
+
         def call(*args):
             nonlocal into_args
             if into_args is None:
                 into_args = into_arguments(self.into, positions, args, layouts[:outputs])
-            if direct is not None and current() == index:
-                outs = [args[into_args[k]] if k in into_args else direct(s, st, dt)
-                        for k, (s, st, dt) in enumerate(layouts)]
-            else:
-                outs = [args[into_args[k]] if k in into_args
-                        else empty_strided(s, st, dtype=dt, device=device)
-                        for k, (s, st, dt) in enumerate(layouts)]
+            new = direct if direct is not None and current() == index else dispatched
+            outs = [args[into_args[k]] if k in into_args else new(s, st, dt)
+                    for k, (s, st, dt) in enumerate(layouts)]
             arena = outs.pop() if arena_bytes else None
             run_cuda([args[i].data_ptr() for i in positions] + const_ptrs,
                      [o.data_ptr() for o in outs], arena.data_ptr() if arena_bytes else 0, syms,

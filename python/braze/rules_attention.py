@@ -220,11 +220,16 @@ def _sdpa(t, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 # ---- training -------------------------------------------------------------------------------
 
+def _check_dropout_device(q):
+    """braze's attention dropout is its CPU kernels' (and their decomposition's)."""
+    if q.meta["val"].device.type != "cpu":
+        raise Unsupported("attention dropout on CUDA (braze's CUDA kernels have none)")
+
+
 @rule(torch.ops.braze.attention_dropout.default)
 def _attention_dropout(t, node, q, k, v, bias, seed, p, causal, scale):
     """braze::attention_dropout: the attention with its dropout, and its log-sum-exp."""
-    if q.meta["val"].device.type != "cpu":
-        raise Unsupported("attention dropout on CUDA (braze's CUDA kernels have none)")
+    _check_dropout_device(q)
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
     out = t.g.attention(qh, kh, vh, bh, float(scale), bool(causal), dropout=float(p),
                         seed=t.arg(seed))
@@ -234,8 +239,7 @@ def _attention_dropout(t, node, q, k, v, bias, seed, p, causal, scale):
 @rule(torch.ops.braze.attention_dropout_backward.default)
 def _attention_dropout_backward(t, node, dout, q, k, v, bias, out, lse, seed, p, causal, scale):
     """braze::attention_dropout_backward: one attention_grad op per gradient read."""
-    if q.meta["val"].device.type != "cpu":
-        raise Unsupported("attention dropout on CUDA (braze's CUDA kernels have none)")
+    _check_dropout_device(q)
     read = _read_outputs(node)
     qh, kh, vh, bh = _operands(t, q, k, v, bias)
     args = (t.arg(dout), qh, kh, vh, t.arg(out), t.arg(lse), bh, float(scale), bool(causal))
@@ -262,11 +266,27 @@ def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 MATH_TRAINING_MAX_SCORES = 1 << 26
 
 
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+              "enable_gqa")
+
+
+def _sdpa_args(node):
+    """A scaled_dot_product_attention call's arguments by name (those it was given)."""
+    args = dict(zip(_SDPA_ARGS, node.args))
+    args.update(node.kwargs)
+    return args
+
+
+def _example(a):
+    """Dynamo's example value of FX argument `a`; None for anything but a node."""
+    return a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
+
+
 def _scores(node):
     """How many scores attention `node` computes, from Dynamo's example values; None when a
     size is symbolic."""
-    args = list(node.args[:2]) + [node.kwargs.get(n) for n in ("query", "key")[len(node.args):]]
-    q, k = (a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in args)
+    args = _sdpa_args(node)
+    q, k = _example(args.get("query")), _example(args.get("key"))
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         return None
     return _score_count(q, k)
@@ -283,7 +303,7 @@ def _score_count(q, k):
 
 def _has_dropout(node):
     """Whether attention `node` may drop (a dropout_p that is not the constant 0)."""
-    p = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+    p = _sdpa_args(node).get("dropout_p", 0.0)
     return not (isinstance(p, (int, float)) and p == 0)
 
 
@@ -291,14 +311,10 @@ def _fused_dropout(node):
     """Whether CPU attention `node` with dropout can be braze::attention_dropout: a constant p
     in (0, 1), query, key and value of one floating dtype and head count (grouped heads take
     the math path), and a mask (if any) that needs no gradient."""
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-             "enable_gqa")
-    args = dict(zip(names, node.args))
-    args.update(node.kwargs)
-    val = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a
-           for a in (args.get("query"), args.get("key"), args.get("value"))]
+    args = _sdpa_args(node)
+    val = [_example(args.get(name)) for name in ("query", "key", "value")]
     mask = args.get("attn_mask")
-    mask = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else mask
+    mask = _example(mask) if isinstance(mask, torch.fx.Node) else mask
     p = args.get("dropout_p", 0.0)
     if not all(isinstance(x, torch.Tensor) for x in val) or not isinstance(p, (int, float)):
         return False

@@ -432,7 +432,7 @@ void fuseAttention(Graph &g) {
     if (kind == MaskKind::Other)
       continue;
     b.setName(a->name());
-    double dropout = a->attrs().has("dropout") ? a->attrs().getFloat("dropout") : 0;
+    double dropout = GraphBuilder::attentionDropout(a);
     Node *plain = b.attention(a->operand(0), a->operand(1), a->operand(2), nullptr,
                               a->attrs().getFloat("scale"),
                               a->attrs().getBool("causal") || kind == MaskKind::Causal,

@@ -64,7 +64,7 @@ void groupAttentionHeads(Graph &g) {
                            v = groupedHeads(g.sym(), n->operand(2));
     Node *q = n->operand(0);
     if (!k || !v || k->groups != v->groups || k->repeats != v->repeats ||
-        n->attrs().has("dropout")) // the draws' positions are the ungrouped scores'
+        GraphBuilder::attentionDropout(n) > 0) // the draws' positions are the ungrouped scores'
       continue;
     size_t h = static_cast<size_t>(q->rank()) - 3;
     std::vector<SymExpr> qShape(q->shape());

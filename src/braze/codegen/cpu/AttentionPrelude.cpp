@@ -145,6 +145,11 @@ static inline void braze_attn_drop(float* x, int64_t n, const int64_t* seed, int
     x[j] = braze_philox_uniform(key, (uint64_t)(at + j)) >= p ? x[j] * keep : 0.f;
 }
 
+// A row's log-sum-exp from its running maximum m and sum l: -inf where no key was kept.
+static inline float braze_attn_lse(float m, float l) {
+  return l > 0.f ? m + std::log(l) : -INFINITY;
+}
+
 // The element offset of batch point b (row-major over dims[0..nb)) in an operand of strides st.
 static inline int64_t braze_attn_offset(int nb, const int64_t* dims, const int64_t* st,
                                         int64_t b) {
@@ -250,7 +255,7 @@ static void braze_attention_f32(int rank, const int64_t* dims, const float* q,
       }
       if (lse) // as braze_attention_lse_f32 gives it, from the same maxima and sums
         for (int64_t i = 0; i < rows; ++i)
-          lse[b * sq + i0 + i] = l[i] > 0.f ? m[i] + std::log(l[i]) : -INFINITY;
+          lse[b * sq + i0 + i] = braze_attn_lse(m[i], l[i]);
     }
     std::free(s);
   }
@@ -317,7 +322,7 @@ static void braze_attention_lse_f32(int rank, const int64_t* dims, const float* 
       }
       float* lb = lse + b * sq + i0;
       for (int64_t i = 0; i < rows; ++i)
-        lb[i] = l[i] > 0.f ? m[i] + std::log(l[i]) : -INFINITY;
+        lb[i] = braze_attn_lse(m[i], l[i]);
     }
     std::free(s);
   }
@@ -393,9 +398,16 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
           delta[i] = acc;
         }
       };
-      // The block of query rows [i0, i0 + rows) and keys [j0, j0 + cols): p into s (and, for
-      // k and v, p as dropped into `dropped`), then for any gradient but v's alone,
-      // scale * dS into s; 0 at masked keys.
+      // The keys of query row i (of the block at i0, j0) that are not masked: none where lse
+      // is -inf, the first `cols` else, fewer under the causal mask.
+      auto seenOf = [&](int64_t i0, int64_t i, int64_t j0, int64_t cols) -> int64_t {
+        if (lb[(i0 + i) * ls[nb]] == -INFINITY) // every key is masked: p = 0
+          return 0;
+        return causal ? std::max<int64_t>(0, std::min(cols, i0 + i + 1 - j0)) : cols;
+      };
+      // The block of query rows [i0, i0 + rows) and keys [j0, j0 + cols): p into s (for v's
+      // gradient with dropout, as dropped; with k's too, the dropped p into `dropped`), and
+      // for any gradient but v's, dP (as dropped) into dp; 0 at masked keys.
       auto block = [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
         braze_attn_scores(rows, cols, d, qb + i0 * qs[nb], qs[nb], kb + j0 * ks[nb], ks[nb], s,
                           ck);
@@ -405,9 +417,7 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
         for (int64_t i = 0; i < rows; ++i) {
           float* si = s + i * ck;
           const float li = lb[(i0 + i) * ls[nb]];
-          int64_t seen = causal ? std::max<int64_t>(0, std::min(cols, i0 + i + 1 - j0)) : cols;
-          if (li == -INFINITY) // every key is masked: p = 0
-            seen = 0;
+          const int64_t seen = seenOf(i0, i, j0, cols);
           if (bb) {
             const float* bi = bb + (i0 + i) * bs[nb] + j0 * bs[nb + 1];
             const int64_t step = bs[nb + 1];
@@ -433,27 +443,20 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
           } else if (wrt == 2 && seed) {
             braze_attn_drop(si, seen, seed, at, dropout);
           }
-          if (wrt == 2)
-            continue;
-          float* dpi = dp + i * ck;
-          if (seed)
-            braze_attn_drop(dpi, seen, seed, at, dropout);
-          const float di = delta[i];
-          if (wrt == 3) // v's gradient reads p first; gradientScores then writes dS over it
-            continue;
-          #pragma omp simd
-          for (int64_t j = 0; j < seen; ++j)
-            si[j] = scale * si[j] * (dpi[j] - di);
+          if (wrt != 2 && seed)
+            braze_attn_drop(dp + i * ck, seen, seed, at, dropout);
         }
       };
-      // k and v: after v's gradient has read p, scale * dS in place of p.
-      auto gradientScores = [&](int64_t rows, int64_t cols) {
+      // scale * dS in place of the block's p (after v's gradient has read p, for k and v);
+      // masked keys keep their 0.
+      auto gradientScores = [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
         for (int64_t i = 0; i < rows; ++i) {
           float* si = s + i * ck;
           const float* dpi = dp + i * ck;
           const float di = delta[i];
+          const int64_t seen = seenOf(i0, i, j0, cols);
           #pragma omp simd
-          for (int64_t j = 0; j < cols; ++j)
+          for (int64_t j = 0; j < seen; ++j)
             si[j] = scale * si[j] * (dpi[j] - di);
         }
       };
@@ -463,6 +466,7 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
         for (int64_t j0 = 0; j0 < kend; j0 += ck) {
           const int64_t cols = std::min(ck, kend - j0);
           block(i0, rows, j0, cols);
+          gradientScores(i0, rows, j0, cols);
           braze_attn_accumulate(rows, cols, d, s, ck, kb + j0 * ks[nb], ks[nb], g, d);
         }
       } else {
@@ -472,15 +476,15 @@ static void braze_attention_grad_f32(int wrt, int rank, const int64_t* dims, con
           if (wrt != 2)
             deltas(i0, rows);
           block(i0, rows, j0, cols);
-          if (wrt == 3) {
+          if (wrt == 3)
             braze_attn_accumulate_t(rows, cols, dv, seed ? dropped : s, ck, dob + i0 * dos[nb],
                                     dos[nb], g2, dv);
-            gradientScores(rows, cols);
-          }
-          if (wrt != 2)
+          if (wrt != 2) {
+            gradientScores(i0, rows, j0, cols);
             braze_attn_accumulate_t(rows, cols, d, s, ck, qb + i0 * qs[nb], qs[nb], g, d);
-          else
+          } else {
             braze_attn_accumulate_t(rows, cols, dv, s, ck, dob + i0 * dos[nb], dos[nb], g, dv);
+          }
         }
       }
     }

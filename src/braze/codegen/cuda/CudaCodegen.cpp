@@ -555,12 +555,7 @@ std::string CudaEmitter::launchCall(const Kernel &k, const KernelPlan &plan, int
   std::string per = k.innerVars.empty()
                         ? std::to_string(plan.block) + " * " + std::to_string(plan.vec * plan.spread)
                         : std::to_string(plan.block / plan.threads);
-  if (plan.groups > 1) // each group over blocks of its own (emitPointwise)
-    return launchBlocks(s_, names_, k, index, plan.block,
-                        std::to_string(plan.groups) + " * ((" +
-                            extentProduct(names_, k.outerVars) + " + " + per + " - 1) / (" +
-                            per + "))");
-  return launchStatement(s_, names_, k, index, plan.block, per);
+  return launchStatement(s_, names_, k, index, plan.block, per, plan.groups);
 }
 
 } // namespace cuda

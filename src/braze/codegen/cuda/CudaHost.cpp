@@ -13,10 +13,12 @@ std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &v
 }
 
 std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
-                            int index, int threads, const std::string &pointsPerBlock) {
+                            int index, int threads, const std::string &pointsPerBlock,
+                            int groups) {
+  std::string blocks = "(" + extentProduct(names, k.outerVars) + " + " + pointsPerBlock +
+                       " - 1) / (" + pointsPerBlock + ")";
   return launchBlocks(s, names, k, index, threads,
-                      "(" + extentProduct(names, k.outerVars) + " + " + pointsPerBlock +
-                          " - 1) / (" + pointsPerBlock + ")");
+                      groups > 1 ? std::to_string(groups) + " * (" + blocks + ")" : blocks);
 }
 
 std::string launchBlocks(const sched::Schedule &s, const Names &names, const sched::Kernel &k,

@@ -13,9 +13,11 @@ namespace braze::codegen {
 std::string extentProduct(const Names &names, const std::vector<sym::SymExpr> &vars);
 
 /// Launches kernel `index` (k's __global__) with `threads` per block and enough blocks for k's
-/// outer space at `pointsPerBlock` (C text) each; sets `err`.
+/// outer space at `pointsPerBlock` (C text) each, that many for each of `groups` member groups
+/// (CudaLaunch::groups); sets `err`.
 std::string launchStatement(const sched::Schedule &s, const Names &names, const sched::Kernel &k,
-                            int index, int threads, const std::string &pointsPerBlock);
+                            int index, int threads, const std::string &pointsPerBlock,
+                            int groups = 1);
 /// Launches kernel `index` with `threads` per block and `blocks` (C text) blocks, and
 /// `sharedBytes` of dynamic shared memory where not 0; sets `err`.
 std::string launchBlocks(const sched::Schedule &s, const Names &names, const sched::Kernel &k,

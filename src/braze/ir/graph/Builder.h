@@ -149,6 +149,10 @@ public:
   /// is an i64 scalar.
   Node *attention(Node *q, Node *k, Node *v, Node *bias, double scale, bool causal,
                   bool safe = true, double dropout = 0, Node *seed = nullptr);
+  /// An attention's or its gradient's dropout p (0 without its optional attribute).
+  static double attentionDropout(const Node *n) {
+    return n->attrs().has("dropout") ? n->attrs().getFloat("dropout") : 0;
+  }
   /// The log-sum-exp of attention's scores over the kept keys: [B.., Sq] in the compute type
   /// (f32 for half operands); -inf for a row whose every key is masked. The forward's saved
   /// value for attentionGrad.

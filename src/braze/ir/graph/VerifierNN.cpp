@@ -394,7 +394,7 @@ bool GraphVerifier::checkAttention() {
 /// at operand `at`; the operand count is `at`, the seed and the bias.
 bool GraphVerifier::checkAttentionDropout(size_t at) {
   const AttrMap &a = node_->attrs();
-  double p = a.has("dropout") ? a.getFloat("dropout") : 0;
+  double p = GraphBuilder::attentionDropout(node_);
   if (!(p >= 0 && p < 1))
     return fail("dropout must be in [0, 1)");
   if (node_->operands().size() != at + (p > 0) + a.getBool("bias"))

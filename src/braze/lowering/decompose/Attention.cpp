@@ -58,7 +58,7 @@ Node *biasOf(Node *n) {
 /// draw at a score's position is at least the dropout p, 0 where it drops; nullptr without
 /// dropout. The seed is operand `at`.
 Node *dropoutFactor(GraphBuilder &b, Node *n, Node *s, size_t at) {
-  double p = n->attrs().has("dropout") ? n->attrs().getFloat("dropout") : 0;
+  double p = GraphBuilder::attentionDropout(n);
   if (p == 0)
     return nullptr;
   const std::vector<SymExpr> &shape = s->shape();

@@ -52,8 +52,7 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
   const auto &ts = saved ? opts.fusedAttentionBackwardDtypes : opts.fusedAttentionDtypes;
   if (std::find(ts.begin(), ts.end(), q->dtype()) == ts.end())
     return false;
-  if (n->attrs().has("dropout") && n->attrs().getFloat("dropout") > 0 &&
-      !opts.fusedAttentionDropout)
+  if (GraphBuilder::attentionDropout(n) > 0 && !opts.fusedAttentionDropout)
     return false;
   std::vector<SymExpr> dims{q->shape().back()};
   if (n->op() != OpKind::AttentionLse)

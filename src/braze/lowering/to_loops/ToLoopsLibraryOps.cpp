@@ -336,8 +336,8 @@ Value Lowerer::lowerAttention(Node *n) {
   spec.safe = grad || lse || a.getBool("safe");
   spec.scale = a.getFloat("scale");
   spec.causal = a.getBool("causal");
-  if (a.has("dropout") && a.getFloat("dropout") > 0) { // the seed follows the tensors
-    spec.dropout = a.getFloat("dropout");
+  if (double p = GraphBuilder::attentionDropout(n); p > 0) { // the seed follows the tensors
+    spec.dropout = p;
     Buffer *seed = inMemory(n->operand(grad ? 6 : 3));
     spec.seed = loop::AttentionOperand{seed, s_.constant(0), {}, {}};
   }

@@ -5,10 +5,12 @@ attention_lse op and its backward one attention_grad op per gradient: on the CPU
 kernels), on CUDA in f16 and bf16 with head dims up to 128 (fused kernels, sm_80 and newer),
 and in other CUDA cases when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, up to
 MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
-faster). Dropout keeps the op in eager PyTorch. CPU training with attention dropout is traced
-as braze::attention_dropout (attention_dropout.py), whose forward and backward compile as the
-fused CPU kernels with their dropout, or where those do not take it as PyTorch's math path
-(trace_as_math_for_training)."""
+faster). CUDA training calls those fused kernels do not take (f32 among them) are traced as
+PyTorch's math path instead, products and a softmax that compile whole
+(trace_as_math_for_training). Dropout keeps the op in eager PyTorch on CUDA. CPU training
+with attention dropout is traced as braze::attention_dropout (attention_dropout.py), whose
+forward and backward compile as the fused CPU kernels with their dropout, or where those do not
+take it as PyTorch's math path."""
 import math
 import operator
 
@@ -326,13 +328,31 @@ def _fused_dropout(node):
                                   and mask.dim() <= q.dim())))
 
 
-# Whether CUDA training graphs, and CPU calls without dropout, take the math path too (see
-# trace_as_math_for_training; benchmarks/cpu_attention_training.py compares the two on the CPU).
+# Whether CUDA training graphs take the math path for every call (MATH_TRAINING_ON_CUDA), or
+# only for calls braze's fused CUDA kernels do not take (MATH_TRAINING_UNFUSED_ON_CUDA), and
+# whether CPU calls without dropout take it too (see trace_as_math_for_training;
+# benchmarks/cpu_attention_training.py compares the two on the CPU).
 MATH_TRAINING_ON_CUDA = False
+MATH_TRAINING_UNFUSED_ON_CUDA = True
 MATH_TRAINING_WITHOUT_DROPOUT = False
 # Whether CPU training calls with dropout become braze::attention_dropout (the fused kernels'
 # dropout) rather than the math path.
 FUSED_CPU_DROPOUT = True
+
+
+def _unfused_on_cuda(gm, node):
+    """Whether braze's fused CUDA kernels would not take the training form of attention `node`
+    (_fused_on_cuda), as far as its example values tell: False under autocast, entered in the
+    graph or around it, which may run the call in a narrower type than its operands'."""
+    if torch.is_autocast_enabled("cuda") or any(
+            n.op == "call_function" and n.target is torch.amp.autocast_mode._enter_autocast
+            for n in gm.graph.nodes):
+        return False
+    args = _sdpa_args(node)
+    q, v = _example(args.get("query")), _example(args.get("value"))
+    if not isinstance(q, torch.Tensor) or q.device.type != "cuda":
+        return False
+    return not _fused_on_cuda(q, v if isinstance(v, torch.Tensor) else None)
 
 
 def trace_as_math_for_training(gm, example_inputs):
@@ -347,15 +367,19 @@ def trace_as_math_for_training(gm, example_inputs):
         is faster (benchmarks/cpu_attention_training.py: causal 2x6xSx64 f32 steps at 2
         threads, 13.78 / 48.14 ms fused against 22.85 / 88.04 ms as the math path for
         S = 512 / 1024; with dropout 0.1, 21.24 / 74.45 against 33.81 / 133.48);
-      - on CUDA, every call when MATH_TRAINING_ON_CUDA (off): CUDA keeps PyTorch's fused
-        attention and its backward in eager. Traced as the math path, the H100 GPT-2 6-layer
-        f32 train step of benchmarks/gpu_models.py took 22.64 ms against 22.58 ms with the
-        fused kernels (one process, CUDA events around each step, median of 10)."""
+      - on CUDA, calls without dropout that braze's fused kernels do not take (f32 and f64,
+        head dims over FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, before sm_80) when
+        MATH_TRAINING_UNFUSED_ON_CUDA, outside autocast (which may narrow f32 operands to
+        the fused kernels' types); every call when MATH_TRAINING_ON_CUDA (off). Other calls keep
+        PyTorch's fused attention and its backward in eager, counted. The H200 GPT-2 6-layer
+        f32 train step of benchmarks/gpu_models.py, at 1.02x Inductor reduce-overhead both ways,
+        became 4 partitions and 0 ops in eager instead of 16 partitions and 12 eager attention
+        ops, at the same peak memory."""
     tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
         return
     cuda = any(t.device.type != "cpu" for t in tensors)
-    if cuda and not MATH_TRAINING_ON_CUDA:
+    if cuda and not (MATH_TRAINING_ON_CUDA or MATH_TRAINING_UNFUSED_ON_CUDA):
         return
     changed = False
     for node in gm.graph.nodes:
@@ -367,7 +391,11 @@ def trace_as_math_for_training(gm, example_inputs):
                 node.target = attention_with_dropout
                 changed = True
                 continue
-            math_path = cuda or MATH_TRAINING_WITHOUT_DROPOUT or dropout
+            if cuda:
+                math_path = MATH_TRAINING_ON_CUDA or (
+                    MATH_TRAINING_UNFUSED_ON_CUDA and not dropout and _unfused_on_cuda(gm, node))
+            else:
+                math_path = MATH_TRAINING_WITHOUT_DROPOUT or dropout
             if math_path and scores is not None \
                     and scores <= MATH_TRAINING_MAX_SCORES:
                 node.target = _math_attention

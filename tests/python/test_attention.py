@@ -384,11 +384,13 @@ def test_cuda_training_attention_over_the_score_limit_stays_fused_in_eager(devic
         torch.testing.assert_close(g, w, **tol)
 
 
-def test_cuda_training_attention_stays_in_eager_by_default(device, monkeypatch):
-    """With COMPILE_CUDA_TRAINING_ATTENTION off (the default), CUDA training keeps the fused
-    attention op and its backward in eager, counted as fallbacks; the CPU compiles them."""
+def test_cuda_training_attention_stays_in_eager_without_the_math_path(device, monkeypatch):
+    """With COMPILE_CUDA_TRAINING_ATTENTION and the math path on CUDA off, CUDA training keeps
+    the fused attention op and its backward in eager, counted as fallbacks; the CPU compiles
+    them."""
     from braze import rules_attention
     monkeypatch.setattr(rules_attention, "COMPILE_CUDA_TRAINING_ATTENTION", False)
+    monkeypatch.setattr(rules_attention, "MATH_TRAINING_UNFUSED_ON_CUDA", False)
     torch.manual_seed(4)
     q, k, v = (torch.randn(2, 3, 40, 16, requires_grad=True) for _ in range(3))
 
@@ -399,6 +401,27 @@ def test_cuda_training_attention_stays_in_eager_by_default(device, monkeypatch):
     assert (fallbacks >= 2) == (device == "cuda")
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_training_attention_compiles_by_default(device, monkeypatch, dtype):
+    """By default nothing of training attention runs in eager on either device: on CUDA, f32
+    calls (which braze's fused CUDA kernels do not take) are traced as the math path, and bf16
+    ones run the fused kernels; the values and gradients are eager's."""
+    from braze import rules_attention
+    monkeypatch.setattr(rules_attention, "COMPILE_CUDA_TRAINING_ATTENTION", False)
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 40, 16, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.randn(40, 40, dtype=dtype)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+
+    got, want, fallbacks = _fused_training(fn, (q, k, v))
+    assert fallbacks == 0
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
 
 
 def _kernel_names(fn, *args):

@@ -117,8 +117,10 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
     ("kernel0", "launch{block=256 threads=32 vec=4}", "kernels with an inner loop"),
     ("kernel0", "launch{block=256 vec=2 spread=4}", "spread needs vec=1"),
     ("kernel0", "launch{block=256 vec=4 groups=2}", "this kernel has one"),
+    ("kernel1", "launch{block=256 threads=64 vec=4 spread=2 persistent iters=3}",
+     "spread applies to pointwise kernels"),
     ("kernel1", "launch{block=256 threads=64 vec=4 groups=2 persistent iters=3}",
-     "pointwise kernels"),
+     "groups needs independent member groups"),
     ("kernel2", "launch{block=1024 threads=64 vec=1 columns=8 persistent iters=32}",
      "block = R x threads"),
     ("kernel2", "launch{block=1024 threads=128 vec=2 columns=8}", "dividing 1"),
@@ -168,6 +170,43 @@ def test_member_groups_are_a_record_field(tmp_path):
         # the kernel's points per block follow the record's block, as its launch does
         assert f"* {block} + threadIdx.x) * 4;" in run.stdout
         assert f"{block} * 4 - 1) / ({block} * 4)" in run.stdout
+
+
+# Two layer norms' weight and bias gradients over one row space: two independent groups of
+# column sums, too long to keep in registers.
+ROW_GROUPS = """graph(%g1: f32[32768, 768], %g2: f32[32768, 768], %x1: f32[32768, 768]) {
+  %b1 = sum(%g1) {dims=[0], keepdim=false} : f32[768]
+  %p1 = mul(%g1, %x1) : f32[32768, 768]
+  %w1 = sum(%p1) {dims=[0], keepdim=false} : f32[768]
+  %b2 = sum(%g2) {dims=[0], keepdim=false} : f32[768]
+  return %b1, %w1, %b2
+}
+"""
+
+
+def test_row_kernels_take_member_groups_too(tmp_path):
+    """A row kernel's independent groups of reductions run over blocks of their own (groups=2);
+    a record may turn that off, but not ask for another count, nor groups with persistent
+    rows. (The values each way are checked on a GPU, in test_nn and test_models.)"""
+    graph = tmp_path / "g.txt"
+    graph.write_text(ROW_GROUPS)
+    schedule = _opt(str(graph), "--cuda", "--print=schedule").stdout
+    planned = _record(schedule, "kernel0")
+    assert "groups=2" in planned and "persistent" not in planned, planned
+    records = tmp_path / "r.txt"
+    for record, says in [(planned, None), (planned.replace(" groups=2", ""), None),
+                         (planned.replace("groups=2", "groups=3"), "groups must be 1 or 2"),
+                         (planned.replace("}", " persistent iters=128}"),
+                          "groups needs rows that are not persistent")]:
+        records.write_text(schedule.replace(planned, record))
+        run = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+        assert (run.returncode == 0) == (says is None), run.stderr
+        if says:
+            assert says in run.stderr, run.stderr
+            continue
+        grouped = "groups=2" in record
+        assert ("switch (group) {" in run.stdout) == grouped
+        assert ("const int64_t blocks = 2 * (" in run.stdout) == grouped
 
 
 def test_records_for_kernels_the_schedule_does_not_have_are_errors(tmp_path):

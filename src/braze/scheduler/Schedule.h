@@ -57,10 +57,11 @@ struct CudaLaunch {
   int threads = 32;      ///< rows: T, threads per row (a power of two)
   int vec = 1;           ///< consecutive elements per thread per iteration
   int spread = 1;        ///< pointwise without lanes: points per thread, a block apart
-  /// Pointwise: the kernel's independent member groups (KernelBody's independentMembers: an
-  /// optimizer's updates of same-sized parameters), each over blocks of its own. Block b runs
-  /// group b / (blocks per group) alone, so a thread holds one group's operands, not every
-  /// group's. 1: every block runs every member.
+  /// A one-step kernel's independent member groups (KernelBody's independentMembers: an
+  /// optimizer's updates of same-sized parameters, the weight gradients of many layer norms),
+  /// each over blocks of its own. Block b runs group b / (blocks per group) alone, so a thread
+  /// holds one group's operands and accumulators, not every group's. Not with persistent
+  /// rows. 1: every block runs every member.
   int groups = 1;
   /// Columns: the rows' elements lie apart in memory and neighbouring rows are neighbours
   /// (a sum over the rows of a row-major matrix, per column). A block holds `columnRows` rows;

@@ -331,11 +331,19 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
   std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
   std::string rows = product(k.outerVars);
+  // Groups: the rows of each independent member group over blocks of their own.
+  std::string blockIndex = "(int64_t)blockIdx.x";
+  if (plan.groups > 1) {
+    w.line("const int64_t group_blocks = (" + rows + " + " + rowsPerBlock + " - 1) / " +
+           rowsPerBlock + ";");
+    w.line("const int64_t group = (int64_t)blockIdx.x / group_blocks;");
+    w.line("const int64_t group_block = (int64_t)blockIdx.x - group * group_blocks;");
+    blockIndex = "group_block";
+  }
   // A row's threads are neighbours, or (columns) R apart.
   std::string R = std::to_string(plan.columnRows);
   std::string inBlock = plan.columns ? "threadIdx.x % " + R : "threadIdx.x / " + T;
-  w.line("const int64_t row_raw = (int64_t)blockIdx.x * " + rowsPerBlock + " + " + inBlock +
-         ";");
+  w.line("const int64_t row_raw = " + blockIndex + " * " + rowsPerBlock + " + " + inBlock + ";");
   w.line("const bool row_ok = row_raw < " + rows + ";");
   w.line("const int64_t row = row_ok ? row_raw : 0;");
   w.line(std::string("const int lr = threadIdx.x ") + (plan.columns ? "/ " + R : "% " + T) + ";");
@@ -368,12 +376,7 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   }
   std::string guard = "row_ok && lr == 0";
   int loopStep = 0;
-  for (const Step &st : k.steps) {
-    std::vector<const Member *> members = membersOf(st);
-    if (st.kind == StepKind::Scalar) {
-      emitMembers(w, outer, members, guard, {});
-      continue;
-    }
+  auto emitStep = [&](Scope &scope, const std::vector<const Member *> &members) {
     for (const Member *m : members)
       if (m->comp->isReduction()) {
         w.line(accType(*m->comp) + " " + names_.acc(*m->comp) + " = " +
@@ -381,16 +384,49 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
         if (isArgReduction(*m->comp))
           w.line("int64_t " + argIndex(*m->comp) + " = 0;");
       }
-    hoistInvariants(w, outer, members, k.innerVars, writes);
+    hoistInvariants(w, scope, members, k.innerVars, writes);
     openRowLoop(w, k, plan, base);
     std::string cacheIndex = plan.persistent ? "it * " + V : "";
-    emitLanes(w, outer, members, var, base, plan.vec, writes, cached, cacheIndex, "row_ok",
-              loopStep++);
+    emitLanes(w, scope, members, var, base, plan.vec, writes, cached, cacheIndex, "row_ok",
+              loopStep);
     closeRowLoop(w, plan);
     for (const Member *m : members)
       if (m->comp->isReduction())
         emitCombine(w, *m->comp, plan);
-    finishReductions(w, outer, members, guard);
+    finishReductions(w, scope, members, guard);
+  };
+  if (plan.groups > 1) {
+    // One step (memberGroups): each case is the step over one group's members. A group's
+    // blocks take one case, so its barriers are reached by every thread of the block.
+    std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], groupVars(k));
+    BRAZE_CHECK(static_cast<int>(groups.size()) == plan.groups)
+        << k.name << ": launch record of " << plan.groups << " groups for " << groups.size();
+    w.line("switch (group) {");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<const Member *> members;
+      for (const Member &copy : groups[g])
+        for (const Member &m : k.steps[0].members)
+          if (m.comp == copy.comp)
+            members.push_back(&m);
+      w.line("case " + std::to_string(g) + ": {");
+      w.indent();
+      Scope scope(&outer);
+      emitStep(scope, members);
+      w.line("break;");
+      w.dedent();
+      w.line("}");
+    }
+    w.line("}");
+    return;
+  }
+  for (const Step &st : k.steps) {
+    std::vector<const Member *> members = membersOf(st);
+    if (st.kind == StepKind::Scalar) {
+      emitMembers(w, outer, members, guard, {});
+      continue;
+    }
+    emitStep(outer, members);
+    ++loopStep;
   }
 }
 

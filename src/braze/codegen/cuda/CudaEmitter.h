@@ -152,9 +152,11 @@ private:
   void emitPointwiseBlock(const Kernel &k, const KernelPlan &plan, Writer &w,
                           const std::vector<const Member *> &members,
                           const std::string &blockIndex);
-  /// The independent member groups a pointwise kernel may run over blocks of their own (1
-  /// where it has one, or is not pointwise).
+  /// The independent member groups a one-step kernel may run over blocks of their own (1
+  /// where it has one, or several steps), by independentMembers over groupVars(k).
   int memberGroups(const Kernel &k);
+  /// The variables a load must mention to count as memory of its own: outer and inner ones.
+  static std::vector<SymExpr> groupVars(const Kernel &k);
 
   /// Emits the members for `vec` consecutive values of var (from `base`), each lane in its own
   /// block where var = base + j. With vec > 1, operands contiguous along var are read (and

@@ -67,6 +67,7 @@ struct Driver {
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*memFreeHost)(void *);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*streamIsCapturing)(CUstream, int *); ///< CUstreamCaptureStatus as int
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*memAllocAsync)(CUdeviceptr *, size_t, CUstream);
   CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
@@ -129,6 +130,7 @@ const Driver &driver() {
     get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     get(d.memFreeHost, "cuMemFreeHost");
     get(d.memAlloc, "cuMemAlloc_v2");
+    get(d.streamIsCapturing, "cuStreamIsCapturing");
     get(d.memFree, "cuMemFree_v2");
     get(d.memAllocAsync, "cuMemAllocAsync");
     get(d.memFreeAsync, "cuMemFreeAsync");
@@ -192,6 +194,33 @@ void *deviceBuffer(int device, size_t bytes, const char *what) {
   return reinterpret_cast<void *>(b);
 }
 
+/// Device memory of at least `bytes` for a cuDNN plan whose workspace is larger than the common
+/// one, shared by every module of `device`; null where more than is held would be needed and
+/// `mayAllocate` is false. A larger buffer replaces a smaller one, which is kept: a CUDA graph
+/// captured before may still read it.
+void *largeWorkspace(int device, size_t bytes, bool mayAllocate) {
+  static std::mutex mu;
+  static std::map<int, std::vector<std::pair<CUdeviceptr, size_t>>> held; // the last is in use
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<std::pair<CUdeviceptr, size_t>> &buffers = held[device];
+  if (!buffers.empty() && buffers.back().second >= bytes)
+    return reinterpret_cast<void *>(buffers.back().first);
+  if (!mayAllocate)
+    return nullptr;
+  size_t size = (bytes + (size_t(16) << 20) - 1) / (size_t(16) << 20) * (size_t(16) << 20);
+  CUdeviceptr b = 0;
+  if (driver().memAlloc(&b, size) != 0)
+    return nullptr;
+  buffers.emplace_back(b, size);
+  return reinterpret_cast<void *>(b);
+}
+
+/// Whether `stream` is being captured into a CUDA graph (then nothing may be allocated).
+bool capturing(CUstream stream) {
+  int status = 0;
+  return driver().streamIsCapturing(stream, &status) != 0 || status != 0;
+}
+
 void *gemmWorkspace(int device) {
   return deviceBuffer(device, CublasLt::recommendedWorkspaceBytes(), "cuBLASLt workspace");
 }
@@ -224,6 +253,7 @@ struct CudaModule::State {
   Cudnn *dnn = nullptr;
   void *workspace = nullptr;
   void *convWorkspace = nullptr; ///< Cudnn::recommendedWorkspaceBytes() of device memory
+  int device = 0;
   void *padded = nullptr; ///< kPaddedResultBytes of device memory
   /// Per kernel: its compile where it is deferred (its function stays null until the first
   /// launch compiles and loads it), else empty.
@@ -646,6 +676,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   if (!spec.cudnnLibrary.empty()) {
     s.dnn = &Cudnn::load(spec.cudnnLibrary);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
+    s.device = device;
   }
   s.api.ctx = &s;
   s.api.err = reinterpret_cast<int *>(errDev);
@@ -694,9 +725,14 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
     State &st = *static_cast<State *>(ctx);
     if (!st.dnn)
       return 1;
+    LargeWorkspace large;
+    large.canAllocate = !capturing(st.stream);
+    large.get = [&st, &large](size_t bytes) {
+      return largeWorkspace(st.device, bytes, large.canAllocate);
+    };
     return st.dnnResult("a convolution",
                         st.dnn->conv(*c, st.stream, st.convWorkspace,
-                                     Cudnn::recommendedWorkspaceBytes(), st.failure));
+                                     Cudnn::recommendedWorkspaceBytes(), st.failure, large));
   };
   s.api.attention = [](void *ctx, const CudaAttentionCall *a) -> int {
     State &st = *static_cast<State *>(ctx);

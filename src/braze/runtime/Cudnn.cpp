@@ -3,6 +3,7 @@
 // CudnnAttention.cpp; what both share, in CudnnImpl.h.
 #include "braze/runtime/CudnnImpl.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -66,6 +67,7 @@ Cudnn::Cudnn() : impl_(std::make_unique<Impl>()) {}
 Cudnn::~Cudnn() = default;
 
 size_t Cudnn::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
+size_t Cudnn::largeWorkspaceLimit() { return kLargeWorkspaceBytes; }
 
 Cudnn &Cudnn::load(const std::string &libraryPath) {
   static std::mutex loadMutex;
@@ -109,7 +111,7 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
 }
 
 DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                      std::string &error) {
+                      std::string &error, const LargeWorkspace &large) {
   Impl &im = *impl_;
   if (p.rank < 3 || p.rank > 5 || p.dtype < 0 || p.dtype > 3 || p.direction < 0 ||
       p.direction > 2) {
@@ -130,7 +132,11 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   int type = types[p.dtype];
   if (fresh) {
     Shapes c = cudnnShapes(p);
-    if (!im.buildGraphPlan(plan, p, c, type, workspaceBytes)) {
+    // A larger workspace only where it can be allocated now: a plan built while a capture is
+    // under way keeps within the common workspace.
+    size_t limit = large.get && large.canAllocate ? std::max(kLargeWorkspaceBytes, workspaceBytes)
+                                                  : workspaceBytes;
+    if (!im.buildGraphPlan(plan, p, c, type, limit)) {
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
@@ -152,6 +158,15 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   if (plan.graphPlan) {
     const int64_t uids[3] = {'x', 'w', 'y'};
     const void *pointers[3] = {p.x, p.w, p.y};
+    if (size_t(plan.graphWorkspace) > workspaceBytes) {
+      workspace = large.get ? large.get(size_t(plan.graphWorkspace)) : nullptr;
+      if (!workspace) {
+        error = "its cuDNN plan needs " + std::to_string(plan.graphWorkspace) +
+                " bytes of workspace, and no more than " + std::to_string(workspaceBytes) +
+                " can be had during a CUDA graph capture";
+        return DnnStatus::Failed;
+      }
+    }
     return im.execute(plan, 3, uids, pointers, workspace, error);
   }
   double one64 = 1, zero64 = 0;

@@ -8,6 +8,7 @@
 /// be built, the legacy API's descriptors and algorithm.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,6 +68,14 @@ struct AttentionProblem {
 
 enum class DnnStatus { Done, Declined, Failed };
 
+/// Workspace beyond the common one: `get(bytes)` is device memory of at least `bytes`, or null
+/// where none can be had now; `canAllocate` says whether more than is held may be had now (not
+/// while the stream is being captured into a CUDA graph).
+struct LargeWorkspace {
+  std::function<void *(size_t bytes)> get;
+  bool canAllocate = false;
+};
+
 /// The process-wide cuDNN instance. Thread-safe: conv() serializes on an internal mutex.
 class Cudnn {
 public:
@@ -75,11 +84,14 @@ public:
   static Cudnn &load(const std::string &libraryPath);
 
   /// Enqueues the convolution on `stream` (a CUstream as void*), using `workspace`
-  /// (workspaceBytes of device memory). Declined: cuDNN takes no such problem (a weight layout
-  /// other than contiguous or channels-last, sizes beyond int32, no algorithm within the
-  /// workspace); the caller computes it another way. Failed: `error` names the cuDNN call.
+  /// (workspaceBytes of device memory). With `large`, a plan built when it can allocate may
+  /// take an engine whose workspace is larger, up to largeWorkspaceLimit(), from `large`
+  /// (cuDNN's first choice for a ResNet stem's weight gradient converts the output gradient
+  /// into 102 MB of scratch). Declined: cuDNN takes no such problem (a weight layout other
+  /// than contiguous or channels-last, sizes beyond int32, no algorithm within the workspace);
+  /// the caller computes it another way. Failed: `error` names the cuDNN call.
   DnnStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                 std::string &error);
+                 std::string &error, const LargeWorkspace &large = {});
 
   /// Enqueues the attention (or its backward) on `stream`, as conv() does. Declined: no cuDNN
   /// engine runs this problem (dtype, head dims, alignment, a cuDNN without fused attention,
@@ -89,6 +101,7 @@ public:
                       size_t workspaceBytes, std::string &error);
 
   static size_t recommendedWorkspaceBytes(); ///< 64 MiB
+  static size_t largeWorkspaceLimit();       ///< 1 GiB
 
   Cudnn(const Cudnn &) = delete;
   Cudnn &operator=(const Cudnn &) = delete;

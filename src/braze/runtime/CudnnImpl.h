@@ -114,6 +114,7 @@ constexpr int kHeurInstant = 0, kHeurFallback = 2, kHeurA = 3;
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1; // cudnnBackendNumericalNote_t
 
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;
+constexpr size_t kLargeWorkspaceBytes = size_t(1) << 30;
 
 /// One problem in cuDNN's terms: 1-d convolutions get a unit height (cuDNN takes 4-d and 5-d).
 struct Shapes {

@@ -7,7 +7,7 @@ and in other CUDA cases when COMPILE_CUDA_TRAINING_ATTENTION is on (decomposed, 
 MATH_TRAINING_MAX_SCORES scores per call; off by default, where eager's fused kernels are
 faster). CUDA training calls those fused kernels do not take (f32 among them) are traced as
 PyTorch's math path instead, products and a softmax that compile whole
-(trace_as_math_for_training). Dropout keeps the op in eager PyTorch on CUDA. CPU training
+(trace_as_math_for_training), and so are CUDA training calls with dropout. CPU training
 with attention dropout is traced as braze::attention_dropout (attention_dropout.py), whose
 forward and backward compile as the fused CPU kernels with their dropout, or where those do not
 take it as PyTorch's math path."""
@@ -334,6 +334,9 @@ def _fused_dropout(node):
 # benchmarks/cpu_attention_training.py compares the two on the CPU).
 MATH_TRAINING_ON_CUDA = False
 MATH_TRAINING_UNFUSED_ON_CUDA = True
+# Whether CUDA training calls with dropout take the math path (braze's CUDA kernels have no
+# dropout), up to MATH_TRAINING_MAX_SCORES scores per call; else they stay in eager, counted.
+MATH_TRAINING_DROPOUT_ON_CUDA = True
 MATH_TRAINING_WITHOUT_DROPOUT = False
 # Whether CPU training calls with dropout become braze::attention_dropout (the fused kernels'
 # dropout) rather than the math path.
@@ -370,8 +373,9 @@ def trace_as_math_for_training(gm, example_inputs):
       - on CUDA, calls without dropout that braze's fused kernels do not take (f32 and f64,
         head dims over FUSED_CUDA_BACKWARD_MAX_HEAD_DIM, before sm_80) when
         MATH_TRAINING_UNFUSED_ON_CUDA, outside autocast (which may narrow f32 operands to
-        the fused kernels' types); every call when MATH_TRAINING_ON_CUDA (off). Other calls keep
-        PyTorch's fused attention and its backward in eager, counted. The H200 GPT-2 6-layer
+        the fused kernels' types); calls with dropout when MATH_TRAINING_DROPOUT_ON_CUDA, which
+        then save their probabilities and dropout mask; every call when MATH_TRAINING_ON_CUDA
+        (off). Other calls keep PyTorch's fused attention and its backward in eager, counted. The H200 GPT-2 6-layer
         f32 train step of benchmarks/gpu_models.py, at 1.02x Inductor reduce-overhead both ways,
         became 4 partitions and 0 ops in eager instead of 16 partitions and 12 eager attention
         ops, at the same peak memory."""
@@ -379,7 +383,8 @@ def trace_as_math_for_training(gm, example_inputs):
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
         return
     cuda = any(t.device.type != "cpu" for t in tensors)
-    if cuda and not (MATH_TRAINING_ON_CUDA or MATH_TRAINING_UNFUSED_ON_CUDA):
+    if cuda and not (MATH_TRAINING_ON_CUDA or MATH_TRAINING_UNFUSED_ON_CUDA
+                     or MATH_TRAINING_DROPOUT_ON_CUDA):
         return
     changed = False
     for node in gm.graph.nodes:
@@ -392,7 +397,7 @@ def trace_as_math_for_training(gm, example_inputs):
                 changed = True
                 continue
             if cuda:
-                math_path = MATH_TRAINING_ON_CUDA or (
+                math_path = MATH_TRAINING_ON_CUDA or (MATH_TRAINING_DROPOUT_ON_CUDA and dropout) or (
                     MATH_TRAINING_UNFUSED_ON_CUDA and not dropout and _unfused_on_cuda(gm, node))
             else:
                 math_path = MATH_TRAINING_WITHOUT_DROPOUT or dropout

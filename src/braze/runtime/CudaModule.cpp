@@ -1,6 +1,7 @@
 #include "braze/runtime/CudaModule.h"
 
 #include "braze/runtime/CublasLt.h"
+#include "braze/runtime/CudaDriver.h"
 #include "braze/runtime/Cudnn.h"
 #include "braze/runtime/Executable.h"
 #include "braze/runtime/Files.h"
@@ -19,161 +20,7 @@ namespace braze::runtime {
 
 namespace {
 
-// The few CUDA driver API entry points braze uses, with the driver's ABI: handles are opaque
-// pointers, CUresult an int (0 = CUDA_SUCCESS), CUdevice an int.
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void *;
-using CUmodule = void *;
-using CUfunction = void *;
-using CUstream = void *;
-using CUdeviceptr = unsigned long long;
-constexpr unsigned kHostAllocDeviceMap = 0x02; // CU_MEMHOSTALLOC_DEVICEMAP
-
-/// CUDA_MEMCPY2D, with the driver's layout.
-struct Memcpy2D {
-  size_t srcXInBytes, srcY;
-  int srcMemoryType;
-  const void *srcHost;
-  CUdeviceptr srcDevice;
-  void *srcArray;
-  size_t srcPitch;
-  size_t dstXInBytes, dstY;
-  int dstMemoryType;
-  void *dstHost;
-  CUdeviceptr dstDevice;
-  void *dstArray;
-  size_t dstPitch;
-  size_t widthInBytes, height;
-};
-constexpr int kMemoryTypeDevice = 2; // CU_MEMORYTYPE_DEVICE
-
-struct Driver {
-  CUresult (*init)(unsigned);
-  CUresult (*deviceGet)(CUdevice *, int);
-  CUresult (*deviceGetCount)(int *);
-  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*ctxGetCurrent)(CUcontext *);
-  CUresult (*ctxSetCurrent)(CUcontext);
-  CUresult (*ctxSynchronize)();
-  CUresult (*streamSynchronize)(CUstream);
-  CUresult (*moduleLoadData)(CUmodule *, const void *);
-  CUresult (*moduleUnload)(CUmodule);
-  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
-  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, CUstream, void **, void **);
-  CUresult (*funcSetAttribute)(CUfunction, int, int);
-  CUresult (*memHostAlloc)(void **, size_t, unsigned);
-  CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
-  CUresult (*memFreeHost)(void *);
-  CUresult (*memAlloc)(CUdeviceptr *, size_t);
-  CUresult (*streamIsCapturing)(CUstream, int *); ///< CUstreamCaptureStatus as int
-  CUresult (*memFree)(CUdeviceptr);
-  CUresult (*memAllocAsync)(CUdeviceptr *, size_t, CUstream);
-  CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
-  CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
-  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*deviceGetAttribute)(int *, int, CUdevice);
-  CUresult (*memcpy2DAsync)(const struct Memcpy2D *, CUstream);
-  CUresult (*getErrorString)(CUresult, const char **);
-  // CUDA graphs and events (optional: a driver without them runs packages uncaptured).
-  CUresult (*streamCreate)(CUstream *, unsigned);
-  CUresult (*streamDestroy)(CUstream);
-  CUresult (*streamBeginCapture)(CUstream, int);
-  CUresult (*streamEndCapture)(CUstream, void **);
-  CUresult (*graphInstantiate)(void **, void *, unsigned long long);
-  CUresult (*graphLaunch)(void *, CUstream);
-  CUresult (*graphExecDestroy)(void *);
-  CUresult (*graphDestroy)(void *);
-  CUresult (*eventCreate)(void **, unsigned);
-  CUresult (*eventRecord)(void *, CUstream);
-  CUresult (*streamWaitEvent)(CUstream, void *, unsigned);
-  CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-  bool ok = false;
-  bool graphs = false; ///< every CUDA-graph and event entry point above was found
-  std::string why;
-};
-
-const Driver &driver() {
-  static Driver d = [] {
-    Driver d;
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-      d.why = std::string("cannot load the CUDA driver (libcuda.so.1): ") + dlerror();
-      return d;
-    }
-    bool missing = false;
-    auto optional = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-      return fn != nullptr;
-    };
-    auto get = [&](auto &fn, const char *name) {
-      if (!optional(fn, name) && !missing) {
-        missing = true;
-        d.why = std::string("the CUDA driver lacks ") + name;
-      }
-    };
-    get(d.init, "cuInit");
-    get(d.deviceGet, "cuDeviceGet");
-    get(d.deviceGetCount, "cuDeviceGetCount");
-    get(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    get(d.ctxGetCurrent, "cuCtxGetCurrent");
-    get(d.ctxSetCurrent, "cuCtxSetCurrent");
-    get(d.ctxSynchronize, "cuCtxSynchronize");
-    get(d.streamSynchronize, "cuStreamSynchronize");
-    get(d.moduleLoadData, "cuModuleLoadData");
-    get(d.moduleUnload, "cuModuleUnload");
-    get(d.moduleGetFunction, "cuModuleGetFunction");
-    get(d.launchKernel, "cuLaunchKernel");
-    get(d.funcSetAttribute, "cuFuncSetAttribute");
-    get(d.memHostAlloc, "cuMemHostAlloc");
-    get(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
-    get(d.memFreeHost, "cuMemFreeHost");
-    get(d.memAlloc, "cuMemAlloc_v2");
-    get(d.streamIsCapturing, "cuStreamIsCapturing");
-    get(d.memFree, "cuMemFree_v2");
-    get(d.memAllocAsync, "cuMemAllocAsync");
-    get(d.memFreeAsync, "cuMemFreeAsync");
-    get(d.memcpyHtoD, "cuMemcpyHtoD_v2");
-    get(d.memcpyDtoH, "cuMemcpyDtoH_v2");
-    get(d.deviceGetAttribute, "cuDeviceGetAttribute");
-    get(d.memcpy2DAsync, "cuMemcpy2DAsync_v2");
-    get(d.getErrorString, "cuGetErrorString");
-    if (missing)
-      return d;
-    d.graphs = optional(d.streamCreate, "cuStreamCreate") &&
-               optional(d.streamDestroy, "cuStreamDestroy_v2") &&
-               optional(d.streamBeginCapture, "cuStreamBeginCapture_v2") &&
-               optional(d.streamEndCapture, "cuStreamEndCapture") &&
-               optional(d.graphInstantiate, "cuGraphInstantiateWithFlags") &&
-               optional(d.graphLaunch, "cuGraphLaunch") &&
-               optional(d.graphExecDestroy, "cuGraphExecDestroy") &&
-               optional(d.graphDestroy, "cuGraphDestroy") &&
-               optional(d.eventCreate, "cuEventCreate") &&
-               optional(d.eventRecord, "cuEventRecord") &&
-               optional(d.streamWaitEvent, "cuStreamWaitEvent") &&
-               optional(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-    if (CUresult r = d.init(0); r != 0) {
-      d.why = "cuInit failed with CUresult " + std::to_string(r);
-      return d;
-    }
-    d.ok = true;
-    return d;
-  }();
-  return d;
-}
-
-std::string errorText(CUresult r) {
-  const char *s = nullptr;
-  if (driver().getErrorString)
-    driver().getErrorString(r, &s);
-  return std::to_string(r) + (s ? std::string(" (") + s + ")" : "");
-}
-
-void check(CUresult r, const std::string &what) {
-  if (r != 0)
-    throw RunError(what + " failed: CUresult " + errorText(r));
-}
+using namespace driverapi;
 
 std::string readBinary(const std::string &path) {
   std::string bytes;
@@ -182,36 +29,28 @@ std::string readBinary(const std::string &path) {
   return bytes;
 }
 
-/// One buffer of `bytes` per device and `what` for the process (launches are stream-ordered on
-/// it).
-void *deviceBuffer(int device, size_t bytes, const char *what) {
-  static std::mutex mu;
-  static std::map<std::pair<int, std::string>, CUdeviceptr> buffers;
-  std::lock_guard<std::mutex> lock(mu);
-  CUdeviceptr &b = buffers[{device, what}];
-  if (!b)
-    check(driver().memAlloc(&b, bytes), std::string("allocating the ") + what);
-  return reinterpret_cast<void *>(b);
-}
+/// How deviceBuffer may get more memory than it holds: allocate or throw, allocate or give
+/// null, or give null (while a CUDA graph is captured).
+enum class Allocate { OrThrow, OrNull, Never };
 
-/// Device memory of at least `bytes` for a cuDNN plan whose workspace is larger than the common
-/// one, shared by every module of `device`; null where more than is held would be needed and
-/// `mayAllocate` is false. A larger buffer replaces a smaller one, which is kept: a CUDA graph
+/// A buffer of at least `bytes` per device and `what` for the process (launches are
+/// stream-ordered on it). A larger buffer replaces a smaller one, which is kept: a CUDA graph
 /// captured before may still read it.
-void *largeWorkspace(int device, size_t bytes, bool mayAllocate) {
+void *deviceBuffer(int device, size_t bytes, const char *what,
+                   Allocate allocate = Allocate::OrThrow) {
   static std::mutex mu;
-  static std::map<int, std::vector<std::pair<CUdeviceptr, size_t>>> held; // the last is in use
+  static std::map<std::pair<int, std::string>, std::vector<std::pair<CUdeviceptr, size_t>>> held;
   std::lock_guard<std::mutex> lock(mu);
-  std::vector<std::pair<CUdeviceptr, size_t>> &buffers = held[device];
+  std::vector<std::pair<CUdeviceptr, size_t>> &buffers = held[{device, what}];
   if (!buffers.empty() && buffers.back().second >= bytes)
     return reinterpret_cast<void *>(buffers.back().first);
-  if (!mayAllocate)
-    return nullptr;
-  size_t size = (bytes + (size_t(16) << 20) - 1) / (size_t(16) << 20) * (size_t(16) << 20);
   CUdeviceptr b = 0;
-  if (driver().memAlloc(&b, size) != 0)
+  CUresult r = allocate == Allocate::Never ? 1 : driver().memAlloc(&b, bytes);
+  if (r != 0 && allocate == Allocate::OrThrow)
+    check(r, std::string("allocating the ") + what);
+  if (r != 0)
     return nullptr;
-  buffers.emplace_back(b, size);
+  buffers.emplace_back(b, bytes);
   return reinterpret_cast<void *>(b);
 }
 
@@ -728,7 +567,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
     LargeWorkspace large;
     large.canAllocate = !capturing(st.stream);
     large.get = [&st, &large](size_t bytes) {
-      return largeWorkspace(st.device, bytes, large.canAllocate);
+      return deviceBuffer(st.device, bytes, "large cuDNN workspace",
+                          large.canAllocate ? Allocate::OrNull : Allocate::Never);
     };
     return st.dnnResult("a convolution",
                         st.dnn->conv(*c, st.stream, st.convWorkspace,

@@ -162,8 +162,8 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
       workspace = large.get ? large.get(size_t(plan.graphWorkspace)) : nullptr;
       if (!workspace) {
         error = "its cuDNN plan needs " + std::to_string(plan.graphWorkspace) +
-                " bytes of workspace, and no more than " + std::to_string(workspaceBytes) +
-                " can be had during a CUDA graph capture";
+                " bytes of workspace, more than the common " + std::to_string(workspaceBytes) +
+                ", and no more could be had (none is allocated during a CUDA graph capture)";
         return DnnStatus::Failed;
       }
     }

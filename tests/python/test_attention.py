@@ -4,7 +4,6 @@ decomposes into matmul + softmax + matmul. Either way it matches eager: causal a
 bool masks (a row with every key masked gives 0), grouped-query heads, strided projections,
 explicit scales, dynamic sequence lengths, and training graphs (traced as PyTorch's math path,
 forward and backward compiled whole)."""
-import math
 import os
 
 import pytest
@@ -601,52 +600,12 @@ def test_training_with_attention_dropout_compiles():
             assert all(torch.isfinite(g).all() for g in got)
 
 
-class _DropoutBlock(torch.nn.Module):
-    """Causal self-attention with attention dropout in training, none in eval."""
-
-    def __init__(self, d=32, heads=4, p=0.3):
-        super().__init__()
-        self.qkv, self.o, self.heads, self.p = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d), \
-            heads, p
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0,
-                                           is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(b, s, d))
-
-
 def test_training_with_attention_dropout_has_pytorchs_statistics(device):
     """A block's training step with attention dropout compiles whole on each device (the CPU's
-    fused kernels, CUDA's math path), with nothing in eager and finite gradients; each call
-    draws anew, torch's seed reproduces a call, the mean over many draws approaches the
-    undropped output (dropout keeps the expectation), and eval mode drops nothing."""
-    torch.manual_seed(22)
-    m = _DropoutBlock()
-    x = torch.randn(2, 50, 32)
-    torch._dynamo.reset()
-    compiled = torch.compile(m, backend="braze")
-    before = _fallbacks()
-    compiled(x).square().mean().backward()
-    background.wait_all()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
-    # The draws of the training graph (grad mode on), whose outputs are let go.
-    torch.manual_seed(5)
-    a, b = compiled(x).detach(), compiled(x).detach()
-    torch.manual_seed(5)
-    again = compiled(x).detach()
-    assert not torch.equal(a, b) and torch.equal(a, again)
-    draws = torch.stack([compiled(x).detach() for _ in range(300)])
-    assert _fallbacks() == before
-    m.eval()
-    with torch.no_grad():
-        undropped = m(x)
-        # Each draw's spread about the undropped output, over the square root of the draws.
-        spread = (draws - undropped).std(0) / math.sqrt(len(draws))
-        assert ((draws.mean(0) - undropped).abs() <= 6 * spread + 1e-4).all()
-        torch._dynamo.reset()
-        torch.testing.assert_close(torch.compile(m, backend="braze")(x), undropped)
+    fused kernels, CUDA's math path), with nothing in eager, and its draws have dropout's
+    statistics (test_attention_dropout.train_with_dropout)."""
+    from test_attention_dropout import train_with_dropout
+    train_with_dropout()
 
 
 @pytest.mark.cpu_only("the bound is on host memory")

@@ -13,10 +13,11 @@ import torch.nn.functional as F
 
 import braze
 from braze import attention_dropout as ad
+from braze import background
 from braze import rules_attention
 
-pytestmark = pytest.mark.cpu_only("braze's fused attention dropout is the CPU's; CUDA keeps "
-                                  "attention with dropout in eager")
+pytestmark = pytest.mark.cpu_only("braze's fused attention dropout is the CPU's; CUDA traces "
+                                  "attention with dropout as the math path (test_attention)")
 
 
 def _fallbacks():
@@ -118,10 +119,8 @@ class _Block(torch.nn.Module):
 
 
 def test_training_with_attention_dropout_is_fused(monkeypatch):
-    """A block's training step with attention dropout: traced as braze::attention_dropout (not
-    the math path), compiled whole with nothing in eager; each call draws anew, torch's seed
-    reproduces a call, the mean over many draws approaches the undropped output (dropout keeps
-    the expectation), and eval mode drops nothing."""
+    """A block's training step with attention dropout is traced as braze::attention_dropout
+    (not the math path) and has dropout's statistics (train_with_dropout)."""
     rewritten = []
     real = rules_attention.attention_with_dropout
 
@@ -130,28 +129,42 @@ def test_training_with_attention_dropout_is_fused(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rules_attention, "attention_with_dropout", counting)
+    train_with_dropout()
+    assert rewritten and set(rewritten) == {0.3}  # AOTAutograd traces the call more than once
+
+
+def train_with_dropout():
+    """A block's training step with attention dropout compiles whole (a forward and a backward
+    graph) with nothing in eager and finite gradients, and its draws have dropout's statistics
+    (check_statistics)."""
     torch.manual_seed(22)
     m = _Block()
     x = torch.randn(2, 50, 32)
     torch._dynamo.reset()
     compiled = torch.compile(m, backend="braze")
     before = braze.counters()
-    out = compiled(x)
-    out.square().mean().backward()
+    compiled(x).square().mean().backward()
+    background.wait_all()
     after = braze.counters()
-    assert rewritten and set(rewritten) == {0.3}  # AOTAutograd traces the call more than once
     assert after["graphs"] - before["graphs"] == 2
-    assert after["fallback_ops"] == before["fallback_ops"]
-    assert after["fallback_graphs"] == before["fallback_graphs"]
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
-    with torch.no_grad():
-        torch.manual_seed(5)
-        a = compiled(x)
-        b = compiled(x)
-        torch.manual_seed(5)
-        again = compiled(x)
-        assert not torch.equal(a, b) and torch.equal(a, again)
-        draws = torch.stack([compiled(x) for _ in range(300)])
+    check_statistics(m, compiled, x)
+    after = braze.counters()
+    for key in ("fallback_ops", "fallback_graphs", "recompiles"):
+        assert after[key] == before[key], key
+
+
+def check_statistics(m, compiled, x):
+    """Compiled module `m` (in training) draws anew per call, repeats a call at torch's seed,
+    keeps the undropped output as its mean over many draws (dropout keeps the expectation),
+    and drops nothing in eval mode. The draws are the training graph's (grad mode on; the
+    outputs are let go): a call without grad runs another graph."""
+    torch.manual_seed(5)
+    a, b = compiled(x).detach(), compiled(x).detach()
+    torch.manual_seed(5)
+    again = compiled(x).detach()
+    assert not torch.equal(a, b) and torch.equal(a, again)
+    draws = torch.stack([compiled(x).detach() for _ in range(300)])
     m.eval()
     with torch.no_grad():
         undropped = m(x)
@@ -160,6 +173,7 @@ def test_training_with_attention_dropout_is_fused(monkeypatch):
         assert ((draws.mean(0) - undropped).abs() <= 6 * spread + 1e-4).all()
         torch._dynamo.reset()
         torch.testing.assert_close(torch.compile(m, backend="braze")(x), undropped)
+    m.train()
 
 
 def test_training_with_attention_dropout_runs_in_bounded_memory():

@@ -334,10 +334,7 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   // Groups: the rows of each independent member group over blocks of their own.
   std::string blockIndex = "(int64_t)blockIdx.x";
   if (plan.groups > 1) {
-    w.line("const int64_t group_blocks = (" + rows + " + " + rowsPerBlock + " - 1) / " +
-           rowsPerBlock + ";");
-    w.line("const int64_t group = (int64_t)blockIdx.x / group_blocks;");
-    w.line("const int64_t group_block = (int64_t)blockIdx.x - group * group_blocks;");
+    emitGroupBlocks(k, rowsPerBlock, w);
     blockIndex = "group_block";
   }
   // A row's threads are neighbours, or (columns) R apart.
@@ -395,28 +392,11 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
         emitCombine(w, *m->comp, plan);
     finishReductions(w, scope, members, guard);
   };
-  if (plan.groups > 1) {
-    // One step (memberGroups): each case is the step over one group's members. A group's
-    // blocks take one case, so its barriers are reached by every thread of the block.
-    std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], groupVars(k));
-    BRAZE_CHECK(static_cast<int>(groups.size()) == plan.groups)
-        << k.name << ": launch record of " << plan.groups << " groups for " << groups.size();
-    w.line("switch (group) {");
-    for (size_t g = 0; g < groups.size(); ++g) {
-      std::vector<const Member *> members;
-      for (const Member &copy : groups[g])
-        for (const Member &m : k.steps[0].members)
-          if (m.comp == copy.comp)
-            members.push_back(&m);
-      w.line("case " + std::to_string(g) + ": {");
-      w.indent();
+  if (plan.groups > 1) { // one step (memberGroups)
+    emitGroupCases(k, plan.groups, w, [&](const std::vector<const Member *> &members) {
       Scope scope(&outer);
       emitStep(scope, members);
-      w.line("break;");
-      w.dedent();
-      w.line("}");
-    }
-    w.line("}");
+    });
     return;
   }
   for (const Step &st : k.steps) {

@@ -10,6 +10,7 @@
 #include "braze/codegen/cuda/CudaHost.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -155,6 +156,13 @@ private:
   /// The independent member groups a one-step kernel may run over blocks of their own (1
   /// where it has one, or several steps), by independentMembers over groupVars(k).
   int memberGroups(const Kernel &k);
+  /// Declares group_blocks (blocks per member group, of `perBlock` points or rows each), and
+  /// the block's group and group_block (its block within the group).
+  void emitGroupBlocks(const Kernel &k, const std::string &perBlock, Writer &w);
+  /// A `switch (group)` whose case g is `emit` of member group g's members (a group's blocks
+  /// all take one case, so its barriers are reached by every thread of the block).
+  void emitGroupCases(const Kernel &k, int groups, Writer &w,
+                      const std::function<void(const std::vector<const Member *> &)> &emit);
   /// The variables a load must mention to count as memory of its own: outer and inner ones.
   static std::vector<SymExpr> groupVars(const Kernel &k);
 

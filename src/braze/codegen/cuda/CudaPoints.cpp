@@ -19,14 +19,25 @@ void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer 
   }
   // Groups: each independent group's points over blocks of its own, so a thread holds one
   // group's operands (an optimizer's 12 same-sized parameters held 84 arrays a thread).
-  std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], k.outerVars);
-  BRAZE_CHECK(static_cast<int>(groups.size()) == plan.groups)
-      << k.name << ": launch record of " << plan.groups << " groups for " << groups.size();
-  std::string per = std::to_string(plan.block * plan.vec * plan.spread);
-  w.line("const int64_t group_blocks = (" + product(k.outerVars) + " + " + per + " - 1) / " +
-         per + ";");
+  emitGroupBlocks(k, std::to_string(plan.block * plan.vec * plan.spread), w);
+  emitGroupCases(k, plan.groups, w, [&](const std::vector<const Member *> &members) {
+    emitPointwiseBlock(k, plan, w, members, "group_block");
+  });
+}
+
+void CudaEmitter::emitGroupBlocks(const Kernel &k, const std::string &perBlock, Writer &w) {
+  w.line("const int64_t group_blocks = (" + product(k.outerVars) + " + " + perBlock + " - 1) / " +
+         perBlock + ";");
   w.line("const int64_t group = (int64_t)blockIdx.x / group_blocks;");
   w.line("const int64_t group_block = (int64_t)blockIdx.x - group * group_blocks;");
+}
+
+void CudaEmitter::emitGroupCases(
+    const Kernel &k, int groupCount, Writer &w,
+    const std::function<void(const std::vector<const Member *> &)> &emit) {
+  std::vector<std::vector<Member>> groups = independentMembers(k.steps[0], groupVars(k));
+  BRAZE_CHECK(static_cast<int>(groups.size()) == groupCount)
+      << k.name << ": launch record of " << groupCount << " groups for " << groups.size();
   w.line("switch (group) {");
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<const Member *> members;
@@ -36,7 +47,7 @@ void CudaEmitter::emitPointwise(const Kernel &k, const KernelPlan &plan, Writer 
           members.push_back(&m);
     w.line("case " + std::to_string(g) + ": {");
     w.indent();
-    emitPointwiseBlock(k, plan, w, members, "group_block");
+    emit(members);
     w.line("break;");
     w.dedent();
     w.line("}");

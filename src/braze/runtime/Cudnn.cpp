@@ -67,7 +67,6 @@ Cudnn::Cudnn() : impl_(std::make_unique<Impl>()) {}
 Cudnn::~Cudnn() = default;
 
 size_t Cudnn::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
-size_t Cudnn::largeWorkspaceLimit() { return kLargeWorkspaceBytes; }
 
 Cudnn &Cudnn::load(const std::string &libraryPath) {
   static std::mutex loadMutex;
@@ -130,12 +129,13 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   Plan &plan = it->second;
   static const int types[] = {kFloat, kDouble, kHalf, kBFloat16};
   int type = types[p.dtype];
-  if (fresh) {
+  // Builds the plan within `limit` bytes of workspace; false (the entry erased, `error` set)
+  // when cuDNN fails to create a descriptor.
+  auto build = [&](size_t limit) {
+    for (void *d : plan.descriptors)
+      im.backendDestroy(d);
+    plan = Plan{};
     Shapes c = cudnnShapes(p);
-    // A larger workspace only where it can be allocated now: a plan built while a capture is
-    // under way keeps within the common workspace.
-    size_t limit = large.get && large.canAllocate ? std::max(kLargeWorkspaceBytes, workspaceBytes)
-                                                  : workspaceBytes;
     if (!im.buildGraphPlan(plan, p, c, type, limit)) {
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
@@ -143,9 +143,24 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
       // A gradient has no legacy path here: braze's loops compute it (Declined).
       if (p.direction == 0 && !im.legacyPlan(plan, p, c, type, workspaceBytes, error)) {
         im.plans.erase(it);
-        return DnnStatus::Failed;
+        return false;
       }
     }
+    return true;
+  };
+  // A larger workspace only where it can be allocated now: a plan built while a capture is
+  // under way keeps within the common workspace.
+  if (fresh && !build(large.get && large.canAllocate
+                          ? std::max(kLargeWorkspaceBytes, workspaceBytes)
+                          : workspaceBytes))
+    return DnnStatus::Failed;
+  // A plan over the common workspace whose workspace cannot be had (the device is out of
+  // memory, or a capture is under way) is built again within the common one, for good.
+  if (plan.graphPlan && size_t(plan.graphWorkspace) > workspaceBytes) {
+    if (void *big = large.get ? large.get(size_t(plan.graphWorkspace)) : nullptr)
+      workspace = big;
+    else if (!build(workspaceBytes))
+      return DnnStatus::Failed;
   }
   if (!plan.graphPlan && plan.algo < 0) {
     error = plan.declined;
@@ -158,15 +173,6 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   if (plan.graphPlan) {
     const int64_t uids[3] = {'x', 'w', 'y'};
     const void *pointers[3] = {p.x, p.w, p.y};
-    if (size_t(plan.graphWorkspace) > workspaceBytes) {
-      workspace = large.get ? large.get(size_t(plan.graphWorkspace)) : nullptr;
-      if (!workspace) {
-        error = "its cuDNN plan needs " + std::to_string(plan.graphWorkspace) +
-                " bytes of workspace, more than the common " + std::to_string(workspaceBytes) +
-                ", and no more could be had (none is allocated during a CUDA graph capture)";
-        return DnnStatus::Failed;
-      }
-    }
     return im.execute(plan, 3, uids, pointers, workspace, error);
   }
   double one64 = 1, zero64 = 0;

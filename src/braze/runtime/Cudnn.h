@@ -85,11 +85,12 @@ public:
 
   /// Enqueues the convolution on `stream` (a CUstream as void*), using `workspace`
   /// (workspaceBytes of device memory). With `large`, a plan built when it can allocate may
-  /// take an engine whose workspace is larger, up to largeWorkspaceLimit(), from `large`
-  /// (cuDNN's first choice for a ResNet stem's weight gradient converts the output gradient
-  /// into 102 MB of scratch). Declined: cuDNN takes no such problem (a weight layout other
-  /// than contiguous or channels-last, sizes beyond int32, no algorithm within the workspace);
-  /// the caller computes it another way. Failed: `error` names the cuDNN call.
+  /// take an engine whose workspace is larger, up to 1 GiB, from `large` (cuDNN's first choice
+  /// for a ResNet stem's weight gradient needs more than 64 MiB); where that cannot be had
+  /// later, the plan is built again within workspaceBytes. Declined: cuDNN takes no such
+  /// problem (a weight layout other than contiguous or channels-last, sizes beyond int32, no
+  /// algorithm within the workspace); the caller computes it another way. Failed: `error`
+  /// names the cuDNN call.
   DnnStatus conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
                  std::string &error, const LargeWorkspace &large = {});
 
@@ -101,7 +102,6 @@ public:
                       size_t workspaceBytes, std::string &error);
 
   static size_t recommendedWorkspaceBytes(); ///< 64 MiB
-  static size_t largeWorkspaceLimit();       ///< 1 GiB
 
   Cudnn(const Cudnn &) = delete;
   Cudnn &operator=(const Cudnn &) = delete;

@@ -125,7 +125,10 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   for (const int64_t *a : {p.stride, p.padding, p.dilation})
     key.insert(key.end(), a, a + p.rank - 2);
   std::lock_guard<std::mutex> lock(im.mu);
-  auto [it, fresh] = im.plans.try_emplace(key);
+  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
+  auto emplaced = im.plans.try_emplace(key);
+  auto it = emplaced.first;
+  bool fresh = emplaced.second;
   Plan &plan = it->second;
   static const int types[] = {kFloat, kDouble, kHalf, kBFloat16};
   int type = types[p.dtype];

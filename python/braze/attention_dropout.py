@@ -49,12 +49,19 @@ def _wide(x):
     return x.double() if x.dtype == torch.float64 else x.float()
 
 
+def additive_mask(mask, dtype):
+    """An attention mask as the scores' addend: a bool mask as 0 where True and -inf where
+    False, in `dtype` (as scaled_dot_product_attention converts it); any other as it is."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros_like(mask, dtype=dtype).masked_fill(mask.logical_not(), float("-inf"))
+
+
 def _scores(q, k, bias, causal, scale):
     """scale * q·kᵀ + bias in the compute type, the keys a causal mask drops at -inf."""
     s = _wide(q) @ _wide(k).transpose(-1, -2) * scale
     if bias is not None:
-        s = s + (torch.zeros_like(bias, dtype=s.dtype).masked_fill(~bias, float("-inf"))
-                 if bias.dtype == torch.bool else _wide(bias))
+        s = s + _wide(additive_mask(bias, s.dtype))
     if causal:
         sq, sk = s.shape[-2], s.shape[-1]
         s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).triu(1),

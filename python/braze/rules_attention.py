@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from braze.attention_dropout import attention_with_dropout
+from braze.attention_dropout import additive_mask, attention_with_dropout
 from braze.registry import rule, Unsupported, aten, dtype_name
 
 
@@ -255,9 +255,8 @@ def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     which autograd differentiates op by op. The math op adds its mask to the scores, so a bool
     mask becomes 0 where True and -inf where False first, as scaled_dot_product_attention
     converts it before choosing a kernel (added as it is, True would add 1)."""
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
-            attn_mask.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        attn_mask = additive_mask(attn_mask, query.dtype)
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
@@ -343,14 +342,17 @@ MATH_TRAINING_WITHOUT_DROPOUT = False
 FUSED_CPU_DROPOUT = True
 
 
-def _unfused_on_cuda(gm, node):
+def _under_autocast(gm):
+    """Whether CUDA autocast is on around graph `gm` or entered in it."""
+    return torch.is_autocast_enabled("cuda") or any(
+        n.op == "call_function" and n.target is torch.amp.autocast_mode._enter_autocast
+        for n in gm.graph.nodes)
+
+
+def _unfused_on_cuda(node):
     """Whether braze's fused CUDA kernels would not take the training form of attention `node`
-    (_fused_on_cuda), as far as its example values tell: False under autocast, entered in the
-    graph or around it, which may run the call in a narrower type than its operands'."""
-    if torch.is_autocast_enabled("cuda") or any(
-            n.op == "call_function" and n.target is torch.amp.autocast_mode._enter_autocast
-            for n in gm.graph.nodes):
-        return False
+    (_fused_on_cuda), as far as its example values tell (outside autocast, which may run the
+    call in a narrower type than its operands')."""
     args = _sdpa_args(node)
     q, v = _example(args.get("query")), _example(args.get("value"))
     if not isinstance(q, torch.Tensor) or q.device.type != "cuda":
@@ -387,7 +389,7 @@ def trace_as_math_for_training(gm, example_inputs):
     if cuda and not (MATH_TRAINING_ON_CUDA or MATH_TRAINING_UNFUSED_ON_CUDA
                      or MATH_TRAINING_DROPOUT_ON_CUDA):
         return
-    changed = False
+    changed, autocast = False, cuda and _under_autocast(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in (
                 torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention):
@@ -400,7 +402,8 @@ def trace_as_math_for_training(gm, example_inputs):
             if cuda:
                 math_path = MATH_TRAINING_ON_CUDA or (
                     MATH_TRAINING_DROPOUT_ON_CUDA if dropout
-                    else MATH_TRAINING_UNFUSED_ON_CUDA and _unfused_on_cuda(gm, node))
+                    else MATH_TRAINING_UNFUSED_ON_CUDA and not autocast
+                    and _unfused_on_cuda(node))
             else:
                 math_path = MATH_TRAINING_WITHOUT_DROPOUT or dropout
             if math_path and scores is not None \

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <dlfcn.h>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -565,10 +564,10 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
     if (!st.dnn)
       return 1;
     LargeWorkspace large;
-    large.canAllocate = !capturing(st.stream);
+    large.canAllocate = [&st] { return !capturing(st.stream); };
     large.get = [&st, &large](size_t bytes) {
       return deviceBuffer(st.device, bytes, "large cuDNN workspace",
-                          large.canAllocate ? Allocate::OrNull : Allocate::Never);
+                          large.canAllocate() ? Allocate::OrNull : Allocate::Never);
     };
     return st.dnnResult("a convolution",
                         st.dnn->conv(*c, st.stream, st.convWorkspace,

@@ -153,7 +153,7 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   };
   // A larger workspace only where it can be allocated now: a plan built while a capture is
   // under way keeps within the common workspace.
-  if (fresh && !build(large.get && large.canAllocate
+  if (fresh && !build(large.get && large.canAllocate && large.canAllocate()
                           ? std::max(kLargeWorkspaceBytes, workspaceBytes)
                           : workspaceBytes))
     return DnnStatus::Failed;

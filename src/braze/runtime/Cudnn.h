@@ -69,11 +69,12 @@ struct AttentionProblem {
 enum class DnnStatus { Done, Declined, Failed };
 
 /// Workspace beyond the common one: `get(bytes)` is device memory of at least `bytes`, or null
-/// where none can be had now; `canAllocate` says whether more than is held may be had now (not
-/// while the stream is being captured into a CUDA graph).
+/// where none can be had now; `canAllocate()` says whether more than is held may be had now
+/// (not while the stream is being captured into a CUDA graph). Both are asked only of a plan
+/// being built or one over the common workspace.
 struct LargeWorkspace {
   std::function<void *(size_t bytes)> get;
-  bool canAllocate = false;
+  std::function<bool()> canAllocate;
 };
 
 /// The process-wide cuDNN instance. Thread-safe: conv() serializes on an internal mutex.

@@ -195,10 +195,10 @@ private:
       return x.has_value() == y.has_value() && (!x || same(*x, *y));
     };
     return same(a.q, b.q) && same(a.k, b.k) && sameOptional(a.bias, b.bias) &&
-           a.scale == b.scale && a.causal == b.causal && (!grads || a.dropout == b.dropout) &&
-           (!grads || sameOptional(a.seed, b.seed)) &&
+           a.scale == b.scale && a.causal == b.causal &&
            (!grads || (same(a.v, b.v) && sameOptional(a.dout, b.dout) &&
-                       sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse)));
+                       sameOptional(a.out, b.out) && sameOptional(a.lse, b.lse) &&
+                       a.dropout == b.dropout && sameOptional(a.seed, b.seed)));
   }
 
   /// The first attention part `part` after c in program order, from c's operands, that no

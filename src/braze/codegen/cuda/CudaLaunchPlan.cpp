@@ -334,11 +334,15 @@ std::string CudaEmitter::completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
   }
   if (l.spread != 1)
     return "spread applies to pointwise kernels";
-  if (l.groups != 1 && (l.persistent || l.groups != memberGroups(k)))
-    return memberGroups(k) == 1 ? "groups needs independent member groups, and this kernel has one"
-           : l.persistent       ? "groups needs rows that are not persistent"
-                                : "groups must be 1 or " + std::to_string(memberGroups(k)) +
-                                " (its independent member groups)";
+  if (l.groups != 1) {
+    int groups = memberGroups(k);
+    if (groups == 1)
+      return "groups needs independent member groups, and this kernel has one";
+    if (l.persistent)
+      return "groups needs rows that are not persistent";
+    if (l.groups != groups)
+      return "groups must be 1 or " + std::to_string(groups) + " (its independent member groups)";
+  }
   if (!pow2(l.threads) || l.threads > l.block || l.block % l.threads != 0)
     return "threads must be a power of two that divides block";
   if (l.columns) {

@@ -46,7 +46,9 @@ braze.counters() deltas over them (fallback_graphs must stay 0), the compile tim
 minus one eager call, cold caches), GPU time (CUDA events around each call, median of --repeats
 samples, backends interleaved within every repeat) and peak memory during one call.
 Backends: eager, inductor (default mode), inductor_ro (mode="reduce-overhead"), braze (which
-replays static graphs as CUDA graphs by default) and braze_nocg (braze without CUDA graphs).
+replays static graphs as CUDA graphs by default), braze_nocg (braze without CUDA graphs), and
+inductor_ma and braze_ma (mode="max-autotune": Inductor's autotuning with its CUDA graphs, and
+braze's autotuner, 5 s a graph, with its CUDA graphs).
 Peak memory is max_memory_allocated() during one call over memory_allocated() before it, once
 the outputs of the call before are released (training: the gradients, set to None): counting
 them in the base would credit a backend whose gradients take more memory, as the step frees
@@ -237,6 +239,10 @@ def compiled(model, backend):
         return torch.compile(model, backend="braze")
     if backend == "braze_nocg":
         return torch.compile(model, backend="braze", options={"cuda_graphs": False})
+    if backend == "inductor_ma":
+        return torch.compile(model, mode="max-autotune")
+    if backend == "braze_ma":
+        return torch.compile(model, backend="braze", mode="max-autotune")
     raise ValueError(f"unknown backend {backend!r}")
 
 

@@ -4,6 +4,7 @@
     python benchmarks/gpu_suite.py --only softmax,ln_gelu --repeats 20
     python benchmarks/gpu_suite.py --json gpu.json          # also every raw number
     python benchmarks/gpu_suite.py --device cpu --scale 64 --repeats 3 --no-inductor   # smoke run
+    python benchmarks/gpu_suite.py --mode max-autotune      # both compilers' autotuning
 
 Workloads (names for --only), all on the device, random inputs:
   seed (harness.seed_func 8192×8192 f32), sin (`((x+1)*2).sin()` 2^27 f32), softmax (8192×8192
@@ -75,6 +76,8 @@ p.add_argument("--device", default="cuda", help="torch device (default cuda)")
 p.add_argument("--scale", type=float, default=1.0, help="divide the big sizes by this (smoke runs)")
 p.add_argument("--threads", type=int, default=2, help="host threads (matter only with --device cpu)")
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--mode", default=None, help="torch.compile mode for Inductor and braze alike "
+               "(max-autotune: Inductor's autotuning and braze's autotuner)")
 ARGS = p.parse_args()
 
 TMP = harness.prepare_process(types.SimpleNamespace(malloc="default", threads=ARGS.threads,
@@ -278,7 +281,8 @@ def compile_backend(fn, args, backend, eager_s, ref, res):
     result against eager's (ref); fills res; returns the compiled callable."""
     torch._dynamo.reset()
     before = braze.counters()
-    compiled = torch.compile(fn, backend="braze") if backend == "braze" else torch.compile(fn)
+    compiled = (torch.compile(fn, backend="braze", mode=ARGS.mode) if backend == "braze"
+                else torch.compile(fn, mode=ARGS.mode))
 
     def first_call():
         out = compiled(*args)

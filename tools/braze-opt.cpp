@@ -4,7 +4,7 @@
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32]
-///             [--sm=NN] [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--run=TENSORS [--atol=X] [--rtol=X]]
+///             [--sm=NN] [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--forms] [--run=TENSORS [--atol=X] [--rtol=X]]
 ///             [--help]
 ///
 /// 1. Parse the arguments; FILE `-` is stdin.
@@ -66,6 +66,7 @@ struct ToolOptions {
   std::optional<int> sm;                 ///< with --cuda: the compute capability (default 90)
   std::string runFile;                   ///< --run: inputs and expected outputs
   std::string launchFile;                ///< --launch: a schedule whose launch records to use
+  bool forms = false;                    ///< --forms: the autotuner's forms of each kernel
   std::optional<double> atol, rtol;      ///< --run's tolerances
   bool help = false;
 };
@@ -116,6 +117,8 @@ std::string usageText() {
         "  --kernel-arg-bytes=N  with --cuda: the bytes of arguments a launch passes (4096,\n"
         "                  the default, or up to 32764 with CUDA 12.1): bounds the buffers a\n"
         "                  kernel names\n"
+        "  --forms         with --cuda: each loop kernel's forms the autotuner times (its\n"
+        "                  planned record first), with their blocks\n"
         "  --launch=SCHEDULE  take the records of a --print=schedule text, written or edited\n"
         "                  by hand, for the kernels it names: with --cuda their launch records\n"
         "                  (`launch{block=.. threads=.. vec=.. ...}`), else their CPU records\n"
@@ -212,6 +215,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       o.launchFile = std::string(arg.substr(9));
       if (o.launchFile.empty())
         BRAZE_USER_ERROR("--launch", "") << "expected a file";
+    } else if (arg == "--forms") {
+      o.forms = true;
     } else if (arg.starts_with("--run=")) {
       o.runFile = std::string(arg.substr(6));
     } else if (arg.starts_with("--atol=") || arg.starts_with("--rtol=")) {
@@ -495,6 +500,14 @@ int run(int argc, char **argv) {
   }
   if (tool.atol || tool.rtol)
     BRAZE_USER_ERROR("--atol", "") << "it needs --run";
+  if (tool.forms) {
+    if (!tool.cuda || loops || tool.stage)
+      BRAZE_USER_ERROR("--forms", "") << "it needs --cuda and a graph, and prints instead of "
+                                         "--print";
+    std::cout << braze::printKernelForms(*g, opts);
+    std::cout.flush();
+    return std::cout ? 0 : 1;
+  }
   if (loops)
     std::cout << braze::printStage(braze::loop::parseProgram(text),
                                    tool.stage.value_or(braze::StageKind::Loops), opts);

@@ -51,7 +51,8 @@ class _State:
         # meanwhile. Nothing is kept when none is open.
         self.source_records = []
         # Seconds spent compiling, by stage (compile_times()): support (deciding which FX nodes
-        # braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, python
+        # braze takes), lower (C++ passes and codegen), host_compile, nvrtc, load, autotune
+        # (the autotuner, with the compile of its winners), python
         # (translation, partitioning and the rest of braze's Python), total (all of it). Of the
         # total, background is what backward graphs took on a background thread
         # (Options.early_backward); compile_times() adds waited, how long calls waited for
@@ -369,7 +370,7 @@ def _compile_fx(gm, example_inputs, opts, direct=None, forward=True, in_backgrou
         if _C.log_compile_time_from_environment():
             # stage times are summed over the threads that compile partitions
             split = ", ".join(f"{k} {spent[k]:.3f}" for k in
-                              ("support", "lower", "host_compile", "nvrtc", "load"))
+                              ("support", "lower", "host_compile", "nvrtc", "load", "autotune"))
             where = ", in the background" if in_background else ""
             print(f"===== braze: compile_time =====\ngraph {number} ({len(gm.graph.nodes)} FX "
                   f"nodes{where}): {total:.3f} s: {split}, python {python:.3f}", file=sys.stderr)
@@ -611,9 +612,6 @@ def braze_backend(gm, example_inputs, options=None, mode=None, **others):
     for key in sorted(others):
         _log_once(("keyword", key), f"torch.compile passed {key}={others[key]!r}, which braze "
                                     f"does not read; ignored")
-    if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
-        _log_once(("mode", mode), f"mode={mode!r}: braze has no autotuner yet; compiling with "
-                                  f"its default schedules")
     if support.integer_interpolation(gm):
         _count_fallback_graph()
         _log_fallback("integer bilinear/bicubic interpolation: PyTorch's decomposition rounds "

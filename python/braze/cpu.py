@@ -159,7 +159,8 @@ def compile_graph(g, opts, log=None, portable=False):
     say_missing_libraries(opts.blas, opts.dnnl)
     blas = (blas_library() if portable else jit_blas_library()) if opts.blas else None
     return g.compile(log, opts.fuse, blas,
-                     dnnl=dnnl_library() if opts.dnnl else None, one_dnn_half=one_dnn_half())
+                     dnnl=dnnl_library() if opts.dnnl else None, one_dnn_half=one_dnn_half(),
+                     autotune=opts.autotune_seconds())
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,6 +46,12 @@ class Options:
     # A folder for the compile report (braze/report.py): one HTML page per process, written at
     # exit and by braze.write_report(). BRAZE_REPORT=<dir> sets it.
     report: str = None
+    # The autotuner (CUDA; driver/Autotune.h): each graph's loop kernels that take its time are
+    # run in other forms (block, threads per row, lanes, column rows, ...) on the device, and
+    # the fastest form that writes what the planned one writes is kept. A number: the seconds
+    # one graph may spend on it; True: 5; False or 0: off; None: BRAZE_AUTOTUNE (1, 0 or
+    # seconds), else off. mode="max-autotune" sets True. The CPU's kernels are not tuned.
+    autotune: object = None
 
     def __post_init__(self):
         n = self.cuda_graph_sizes
@@ -54,6 +60,20 @@ class Options:
                              f"of sizes, at least 0, or None for the default")
         if self.index_checks is not None:
             _index_checks_mode(self.index_checks, "Options(index_checks=...)")
+        a = self.autotune
+        if a is not None and not isinstance(a, bool) and (
+                not isinstance(a, (int, float)) or not a >= 0 or a == float("inf")):
+            raise ValueError(f"Options(autotune=...) is {a!r}; expected True, False, the seconds "
+                             f"a graph may spend tuning (at least 0), or None for BRAZE_AUTOTUNE")
+
+    def autotune_seconds(self):
+        """The autotuner's budget per graph in seconds (0: off), or None where BRAZE_AUTOTUNE
+        decides."""
+        if self.autotune is None:
+            return None
+        if isinstance(self.autotune, bool):
+            return 5.0 if self.autotune else 0.0
+        return float(self.autotune)
 
     def sync_index_checks(self):
         """Whether CUDA calls wait for their index checks (index_checks, resolved)."""
@@ -70,9 +90,9 @@ MODES = {
     "default": {},
     # CUDA graphs, every graph where it is safe (also those of few launches).
     "reduce-overhead": {"cuda_graphs": True},
-    # braze has no tuning search yet: the default schedules, said once under BRAZE_LOG.
-    "max-autotune": {},
-    "max-autotune-no-cudagraphs": {"cuda_graphs": False},
+    # The autotuner (Options.autotune) on, 5 s a graph.
+    "max-autotune": {"autotune": True},
+    "max-autotune-no-cudagraphs": {"cuda_graphs": False, "autotune": True},
 }
 
 

@@ -2,6 +2,7 @@
 
 #include "braze/codegen/cpu/CppCodegen.h"
 #include "braze/codegen/cuda/CudaCodegen.h"
+#include "braze/driver/Autotune.h"
 #include "braze/driver/Manifest.h"
 #include "braze/ir/graph/GraphText.h"
 #include "braze/jit/HostCompiler.h"
@@ -16,6 +17,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +62,17 @@ CompileOptions CompileOptions::fromEnvironment() {
                              "redis://host:port\n", v);
       });
     }
+  }
+  if (const char *v = std::getenv("BRAZE_AUTOTUNE"); v && *v) {
+    char *end = nullptr;
+    double seconds = std::strtod(v, &end);
+    if (std::string(v) == "1")
+      seconds = kDefaultAutotuneSeconds;
+    if (*end != '\0' || !(seconds >= 0) || !std::isfinite(seconds))
+      BRAZE_USER_ERROR("BRAZE_AUTOTUNE", "")
+          << "is '" << v << "'; expected 1 (tune, " << kDefaultAutotuneSeconds
+          << " s a graph), 0 (off) or the seconds a graph may spend tuning";
+    o.autotuneSeconds = seconds;
   }
   if (const char *v = std::getenv("BRAZE_CXX"))
     o.cxx = v;
@@ -462,6 +475,41 @@ ManifestEntry compileCudaModule(Lowered &l, const jit::HostCompilerOptions &jo,
   return e;
 }
 
+/// The autotuner over a graph just compiled (`e`, loaded as r): where some kernels' other
+/// forms win, the schedule takes their records and the graph is compiled again, and `e` and
+/// `r` become that compile's. A tuner that fails leaves the planned module, and says why.
+void autotune(Lowered &l, ManifestEntry &e, CompileResult &r, const runtime::ModuleSpec &spec,
+              const CompileOptions &opts, const jit::HostCompilerOptions &jo,
+              std::chrono::steady_clock::time_point &clock) {
+  const bool log = opts.log.has(LogStage::Autotune);
+  if (!opts.cuda) {
+    if (log)
+      logBlock("autotune", "not tuned: the CPU's kernels are not tuned yet\n");
+    return;
+  }
+  lap(clock);
+  const CompileTimes planned = r.times;
+  TuneResult t;
+  try {
+    t = autotuneCuda(l.schedule, l.cuda, *r.executable, opts, nvrtcFor(*opts.cuda, jo));
+  } catch (const std::exception &ex) {
+    t.log += std::string("not tuned: ") + ex.what() + "\n";
+    t.records.clear();
+  }
+  if (!t.records.empty()) {
+    codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(t.records));
+    codegenStep(l, opts);
+    CompileTimes again;
+    bool hit = false;
+    e = compileCudaModule(l, jo, *opts.cuda, again, clock, hit);
+    r = loadCompiled(e, spec, opts, jo, again, clock);
+  }
+  r.times = planned;
+  r.times.autotune = lap(clock);
+  if (log)
+    logBlock("autotune", t.log + (t.records.empty() ? "" : "records:\n" + t.records));
+}
+
 } // namespace
 
 Support supports(const Graph &g, const CompileOptions &opts) {
@@ -589,6 +637,8 @@ CompileResult compile(Graph &g, const CompileOptions &opts) {
   else
     e = compileCpuModule(l, opts, jo, times, clock, cacheHit);
   CompileResult r = loadCompiled(e, spec, opts, jo, times, clock);
+  if (opts.autotuneSeconds > 0)
+    autotune(l, e, r, spec, opts, jo, clock);
   r.cacheHit = cacheHit;
   countCompile(r.numKernels, r.cacheHit);
   writeManifest(jo.cacheDir, key, e, jo.logCache);
@@ -603,6 +653,22 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
   std::string text;
   lowerAll(g, opts, Stop{stage, &text});
   return text;
+}
+
+std::string printKernelForms(Graph &g, const CompileOptions &opts) {
+  BRAZE_CHECK(opts.cuda) << "kernel forms are CUDA's";
+  Lowered l = lowerAll(g, opts);
+  std::string out;
+  for (const sched::Kernel &k : l.schedule.kernels) {
+    if (!l.cuda.loopLaunches.count(k.name))
+      continue; // a library call's, attention's or scatter's: not timed in other forms
+    codegen::CudaKernelForms forms = codegen::cudaKernelForms(l.schedule, k.name, "form");
+    for (size_t i = 0; i < forms.forms.size(); ++i)
+      out += k.name + " form" + std::to_string(i) + " " +
+             sched::launchText(forms.forms[i].launch, !k.innerVars.empty()) +
+             " blocks=" + std::to_string(forms.forms[i].blocks) + "\n";
+  }
+  return out;
 }
 
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,

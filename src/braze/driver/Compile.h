@@ -65,6 +65,11 @@ struct CompileOptions {
     std::string launchRecords;
   };
   std::optional<Cuda> cuda;
+  /// The autotuner (driver/Autotune.h): seconds it may spend per graph timing other forms of
+  /// the CUDA loop kernels (BRAZE_AUTOTUNE=1 gives kDefaultAutotuneSeconds, a number that
+  /// many); 0: off. The CPU's kernels are not tuned.
+  double autotuneSeconds = 0;
+  static constexpr double kDefaultAutotuneSeconds = 5;
   /// CPU: a printed schedule whose records (`kernelN ... cpu{...}`, braze-opt --launch)
   /// replace plan-cpu's for the kernels they name; empty: none.
   std::string cpuLaunchRecords;
@@ -80,6 +85,7 @@ struct CompileTimes {
   double hostCompile = 0; ///< the host C++ compiler (or its cache)
   double nvrtc = 0;       ///< NVRTC (or its cache); CUDA only
   double load = 0;        ///< loading the module (and the CUDA module)
+  double autotune = 0;    ///< the autotuner, and compiling its winners again
 };
 
 struct CompileResult {
@@ -111,6 +117,10 @@ std::vector<std::string_view> stageNames();
 std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);
+
+/// The forms the autotuner would time of each CUDA loop kernel of `g` (consumed), planned
+/// record first: `kernelN formI launch{...} blocks=B` lines (braze-opt --forms).
+std::string printKernelForms(Graph &g, const CompileOptions &opts);
 
 /// The graph steps of the pipeline (Pipeline.def), in the order compile runs them: graph
 /// passes (passes/Passes.def) and lowering steps (`decompose`). runGraphStep runs one of them,

@@ -596,7 +596,8 @@ NB_MODULE(_C, m) {
       .def("compile", [](PyGraph &g, std::optional<std::string> log, bool fuse,
                          std::optional<std::string> blas, std::optional<nb::dict> cuda,
                          std::optional<std::string> dnnl,
-                         const std::vector<std::string> &oneDnnHalf) {
+                         const std::vector<std::string> &oneDnnHalf,
+                         std::optional<double> autotune) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
@@ -611,6 +612,11 @@ NB_MODULE(_C, m) {
           o.oneDnnHalf.push_back(dtypeFromName(t));
         if (cuda)
           o.cuda = cudaOptions(*cuda);
+        if (autotune) {
+          if (!(*autotune >= 0) || !std::isfinite(*autotune))
+            BRAZE_USER_ERROR("autotune", "") << "expected seconds, at least 0";
+          o.autotuneSeconds = *autotune;
+        }
         std::unique_ptr<Graph> graph = g.take();
         CompileResult r;
         {
@@ -620,7 +626,8 @@ NB_MODULE(_C, m) {
         }
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit, r.times};
       }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none(),
-         "dnnl"_a = nb::none(), "one_dnn_half"_a = std::vector<std::string>{})
+         "dnnl"_a = nb::none(), "one_dnn_half"_a = std::vector<std::string>{},
+         "autotune"_a = nb::none())
       .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
@@ -642,6 +649,7 @@ NB_MODULE(_C, m) {
         d["host_compile"] = c.times.hostCompile;
         d["nvrtc"] = c.times.nvrtc;
         d["load"] = c.times.load;
+        d["autotune"] = c.times.autotune;
         return d;
       })
       .def("run", &runCompiled)

@@ -66,6 +66,10 @@ const Driver &driver() {
                optional(d.eventRecord, "cuEventRecord") &&
                optional(d.streamWaitEvent, "cuStreamWaitEvent") &&
                optional(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    d.timing = d.graphs && optional(d.eventSynchronize, "cuEventSynchronize") &&
+               optional(d.eventElapsedTime, "cuEventElapsedTime") &&
+               optional(d.eventDestroy, "cuEventDestroy_v2") &&
+               optional(d.memsetD8Async, "cuMemsetD8Async");
     if (CUresult r = d.init(0); r != 0) {
       d.why = "cuInit failed with CUresult " + std::to_string(r);
       return d;

@@ -77,8 +77,14 @@ struct Driver {
   CUresult (*eventRecord)(void *, CUstream);
   CUresult (*streamWaitEvent)(CUstream, void *, unsigned);
   CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  // Timing (optional: the autotuner and launch profiles need them).
+  CUresult (*eventSynchronize)(void *);
+  CUresult (*eventElapsedTime)(float *, void *, void *);
+  CUresult (*eventDestroy)(void *);
+  CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   bool ok = false;
   bool graphs = false; ///< every CUDA-graph and event entry point above was found
+  bool timing = false; ///< graphs, and the timing entry points
   std::string why;
 };
 
@@ -92,3 +98,9 @@ std::string errorText(CUresult r);
 void check(CUresult r, const std::string &what);
 
 } // namespace braze::runtime::driverapi
+
+namespace braze::runtime {
+/// Makes `device`'s primary context current on this thread (what PyTorch's runtime uses too);
+/// throws RunError where the driver or the device cannot be had.
+void useDevice(int device);
+} // namespace braze::runtime

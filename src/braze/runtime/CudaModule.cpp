@@ -100,6 +100,7 @@ struct CudaModule::State {
   bool logFallback = false;        ///< say why cuDNN declined a call, once per reason
   std::set<std::string> declined;
   std::mutex mu;       ///< one call at a time per module (the callbacks share `stream`)
+  CudaModule::LaunchObserver observer; ///< setLaunchObserver's
 
   /// Launches kernel `kernel` on the call's stream with `sharedBytes` of dynamic shared memory:
   /// 0 or 2 (failed, with `failure` set).
@@ -120,9 +121,13 @@ struct CudaModule::State {
       }
       sharedAllowed[kernel] = sharedBytes;
     }
+    if (observer)
+      observer(kernel, blocks, threads, args, stream, false);
     CUresult r = driver().launchKernel(functions[kernel], static_cast<unsigned>(blocks), 1, 1,
                                        static_cast<unsigned>(threads), 1, 1,
                                        static_cast<unsigned>(sharedBytes), stream, args, nullptr);
+    if (r == 0 && observer)
+      observer(kernel, blocks, threads, args, stream, true);
     if (r != 0) {
       failure = "launching kernel " + std::to_string(kernel) + " failed: CUresult " + errorText(r);
       return 2;
@@ -265,7 +270,8 @@ std::string gemmInRowChunks(CublasLt &lt, void *padded, void *workspace, CUstrea
   return "";
 }
 
-/// Makes `device`'s primary context current on this thread (what PyTorch's runtime uses too).
+} // namespace
+
 void useDevice(int device) {
   const Driver &d = driver();
   if (!d.ok)
@@ -288,8 +294,6 @@ void useDevice(int device) {
   if (current != ctx)
     check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
 }
-
-} // namespace
 
 int cudaComputeCapability(int device) {
   useDevice(device);
@@ -645,6 +649,11 @@ void CudaModule::run(CudaRunFn run, void *const *inputs, void *const *outputs, c
 void CudaModule::setAssertIndices(bool on) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->api.assertIndices = on ? 1 : 0;
+}
+
+void CudaModule::setLaunchObserver(LaunchObserver observer) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->observer = std::move(observer);
 }
 
 void CudaModule::synchronizeAndCheck(void *stream) {

@@ -87,6 +87,14 @@ public:
   /// without, the flag waits for synchronizeAndCheck (the default).
   void setAssertIndices(bool on);
 
+  /// Called twice for each kernel launch of run() (not for a library call): before the launch
+  /// (`after` false) and after it is enqueued, with the launch's index in spec.kernels, its
+  /// blocks, threads and arguments (each a pointer to the value), on the run's stream. The
+  /// autotuner times the launches, and other forms of a kernel, there. Empty: none.
+  using LaunchObserver = std::function<void(int kernel, int64_t blocks, int threads,
+                                            void **args, void *stream, bool after)>;
+  void setLaunchObserver(LaunchObserver observer);
+
 private:
   CudaModule() = default;
   struct State;

@@ -228,6 +228,13 @@ void Executable::setAssertIndices(bool on) {
     cuda_->setAssertIndices(on);
 }
 
+void Executable::setLaunchObserver(
+    std::function<void(int, int64_t, int, void **, void *, bool)> observer) {
+  if (!cuda_)
+    throw RunError("launch observers are for CUDA modules");
+  cuda_->setLaunchObserver(std::move(observer));
+}
+
 void Executable::runBound(const std::vector<const void *> &inputs,
                           const std::vector<void *> &outputs, const std::vector<int64_t> &syms) {
   launch(inputs, outputs, boundSymbols(inputs.size(), outputs.size(), syms));

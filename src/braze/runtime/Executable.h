@@ -121,6 +121,9 @@ public:
   void synchronizeAndCheck(void *stream = nullptr);
   /// CUDA modules: CudaModule::setAssertIndices.
   void setAssertIndices(bool on);
+  /// CUDA modules: CudaModule::setLaunchObserver (the autotuner's hook); its arguments are
+  /// kernel, blocks, threads, args, stream and after.
+  void setLaunchObserver(std::function<void(int, int64_t, int, void **, void *, bool)> observer);
 
 private:
   Executable() = default;

@@ -15,24 +15,6 @@ std::string varList(const std::vector<SymExpr> &vars) {
   return s + "]";
 }
 
-/// A CUDA kernel's launch record, as `launch{block=B threads=T vec=V ...}`: spread, groups,
-/// columns and persistent (iters, ragged) where they apply.
-std::string launchText(const CudaLaunch &l, bool rows) {
-  std::string s = "launch{block=" + std::to_string(l.block);
-  if (rows)
-    s += " threads=" + std::to_string(l.threads);
-  s += " vec=" + std::to_string(l.vec);
-  if (l.spread > 1)
-    s += " spread=" + std::to_string(l.spread);
-  if (l.groups > 1)
-    s += " groups=" + std::to_string(l.groups);
-  if (l.columns)
-    s += " columns=" + std::to_string(l.columnRows);
-  if (l.persistent)
-    s += " persistent iters=" + std::to_string(l.iters) + (l.ragged ? " ragged" : "");
-  return s + "}";
-}
-
 /// A CPU kernel's record, as `cpu{region}`, `cpu{groups}`, `cpu{parallel=P [simd]}` or
 /// `cpu{lanes=L along=x<i>}`.
 std::string cpuLaunchText(const CpuLaunch &l, const std::vector<SymExpr> &outer) {
@@ -63,6 +45,23 @@ std::string_view placementName(PlacementKind k) {
   return "?";
 }
 } // namespace
+
+std::string launchText(const CudaLaunch &l, bool rows) {
+  std::string s = "launch{block=" + std::to_string(l.block);
+  if (rows)
+    s += " threads=" + std::to_string(l.threads);
+  s += " vec=" + std::to_string(l.vec);
+  if (l.spread > 1)
+    s += " spread=" + std::to_string(l.spread);
+  if (l.groups > 1)
+    s += " groups=" + std::to_string(l.groups);
+  if (l.columns)
+    s += " columns=" + std::to_string(l.columnRows);
+  if (l.persistent)
+    s += " persistent iters=" + std::to_string(l.iters) + (l.ragged ? " ragged" : "");
+  return s + "}";
+}
+
 
 std::string printSchedule(const Schedule &s) {
   std::string out;

@@ -160,6 +160,10 @@ struct ScheduleOptions {
 Schedule scheduleProgram(loop::LoopProgram &p, const Target &target,
                          const ScheduleOptions &opts = {});
 std::string printSchedule(const Schedule &s);
+/// A CUDA kernel's launch record as --print=schedule writes it, `launch{block=B threads=T
+/// vec=V ...}`: threads for a kernel of `rows`; spread, groups, columns and persistent
+/// (iters, ragged) where they apply.
+std::string launchText(const CudaLaunch &l, bool rows);
 
 /// The CUDA launch records of a printed schedule (`kernelN ... launch{block=.. ...}`), by
 /// kernel name: what printSchedule writes, read back, so that a record written or edited by

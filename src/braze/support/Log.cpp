@@ -14,7 +14,8 @@ LogSet LogSet::parse(std::string_view spec) {
                 {"loops", LogStage::Loops},       {"schedule", LogStage::Schedule},
                 {"output_code", LogStage::OutputCode}, {"cache", LogStage::Cache},
                 {"fallback", LogStage::Fallback}, {"cudagraphs", LogStage::CudaGraphs},
-                {"compile_time", LogStage::CompileTime}, {"accuracy", LogStage::Accuracy}};
+                {"compile_time", LogStage::CompileTime}, {"accuracy", LogStage::Accuracy},
+                {"autotune", LogStage::Autotune}};
   LogSet set;
   size_t pos = 0;
   while (pos <= spec.size()) {

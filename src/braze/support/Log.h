@@ -18,6 +18,7 @@ enum class LogStage : uint32_t {
   CudaGraphs = 1u << 7, ///< which graphs are replayed as CUDA graphs, and why not (Python layer)
   CompileTime = 1u << 8, ///< where each graph's compile spent its time (Python layer)
   Accuracy = 1u << 9,   ///< the accuracy checker's reports, with the kernel (Python layer)
+  Autotune = 1u << 10,  ///< the autotuner's forms of each kernel, their times and its choice
 };
 
 class LogSet {

@@ -113,6 +113,7 @@ CudaGeneratedSource CudaEmitter::run() {
     if (k.gemm && k.gemm->group) { // no library call takes it: its loops compute it
       add(k, emitKernel(k, plan), false);
       calls.push_back(launchCall(k, plan, index));
+      out.loopLaunches[k.name] = index;
       continue;
     }
     add(k, emitKernel(k, plan), k.gemm || k.conv);
@@ -125,6 +126,7 @@ CudaGeneratedSource CudaEmitter::run() {
       calls.push_back(convStatement(names_, k, launch, opts_.convTf32));
     } else {
       calls.push_back(launch);
+      out.loopLaunches[k.name] = index;
     }
   }
   std::string kernels;

@@ -30,6 +30,10 @@ struct CudaGeneratedSource {
   bool usesGemm = false;            ///< some kernel calls cuBLASLt
   bool usesCudnn = false;           ///< some kernel calls cuDNN (convolution or attention)
   bool checksIndices = false;       ///< some kernel bounds-checks an index (sets the error flag)
+  /// The loop kernels launched just as their launch records say (not a library call's
+  /// fallback, not attention or scatter), by schedule kernel name: the index of their launch
+  /// in `kernels`. These are the kernels the autotuner may time in other forms.
+  std::map<std::string, int> loopLaunches;
 
   /// The generated code as a reader wants it: the device source, each deferred kernel (after a
   /// comment saying so), then the host source.
@@ -55,6 +59,35 @@ void planCudaLaunches(sched::Schedule &s);
 /// code can do: a user error names the kernel, the field and the rule.
 void applyCudaLaunches(sched::Schedule &s,
                        const std::map<std::string, sched::CudaLaunch> &records);
+
+/// One form of a loop kernel for the autotuner (driver/Autotune.h): a launch record that
+/// applyCudaLaunches accepts, the kernel's function under it (renamed), and its launch size.
+struct CudaKernelForm {
+  sched::CudaLaunch launch;
+  std::string name;     ///< of its function
+  std::string function; ///< an `extern "C" __global__` function, without the prelude
+  int64_t blocks = -1;  ///< -1: the kernel's outer space is symbolic
+  int threads = 0;      ///< per block
+};
+
+/// The forms of loop kernel `kernel` of s worth timing, and the buffers its launch passes.
+struct CudaKernelForms {
+  /// Its own record first (plan-cuda's or one given by hand), then variations of it (block,
+  /// threads per row, lanes, spread, column rows, persistent rows, member groups) that its
+  /// code can run, none twice; each function is named `<prefix><i>`.
+  std::vector<CudaKernelForm> forms;
+  /// The buffers in memory its launches pass, in argument order (the arguments after them
+  /// are its size symbols and the error flag), and which of them it writes.
+  std::vector<const loop::Buffer *> buffers;
+  std::vector<bool> written;
+};
+/// Empty forms for a kernel not written as loops.
+CudaKernelForms cudaKernelForms(const sched::Schedule &s, const std::string &kernel,
+                                const std::string &prefix);
+
+/// The whole NVRTC program of `functions` (CudaKernelForm::function texts): the prelude
+/// they need, then them.
+std::string cudaProgram(const std::string &functions);
 
 /// Raises a Diagnostic for what the CUDA path does not generate yet (special functions).
 CudaGeneratedSource generateCuda(const sched::Schedule &s, const CudaCodegenOptions &opts = {});

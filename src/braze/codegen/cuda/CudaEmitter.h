@@ -243,6 +243,18 @@ public:
   /// what the code cannot do, is a user error that says which field and why.
   void applyLaunches(sched::Schedule &s, const std::map<std::string, sched::CudaLaunch> &records);
 
+  /// The autotuner's forms of loop kernel k (CudaTuning.cpp): its record first, then
+  /// variations that completeLaunch accepts, none twice.
+  std::vector<sched::CudaLaunch> launchCandidates(const Kernel &k);
+  /// Kernel k's __global__ function under record `l` (accepted by completeLaunch), named
+  /// `name`.
+  std::string variantFunction(const Kernel &k, const sched::CudaLaunch &l,
+                              const std::string &name);
+  /// The blocks a launch of k under record `l` takes; -1 where its outer space is symbolic.
+  int64_t formBlocks(const Kernel &k, const sched::CudaLaunch &l);
+  /// The helpers `kernels` use, then `kernels`: one NVRTC program's source.
+  static std::string program(const std::string &kernels) { return withPrelude(kernels); }
+
 private:
   /// Checks record `l`, given for loop kernel k, and fills in what follows from it (the row
   /// length, iterations and raggedness): "" when the kernel's code can run it, else why not.

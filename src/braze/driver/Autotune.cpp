@@ -1,0 +1,536 @@
+#include "braze/driver/Autotune.h"
+
+#include "braze/jit/CacheFiles.h"
+#include "braze/runtime/CudaModule.h"
+#include "braze/runtime/CudaTuning.h"
+#include "braze/support/Check.h"
+#include "braze/support/Diagnostic.h"
+#include "braze/support/Hashing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+
+namespace braze {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A form wins only where it takes under this fraction of the planned form's time (the noise
+/// of one timing is a few percent).
+constexpr double kBetter = 0.97;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Device memory of the tuner's own (scratch inputs, outputs, arena, saved buffers).
+class Scratch {
+public:
+  Scratch(int device, size_t bytes)
+      : device_(device), bytes_(bytes), p_(runtime::cudaAllocate(device, bytes)) {}
+  ~Scratch() { runtime::cudaRelease(device_, p_); }
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  void *get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+private:
+  int device_;
+  size_t bytes_;
+  void *p_;
+};
+
+/// Bytes from a buffer's first element to past its last (0 when it has none); -1 when a size
+/// or stride is symbolic.
+int64_t spanBytes(DType t, const std::vector<sym::SymExpr> &shape,
+                  const std::vector<sym::SymExpr> &strides) {
+  int64_t last = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (!shape[i]->isConst() || !strides[i]->isConst())
+      return -1;
+    if (shape[i]->value() == 0)
+      return 0;
+    last += (shape[i]->value() - 1) * std::abs(strides[i]->value());
+  }
+  return (last + 1) * dtypeSize(t);
+}
+
+int64_t spanBytes(DType t, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+  int64_t last = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0)
+      return 0;
+    last += (shape[i] - 1) * std::abs(strides[i]);
+  }
+  return (last + 1) * dtypeSize(t);
+}
+
+/// v in [-1, 1) as f16 (normal or zero: no rounding subtleties matter for scratch data).
+uint16_t toHalf(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+  if (exp <= 0)
+    return sign;
+  return static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
+}
+
+/// `bytes` of scratch data of dtype t: floats uniform in [-1, 1), integers 0 (always a valid
+/// index), bools at random.
+std::string scratchData(DType t, size_t bytes, std::mt19937 &rng) {
+  std::string out(bytes, '\0');
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  size_t n = bytes / dtypeSize(t);
+  for (size_t i = 0; i < n; ++i) {
+    float v = u(rng);
+    switch (t) {
+    case DType::Float32:
+      std::memcpy(&out[i * 4], &v, 4);
+      break;
+    case DType::Float64: {
+      double d = v;
+      std::memcpy(&out[i * 8], &d, 8);
+      break;
+    }
+    case DType::Float16: {
+      uint16_t h = toHalf(v);
+      std::memcpy(&out[i * 2], &h, 2);
+      break;
+    }
+    case DType::BFloat16: {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      uint16_t h = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(&out[i * 2], &h, 2);
+      break;
+    }
+    case DType::Bool:
+      out[i] = v > 0 ? 1 : 0;
+      break;
+    default:
+      break; // integers: 0
+    }
+  }
+  return out;
+}
+
+/// The check of a form's results, on the device: the largest finite magnitude of what the
+/// planned form wrote, then the first element where the form's differs from it by more than
+/// the dtype's tolerance scaled by that (a sum whose terms cancel may move by an ulp of its
+/// terms); nan where nan, infinities equal. Integers and bools compare as bytes.
+const char *kCheckerSource = R"CHECK(
+typedef unsigned long long u64;
+template <int K> __device__ double braze_value(const void *p, long long i) {
+  if (K == 0) return ((const float *)p)[i];
+  if (K == 1) return ((const double *)p)[i];
+  unsigned short h = ((const unsigned short *)p)[i];
+  if (K == 2) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+  return __uint_as_float(((unsigned)h) << 16);
+}
+template <int K> __device__ void braze_maxabs(const void *want, long long n, u64 *out) {
+  double m = 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    double v = fabs(braze_value<K>(want, i));
+    if (v <= 1.7976931348623157e308) m = fmax(m, v);
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmax(m, __shfl_down_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) atomicMax(out, (u64)__double_as_longlong(m));
+}
+template <int K> __device__ void braze_compare(const void *got, const void *want, long long n,
+                                               double rtol, const u64 *scale, u64 *bad) {
+  double s = __longlong_as_double((long long)*scale);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    double a = braze_value<K>(got, i), b = braze_value<K>(want, i);
+    bool same = (a != a) ? (b != b) : (b != b) ? false
+              : (fabs(a) > 1.7976931348623157e308 || fabs(b) > 1.7976931348623157e308) ? a == b
+              : fabs(a - b) <= rtol * (fabs(b) + s);
+    if (!same) atomicMin(bad, (u64)i);
+  }
+}
+extern "C" __global__ void braze_tune_maxabs0(const void *w, long long n, u64 *o) { braze_maxabs<0>(w, n, o); }
+extern "C" __global__ void braze_tune_compare0(const void *g, const void *w, long long n, double r,
+                                             const u64 *s, u64 *b) { braze_compare<0>(g, w, n, r, s, b); }
+extern "C" __global__ void braze_tune_maxabs1(const void *w, long long n, u64 *o) { braze_maxabs<1>(w, n, o); }
+extern "C" __global__ void braze_tune_compare1(const void *g, const void *w, long long n, double r,
+                                             const u64 *s, u64 *b) { braze_compare<1>(g, w, n, r, s, b); }
+extern "C" __global__ void braze_tune_maxabs2(const void *w, long long n, u64 *o) { braze_maxabs<2>(w, n, o); }
+extern "C" __global__ void braze_tune_compare2(const void *g, const void *w, long long n, double r,
+                                             const u64 *s, u64 *b) { braze_compare<2>(g, w, n, r, s, b); }
+extern "C" __global__ void braze_tune_maxabs3(const void *w, long long n, u64 *o) { braze_maxabs<3>(w, n, o); }
+extern "C" __global__ void braze_tune_compare3(const void *g, const void *w, long long n, double r,
+                                             const u64 *s, u64 *b) { braze_compare<3>(g, w, n, r, s, b); }
+extern "C" __global__ void braze_tune_bytes(const unsigned char *g, const unsigned char *w, long long n, u64 *bad) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    if (g[i] != w[i]) atomicMin(bad, (u64)i);
+}
+)CHECK";
+
+class Checker {
+public:
+  Checker(int device, const jit::NvrtcOptions &nvrtc)
+      : device_(device), set_(device, jit::compileCuda(kCheckerSource, nvrtc).paths),
+        flags_(device, 2 * sizeof(uint64_t)) {}
+
+  /// "" when `got` holds `want`'s values (`bytes` of dtype t, on the device), else the first
+  /// element that differs.
+  std::string compare(void *got, void *want, size_t bytes, DType t, void *stream) {
+    int kind = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2
+               : t == DType::BFloat16 ? 3 : -1;
+    uint64_t init[2] = {0, ~uint64_t(0)}; // the scale's bits (0.0), the first bad element
+    runtime::cudaCopy(device_, flags_.get(), init, sizeof(init), true);
+    uint64_t *scale = static_cast<uint64_t *>(flags_.get()), *bad = scale + 1;
+    long long n = static_cast<long long>(kind < 0 ? bytes : bytes / dtypeSize(t));
+    int64_t blocks = std::clamp<int64_t>((n + 255) / 256, 1, 4096);
+    auto run = [&](const std::string &name, std::vector<void *> args) {
+      if (std::string why = set_.launch(set_.function(name), blocks, 256, args.data(), stream);
+          !why.empty())
+        throw runtime::RunError("the autotuner's check " + name + " did not launch: " + why);
+    };
+    if (kind < 0) {
+      run("braze_tune_bytes", {&got, &want, &n, &bad});
+    } else {
+      double rtol = kind == 1 ? 1e-9 : kind == 0 ? 1e-4 : kind == 2 ? 4e-3 : 3e-2;
+      std::string k = std::to_string(kind);
+      run("braze_tune_maxabs" + k, {&want, &n, &scale});
+      run("braze_tune_compare" + k, {&got, &want, &n, &rtol, &scale, &bad});
+    }
+    uint64_t out[2];
+    runtime::cudaSynchronize(device_, stream);
+    runtime::cudaCopy(device_, out, flags_.get(), sizeof(out), false);
+    return out[1] == ~uint64_t(0) ? "" : "element " + std::to_string(out[1]) + " differs";
+  }
+
+private:
+  int device_;
+  runtime::CudaKernelSet set_;
+  Scratch flags_;
+};
+
+std::string milliseconds(double ms) {
+  std::ostringstream o;
+  o.precision(4);
+  o << ms * 1000 << " us";
+  return o.str();
+}
+
+/// One function of the graph to tune: its launches' kernels, the first of which is timed in
+/// its forms.
+struct Function {
+  std::string name;                 ///< the __global__ function (shared by its kernels)
+  std::vector<std::string> kernels; ///< schedule kernels launching it, in launch order
+  int firstLaunch = -1;             ///< launch index of kernels[0]
+  double ms = 0;                    ///< its launches' time in one run (the planned form)
+  codegen::CudaKernelForms forms;
+  bool rows = false; ///< its kernels have an inner loop (their records say threads)
+  std::string key;   ///< of its stored result
+  int winner = 0;    ///< the chosen form
+  bool stored = false; ///< the choice came from the cache
+  std::vector<double> times;        ///< per form, ms; < 0: failed or differs
+  std::vector<std::string> verdicts; ///< per form: "" or why it cannot win
+};
+
+/// Times every form of `f` at its launch with arguments `args` on `stream`, from the state
+/// its written buffers have now, which they have again afterwards.
+void timeForms(Function &f, const runtime::CudaKernelSet &set, Checker &checker, int device,
+               void **args, void *stream) {
+  const size_t n = f.forms.forms.size();
+  f.times.assign(n, -1);
+  f.verdicts.assign(n, "");
+  struct Saved {
+    void *at;
+    size_t bytes;
+    DType dtype;
+    std::unique_ptr<Scratch> before, planned; ///< the state before, what the planned form wrote
+  };
+  std::vector<Saved> saved;
+  for (size_t i = 0; i < f.forms.buffers.size(); ++i) {
+    if (!f.forms.written[i])
+      continue;
+    const loop::Buffer *b = f.forms.buffers[i];
+    int64_t bytes = spanBytes(b->dtype, b->shape, b->strides);
+    if (bytes <= 0)
+      continue;
+    size_t size = static_cast<size_t>(bytes);
+    Saved s{*static_cast<void **>(args[i]), size, b->dtype, std::make_unique<Scratch>(device, size),
+            std::make_unique<Scratch>(device, size)};
+    runtime::cudaCopyOn(device, s.before->get(), s.at, s.bytes, stream);
+    saved.push_back(std::move(s));
+  }
+  auto restore = [&] {
+    for (Saved &s : saved)
+      runtime::cudaCopyOn(device, s.at, s.before->get(), s.bytes, stream);
+  };
+  runtime::CudaTimer timer(device);
+  for (size_t i = 0; i < n; ++i) {
+    const codegen::CudaKernelForm &form = f.forms.forms[i];
+    void *fn = set.function(form.name);
+    restore();
+    if (std::string why = set.launch(fn, form.blocks, form.threads, args, stream); !why.empty()) {
+      f.verdicts[i] = "does not launch: " + why;
+      continue;
+    }
+    for (Saved &s : saved) {
+      if (i == 0)
+        runtime::cudaCopyOn(device, s.planned->get(), s.at, s.bytes, stream);
+      else if (std::string why = checker.compare(s.at, s.planned->get(), s.bytes, s.dtype, stream);
+               !why.empty() && f.verdicts[i].empty())
+        f.verdicts[i] = "differs from the planned form: " + why;
+    }
+    if (!f.verdicts[i].empty())
+      continue;
+    // Launches enough to take about 2 ms, at least 3; the best of three such runs.
+    double once = f.ms / std::max<size_t>(1, f.kernels.size());
+    int reps = static_cast<int>(std::clamp(2.0 / std::max(once, 1e-3), 3.0, 200.0));
+    double best = -1;
+    for (int trial = 0; trial < 3; ++trial) {
+      timer.start(stream);
+      for (int r = 0; r < reps; ++r)
+        set.launch(fn, form.blocks, form.threads, args, stream);
+      timer.stop(stream);
+      double ms = timer.milliseconds() / reps;
+      best = best < 0 ? ms : std::min(best, ms);
+    }
+    f.times[i] = best;
+  }
+  restore();
+}
+
+/// The key of f's stored result: its forms' functions (named alike) and the target.
+std::string resultKey(const Function &f, const sched::Schedule &s) {
+  std::string text = "autotune\n" + s.target.fingerprint() + "\n" + jit::kBrazeVersion + "\n";
+  for (const codegen::CudaKernelForm &form : f.forms.forms) {
+    std::string body = form.function;
+    for (size_t at = body.find(form.name); at != std::string::npos; at = body.find(form.name, at))
+      body.replace(at, form.name.size(), "form");
+    text += body + "\n";
+  }
+  return sha256Hex(text);
+}
+
+const sched::Kernel &kernelNamed(const sched::Schedule &s, const std::string &name) {
+  for (const sched::Kernel &k : s.kernels)
+    if (k.name == name)
+      return k;
+  BRAZE_CHECK(false) << "no kernel " << name;
+  return s.kernels.front();
+}
+
+} // namespace
+
+TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSource &source,
+                        runtime::Executable &exe, const CompileOptions &opts,
+                        const jit::NvrtcOptions &nvrtc) {
+  TuneResult result;
+  const Clock::time_point start = Clock::now();
+  const double budget = opts.autotuneSeconds;
+  std::ostringstream log;
+  auto finish = [&] {
+    result.seconds = since(start);
+    result.log = log.str();
+    return result;
+  };
+  if (!runtime::cudaTimingAvailable()) {
+    log << "not tuned: the CUDA driver lacks event timing\n";
+    return finish();
+  }
+  if (!s.program->sizeSymbols().empty()) {
+    log << "not tuned: the graph has symbolic sizes\n";
+    return finish();
+  }
+  const int device = opts.cuda->device;
+  // Scratch inputs of the graph's sizes, its outputs and its arena.
+  std::mt19937 rng(1234);
+  std::vector<std::unique_ptr<Scratch>> owned;
+  std::vector<const void *> inputs;
+  std::vector<void *> outputs;
+  for (const loop::Buffer *b : s.program->inputs()) {
+    int64_t bytes = spanBytes(b->dtype, b->seenShape(), b->seenStrides());
+    if (bytes < 0) {
+      log << "not tuned: input " << b->name << " has a symbolic layout\n";
+      return finish();
+    }
+    owned.push_back(std::make_unique<Scratch>(device, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+    std::string data = scratchData(b->dtype, static_cast<size_t>(bytes), rng);
+    runtime::cudaCopy(device, owned.back()->get(), data.data(), data.size(), true);
+    inputs.push_back(owned.back()->get());
+  }
+  const std::vector<int64_t> syms;
+  std::vector<runtime::Executable::Layout> layouts = exe.layoutsFor(syms);
+  const std::vector<loop::Buffer *> outs = s.program->outputs();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    int64_t bytes = spanBytes(outs.at(i)->dtype, layouts[i].shape, layouts[i].strides);
+    owned.push_back(std::make_unique<Scratch>(device, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+    outputs.push_back(owned.back()->get());
+  }
+  owned.push_back(std::make_unique<Scratch>(
+      device, static_cast<size_t>(std::max<int64_t>(exe.arenaBytes(syms), 1))));
+  void *arena = owned.back()->get();
+  void *stream = nullptr;
+  auto runGraph = [&] {
+    exe.runCuda(inputs, outputs, arena, syms, stream);
+    runtime::cudaSynchronize(device, stream);
+  };
+
+  // The planned forms' times, per launch.
+  std::map<int, std::string> kernelAt; // launch index -> schedule kernel
+  for (const auto &[kernel, index] : source.loopLaunches)
+    kernelAt[index] = kernel;
+  std::map<int, double> launchMs;
+  {
+    std::map<int, std::unique_ptr<runtime::CudaTimer>> timers;
+    runGraph(); // warm: deferred kernels load, libraries plan
+    exe.setLaunchObserver([&](int kernel, int64_t, int, void **, void *st, bool after) {
+      if (!kernelAt.count(kernel))
+        return;
+      std::unique_ptr<runtime::CudaTimer> &t = timers[kernel];
+      if (!t)
+        t = std::make_unique<runtime::CudaTimer>(device);
+      after ? t->stop(st) : t->start(st);
+    });
+    try {
+      runGraph();
+    } catch (...) {
+      exe.setLaunchObserver(nullptr);
+      throw;
+    }
+    exe.setLaunchObserver(nullptr);
+    for (auto &[kernel, t] : timers)
+      launchMs[kernel] = t->milliseconds();
+  }
+
+  // The functions, by the time their launches take.
+  std::map<std::string, Function> byName;
+  for (const auto &[index, kernel] : kernelAt) {
+    const std::string &fn = source.kernels.at(index);
+    Function &f = byName[fn];
+    f.name = fn;
+    if (f.kernels.empty())
+      f.firstLaunch = index;
+    f.kernels.push_back(kernel);
+    f.ms += launchMs.count(index) ? launchMs[index] : 0;
+  }
+  std::vector<Function *> ranked;
+  double total = 0;
+  for (auto &[name, f] : byName) {
+    ranked.push_back(&f);
+    total += f.ms;
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Function *a, const Function *b) { return a->ms > b->ms; });
+  log << byName.size() << " loop kernel functions, " << milliseconds(total)
+      << " a run; budget " << budget << " s\n";
+
+  // Stored results first; the others in batches while the budget lasts.
+  const std::filesystem::path store =
+      std::filesystem::path(nvrtc.cacheDir.empty() ? jit::scratchDir().string() : nvrtc.cacheDir) /
+      "autotune";
+  std::vector<Function *> pending, done;
+  for (Function *f : ranked) {
+    if (f->ms < 0.01 * total || f->ms < 2e-3) // under 1% of the run, or 2 us
+      break;
+    f->forms = codegen::cudaKernelForms(s, f->kernels.front(), f->name + "_form");
+    if (f->forms.forms.size() < 2)
+      continue;
+    f->rows = !kernelNamed(s, f->kernels.front()).innerVars.empty();
+    f->key = resultKey(*f, s);
+    const std::string stored = jit::readFile(store / f->key);
+    for (size_t i = 0; i < f->forms.forms.size() && !stored.empty(); ++i)
+      if (sched::launchText(f->forms.forms[i].launch, f->rows) == stored)
+        f->winner = static_cast<int>(i), f->stored = true;
+    (f->stored ? done : pending).push_back(f);
+  }
+  double perFunction = 0; // seconds one function's forms took, compiled and timed
+  size_t next = 0;
+  std::unique_ptr<Checker> checker;
+  while (next < pending.size()) {
+    double left = budget - since(start);
+    if (!checker)
+      checker = std::make_unique<Checker>(device, nvrtc);
+    size_t batch = perFunction > 0 ? static_cast<size_t>(left / perFunction) : 2;
+    batch = std::min<size_t>({batch, 16, pending.size() - next});
+    if (batch == 0 || left <= 0)
+      break;
+    const Clock::time_point batchStart = Clock::now();
+    std::string functions;
+    std::map<int, Function *> at; // first launch -> function
+    for (size_t i = next; i < next + batch; ++i) {
+      for (const codegen::CudaKernelForm &form : pending[i]->forms.forms)
+        functions += form.function;
+      at[pending[i]->firstLaunch] = pending[i];
+    }
+    next += batch;
+    jit::CompiledCubin cubin = jit::compileCuda(codegen::cudaProgram(functions), nvrtc);
+    runtime::CudaKernelSet set(device, cubin.paths);
+    exe.setLaunchObserver([&](int kernel, int64_t, int, void **args, void *st, bool after) {
+      auto f = at.find(kernel);
+      if (after || f == at.end())
+        return;
+      timeForms(*f->second, set, *checker, device, args, st);
+      done.push_back(f->second);
+      at.erase(f);
+    });
+    try {
+      runGraph();
+    } catch (...) {
+      exe.setLaunchObserver(nullptr);
+      throw;
+    }
+    exe.setLaunchObserver(nullptr);
+    perFunction = since(batchStart) / static_cast<double>(batch);
+  }
+  try { // a form's index check on scratch data is no error of the user's next call
+    exe.synchronizeAndCheck(stream);
+  } catch (const runtime::RunError &) {
+  }
+
+  // The winners, stored for the next compile of these functions.
+  std::error_code ec;
+  std::filesystem::create_directories(store, ec);
+  std::ostringstream records;
+  for (Function *f : done) {
+    ++(f->stored ? result.functionsCached : result.functionsTimed);
+    const double planned = f->times.empty() ? -1 : f->times[0];
+    for (size_t i = 1; i < f->times.size(); ++i)
+      if (f->times[i] >= 0 && planned > 0 && f->times[i] < kBetter * planned &&
+          (f->winner == 0 || f->times[i] < f->times[f->winner]))
+        f->winner = static_cast<int>(i);
+    log << f->name << " (" << f->kernels.size() << " launch" << (f->kernels.size() > 1 ? "es" : "")
+        << ", " << milliseconds(f->ms) << " a run)" << (f->stored ? ": stored choice\n" : ":\n");
+    for (size_t i = 0; i < f->forms.forms.size(); ++i) {
+      if (f->stored && static_cast<int>(i) != f->winner)
+        continue;
+      log << "  " << (static_cast<int>(i) == f->winner ? "* " : "  ")
+          << sched::launchText(f->forms.forms[i].launch, f->rows);
+      if (!f->stored)
+        log << "  " << (f->times[i] >= 0 ? milliseconds(f->times[i]) : f->verdicts[i]);
+      log << "\n";
+    }
+    const std::string text = sched::launchText(f->forms.forms[f->winner].launch, f->rows);
+    if (!f->stored && !ec)
+      jit::writeFileAtomically(store / f->key, text);
+    if (f->winner == 0)
+      continue;
+    ++result.functionsChanged;
+    for (const std::string &kernel : f->kernels)
+      records << kernel << " " << text << "\n";
+  }
+  log << "timed " << result.functionsTimed << " functions (" << result.functionsCached
+      << " more stored), " << result.functionsChanged << " changed, in " << since(start)
+      << " s\n";
+  result.records = records.str();
+  return finish();
+}
+
+} // namespace braze

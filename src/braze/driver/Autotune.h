@@ -1,0 +1,51 @@
+#pragma once
+/// The autotuner (CompileOptions::autotuneSeconds, BRAZE_AUTOTUNE, torch.compile's
+/// mode="max-autotune"): after a CUDA graph is compiled with its planned launch records, it
+/// times other forms of the loop kernels that take the graph's time, on the device, on scratch
+/// buffers of the graph's real sizes, and keeps a form only where it is faster than the
+/// planned one and writes what the planned one writes.
+///
+/// - Which kernels: one run of the compiled graph, each launch timed with events, ranks the
+///   kernels' functions (a function shared by the layers of a model counts all its launches);
+///   they are tuned in that order while the budget lasts.
+/// - Their forms: codegen::cudaKernelForms (block, threads per row, lanes, spread, column
+///   rows, persistent rows, member groups), compiled by NVRTC in batches.
+/// - Timing: at the first launch of each function, in the graph's own run, on the data that
+///   run gives it. The buffers the kernel writes are saved first and put back before each
+///   form runs and after the last, so a kernel that updates a buffer in place is timed and
+///   checked from the same state, and the run goes on as if nothing else had run.
+/// - The check: each form's written buffers against the planned form's (exactly for integers
+///   and bools, within a tolerance of the dtype for floats, nan where nan). A form that fails to
+///   launch or differs never wins.
+/// - The budget: a hard limit on the seconds the tuning spends for one graph (compiling forms
+///   and running them; the final compile of the winners is the compile's own).
+/// - The cache: each function's result is stored under the cache folder (`autotune/<key>`,
+///   keyed by the function's text, its forms and the target), so another graph with the same
+///   kernel, and a later process, take it without timing; the compiled graph's manifest holds
+///   the tuned module, so a warm compile tunes nothing.
+#include "braze/codegen/cuda/CudaCodegen.h"
+#include "braze/driver/Compile.h"
+#include "braze/jit/Nvrtc.h"
+#include "braze/runtime/Executable.h"
+
+#include <string>
+
+namespace braze {
+
+struct TuneResult {
+  /// Launch records (`kernelN launch{...}`, as braze-opt --launch reads them) for the kernels
+  /// whose best form is not their planned one; empty when none.
+  std::string records;
+  std::string log; ///< each function's forms, their times and the verdict (BRAZE_LOG=autotune)
+  double seconds = 0;
+  int functionsTimed = 0, functionsCached = 0, functionsChanged = 0;
+};
+
+/// Tunes the loop kernels of `s`, generated as `source` and loaded as `exe` (not yet handed to
+/// anyone: the tuner runs it), within opts.autotuneSeconds. A graph it cannot tune (symbolic
+/// sizes, no event timing in the driver) gives no records and says why in `log`.
+TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSource &source,
+                        runtime::Executable &exe, const CompileOptions &opts,
+                        const jit::NvrtcOptions &nvrtc);
+
+} // namespace braze

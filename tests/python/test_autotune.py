@@ -1,0 +1,156 @@
+"""The autotuner (driver/Autotune.h; Options.autotune, BRAZE_AUTOTUNE, mode="max-autotune").
+On CUDA each graph's loop kernels that take its time are run in other forms of their launch
+record, and the fastest form that writes what the planned one writes is kept; the tuned module
+is what the cache stores, so a warm compile tunes nothing. The forms are what `braze-opt
+--forms` prints: each is a record `--launch` takes, and its code compiles. The CPU's kernels
+are not tuned, and say so."""
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+import braze
+from braze import cuda as cuda_support
+from _device import braze_opt
+
+# Rows persistent in registers (a softmax over 1024), a pointwise kernel with lanes, and a
+# column sum: each kind of loop kernel the forms vary.
+GRAPH = """graph(%x: f32[4096, 1024], %g: f32[8192, 512], %a: f32[1024, 1024]) {
+  %m = amax(%x) {dims=[1], keepdim=true} : f32[4096, 1]
+  %c = sub(%x, %m) : f32[4096, 1024]
+  %e = exp(%c) : f32[4096, 1024]
+  %s = sum(%e) {dims=[1], keepdim=true} : f32[4096, 1]
+  %y = div(%e, %s) : f32[4096, 1024]
+  %k = sum(%g) {dims=[0], keepdim=false} : f32[512]
+  %p = mul(%a, %a) : f32[1024, 1024]
+  return %y, %k, %p
+}
+"""
+
+
+def _opt(*args):
+    return subprocess.run([braze_opt(), *args], capture_output=True, text=True)
+
+
+def _forms(path):
+    out = _opt(str(path), "--cuda", "--forms")
+    assert out.returncode == 0, out.stderr
+    forms = {}
+    for line in out.stdout.splitlines():
+        kernel, form, record, blocks = re.fullmatch(r"(kernel\d+) form(\d+) (launch\{.*\}) "
+                                                    r"blocks=(-?\d+)", line).groups()
+        forms.setdefault(kernel, []).append((int(form), record, int(blocks)))
+    return forms
+
+
+@pytest.mark.cpu_only("braze-opt text and NVRTC: nothing runs")
+def test_each_kernel_has_forms_beginning_with_its_planned_record(tmp_path):
+    graph = tmp_path / "g.txt"
+    graph.write_text(GRAPH)
+    forms = _forms(graph)
+    schedule = _opt(str(graph), "--cuda", "--print=schedule").stdout
+    assert len(forms) >= 3
+    for kernel, listed in forms.items():
+        assert [f for f, _, _ in listed] == list(range(len(listed)))
+        planned = re.search(kernel + r" .*?(launch\{[^}]*\})", schedule).group(1)
+        assert listed[0][1] == planned
+        records = [r for _, r, _ in listed]
+        assert len(set(records)) == len(records) > 1, records
+        assert all(b > 0 for _, _, b in listed)
+
+
+@pytest.mark.cpu_only("braze-opt text and NVRTC: nothing runs")
+@pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
+def test_every_form_is_a_record_launch_takes_and_its_code_compiles(tmp_path):
+    graph = tmp_path / "g.txt"
+    graph.write_text(GRAPH)
+    forms = _forms(graph)
+    most = max(len(v) for v in forms.values())
+    for i in range(1, most):
+        records = tmp_path / f"r{i}.txt"
+        chosen = {k: v[i][1] for k, v in forms.items() if i < len(v)}
+        records.write_text("".join(f"{k} {r}\n" for k, r in chosen.items()))
+        schedule = _opt(str(graph), "--cuda", f"--launch={records}", "--print=schedule")
+        assert schedule.returncode == 0, schedule.stderr
+        for k, r in chosen.items():
+            assert re.search(k + r" .*" + re.escape(r), schedule.stdout), (k, r)
+        code = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+        assert code.returncode == 0, code.stderr
+        device = code.stdout.split("\n#include <stdint.h>\n")[0]
+        assert braze._C.nvrtc_compile(device, cuda_support.nvrtc_library(), 90,
+                                      str(tmp_path / f"c{i}"))
+
+
+@pytest.mark.cpu_only("braze-opt's arguments")
+def test_forms_needs_cuda_and_a_graph(tmp_path):
+    graph = tmp_path / "g.txt"
+    graph.write_text(GRAPH)
+    out = _opt(str(graph), "--forms")
+    assert out.returncode == 1 and "--forms" in out.stderr and "needs --cuda" in out.stderr
+
+
+@pytest.mark.cpu_only("the environment is read before any device is involved")
+def test_a_bad_budget_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("BRAZE_AUTOTUNE", "fast")
+    fn = torch.compile(lambda x: x + 1, backend="braze", options={"strict": True})
+    with pytest.raises(Exception, match="BRAZE_AUTOTUNE.*'fast'"):
+        fn(torch.randn(4))
+    with pytest.raises(ValueError, match=r"Options\(autotune=...\) is 'x'"):
+        braze.Options(autotune="x")
+
+
+def _model(device, dtype):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.LayerNorm(1024), torch.nn.Linear(1024, 1024),
+                               torch.nn.GELU(), torch.nn.LayerNorm(1024)).to(device, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tuned_graph_computes_what_eager_does(device, dtype, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BRAZE_LOG", "autotune")
+    model = _model(device, dtype)
+    x = torch.randn(2048, 1024, device=device, dtype=dtype)
+    before = braze.compile_times().get("autotune", 0.0)
+    fn = torch.compile(model, backend="braze", options={"autotune": 3})
+    with torch.no_grad():
+        got, want = fn(x), model(x)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    said = capfd.readouterr().err
+    assert "===== braze: autotune =====" in said
+    if device == "cpu":
+        assert "the CPU's kernels are not tuned" in said
+        return
+    assert re.search(r"timed \d+ functions", said), said
+    assert re.search(r"\* launch\{[^}]*\}  [\d.]+ us", said), said  # the winner, timed
+    spent = braze.compile_times()["autotune"] - before
+    assert 0 < spent < 3 + 2  # the budget, and the compile of the winners
+    # A warm compile (the manifest of the tuned module) tunes nothing.
+    torch._dynamo.reset()
+    before = braze.compile_times()["autotune"]
+    fn = torch.compile(model, backend="braze", options={"autotune": 3})
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), want, atol=tol, rtol=tol)
+    assert braze.compile_times()["autotune"] == before
+
+
+def test_a_kernel_that_updates_its_input_is_tuned_from_one_state(device, tmp_path, monkeypatch):
+    # Each form runs the update from the state before it, and the run goes on from there: the
+    # compiled call applies the update once.
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+
+    def step(p, g):
+        p.mul_(0.9).add_(g, alpha=0.1)
+        return p.sum(dim=0)
+
+    torch.manual_seed(0)
+    p = torch.randn(4096, 2048, device=device)
+    g = torch.randn(4096, 2048, device=device)
+    want_p = p * 0.9 + g * 0.1
+    fn = torch.compile(step, backend="braze", options={"autotune": 2})
+    got = fn(p, g)
+    torch.testing.assert_close(p, want_p)
+    torch.testing.assert_close(got, want_p.sum(dim=0), atol=1e-3, rtol=1e-4)

@@ -25,6 +25,7 @@ ManifestEntry cudaEntry() {
   e.checksIndices = true;
   e.source = "line one\nsource 12\n\nwith a record's look\n";
   e.numKernels = 2;
+  e.gemmChoices = {{"gemm_64_128_32_1", 3}, {"gemm_8_8_8_0", 0}};
   return e;
 }
 
@@ -42,6 +43,7 @@ TEST(ManifestTest, TextReadsBack) {
   EXPECT_TRUE(back->checksIndices);
   EXPECT_EQ(back->source, e.source);
   EXPECT_EQ(back->numKernels, 2);
+  EXPECT_EQ(back->gemmChoices, e.gemmChoices);
 }
 
 TEST(ManifestTest, AnythingButAWholeEntryIsNone) {
@@ -53,6 +55,9 @@ TEST(ManifestTest, AnythingButAWholeEntryIsNone) {
   std::string unknown = text;
   unknown.replace(unknown.find("gemm 1"), 6, "gamm 1");
   EXPECT_FALSE(parseManifest(unknown));
+  std::string badChoice = text;
+  badChoice.replace(badChoice.find("gemm_8_8_8_0 0"), 14, "gemm_8_8_8_0 x");
+  EXPECT_FALSE(parseManifest(badChoice));
   std::string longer = text;
   longer.replace(longer.find("library 10"), 10, "library 11");
   EXPECT_FALSE(parseManifest(longer));

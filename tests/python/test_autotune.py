@@ -1,10 +1,10 @@
 """The autotuner (driver/Autotune.h; Options.autotune, BRAZE_AUTOTUNE, mode="max-autotune").
 On CUDA each graph's loop kernels that take its time are run in other forms of their launch
-record, and the fastest form that writes what the planned one writes is kept; the tuned module
-is what the cache stores, so a warm compile tunes nothing. The forms are what `braze-opt
+record, and the fastest form that writes what the planned one writes is kept, as is the fastest
+of cuBLASLt's algorithms for each matrix product; the tuned module is what the cache stores, so
+a warm compile tunes nothing. The forms are what `braze-opt
 --forms` prints: each is a record `--launch` takes, and its code compiles. The CPU's kernels
 are not tuned, and say so."""
-import os
 import re
 import subprocess
 
@@ -126,6 +126,8 @@ def test_a_tuned_graph_computes_what_eager_does(device, dtype, tmp_path, monkeyp
         return
     assert re.search(r"timed \d+ functions", said), said
     assert re.search(r"\* launch\{[^}]*\}  [\d.]+ us", said), said  # the winner, timed
+    # The Linear's product, in each algorithm cuBLASLt's heuristics offer.
+    assert re.search(r"matrix products:\ngemm_[\d_]+:\n  [* ] algorithm 0  [\d.]+ us", said), said
     spent = braze.compile_times()["autotune"] - before
     assert 0 < spent < 3 + 2  # the budget, and the compile of the winners
     # A warm compile (the manifest of the tuned module) tunes nothing.

@@ -1,6 +1,7 @@
 #include "braze/driver/Autotune.h"
 
 #include "braze/jit/CacheFiles.h"
+#include "braze/runtime/CublasLt.h"
 #include "braze/runtime/CudaModule.h"
 #include "braze/runtime/CudaTuning.h"
 #include "braze/support/Check.h"
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -26,6 +28,10 @@ using Clock = std::chrono::steady_clock;
 /// A form wins only where it takes under this fraction of the planned form's time (the noise
 /// of one timing is a few percent).
 constexpr double kBetter = 0.97;
+/// About how long each form's timing takes, in ms.
+constexpr double kTimingMs = 20;
+/// Bytes written between two timed launches, to take the kernel's operands out of L2.
+constexpr size_t kFlushBytes = size_t(128) << 20;
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -241,10 +247,71 @@ struct Function {
   std::vector<std::string> verdicts; ///< per form: "" or why it cannot win
 };
 
+/// The median time of `launch` over about kTimingMs of launches (5 to 25), each from a cold L2.
+double medianMs(const std::function<void()> &launch, double onceMs, const Scratch &flush,
+                runtime::CudaTimer &timer, int device, void *stream) {
+  int reps = static_cast<int>(std::clamp(kTimingMs / (onceMs + 0.1), 5.0, 25.0));
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    runtime::cudaFillOn(device, flush.get(), static_cast<unsigned char>(r), flush.bytes(), stream);
+    timer.start(stream);
+    launch();
+    timer.stop(stream);
+    samples.push_back(timer.milliseconds());
+  }
+  std::nth_element(samples.begin(), samples.begin() + reps / 2, samples.end());
+  return samples[reps / 2];
+}
+
+DType dtypeOf(runtime::GemmDType t) {
+  switch (t) {
+  case runtime::GemmDType::Float64: return DType::Float64;
+  case runtime::GemmDType::Float16: return DType::Float16;
+  case runtime::GemmDType::BFloat16: return DType::BFloat16;
+  default: return DType::Float32;
+  }
+}
+
+/// Runs product `t` in each algorithm the heuristics offered, checks each result against the
+/// first's and times it: the algorithm to keep.
+int tuneGemm(const runtime::GemmTuning &t, Checker &checker, const Scratch &flush, int device,
+             std::ostream &log) {
+  Scratch planned(device, std::max<size_t>(t.cBytes, 1));
+  runtime::CudaTimer timer(device);
+  std::vector<double> times(t.algorithms, -1);
+  std::vector<std::string> verdicts(t.algorithms);
+  for (int i = 0; i < t.algorithms; ++i) {
+    if (std::string why = t.run(i); !why.empty()) {
+      verdicts[i] = "does not run: " + why;
+      continue;
+    }
+    if (i == 0)
+      runtime::cudaCopyOn(device, planned.get(), t.c, t.cBytes, t.stream);
+    else if (std::string why = checker.compare(t.c, planned.get(), t.cBytes, dtypeOf(t.cDtype),
+                                               t.stream);
+             !why.empty()) {
+      verdicts[i] = "differs from the heuristics' choice: " + why;
+      continue;
+    }
+    double once = i == 0 ? 1.0 : times[0];
+    times[i] = medianMs([&] { t.run(i); }, once, flush, timer, device, t.stream);
+  }
+  int best = 0;
+  for (int i = 1; i < t.algorithms; ++i)
+    if (times[i] >= 0 && times[0] > 0 && times[i] < kBetter * times[0] &&
+        (best == 0 || times[i] < times[best]))
+      best = i;
+  log << t.key << ":\n";
+  for (int i = 0; i < t.algorithms; ++i)
+    log << "  " << (i == best ? "* " : "  ") << "algorithm " << i << "  "
+        << (times[i] >= 0 ? milliseconds(times[i]) : verdicts[i]) << "\n";
+  return best;
+}
+
 /// Times every form of `f` at its launch with arguments `args` on `stream`, from the state
 /// its written buffers have now, which they have again afterwards.
-void timeForms(Function &f, const runtime::CudaKernelSet &set, Checker &checker, int device,
-               void **args, void *stream) {
+void timeForms(Function &f, const runtime::CudaKernelSet &set, Checker &checker,
+               const Scratch &flush, int device, void **args, void *stream) {
   const size_t n = f.forms.forms.size();
   f.times.assign(n, -1);
   f.verdicts.assign(n, "");
@@ -290,18 +357,11 @@ void timeForms(Function &f, const runtime::CudaKernelSet &set, Checker &checker,
     }
     if (!f.verdicts[i].empty())
       continue;
-    // Launches enough to take about 2 ms, at least 3; the best of three such runs.
+    // Each launch from a cold L2 (the flush buffer written first: a kernel's operands in the
+    // graph's run were mostly written long before), timed alone; the median of them.
     double once = f.ms / std::max<size_t>(1, f.kernels.size());
-    int reps = static_cast<int>(std::clamp(2.0 / std::max(once, 1e-3), 3.0, 200.0));
-    double best = -1;
-    for (int trial = 0; trial < 3; ++trial) {
-      timer.start(stream);
-      for (int r = 0; r < reps; ++r)
-        set.launch(fn, form.blocks, form.threads, args, stream);
-      timer.stop(stream);
-      double ms = timer.milliseconds() / reps;
-      best = best < 0 ? ms : std::min(best, ms);
-    }
+    double best = medianMs([&] { set.launch(fn, form.blocks, form.threads, args, stream); },
+                           once, flush, timer, device, stream);
     f.times[i] = best;
   }
   restore();
@@ -451,13 +511,32 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
         f->winner = static_cast<int>(i), f->stored = true;
     (f->stored ? done : pending).push_back(f);
   }
+  Checker checker(device, nvrtc);
+  Scratch flush(device, kFlushBytes);
+  // The matrix products, in one run of the graph.
+  std::ostringstream gemms;
+  if (source.usesGemm && !opts.cuda->cublasLtLibrary.empty()) {
+    runtime::CublasLt &lt = runtime::CublasLt::load(opts.cuda->cublasLtLibrary);
+    lt.setTuner([&](const runtime::GemmTuning &t) -> int {
+      if (since(start) > budget)
+        return 0;
+      int chosen = tuneGemm(t, checker, flush, device, gemms);
+      result.gemmChoices.push_back({t.key, chosen});
+      return chosen;
+    });
+    try {
+      runGraph();
+    } catch (...) {
+      lt.setTuner(nullptr);
+      throw;
+    }
+    lt.setTuner(nullptr);
+  }
   double perFunction = 0; // seconds one function's forms took, compiled and timed
+  std::ostringstream batches;
   size_t next = 0;
-  std::unique_ptr<Checker> checker;
   while (next < pending.size()) {
     double left = budget - since(start);
-    if (!checker)
-      checker = std::make_unique<Checker>(device, nvrtc);
     size_t batch = perFunction > 0 ? static_cast<size_t>(left / perFunction) : 2;
     batch = std::min<size_t>({batch, 16, pending.size() - next});
     if (batch == 0 || left <= 0)
@@ -473,11 +552,12 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     next += batch;
     jit::CompiledCubin cubin = jit::compileCuda(codegen::cudaProgram(functions), nvrtc);
     runtime::CudaKernelSet set(device, cubin.paths);
+    const double compiled = since(batchStart);
     exe.setLaunchObserver([&](int kernel, int64_t, int, void **args, void *st, bool after) {
       auto f = at.find(kernel);
       if (after || f == at.end())
         return;
-      timeForms(*f->second, set, *checker, device, args, st);
+      timeForms(*f->second, set, checker, flush, device, args, st);
       done.push_back(f->second);
       at.erase(f);
     });
@@ -489,6 +569,8 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     }
     exe.setLaunchObserver(nullptr);
     perFunction = since(batchStart) / static_cast<double>(batch);
+    batches << "  " << batch << " function" << (batch > 1 ? "s" : "") << ": forms compiled in "
+            << compiled << " s, timed in " << since(batchStart) - compiled << " s\n";
   }
   try { // a form's index check on scratch data is no error of the user's next call
     exe.synchronizeAndCheck(stream);
@@ -526,9 +608,13 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     for (const std::string &kernel : f->kernels)
       records << kernel << " " << text << "\n";
   }
-  log << "timed " << result.functionsTimed << " functions (" << result.functionsCached
-      << " more stored), " << result.functionsChanged << " changed, in " << since(start)
-      << " s\n";
+  int gemmsChanged = 0;
+  for (const auto &choice : result.gemmChoices)
+    gemmsChanged += choice.second != 0;
+  log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed " << result.functionsTimed << " functions ("
+      << result.functionsCached << " more stored), " << result.functionsChanged
+      << " changed; " << result.gemmChoices.size() << " matrix products, " << gemmsChanged
+      << " changed; in " << since(start) << " s\n";
   result.records = records.str();
   return finish();
 }

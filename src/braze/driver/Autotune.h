@@ -17,6 +17,10 @@
 /// - The check: each form's written buffers against the planned form's (exactly for integers
 ///   and bools, within a tolerance of the dtype for floats, nan where nan). A form that fails to
 ///   launch or differs never wins.
+/// - Matrix products: in one more run of the graph, each cuBLASLt product runs in every
+///   algorithm the heuristics offer (up to 8), checked and timed as the forms are; the fastest
+///   serves the problem in this process, and the tuned module's manifest records the choices,
+///   which its loads restore (runtime::CublasLt::prefer).
 /// - The budget: a hard limit on the seconds the tuning spends for one graph (compiling forms
 ///   and running them; the final compile of the winners is the compile's own).
 /// - The cache: each function's result is stored under the cache folder (`autotune/<key>`,
@@ -29,6 +33,8 @@
 #include "braze/runtime/Executable.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace braze {
 
@@ -36,6 +42,9 @@ struct TuneResult {
   /// Launch records (`kernelN launch{...}`, as braze-opt --launch reads them) for the kernels
   /// whose best form is not their planned one; empty when none.
   std::string records;
+  /// The cuBLASLt algorithm chosen for each product timed (GemmTuning::key, its index in the
+  /// heuristics' list; 0 where their own choice stayed fastest).
+  std::vector<std::pair<std::string, int>> gemmChoices;
   std::string log; ///< each function's forms, their times and the verdict (BRAZE_LOG=autotune)
   double seconds = 0;
   int functionsTimed = 0, functionsCached = 0, functionsChanged = 0;

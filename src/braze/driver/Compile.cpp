@@ -410,6 +410,7 @@ CompileResult loadCompiled(const ManifestEntry &e, runtime::ModuleSpec spec,
     if (e.usesCudnn)
       spec.cudnnLibrary = cuda.cudnnLibrary;
     spec.checksIndices = e.checksIndices;
+    spec.gemmChoices = e.gemmChoices;
     jit::NvrtcOptions no = nvrtcFor(cuda, jo);
     for (const auto &[name, program] : e.deferred)
       spec.deferred.push_back({name, [source = program, no] {
@@ -500,10 +501,12 @@ void autotune(Lowered &l, ManifestEntry &e, CompileResult &r, const runtime::Mod
     codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(t.records));
     codegenStep(l, opts);
     CompileTimes again;
-    bool hit = false;
+    bool hit = false;  // the winners' compile is the autotuner's time
     e = compileCudaModule(l, jo, *opts.cuda, again, clock, hit);
-    r = loadCompiled(e, spec, opts, jo, again, clock);
   }
+  e.gemmChoices = t.gemmChoices;
+  if (!t.records.empty() || !t.gemmChoices.empty())
+    r = loadCompiled(e, spec, opts, jo, CompileTimes{}, clock);
   r.times = planned;
   r.times.autotune = lap(clock);
   if (log)

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace braze::runtime {
 
@@ -198,7 +199,24 @@ struct Plan {
   void *desc = nullptr;
   void *ltA = nullptr, *ltB = nullptr, *ltD = nullptr; ///< layouts; C and D share ltD
   MatmulAlgo algo{};
+  std::vector<MatmulAlgo> offered; ///< the heuristics' list, their choice first
+  bool tuned = false;              ///< the autotuner chose among `offered`
 };
+
+/// How many algorithms the heuristics are asked for (the autotuner's candidates).
+constexpr int kOfferedAlgorithms = 8;
+
+/// A PlanKey as one word (GemmTuning::key, the tuned modules' record of their choices).
+std::string keyText(const PlanKey &k) {
+  std::string s = "gemm";
+  for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.batch, k.strideA, k.strideB, k.strideC,
+                    int64_t(k.workspaceLimit), int64_t(k.dtype), int64_t(k.epilogue),
+                    int64_t(k.transA), int64_t(k.transB), int64_t(k.hasBias), int64_t(k.tf32),
+                    int64_t(k.f32Out), int64_t(k.alignA), int64_t(k.alignB), int64_t(k.alignC),
+                    int64_t(k.alignBias)})
+    s += "_" + std::to_string(v);
+  return s;
+}
 
 } // namespace
 
@@ -223,6 +241,8 @@ struct CublasLt::Impl {
 
   std::mutex mutex; ///< guards plans and the per-call bias pointer on a cached descriptor
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+  std::function<int(const GemmTuning &)> tuner;  ///< setTuner's
+  std::unordered_map<std::string, int> preferred; ///< prefer's, by keyText
 
   std::string statusText(Status s) const {
     std::string text = std::to_string(s);
@@ -317,21 +337,28 @@ struct CublasLt::Impl {
       return failure("cublasLtMatmulPreferenceSetAttribute", s, p);
     }
 
-    // 4. The heuristics' first choice.
-    HeuristicResult result{};
+    // 4. The heuristics' list: their first choice, unless a tuned module chose another.
+    HeuristicResult results[kOfferedAlgorithms]{};
     int returned = 0;
-    s = heuristic(handle, plan.desc, plan.ltA, plan.ltB, plan.ltD, plan.ltD, pref, 1, &result,
-                  &returned);
+    s = heuristic(handle, plan.desc, plan.ltA, plan.ltB, plan.ltD, plan.ltD, pref,
+                  kOfferedAlgorithms, results, &returned);
     if (s != kStatusSuccess) {
       destroy(plan);
       return failure("cublasLtMatmulAlgoGetHeuristic", s, p);
     }
-    if (returned < 1 || result.state != kStatusSuccess) {
+    if (returned < 1 || results[0].state != kStatusSuccess) {
       destroy(plan);
       return "cublasLtMatmulAlgoGetHeuristic found no algorithm (state " +
-             statusText(result.state) + ")" + where(p);
+             statusText(results[0].state) + ")" + where(p);
     }
-    plan.algo = result.algo;
+    for (int i = 0; i < returned && results[i].state == kStatusSuccess; ++i)
+      plan.offered.push_back(results[i].algo);
+    plan.algo = plan.offered[0];
+    if (auto chosen = preferred.find(keyText(key)); chosen != preferred.end() &&
+                                                    chosen->second < int(plan.offered.size())) {
+      plan.algo = plan.offered[chosen->second];
+      plan.tuned = true;
+    }
     return "";
   }
 };
@@ -391,6 +418,22 @@ CublasLt &CublasLt::load(const std::string &libraryPath) {
 }
 
 size_t CublasLt::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
+
+void CublasLt::setTuner(std::function<int(const GemmTuning &)> tuner) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->tuner = std::move(tuner);
+}
+
+void CublasLt::prefer(const std::string &key, int index) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->preferred[key] = index;
+  // A plan this process made already (another module's) takes it too.
+  for (auto &[k, plan] : impl_->plans)
+    if (keyText(k) == key && index < int(plan.offered.size())) {
+      plan.algo = plan.offered[index];
+      plan.tuned = true;
+    }
+}
 
 size_t CublasLt::cachedPlans() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -481,11 +524,26 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   bool f64 = p.dtype == GemmDType::Float64;
   const void *alpha = f64 ? static_cast<const void *>(&oneD) : &oneF;
   const void *beta = f64 ? static_cast<const void *>(&zeroD) : &zeroF;
-  Status s = im.matmul(im.handle, plan.desc, alpha, p.b, plan.ltA, p.a, plan.ltB, beta, p.c,
-                       plan.ltD, p.c, plan.ltD, &plan.algo, workspace, workspaceBytes, stream);
-  if (s != kStatusSuccess)
-    return im.failure("cublasLtMatmul", s, p);
-  return "";
+  auto run = [&](const MatmulAlgo &algo) {
+    Status s = im.matmul(im.handle, plan.desc, alpha, p.b, plan.ltA, p.a, plan.ltB, beta, p.c,
+                         plan.ltD, p.c, plan.ltD, &algo, workspace, workspaceBytes, stream);
+    return s == kStatusSuccess ? std::string() : im.failure("cublasLtMatmul", s, p);
+  };
+  if (im.tuner && !plan.tuned && plan.offered.size() > 1) {
+    GemmTuning t;
+    t.key = keyText(key);
+    t.algorithms = static_cast<int>(plan.offered.size());
+    t.run = [&](int i) { return run(plan.offered.at(i)); };
+    t.c = p.c;
+    int64_t cElem = f32Out ? 4 : elem;
+    t.cBytes = static_cast<size_t>(((p.batch - 1) * p.strideC + (p.m - 1) * p.ldc + p.n) * cElem);
+    t.cDtype = f32Out ? GemmDType::Float32 : p.dtype;
+    t.stream = stream;
+    int chosen = im.tuner(t);
+    plan.algo = plan.offered.at(chosen >= 0 && chosen < t.algorithms ? chosen : 0);
+    plan.tuned = true;
+  }
+  return run(plan.algo);
 }
 
 } // namespace braze::runtime

@@ -511,6 +511,8 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   check(d.memHostGetDevicePointer(&errDev, s.errHost, 0), "mapping the kernel error flag");
   if (!spec.cublasLtLibrary.empty()) {
     s.lt = &CublasLt::load(spec.cublasLtLibrary);
+    for (const auto &[key, index] : spec.gemmChoices)
+      s.lt->prefer(key, index);
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
   }

@@ -16,7 +16,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <sstream>
 
 namespace braze {
@@ -79,62 +78,19 @@ int64_t spanBytes(DType t, const std::vector<int64_t> &shape, const std::vector<
   return (last + 1) * dtypeSize(t);
 }
 
-/// v in [-1, 1) as f16 (normal or zero: no rounding subtleties matter for scratch data).
-uint16_t toHalf(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-  if (exp <= 0)
-    return sign;
-  return static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
-}
-
-/// `bytes` of scratch data of dtype t: floats uniform in [-1, 1), integers 0 (always a valid
-/// index), bools at random.
-std::string scratchData(DType t, size_t bytes, std::mt19937 &rng) {
-  std::string out(bytes, '\0');
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  size_t n = bytes / dtypeSize(t);
-  for (size_t i = 0; i < n; ++i) {
-    float v = u(rng);
-    switch (t) {
-    case DType::Float32:
-      std::memcpy(&out[i * 4], &v, 4);
-      break;
-    case DType::Float64: {
-      double d = v;
-      std::memcpy(&out[i * 8], &d, 8);
-      break;
-    }
-    case DType::Float16: {
-      uint16_t h = toHalf(v);
-      std::memcpy(&out[i * 2], &h, 2);
-      break;
-    }
-    case DType::BFloat16: {
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      uint16_t h = static_cast<uint16_t>(bits >> 16);
-      std::memcpy(&out[i * 2], &h, 2);
-      break;
-    }
-    case DType::Bool:
-      out[i] = v > 0 ? 1 : 0;
-      break;
-    default:
-      break; // integers: 0
-    }
-  }
-  return out;
-}
-
-/// The check of a form's results, on the device: the largest finite magnitude of what the
+/// The tuner's device work beside the forms: scratch inputs (floats uniform in [-1, 1) from a
+/// hash of their position, bools at random, integers 0: always a valid index), and the check of
+/// a form's results: the largest finite magnitude of what the
 /// planned form wrote, then the first element where the form's differs from it by more than
 /// the dtype's tolerance scaled by that (a sum whose terms cancel may move by an ulp of its
 /// terms); nan where nan, infinities equal. Integers and bools compare as bytes.
 const char *kCheckerSource = R"CHECK(
 typedef unsigned long long u64;
+__device__ unsigned braze_hash(u64 i, unsigned seed) {
+  u64 x = i * 0x9E3779B97F4A7C15ull + seed;
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+  return (unsigned)x;
+}
 template <int K> __device__ double braze_value(const void *p, long long i) {
   if (K == 0) return ((const float *)p)[i];
   if (K == 1) return ((const double *)p)[i];
@@ -176,6 +132,18 @@ extern "C" __global__ void braze_tune_compare2(const void *g, const void *w, lon
 extern "C" __global__ void braze_tune_maxabs3(const void *w, long long n, u64 *o) { braze_maxabs<3>(w, n, o); }
 extern "C" __global__ void braze_tune_compare3(const void *g, const void *w, long long n, double r,
                                              const u64 *s, u64 *b) { braze_compare<3>(g, w, n, r, s, b); }
+extern "C" __global__ void braze_tune_fill(void *p, long long n, int kind, unsigned seed) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = braze_hash((u64)i, seed);
+    float v = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    if (kind == 0) ((float *)p)[i] = v;
+    else if (kind == 1) ((double *)p)[i] = v;
+    else if (kind == 2) { unsigned short b; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v)); ((unsigned short *)p)[i] = b; }
+    else if (kind == 3) ((unsigned short *)p)[i] = (unsigned short)(__float_as_uint(v) >> 16);
+    else ((unsigned char *)p)[i] = (unsigned char)(h & 1);
+  }
+}
 extern "C" __global__ void braze_tune_bytes(const unsigned char *g, const unsigned char *w, long long n, u64 *bad) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
@@ -188,6 +156,23 @@ public:
   Checker(int device, const jit::NvrtcOptions &nvrtc)
       : device_(device), set_(device, jit::compileCuda(kCheckerSource, nvrtc).paths),
         flags_(device, 2 * sizeof(uint64_t)) {}
+
+  /// Fills `bytes` at p (device memory) with scratch values of dtype t.
+  void fill(void *p, size_t bytes, DType t, unsigned seed, void *stream) {
+    int kind = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2
+               : t == DType::BFloat16 ? 3 : t == DType::Bool ? 4 : -1;
+    if (kind < 0) {
+      runtime::cudaFillOn(device_, p, 0, bytes, stream);
+      return;
+    }
+    long long n = static_cast<long long>(bytes / dtypeSize(t));
+    int64_t blocks = std::clamp<int64_t>((n + 255) / 256, 1, 4096);
+    std::vector<void *> args{&p, &n, &kind, &seed};
+    if (std::string why = set_.launch(set_.function("braze_tune_fill"), blocks, 256, args.data(),
+                                      stream);
+        !why.empty())
+      throw runtime::RunError("the autotuner's fill did not launch: " + why);
+  }
 
   /// "" when `got` holds `want`'s values (`bytes` of dtype t, on the device), else the first
   /// element that differs.
@@ -411,7 +396,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   }
   const int device = opts.cuda->device;
   // Scratch inputs of the graph's sizes, its outputs and its arena.
-  std::mt19937 rng(1234);
+  Checker checker(device, nvrtc);
   std::vector<std::unique_ptr<Scratch>> owned;
   std::vector<const void *> inputs;
   std::vector<void *> outputs;
@@ -422,8 +407,8 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       return finish();
     }
     owned.push_back(std::make_unique<Scratch>(device, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-    std::string data = scratchData(b->dtype, static_cast<size_t>(bytes), rng);
-    runtime::cudaCopy(device, owned.back()->get(), data.data(), data.size(), true);
+    checker.fill(owned.back()->get(), static_cast<size_t>(bytes), b->dtype,
+                 static_cast<unsigned>(inputs.size()), nullptr);
     inputs.push_back(owned.back()->get());
   }
   const std::vector<int64_t> syms;
@@ -511,7 +496,6 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
         f->winner = static_cast<int>(i), f->stored = true;
     (f->stored ? done : pending).push_back(f);
   }
-  Checker checker(device, nvrtc);
   Scratch flush(device, kFlushBytes);
   // The matrix products, in one run of the graph.
   std::ostringstream gemms;

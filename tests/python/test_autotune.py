@@ -83,6 +83,16 @@ def test_every_form_is_a_record_launch_takes_and_its_code_compiles(tmp_path):
                                       str(tmp_path / f"c{i}"))
 
 
+@pytest.mark.cpu_only("NVRTC: nothing runs")
+@pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
+def test_the_tuners_own_kernels_compile(tmp_path):
+    source = braze._C.autotune_checker_source()
+    for name in ["braze_tune_fill", "braze_tune_bytes"] + [
+            f"braze_tune_{k}{i}" for k in ("maxabs", "compare") for i in range(4)]:
+        assert f"__global__ void {name}(" in source
+    assert braze._C.nvrtc_compile(source, cuda_support.nvrtc_library(), 90, str(tmp_path))
+
+
 @pytest.mark.cpu_only("braze-opt's arguments")
 def test_forms_needs_cuda_and_a_graph(tmp_path):
     graph = tmp_path / "g.txt"

@@ -36,6 +36,12 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+/// Calls `f` when it goes out of scope (an observer or tuner cleared, however the run ends).
+struct Finally {
+  std::function<void()> f;
+  ~Finally() { f(); }
+};
+
 /// Device memory of the tuner's own (scratch inputs, outputs, arena, saved buffers).
 class Scratch {
 public:
@@ -120,18 +126,6 @@ template <int K> __device__ void braze_compare(const void *got, const void *want
     if (!same) atomicMin(bad, (u64)i);
   }
 }
-extern "C" __global__ void braze_tune_maxabs0(const void *w, long long n, u64 *o) { braze_maxabs<0>(w, n, o); }
-extern "C" __global__ void braze_tune_compare0(const void *g, const void *w, long long n, double r,
-                                             const u64 *s, u64 *b) { braze_compare<0>(g, w, n, r, s, b); }
-extern "C" __global__ void braze_tune_maxabs1(const void *w, long long n, u64 *o) { braze_maxabs<1>(w, n, o); }
-extern "C" __global__ void braze_tune_compare1(const void *g, const void *w, long long n, double r,
-                                             const u64 *s, u64 *b) { braze_compare<1>(g, w, n, r, s, b); }
-extern "C" __global__ void braze_tune_maxabs2(const void *w, long long n, u64 *o) { braze_maxabs<2>(w, n, o); }
-extern "C" __global__ void braze_tune_compare2(const void *g, const void *w, long long n, double r,
-                                             const u64 *s, u64 *b) { braze_compare<2>(g, w, n, r, s, b); }
-extern "C" __global__ void braze_tune_maxabs3(const void *w, long long n, u64 *o) { braze_maxabs<3>(w, n, o); }
-extern "C" __global__ void braze_tune_compare3(const void *g, const void *w, long long n, double r,
-                                             const u64 *s, u64 *b) { braze_compare<3>(g, w, n, r, s, b); }
 extern "C" __global__ void braze_tune_fill(void *p, long long n, int kind, unsigned seed) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
@@ -151,10 +145,25 @@ extern "C" __global__ void braze_tune_bytes(const unsigned char *g, const unsign
 }
 )CHECK";
 
+} // namespace
+
+std::string autotuneCheckerSource() {
+  std::string s = kCheckerSource;
+  for (char k : {'0', '1', '2', '3'})
+    s += std::string("extern \"C\" __global__ void braze_tune_maxabs") + k +
+         "(const void *w, long long n, u64 *o) { braze_maxabs<" + k + ">(w, n, o); }\n"
+         "extern \"C\" __global__ void braze_tune_compare" + k +
+         "(const void *g, const void *w, long long n, double r, const u64 *s, u64 *b) {\n"
+         "  braze_compare<" + k + ">(g, w, n, r, s, b);\n}\n";
+  return s;
+}
+
+namespace {
+
 class Checker {
 public:
   Checker(int device, const jit::NvrtcOptions &nvrtc)
-      : device_(device), set_(device, jit::compileCuda(kCheckerSource, nvrtc).paths),
+      : device_(device), set_(device, jit::compileCuda(autotuneCheckerSource(), nvrtc).paths),
         flags_(device, 2 * sizeof(uint64_t)) {}
 
   /// Fills `bytes` at p (device memory) with scratch values of dtype t.
@@ -427,6 +436,12 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     exe.runCuda(inputs, outputs, arena, syms, stream);
     runtime::cudaSynchronize(device, stream);
   };
+  // One run with `observer` watching the launches.
+  auto runObserved = [&](std::function<void(int, int64_t, int, void **, void *, bool)> observer) {
+    exe.setLaunchObserver(std::move(observer));
+    Finally clear{[&] { exe.setLaunchObserver(nullptr); }};
+    runGraph();
+  };
 
   // The planned forms' times, per launch.
   std::map<int, std::string> kernelAt; // launch index -> schedule kernel
@@ -436,7 +451,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   {
     std::map<int, std::unique_ptr<runtime::CudaTimer>> timers;
     runGraph(); // warm: deferred kernels load, libraries plan
-    exe.setLaunchObserver([&](int kernel, int64_t, int, void **, void *st, bool after) {
+    runObserved([&](int kernel, int64_t, int, void **, void *st, bool after) {
       if (!kernelAt.count(kernel))
         return;
       std::unique_ptr<runtime::CudaTimer> &t = timers[kernel];
@@ -444,13 +459,6 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
         t = std::make_unique<runtime::CudaTimer>(device);
       after ? t->stop(st) : t->start(st);
     });
-    try {
-      runGraph();
-    } catch (...) {
-      exe.setLaunchObserver(nullptr);
-      throw;
-    }
-    exe.setLaunchObserver(nullptr);
     for (auto &[kernel, t] : timers)
       launchMs[kernel] = t->milliseconds();
   }
@@ -508,13 +516,8 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       result.gemmChoices.push_back({t.key, chosen});
       return chosen;
     });
-    try {
-      runGraph();
-    } catch (...) {
-      lt.setTuner(nullptr);
-      throw;
-    }
-    lt.setTuner(nullptr);
+    Finally clear{[&] { lt.setTuner(nullptr); }};
+    runGraph();
   }
   double perFunction = 0; // seconds one function's forms took, compiled and timed
   std::ostringstream batches;
@@ -537,7 +540,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     jit::CompiledCubin cubin = jit::compileCuda(codegen::cudaProgram(functions), nvrtc);
     runtime::CudaKernelSet set(device, cubin.paths);
     const double compiled = since(batchStart);
-    exe.setLaunchObserver([&](int kernel, int64_t, int, void **args, void *st, bool after) {
+    runObserved([&](int kernel, int64_t, int, void **args, void *st, bool after) {
       auto f = at.find(kernel);
       if (after || f == at.end())
         return;
@@ -545,13 +548,6 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       done.push_back(f->second);
       at.erase(f);
     });
-    try {
-      runGraph();
-    } catch (...) {
-      exe.setLaunchObserver(nullptr);
-      throw;
-    }
-    exe.setLaunchObserver(nullptr);
     perFunction = since(batchStart) / static_cast<double>(batch);
     batches << "  " << batch << " function" << (batch > 1 ? "s" : "") << ": forms compiled in "
             << compiled << " s, timed in " << since(batchStart) - compiled << " s\n";

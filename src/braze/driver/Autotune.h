@@ -57,4 +57,10 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
                         runtime::Executable &exe, const CompileOptions &opts,
                         const jit::NvrtcOptions &nvrtc);
 
+/// The NVRTC program of the tuner's own kernels: scratch inputs filled on the device, and the
+/// check of a form's output against the planned form's (the largest magnitude, then the first
+/// element beyond the tolerance), with braze_tune_maxabs<K> and braze_tune_compare<K> for each
+/// float kind K (0 f32, 1 f64, 2 f16, 3 bf16). Exposed for the tests.
+std::string autotuneCheckerSource();
+
 } // namespace braze

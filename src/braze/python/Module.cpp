@@ -1,5 +1,6 @@
 // braze._C: a thin nanobind layer over the C++ library. Python refers to graph nodes and
 // symbolic sizes by integer handles; all compiler logic stays in C++.
+#include "braze/driver/Autotune.h"
 #include "braze/driver/Compile.h"
 #include "braze/runtime/CudaModule.h"
 #include "braze/ir/graph/Builder.h"
@@ -726,6 +727,7 @@ NB_MODULE(_C, m) {
   m.def("cuda_preload", &runtime::CudaModule::preload, nb::arg("device"),
         nb::arg("cublaslt"), nb::arg("cudnn"), nb::call_guard<nb::gil_scoped_release>());
   m.def("nvrtc_compile", &compileCudaSource);
+  m.def("autotune_checker_source", &autotuneCheckerSource);
   m.def("nvrtc_version", [](const std::string &library) { return nvrtcVersion(library); });
   m.def("strict_from_environment", []() { return CompileOptions::fromEnvironment().strict; });
   m.def("log_fallback_from_environment",

@@ -27,6 +27,7 @@ one-time C++ set-up, as it does for a user). --warm-cache keeps whatever the env
     python benchmarks/cpu_suite.py --only gpt2,resnet18       # models are named like workloads
     python benchmarks/cpu_suite.py --no-models                # workloads only
     python benchmarks/cpu_suite.py --json results.json
+    python benchmarks/cpu_suite.py --mode max-autotune --no-inductor   # braze's autotuner
 """
 import argparse
 import json
@@ -61,6 +62,8 @@ def _parse_args(argv=None):
     p.add_argument("--no-inductor", action="store_true", help="skip TorchInductor")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", default=None, help="torch.compile mode for braze and Inductor alike "
+                   "(max-autotune: braze's autotuner and Inductor's autotuning)")
     p.add_argument("--malloc", choices=("reuse", "default"), default="reuse",
                    help="reuse (default): glibc malloc keeps freed memory, so big temporaries cost "
                         "no page faults; default: glibc as configured, whose eager timings can "
@@ -173,7 +176,9 @@ def _compile(fn, args, backend, eager_call_s):
     braze counter deltas, warnings raised)."""
     torch._dynamo.reset()
     before = braze.counters()
-    compiled = torch.compile(fn, backend=backend) if backend else torch.compile(fn)
+    mode = ARGS.mode if backend in ("braze", None) else None
+    compiled = (torch.compile(fn, backend=backend, mode=mode) if backend
+                else torch.compile(fn, mode=mode))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out, cs = harness.compile_s(lambda: compiled(*args), eager_call_s)

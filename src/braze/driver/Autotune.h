@@ -27,11 +27,15 @@
 ///   keyed by the function's text, its forms and the target), so another graph with the same
 ///   kernel, and a later process, take it without timing; the compiled graph's manifest holds
 ///   the tuned module, so a warm compile tunes nothing.
+#include "braze/codegen/cpu/CppCodegen.h"
 #include "braze/codegen/cuda/CudaCodegen.h"
 #include "braze/driver/Compile.h"
 #include "braze/jit/Nvrtc.h"
 #include "braze/runtime/Executable.h"
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +60,18 @@ struct TuneResult {
 TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSource &source,
                         runtime::Executable &exe, const CompileOptions &opts,
                         const jit::NvrtcOptions &nvrtc);
+
+/// Tunes the CPU loop kernels of `s` within opts.autotuneSeconds: `compile` compiles and loads
+/// a module of s generated with the CpuCodegenOptions it is given (the tuning module: every
+/// kernel's forms beside it, and a hook before each kernel). The kernels with the most points
+/// get their forms first (CpuEmitter::launchCandidates: shared outer loops, simd, lanes,
+/// groups); in one run on scratch inputs each form runs from the kernel's saved state, is
+/// checked against the planned form's output on the host and timed (the median of 5). A graph
+/// with symbolic sizes, or whose tuning module's compile leaves no budget, is not tuned.
+TuneResult autotuneCpu(
+    const sched::Schedule &s, const CompileOptions &opts,
+    const std::function<std::shared_ptr<runtime::Executable>(const std::map<
+        std::string, std::vector<sched::CpuLaunch>> &)> &compile);
 
 /// The NVRTC program of the tuner's own kernels: scratch inputs filled on the device, and the
 /// check of a form's output against the planned form's (the largest magnitude, then the first

@@ -305,15 +305,19 @@ void planCpuStep(Lowered &l, const CompileOptions &opts) {
     codegen::applyCpuLaunches(l.schedule, sched::parseCpuLaunchRecords(opts.cpuLaunchRecords));
 }
 
+codegen::CpuCodegenOptions cpuCodegenFor(const CompileOptions &opts) {
+  codegen::CpuCodegenOptions co;
+  co.blas = blasSymbolsFor(opts.blasLibrary);
+  co.dnnl = !opts.dnnlLibrary.empty();
+  return co;
+}
+
 void codegenStep(Lowered &l, const CompileOptions &opts) {
   if (opts.cuda) {
     l.cuda = codegen::generateCuda(l.schedule, cudaCodegenFor(*opts.cuda));
     return;
   }
-  codegen::CpuCodegenOptions co;
-  co.blas = blasSymbolsFor(opts.blasLibrary);
-  co.dnnl = !opts.dnnlLibrary.empty();
-  l.code = codegen::generateCpu(l.schedule, co);
+  l.code = codegen::generateCpu(l.schedule, cpuCodegenFor(opts));
 }
 
 /// The back half's steps (Pipeline.def), in order.
@@ -476,43 +480,6 @@ ManifestEntry compileCudaModule(Lowered &l, const jit::HostCompilerOptions &jo,
   return e;
 }
 
-/// The autotuner over a graph just compiled (`e`, loaded as r): where some kernels' other
-/// forms win, the schedule takes their records and the graph is compiled again, and `e` and
-/// `r` become that compile's. A tuner that fails leaves the planned module, and says why.
-void autotune(Lowered &l, ManifestEntry &e, CompileResult &r, const runtime::ModuleSpec &spec,
-              const CompileOptions &opts, const jit::HostCompilerOptions &jo,
-              std::chrono::steady_clock::time_point &clock) {
-  const bool log = opts.log.has(LogStage::Autotune);
-  if (!opts.cuda) {
-    if (log)
-      logBlock("autotune", "not tuned: the CPU's kernels are not tuned yet\n");
-    return;
-  }
-  lap(clock);
-  const CompileTimes planned = r.times;
-  TuneResult t;
-  try {
-    t = autotuneCuda(l.schedule, l.cuda, *r.executable, opts, nvrtcFor(*opts.cuda, jo));
-  } catch (const std::exception &ex) {
-    t.log += std::string("not tuned: ") + ex.what() + "\n";
-    t.records.clear();
-  }
-  if (!t.records.empty()) {
-    codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(t.records));
-    codegenStep(l, opts);
-    CompileTimes again;
-    bool hit = false;  // the winners' compile is the autotuner's time
-    e = compileCudaModule(l, jo, *opts.cuda, again, clock, hit);
-  }
-  e.gemmChoices = t.gemmChoices;
-  if (!t.records.empty() || !t.gemmChoices.empty())
-    r = loadCompiled(e, spec, opts, jo, CompileTimes{}, clock);
-  r.times = planned;
-  r.times.autotune = lap(clock);
-  if (log)
-    logBlock("autotune", t.log + (t.records.empty() ? "" : "records:\n" + t.records));
-}
-
 } // namespace
 
 Support supports(const Graph &g, const CompileOptions &opts) {
@@ -564,6 +531,69 @@ ManifestEntry compileCpuModule(const Lowered &l, const CompileOptions &opts,
   e.numKernels = l.code.numKernels;
   cacheHit = lib.cacheHit;
   return e;
+}
+
+/// The autotuner over a graph just compiled (`e`, loaded as r): where some kernels' other
+/// forms win, the schedule takes their records and the graph is compiled again, and `e` and
+/// `r` become that compile's. A tuner that fails leaves the planned module, and says why.
+static void autotune(Lowered &l, ManifestEntry &e, CompileResult &r,
+                     const runtime::ModuleSpec &spec,
+              const CompileOptions &opts, const jit::HostCompilerOptions &jo,
+              std::chrono::steady_clock::time_point &clock) {
+  const bool log = opts.log.has(LogStage::Autotune);
+  lap(clock);
+  const auto tuneStart = clock; // the compiles below lap `clock` for their own stages
+  const CompileTimes planned = r.times;
+  TuneResult t;
+  // The CPU's tuning module: the graph's code with each chosen kernel's forms beside it.
+  auto compileForms = [&](const std::map<std::string, std::vector<sched::CpuLaunch>> &forms) {
+    codegen::GeneratedSource saved = l.code;
+    codegen::CpuCodegenOptions co = cpuCodegenFor(opts);
+    co.tuneForms = forms;
+    l.code = codegen::generateCpu(l.schedule, co);
+    CompileTimes ignored;
+    bool hit = false;
+    ManifestEntry te;
+    try {
+      te = compileCpuModule(l, opts, jo, ignored, clock, hit);
+    } catch (...) {
+      l.code = std::move(saved);
+      throw;
+    }
+    l.code = std::move(saved);
+    runtime::ModuleSpec ts = spec;
+    ts.libraryPath = te.libraryPath;
+    return std::shared_ptr<runtime::Executable>(runtime::Executable::load(ts));
+  };
+  try {
+    t = opts.cuda ? autotuneCuda(l.schedule, l.cuda, *r.executable, opts, nvrtcFor(*opts.cuda, jo))
+                  : autotuneCpu(l.schedule, opts, compileForms);
+  } catch (const std::exception &ex) {
+    t.log += std::string("not tuned: ") + ex.what() + "\n";
+    t.records.clear();
+    t.gemmChoices.clear();
+  }
+  if (!t.records.empty() && !opts.cuda) {
+    codegen::applyCpuLaunches(l.schedule, sched::parseCpuLaunchRecords(t.records));
+    codegenStep(l, opts);
+    CompileTimes again;
+    bool hit = false; // the winners' compile is the autotuner's time
+    e = compileCpuModule(l, opts, jo, again, clock, hit);
+  } else if (!t.records.empty()) {
+    codegen::applyCudaLaunches(l.schedule, sched::parseLaunchRecords(t.records));
+    codegenStep(l, opts);
+    CompileTimes again;
+    bool hit = false;  // the winners' compile is the autotuner's time
+    e = compileCudaModule(l, jo, *opts.cuda, again, clock, hit);
+  }
+  e.gemmChoices = t.gemmChoices; // the CPU's: none
+  if (!t.records.empty() || !t.gemmChoices.empty())
+    r = loadCompiled(e, spec, opts, jo, CompileTimes{}, clock);
+  r.times = planned;
+  lap(clock);
+  r.times.autotune = std::chrono::duration<double>(clock - tuneStart).count();
+  if (log)
+    logBlock("autotune", t.log + (t.records.empty() ? "" : "records:\n" + t.records));
 }
 
 CompileResult compile(std::unique_ptr<loop::LoopProgram> program, const CompileOptions &opts) {
@@ -659,10 +689,16 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts) {
 }
 
 std::string printKernelForms(Graph &g, const CompileOptions &opts) {
-  BRAZE_CHECK(opts.cuda) << "kernel forms are CUDA's";
   Lowered l = lowerAll(g, opts);
   std::string out;
   for (const sched::Kernel &k : l.schedule.kernels) {
+    if (!opts.cuda) {
+      std::vector<sched::CpuLaunch> forms = codegen::cpuKernelForms(l.schedule, k.name);
+      for (size_t i = 0; forms.size() > 1 && i < forms.size(); ++i)
+        out += k.name + " form" + std::to_string(i) + " " +
+               sched::cpuLaunchText(forms[i], k.outerVars) + "\n";
+      continue;
+    }
     if (!l.cuda.loopLaunches.count(k.name))
       continue; // a library call's, attention's or scatter's: not timed in other forms
     codegen::CudaKernelForms forms = codegen::cudaKernelForms(l.schedule, k.name, "form");

@@ -118,8 +118,9 @@ std::string printStage(Graph &g, StageKind stage, const CompileOptions &opts);
 std::string printStage(std::unique_ptr<loop::LoopProgram> program, StageKind stage,
                        const CompileOptions &opts);
 
-/// The forms the autotuner would time of each CUDA loop kernel of `g` (consumed), planned
-/// record first: `kernelN formI launch{...} blocks=B` lines (braze-opt --forms).
+/// The forms the autotuner would time of each loop kernel of `g` (consumed), planned record
+/// first (braze-opt --forms): `kernelN formI launch{...} blocks=B` lines for CUDA, `kernelN
+/// formI cpu{...}` for the CPU (kernels with one form are not listed).
 std::string printKernelForms(Graph &g, const CompileOptions &opts);
 
 /// The graph steps of the pipeline (Pipeline.def), in the order compile runs them: graph

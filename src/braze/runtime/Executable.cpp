@@ -228,6 +228,8 @@ void Executable::setAssertIndices(bool on) {
     cuda_->setAssertIndices(on);
 }
 
+void *Executable::symbol(const char *name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
 void Executable::setLaunchObserver(
     std::function<void(int, int64_t, int, void **, void *, bool)> observer) {
   if (!cuda_)

@@ -125,6 +125,9 @@ public:
   void synchronizeAndCheck(void *stream = nullptr);
   /// CUDA modules: CudaModule::setAssertIndices.
   void setAssertIndices(bool on);
+  /// The module library's symbol `name` (the autotuner's entry points in its own modules), or
+  /// null where it has none.
+  void *symbol(const char *name) const;
   /// CUDA modules: CudaModule::setLaunchObserver (the autotuner's hook); its arguments are
   /// kernel, blocks, threads, args, stream and after.
   void setLaunchObserver(std::function<void(int, int64_t, int, void **, void *, bool)> observer);

@@ -15,22 +15,6 @@ std::string varList(const std::vector<SymExpr> &vars) {
   return s + "]";
 }
 
-/// A CPU kernel's record, as `cpu{region}`, `cpu{groups}`, `cpu{parallel=P [simd]}` or
-/// `cpu{lanes=L along=x<i>}`.
-std::string cpuLaunchText(const CpuLaunch &l, const std::vector<SymExpr> &outer) {
-  switch (l.shape) {
-  case CpuLaunch::Shape::Region:
-    return "cpu{region}";
-  case CpuLaunch::Shape::Groups:
-    return "cpu{groups}";
-  case CpuLaunch::Shape::Lanes:
-    return "cpu{lanes=" + std::to_string(l.lanes) + " along=" + outer.at(l.along)->name() + "}";
-  case CpuLaunch::Shape::Outer:
-    break;
-  }
-  return "cpu{parallel=" + std::to_string(l.parallel) + (l.simd ? " simd}" : "}");
-}
-
 std::string_view placementName(PlacementKind k) {
   switch (k) {
   case PlacementKind::Input:
@@ -45,6 +29,20 @@ std::string_view placementName(PlacementKind k) {
   return "?";
 }
 } // namespace
+
+std::string cpuLaunchText(const CpuLaunch &l, const std::vector<SymExpr> &outer) {
+  switch (l.shape) {
+  case CpuLaunch::Shape::Region:
+    return "cpu{region}";
+  case CpuLaunch::Shape::Groups:
+    return "cpu{groups}";
+  case CpuLaunch::Shape::Lanes:
+    return "cpu{lanes=" + std::to_string(l.lanes) + " along=" + outer.at(l.along)->name() + "}";
+  case CpuLaunch::Shape::Outer:
+    break;
+  }
+  return "cpu{parallel=" + std::to_string(l.parallel) + (l.simd ? " simd}" : "}");
+}
 
 std::string launchText(const CudaLaunch &l, bool rows) {
   std::string s = "launch{block=" + std::to_string(l.block);
@@ -61,7 +59,6 @@ std::string launchText(const CudaLaunch &l, bool rows) {
     s += " persistent iters=" + std::to_string(l.iters) + (l.ragged ? " ragged" : "");
   return s + "}";
 }
-
 
 std::string printSchedule(const Schedule &s) {
   std::string out;

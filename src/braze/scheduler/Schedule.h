@@ -164,6 +164,9 @@ std::string printSchedule(const Schedule &s);
 /// vec=V ...}`: threads for a kernel of `rows`; spread, groups, columns and persistent
 /// (iters, ragged) where they apply.
 std::string launchText(const CudaLaunch &l, bool rows);
+/// A CPU kernel's record as --print=schedule writes it: `cpu{region}`, `cpu{groups}`,
+/// `cpu{parallel=P [simd]}` or `cpu{lanes=L along=x<i>}` (`outer`: the kernel's outer vars).
+std::string cpuLaunchText(const CpuLaunch &l, const std::vector<SymExpr> &outer);
 
 /// The CUDA launch records of a printed schedule (`kernelN ... launch{block=.. ...}`), by
 /// kernel name: what printSchedule writes, read back, so that a record written or edited by

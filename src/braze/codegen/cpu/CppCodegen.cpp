@@ -54,8 +54,33 @@ GeneratedSource CpuEmitter::run() {
   if (attention)
     out += attentionPrelude(opts_.blas);
   out += kernels;
+  if (!opts_.tuneForms.empty())
+    out += emitTuneForms();
   out += emitAbi();
   return GeneratedSource{out, static_cast<int>(s_.kernels.size()), blas, dnnl};
+}
+
+std::string CpuEmitter::emitTuneForms() {
+  std::string out, cases;
+  for (size_t i = 0; i < s_.kernels.size(); ++i) {
+    auto forms = opts_.tuneForms.find(s_.kernels[i].name);
+    if (forms == opts_.tuneForms.end())
+      continue;
+    for (size_t f = 0; f < forms->second.size(); ++f) {
+      Kernel form = s_.kernels[i];
+      form.cpuLaunch = forms->second[f];
+      std::string name = form.name + "_form" + std::to_string(f);
+      out += emitKernel(form, name);
+      cases += "  if (kernel == " + std::to_string(i) + " && form == " + std::to_string(f) +
+               ") { " + name + "(bufs, syms, err); return 0; }\n";
+    }
+  }
+  return out +
+         "typedef void (*braze_tune_hook_t)(int, void* const*, const int64_t*, int*);\n"
+         "static braze_tune_hook_t braze_tune_hook = 0;\n"
+         "extern \"C\" void braze_set_tune_hook(braze_tune_hook_t h) { braze_tune_hook = h; }\n"
+         "extern \"C\" int braze_tune_form(int kernel, int form, void* const* bufs, "
+         "const int64_t* syms, int* err) {\n" + cases + "  return 1;\n}\n\n";
 }
 
 void CpuEmitter::emitPointers(const Kernel &k, Writer &w) {
@@ -631,8 +656,11 @@ void CpuEmitter::finishReductions(const Step &st, Writer &w, Scope &scope,
 
 std::string CpuEmitter::emitAbi() {
   std::vector<std::string> calls;
-  for (const Kernel &k : s_.kernels)
-    calls.push_back(k.name + "(bufs, syms, &err);");
+  for (size_t i = 0; i < s_.kernels.size(); ++i)
+    calls.push_back((opts_.tuneForms.empty() ? ""
+                                             : "if (braze_tune_hook) braze_tune_hook(" +
+                                                   std::to_string(i) + ", bufs, syms, &err); ") +
+                    s_.kernels[i].name + "(bufs, syms, &err);");
   return emitModuleAbi(s_, names_, calls);
 }
 

@@ -38,7 +38,17 @@ struct CpuCodegenOptions {
   /// Convolution kernels (sched::Kernel::conv) call oneDNN (its C API, version 3), falling
   /// back to their loop nests where it declines; false: loop nests only.
   bool dnnl = false;
+  /// The autotuner's module (driver/Autotune.h): for each kernel named, its forms as functions
+  /// of their own, `braze_tune_form(kernel, form, bufs, syms, err)` to run one (kernel: its
+  /// position in the schedule), and `braze_set_tune_hook(hook)`, a function braze_run calls
+  /// before each kernel with the same arguments but the form. Empty: none of it.
+  std::map<std::string, std::vector<sched::CpuLaunch>> tuneForms;
 };
+
+/// The forms of CPU loop kernel `kernel` of s the autotuner times: its record first, then the
+/// other records its code can run (shared outer loops, simd, lanes, member groups), none twice.
+/// Empty for a kernel not written as loops (a library call's, attention, scatter).
+std::vector<sched::CpuLaunch> cpuKernelForms(const sched::Schedule &s, const std::string &kernel);
 
 /// plan-cpu: records in each kernel that codegen writes as loops how its points run on the
 /// threads (sched::Kernel::cpuLaunch: a parallel region, the shared outer loops and simd, lanes

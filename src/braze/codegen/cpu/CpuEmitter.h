@@ -37,6 +37,9 @@ public:
   sched::CpuLaunch planLaunch(const Kernel &k);
   /// Fills the record of every kernel codegen writes as loops.
   void planLaunches(sched::Schedule &s);
+  /// The autotuner's forms of loop kernel k: its record first, then the other records
+  /// checkLaunch accepts (shared outer loops, simd, lanes, groups), none twice.
+  std::vector<sched::CpuLaunch> launchCandidates(const Kernel &k);
   /// Replaces the records `records` names, each checked (checkLaunch); a user error otherwise.
   void applyLaunches(sched::Schedule &s, const std::map<std::string, sched::CpuLaunch> &records);
 
@@ -118,6 +121,8 @@ private:
   /// The kernel's buffer pointers and size symbols, as locals.
   void emitPointers(const Kernel &k, Writer &w);
 
+  /// The autotuner's forms (CpuCodegenOptions::tuneForms), their dispatch and the hook.
+  std::string emitTuneForms();
   std::string emitKernel(const Kernel &k, const std::string &name);
 
   std::string loopHead(sym::SymExpr v);

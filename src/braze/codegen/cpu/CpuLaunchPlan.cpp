@@ -79,6 +79,45 @@ std::string CpuEmitter::checkLaunch(const Kernel &k, const sched::CpuLaunch &l) 
   return "";
 }
 
+std::vector<sched::CpuLaunch> CpuEmitter::launchCandidates(const Kernel &k) {
+  const sched::CpuLaunch base = k.cpuLaunch ? *k.cpuLaunch : planLaunch(k);
+  const int n = static_cast<int>(k.outerVars.size());
+  std::vector<sched::CpuLaunch> raw{base};
+  for (int p = n; p >= 0; --p)
+    for (bool simd : {false, true}) {
+      sched::CpuLaunch l;
+      l.parallel = p;
+      l.simd = simd;
+      raw.push_back(l);
+    }
+  for (int lanes : {4, 8, 16, 32})
+    for (int along = 0; along < n; ++along) {
+      sched::CpuLaunch l;
+      l.shape = Shape::Lanes;
+      l.along = along;
+      l.lanes = lanes;
+      if (base.shape == Shape::Lanes ? along == base.along : laneVar(k) == size_t(along))
+        raw.push_back(l);
+    }
+  sched::CpuLaunch groups;
+  groups.shape = Shape::Groups;
+  groups.parallel = base.parallel;
+  groups.simd = base.simd;
+  raw.push_back(groups);
+  std::vector<sched::CpuLaunch> out;
+  for (const sched::CpuLaunch &l : raw) {
+    if (!checkLaunch(k, l).empty())
+      continue;
+    auto same = [&](const sched::CpuLaunch &o) {
+      return o.shape == l.shape && o.parallel == l.parallel && o.simd == l.simd &&
+             o.along == l.along && o.lanes == l.lanes;
+    };
+    if (std::none_of(out.begin(), out.end(), same))
+      out.push_back(l);
+  }
+  return out;
+}
+
 void CpuEmitter::applyLaunches(sched::Schedule &s,
                                const std::map<std::string, sched::CpuLaunch> &records) {
   for (const auto &entry : records) {
@@ -101,6 +140,15 @@ void CpuEmitter::applyLaunches(sched::Schedule &s,
 void planCpuLaunches(sched::Schedule &s) {
   BRAZE_CHECK(s.target.kind == TargetKind::Cpu) << "plan-cpu needs a CPU target";
   cpu::CpuEmitter(s, {}).planLaunches(s);
+}
+
+std::vector<sched::CpuLaunch> cpuKernelForms(const sched::Schedule &s, const std::string &kernel) {
+  BRAZE_CHECK(s.target.kind == TargetKind::Cpu) << "cpu forms need a CPU target";
+  auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
+                        [&](const sched::Kernel &x) { return x.name == kernel; });
+  if (k == s.kernels.end() || !k->cpuLaunch || k->standsAlone())
+    return {};
+  return cpu::CpuEmitter(s, {}).launchCandidates(*k);
 }
 
 void applyCpuLaunches(sched::Schedule &s, const std::map<std::string, sched::CpuLaunch> &records) {

@@ -45,12 +45,19 @@ struct Finally {
   ~Finally() { f(); }
 };
 
-/// Device memory of the tuner's own (scratch inputs, outputs, arena, saved buffers).
+/// The tuner's own memory (scratch inputs, outputs, arena, saved buffers): on CUDA `device`,
+/// or on the host (kHost), 64-byte aligned as the generated kernels' own buffers are.
 class Scratch {
 public:
+  static constexpr int kHost = -1;
   Scratch(int device, size_t bytes)
-      : device_(device), bytes_(bytes), p_(runtime::cudaAllocate(device, bytes)) {}
-  ~Scratch() { runtime::cudaRelease(device_, p_); }
+      : device_(device), bytes_(bytes),
+        p_(device == kHost ? std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64)
+                           : runtime::cudaAllocate(device, bytes)) {
+    if (!p_)
+      throw std::bad_alloc();
+  }
+  ~Scratch() { device_ == kHost ? std::free(p_) : runtime::cudaRelease(device_, p_); }
   Scratch(const Scratch &) = delete;
   Scratch &operator=(const Scratch &) = delete;
   void *get() const { return p_; }
@@ -384,27 +391,66 @@ const sched::Kernel &kernelNamed(const sched::Schedule &s, const std::string &na
   return s.kernels.front();
 }
 
+/// One tuning's clock, budget and log, and the result it returns.
+struct Tuning {
+  explicit Tuning(double seconds) : budget(seconds) {}
+  TuneResult result;
+  const Clock::time_point start = Clock::now();
+  const double budget;
+  std::ostringstream log;
+  TuneResult finish() {
+    result.seconds = since(start);
+    result.log = log.str();
+    return result;
+  }
+};
+
+/// The bytes of a graph's inputs and outputs as the caller lays them out, or why they are not
+/// known (symbolic sizes).
+struct IoBytes {
+  std::vector<std::pair<const loop::Buffer *, size_t>> inputs, outputs;
+  std::string unknown;
+};
+
+IoBytes ioBytes(const sched::Schedule &s, runtime::Executable &exe) {
+  IoBytes io;
+  if (!s.program->sizeSymbols().empty()) {
+    io.unknown = "the graph has symbolic sizes";
+    return io;
+  }
+  for (const loop::Buffer *b : s.program->inputs()) {
+    int64_t bytes = spanBytes(b->dtype, b->seenShape(), b->seenStrides());
+    if (bytes < 0) {
+      io.unknown = "input " + b->name + " has a symbolic layout";
+      return io;
+    }
+    io.inputs.push_back({b, static_cast<size_t>(bytes)});
+  }
+  std::vector<runtime::Executable::Layout> layouts = exe.layoutsFor({});
+  const std::vector<loop::Buffer *> outs = s.program->outputs();
+  for (size_t i = 0; i < layouts.size(); ++i)
+    io.outputs.push_back({outs.at(i), static_cast<size_t>(std::max<int64_t>(
+                                          spanBytes(outs.at(i)->dtype, layouts[i].shape,
+                                                    layouts[i].strides), 1))});
+  return io;
+}
+
 } // namespace
 
 TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSource &source,
                         runtime::Executable &exe, const CompileOptions &opts,
                         const jit::NvrtcOptions &nvrtc) {
-  TuneResult result;
-  const Clock::time_point start = Clock::now();
-  const double budget = opts.autotuneSeconds;
-  std::ostringstream log;
-  auto finish = [&] {
-    result.seconds = since(start);
-    result.log = log.str();
-    return result;
-  };
+  Tuning tuning(opts.autotuneSeconds);
+  const Clock::time_point start = tuning.start;
+  const double budget = tuning.budget;
   if (!runtime::cudaTimingAvailable()) {
-    log << "not tuned: the CUDA driver lacks event timing\n";
-    return finish();
+    tuning.log << "not tuned: the CUDA driver lacks event timing\n";
+    return tuning.finish();
   }
-  if (!s.program->sizeSymbols().empty()) {
-    log << "not tuned: the graph has symbolic sizes\n";
-    return finish();
+  IoBytes io = ioBytes(s, exe);
+  if (!io.unknown.empty()) {
+    tuning.log << "not tuned: " << io.unknown << "\n";
+    return tuning.finish();
   }
   const int device = opts.cuda->device;
   // Scratch inputs of the graph's sizes, its outputs and its arena.
@@ -412,23 +458,15 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::vector<std::unique_ptr<Scratch>> owned;
   std::vector<const void *> inputs;
   std::vector<void *> outputs;
-  for (const loop::Buffer *b : s.program->inputs()) {
-    int64_t bytes = spanBytes(b->dtype, b->seenShape(), b->seenStrides());
-    if (bytes < 0) {
-      log << "not tuned: input " << b->name << " has a symbolic layout\n";
-      return finish();
-    }
-    owned.push_back(std::make_unique<Scratch>(device, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-    checker.fill(owned.back()->get(), static_cast<size_t>(bytes), b->dtype,
-                 static_cast<unsigned>(inputs.size()), nullptr);
+  for (const auto &[b, bytes] : io.inputs) {
+    owned.push_back(std::make_unique<Scratch>(device, std::max<size_t>(bytes, 1)));
+    checker.fill(owned.back()->get(), bytes, b->dtype, static_cast<unsigned>(inputs.size()),
+                 nullptr);
     inputs.push_back(owned.back()->get());
   }
   const std::vector<int64_t> syms;
-  std::vector<runtime::Executable::Layout> layouts = exe.layoutsFor(syms);
-  const std::vector<loop::Buffer *> outs = s.program->outputs();
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    int64_t bytes = spanBytes(outs.at(i)->dtype, layouts[i].shape, layouts[i].strides);
-    owned.push_back(std::make_unique<Scratch>(device, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  for (const auto &out : io.outputs) {
+    owned.push_back(std::make_unique<Scratch>(device, out.second));
     outputs.push_back(owned.back()->get());
   }
   owned.push_back(std::make_unique<Scratch>(
@@ -485,7 +523,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Function *a, const Function *b) { return a->ms > b->ms; });
-  log << byName.size() << " loop kernel functions, " << milliseconds(total)
+  tuning.log << byName.size() << " loop kernel functions, " << milliseconds(total)
       << " a run; budget " << budget << " s\n";
 
   // Stored results first; the others in batches while the budget lasts.
@@ -516,7 +554,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       if (since(start) > budget)
         return 0;
       int chosen = tuneGemm(t, checker, flush, device, gemms);
-      result.gemmChoices.push_back({t.key, chosen});
+      tuning.result.gemmChoices.push_back({t.key, chosen});
       return chosen;
     });
     Finally clear{[&] { lt.setTuner(nullptr); }};
@@ -565,41 +603,41 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::filesystem::create_directories(store, ec);
   std::ostringstream records;
   for (Function *f : done) {
-    ++(f->stored ? result.functionsCached : result.functionsTimed);
+    ++(f->stored ? tuning.result.functionsCached : tuning.result.functionsTimed);
     const double planned = f->times.empty() ? -1 : f->times[0];
     for (size_t i = 1; i < f->times.size(); ++i)
       if (f->times[i] >= 0 && planned > 0 && f->times[i] < kBetter * planned &&
           (f->winner == 0 || f->times[i] < f->times[f->winner]))
         f->winner = static_cast<int>(i);
-    log << f->name << " (" << f->kernels.size() << " launch" << (f->kernels.size() > 1 ? "es" : "")
+    tuning.log << f->name << " (" << f->kernels.size() << " launch" << (f->kernels.size() > 1 ? "es" : "")
         << ", " << milliseconds(f->ms) << " a run)" << (f->stored ? ": stored choice\n" : ":\n");
     for (size_t i = 0; i < f->forms.forms.size(); ++i) {
       if (f->stored && static_cast<int>(i) != f->winner)
         continue;
-      log << "  " << (static_cast<int>(i) == f->winner ? "* " : "  ")
+      tuning.log << "  " << (static_cast<int>(i) == f->winner ? "* " : "  ")
           << sched::launchText(f->forms.forms[i].launch, f->rows);
       if (!f->stored)
-        log << "  " << (f->times[i] >= 0 ? milliseconds(f->times[i]) : f->verdicts[i]);
-      log << "\n";
+        tuning.log << "  " << (f->times[i] >= 0 ? milliseconds(f->times[i]) : f->verdicts[i]);
+      tuning.log << "\n";
     }
     const std::string text = sched::launchText(f->forms.forms[f->winner].launch, f->rows);
     if (!f->stored && !ec)
       jit::writeFileAtomically(store / f->key, text);
     if (f->winner == 0)
       continue;
-    ++result.functionsChanged;
+    ++tuning.result.functionsChanged;
     for (const std::string &kernel : f->kernels)
       records << kernel << " " << text << "\n";
   }
   int gemmsChanged = 0;
-  for (const auto &choice : result.gemmChoices)
+  for (const auto &choice : tuning.result.gemmChoices)
     gemmsChanged += choice.second != 0;
-  log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed " << result.functionsTimed << " functions ("
-      << result.functionsCached << " more stored), " << result.functionsChanged
-      << " changed; " << result.gemmChoices.size() << " matrix products, " << gemmsChanged
+  tuning.log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed " << tuning.result.functionsTimed << " functions ("
+      << tuning.result.functionsCached << " more stored), " << tuning.result.functionsChanged
+      << " changed; " << tuning.result.gemmChoices.size() << " matrix products, " << gemmsChanged
       << " changed; in " << since(start) << " s\n";
-  result.records = records.str();
-  return finish();
+  tuning.result.records = records.str();
+  return tuning.finish();
 }
 
 } // namespace braze
@@ -609,25 +647,6 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
 namespace braze {
 
 namespace {
-
-/// Host memory, 64-byte aligned, as the generated kernels' own buffers are.
-class HostScratch {
-public:
-  explicit HostScratch(size_t bytes)
-      : bytes_(bytes), p_(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64)) {
-    if (!p_)
-      throw std::bad_alloc();
-  }
-  ~HostScratch() { std::free(p_); }
-  HostScratch(const HostScratch &) = delete;
-  HostScratch &operator=(const HostScratch &) = delete;
-  void *get() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
-private:
-  size_t bytes_;
-  void *p_;
-};
 
 /// The position hash of braze_tune_fill (kCheckerSource), on the host.
 uint32_t positionHash(uint64_t i, uint32_t seed) {
@@ -759,18 +778,12 @@ TuneResult autotuneCpu(
         std::string, std::vector<sched::CpuLaunch>> &)> &compile) {
   static std::mutex one;
   std::lock_guard<std::mutex> lock(one);
-  TuneResult result;
-  const Clock::time_point start = Clock::now();
-  const double budget = opts.autotuneSeconds;
-  std::ostringstream log;
-  auto finish = [&] {
-    result.seconds = since(start);
-    result.log = log.str();
-    return result;
-  };
+  Tuning tuning(opts.autotuneSeconds);
+  const Clock::time_point start = tuning.start;
+  const double budget = tuning.budget;
   if (!s.program->sizeSymbols().empty()) {
-    log << "not tuned: the graph has symbolic sizes\n";
-    return finish();
+    tuning.log << "not tuned: the graph has symbolic sizes\n";
+    return tuning.finish();
   }
   // The kernels with the most points first, while the tuning module's forms stay few.
   std::vector<CpuKernel> kernels;
@@ -806,42 +819,38 @@ TuneResult autotuneCpu(
     chosen.push_back(std::move(c));
   }
   if (chosen.empty()) {
-    log << "not tuned: no loop kernel has other forms\n";
-    return finish();
+    tuning.log << "not tuned: no loop kernel has other forms\n";
+    return tuning.finish();
   }
   std::shared_ptr<runtime::Executable> exe = compile(tuneForms);
-  log << chosen.size() << " kernels, " << forms << " forms, compiled in " << since(start)
+  tuning.log << chosen.size() << " kernels, " << forms << " forms, compiled in " << since(start)
       << " s; budget " << budget << " s\n";
   auto setHook = reinterpret_cast<void (*)(CpuHook)>(exe->symbol("braze_set_tune_hook"));
   auto runForm = reinterpret_cast<CpuForm>(exe->symbol("braze_tune_form"));
   BRAZE_CHECK(setHook && runForm) << "the CPU tuning module lacks its entry points";
   if (since(start) >= budget) {
-    log << "not tuned: compiling the forms took the budget\n";
-    return finish();
+    tuning.log << "not tuned: compiling the forms took the budget\n";
+    return tuning.finish();
   }
   // Scratch inputs and outputs of the graph's sizes.
-  std::vector<std::unique_ptr<HostScratch>> owned;
+  IoBytes io = ioBytes(s, *exe);
+  if (!io.unknown.empty()) {
+    tuning.log << "not tuned: " << io.unknown << "\n";
+    return tuning.finish();
+  }
+  std::vector<std::unique_ptr<Scratch>> owned;
   std::vector<const void *> inputs;
   std::vector<void *> outputs;
-  for (const loop::Buffer *b : s.program->inputs()) {
-    int64_t bytes = spanBytes(b->dtype, b->seenShape(), b->seenStrides());
-    if (bytes < 0) {
-      log << "not tuned: input " << b->name << " has a symbolic layout\n";
-      return finish();
-    }
-    owned.push_back(std::make_unique<HostScratch>(static_cast<size_t>(bytes)));
-    fillHost(owned.back()->get(), static_cast<size_t>(bytes), b->dtype,
-             static_cast<uint32_t>(inputs.size()));
+  for (const auto &[b, bytes] : io.inputs) {
+    owned.push_back(std::make_unique<Scratch>(Scratch::kHost, bytes));
+    fillHost(owned.back()->get(), bytes, b->dtype, static_cast<uint32_t>(inputs.size()));
     inputs.push_back(owned.back()->get());
   }
-  const std::vector<int64_t> syms;
-  std::vector<runtime::Executable::Layout> layouts = exe->layoutsFor(syms);
-  const std::vector<loop::Buffer *> outs = s.program->outputs();
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    int64_t bytes = spanBytes(outs.at(i)->dtype, layouts[i].shape, layouts[i].strides);
-    owned.push_back(std::make_unique<HostScratch>(static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  for (const auto &out : io.outputs) {
+    owned.push_back(std::make_unique<Scratch>(Scratch::kHost, out.second));
     outputs.push_back(owned.back()->get());
   }
+  const std::vector<int64_t> syms;
   // One run: at each chosen kernel, every form from the kernel's saved state.
   std::map<int, CpuKernel *> at;
   for (CpuKernel &c : chosen)
@@ -910,26 +919,26 @@ TuneResult autotuneCpu(
   for (CpuKernel &c : chosen) {
     if (c.times.empty())
       continue;
-    ++result.functionsTimed;
+    ++tuning.result.functionsTimed;
     for (size_t f = 1; f < c.times.size(); ++f)
       if (c.times[f] >= 0 && c.times[0] > 0 && c.times[f] < kBetter * c.times[0] &&
           (c.winner == 0 || c.times[f] < c.times[c.winner]))
         c.winner = static_cast<int>(f);
-    log << c.kernel->name << " (" << c.points << " points):\n";
+    tuning.log << c.kernel->name << " (" << c.points << " points):\n";
     for (size_t f = 0; f < c.forms.size(); ++f)
-      log << "  " << (static_cast<int>(f) == c.winner ? "* " : "  ")
+      tuning.log << "  " << (static_cast<int>(f) == c.winner ? "* " : "  ")
           << sched::cpuLaunchText(c.forms[f], c.kernel->outerVars) << "  "
           << (c.times[f] >= 0 ? milliseconds(c.times[f]) : c.verdicts[f]) << "\n";
     if (c.winner == 0)
       continue;
-    ++result.functionsChanged;
+    ++tuning.result.functionsChanged;
     records << c.kernel->name << " "
             << sched::cpuLaunchText(c.forms[c.winner], c.kernel->outerVars) << "\n";
   }
-  log << "timed " << result.functionsTimed << " kernels, " << result.functionsChanged
+  tuning.log << "timed " << tuning.result.functionsTimed << " kernels, " << tuning.result.functionsChanged
       << " changed, in " << since(start) << " s\n";
-  result.records = records.str();
-  return finish();
+  tuning.result.records = records.str();
+  return tuning.finish();
 }
 
 } // namespace braze

@@ -1,5 +1,6 @@
 #include "braze/driver/Autotune.h"
 
+#include "braze/driver/AutotuneParts.h"
 #include "braze/jit/CacheFiles.h"
 #include "braze/runtime/CublasLt.h"
 #include "braze/runtime/CudaModule.h"
@@ -10,89 +11,22 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <new>
 #include <sstream>
 
 namespace braze {
 
+using namespace tune;
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-/// A form wins only where it takes under this fraction of the planned form's time (the noise
-/// of one timing is a few percent).
-constexpr double kBetter = 0.97;
 /// About how long each form's timing takes, in ms.
 constexpr double kTimingMs = 20;
 /// Bytes written between two timed launches, to take the kernel's operands out of L2.
 constexpr size_t kFlushBytes = size_t(128) << 20;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// Calls `f` when it goes out of scope (an observer or tuner cleared, however the run ends).
-struct Finally {
-  std::function<void()> f;
-  ~Finally() { f(); }
-};
-
-/// The tuner's own memory (scratch inputs, outputs, arena, saved buffers): on CUDA `device`,
-/// or on the host (kHost), 64-byte aligned as the generated kernels' own buffers are.
-class Scratch {
-public:
-  static constexpr int kHost = -1;
-  Scratch(int device, size_t bytes)
-      : device_(device), bytes_(bytes),
-        p_(device == kHost ? std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64)
-                           : runtime::cudaAllocate(device, bytes)) {
-    if (!p_)
-      throw std::bad_alloc();
-  }
-  ~Scratch() { device_ == kHost ? std::free(p_) : runtime::cudaRelease(device_, p_); }
-  Scratch(const Scratch &) = delete;
-  Scratch &operator=(const Scratch &) = delete;
-  void *get() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
-private:
-  int device_;
-  size_t bytes_;
-  void *p_;
-};
-
-/// Bytes from a buffer's first element to past its last (0 when it has none); -1 when a size
-/// or stride is symbolic.
-int64_t spanBytes(DType t, const std::vector<sym::SymExpr> &shape,
-                  const std::vector<sym::SymExpr> &strides) {
-  int64_t last = 0;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (!shape[i]->isConst() || !strides[i]->isConst())
-      return -1;
-    if (shape[i]->value() == 0)
-      return 0;
-    last += (shape[i]->value() - 1) * std::abs(strides[i]->value());
-  }
-  return (last + 1) * dtypeSize(t);
-}
-
-int64_t spanBytes(DType t, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
-  int64_t last = 0;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0)
-      return 0;
-    last += (shape[i] - 1) * std::abs(strides[i]);
-  }
-  return (last + 1) * dtypeSize(t);
-}
 
 /// The tuner's device work beside the forms: scratch inputs (floats uniform in [-1, 1) from a
 /// hash of their position, bools at random, integers 0: always a valid index), and the check of
@@ -176,10 +110,15 @@ public:
       : device_(device), set_(device, jit::compileCuda(autotuneCheckerSource(), nvrtc).paths),
         flags_(device, 2 * sizeof(uint64_t)) {}
 
+  /// The check kernels' number for float dtype t (their K), or -1 for any other.
+  static int floatKind(DType t) {
+    return t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2
+           : t == DType::BFloat16 ? 3 : -1;
+  }
+
   /// Fills `bytes` at p (device memory) with scratch values of dtype t.
   void fill(void *p, size_t bytes, DType t, unsigned seed, void *stream) {
-    int kind = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2
-               : t == DType::BFloat16 ? 3 : t == DType::Bool ? 4 : -1;
+    int kind = t == DType::Bool ? 4 : floatKind(t);
     if (kind < 0) {
       runtime::cudaFillOn(device_, p, 0, bytes, stream);
       return;
@@ -196,8 +135,7 @@ public:
   /// "" when `got` holds `want`'s values (`bytes` of dtype t, on the device), else the first
   /// element that differs.
   std::string compare(void *got, void *want, size_t bytes, DType t, void *stream) {
-    int kind = t == DType::Float32 ? 0 : t == DType::Float64 ? 1 : t == DType::Float16 ? 2
-               : t == DType::BFloat16 ? 3 : -1;
+    int kind = floatKind(t);
     uint64_t init[2] = {0, ~uint64_t(0)}; // the scale's bits (0.0), the first bad element
     runtime::cudaCopy(device_, flags_.get(), init, sizeof(init), true);
     uint64_t *scale = static_cast<uint64_t *>(flags_.get()), *bad = scale + 1;
@@ -211,7 +149,7 @@ public:
     if (kind < 0) {
       run("braze_tune_bytes", {&got, &want, &n, &bad});
     } else {
-      double rtol = kind == 1 ? 1e-9 : kind == 0 ? 1e-4 : kind == 2 ? 4e-3 : 3e-2;
+      double rtol = relativeTolerance(t);
       std::string k = std::to_string(kind);
       run("braze_tune_maxabs" + k, {&want, &n, &scale});
       run("braze_tune_compare" + k, {&got, &want, &n, &rtol, &scale, &bad});
@@ -227,13 +165,6 @@ private:
   runtime::CudaKernelSet set_;
   Scratch flags_;
 };
-
-std::string milliseconds(double ms) {
-  std::ostringstream o;
-  o.precision(4);
-  o << ms * 1000 << " us";
-  return o.str();
-}
 
 /// One function of the graph to tune: its launches' kernels, the first of which is timed in
 /// its forms.
@@ -263,8 +194,7 @@ double medianMs(const std::function<void()> &launch, double onceMs, const Scratc
     timer.stop(stream);
     samples.push_back(timer.milliseconds());
   }
-  std::nth_element(samples.begin(), samples.begin() + reps / 2, samples.end());
-  return samples[reps / 2];
+  return median(samples);
 }
 
 DType dtypeOf(runtime::GemmDType t) {
@@ -300,11 +230,7 @@ int tuneGemm(const runtime::GemmTuning &t, Checker &checker, const Scratch &flus
     double once = i == 0 ? 1.0 : times[0];
     times[i] = medianMs([&] { t.run(i); }, once, flush, timer, device, t.stream);
   }
-  int best = 0;
-  for (int i = 1; i < t.algorithms; ++i)
-    if (times[i] >= 0 && times[0] > 0 && times[i] < kBetter * times[0] &&
-        (best == 0 || times[i] < times[best]))
-      best = i;
+  const int best = fastest(times);
   log << t.key << ":\n";
   for (int i = 0; i < t.algorithms; ++i)
     log << "  " << (i == best ? "* " : "  ") << "algorithm " << i << "  "
@@ -389,50 +315,6 @@ const sched::Kernel &kernelNamed(const sched::Schedule &s, const std::string &na
       return k;
   BRAZE_CHECK(false) << "no kernel " << name;
   return s.kernels.front();
-}
-
-/// One tuning's clock, budget and log, and the result it returns.
-struct Tuning {
-  explicit Tuning(double seconds) : budget(seconds) {}
-  TuneResult result;
-  const Clock::time_point start = Clock::now();
-  const double budget;
-  std::ostringstream log;
-  TuneResult finish() {
-    result.seconds = since(start);
-    result.log = log.str();
-    return result;
-  }
-};
-
-/// The bytes of a graph's inputs and outputs as the caller lays them out, or why they are not
-/// known (symbolic sizes).
-struct IoBytes {
-  std::vector<std::pair<const loop::Buffer *, size_t>> inputs, outputs;
-  std::string unknown;
-};
-
-IoBytes ioBytes(const sched::Schedule &s, runtime::Executable &exe) {
-  IoBytes io;
-  if (!s.program->sizeSymbols().empty()) {
-    io.unknown = "the graph has symbolic sizes";
-    return io;
-  }
-  for (const loop::Buffer *b : s.program->inputs()) {
-    int64_t bytes = spanBytes(b->dtype, b->seenShape(), b->seenStrides());
-    if (bytes < 0) {
-      io.unknown = "input " + b->name + " has a symbolic layout";
-      return io;
-    }
-    io.inputs.push_back({b, static_cast<size_t>(bytes)});
-  }
-  std::vector<runtime::Executable::Layout> layouts = exe.layoutsFor({});
-  const std::vector<loop::Buffer *> outs = s.program->outputs();
-  for (size_t i = 0; i < layouts.size(); ++i)
-    io.outputs.push_back({outs.at(i), static_cast<size_t>(std::max<int64_t>(
-                                          spanBytes(outs.at(i)->dtype, layouts[i].shape,
-                                                    layouts[i].strides), 1))});
-  return io;
 }
 
 } // namespace
@@ -524,7 +406,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Function *a, const Function *b) { return a->ms > b->ms; });
   tuning.log << byName.size() << " loop kernel functions, " << milliseconds(total)
-      << " a run; budget " << budget << " s\n";
+             << " a run; budget " << budget << " s\n";
 
   // Stored results first; the others in batches while the budget lasts.
   const std::filesystem::path store =
@@ -604,18 +486,16 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::ostringstream records;
   for (Function *f : done) {
     ++(f->stored ? tuning.result.functionsCached : tuning.result.functionsTimed);
-    const double planned = f->times.empty() ? -1 : f->times[0];
-    for (size_t i = 1; i < f->times.size(); ++i)
-      if (f->times[i] >= 0 && planned > 0 && f->times[i] < kBetter * planned &&
-          (f->winner == 0 || f->times[i] < f->times[f->winner]))
-        f->winner = static_cast<int>(i);
-    tuning.log << f->name << " (" << f->kernels.size() << " launch" << (f->kernels.size() > 1 ? "es" : "")
-        << ", " << milliseconds(f->ms) << " a run)" << (f->stored ? ": stored choice\n" : ":\n");
+    if (!f->stored)
+      f->winner = fastest(f->times);
+    tuning.log << f->name << " (" << f->kernels.size() << " launch"
+               << (f->kernels.size() > 1 ? "es" : "") << ", " << milliseconds(f->ms) << " a run)"
+               << (f->stored ? ": stored choice\n" : ":\n");
     for (size_t i = 0; i < f->forms.forms.size(); ++i) {
       if (f->stored && static_cast<int>(i) != f->winner)
         continue;
       tuning.log << "  " << (static_cast<int>(i) == f->winner ? "* " : "  ")
-          << sched::launchText(f->forms.forms[i].launch, f->rows);
+                 << sched::launchText(f->forms.forms[i].launch, f->rows);
       if (!f->stored)
         tuning.log << "  " << (f->times[i] >= 0 ? milliseconds(f->times[i]) : f->verdicts[i]);
       tuning.log << "\n";
@@ -632,311 +512,11 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   int gemmsChanged = 0;
   for (const auto &choice : tuning.result.gemmChoices)
     gemmsChanged += choice.second != 0;
-  tuning.log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed " << tuning.result.functionsTimed << " functions ("
-      << tuning.result.functionsCached << " more stored), " << tuning.result.functionsChanged
-      << " changed; " << tuning.result.gemmChoices.size() << " matrix products, " << gemmsChanged
-      << " changed; in " << since(start) << " s\n";
-  tuning.result.records = records.str();
-  return tuning.finish();
-}
-
-} // namespace braze
-
-// ---- The CPU ----------------------------------------------------------------------------------
-
-namespace braze {
-
-namespace {
-
-/// The position hash of braze_tune_fill (kCheckerSource), on the host.
-uint32_t positionHash(uint64_t i, uint32_t seed) {
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
-float fromHalfBits(uint16_t h) {
-  int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -24)
-            : exp == 31 ? (man ? NAN : INFINITY)
-                        : std::ldexp(static_cast<float>(man | 0x400), exp - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-/// v in [-1, 1) as f16, truncated (scratch data needs no rounding).
-uint16_t toHalfBits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-  return exp <= 0 ? sign : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
-}
-
-/// What braze_tune_fill writes, on the host: floats in [-1, 1) from a hash of each element's
-/// position, bools at random, integers 0.
-void fillHost(void *p, size_t bytes, DType t, uint32_t seed) {
-  std::memset(p, 0, bytes);
-  if (!isFloating(t) && t != DType::Bool)
-    return;
-  size_t n = bytes / dtypeSize(t);
-  char *out = static_cast<char *>(p);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t h = positionHash(i, seed);
-    float v = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    switch (t) {
-    case DType::Float32: std::memcpy(out + 4 * i, &v, 4); break;
-    case DType::Float64: { double d = v; std::memcpy(out + 8 * i, &d, 8); break; }
-    case DType::Float16: { uint16_t b = toHalfBits(v); std::memcpy(out + 2 * i, &b, 2); break; }
-    case DType::BFloat16: {
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      uint16_t b = static_cast<uint16_t>(bits >> 16);
-      std::memcpy(out + 2 * i, &b, 2);
-      break;
-    }
-    default: out[i] = static_cast<char>(h & 1); break;
-    }
-  }
-}
-
-double hostValue(const char *p, DType t, size_t i) {
-  switch (t) {
-  case DType::Float32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
-  case DType::Float64: { double d; std::memcpy(&d, p + 8 * i, 8); return d; }
-  default: {
-    uint16_t b;
-    std::memcpy(&b, p + 2 * i, 2);
-    if (t == DType::Float16)
-      return fromHalfBits(b);
-    uint32_t bits = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  }
-}
-
-/// braze_tune_compare's rule on the host: "" when `got` holds `want`'s values.
-std::string compareHost(const void *got, const void *want, size_t bytes, DType t) {
-  if (!isFloating(t))
-    return std::memcmp(got, want, bytes) == 0 ? "" : "its values differ";
-  const char *a = static_cast<const char *>(got), *b = static_cast<const char *>(want);
-  size_t n = bytes / dtypeSize(t);
-  double rtol = t == DType::Float64 ? 1e-9 : t == DType::Float32 ? 1e-4
-                : t == DType::Float16 ? 4e-3 : 3e-2;
-  double scale = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (double v = std::abs(hostValue(b, t, i)); std::isfinite(v))
-      scale = std::max(scale, v);
-  for (size_t i = 0; i < n; ++i) {
-    double x = hostValue(a, t, i), y = hostValue(b, t, i);
-    bool same = std::isnan(x) ? std::isnan(y) : std::isnan(y) ? false
-                : (std::isinf(x) || std::isinf(y)) ? x == y
-                : std::abs(x - y) <= rtol * (std::abs(y) + scale);
-    if (!same)
-      return "element " + std::to_string(i) + " differs";
-  }
-  return "";
-}
-
-using CpuHook = void (*)(int, void *const *, const int64_t *, int *);
-using CpuForm = int (*)(int, int, void *const *, const int64_t *, int *);
-
-/// What the tuning module's hook calls (one CPU tuning at a time: autotuneCpu holds a lock).
-std::function<void(int, void *const *, const int64_t *, int *)> *gCpuHook = nullptr;
-void cpuHook(int kernel, void *const *bufs, const int64_t *syms, int *err) {
-  if (gCpuHook)
-    (*gCpuHook)(kernel, bufs, syms, err);
-}
-
-/// A CPU kernel to tune: its forms, the buffers it writes, what each form took.
-struct CpuKernel {
-  int index = 0;
-  const sched::Kernel *kernel = nullptr;
-  std::vector<sched::CpuLaunch> forms;
-  int64_t points = 0;
-  std::vector<const loop::Buffer *> written;
-  std::vector<double> times;
-  std::vector<std::string> verdicts;
-  int winner = 0;
-};
-
-constexpr size_t kMaxCpuForms = 48; ///< forms in one tuning module, over all its kernels
-constexpr int kCpuReps = 5;         ///< timed runs of a CPU form; the median counts
-
-double millisecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-} // namespace
-
-TuneResult autotuneCpu(
-    const sched::Schedule &s, const CompileOptions &opts,
-    const std::function<std::shared_ptr<runtime::Executable>(const std::map<
-        std::string, std::vector<sched::CpuLaunch>> &)> &compile) {
-  static std::mutex one;
-  std::lock_guard<std::mutex> lock(one);
-  Tuning tuning(opts.autotuneSeconds);
-  const Clock::time_point start = tuning.start;
-  const double budget = tuning.budget;
-  if (!s.program->sizeSymbols().empty()) {
-    tuning.log << "not tuned: the graph has symbolic sizes\n";
-    return tuning.finish();
-  }
-  // The kernels with the most points first, while the tuning module's forms stay few.
-  std::vector<CpuKernel> kernels;
-  for (size_t i = 0; i < s.kernels.size(); ++i) {
-    const sched::Kernel &k = s.kernels[i];
-    CpuKernel c;
-    c.index = static_cast<int>(i);
-    c.kernel = &k;
-    c.forms = codegen::cpuKernelForms(s, k.name);
-    if (c.forms.size() < 2)
-      continue;
-    c.points = 1;
-    for (const auto *vars : {&k.outerVars, &k.innerVars})
-      for (sym::SymExpr v : *vars)
-        c.points *= v->extent()->isConst() ? v->extent()->value() : 1;
-    for (const sched::Step &st : k.steps)
-      for (const sched::Member &m : st.members)
-        if (s.placement.at(m.comp->out->id).kind != sched::PlacementKind::Local &&
-            std::find(c.written.begin(), c.written.end(), m.comp->out) == c.written.end())
-          c.written.push_back(m.comp->out);
-    kernels.push_back(std::move(c));
-  }
-  std::stable_sort(kernels.begin(), kernels.end(),
-                   [](const CpuKernel &a, const CpuKernel &b) { return a.points > b.points; });
-  std::map<std::string, std::vector<sched::CpuLaunch>> tuneForms;
-  size_t forms = 0;
-  std::vector<CpuKernel> chosen;
-  for (CpuKernel &c : kernels) {
-    if (forms + c.forms.size() > kMaxCpuForms)
-      break;
-    forms += c.forms.size();
-    tuneForms[c.kernel->name] = c.forms;
-    chosen.push_back(std::move(c));
-  }
-  if (chosen.empty()) {
-    tuning.log << "not tuned: no loop kernel has other forms\n";
-    return tuning.finish();
-  }
-  std::shared_ptr<runtime::Executable> exe = compile(tuneForms);
-  tuning.log << chosen.size() << " kernels, " << forms << " forms, compiled in " << since(start)
-      << " s; budget " << budget << " s\n";
-  auto setHook = reinterpret_cast<void (*)(CpuHook)>(exe->symbol("braze_set_tune_hook"));
-  auto runForm = reinterpret_cast<CpuForm>(exe->symbol("braze_tune_form"));
-  BRAZE_CHECK(setHook && runForm) << "the CPU tuning module lacks its entry points";
-  if (since(start) >= budget) {
-    tuning.log << "not tuned: compiling the forms took the budget\n";
-    return tuning.finish();
-  }
-  // Scratch inputs and outputs of the graph's sizes.
-  IoBytes io = ioBytes(s, *exe);
-  if (!io.unknown.empty()) {
-    tuning.log << "not tuned: " << io.unknown << "\n";
-    return tuning.finish();
-  }
-  std::vector<std::unique_ptr<Scratch>> owned;
-  std::vector<const void *> inputs;
-  std::vector<void *> outputs;
-  for (const auto &[b, bytes] : io.inputs) {
-    owned.push_back(std::make_unique<Scratch>(Scratch::kHost, bytes));
-    fillHost(owned.back()->get(), bytes, b->dtype, static_cast<uint32_t>(inputs.size()));
-    inputs.push_back(owned.back()->get());
-  }
-  for (const auto &out : io.outputs) {
-    owned.push_back(std::make_unique<Scratch>(Scratch::kHost, out.second));
-    outputs.push_back(owned.back()->get());
-  }
-  const std::vector<int64_t> syms;
-  // One run: at each chosen kernel, every form from the kernel's saved state.
-  std::map<int, CpuKernel *> at;
-  for (CpuKernel &c : chosen)
-    at[c.index] = &c;
-  std::function<void(int, void *const *, const int64_t *, int *)> hook =
-      [&](int index, void *const *bufs, const int64_t *sy, int *err) {
-        auto found = at.find(index);
-        if (found == at.end() || since(start) >= budget)
-          return;
-        CpuKernel &c = *found->second;
-        at.erase(found);
-        std::vector<std::pair<const loop::Buffer *, std::string>> before, planned;
-        for (const loop::Buffer *b : c.written) {
-          int64_t bytes = spanBytes(b->dtype, b->shape, b->strides);
-          if (bytes > 0)
-            before.push_back({b, std::string(static_cast<const char *>(bufs[b->id]),
-                                             static_cast<size_t>(bytes))});
-        }
-        auto restore = [&] {
-          for (const auto &[b, bytes] : before)
-            std::memcpy(bufs[b->id], bytes.data(), bytes.size());
-        };
-        c.times.assign(c.forms.size(), -1);
-        c.verdicts.assign(c.forms.size(), "");
-        for (size_t f = 0; f < c.forms.size(); ++f) {
-          if (since(start) >= budget) {
-            c.verdicts[f] = "not timed: the budget is spent";
-            continue;
-          }
-          restore();
-          std::vector<double> samples;
-          Clock::time_point t = Clock::now();
-          runForm(c.index, static_cast<int>(f), bufs, sy, err);
-          samples.push_back(millisecondsSince(t));
-          if (f == 0)
-            for (const auto &[b, bytes] : before)
-              planned.push_back({b, std::string(static_cast<const char *>(bufs[b->id]),
-                                                bytes.size())});
-          for (size_t i = 0; f > 0 && i < before.size() && c.verdicts[f].empty(); ++i)
-            if (std::string why = compareHost(bufs[before[i].first->id], planned[i].second.data(),
-                                              planned[i].second.size(), before[i].first->dtype);
-                !why.empty())
-              c.verdicts[f] = "differs from the planned form: " + why;
-          if (!c.verdicts[f].empty())
-            continue;
-          for (int r = 1; r < kCpuReps; ++r) {
-            t = Clock::now();
-            runForm(c.index, static_cast<int>(f), bufs, sy, err);
-            samples.push_back(millisecondsSince(t));
-          }
-          std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-          c.times[f] = samples[samples.size() / 2];
-        }
-        restore();
-      };
-  gCpuHook = &hook;
-  setHook(&cpuHook);
-  {
-    Finally clear{[&] {
-      setHook(nullptr);
-      gCpuHook = nullptr;
-    }};
-    exe->runBound(inputs, outputs, syms);
-  }
-  std::ostringstream records;
-  for (CpuKernel &c : chosen) {
-    if (c.times.empty())
-      continue;
-    ++tuning.result.functionsTimed;
-    for (size_t f = 1; f < c.times.size(); ++f)
-      if (c.times[f] >= 0 && c.times[0] > 0 && c.times[f] < kBetter * c.times[0] &&
-          (c.winner == 0 || c.times[f] < c.times[c.winner]))
-        c.winner = static_cast<int>(f);
-    tuning.log << c.kernel->name << " (" << c.points << " points):\n";
-    for (size_t f = 0; f < c.forms.size(); ++f)
-      tuning.log << "  " << (static_cast<int>(f) == c.winner ? "* " : "  ")
-          << sched::cpuLaunchText(c.forms[f], c.kernel->outerVars) << "  "
-          << (c.times[f] >= 0 ? milliseconds(c.times[f]) : c.verdicts[f]) << "\n";
-    if (c.winner == 0)
-      continue;
-    ++tuning.result.functionsChanged;
-    records << c.kernel->name << " "
-            << sched::cpuLaunchText(c.forms[c.winner], c.kernel->outerVars) << "\n";
-  }
-  tuning.log << "timed " << tuning.result.functionsTimed << " kernels, " << tuning.result.functionsChanged
-      << " changed, in " << since(start) << " s\n";
+  tuning.log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed "
+             << tuning.result.functionsTimed << " functions (" << tuning.result.functionsCached
+             << " more stored), " << tuning.result.functionsChanged << " changed; "
+             << tuning.result.gemmChoices.size() << " matrix products, " << gemmsChanged
+             << " changed; in " << since(start) << " s\n";
   tuning.result.records = records.str();
   return tuning.finish();
 }

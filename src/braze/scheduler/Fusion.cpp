@@ -4,9 +4,9 @@
 ///      only pointwise members (outer = E becomes outer = Eo, inner = Ei when E = Eo ++ Ei), and
 ///   2. every value it reads from a member of that kernel is read at exactly the point where
 ///      the member stored it (so no thread reads another thread's element).
-/// A pointwise computation that fits no last kernel may join one of the few kernels before it
-/// (earlierKernel): one whose space it fits, after every kernel that makes what it reads, when
-/// it writes a buffer nothing wrote before. The foreach steps of an optimizer (every parameter's
+/// A computation that fits no last kernel may join one of the few kernels before it
+/// (earlierKernel): one whose space it fits (a reduction: one whose loops are its own), after
+/// every kernel that makes what it reads, when it writes a buffer nothing wrote before. The foreach steps of an optimizer (every parameter's
 /// m, then every v, then every parameter) so become one pass per shape, and a scalar computed
 /// from a step count joins the scalar kernel that made the count, before the updates that read
 /// it. On CUDA a kernel names no more buffers than its launch can pass (448 pointers where
@@ -317,15 +317,15 @@ private:
     return false;
   }
 
-  /// Joins pointwise c to one of the kEarlier kernels before the last (the latest that takes
-  /// it) where that keeps the program's order: every buffer c reads is an input or made by
+  /// Joins c (pointwise, or a reduction over the kernel's own loops) to one of the kEarlier
+  /// kernels before the last (the latest that takes it) where that keeps the program's order: every buffer c reads is an input or made by
   /// that kernel or one before it, and c's buffer was not written before (a scatter's
   /// accumulation into initial values stays in order). An in-place output's value is the only
   /// reader of its input (braze/mutations.py), so computing it earlier reorders no read of
   /// that memory.
   bool earlierKernel(const Computation &c) {
     constexpr int kEarlier = 32;
-    if (c.isReduction() || where_.count(c.out))
+    if (where_.count(c.out))
       return false;
     int latest = -1; // the last kernel that makes a buffer c reads
     loop::forEachLoad(c.value, [&](const Expr *ld) {
@@ -334,9 +334,18 @@ private:
     });
     int last = static_cast<int>(s_.kernels.size()) - 1;
     for (int ki = last - 1; ki >= std::max({latest, 0, last - kEarlier}); --ki)
-      if (!s_.kernels[ki].standsAlone() && tryJoin(ki, c)) // pointwise: never a refinement
+      if (!s_.kernels[ki].standsAlone() && (!c.isReduction() || sameLoops(s_.kernels[ki], c)) &&
+          tryJoin(ki, c)) // never a refinement
         return true;
     return false;
+  }
+
+  /// Whether reduction c runs over k's loops as they are: its space k's outer loops and its
+  /// reduced dims k's inner ones. A reduction joins an earlier kernel only so (a batch norm's
+  /// two sums over one gradient), never refining that kernel or giving it inner loops.
+  static bool sameLoops(const Kernel &k, const Computation &c) {
+    return !k.innerVars.empty() && c.extents() == extentsOf(k.outerVars) &&
+           c.rextents() == extentsOf(k.innerVars);
   }
 
   static bool onlyScalarSteps(const Kernel &k) {

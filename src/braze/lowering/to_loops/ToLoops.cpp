@@ -57,7 +57,9 @@ std::unique_ptr<loop::LoopProgram> Lowerer::run() {
         Buffer *b = realizeOutput(n.get(), static_cast<int>(k));
         done[k] = true;
         if (computed) {
-          values_[n.get()] = bufferValue(b);
+          auto nhwc = nhwc_.find(n.get());
+          values_[n.get()] =
+              nhwc != nhwc_.end() && nhwc->second == b ? nhwcValue(b) : bufferValue(b);
           computed = false;
         }
       }
@@ -141,6 +143,16 @@ Buffer *Lowerer::realizeOutput(Node *n, int k) {
       c->callerStrides = want;
     }
     return c;
+  }
+  // A channels-last image is computed into an [N, H, W, C] buffer the caller sees in its
+  // shape, so that a convolution reading it later reads it in place (not a copy of it).
+  if (opts_.channelsLast && n->rank() == 4 && !nhwc_.count(n) &&
+      want == channelsLastStrides(n->shape())) {
+    Buffer *b = realizeNhwc(n, v);
+    claimAsOutput(b, k);
+    b->callerShape = n->shape();
+    b->callerStrides = want;
+    return b;
   }
   // An input, an output already, or a lazy value: compute into a fresh output buffer.
   return realize(n, v, BufferKind::Output, k).buffer;

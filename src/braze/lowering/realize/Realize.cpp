@@ -102,9 +102,13 @@ public:
   Walk(Graph &g, const RealizeOptions &opts, const std::unordered_set<const Node *> &needed,
        std::unordered_map<const Node *, bool> &strided)
       : g_(g), opts_(opts), s_(g.sym()), needed_(needed), strided_(strided) {
-    for (const auto &n : g.nodes())
-      for (Node *o : n->operands())
+    for (const auto &n : g.nodes()) {
+      order_[n.get()] = order_.size();
+      for (Node *o : n->operands()) {
         ++users_[o];
+        readers_[o].push_back(n.get());
+      }
+    }
     for (Node *o : g.outputs()) {
       ++users_[o];
       outputs_.insert(o);
@@ -202,12 +206,72 @@ private:
   /// Stores a value that is read by several readers and costly to recompute or reread, or
   /// whose body is too large to inline.
   State settle(const Node *n, State s) {
-    bool shared = users_[n] > 1 && (s.cost > opts_.inlineCostLimit ||
-                                    largeReads(n, s) > opts_.maxSharedReads);
+    bool shared = users_[n] > 1 && (s.cost > opts_.inlineCostLimit || rereadsMore(n, s));
     if (!shared && s.cost <= opts_.maxInlineOps)
       return s;
     shared_.insert(n);
     return storedState(n);
+  }
+
+  /// Whether n's readers, each computing n, would read more memory than n stored: `large`
+  /// full-size operands read in each of n's passes, against one pass that reads them and
+  /// writes n and each pass reading n once (ties store: the readers' operands then die
+  /// sooner). So a value of two operands read in two passes (a ReLU's gradient read by a batch
+  /// norm's sums and by its input gradient) is computed in both: 4 reads, not 2 + 1 + 2.
+  bool rereadsMore(const Node *n, const State &s) {
+    int large = largeReads(n, s);
+    if (large <= opts_.maxSharedReads)
+      return false;
+    int p = passes(n);
+    return large * p >= large + 1 + p;
+  }
+
+  /// The passes over memory that n's readers make: a reader that is an elementwise value read
+  /// once (and not returned) counts as that value's reader; reductions over the same dims of
+  /// values of one shape, none reading another, count once (fusion runs them in one kernel).
+  int passes(const Node *n) {
+    std::vector<const Node *> sinks;
+    for (const Node *u : readers_[n]) {
+      while (users_[u] == 1 && !outputs_.count(u) && readers_[u].size() == 1 &&
+             (opCategory(u->op()) == OpCategoryKind::Elementwise ||
+              opCategory(u->op()) == OpCategoryKind::Cast))
+        u = readers_[u].front();
+      bool joins = std::any_of(sinks.begin(), sinks.end(), [&](const Node *v) {
+        return v == u || (sameReduction(u, v) && !dependsOn(u, v) && !dependsOn(v, u));
+      });
+      if (!joins)
+        sinks.push_back(u);
+    }
+    return static_cast<int>(sinks.size());
+  }
+
+  /// Whether a and b are reductions over the same dims of values of one shape.
+  static bool sameReduction(const Node *a, const Node *b) {
+    return opCategory(a->op()) == OpCategoryKind::Reduce &&
+           opCategory(b->op()) == OpCategoryKind::Reduce &&
+           a->operand(0)->shape() == b->operand(0)->shape() &&
+           a->attrs().getInts("dims") == b->attrs().getInts("dims");
+  }
+
+  /// Whether a reads b, directly or through other values: a search of a's operands that
+  /// comes after b in the graph (nodes are in order), which gives up, answering yes, after
+  /// kMaxVisits values.
+  bool dependsOn(const Node *a, const Node *b) {
+    constexpr size_t kMaxVisits = 4096;
+    if (order_.at(a) < order_.at(b))
+      return false;
+    std::vector<const Node *> todo(a->operands().begin(), a->operands().end());
+    std::unordered_set<const Node *> seen;
+    while (!todo.empty()) {
+      const Node *x = todo.back();
+      todo.pop_back();
+      if (x == b || seen.size() >= kMaxVisits)
+        return true;
+      if (order_.at(x) < order_.at(b) || !seen.insert(x).second)
+        continue;
+      todo.insert(todo.end(), x->operands().begin(), x->operands().end());
+    }
+    return false;
   }
 
   /// The buffers s reads that hold at least as many elements as n (its full-size operands; a
@@ -540,6 +604,8 @@ private:
   std::unordered_map<const Node *, bool> &strided_; ///< stridedView's answers, by view
   std::unordered_map<const Node *, State> states_, own_;
   std::unordered_map<const Node *, int> users_;
+  std::unordered_map<const Node *, std::vector<const Node *>> readers_; ///< by operand, in order
+  std::unordered_map<const Node *, size_t> order_;                       ///< position in g
   std::unordered_set<const Node *> outputs_, shared_, stored_, needs_;
 };
 

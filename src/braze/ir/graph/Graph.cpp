@@ -1,5 +1,7 @@
 #include "braze/ir/graph/Graph.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -50,37 +52,15 @@ bool parseOpKind(std::string_view name, OpKind &out) {
 
 namespace {
 
-/// The schema text's attributes: `name:type` or `name?:type`, space-separated.
-std::vector<AttrSpec> parseAttrSpecs(std::string_view text, std::string_view op) {
-  static const std::pair<std::string_view, AttrKind> kKinds[] = {
-      {"bool", AttrKind::Bool},     {"int", AttrKind::Int},   {"number", AttrKind::Number},
-      {"string", AttrKind::String}, {"ints", AttrKind::Ints}};
-  std::vector<AttrSpec> out;
-  std::istringstream words{std::string(text)};
-  for (std::string w; words >> w;) {
-    size_t colon = w.find(':');
-    BRAZE_CHECK(colon != std::string::npos && colon > 0) << "Ops.def: " << op << ": '" << w << "'";
-    AttrSpec a;
-    a.name = w.substr(0, colon);
-    if (a.name.back() == '?') {
-      a.optional = true;
-      a.name.pop_back();
-    }
-    std::string_view kind = std::string_view(w).substr(colon + 1);
-    bool known = false;
-    for (const auto &[name, k] : kKinds)
-      if (name == kind)
-        a.kind = k, known = true;
-    BRAZE_CHECK(known) << "Ops.def: " << op << ": unknown attribute type '" << kind << "'";
-    out.push_back(std::move(a));
-  }
-  return out;
-}
-
 std::vector<OpSchema> buildSchemas() {
   std::vector<OpSchema> out;
-#define BRAZE_OP(E, cat, text, lo, hi, attrs)                                  \
-  out.push_back(OpSchema{lo, hi, parseAttrSpecs(attrs, text)});
+#define ATTR(name, kind) AttrSpec{#name, AttrKind::kind, false, {}},
+#define OPT_ATTR(name, kind) AttrSpec{#name, AttrKind::kind, true, {}},
+#define ENUM_ATTR(name, type)                                                  \
+  AttrSpec{#name, AttrKind::String, false, attrs::enumTexts<attrs::type>()},
+// (Variadic: the specs' commas would split an argument; a composite is listed directly.)
+#define BRAZE_OP(E, cat, text, lo, hi, ...) out.push_back(OpSchema{lo, hi, {__VA_ARGS__}});
+#define BRAZE_COMPOSITE(E, text, lo, hi, ...) out.push_back(OpSchema{lo, hi, {__VA_ARGS__}});
 #include "braze/ir/graph/Ops.def"
   return out;
 }

@@ -63,6 +63,9 @@ struct AttrSpec {
   std::string name;
   AttrKind kind;
   bool optional = false;
+  /// A string attribute of an enum (ENUM_ATTR, AttrEnums.def): the values it may take, in the
+  /// enum's order; empty: any.
+  std::vector<std::string_view> values;
 };
 struct OpSchema {
   int minOperands = 0, maxOperands = 0;

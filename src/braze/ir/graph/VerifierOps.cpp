@@ -1,5 +1,6 @@
 /// Verifier checks of the order-statistics, scan, search, distance and scatter composites.
 #include "braze/ir/graph/GraphVerifier.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -168,12 +169,10 @@ bool GraphVerifier::checkArithmetic() {
                                   : fail("result must be " + std::string(dtypeName(want)));
   }
   if (op == OpKind::SoftMarginLoss) {
-    if (!GraphBuilder::isLossReduction(node_->attrs().getString("reduction")))
-      return fail("needs attribute reduction=\"none\", \"mean\" or \"sum\"");
     const Node *y = node_->operand(1);
     if (!isFloating(x->dtype()) || y->dtype() != x->dtype() || y->shape() != x->shape())
       return fail("needs floating-point operands of one dtype and shape");
-    bool none = node_->attrs().getString("reduction") == "none";
+    bool none = attrs::SoftMarginLoss(*node_).reduction() == attrs::LossReduction::None;
     return node_->dtype() == x->dtype() && node_->rank() == (none ? x->rank() : 0) &&
                    (!none || node_->shape() == x->shape())
                ? true
@@ -204,12 +203,10 @@ bool GraphVerifier::checkArithmetic() {
 
 bool GraphVerifier::checkScatter() {
   const AttrMap &a = node_->attrs();
-  if (!GraphBuilder::isScatterMode(a.getString("mode")))
-    return fail("needs attribute mode=\"overwrite\", \"sum\", \"prod\", \"mean\", "
-                "\"amax\" or \"amin\"");
   if (a.has("max_hits") &&
       (a.getInt("max_hits") < 1 ||
-       (a.getInt("max_hits") > GraphBuilder::kMaxScatterHits && a.getString("mode") != "sum")))
+       (a.getInt("max_hits") > GraphBuilder::kMaxScatterHits &&
+        attrs::Scatter(*node_).mode() != attrs::ScatterMode::Sum)))
     return fail("attribute 'max_hits' must be an integer from 1 to " +
                 std::to_string(GraphBuilder::kMaxScatterHits) +
                 " (at least 1 for a sum, which adds in place beyond that)");

@@ -1,6 +1,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <cmath>
 
@@ -11,7 +12,7 @@ namespace {
 bool scalarValue(const Node *n, double &v) {
   if (n->op() != OpKind::Full || n->rank() != 0)
     return false;
-  v = n->attrs().getFloat("value");
+  v = attrs::Full(*n).value();
   return true;
 }
 } // namespace

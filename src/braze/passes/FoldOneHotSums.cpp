@@ -14,6 +14,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <unordered_map>
 #include <vector>
@@ -27,10 +28,10 @@ namespace {
 bool oneHot(const Node *s) {
   if (s->op() != OpKind::ScatterDim || !isZeros(s->operand(0)))
     return false;
-  const std::string &mode = s->attrs().getString("mode");
-  if (mode != "overwrite" && mode != "sum")
+  const attrs::ScatterDim a(*s);
+  if (a.mode() != attrs::ScatterMode::Overwrite && a.mode() != attrs::ScatterMode::Sum)
     return false;
-  int64_t d = s->attrs().getInt("dim");
+  int64_t d = a.dim();
   const Node *index = s->operand(1), *src = s->operand(2);
   if (src->shape() != index->shape() || src->dtype() != s->dtype() ||
       index->shape().size() != s->shape().size())
@@ -71,8 +72,9 @@ void foldOneHotSums(Graph &g) {
     if (!oneHot(s) || n->dtype() != s->dtype() || m->dtype() != s->dtype() ||
         m->shape() != s->shape())
       continue;
-    int64_t d = s->attrs().getInt("dim");
-    const IntList &dims = n->attrs().getInts("dims");
+    int64_t d = attrs::ScatterDim(*s).dim();
+    const attrs::Sum sum(*n);
+    const IntList &dims = sum.dims();
     if (dims.size() != 1 || dims[0] != d || (w && !constantAlong(w, s->shape().size(), d)))
       continue;
     bool scatterStays = readers[s] > 1 || (m != s && readers[m] > 1);
@@ -85,7 +87,7 @@ void foldOneHotSums(Graph &g) {
       if (isFloating(s->dtype()))
         r = b.add(r, b.mul(b.scalar(0.0, s->dtype()), w));
     }
-    if (!n->attrs().getBool("keepdim"))
+    if (!sum.keepdim())
       r = b.reshape(r, n->shape());
     g.replaceAllUses(n, r);
     changed = true;

@@ -10,6 +10,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <unordered_map>
 #include <vector>
@@ -20,9 +21,10 @@ namespace {
 
 /// The scatter that adds into zeros, when `s` is one read only by its addition.
 bool addsIntoZeros(const Node *s, int readers) {
-  return s->op() == OpKind::Scatter && readers == 1 && isZeros(s->operand(0)) &&
-         s->attrs().getString("mode") == "sum" && s->attrs().getBool("include_self") &&
-         !s->attrs().has("max_hits");
+  if (s->op() != OpKind::Scatter || readers != 1 || !isZeros(s->operand(0)))
+    return false;
+  const attrs::Scatter a(*s);
+  return a.mode() == attrs::ScatterMode::Sum && a.include_self() && !a.has_max_hits();
 }
 
 } // namespace

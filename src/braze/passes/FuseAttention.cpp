@@ -28,6 +28,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <cmath>
 #include <limits>
@@ -44,7 +45,7 @@ namespace {
 std::optional<double> scalarConstant(const Node *n) {
   if (n->op() != OpKind::Full || n->rank() != 0)
     return std::nullopt;
-  return n->attrs().getFloat("value");
+  return attrs::Full(*n).value();
 }
 
 bool isNegInfinity(const Node *n) {
@@ -185,7 +186,7 @@ public:
       p = sm;
     }
     if (p->op() != OpKind::Softmax || !single(p) || !isFloating(p->dtype()) ||
-        p->attrs().getInt("dim") != p->rank() - 1 || p->rank() < 3)
+        attrs::Softmax(*p).dim() != p->rank() - 1 || p->rank() < 3)
       return false;
     const std::vector<SymExpr> scores = p->shape();
     // 2. The softmax's operand back to S = Q·Kᵀ.
@@ -295,8 +296,8 @@ private:
     if (g->op() != OpKind::LogicalNot || !single(g))
       return nullptr;
     Node *any = g->operand(0);
-    if (any->op() != OpKind::Any || !single(any) || !any->attrs().getBool("keepdim") ||
-        any->attrs().getInts("dims") != IntList{x->rank() - 1})
+    if (any->op() != OpKind::Any || !single(any) || !attrs::Any(*any).keepdim() ||
+        attrs::Any(*any).dims() != IntList{x->rank() - 1})
       return nullptr;
     Node *ne = any->operand(0);
     if (ne->op() == OpKind::LogicalNot && single(ne)) {
@@ -350,7 +351,7 @@ private:
     Node *h = w.half;
     for (size_t i = w.views.size(); i-- > 0;) {
       Node *view = w.views[i];
-      h = view->op() == OpKind::Permute ? b_.permute(h, view->attrs().getInts("dims"))
+      h = view->op() == OpKind::Permute ? b_.permute(h, attrs::Permute(*view).dims())
           : view->op() == OpKind::Expand ? b_.expand(h, view->shape())
                                          : b_.reshape(h, view->shape());
     }
@@ -428,15 +429,15 @@ void fuseAttention(Graph &g) {
   // Positional masks.
   GraphBuilder b(g);
   for (Node *a : nodesOf(g, OpKind::Attention)) {
-    MaskKind kind = a->attrs().getBool("bias") ? classifyMask(a) : MaskKind::Other;
+    const attrs::Attention attn(*a);
+    MaskKind kind = attn.bias() ? classifyMask(a) : MaskKind::Other;
     if (kind == MaskKind::Other)
       continue;
     b.setName(a->name());
     double dropout = GraphBuilder::attentionDropout(a);
     Node *plain = b.attention(a->operand(0), a->operand(1), a->operand(2), nullptr,
-                              a->attrs().getFloat("scale"),
-                              a->attrs().getBool("causal") || kind == MaskKind::Causal,
-                              a->attrs().getBool("safe"), dropout,
+                              attn.scale(), attn.causal() || kind == MaskKind::Causal,
+                              attn.safe(), dropout,
                               dropout > 0 ? a->operand(3) : nullptr);
     g.replaceAllUses(a, plain);
     changed = true;

@@ -13,6 +13,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <optional>
 #include <vector>
@@ -70,10 +71,10 @@ void groupAttentionHeads(Graph &g) {
     std::vector<SymExpr> qShape(q->shape());
     qShape[h] = k->groups;
     qShape.insert(qShape.begin() + static_cast<std::ptrdiff_t>(h) + 1, k->repeats);
-    const AttrMap &a = n->attrs();
+    const attrs::Attention a(*n);
     b.setName(n->name() + "_grouped");
     Node *bias = nullptr;
-    if (a.getBool("bias")) {
+    if (a.bias()) {
       // The bias as [.., heads, Sq, Sk] at q's rank, then its heads split as q's are.
       bias = n->operand(3);
       std::vector<SymExpr> shape(bias->shape());
@@ -87,7 +88,7 @@ void groupAttentionHeads(Graph &g) {
       bias = b.reshape(bias, shape);
     }
     Node *grouped = b.attention(b.reshape(q, qShape), k->view, v->view, bias,
-                                a.getFloat("scale"), a.getBool("causal"), a.getBool("safe"));
+                                a.scale(), a.causal(), a.safe());
     b.setName(n->name());
     g.replaceAllUses(n, b.reshape(grouped, n->shape()));
     changed = true;

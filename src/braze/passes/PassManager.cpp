@@ -1,6 +1,7 @@
 #include "braze/passes/PassManager.h"
 
 #include "braze/ir/graph/GraphText.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -40,7 +41,7 @@ std::unordered_map<const Node *, int> countReaders(const Graph &g) {
 }
 
 bool isZeros(const Node *n) {
-  return n->op() == OpKind::Full && n->attrs().getFloat("value") == 0.0;
+  return n->op() == OpKind::Full && attrs::Full(*n).value() == 0.0;
 }
 
 void runPasses(Graph &g, const std::vector<std::string> &names) {

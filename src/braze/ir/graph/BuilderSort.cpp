@@ -2,6 +2,7 @@
 // ops that lowering/decompose/Sort.cpp turns into rank-counting reductions. Their work is
 // quadratic in the sorted length, so sizes are static and bounded (sortLimitError).
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include "braze/support/Diagnostic.h"
 
@@ -96,7 +97,7 @@ std::pair<Node *, Node *> GraphBuilder::median(Node *x, std::optional<int64_t> d
     return median(reshape(x, {sym().product(x->shape())}), 0, false, ignoreNan);
   }
   Node *index = medianIndex(x, *dim, ignoreNan);
-  int64_t d = index->attrs().getInt("dim");
+  int64_t d = attrs::MedianIndex(*index).dim();
   AttrMap attrs;
   attrs.set("dim", d);
   attrs.set("ignore_nan", ignoreNan);

@@ -1,7 +1,8 @@
 #pragma once
 /// Typed views of the graph ops' attributes, generated from Ops.def: for each op E a class
 /// attrs::E with an accessor per attribute, of its kind (bool, int64_t, double, string, IntList)
-/// or its enum (AttrEnums.def), and has_name() beside each optional one:
+/// or its enum (AttrEnums.def; name_text() gives the value as written), and has_name() beside
+/// each optional one:
 ///   const attrs::Convolution a(*n);  a.stride(), a.groups(), a.bias()
 ///   attrs::Scatter(*n).mode() == attrs::ScatterMode::Sum
 /// A view of op E reads a node of op E or of any op whose schema holds E's attributes with the
@@ -67,7 +68,8 @@ void checkViewable(OpKind actual, OpKind view);
 #define OPT_ATTR(name, kind)                                                   \
   BRAZE_ATTR_GET_##kind(name) bool has_##name() const { return attrs_->has(#name); }
 #define ENUM_ATTR(name, type)                                                  \
-  type name() const { return enumValue<type>(attrs_->getString(#name), #name); }
+  type name() const { return enumValue<type>(attrs_->getString(#name), #name); }  \
+  const std::string &name##_text() const { return attrs_->getString(#name); }
 #define BRAZE_OP(E, cat, text, lo, hi, accessors)                              \
   class E {                                                                    \
   public:                                                                      \

@@ -2,6 +2,7 @@
 /// node's types and the op schema (Ops.def: arity, attributes), the primitives' checks and
 /// the dispatch of composite ops to their family's checks (VerifierNN.cpp, VerifierOps.cpp).
 #include "braze/ir/graph/GraphVerifier.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -211,8 +212,7 @@ bool GraphVerifier::checkDim(const std::string &attr, int64_t rank) {
 /// `dims` is a strictly increasing list of dims of the operand; with `keepdim` (when
 /// `hasKeepdim`) the result keeps them as size 1.
 bool GraphVerifier::checkReduction(bool hasKeepdim) {
-  const AttrMap &a = node_->attrs();
-  const IntList &dims = a.getInts("dims");
+  const IntList &dims = attrs::Numel(*node_).dims(); // every reduction's and numel's
   int64_t rank = node_->operand(0)->rank();
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 0 || dims[i] >= std::max<int64_t>(rank, 1))
@@ -238,7 +238,7 @@ bool GraphVerifier::checkReduction(bool hasKeepdim) {
   if (node_->dtype() != type)
     return fail("result must be " + std::string(dtypeName(type)) + " for a " +
                 std::string(dtypeName(in)) + " operand");
-  bool keep = a.getBool("keepdim");
+  bool keep = attrs::Sum(*node_).keepdim(); // every reduction's
   int64_t reduced = rank == 0 ? 0 : static_cast<int64_t>(dims.size());
   int64_t want = keep ? rank : rank - reduced;
   if (node_->rank() != want)
@@ -295,7 +295,7 @@ bool GraphVerifier::checkView() {
     return true;
   }
   if (op == OpKind::Permute) {
-    const IntList &dims = node_->attrs().getInts("dims");
+    const IntList &dims = attrs::Permute(*node_).dims();
     IntList sorted = dims;
     std::sort(sorted.begin(), sorted.end());
     bool permutation = sorted.size() == static_cast<size_t>(x->rank());
@@ -347,7 +347,7 @@ bool GraphVerifier::checkView() {
     return node_->rank() == x->rank() + 1 ? true : fail("unfold must add one dim");
   }
   if (op == OpKind::Flip) {
-    for (int64_t d : node_->attrs().getInts("dims"))
+    for (int64_t d : attrs::Flip(*node_).dims())
       if (d < 0 || d >= x->rank())
         return fail("dim " + std::to_string(d) + " is out of range for rank " +
                     std::to_string(x->rank()));
@@ -404,13 +404,13 @@ bool GraphVerifier::checkNode() {
       }
       if (!checkDim("dim", x->rank()))
         return false;
-      if (node_->attrs().getInt("dim") + k > x->rank())
+      if (attrs::Take(*node_).dim() + k > x->rank())
         return fail("take's " + std::to_string(k) + " index tensors do not fit rank " +
                     std::to_string(x->rank()));
       if (node_->rank() != x->rank() - k + index->rank())
         return fail("take's rank must be the input's minus the index count plus the index's");
       // result = x.shape[:dim] + index.shape + x.shape[dim + k:]
-      size_t dim = static_cast<size_t>(node_->attrs().getInt("dim"));
+      size_t dim = static_cast<size_t>(attrs::Take(*node_).dim());
       std::vector<SymExpr> want(x->shape().begin(), x->shape().begin() + dim);
       want.insert(want.end(), index->shape().begin(), index->shape().end());
       want.insert(want.end(), x->shape().begin() + dim + k, x->shape().end());
@@ -457,7 +457,7 @@ bool GraphVerifier::checkConcat() {
   const Node *first = node_->operand(0);
   if (!checkDim("dim", first->rank()))
     return false;
-  size_t d = static_cast<size_t>(node_->attrs().getInt("dim"));
+  size_t d = static_cast<size_t>(attrs::Concat(*node_).dim());
   SymExpr total = ctx_.constant(0);
   for (const Node *x : node_->operands()) {
     if (x->rank() != first->rank() || x->dtype() != node_->dtype())
@@ -514,10 +514,10 @@ bool GraphVerifier::checkComposite() {
                ? true : fail("result must have the operand's dtype and shape");
   }
   case OpKind::Fft: {
+    const attrs::Fft f(*node_);
     std::vector<SymExpr> want;
-    std::string err = fftShape(a.getString("mode"), node_->operand(0)->shape(),
-                               a.getInts("dims"), a.getInt("normalization"), a.getBool("flag"),
-                               a.getInt("last_size"), ctx_, want);
+    std::string err = fftShape(f.mode_text(), node_->operand(0)->shape(), f.dims(),
+                               f.normalization(), f.flag(), f.last_size(), ctx_, want);
     if (!err.empty())
       return fail(err);
     if (!isFloating(node_->dtype()) || node_->dtype() != node_->operand(0)->dtype())
@@ -539,7 +539,8 @@ bool GraphVerifier::checkComposite() {
   case OpKind::LayerNorm: {
     if (!checkDim("axis", node_->operand(0)->rank()))
       return false;
-    size_t want = 1 + a.getBool("weight") + a.getBool("bias");
+    const attrs::LayerNorm norm(*node_);
+    size_t want = 1 + norm.weight() + norm.bias();
     return operands == want ? true
                             : fail("has " + std::to_string(operands) +
                                    " operands but its weight/bias attributes say " +
@@ -567,7 +568,7 @@ bool GraphVerifier::checkComposite() {
     return err.empty() ? true : fail(err);
   }
   case OpKind::Convolution:
-    if (operands != 2u + a.getBool("bias"))
+    if (operands != 2u + attrs::Convolution(*node_).bias())
       return fail("operand count does not match the 'bias' attribute");
     return checkConvolution();
   case OpKind::ConvTranspose:
@@ -577,12 +578,12 @@ bool GraphVerifier::checkComposite() {
   case OpKind::ConvInputGrad:
     return checkConvInputGrad();
   case OpKind::Attention:
-    if (!std::isfinite(a.getFloat("scale")))
+    if (!std::isfinite(attrs::Attention(*node_).scale()))
       return fail("scale must be finite");
     return checkAttention();
   case OpKind::AttentionLse:
   case OpKind::AttentionGrad:
-    if (!std::isfinite(a.getFloat("scale")))
+    if (!std::isfinite(attrs::AttentionLse(*node_).scale())) // and attention_grad's
       return fail("scale must be finite");
     return checkAttentionSaved();
   case OpKind::MaxPool:

@@ -1,6 +1,7 @@
 /// Verifier checks of the neural-network composites: convolution (transposed too), pooling,
 /// grid sampling and attention (forward, log-sum-exp and gradients).
 #include "braze/ir/graph/GraphVerifier.h"
+#include "braze/ir/graph/OpAttrs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +11,7 @@ namespace braze::detail {
 /// Ranks, per-spatial-dim attribute lengths and ranges, channel counts and the result's
 /// rank of a convolution (input [N, C, *S], weight [O, C / groups, *K], bias [O]).
 bool GraphVerifier::checkConvolution() {
-  const AttrMap &a = node_->attrs();
+  const attrs::Convolution a(*node_);
   const Node *x = node_->operand(0), *w = node_->operand(1);
   size_t rank = x->rank();
   if (rank < 3 || rank > 5)
@@ -23,18 +24,19 @@ bool GraphVerifier::checkConvolution() {
   size_t spatial = rank - 2;
   if (!sharesNumericDtype())
     return false;
-  for (const char *name : {"stride", "padding", "dilation"}) {
-    const IntList &v = a.getInts(name);
-    if (v.size() != spatial)
+  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &a.stride()},
+                         {"padding", &a.padding()},
+                         {"dilation", &a.dilation()}}) {
+    if (v->size() != spatial)
       return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+                  " entries (one per spatial dim), not " + std::to_string(v->size()));
     int64_t least = std::string(name) == "padding" ? 0 : 1;
-    for (int64_t e : v)
+    for (int64_t e : *v)
       if (e < least || e > (int64_t(1) << 40))
         return fail(std::string("'") + name + "' entry " + std::to_string(e) +
                     " is out of range (at least " + std::to_string(least) + ")");
   }
-  int64_t groups = a.getInt("groups");
+  int64_t groups = a.groups();
   if (groups < 1)
     return fail("'groups' must be at least 1, not " + std::to_string(groups));
   if (node_->operands().size() == 3 && node_->operand(2)->rank() != 1)
@@ -60,8 +62,7 @@ bool GraphVerifier::checkConvolution() {
                 sym::toString(x->shape()[0]) + " and the weight's " + sym::toString(o) +
                 " output channels");
   // Each spatial size is what the window gives: (in + 2p - d(k-1) - 1) / s + 1.
-  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
-                &dil = a.getInts("dilation");
+  const IntList &st = a.stride(), &pad = a.padding(), &dil = a.dilation();
   for (size_t i = 0; i < spatial; ++i) {
     SymExpr in = x->shape()[2 + i], k = w->shape()[2 + i], out = node_->shape()[2 + i];
     if (!k->isConst())
@@ -104,7 +105,7 @@ bool GraphVerifier::sharesNumericDtype() {
 /// [Cout]): attribute lengths and ranges, static sizes, and the result
 /// [N, Cout, (S - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1].
 bool GraphVerifier::checkConvTranspose() {
-  const AttrMap &a = node_->attrs();
+  const attrs::ConvTranspose a(*node_);
   const Node *x = node_->operand(0), *w = node_->operand(1);
   int rank = x->rank();
   if (rank < 3 || rank > 5 || w->rank() != rank || node_->rank() != rank)
@@ -112,18 +113,20 @@ bool GraphVerifier::checkConvTranspose() {
   size_t spatial = static_cast<size_t>(rank - 2);
   if (!sharesNumericDtype())
     return false;
-  for (const char *name : {"stride", "padding", "dilation", "output_padding"}) {
-    const IntList &v = a.getInts(name);
-    if (v.size() != spatial)
+  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &a.stride()},
+                         {"padding", &a.padding()},
+                         {"dilation", &a.dilation()},
+                         {"output_padding", &a.output_padding()}}) {
+    if (v->size() != spatial)
       return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+                  " entries (one per spatial dim), not " + std::to_string(v->size()));
     int64_t least = name[0] == 's' || name[0] == 'd' ? 1 : 0;
-    for (int64_t e : v)
+    for (int64_t e : *v)
       if (e < least || e > (int64_t(1) << 40))
         return fail(std::string("'") + name + "' entry " + std::to_string(e) +
                     " is out of range (at least " + std::to_string(least) + ")");
   }
-  int64_t groups = a.getInt("groups");
+  int64_t groups = a.groups();
   std::vector<int64_t> ws;
   for (SymExpr d : w->shape()) {
     if (!d->isConst())
@@ -132,11 +135,11 @@ bool GraphVerifier::checkConvTranspose() {
   }
   if (groups < 1 || ws[0] % groups || x->shape()[1] != w->shape()[0])
     return fail("input channels must equal the weight's first dim, a multiple of groups");
-  if (node_->operands().size() != 2u + a.getBool("bias"))
+  if (node_->operands().size() != 2u + a.bias())
     return fail("operand count does not match the 'bias' attribute");
   std::vector<SymExpr> want{x->shape()[0], ctx_.constant(groups * ws[1])};
-  const IntList &st = a.getInts("stride"), &pad = a.getInts("padding"),
-                &dil = a.getInts("dilation"), &extra = a.getInts("output_padding");
+  const IntList &st = a.stride(), &pad = a.padding(), &dil = a.dilation(),
+                &extra = a.output_padding();
   for (size_t i = 0; i < spatial; ++i) {
     SymExpr in = x->shape()[2 + i];
     if (!in->isConst() || extra[i] >= std::max(st[i], dil[i]))
@@ -145,7 +148,7 @@ bool GraphVerifier::checkConvTranspose() {
     want.push_back(ctx_.constant(GraphBuilder::convTransposeSize(in->value(), st[i], pad[i],
                                                                  dil[i], ws[2 + i], extra[i])));
   }
-  if (a.getBool("bias") && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
+  if (a.bias() && node_->operand(2)->shape() != std::vector<SymExpr>{want[1]})
     return fail("bias must have shape [" + sym::toString(want[1]) + "]");
   return node_->shape() == want ? true : fail("result must be " + shapeText(want));
 }
@@ -155,7 +158,7 @@ bool GraphVerifier::checkConvTranspose() {
 /// `sizes` (operand 0, operand 1, result).
 bool GraphVerifier::checkConvGradient(const char *names,
                                       std::array<std::vector<int64_t>, 3> &sizes) {
-  const AttrMap &a = node_->attrs();
+  const attrs::ConvWeightGrad a(*node_); // and conv_input_grad, of the same attributes
   const Node *ops[3] = {node_->operand(0), node_->operand(1), node_};
   int rank = ops[0]->rank();
   if (rank < 3 || rank > 5 || ops[1]->rank() != rank || node_->rank() != rank)
@@ -164,13 +167,14 @@ bool GraphVerifier::checkConvGradient(const char *names,
       ops[1]->dtype() != node_->dtype())
     return fail(std::string(names) + " and result must share one floating dtype");
   size_t spatial = static_cast<size_t>(rank - 2);
-  for (const char *name : {"stride", "padding", "dilation"}) {
-    const IntList &v = a.getInts(name);
-    if (v.size() != spatial)
+  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &a.stride()},
+                         {"padding", &a.padding()},
+                         {"dilation", &a.dilation()}}) {
+    if (v->size() != spatial)
       return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v.size()));
+                  " entries (one per spatial dim), not " + std::to_string(v->size()));
     int64_t least = name[0] == 'p' ? 0 : 1;
-    for (int64_t e : v)
+    for (int64_t e : *v)
       if (e < least || e > (int64_t(1) << 40))
         return fail(std::string("'") + name + "' entry " + std::to_string(e) +
                     " is out of range (at least " + std::to_string(least) + ")");
@@ -187,9 +191,9 @@ bool GraphVerifier::checkConvGradient(const char *names,
 
 /// The windows a kernel of k gives over n positions along spatial dim i (-1: none).
 int64_t GraphVerifier::convWindows(size_t i, int64_t n, int64_t k) {
-  const AttrMap &a = node_->attrs();
-  int64_t room = n + 2 * a.getInts("padding")[i] - a.getInts("dilation")[i] * (k - 1) - 1;
-  return room < 0 ? -1 : room / a.getInts("stride")[i] + 1;
+  const attrs::ConvWeightGrad a(*node_); // and conv_input_grad
+  int64_t room = n + 2 * a.padding()[i] - a.dilation()[i] * (k - 1) - 1;
+  return room < 0 ? -1 : room / a.stride()[i] + 1;
 }
 
 /// A convolution's weight gradient (input [N, C, *S], output gradient [N, O, *P], result
@@ -201,7 +205,7 @@ bool GraphVerifier::checkConvWeightGrad() {
   if (!checkConvGradient("input, output gradient", s))
     return false;
   const std::vector<int64_t> &xs = s[0], &ds = s[1], &ws = s[2];
-  int64_t groups = node_->attrs().getInt("groups");
+  int64_t groups = attrs::ConvWeightGrad(*node_).groups();
   if (groups < 1 || xs[1] % groups || ds[1] % groups || xs[0] != ds[0] || ws[0] != ds[1] ||
       ws[1] * groups != xs[1])
     return fail("result " + shapeText(node_->shape()) + " must be [output gradient channels, "
@@ -224,7 +228,7 @@ bool GraphVerifier::checkConvInputGrad() {
   if (!checkConvGradient("output gradient, weight", s))
     return false;
   const std::vector<int64_t> &ds = s[0], &ws = s[1], &xs = s[2];
-  int64_t groups = node_->attrs().getInt("groups");
+  int64_t groups = attrs::ConvInputGrad(*node_).groups();
   if (groups < 1 || ws[0] % groups || ds[1] != ws[0] || xs[0] != ds[0] ||
       xs[1] != ws[1] * groups)
     return fail("result " + shapeText(node_->shape()) + " must be [batch, weight channels x "
@@ -246,9 +250,8 @@ bool GraphVerifier::checkConvInputGrad() {
 /// input's and whose pooled dims the window arithmetic gives (rounded down, or up in ceil
 /// mode). Dtypes: max pools numbers, avg_pool floats and i64, max_pool_grad float gradients.
 bool GraphVerifier::checkPooling() {
-  const AttrMap &a = node_->attrs();
-  const IntList &k = a.getInts("kernel"), &st = a.getInts("stride"), &p = a.getInts("padding"),
-                &d = a.getInts("dilation");
+  const attrs::MaxPool a(*node_); // every pool's window attributes
+  const IntList &k = a.kernel(), &st = a.stride(), &p = a.padding(), &d = a.dilation();
   size_t spatial = k.size();
   if (spatial < 1 || spatial > 3 || st.size() != spatial || p.size() != spatial ||
       d.size() != spatial)
@@ -266,7 +269,7 @@ bool GraphVerifier::checkPooling() {
   } else if (node_->op() == OpKind::AvgPool) {
     if (!isFloating(t) && t != DType::Int64)
       return fail("needs a floating-point or i64 input");
-    if (a.getInt("divisor") < 0)
+    if (attrs::AvgPool(*node_).divisor() < 0)
       return fail("divisor must be positive (or 0: the window count)");
   } else if (t == DType::Bool) {
     return fail("needs a numeric input, not bool");
@@ -306,7 +309,7 @@ bool GraphVerifier::checkPooling() {
 /// Adaptive pooling of the last output_size.size() (1 to 3) dims of a floating-point input:
 /// static, non-empty pooled dims, and a result of the input's leading dims and output_size.
 bool GraphVerifier::checkAdaptivePooling() {
-  const IntList &o = node_->attrs().getInts("output_size");
+  const IntList &o = attrs::AdaptiveAvgPool(*node_).output_size(); // every adaptive pool's
   OpKind op = node_->op();
   bool grad = op == OpKind::AdaptiveAvgPoolGrad || op == OpKind::AdaptiveMaxPoolGrad;
   // The pooled shape is the result's, or a gradient's (then the result is the input's).
@@ -354,11 +357,11 @@ bool GraphVerifier::checkAdaptivePooling() {
 /// non-empty spatial dims and static grid points: the decomposition flattens both), and a
 /// result of the input's dtype shaped [N, C, *O].
 bool GraphVerifier::checkGridSample() {
-  const AttrMap &a = node_->attrs();
+  const attrs::GridSample a(*node_);
   const Node *x = node_->operand(0);
   std::vector<SymExpr> want;
-  std::string err = GraphBuilder::gridSampleShape(x, node_->operand(1), a.getString("mode"),
-                                                  a.getString("padding_mode"), want);
+  std::string err = GraphBuilder::gridSampleShape(x, node_->operand(1), a.mode_text(),
+                                                  a.padding_mode_text(), want);
   if (!err.empty())
     return fail(err);
   if (node_->dtype() != x->dtype())
@@ -387,17 +390,18 @@ bool GraphVerifier::checkAttention() {
     return fail("result must be " + shapeText(want));
   if (!checkAttentionDropout(3))
     return false;
-  return !node_->attrs().getBool("bias") || checkAttentionBias(node_->operands().back(), q, k);
+  return !attrs::Attention(*node_).bias() ||
+         checkAttentionBias(node_->operands().back(), q, k);
 }
 
 /// An attention's or its gradient's dropout: p in [0, 1), and for p > 0 an i64 scalar seed
 /// at operand `at`; the operand count is `at`, the seed and the bias.
 bool GraphVerifier::checkAttentionDropout(size_t at) {
-  const AttrMap &a = node_->attrs();
+  const attrs::AttentionLse a(*node_); // the attributes of every attention op
   double p = GraphBuilder::attentionDropout(node_);
   if (!(p >= 0 && p < 1))
     return fail("dropout must be in [0, 1)");
-  if (node_->operands().size() != at + (p > 0) + a.getBool("bias"))
+  if (node_->operands().size() != at + (p > 0) + a.bias())
     return fail("operand count does not match the 'bias' and 'dropout' attributes");
   if (p > 0 && (node_->operand(at)->dtype() != DType::Int64 ||
                 !node_->operand(at)->shape().empty()))
@@ -423,12 +427,12 @@ bool GraphVerifier::checkAttentionBias(const Node *b, const Node *q, const Node 
 /// attention_lse (q, k[, bias] -> [B.., Sq] in the compute type) and attention_grad
 /// (dout, q, k, v, out, lse[, bias] -> the shape and dtype of q, k or v as `wrt` says).
 bool GraphVerifier::checkAttentionSaved() {
-  const AttrMap &a = node_->attrs();
+  const attrs::AttentionLse a(*node_); // and attention_grad's
   bool grad = node_->op() == OpKind::AttentionGrad;
   size_t first = grad ? 1 : 0, operands = node_->operands().size();
   if (grad && !checkAttentionDropout(6))
     return false;
-  if (!grad && operands != 2u + a.getBool("bias"))
+  if (!grad && operands != 2u + a.bias())
     return fail("operand count does not match the 'bias' attribute");
   const Node *q = node_->operand(first), *k = node_->operand(first + 1);
   size_t r = q->shape().size();
@@ -440,7 +444,7 @@ bool GraphVerifier::checkAttentionSaved() {
   if (k->shape()[r - 1] != q->shape()[r - 1])
     return fail("key must be [.., Sk, D] for a query [.., Sq, D]");
   std::vector<SymExpr> rows(q->shape().begin(), q->shape().end() - 1);
-  if (a.getBool("bias") && !checkAttentionBias(node_->operand(operands - 1), q, k))
+  if (a.bias() && !checkAttentionBias(node_->operand(operands - 1), q, k))
     return false;
   if (!grad)
     return node_->dtype() == computeType(q->dtype()) && node_->shape() == rows
@@ -462,8 +466,8 @@ bool GraphVerifier::checkAttentionSaved() {
   if (lse->dtype() != computeType(q->dtype()) || lse->shape() != rows)
     return fail("the log-sum-exp must be " + std::string(dtypeName(computeType(q->dtype()))) +
                 shapeText(rows));
-  const std::string &wrt = a.getString("wrt");
-  const Node *like = wrt == "q" ? q : wrt == "k" ? k : v;
+  attrs::AttentionWrt wrt = attrs::AttentionGrad(*node_).wrt();
+  const Node *like = wrt == attrs::AttentionWrt::Q ? q : wrt == attrs::AttentionWrt::K ? k : v;
   if (node_->dtype() != q->dtype() || node_->shape() != like->shape())
     return fail("result must be shaped as the operand named by wrt");
   return true;

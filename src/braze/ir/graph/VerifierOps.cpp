@@ -17,7 +17,7 @@ bool GraphVerifier::checkSort() {
     return fail("needs an operand of rank 1 or more");
   if (!checkDim("dim", x->rank()))
     return false;
-  int64_t dim = node_->attrs().getInt("dim");
+  int64_t dim = attrs::Mode(*node_).dim(); // every sort's
   std::string err = GraphBuilder::sortLimitError(x->shape(), dim);
   if (!err.empty())
     return fail(err);
@@ -46,7 +46,8 @@ bool GraphVerifier::checkScan() {
     return fail("needs an operand of rank 1 or more");
   if (!checkDim("dim", x->rank()))
     return false;
-  std::string err = GraphBuilder::scanLimitError(x->shape(), node_->attrs().getInt("dim"));
+  std::string err =
+      GraphBuilder::scanLimitError(x->shape(), attrs::CumSum(*node_).dim()); // every scan's
   if (!err.empty())
     return fail(err);
   DType want = node_->op() == OpKind::CumExtremeIndex ? DType::Int64 : x->dtype();
@@ -61,27 +62,27 @@ bool GraphVerifier::checkScan() {
 /// sorter of seq's shape when the attribute says so, i32 or i64 indices shaped as values.
 /// histogram: GraphBuilder::histogramError, a result [bins] of the operand's dtype.
 bool GraphVerifier::checkSearch() {
-  const AttrMap &a = node_->attrs();
   const Node *x = node_->operand(0);
   if (node_->op() == OpKind::Histogram) {
-    std::string err =
-        GraphBuilder::histogramError(x, a.getInt("bins"), a.getFloat("min"), a.getFloat("max"));
+    const attrs::Histogram h(*node_);
+    std::string err = GraphBuilder::histogramError(x, h.bins(), h.min(), h.max());
     if (!err.empty())
       return fail(err);
-    std::vector<SymExpr> want{ctx_.constant(a.getInt("bins"))};
+    std::vector<SymExpr> want{ctx_.constant(h.bins())};
     return node_->dtype() == x->dtype() && node_->shape() == want
                ? true
                : fail("result must be " + std::string(dtypeName(x->dtype())) + shapeText(want));
   }
   const Node *values = node_->operand(1);
-  if (node_->operands().size() != 2u + a.getBool("sorter"))
+  bool sorter = attrs::SearchSorted(*node_).sorter();
+  if (node_->operands().size() != 2u + sorter)
     return fail("operand count does not match the 'sorter' attribute");
   if (x->dtype() != values->dtype() || x->dtype() == DType::Bool)
     return fail("sequence and values must share one numeric dtype");
   std::string err = GraphBuilder::searchShape(x, values);
   if (!err.empty())
     return fail(err);
-  if (a.getBool("sorter") &&
+  if (sorter &&
       (node_->operand(2)->dtype() != DType::Int64 || node_->operand(2)->shape() != x->shape()))
     return fail("the sorter must be i64 of the sequence's shape");
   if ((node_->dtype() != DType::Int64 && node_->dtype() != DType::Int32) ||
@@ -94,7 +95,7 @@ bool GraphVerifier::checkSearch() {
 /// [N (N - 1) / 2]; f32 or f64 throughout, p >= 0.
 bool GraphVerifier::checkDistances() {
   const Node *x = node_->operand(0);
-  double p = node_->attrs().getFloat("p");
+  double p = attrs::Pdist(*node_).p(); // and cdist's
   if (std::isnan(p) || p < 0)
     return fail("p must be >= 0 (or inf)");
   if ((x->dtype() != DType::Float32 && x->dtype() != DType::Float64) ||
@@ -126,8 +127,8 @@ bool GraphVerifier::checkDistances() {
 /// embedding_bag: GraphBuilder::embeddingBagError on its operands (as the attributes say which
 /// are there), i64 indices and offsets, and a result [B, D] of the weight's dtype.
 bool GraphVerifier::checkEmbeddingBag() {
-  const AttrMap &a = node_->attrs();
-  bool offsets = a.getBool("offsets"), weights = a.getBool("weights");
+  const attrs::EmbeddingBag a(*node_);
+  bool offsets = a.offsets(), weights = a.weights();
   if (node_->operands().size() != 2u + offsets + weights)
     return fail("operand count does not match the 'offsets' and 'weights' attributes");
   const Node *w = node_->operand(0), *idx = node_->operand(1);
@@ -137,9 +138,8 @@ bool GraphVerifier::checkEmbeddingBag() {
     return fail("indices and offsets must be i64");
   int64_t bags = 0;
   std::string err =
-      GraphBuilder::embeddingBagError(w, idx, off, psw, a.getString("mode"),
-                                      a.getInt("padding_idx"), a.getBool("include_last_offset"),
-                                      bags);
+      GraphBuilder::embeddingBagError(w, idx, off, psw, a.mode_text(), a.padding_idx(),
+                                      a.include_last_offset(), bags);
   if (!err.empty())
     return fail(err);
   std::vector<SymExpr> want{ctx_.constant(bags), w->shape()[1]};
@@ -180,7 +180,7 @@ bool GraphVerifier::checkArithmetic() {
                       "and a scalar otherwise");
   }
   if (node_->op() == OpKind::RoundDecimals) {
-    int64_t d = node_->attrs().getInt("decimals");
+    int64_t d = attrs::RoundDecimals(*node_).decimals();
     if (d < -GraphBuilder::kMaxDecimals || d > GraphBuilder::kMaxDecimals)
       return fail("decimals must be within +-" + std::to_string(GraphBuilder::kMaxDecimals));
     return isFloating(x->dtype()) && node_->type().shape == x->shape() &&
@@ -197,16 +197,15 @@ bool GraphVerifier::checkArithmetic() {
     return true;
   if (x->rank() == 0 || !checkDim("dim", x->rank()))
     return x->rank() == 0 ? fail("needs operands of rank 1 or more") : false;
-  return x->shape()[node_->attrs().getInt("dim")]->isConst(3) ? true
-                                                              : fail("dim must be 3 long");
+  return x->shape()[attrs::Cross(*node_).dim()]->isConst(3) ? true
+                                                           : fail("dim must be 3 long");
 }
 
 bool GraphVerifier::checkScatter() {
-  const AttrMap &a = node_->attrs();
-  if (a.has("max_hits") &&
-      (a.getInt("max_hits") < 1 ||
-       (a.getInt("max_hits") > GraphBuilder::kMaxScatterHits &&
-        attrs::Scatter(*node_).mode() != attrs::ScatterMode::Sum)))
+  const attrs::Scatter a(*node_);
+  if (a.has_max_hits() &&
+      (a.max_hits() < 1 ||
+       (a.max_hits() > GraphBuilder::kMaxScatterHits && a.mode() != attrs::ScatterMode::Sum)))
     return fail("attribute 'max_hits' must be an integer from 1 to " +
                 std::to_string(GraphBuilder::kMaxScatterHits) +
                 " (at least 1 for a sum, which adds in place beyond that)");

@@ -3,13 +3,15 @@
 /// silu(x)        = x * sigmoid(x)
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 namespace braze::decomp {
 
 Node *decomposeGelu(GraphBuilder &b, Node *n) {
   Node *x = upcast(b, n->operand(0));
   DType t = x->dtype();
   Node *inner;
-  if (n->attrs().getString("approximate") == "tanh") {
+  if (attrs::Gelu(*n).approximate() == attrs::GeluApproximate::Tanh) {
     Node *cube = b.mul(b.mul(x, x), x);
     Node *poly = b.add(x, b.mul(b.scalar(0.044715, t), cube));
     inner = b.unary(OpKind::Tanh, b.mul(b.scalar(0.7978845608028654, t), poly));

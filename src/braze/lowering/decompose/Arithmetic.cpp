@@ -21,6 +21,8 @@
 ///                    the rest (x' unsqueezed at its expand dims; half precision in f32).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -28,7 +30,7 @@ namespace braze::decomp {
 
 Node *decomposeCross(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0), *y = n->operand(1);
-  int64_t d = n->attrs().getInt("dim");
+  int64_t d = attrs::Cross(*n).dim();
   std::vector<Node *> parts;
   for (int64_t i = 0; i < 3; ++i) {
     int64_t j = (i + 1) % 3, k = (i + 2) % 3;
@@ -69,16 +71,17 @@ Node *decomposeSoftMarginLoss(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0), *y = n->operand(1);
   Node *product = b.mul(b.unary(OpKind::Neg, x), y);
   Node *loss = b.unary(OpKind::Log1p, b.unary(OpKind::Exp, product));
-  const std::string &reduction = n->attrs().getString("reduction");
-  if (reduction == "none")
+  attrs::LossReduction reduction = attrs::SoftMarginLoss(*n).reduction();
+  if (reduction == attrs::LossReduction::None)
     return loss;
   // No dims: every dim.
-  return reduction == "mean" ? b.mean(loss, {}, false) : b.reduce(OpKind::Sum, loss, {}, false);
+  return reduction == attrs::LossReduction::Mean ? b.mean(loss, {}, false)
+                                                  : b.reduce(OpKind::Sum, loss, {}, false);
 }
 
 Node *decomposeRoundDecimals(GraphBuilder &b, Node *n) {
   Node *x = upcast(b, n->operand(0));
-  int64_t d = n->attrs().getInt("decimals");
+  int64_t d = attrs::RoundDecimals(*n).decimals();
   if (d == 0)
     return downcastLike(b, b.unary(OpKind::Round, x), n->dtype());
   Node *ten = b.scalar(std::pow(10.0, static_cast<double>(std::abs(d))), x->dtype());
@@ -114,10 +117,10 @@ Node *decomposeAngle(GraphBuilder &b, Node *n) {
 
 Node *decomposeAddMatMul(GraphBuilder &b, Node *n) {
   Node *bias = n->operand(0), *x = n->operand(1), *y = n->operand(2);
-  const AttrMap &a = n->attrs();
-  double beta = a.getFloat("beta"), alpha = a.getFloat("alpha");
+  const attrs::AddMatMul a(*n);
+  double beta = a.beta(), alpha = a.alpha();
   DType t = n->dtype();
-  bool batchSum = a.getBool("batch_sum");
+  bool batchSum = a.batch_sum();
   if (batchSum && (t == DType::Float16 || t == DType::BFloat16)) {
     Node *prods = b.matmul(b.convert(x, DType::Float32), b.convert(y, DType::Float32));
     Node *acc = nullptr;
@@ -154,7 +157,7 @@ Node *decomposeAddMatMul(GraphBuilder &b, Node *n) {
 }
 
 Node *decomposeTrilinear(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::Trilinear a(*n);
   DType t = n->dtype(), ct = computeType(t);
   auto expanded = [&](Node *x, const IntList &dims) {
     Node *h = b.convert(x, ct);
@@ -164,14 +167,13 @@ Node *decomposeTrilinear(GraphBuilder &b, Node *n) {
       h = b.unsqueeze(h, d);
     return h;
   };
-  const IntList &expand3 = a.getInts("expand3");
+  const IntList &expand3 = a.expand3();
   std::vector<int64_t> first, rest;
-  IntList sum = a.getInts("sumdim");
+  IntList sum = a.sumdim();
   std::sort(sum.begin(), sum.end());
   for (int64_t d : sum)
     (std::find(expand3.begin(), expand3.end(), d) != expand3.end() ? first : rest).push_back(d);
-  Node *h = b.mul(expanded(n->operand(0), a.getInts("expand1")),
-                  expanded(n->operand(1), a.getInts("expand2")));
+  Node *h = b.mul(expanded(n->operand(0), a.expand1()), expanded(n->operand(1), a.expand2()));
   if (!first.empty())
     h = b.convert(b.convert(b.reduce(OpKind::Sum, h, first, true, ct), t), ct);
   h = b.mul(h, expanded(n->operand(2), expand3));

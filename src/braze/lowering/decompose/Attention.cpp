@@ -15,6 +15,8 @@
 /// keep' = keep / (1 - p).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <limits>
 #include <numeric>
 
@@ -49,9 +51,10 @@ Node *scores(GraphBuilder &b, Node *q, Node *k, Node *bias, double scale, bool c
   return s;
 }
 
-/// The bias operand of attention-family node n (its last operand), or nullptr.
+/// The bias operand of attention-family node n (its last operand), or nullptr. Read through
+/// attention_lse's view, whose attributes attention and attention_grad have too.
 Node *biasOf(Node *n) {
-  return n->attrs().getBool("bias") ? n->operands().back() : nullptr;
+  return attrs::AttentionLse(*n).bias() ? n->operands().back() : nullptr;
 }
 
 /// An attention's kept probabilities' factor over the scores `s`: 1 / (1 - p) where the
@@ -74,10 +77,10 @@ Node *decomposeAttention(GraphBuilder &b, Node *n) {
   Node *q = n->operand(0), *v = n->operand(2);
   int64_t r = q->rank();
   DType compute = computeType(q->dtype());
-  Node *s = scores(b, q, n->operand(1), biasOf(n), n->attrs().getFloat("scale"),
-                   n->attrs().getBool("causal"));
+  const attrs::Attention a(*n);
+  Node *s = scores(b, q, n->operand(1), biasOf(n), a.scale(), a.causal());
   Node *p = b.softmax(s, r - 1);
-  if (n->attrs().getBool("safe")) {
+  if (a.safe()) {
     // A row whose every key is masked attends to nothing (0), as PyTorch's attention kernels
     // and its safe softmax give, not to nan.
     Node *empty = b.binary(OpKind::Eq, b.reduce(OpKind::Amax, s, {r - 1}, true),
@@ -93,8 +96,8 @@ Node *decomposeAttentionLse(GraphBuilder &b, Node *n) {
   Node *q = n->operand(0);
   int64_t last = q->rank() - 1;
   DType compute = computeType(q->dtype());
-  Node *s = scores(b, q, n->operand(1), biasOf(n), n->attrs().getFloat("scale"),
-                   n->attrs().getBool("causal"));
+  const attrs::AttentionLse a(*n);
+  Node *s = scores(b, q, n->operand(1), biasOf(n), a.scale(), a.causal());
   // The row maximum, 0 for an all-masked row, so that such a row gives log(0) = -inf.
   Node *m = b.reduce(OpKind::Amax, s, {last}, true);
   m = b.where(b.binary(OpKind::Eq, m, b.scalar(kNegInf, compute)), b.scalar(0, compute), m);
@@ -109,22 +112,24 @@ Node *decomposeAttentionGrad(GraphBuilder &b, Node *n) {
   Node *out = n->operand(4), *lse = n->operand(5);
   int64_t last = q->rank() - 1;
   DType compute = computeType(q->dtype());
-  double scale = n->attrs().getFloat("scale");
-  Node *s = scores(b, q, k, biasOf(n), scale, n->attrs().getBool("causal"));
+  const attrs::AttentionGrad a(*n);
+  double scale = a.scale();
+  Node *s = scores(b, q, k, biasOf(n), scale, a.causal());
   Node *l = b.unsqueeze(lse, last);
   Node *p = b.where(b.binary(OpKind::Eq, l, b.scalar(kNegInf, compute)), b.scalar(0, compute),
                     b.unary(OpKind::Exp, b.sub(s, l)));
   Node *g = upcast(b, dout);
   Node *keep = dropoutFactor(b, n, s, 6);
-  const std::string &wrt = n->attrs().getString("wrt");
-  if (wrt == "v")
+  attrs::AttentionWrt wrt = a.wrt();
+  if (wrt == attrs::AttentionWrt::V)
     return downcastLike(b, b.matmul(transposed(b, keep ? b.mul(p, keep) : p), g), q->dtype());
   Node *dp = b.matmul(g, transposed(b, upcast(b, v)));
   if (keep)
     dp = b.mul(dp, keep);
   Node *delta = b.reduce(OpKind::Sum, b.mul(g, upcast(b, out)), {last}, true);
   Node *ds = b.mul(p, b.sub(dp, delta));
-  Node *d = wrt == "q" ? b.matmul(ds, upcast(b, k)) : b.matmul(transposed(b, ds), upcast(b, q));
+  Node *d = wrt == attrs::AttentionWrt::Q ? b.matmul(ds, upcast(b, k))
+                                          : b.matmul(transposed(b, ds), upcast(b, q));
   return downcastLike(b, b.mul(d, b.scalar(scale, compute)), q->dtype());
 }
 

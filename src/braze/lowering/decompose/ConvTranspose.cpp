@@ -11,6 +11,7 @@
 ///   3. out + bias.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
@@ -40,10 +41,9 @@ struct Params {
 };
 
 Params paramsOf(Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::ConvTranspose a(*n);
   Node *x = n->operand(0), *w = n->operand(1);
-  Params p{a.getInts("stride"), a.getInts("padding"), a.getInts("dilation"),
-           a.getInts("output_padding"), {}, {}, {}, a.getInt("groups"),
+  Params p{a.stride(), a.padding(), a.dilation(), a.output_padding(), {}, {}, {}, a.groups(),
            w->shape()[0]->value(), w->shape()[1]->value(), x->rank() - 2};
   for (int64_t i = 0; i < p.spatial; ++i) {
     p.sizes.push_back(x->shape()[2 + i]->value());
@@ -138,8 +138,9 @@ bool convTransposeRoundsPerTap(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
   if (!opts.cpuHalfRounding || (t != DType::Float16 && t != DType::BFloat16))
     return false;
-  const IntList &stride = n->attrs().getInts("stride");
-  const IntList &extra = n->attrs().getInts("output_padding");
+  const attrs::ConvTranspose a(*n);
+  const IntList &stride = a.stride();
+  const IntList &extra = a.output_padding();
   bool oneDnn =
       std::find(opts.oneDnnHalf.begin(), opts.oneDnnHalf.end(), t) != opts.oneDnnHalf.end();
   for (size_t i = 0; i < stride.size(); ++i)
@@ -156,7 +157,7 @@ int64_t convTransposeTaps(const Node *n) {
 
 Node *decomposeConvTranspose(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   Node *x = n->operand(0), *w = n->operand(1);
-  Node *bias = n->attrs().getBool("bias") ? n->operand(2) : nullptr;
+  Node *bias = attrs::ConvTranspose(*n).bias() ? n->operand(2) : nullptr;
   Params p = paramsOf(n);
   bool half = x->dtype() == DType::Float16 || x->dtype() == DType::BFloat16;
   if (convTransposeRoundsPerTap(n, opts)) {

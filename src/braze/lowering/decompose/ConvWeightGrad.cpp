@@ -5,6 +5,8 @@
 /// convolution (loop::ConvSpec, ConvDirectionKind::WeightGrad).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <algorithm>
 
 namespace braze::decomp {
@@ -108,21 +110,20 @@ Node *weightGradForms(GraphBuilder &b, Node *x, Node *gradOut, const IntList &ke
 } // namespace
 
 Node *decomposeConvWeightGrad(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::ConvWeightGrad a(*n);
   IntList kernel;
   for (size_t i = 2; i < n->shape().size(); ++i)
     kernel.push_back(n->shape()[i]->value());
-  return weightGradForms(b, n->operand(0), n->operand(1), kernel, a.getInts("stride"),
-                         a.getInts("padding"), a.getInts("dilation"), a.getInt("groups"));
+  return weightGradForms(b, n->operand(0), n->operand(1), kernel, a.stride(), a.padding(),
+                         a.dilation(), a.groups());
 }
 
 /// conv_input_grad where no library takes it whole: the transposed convolution of the output
 /// gradient by the weight, with the output padding that gives the input's sizes back (the
 /// input positions past the last window's reach).
 Node *decomposeConvInputGrad(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
-  const IntList &stride = a.getInts("stride"), &padding = a.getInts("padding"),
-                &dilation = a.getInts("dilation");
+  const attrs::ConvInputGrad a(*n);
+  const IntList &stride = a.stride(), &padding = a.padding(), &dilation = a.dilation();
   Node *dy = n->operand(0), *w = n->operand(1);
   IntList extra;
   for (size_t i = 0; i < stride.size(); ++i)
@@ -130,7 +131,7 @@ Node *decomposeConvInputGrad(GraphBuilder &b, Node *n) {
                     GraphBuilder::convTransposeSize(dy->shape()[2 + i]->value(), stride[i],
                                                     padding[i], dilation[i],
                                                     w->shape()[2 + i]->value(), 0));
-  return b.convTranspose(dy, w, nullptr, stride, padding, dilation, extra, a.getInt("groups"));
+  return b.convTranspose(dy, w, nullptr, stride, padding, dilation, extra, a.groups());
 }
 
 } // namespace braze::decomp

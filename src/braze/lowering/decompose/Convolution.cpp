@@ -10,14 +10,15 @@
 /// width one). Half precision accumulates in f32 and rounds once.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 namespace braze::decomp {
 
 Node *decomposeConvolution(GraphBuilder &b, Node *n) {
   sym::SymContext &s = b.sym();
-  const AttrMap &a = n->attrs();
-  const IntList &stride = a.getInts("stride"), &padding = a.getInts("padding"),
-                &dilation = a.getInts("dilation");
-  int64_t groups = a.getInt("groups");
+  const attrs::Convolution a(*n);
+  const IntList &stride = a.stride(), &padding = a.padding(), &dilation = a.dilation();
+  int64_t groups = a.groups();
   Node *x = n->operand(0), *w = n->operand(1);
   int64_t spatial = x->rank() - 2;
   // 1.
@@ -46,7 +47,7 @@ Node *decomposeConvolution(GraphBuilder &b, Node *n) {
     Node *ws = b.reshape(w, wshape);
     ws = half ? b.convert(ws, DType::Float32) : ws;
     Node *y = b.reduce(OpKind::Sum, b.mul(xs, ws), kernelDims, false);
-    if (a.getBool("bias")) {
+    if (a.bias()) {
       std::vector<SymExpr> bshape(n->shape().size(), b.dim(1));
       bshape[1] = n->shape()[1];
       Node *bias = b.reshape(n->operand(2), bshape);
@@ -79,7 +80,7 @@ Node *decomposeConvolution(GraphBuilder &b, Node *n) {
   y = b.permute(y, {0, 1, 3, 2});
   std::vector<SymExpr> shape = n->shape();
   y = b.reshape(y, shape);
-  if (a.getBool("bias")) {
+  if (a.bias()) {
     std::vector<SymExpr> bshape(shape.size(), b.dim(1));
     bshape[1] = shape[1];
     y = b.add(y, b.reshape(n->operand(2), bshape));

@@ -1,6 +1,7 @@
 #include "braze/lowering/decompose/Decompose.h"
 
 #include "braze/ir/graph/GraphText.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/passes/PassManager.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
@@ -68,10 +69,12 @@ bool fusedAttention(const Node *n, const DecomposeOptions &opts) {
 /// because it has more pairs than the reductions take, or (a half-precision sum in order)
 /// more values per element than they follow.
 bool accumulatingScatter(const Node *n) {
-  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
-  if (n->op() != OpKind::Scatter ||
-      !GraphBuilder::scatterIsAccumulating(n->dtype(), n->attrs().getString("mode"),
-                                           n->attrs().getBool("include_self"), maxHits > 0))
+  if (n->op() != OpKind::Scatter)
+    return false;
+  const attrs::Scatter a(*n);
+  int64_t maxHits = a.has_max_hits() ? a.max_hits() : 0;
+  if (!GraphBuilder::scatterIsAccumulating(n->dtype(), a.mode_text(), a.include_self(),
+                                           maxHits > 0))
     return false;
   if (maxHits > GraphBuilder::kMaxScatterHits)
     return true;
@@ -80,8 +83,7 @@ bool accumulatingScatter(const Node *n) {
     self *= d->value();
   for (SymExpr d : n->operand(2)->shape())
     src *= d->value();
-  return GraphBuilder::scatterAccumulates(n->dtype(), n->attrs().getString("mode"), maxHits > 0,
-                                         self, src);
+  return GraphBuilder::scatterAccumulates(n->dtype(), a.mode_text(), maxHits > 0, self, src);
 }
 
 /// Whether decompose leaves `n` whole under `opts` (a convolution or a weight gradient a

@@ -5,6 +5,8 @@
 /// distances to the rows after it from the full [N, N] matrix and concatenates them.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <cmath>
 
 namespace braze::decomp {
@@ -35,14 +37,15 @@ Node *pairwise(GraphBuilder &b, Node *x, Node *y, double p) {
 Node *decomposeCdist(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0), *y = n->operand(1);
   int64_t r = x->rank();
-  double p = n->attrs().getFloat("p");
+  const attrs::Cdist a(*n);
+  double p = a.p();
   // Both operands over the result's batch dims.
   std::vector<SymExpr> xs(n->shape().begin(), n->shape().end() - 2), ys = xs;
   xs.insert(xs.end(), x->shape().end() - 2, x->shape().end());
   ys.insert(ys.end(), y->shape().end() - 2, y->shape().end());
   x = b.expand(x, xs);
   y = b.expand(y, ys);
-  if (!n->attrs().getBool("matmul_form"))
+  if (!a.matmul_form())
     return pairwise(b, b.unsqueeze(x, r - 1), b.unsqueeze(y, r - 2), p);
   DType t = x->dtype();
   Node *xn = b.reduce(OpKind::Sum, b.mul(x, x), {r - 1}, true);
@@ -64,7 +67,7 @@ Node *decomposePdist(GraphBuilder &b, Node *n) {
   DType t = x->dtype();
   if (rows < 2 || x->shape()[1]->isConst(0)) // no pairs, or distances between empty rows
     return b.full(0, t, n->shape());
-  Node *full = pairwise(b, b.unsqueeze(x, 1), b.unsqueeze(x, 0), n->attrs().getFloat("p"));
+  Node *full = pairwise(b, b.unsqueeze(x, 1), b.unsqueeze(x, 0), attrs::Pdist(*n).p());
   std::vector<Node *> parts;
   for (int64_t i = 0; i + 1 < rows; ++i)
     parts.push_back(b.slice(b.select(full, 0, i), 0, i + 1, rows, 1));

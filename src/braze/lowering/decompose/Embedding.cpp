@@ -8,15 +8,17 @@
 /// Half precision is computed in f32 and rounded once.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <cmath>
 
 namespace braze::decomp {
 
 Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::EmbeddingBag a(*n);
   Node *weight = n->operand(0), *indices = n->operand(1);
-  bool hasOffsets = a.getBool("offsets");
-  const std::string &mode = a.getString("mode");
+  bool hasOffsets = a.offsets();
+  attrs::EmbeddingBagMode mode = a.mode();
   DType work = computeType(weight->dtype());
   int64_t bags = n->shape()[0]->value(), length = 1;
   for (const SymExpr &d : indices->shape())
@@ -34,24 +36,24 @@ Node *decomposeEmbeddingBag(GraphBuilder &b, Node *n) {
     bag = b.binary(OpKind::FloorDiv, pos, i64(b, per));
   }
   member = b.binary(OpKind::Eq, b.reshape(bag, {b.dim(1), b.dim(length)}), bagIds);
-  if (hasOffsets && a.getBool("include_last_offset"))
+  if (hasOffsets && a.include_last_offset())
     member = b.binary(OpKind::LogicalAnd, member,
                       b.binary(OpKind::Lt, pos, b.select(n->operand(2), 0, bags)));
-  if (int64_t pad = a.getInt("padding_idx"); pad >= 0)
+  if (int64_t pad = a.padding_idx(); pad >= 0)
     member = b.binary(OpKind::LogicalAnd, member, b.binary(OpKind::Ne, flat, i64(b, pad)));
   Node *rows = b.convert(b.take(weight, 0, flat), work); // [L, D]
-  if (a.getBool("weights")) {
+  if (a.weights()) {
     Node *w = b.convert(b.reshape(n->operand(n->operands().size() - 1), {b.dim(length)}), work);
     rows = b.mul(rows, b.unsqueeze(w, 1));
   }
   Node *m3 = b.unsqueeze(member, 2), *rows3 = b.unsqueeze(rows, 0); // [B, L, 1], [1, L, D]
   Node *zero = b.scalar(0.0, work), *out;
-  if (mode == "max") {
+  if (mode == attrs::EmbeddingBagMode::Max) {
     out = b.reduce(OpKind::Amax, b.where(m3, rows3, b.scalar(-INFINITY, work)), {1}, false);
     out = b.where(b.reduce(OpKind::Any, member, {1}, true), out, zero);
   } else {
     out = b.reduce(OpKind::Sum, b.where(m3, rows3, zero), {1}, false);
-    if (mode == "mean") {
+    if (mode == attrs::EmbeddingBagMode::Mean) {
       Node *count = b.reduce(OpKind::Sum, b.convert(member, work), {1}, true);
       out = b.div(out, b.binary(OpKind::Maximum, count, b.scalar(1.0, work)));
     }

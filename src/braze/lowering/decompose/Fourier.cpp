@@ -9,6 +9,8 @@
 /// normalization 1 scales by 1/sqrt(n), 2 by 1/n (n: the product of the transformed sizes).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <cmath>
 #include <tuple>
 
@@ -103,13 +105,13 @@ struct Dft {
 } // namespace
 
 Node *decomposeFft(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
-  const std::string &mode = a.getString("mode");
-  IntList dims = a.getInts("dims");
+  const attrs::Fft a(*n);
+  attrs::FftMode mode = a.mode();
+  IntList dims = a.dims();
   Node *x = n->operand(0);
   Dft f{b};
   Node *re = nullptr, *im = nullptr;
-  if (mode == "r2c") {
+  if (mode == attrs::FftMode::R2C) {
     re = b.convert(x, DType::Float64);
   } else {
     int64_t last = x->rank() - 1;
@@ -121,20 +123,20 @@ Node *decomposeFft(GraphBuilder &b, Node *n) {
   for (int64_t d : dims)
     count *= double(re->shape()[d]->value());
   Node *out = nullptr;
-  if (mode == "c2r") {
+  if (mode == attrs::FftMode::C2R) {
     for (size_t i = dims.size() - 1; i-- > 0;)
       std::tie(re, im) = f.c2c(re, im, dims[i], false);
-    int64_t size = a.getInt("last_size");
+    int64_t size = a.last_size();
     count = count / double(re->shape()[dims.back()]->value()) * double(size);
     out = f.c2r(re, im, dims.back(), size);
   } else {
     size_t rest = dims.size();
-    if (mode == "r2c")
-      std::tie(re, im) = f.r2c(re, dims[--rest], a.getBool("flag"));
+    if (mode == attrs::FftMode::R2C)
+      std::tie(re, im) = f.r2c(re, dims[--rest], a.flag());
     for (size_t i = rest; i-- > 0;)
-      std::tie(re, im) = f.c2c(re, im, dims[i], mode == "r2c" || a.getBool("flag"));
+      std::tie(re, im) = f.c2c(re, im, dims[i], mode == attrs::FftMode::R2C || a.flag());
   }
-  int64_t norm = a.getInt("normalization");
+  int64_t norm = a.normalization();
   double scale = norm == 0 ? 1.0 : norm == 1 ? 1.0 / std::sqrt(count) : 1.0 / count;
   DType t = n->dtype();
   auto finish = [&](Node *h) { return b.convert(norm ? b.mul(h, f.f64(scale)) : h, t); };

@@ -25,24 +25,21 @@
 /// CUDA kernels); the operations come in eager's order.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <array>
 
 namespace braze::decomp {
 
 namespace {
-enum class PaddingKind { Zeros, Border, Reflection };
-
 /// Builds one grid_sample node's replacement: positions from grid entries, padding, reads.
 class Sampler {
 public:
   /// `x` is n's input in the work dtype.
   Sampler(GraphBuilder &b, Node *n, Node *x) : b_(b), work_(x->dtype()) {
-    const AttrMap &a = n->attrs();
-    const std::string &padding = a.getString("padding_mode");
-    padding_ = padding == "border"       ? PaddingKind::Border
-               : padding == "reflection" ? PaddingKind::Reflection
-                                         : PaddingKind::Zeros;
-    alignCorners_ = a.getBool("align_corners");
+    const attrs::GridSample a(*n);
+    padding_ = a.padding_mode();
+    alignCorners_ = a.align_corners();
     spatial_ = x->rank() - 2;
     int64_t inputs = 1;
     for (int64_t d = 0; d < spatial_; ++d) {
@@ -76,11 +73,11 @@ public:
   /// A position mapped into a dim of n elements by the padding mode.
   Node *pad(Node *p, int64_t n) {
     switch (padding_) {
-    case PaddingKind::Zeros:
+    case attrs::GridSamplePadding::Zeros:
       return p;
-    case PaddingKind::Border:
+    case attrs::GridSamplePadding::Border:
       return clip(p, n);
-    case PaddingKind::Reflection:
+    case attrs::GridSamplePadding::Reflection:
       p = alignCorners_ ? reflect(p, 0, 2.0 * static_cast<double>(n - 1))
                         : reflect(p, -1, 2.0 * static_cast<double>(n) - 1);
       return clip(p, n);
@@ -165,7 +162,7 @@ private:
 
   GraphBuilder &b_;
   DType work_;
-  PaddingKind padding_;
+  attrs::GridSamplePadding padding_;
   bool alignCorners_;
   int64_t spatial_;
   IntList sizes_;              ///< the input's spatial sizes, in its dim order
@@ -176,8 +173,7 @@ private:
 } // namespace
 
 Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
-  const AttrMap &a = n->attrs();
-  const std::string &mode = a.getString("mode");
+  attrs::GridSampleMode mode = attrs::GridSample(*n).mode();
   DType t = n->dtype(), work = opts.cpuHalfRounding ? t : computeType(t);
   // An empty result reads nothing, and the reads would reshape to or from an empty dim.
   for (SymExpr d : n->shape())
@@ -190,9 +186,9 @@ Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts
   std::vector<Node *> coords; // in grid entry order: x, y, z
   for (int64_t i = 0; i < spatial; ++i) {
     Node *c = s.unnormalize(b.select(grid, grid->rank() - 1, i), s.sizeOf(i));
-    coords.push_back(mode == "bicubic" ? c : s.pad(c, s.sizeOf(i)));
+    coords.push_back(mode == attrs::GridSampleMode::Bicubic ? c : s.pad(c, s.sizeOf(i)));
   }
-  if (mode == "nearest") {
+  if (mode == attrs::GridSampleMode::Nearest) {
     std::vector<Node *> positions;
     for (Node *c : coords)
       positions.push_back(b.convert(b.unary(OpKind::Round, c), DType::Int64));
@@ -201,7 +197,7 @@ Node *decomposeGridSample(GraphBuilder &b, Node *n, const DecomposeOptions &opts
   std::vector<Node *> floors;
   for (Node *c : coords)
     floors.push_back(b.unary(OpKind::Floor, c));
-  if (mode == "bilinear") {
+  if (mode == attrs::GridSampleMode::Bilinear) {
     Node *out = nullptr;
     for (int64_t corner = 0; corner < (int64_t(1) << spatial); ++corner) {
       std::vector<Node *> positions;

@@ -16,6 +16,8 @@
 /// candidate index per dim, and a position receives the gradients whose index names it.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 namespace braze::decomp {
 
 namespace {
@@ -25,16 +27,17 @@ int64_t constOf(GraphBuilder &b, SymExpr e) {
   return v;
 }
 
-/// The window parameters of a regular pooling node, and the sizes it pools from and to.
+/// The window parameters of a regular pooling node, and the sizes it pools from and to. (Every
+/// regular pooling op has max_pool's attributes.)
 struct Geometry {
   IntList kernel, stride, padding, dilation, sizes, outs;
   int64_t spatial;
 };
 
 Geometry geometryOf(GraphBuilder &b, const Node *n, const Node *x, const Node *pooled) {
-  const AttrMap &a = n->attrs();
-  Geometry g{a.getInts("kernel"), a.getInts("stride"), a.getInts("padding"),
-             a.getInts("dilation"), {}, {}, static_cast<int64_t>(a.getInts("kernel").size())};
+  const attrs::MaxPool a(*n);
+  Geometry g{a.kernel(), a.stride(), a.padding(), a.dilation(), {}, {},
+             static_cast<int64_t>(a.kernel().size())};
   for (int64_t i = 0; i < g.spatial; ++i) {
     g.sizes.push_back(constOf(b, x->shape()[x->rank() - g.spatial + i]));
     g.outs.push_back(constOf(b, pooled->shape()[pooled->rank() - g.spatial + i]));
@@ -149,11 +152,12 @@ Node *decomposeAvgPool(GraphBuilder &b, Node *n) {
   DType work = computeType(x->dtype());
   Node *w = windows(b, g, b.convert(x, work), 0.0, 0.0);
   Node *sum = b.reduce(OpKind::Sum, w, lastDims(w->rank(), g.spatial), false, work);
+  const attrs::AvgPool a(*n);
   Node *count = nullptr;
-  if (int64_t divisor = n->attrs().getInt("divisor"))
+  if (int64_t divisor = a.divisor())
     count = b.scalar(static_cast<double>(divisor), work);
-  bool includePad = n->attrs().getBool("count_include_pad");
-  for (int64_t i = 0; i < g.spatial && !n->attrs().getInt("divisor"); ++i) {
+  bool includePad = a.count_include_pad();
+  for (int64_t i = 0; i < g.spatial && !a.divisor(); ++i) {
     Node *o = b.iota(DType::Int64, along(b, g.spatial, i, g.outs[i]), i);
     Node *start = b.sub(b.mul(o, i64(b, g.stride[i])), i64(b, g.padding[i]));
     Node *end = b.binary(OpKind::Minimum, b.add(start, i64(b, g.kernel[i])),
@@ -212,9 +216,10 @@ struct Adaptive {
   int64_t spatial;
 };
 
-/// `x` is the pooled input (the node's first operand, or a gradient's second).
+/// `x` is the pooled input (the node's first operand, or a gradient's second). (Every adaptive
+/// pooling op has adaptive_max_pool's attribute.)
 Adaptive adaptiveOf(GraphBuilder &b, const Node *n, const Node *x) {
-  Adaptive a{{}, n->attrs().getInts("output_size"), {}, 0};
+  Adaptive a{{}, attrs::AdaptiveMaxPool(*n).output_size(), {}, 0};
   a.spatial = static_cast<int64_t>(a.outs.size());
   for (int64_t i = 0; i < a.spatial; ++i) {
     int64_t size = constOf(b, x->shape()[x->rank() - a.spatial + i]), o = a.outs[i], k = 0;

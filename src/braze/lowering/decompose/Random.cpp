@@ -9,6 +9,7 @@
 ///   bernoulli: u < p (u in f64 for an f64 result, else f32)
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/support/Check.h"
 
 #include <cmath>
@@ -28,13 +29,14 @@ Node *flatPosition(GraphBuilder &b, const std::vector<SymExpr> &shape) {
 Node *decomposeRandom(GraphBuilder &b, Node *n) {
   Node *seed = n->operand(0);
   const std::vector<SymExpr> &shape = n->shape();
-  Node *base = b.scalar(static_cast<double>(n->attrs().getInt("stream") << 40), DType::Int64);
+  const attrs::Random a(*n);
+  Node *base = b.scalar(static_cast<double>(a.stream() << 40), DType::Int64);
   Node *pos = flatPosition(b, shape);
   auto uniform = [&](Node *counter) {
     return b.binary(OpKind::PhiloxUniform, b.expand(seed, shape), b.add(counter, base));
   };
   Node *r;
-  if (n->attrs().getString("distribution") == "uniform") {
+  if (a.distribution() == attrs::Distribution::Uniform) {
     r = uniform(pos);
   } else {
     Node *two = b.scalar(2, DType::Int64);
@@ -48,28 +50,28 @@ Node *decomposeRandom(GraphBuilder &b, Node *n) {
 }
 
 Node *decomposeRandomDraw(GraphBuilder &b, Node *n) {
-  const AttrMap &a = n->attrs();
-  const std::string &dist = a.getString("distribution");
+  const attrs::RandomDraw a(*n);
+  attrs::Distribution dist = a.distribution();
   Node *seed = n->operand(0);
   const std::vector<SymExpr> &shape = n->shape();
-  int64_t stream = a.getInt("stream");
+  int64_t stream = a.stream();
   DType out = n->dtype();
   auto draw = [&](const char *kind, DType t, int64_t s) {
     return b.random(kind, t, shape, seed, s);
   };
-  if (dist == "uniform" || dist == "normal") {
+  if (dist == attrs::Distribution::Uniform || dist == attrs::Distribution::Normal) {
     DType ct = computeType(out);
     Node *r;
-    if (dist == "uniform") {
-      double lo = a.getFloat("low"), hi = a.getFloat("high");
+    if (dist == attrs::Distribution::Uniform) {
+      double lo = a.low(), hi = a.high();
       r = b.add(b.scalar(lo, ct), b.mul(draw("uniform", ct, stream), b.scalar(hi - lo, ct)));
     } else {
       r = b.add(n->operand(1), b.mul(n->operand(2), draw("normal", ct, stream)));
     }
     return b.convert(r, out);
   }
-  if (dist == "integer") {
-    double lo = a.getFloat("low"), span = a.getFloat("high") - lo;
+  if (dist == attrs::Distribution::Integer) {
+    double lo = a.low(), span = a.high() - lo;
     Node *u = b.add(draw("uniform", DType::Float64, stream),
                     b.mul(draw("uniform", DType::Float64, stream + 1),
                           b.scalar(1.0 / (1 << 24), DType::Float64)));
@@ -78,16 +80,17 @@ Node *decomposeRandomDraw(GraphBuilder &b, Node *n) {
     off = b.binary(OpKind::Minimum, off, b.scalar(span - 1, DType::Int64));
     return b.convert(b.add(off, b.scalar(lo, DType::Int64)), out);
   }
-  if (dist == "bernoulli") {
+  if (dist == attrs::Distribution::Bernoulli) {
     DType ct = out == DType::Float64 ? DType::Float64 : DType::Float32;
     Node *u = draw("uniform", ct, stream);
-    Node *p = b.scalar(a.getFloat("p"), ct);
+    Node *p = b.scalar(a.p(), ct);
     return b.convert(b.binary(OpKind::Lt, u, p), out);
   }
-  BRAZE_CHECK(dist == "geometric") << "unknown distribution " << dist;
+  BRAZE_CHECK(dist == attrs::Distribution::Geometric)
+      << "unknown distribution " << a.distribution_text();
   Node *u = draw("uniform", DType::Float64, stream);
   Node *k = b.div(b.unary(OpKind::Log1p, b.unary(OpKind::Neg, u)),
-                  b.scalar(std::log1p(-a.getFloat("p")), DType::Float64));
+                  b.scalar(std::log1p(-a.p()), DType::Float64));
   return b.convert(b.add(b.unary(OpKind::Floor, k), b.scalar(1.0, DType::Float64)), out);
 }
 

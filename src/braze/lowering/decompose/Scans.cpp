@@ -9,6 +9,8 @@
 /// The work is quadratic in the scanned length.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <cmath>
 
 namespace braze::decomp {
@@ -32,7 +34,7 @@ Node *decomposeScan(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   if (x->rank() == 0)
     return x;
-  int64_t d = n->attrs().getInt("dim");
+  int64_t d = attrs::CumSum(*n).dim(); // cumsum's view: cumprod and logcumsumexp have its dim
   Prefix p = prefixOf(b, x, d);
   Node *xs = p.xs, *mask = p.mask;
   DType t = x->dtype();
@@ -56,8 +58,9 @@ namespace {
 /// cum_extreme's values and indices over [.., n (i), n (j), ..] with j <= i.
 std::pair<Node *, Node *> cumExtremeOf(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  bool max = n->attrs().getBool("max");
-  int64_t d = n->attrs().getInt("dim");
+  const attrs::CumExtreme a(*n); // cum_extreme_index has the same attributes
+  bool max = a.max();
+  int64_t d = a.dim();
   DType t = x->dtype() == DType::Bool ? DType::UInt8 : x->dtype();
   Node *zeros = b.full(0.0, DType::Int64, x->shape());
   for (const SymExpr &e : x->shape())

@@ -46,6 +46,8 @@
 /// as_strided (a view read as a copy) is a take from flat x at offset + sum_d iota_d * stride_d.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -114,20 +116,20 @@ int64_t orderedHits(const Node *n, const std::string &mode, int64_t k) {
 
 Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *index = n->operand(1), *src = n->operand(2);
-  const AttrMap &a = n->attrs();
-  const std::string &mode = a.getString("mode");
-  int64_t dim = a.getInt("dim"), k = numel(index);
+  const attrs::ScatterDim a(*n);
+  const std::string &mode = a.mode_text();
+  int64_t dim = a.dim(), k = numel(index);
   if (k == 0)
     return self;
   if (self->rank() == 0) {
     Node *target = b.gather(positions(b, {}), 0, b.reshape(index, {b.dim(k)}));
     Node *s = b.slice(b.reshape(src, {b.dim(std::max<int64_t>(numel(src), 1))}), 0, 0, k, 1);
-    return b.scatter(self, target, s, mode, a.getBool("include_self"));
+    return b.scatter(self, target, s, mode, a.include_self());
   }
   for (int64_t d = 0; d < index->rank(); ++d)
     if (index->shape()[d]->value() != src->shape()[d]->value())
       src = b.slice(src, d, 0, index->shape()[d]->value(), 1);
-  bool oneHot = mode == "overwrite";
+  bool oneHot = a.mode() == attrs::ScatterMode::Overwrite;
   for (int64_t d = 0; d < self->rank(); ++d)
     oneHot &= index->shape()[d]->value() == (d == dim ? 1 : self->shape()[d]->value());
   if (oneHot) {
@@ -140,7 +142,7 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
                          b.expand(checked, self->shape()));
     return b.where(hit, b.expand(src, self->shape()), self);
   }
-  bool includeSelf = a.getBool("include_self");
+  bool includeSelf = a.include_self();
   if (GraphBuilder::scatterAccumulates(self->dtype(), mode, false, numel(self), k)) {
     // Too many pairs for the reductions: an accumulating scatter, its positions computed
     // (the index checked against the dim) rather than gathered from self's positions in
@@ -161,8 +163,8 @@ Node *decomposeScatterDim(GraphBuilder &b, Node *n) {
 
 Node *decomposeIndexReduce(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *index = n->operand(1), *source = n->operand(2);
-  const AttrMap &a = n->attrs();
-  int64_t dim = a.getInt("dim"), k = numel(index);
+  const attrs::IndexReduce a(*n);
+  int64_t dim = a.dim(), k = numel(index);
   if (k == 0)
     return self;
   Node *pos = positions(b, self->shape());
@@ -172,9 +174,9 @@ Node *decomposeIndexReduce(GraphBuilder &b, Node *n) {
   idx = b.where(b.binary(OpKind::Lt, idx, b.scalar(0, DType::Int64)),
                 b.scalar(static_cast<double>(size), DType::Int64), idx);
   Node *target = b.take(pos, dim, idx);
-  const std::string &mode = a.getString("mode");
-  return b.scatter(self, target, b.reshape(source, target->shape()), mode,
-                   a.getBool("include_self"), orderedHits(n, mode, k));
+  const std::string &mode = a.mode_text();
+  return b.scatter(self, target, b.reshape(source, target->shape()), mode, a.include_self(),
+                   orderedHits(n, mode, k));
 }
 
 Node *decomposePut(GraphBuilder &b, Node *n) {
@@ -184,17 +186,16 @@ Node *decomposePut(GraphBuilder &b, Node *n) {
     return self;
   SymExpr kDim = b.dim(k);
   Node *target = b.take(b.iota(DType::Int64, {b.dim(numel(self))}, 0), 0, b.reshape(index, {kDim}));
-  std::string mode = n->attrs().getBool("accumulate") ? "sum" : "overwrite";
+  std::string mode = attrs::Put(*n).accumulate() ? "sum" : "overwrite";
   return b.scatter(self, target, b.reshape(source, {kDim}), mode, true, orderedHits(n, mode, k));
 }
 
 Node *decomposeDiagonalScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *src = n->operand(1);
-  const AttrMap &a = n->attrs();
+  const attrs::DiagonalScatter a(*n);
   if (numel(src) == 0)
     return self;
-  Node *target = b.diagonal(positions(b, self->shape()), a.getInt("offset"), a.getInt("dim1"),
-                            a.getInt("dim2"));
+  Node *target = b.diagonal(positions(b, self->shape()), a.offset(), a.dim1(), a.dim2());
   return b.scatter(self, target, src, "overwrite", true);
 }
 
@@ -270,16 +271,17 @@ Node *combinedInPlace(GraphBuilder &b, Node *self, Node *target, Node *src,
 
 Node *decomposeScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *target = n->operand(1), *src = n->operand(2);
-  const std::string &mode = n->attrs().getString("mode");
-  bool includeSelf = n->attrs().getBool("include_self");
+  const attrs::Scatter a(*n);
+  attrs::ScatterMode mode = a.mode();
+  bool includeSelf = a.include_self();
   DType out = n->dtype();
   int64_t numelOut = numel(self), numelSrc = numel(src);
   if (numelSrc == 0)
     return self;
-  int64_t maxHits = n->attrs().has("max_hits") ? n->attrs().getInt("max_hits") : 0;
-  if (GraphBuilder::scatterAccumulates(out, mode, maxHits > 0, numelOut, numelSrc) ||
+  int64_t maxHits = a.has_max_hits() ? a.max_hits() : 0;
+  if (GraphBuilder::scatterAccumulates(out, a.mode_text(), maxHits > 0, numelOut, numelSrc) ||
       maxHits > GraphBuilder::kMaxScatterHits)
-    return combinedInPlace(b, self, target, src, mode, includeSelf, maxHits);
+    return combinedInPlace(b, self, target, src, a.mode_text(), includeSelf, maxHits);
   SymExpr nDim = b.dim(numelOut), mDim = b.dim(numelSrc);
   DType t = out == DType::Bool ? DType::Int64 : out;
   Node *selfFlat = b.convert(b.reshape(self, {nDim}), t);
@@ -300,22 +302,23 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
   };
   auto finish = [&](Node *r) { return b.reshape(b.convert(r, out), self->shape()); };
 
-  if (mode == "overwrite") {
+  if (mode == attrs::ScatterMode::Overwrite) {
     Node *last = lastSource();
     Node *value = b.take(srcFlat, 0, b.binary(OpKind::Maximum, last, zero64));
     return finish(b.where(reached, value, selfFlat));
   }
-  if (mode == "amax" || mode == "amin") {
+  if (mode == attrs::ScatterMode::Amax || mode == attrs::ScatterMode::Amin) {
     Node *base = b.take(srcFlat, 0, b.binary(OpKind::Maximum, lastSource(), zero64));
     Node *baseWide = b.expand(b.reshape(base, {nDim, b.dim(1)}), pairs);
-    Node *r = b.reduce(mode == "amax" ? OpKind::Amax : OpKind::Amin,
+    Node *r = b.reduce(mode == attrs::ScatterMode::Amax ? OpKind::Amax : OpKind::Amin,
                        b.where(hit, srcWide, baseWide), {1}, false, t);
     // Where every source element hits k, base was never reduced: fold self in explicitly.
     if (includeSelf)
-      r = b.binary(mode == "amax" ? OpKind::Maximum : OpKind::Minimum, selfFlat, r);
+      r = b.binary(mode == attrs::ScatterMode::Amax ? OpKind::Maximum : OpKind::Minimum,
+                   selfFlat, r);
     return finish(b.where(reached, r, selfFlat));
   }
-  bool isProd = mode == "prod";
+  bool isProd = mode == attrs::ScatterMode::Prod;
   Node *identity = b.scalar(isProd ? 1.0 : 0.0, t);
   Node *r = nullptr;
   if (maxHits > 0 && (t == DType::Float16 || t == DType::BFloat16)) {
@@ -350,7 +353,7 @@ Node *decomposeScatter(GraphBuilder &b, Node *n) {
     }
     r = b.convert(r, t);
   }
-  if (mode == "mean") {
+  if (mode == attrs::ScatterMode::Mean) {
     Node *c = includeSelf ? b.add(count, b.scalar(1, DType::Int64)) : count;
     c = b.convert(c, t);
     r = isFloating(t) ? b.div(r, c) : b.binary(OpKind::FloorDiv, r, c);
@@ -392,8 +395,9 @@ Node *takenPositions(GraphBuilder &b, Node *self, int64_t first, const std::vect
 Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *values = n->operands().back();
   std::vector<Node *> indices(n->operands().begin() + 1, n->operands().end() - 1);
-  IntList dims = n->attrs().getInts("dims");
-  bool accumulate = n->attrs().getBool("accumulate");
+  const attrs::IndexPut a(*n);
+  IntList dims = a.dims();
+  bool accumulate = a.accumulate();
   bool consecutive = GraphBuilder::adjacentDims(dims);
   if (!accumulate && consecutive)
     return b.indexPutLastWrite(self, dims.front(), indices, values);
@@ -432,7 +436,7 @@ Node *decomposeIndexPut(GraphBuilder &b, Node *n) {
   for (int64_t d = 0; d < self->rank(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end())
       fanIn /= std::max<int64_t>(self->shape()[d]->value(), 1);
-  std::string mode = n->attrs().getBool("accumulate") ? "sum" : "overwrite";
+  std::string mode = a.accumulate() ? "sum" : "overwrite";
   return b.scatter(self, target, b.expand(values, target->shape()), mode, true,
                    orderedHits(n, mode, fanIn));
 }
@@ -479,7 +483,7 @@ Node *decomposeMaskPut(GraphBuilder &b, Node *n) {
     Node *pos = b.add(sourceIndex(b, flat), zero);
     v = b.take(v, 0, b.reshape(pos, mask->shape()));
   }
-  if (n->attrs().getBool("accumulate"))
+  if (attrs::MaskPut(*n).accumulate())
     return b.convert(b.where(mFull, b.add(self, v), self), self->dtype());
   return b.where(mFull, v, self);
 }
@@ -502,12 +506,13 @@ Node *decomposeMaskedScatter(GraphBuilder &b, Node *n) {
 /// self's after it. Any other view scatters src at its positions.
 Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n) {
   Node *self = n->operand(0), *src = n->operand(1);
-  const IntList &stride = n->attrs().getInts("stride");
+  const attrs::AsStridedScatter a(*n);
+  const IntList &stride = a.stride();
   if (numel(src) == 0)
     return self;
-  IntList order = GraphBuilder::denseViewOrder(n->attrs().getInts("size"), stride);
+  IntList order = GraphBuilder::denseViewOrder(a.size(), stride);
   if (!order.empty()) {
-    int64_t k = numel(src), total = numel(self), offset = n->attrs().getInt("offset");
+    int64_t k = numel(src), total = numel(self), offset = a.offset();
     Node *flatSelf = b.reshape(self, {b.dim(total)});
     std::vector<Node *> parts;
     if (offset > 0)
@@ -518,7 +523,7 @@ Node *decomposeAsStridedScatter(GraphBuilder &b, Node *n) {
     Node *flat = parts.size() == 1 ? parts[0] : b.concat(parts, 0);
     return b.reshape(flat, n->shape());
   }
-  Node *target = stridedPositions(b, src->shape(), stride, n->attrs().getInt("offset"));
+  Node *target = stridedPositions(b, src->shape(), stride, a.offset());
   return b.scatter(self, target, src, "overwrite", true);
 }
 
@@ -527,8 +532,8 @@ Node *decomposeAsStrided(GraphBuilder &b, Node *n) {
   if (numel(n) == 0)
     return b.full(0, n->dtype(), n->shape());
   Node *flat = b.reshape(x, {b.dim(numel(x))});
-  const AttrMap &a = n->attrs();
-  Node *pos = stridedPositions(b, n->shape(), a.getInts("stride"), a.getInt("offset"));
+  const attrs::AsStrided a(*n);
+  Node *pos = stridedPositions(b, n->shape(), a.stride(), a.offset());
   if (n->rank() == 0)
     return b.reshape(b.take(flat, 0, b.reshape(pos, {b.dim(1)})), {});
   return b.take(flat, 0, pos);
@@ -536,8 +541,9 @@ Node *decomposeAsStrided(GraphBuilder &b, Node *n) {
 
 Node *decomposeNonzeroStatic(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  int64_t size = n->attrs().getInt("size"), count = numel(x);
-  double fill = static_cast<double>(n->attrs().getInt("fill"));
+  const attrs::NonzeroStatic a(*n);
+  int64_t size = a.size(), count = numel(x);
+  double fill = static_cast<double>(a.fill());
   if (count == 0 || size == 0 || x->rank() == 0)
     return b.full(fill, DType::Int64, n->shape()); // a 0-d x has no coordinates: [size, 0]
   SymExpr nDim = b.dim(count);

@@ -9,18 +9,21 @@
 /// integer x, in i64 with min and max truncated to integers, as eager's CUDA kernel does).
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <cmath>
 
 namespace braze::decomp {
 
 Node *decomposeSearchSorted(GraphBuilder &b, Node *n) {
   Node *seq = n->operand(0), *values = n->operand(1);
-  if (n->attrs().getBool("sorter"))
+  const attrs::SearchSorted a(*n);
+  if (a.sorter())
     seq = b.gather(seq, seq->rank() - 1, n->operand(2));
   // values [.., K] -> [.., K, 1]; seq [M] or [.., M] -> [.., 1, M]
   Node *v = b.unsqueeze(values, values->rank());
   Node *s = seq->rank() == 1 ? seq : b.unsqueeze(seq, seq->rank() - 1);
-  Node *hit = b.binary(n->attrs().getBool("right") ? OpKind::Gt : OpKind::Ge, s, v);
+  Node *hit = b.binary(a.right() ? OpKind::Gt : OpKind::Ge, s, v);
   return b.reduce(OpKind::Sum, b.unary(OpKind::LogicalNot, hit), {values->rank()}, false,
                   n->dtype());
 }
@@ -28,13 +31,14 @@ Node *decomposeSearchSorted(GraphBuilder &b, Node *n) {
 Node *decomposeHistogram(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   DType t = x->dtype();
-  int64_t bins = n->attrs().getInt("bins"), count = 1;
+  const attrs::Histogram a(*n);
+  int64_t bins = a.bins(), count = 1;
   for (const SymExpr &d : x->shape())
     count *= d->value();
   if (count == 0)
     return b.full(0.0, t, n->shape());
   Node *flat = b.reshape(x, {b.dim(count)});
-  double min = n->attrs().getFloat("min"), max = n->attrs().getFloat("max");
+  double min = a.min(), max = a.max();
   Node *pos = nullptr;
   if (isIntegral(t)) { // exact: the range truncated to integers, the bin in i64
     flat = b.convert(flat, DType::Int64);

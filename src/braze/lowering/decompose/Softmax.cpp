@@ -3,6 +3,8 @@
 /// log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x))))
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 namespace braze::decomp {
 
 namespace {
@@ -15,7 +17,7 @@ Node *shiftByMax(GraphBuilder &b, Node *x, int64_t dim) {
 } // namespace
 
 Node *decomposeSoftmax(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
-  int64_t dim = n->attrs().getInt("dim");
+  int64_t dim = attrs::Softmax(*n).dim();
   Node *x = upcast(b, n->operand(0));
   Node *e = b.unary(OpKind::Exp, shiftByMax(b, x, dim));
   Node *s = b.reduce(OpKind::Sum, e, {dim}, true);
@@ -24,7 +26,7 @@ Node *decomposeSoftmax(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
 }
 
 Node *decomposeLogSoftmax(GraphBuilder &b, Node *n) {
-  int64_t dim = n->attrs().getInt("dim");
+  int64_t dim = attrs::LogSoftmax(*n).dim();
   Node *x = upcast(b, n->operand(0));
   Node *shifted = shiftByMax(b, x, dim);
   Node *s = b.reduce(OpKind::Sum, b.unary(OpKind::Exp, shifted), {dim}, true);

@@ -10,6 +10,8 @@
 /// reductions take, and is otherwise a second reduction over the broadcast.
 #include "braze/lowering/decompose/Decompose.h"
 
+#include "braze/ir/graph/OpAttrs.h"
+
 #include <tuple>
 
 namespace braze::decomp {
@@ -27,8 +29,9 @@ std::tuple<std::vector<SymExpr>, Node *, Node *> pairViews(GraphBuilder &b, Node
 
 Node *decomposeArgsort(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  int64_t dim = n->attrs().getInt("dim");
-  bool descending = n->attrs().getBool("descending");
+  const attrs::Argsort sortAttrs(*n);
+  int64_t dim = sortAttrs.dim();
+  bool descending = sortAttrs.descending();
   auto [wide, xj, xi] = pairViews(b, x, dim); // [.., n (j or r), n (i), ..]
   auto op = [&](OpKind k, Node *a, Node *c) { return b.binary(k, a, c); };
   Node *j = b.iota(DType::Int64, wide, dim), *i = b.iota(DType::Int64, wide, dim + 1);
@@ -75,16 +78,18 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
 /// the sort's indices once the graph's common subexpressions merge).
 Node *decomposeSort(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  int64_t dim = n->attrs().getInt("dim");
-  Node *order = b.argsort(x, dim, n->attrs().getBool("descending"));
+  const attrs::Sort a(*n);
+  int64_t dim = a.dim();
+  Node *order = b.argsort(x, dim, a.descending());
   return b.gather(x, dim, order);
 }
 
 /// median: the element at median_index along dim.
 Node *decomposeMedian(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  int64_t dim = n->attrs().getInt("dim");
-  Node *index = b.medianIndex(x, dim, n->attrs().getBool("ignore_nan"));
+  const attrs::Median a(*n);
+  int64_t dim = a.dim();
+  Node *index = b.medianIndex(x, dim, a.ignore_nan());
   return b.gather(x, dim, index);
 }
 
@@ -93,8 +98,9 @@ Node *decomposeMedian(GraphBuilder &b, Node *n) {
 /// takes its first NaN.
 Node *decomposeMedianIndex(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
-  int64_t dim = n->attrs().getInt("dim");
-  bool nan = isFloating(x->dtype()), ignoreNan = n->attrs().getBool("ignore_nan");
+  const attrs::MedianIndex a(*n);
+  int64_t dim = a.dim();
+  bool nan = isFloating(x->dtype()), ignoreNan = a.ignore_nan();
   Node *order = b.argsort(x, dim, false), *k;
   if (ignoreNan && nan) {
     Node *count = b.reduce(OpKind::Sum,
@@ -123,7 +129,7 @@ std::pair<Node *, Node *> modeOf(GraphBuilder &b, Node *n) {
   Node *x = n->operand(0);
   if (x->dtype() == DType::Bool)
     x = b.convert(x, DType::Int64);
-  int64_t dim = n->attrs().getInt("dim");
+  int64_t dim = attrs::Mode(*n).dim(); // mode's view: mode_index has the same attribute
   auto [wide, xj, xi] = pairViews(b, x, dim);
   Node *count = b.reduce(OpKind::Sum, b.convert(b.binary(OpKind::Eq, xj, xi), DType::Int64),
                          {dim}, false, DType::Int64);

@@ -1,5 +1,6 @@
 #include "braze/lowering/realize/Realize.h"
 
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
 #include "braze/support/Check.h"
 
@@ -250,7 +251,7 @@ private:
     return opCategory(a->op()) == OpCategoryKind::Reduce &&
            opCategory(b->op()) == OpCategoryKind::Reduce &&
            a->operand(0)->shape() == b->operand(0)->shape() &&
-           a->attrs().getInts("dims") == b->attrs().getInts("dims");
+           attrs::Sum(*a).dims() == attrs::Sum(*b).dims();
   }
 
   /// Whether a reads b, directly or through other values: a search of a's operands that
@@ -370,7 +371,7 @@ private:
       storeBroadcastGather(n);
     // Overlapping windows read each element several times: a costly computed operand (the
     // batch norm and relu before a max pool) is stored once rather than recomputed per read.
-    if (n->op() == OpKind::Unfold && n->attrs().getInt("size") > n->attrs().getInt("step") &&
+    if (n->op() == OpKind::Unfold && attrs::Unfold(*n).size() > attrs::Unfold(*n).step() &&
         own(x).cost > opts_.inlineCostLimit)
       need(x);
     State s = state(x);
@@ -420,7 +421,7 @@ private:
   State take(Node *n) {
     Node *xn = n->operand(0);
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
-    size_t gathered = n->operands().size() - 1, dim = n->attrs().getInt("dim");
+    size_t gathered = n->operands().size() - 1, dim = attrs::Take(*n).dim();
     bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
     bool viewInPlace = (opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
                        opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored &&
@@ -499,7 +500,7 @@ private:
     }
     if (!weightGrad)
       need(w);
-    if (n->op() != OpKind::Convolution || !n->attrs().getBool("bias"))
+    if (n->op() != OpKind::Convolution || !attrs::Convolution(*n).bias())
       return storedState(n);
     State s = lazy(1);
     s.absorb(state(n->operand(2)));
@@ -514,7 +515,7 @@ private:
       operands.push_back(n->operand(grad + 2));
     // A bias broadcast over batch and heads (expanded as memory-efficient attention's mask is)
     // stores its source once and is read through zero strides.
-    if (n->attrs().getBool("bias"))
+    if (attrs::AttentionLse(*n).bias()) // attention, _lse or _grad
       operands.push_back(n->operands().back());
     storeViewedRoots(operands);
     if (grad)

@@ -1,6 +1,7 @@
 #include "braze/lowering/split/SplitReductions.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/passes/PassManager.h"
 
 #include <algorithm>
@@ -112,7 +113,7 @@ void keepColumnsInnermost(Split &s, int64_t inner) {
 std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
   const Node *x = n->operand(0);
   int64_t rank = x->rank();
-  IntList dims = n->attrs().getInts("dims");
+  IntList dims = attrs::Sum(*n).dims(); // any reduction
   if (dims.empty())
     for (int64_t d = 0; d < rank; ++d)
       dims.push_back(d);
@@ -241,7 +242,7 @@ void splitReductions(Graph &g, const SplitReductionOptions &opts) {
     // The second stage reduces the first's dims of ones too, so that its result has n's
     // shape without keepdim: a scalar is computed as one, not viewed from a buffer of ones.
     Node *r = b.reduce(n->op(), partials, reduced, false, accumulator(n));
-    if (n->attrs().getBool("keepdim"))
+    if (attrs::Sum(*n).keepdim())
       r = b.reshape(r, n->shape());
     if (r->dtype() != n->dtype())
       r = b.convert(r, n->dtype());

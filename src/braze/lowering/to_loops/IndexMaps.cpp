@@ -1,6 +1,7 @@
 #include "braze/lowering/to_loops/IndexMaps.h"
 
 #include "braze/ir/graph/Graph.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/support/Check.h"
 
 namespace braze {
@@ -88,7 +89,6 @@ std::vector<SymExpr> paddedRowStrides(sym::SymContext &s, const std::vector<SymE
 }
 
 Index viewOperandIndex(sym::SymContext &s, const Node &view, const Index &idx) {
-  const AttrMap &a = view.attrs();
   const std::vector<SymExpr> &in = view.operand(0)->shape();
   OpKind op = view.op();
   if (op == OpKind::Reshape)
@@ -97,15 +97,17 @@ Index viewOperandIndex(sym::SymContext &s, const Node &view, const Index &idx) {
     return broadcastIndex(s, idx, view.shape(), in);
   Index out = idx;
   if (op == OpKind::Permute) {
-    const IntList &dims = a.getInts("dims");
+    const IntList &dims = attrs::Permute(view).dims();
     for (size_t k = 0; k < dims.size(); ++k)
       out[dims[k]] = idx[k];
   } else if (op == OpKind::Slice) {
-    size_t dim = a.getInt("dim");
-    out[dim] = s.add(s.mul(idx[dim], a.getInt("step")), a.getInt("start"));
+    const attrs::Slice a(view);
+    size_t dim = a.dim();
+    out[dim] = s.add(s.mul(idx[dim], a.step()), a.start());
   } else if (op == OpKind::Diagonal) {
-    int64_t offset = a.getInt("offset");
-    size_t d1 = a.getInt("dim1"), d2 = a.getInt("dim2"), rank = in.size();
+    const attrs::Diagonal a(view);
+    int64_t offset = a.offset();
+    size_t d1 = a.dim1(), d2 = a.dim2(), rank = in.size();
     out.assign(rank, nullptr);
     size_t k = 0;
     for (size_t i = 0; i < rank; ++i)
@@ -115,14 +117,16 @@ Index viewOperandIndex(sym::SymContext &s, const Node &view, const Index &idx) {
     out[d1] = offset >= 0 ? t : s.add(t, -offset);
     out[d2] = offset >= 0 ? s.add(t, offset) : t;
   } else if (op == OpKind::Unfold) {
-    size_t dim = a.getInt("dim");
+    const attrs::Unfold a(view);
+    size_t dim = a.dim();
     out.pop_back();
-    out[dim] = s.add(s.mul(idx[dim], a.getInt("step")), s.mul(idx.back(), a.getInt("dilation")));
+    out[dim] = s.add(s.mul(idx[dim], a.step()), s.mul(idx.back(), a.dilation()));
   } else if (op == OpKind::Flip) {
-    for (int64_t d : a.getInts("dims"))
+    for (int64_t d : attrs::Flip(view).dims())
       out[d] = s.sub(s.sub(view.shape()[d], s.constant(1)), idx[d]);
   } else if (op == OpKind::Select) {
-    out.insert(out.begin() + a.getInt("dim"), s.constant(a.getInt("index")));
+    const attrs::Select a(view);
+    out.insert(out.begin() + a.dim(), s.constant(a.index()));
   } else {
     BRAZE_UNREACHABLE("not a view: " << opName(op));
   }

@@ -5,6 +5,7 @@
 #include "braze/lowering/to_loops/Lowerer.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/ir/loop/LoopText.h"
 #include "braze/ir/loop/Rewrite.h"
 #include "braze/lowering/realize/Realize.h"
@@ -269,7 +270,7 @@ Buffer *Lowerer::channelsLastWeight(Node *n) {
 Value Lowerer::lower(Node *n) {
   switch (opCategory(n->op())) {
   case OpCategoryKind::Input: {
-    int index = static_cast<int>(n->attrs().getInt("index"));
+    int index = static_cast<int>(attrs::Input(*n).index());
     if (channelsLastInput(n)) {
       // Its memory is an [N, H, W, C] buffer as it is: read in place, not copied.
       Buffer *b = p_->addBuffer(n->name(), n->dtype(), toNhwc(n->shape()), BufferKind::Input,
@@ -283,17 +284,17 @@ Value Lowerer::lower(Node *n) {
   }
   case OpCategoryKind::Full: {
     // A half-precision tensor holds the value rounded to its dtype.
-    const Expr *c = ex_.cast(ex_.cast(ex_.constant(n->attrs().getFloat("value"), DType::Float32),
-                                      n->dtype()),
+    double value = attrs::Full(*n).value(); // an integer result's is an int (verified)
+    const Expr *c = ex_.cast(ex_.cast(ex_.constant(value, DType::Float32), n->dtype()),
                              computeType(n->dtype()));
     if (n->dtype() == DType::Float64)
-      c = ex_.constant(n->attrs().getFloat("value"), DType::Float64);
+      c = ex_.constant(value, DType::Float64);
     if (!isFloating(n->dtype()))
-      c = ex_.constant(static_cast<double>(n->attrs().getInt("value")), n->dtype());
+      c = ex_.constant(value, n->dtype());
     return lazy([c](const Index &) { return c; });
   }
   case OpCategoryKind::Iota: {
-    size_t dim = static_cast<size_t>(n->attrs().getInt("dim"));
+    size_t dim = static_cast<size_t>(attrs::Iota(*n).dim());
     DType t = computeType(n->dtype());
     return lazy([this, dim, t](const Index &idx) {
       return ex_.cast(ex_.indexValue(idx[dim], DType::Int64), t);
@@ -302,7 +303,7 @@ Value Lowerer::lower(Node *n) {
   case OpCategoryKind::Numel: {
     Node *x = n->operand(0);
     SymExpr count = s_.constant(1);
-    for (int64_t d : n->attrs().getInts("dims"))
+    for (int64_t d : attrs::Numel(*n).dims())
       count = s_.mul(count, x->shape()[d]);
     DType t = computeType(n->dtype());
     const Expr *c = ex_.cast(ex_.indexValue(count, DType::Int64), t);
@@ -367,8 +368,9 @@ Value Lowerer::lowerElementwise(Node *n) {
 Value Lowerer::lowerReduction(Node *n) {
   Node *xn = n->operand(0);
   const Value &x = values_.at(xn);
-  const IntList &dims = n->attrs().getInts("dims");
-  bool keepdim = n->attrs().getBool("keepdim");
+  const attrs::Sum a(*n); // any reduction
+  const IntList &dims = a.dims();
+  bool keepdim = a.keepdim();
   // In channels-last mode a 4-d result (a max pool's) is stored [N, H, W, C], so that its
   // kernel runs along C, as its channels-last operand is laid out.
   bool nhwc = opts_.channelsLast && n->rank() == 4;
@@ -421,7 +423,7 @@ Value Lowerer::lowerView(Node *n) {
 }
 
 Value Lowerer::lowerConcat(Node *n) {
-  size_t dim = n->attrs().getInt("dim");
+  size_t dim = attrs::Concat(*n).dim();
   std::vector<const Value *> xs;
   std::vector<SymExpr> offsets, sizes;
   SymExpr off = s_.constant(0);
@@ -467,7 +469,7 @@ Buffer *Lowerer::inMemory(Node *n) {
 
 std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
   const Value *index = &operandValue(n, 1);
-  size_t dim = n->attrs().getInt("dim"), indexRank = n->operand(1)->rank();
+  size_t dim = attrs::Take(*n).dim(), indexRank = n->operand(1)->rank();
   SymExpr extent = n->operand(0)->shape()[dim];
   return boundInPlace(n, xv, extent, [this, index, dim, indexRank, extent](const Index &idx,
                                                                             SymExpr t) {
@@ -545,7 +547,7 @@ Value Lowerer::lowerTake(Node *n) {
   std::vector<const Value *> indices;
   for (size_t j = 1; j <= k; ++j)
     indices.push_back(&operandValue(n, j));
-  size_t dim = n->attrs().getInt("dim");
+  size_t dim = attrs::Take(*n).dim();
   size_t indexRank = n->operand(1)->rank();
   std::vector<SymExpr> extents(xn->shape().begin() + dim, xn->shape().begin() + dim + k);
   DType compute = computeType(n->dtype());
@@ -593,12 +595,12 @@ bool Lowerer::readsInPlace(Node *n, const Value &v) {
 }
 
 loop::ConvSpec Lowerer::convSpec(Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::ConvWeightGrad a(*n); // convolution, conv_weight_grad or conv_input_grad
   loop::ConvSpec spec;
-  spec.stride = a.getInts("stride");
-  spec.padding = a.getInts("padding");
-  spec.dilation = a.getInts("dilation");
-  spec.groups = a.getInt("groups");
+  spec.stride = a.stride();
+  spec.padding = a.padding();
+  spec.dilation = a.dilation();
+  spec.groups = a.groups();
   spec.channelsLast = opts_.channelsLast && n->operand(0)->rank() == 4;
   return spec;
 }
@@ -722,7 +724,7 @@ Value Lowerer::lowerGather(Node *n) {
   Node *xn = n->operand(0);
   const Value &index = operandValue(n, 1);
   std::vector<SymExpr> indexShape = n->operand(1)->shape();
-  size_t dim = n->attrs().getInt("dim");
+  size_t dim = attrs::Gather(*n).dim();
   SymExpr extent = xn->shape()[dim];
   DType compute = computeType(n->dtype());
   if (auto v = gatherInPlace(n, values_.at(xn), index, dim, extent))

@@ -4,6 +4,7 @@
 #include "braze/lowering/to_loops/Lowerer.h"
 
 #include "braze/ir/graph/Builder.h"
+#include "braze/ir/graph/OpAttrs.h"
 #include "braze/ir/loop/Rewrite.h"
 #include "braze/lowering/realize/Realize.h"
 #include "braze/lowering/to_loops/IndexMaps.h"
@@ -70,10 +71,9 @@ Value Lowerer::lowerMatMul(Node *n) {
 
 Value Lowerer::lowerAccumulatingScatter(Node *n) {
   Node *target = n->operand(1), *src = n->operand(2);
-  const std::string &mode = n->attrs().getString("mode");
-  BRAZE_CHECK(GraphBuilder::scatterIsAccumulating(n->dtype(), mode,
-                                                  n->attrs().getBool("include_self"),
-                                                  n->attrs().has("max_hits")))
+  const attrs::Scatter a(*n);
+  BRAZE_CHECK(GraphBuilder::scatterIsAccumulating(n->dtype(), a.mode_text(), a.include_self(),
+                                                  a.has_max_hits()))
       << "scatter " << n->name() << " reached lowering without combining in place";
   Value out = realize(n, values_.at(n->operand(0)), BufferKind::Intermediate, -1, "",
                       contiguousStrides(s_, n->shape()));
@@ -83,10 +83,11 @@ Value Lowerer::lowerAccumulatingScatter(Node *n) {
   loop::Computation *c =
       p_->addComputation(out.buffer, vars, {}, ReduceKind::None, value);
   c->scatterAt = ex_.cast(values_.at(target).load(full), DType::Int64);
-  c->scatterCombine = mode == "prod"   ? ReduceKind::Prod
-                      : mode == "amax" ? ReduceKind::Max
-                      : mode == "amin" ? ReduceKind::Min
-                                       : ReduceKind::Sum;
+  attrs::ScatterMode mode = a.mode();
+  c->scatterCombine = mode == attrs::ScatterMode::Prod   ? ReduceKind::Prod
+                      : mode == attrs::ScatterMode::Amax ? ReduceKind::Max
+                      : mode == attrs::ScatterMode::Amin ? ReduceKind::Min
+                                                         : ReduceKind::Sum;
   return out;
 }
 
@@ -114,14 +115,13 @@ const Expr *Lowerer::windowElement(const loop::ConvSpec &spec, Buffer *x,
 }
 
 Value Lowerer::lowerConvolution(Node *n) {
-  const AttrMap &a = n->attrs();
   loop::ConvSpec spec = convSpec(n);
   Node *xn = n->operand(0), *wn = n->operand(1);
   Buffer *x = convImage(xn, spec);
   Buffer *w = convWeight(wn, spec);
   spec.input = x;
   spec.weight = w;
-  bool bias = a.getBool("bias");
+  bool bias = attrs::Convolution(*n).bias();
   Buffer *out = p_->addBuffer(bias ? n->name() + "_nobias" : n->name(), n->dtype(),
                               spec.channelsLast ? toNhwc(n->shape()) : n->shape(),
                               BufferKind::Intermediate);
@@ -296,9 +296,9 @@ std::vector<SymExpr> Lowerer::attentionOutputStrides(Node *n) {
     m = readers[0];
   std::optional<IntList> dims;
   for (Node *u : readersOf(m)) {
-    if (u->op() != OpKind::Permute || (dims && *dims != u->attrs().getInts("dims")))
+    if (u->op() != OpKind::Permute || (dims && *dims != attrs::Permute(*u).dims()))
       return {};
-    dims = u->attrs().getInts("dims");
+    dims = attrs::Permute(*u).dims();
   }
   size_t rank = m->shape().size();
   if (!dims || dims->size() != rank || dims->back() != static_cast<int64_t>(rank) - 1)
@@ -316,7 +316,7 @@ std::vector<SymExpr> Lowerer::attentionOutputStrides(Node *n) {
 }
 
 Value Lowerer::lowerAttention(Node *n) {
-  const AttrMap &a = n->attrs();
+  const attrs::AttentionLse a(*n); // scale, causal and bias: attention, _lse or _grad
   loop::AttentionSpec spec;
   bool grad = n->op() == OpKind::AttentionGrad, lse = n->op() == OpKind::AttentionLse;
   Node *q = n->operand(grad), *k = n->operand(grad + 1);
@@ -325,23 +325,24 @@ Value Lowerer::lowerAttention(Node *n) {
   if (!lse)
     spec.v = stridedOperand(n->operand(grad + 2), true);
   if (grad) {
-    const std::string &wrt = a.getString("wrt");
-    spec.part = wrt == "q" ? loop::AttentionPart::GradQ
-                           : wrt == "k" ? loop::AttentionPart::GradK : loop::AttentionPart::GradV;
+    attrs::AttentionWrt wrt = attrs::AttentionGrad(*n).wrt();
+    spec.part = wrt == attrs::AttentionWrt::Q   ? loop::AttentionPart::GradQ
+                : wrt == attrs::AttentionWrt::K ? loop::AttentionPart::GradK
+                                                : loop::AttentionPart::GradV;
     spec.dout = stridedOperand(n->operand(0), true);
     spec.out = stridedOperand(n->operand(4), true);
     spec.lse = stridedOperand(n->operand(5), false);
   }
   spec.part = lse ? loop::AttentionPart::Lse : spec.part;
-  spec.safe = grad || lse || a.getBool("safe");
-  spec.scale = a.getFloat("scale");
-  spec.causal = a.getBool("causal");
+  spec.safe = grad || lse || attrs::Attention(*n).safe();
+  spec.scale = a.scale();
+  spec.causal = a.causal();
   if (double p = GraphBuilder::attentionDropout(n); p > 0) { // the seed follows the tensors
     spec.dropout = p;
     Buffer *seed = inMemory(n->operand(grad ? 6 : 3));
     spec.seed = loop::AttentionOperand{seed, s_.constant(0), {}, {}};
   }
-  if (a.getBool("bias")) {
+  if (a.bias()) {
     Node *bn = n->operands().back();
     loop::AttentionOperand b = stridedOperand(bn, false);
     size_t rank = static_cast<size_t>(q->rank()), lead = rank - static_cast<size_t>(bn->rank());

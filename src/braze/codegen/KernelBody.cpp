@@ -144,30 +144,30 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
       addSyms(m.storeIndex);
       forEachExpr(m.value, addExpr);
     }
-  if (k.scatterAt) { // the positions, and the size of the buffer they must lie in
-    forEachExpr(k.scatterAt, addExpr);
-    for (sym::SymExpr e : k.scatter->out->shape)
+  if (k.scatterAt()) { // the positions, and the size of the buffer they must lie in
+    forEachExpr(k.scatterAt(), addExpr);
+    for (sym::SymExpr e : k.scatter()->out->shape)
       addSyms(e);
   }
-  if (k.conv) // a library call takes the buffers' sizes and strides
-    for (const loop::Buffer *b : {k.conv->conv->operands()[0], k.conv->conv->operands()[1],
-                                  static_cast<const loop::Buffer *>(k.conv->out)}) {
+  if (k.conv()) // a library call takes the buffers' sizes and strides
+    for (const loop::Buffer *b : {k.conv()->conv->operands()[0], k.conv()->conv->operands()[1],
+                                  static_cast<const loop::Buffer *>(k.conv()->out)}) {
       used.insert(b->id);
       for (sym::SymExpr e : b->shape)
         addSyms(e);
       for (sym::SymExpr e : b->strides)
         addSyms(e);
     }
-  if (k.attention) { // the kernel takes each operand's offset and strides, and the output's sizes
-    const loop::Computation &c = *k.attention;
+  if (k.attention()) { // the kernel takes each operand's offset and strides, and the output's sizes
+    const loop::Computation &c = *k.attention();
     used.insert(c.out->id);
-    if (k.attentionPair)
-      used.insert(k.attentionPair->out->id);
+    if (k.attentionPair())
+      used.insert(k.attentionPair()->out->id);
     for (sym::SymExpr e : c.out->shape)
       addSyms(e);
-    if (k.attentionGradQ) { // its own launch takes the query rows' sizes
-      used.insert(k.attentionGradQ->out->id);
-      for (sym::SymExpr e : k.attentionGradQ->out->shape)
+    if (k.attentionGradQ()) { // its own launch takes the query rows' sizes
+      used.insert(k.attentionGradQ()->out->id);
+      for (sym::SymExpr e : k.attentionGradQ()->out->shape)
         addSyms(e);
     }
     for (const loop::AttentionOperand *o : c.attention->operands()) {

@@ -69,7 +69,7 @@ public:
     if (c.conv) {
       // A convolution keeps a kernel to itself, like a matrix product.
       startKernel(c);
-      s_.kernels.back().conv = &c;
+      s_.kernels.back().ext = ConvCall{&c};
       return;
     }
     if (c.attention) {
@@ -110,7 +110,7 @@ public:
         mask.cond = loop::substituteIndices(p_, mask.cond, map);
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
-      k.gemm = std::move(gemm);
+      k.ext = std::move(*gemm);
     }
   }
 
@@ -156,16 +156,14 @@ private:
     std::unordered_map<SymExpr, SymExpr> map;
     Kernel k = soloKernel(*main, map);
     SymExpr store = sym_.substitute(loop::storeIndex(sym_, *main), map);
-    k.attention = main;
     const Computation *v = partBeside(*main);
     if (v) {
       for (size_t i = 0; i < v->vars.size(); ++i) // v's output dims lead c's
         map[v->vars[i]] = k.outerVars[i];
-      k.attentionPair = v;
       if (cudaParts_ && !gradQ && main->attention->part == loop::AttentionPart::GradK)
         gradQ = gradientAfter(*main, loop::AttentionPart::GradQ);
     }
-    k.attentionGradQ = gradQ;
+    k.ext = AttentionCall{main, v, gradQ};
     pushSolo(std::move(k), Member{main, nullptr, store, false});
     if (main != &c)
       paired_.insert(main->id);
@@ -248,8 +246,7 @@ private:
     SymExpr point = sym_.constant(0); // the source point, row-major (no element of c.out)
     for (SymExpr v : k.outerVars)
       point = sym_.add(sym_.mul(point, v->extent()), v);
-    k.scatter = &c;
-    k.scatterAt = loop::substituteIndices(p_, c.scatterAt, map);
+    k.ext = ScatterCall{&c, loop::substituteIndices(p_, c.scatterAt, map)};
     pushSolo(std::move(k), Member{&c, loop::substituteIndices(p_, c.value, map), point, true});
   }
 

@@ -66,29 +66,29 @@ std::string printSchedule(const Schedule &s) {
     out += k.name + " outer " + varList(k.outerVars);
     if (!k.innerVars.empty())
       out += " inner " + varList(k.innerVars);
-    if (k.attention) {
+    if (k.attention()) {
       std::string names;
-      for (const loop::AttentionOperand *o : k.attention->attention->operands())
+      for (const loop::AttentionOperand *o : k.attention()->attention->operands())
         names += (names.empty() ? "%" : ", %") + o->buffer->name;
-      out += std::string(" ") + loop::attentionPartName(k.attention->attention->part) + "(" +
+      out += std::string(" ") + loop::attentionPartName(k.attention()->attention->part) + "(" +
              names + ")";
-      if (k.attentionPair)
-        out += std::string(" and ") + loop::attentionPartName(k.attentionPair->attention->part);
-      if (k.attentionGradQ)
-        out += std::string(" and ") + loop::attentionPartName(k.attentionGradQ->attention->part);
+      if (k.attentionPair())
+        out += std::string(" and ") + loop::attentionPartName(k.attentionPair()->attention->part);
+      if (k.attentionGradQ())
+        out += std::string(" and ") + loop::attentionPartName(k.attentionGradQ()->attention->part);
     }
-    if (k.conv)
-      out += std::string(" ") + k.conv->conv->name() + "(%" +
-             k.conv->conv->operands()[0]->name + ", %" + k.conv->conv->operands()[1]->name + ")";
-    if (k.gemm)
-      out += std::string(" gemm(") + (k.gemm->transA ? "A^T" : "A") + ", " +
-             (k.gemm->transB ? "B^T" : "B") + ")" +
-             (k.gemm->bias ? " + bias %" + k.gemm->bias->name : "") +
-             (k.gemm->group ? " grouped by rows" : "") +
-             (k.gemm->rowOf ? " of gathered rows" : "") +
-             (k.gemm->rowZero.empty() ? "" : " with masked rows");
-    if (k.scatter)
-      out += " scatter " + std::string(loop::scatterCombineName(k.scatter->scatterCombine));
+    if (const loop::Computation *conv = k.conv())
+      out += std::string(" ") + conv->conv->name() + "(%" + conv->conv->operands()[0]->name +
+             ", %" + conv->conv->operands()[1]->name + ")";
+    if (k.gemm())
+      out += std::string(" gemm(") + (k.gemm()->transA ? "A^T" : "A") + ", " +
+             (k.gemm()->transB ? "B^T" : "B") + ")" +
+             (k.gemm()->bias ? " + bias %" + k.gemm()->bias->name : "") +
+             (k.gemm()->group ? " grouped by rows" : "") +
+             (k.gemm()->rowOf ? " of gathered rows" : "") +
+             (k.gemm()->rowZero.empty() ? "" : " with masked rows");
+    if (k.scatter())
+      out += " scatter " + std::string(loop::scatterCombineName(k.scatter()->scatterCombine));
     if (k.cudaLaunch)
       out += " " + launchText(*k.cudaLaunch, !k.innerVars.empty());
     if (k.cpuLaunch)
@@ -98,7 +98,7 @@ std::string printSchedule(const Schedule &s) {
       out += st.kind == StepKind::Loop ? "  loop:\n" : "  scalar:\n";
       for (const Member &m : st.members) {
         out += "    %" + m.comp->out->name + "[" + sym::toString(m.storeIndex) + "] = ";
-        out += k.scatter             ? std::string("added at a position ")
+        out += k.scatter()           ? std::string("added at a position ")
                : m.comp->attention     ? std::string("attention ")
                : m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
                                        : std::string("pointwise ");

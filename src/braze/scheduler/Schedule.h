@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace braze::sched {
@@ -98,34 +99,41 @@ struct CpuLaunch {
   int lanes = 0;     ///< Lanes: values per block
 };
 
+/// A convolution kernel: its one computation, which has a ConvSpec; codegen may call the
+/// convolution library instead of the loop nest.
+struct ConvCall {
+  const loop::Computation *comp = nullptr;
+};
+/// A fused attention kernel: its one computation `main` (an AttentionSpec and no value), which
+/// codegen writes itself, and up to two more parts from the same operands in the same pass:
+///   - `pair`: the gradient of v beside the gradient of k, or the log-sum-exp beside the
+///     output (the kernel's second member);
+///   - `gradQ` (CUDA): q's gradient beside k's and v's. cuDNN's fused backward writes all three
+///     in one call; where cuDNN declines, braze's own kernels run as two launches (k and v's,
+///     then q's). The kernel's third member.
+struct AttentionCall {
+  const loop::Computation *main = nullptr, *pair = nullptr, *gradQ = nullptr;
+};
+/// An accumulating scatter kernel: its one computation (which has a scatterAt), whose member's
+/// value is added at `at` (in kernel variables) of the computation's buffer. Codegen writes it
+/// as its own loop: atomic adds on CUDA, one thread in order on the CPU.
+struct ScatterCall {
+  const loop::Computation *comp = nullptr;
+  const loop::Expr *at = nullptr;
+};
+/// The extern family: what a kernel that stands alone calls. A matrix product (in kernel
+/// variables; codegen may call BLAS), a convolution, a fused attention or an accumulating
+/// scatter.
+using ExternCall = std::variant<GemmCall, ConvCall, AttentionCall, ScatterCall>;
+
 struct Kernel {
   std::string name;
   std::vector<SymExpr> outerVars; ///< index symbols; parallel
   std::vector<SymExpr> innerVars; ///< index symbols; empty for a kernel with only Scalar steps
   std::vector<Step> steps;
-  /// Set when the kernel is one matrix product (in kernel variables): codegen may call BLAS.
-  std::optional<GemmCall> gemm;
-  /// Set when the kernel is one convolution (its only computation, which has a ConvSpec):
-  /// codegen may call the convolution library instead of the loop nest.
-  const loop::Computation *conv = nullptr;
-  /// Set when the kernel is one fused attention (its only computation, which has an
-  /// AttentionSpec and no value): codegen writes the attention kernel itself.
-  const loop::Computation *attention = nullptr;
-  /// Set when the kernel writes a second attention part from the same operands in the same
-  /// pass: the gradient of v beside `attention`, the gradient of k, or the log-sum-exp beside
-  /// the output. That computation is the kernel's second member.
-  const loop::Computation *attentionPair = nullptr;
-  /// Set (CUDA) on a kernel of k's and v's gradients when it writes q's gradient too, from the
-  /// same operands: cuDNN's fused backward writes all three in one call, and where cuDNN
-  /// declines, braze's own kernels run as two launches (k and v's, then q's). That computation
-  /// is the kernel's third member.
-  const loop::Computation *attentionGradQ = nullptr;
-  /// Set when the kernel is one accumulating scatter (its only computation, which has a
-  /// scatterAt): its one member's value is added at `scatterAt` (in kernel variables) of the
-  /// computation's buffer. Codegen writes it as its own loop: atomic adds on CUDA, one thread
-  /// in order on the CPU.
-  const loop::Computation *scatter = nullptr;
-  const loop::Expr *scatterAt = nullptr;
+  /// Set when the kernel is one op of the extern family (ExternCall): codegen writes it in a
+  /// form of its own, and no other computation joins it.
+  std::optional<ExternCall> ext;
   /// Set by plan-cuda on a CUDA kernel that codegen writes as loops (a GEMM's or a
   /// convolution's too, for where the library declines it).
   std::optional<CudaLaunch> cudaLaunch;
@@ -135,7 +143,35 @@ struct Kernel {
 
   /// A matrix product, a convolution, an attention or a scatter: one computation, which
   /// codegen writes in a form of its own; no other computation joins it.
-  bool standsAlone() const { return gemm || conv || attention || scatter; }
+  bool standsAlone() const { return ext.has_value(); }
+
+  /// The extern call's parts, or null when the kernel makes another call (or none).
+  const GemmCall *gemm() const { return ext ? std::get_if<GemmCall>(&*ext) : nullptr; }
+  GemmCall *gemm() { return ext ? std::get_if<GemmCall>(&*ext) : nullptr; }
+  const loop::Computation *conv() const {
+    const ConvCall *c = ext ? std::get_if<ConvCall>(&*ext) : nullptr;
+    return c ? c->comp : nullptr;
+  }
+  const AttentionCall *attentionCall() const {
+    return ext ? std::get_if<AttentionCall>(&*ext) : nullptr;
+  }
+  const loop::Computation *attention() const {
+    return attentionCall() ? attentionCall()->main : nullptr;
+  }
+  const loop::Computation *attentionPair() const {
+    return attentionCall() ? attentionCall()->pair : nullptr;
+  }
+  const loop::Computation *attentionGradQ() const {
+    return attentionCall() ? attentionCall()->gradQ : nullptr;
+  }
+  const loop::Computation *scatter() const {
+    const ScatterCall *c = ext ? std::get_if<ScatterCall>(&*ext) : nullptr;
+    return c ? c->comp : nullptr;
+  }
+  const loop::Expr *scatterAt() const {
+    const ScatterCall *c = ext ? std::get_if<ScatterCall>(&*ext) : nullptr;
+    return c ? c->at : nullptr;
+  }
 };
 
 enum class PlacementKind { Input, Output, Arena, Local };

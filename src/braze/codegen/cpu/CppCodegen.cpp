@@ -37,14 +37,14 @@ GeneratedSource CpuEmitter::run() {
   bool blas = false, dnnl = false, attention = false;
   std::string kernels;
   for (const Kernel &k : s_.kernels) {
-    blas |= usesBlas(k) || (k.attention && !opts_.blas.sgemm.empty());
+    blas |= usesBlas(k) || (k.attention() && !opts_.blas.sgemm.empty());
     dnnl |= usesDnnl(k);
-    attention |= k.attention != nullptr;
-    kernels += k.attention   ? emitAttentionKernel(k)
-               : k.scatter   ? emitScatterKernel(k)
-               : usesBlas(k) ? emitGemmKernel(k)
-               : usesDnnl(k) ? emitConvKernel(k)
-                             : emitKernel(k, k.name);
+    attention |= k.attention() != nullptr;
+    kernels += k.attention() ? emitAttentionKernel(k)
+               : k.scatter()   ? emitScatterKernel(k)
+               : usesBlas(k)   ? emitGemmKernel(k)
+               : usesDnnl(k)   ? emitConvKernel(k)
+                               : emitKernel(k, k.name);
   }
   // The special functions are long; only modules that call one of them get them.
   if (kernels.find(kSpecialMathPrefix) != std::string::npos)

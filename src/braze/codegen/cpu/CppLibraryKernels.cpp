@@ -13,10 +13,10 @@
 namespace braze::codegen::cpu {
 
 bool CpuEmitter::usesBlas(const Kernel &k) const {
-  if (!k.gemm || (k.gemm->dtype != DType::Float32 && k.gemm->dtype != DType::Float64) ||
-      k.gemm->outDtype != k.gemm->dtype)
+  if (!k.gemm() || (k.gemm()->dtype != DType::Float32 && k.gemm()->dtype != DType::Float64) ||
+      k.gemm()->outDtype != k.gemm()->dtype)
     return false;
-  return k.gemm->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
+  return k.gemm()->dtype == DType::Float32 ? !opts_.blas.sgemm.empty() : !opts_.blas.dgemm.empty();
 }
 
 void CpuEmitter::keepBlasSingleThreaded(Writer &w) {
@@ -36,11 +36,11 @@ void CpuEmitter::declareSymbols(const Kernel &k, Writer &w) {
 }
 
 bool CpuEmitter::usesDnnl(const Kernel &k) const {
-  return opts_.dnnl && k.conv && k.conv->out->dtype == DType::Float32;
+  return opts_.dnnl && k.conv() && k.conv()->out->dtype == DType::Float32;
 }
 
 std::string CpuEmitter::emitConvKernel(const Kernel &k) {
-  const loop::Computation &c = *k.conv;
+  const loop::Computation &c = *k.conv();
   const loop::ConvSpec &cv = *c.conv;
   const loop::Buffer *x = cv.x(c.out), *wt = cv.w(c.out), *y = cv.y(c.out);
   std::string out = emitKernel(k, k.name + "_loops");
@@ -72,7 +72,7 @@ std::string CpuEmitter::emitConvKernel(const Kernel &k) {
 }
 
 std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
-  const loop::Computation &c = *k.attention;
+  const loop::Computation &c = *k.attention();
   const loop::AttentionSpec &a = *c.attention;
   BRAZE_CHECK(a.q.buffer->dtype == DType::Float32) << "CPU attention is f32 only";
   std::string body;
@@ -105,9 +105,9 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
                                : std::string("nullptr, 0.0f");
   std::string r = std::to_string(rank);
   // The part the same pass writes beside (the output's log-sum-exp, k's gradient's v's).
-  std::string pair = k.attentionPair ? "(float*)bufs[" + std::to_string(k.attentionPair->out->id) +
-                                           "]"
-                                     : std::string("nullptr");
+  const loop::Computation *pairPart = k.attentionPair();
+  std::string pair = pairPart ? "(float*)bufs[" + std::to_string(pairPart->out->id) + "]"
+                              : std::string("nullptr");
   switch (a.part) {
   case loop::AttentionPart::Output:
     w.line("const int64_t os[" + r + "] = " + list(c.out->strides) + ";");
@@ -124,7 +124,7 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
   case loop::AttentionPart::GradV: {
     int wrt = a.part == loop::AttentionPart::GradQ   ? 0
               : a.part == loop::AttentionPart::GradV ? 2
-              : k.attentionPair                      ? 3 // and v's
+              : k.attentionPair()                    ? 3 // and v's
                                                      : 1;
     std::string dout = operand(a.dout, "do"), o = operand(a.out, "o"), lse = operand(a.lse, "l");
     w.line("braze_attention_grad_f32(" + std::to_string(wrt) + ", " + r + ", dims, " + dout +
@@ -138,7 +138,7 @@ std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
 }
 
 std::string CpuEmitter::emitGemmKernel(const Kernel &k) {
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   std::string out = emitKernel(k, k.name + "_loops");
   bool f32 = g.dtype == DType::Float32;
   std::string fn = f32 ? opts_.blas.sgemm : opts_.blas.dgemm;
@@ -218,11 +218,11 @@ std::string CpuEmitter::emitRowFunction(const Kernel &k, const loop::Expr *e,
   ExprWriter ew(w, scope, names_, counter);
   w.line("return (int64_t)(" + ew.emit(e) + ");");
   return "static inline int64_t " + k.name + suffix + "(void* const* bufs, const int64_t* syms, "
-         "int* err, int64_t " + names_.index(k.gemm->mVar) + ") {\n" + body + "}\n\n";
+         "int* err, int64_t " + names_.index(k.gemm()->mVar) + ") {\n" + body + "}\n\n";
 }
 
 void CpuEmitter::emitGroupedRuns(const Kernel &k, Writer &w, const std::string &fn) {
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   auto ix = [&](sym::SymExpr e) { return names_.index(e); };
   std::string group = k.name + "_group(bufs, syms, err, ";
   w.line("const int64_t groups = " + ix(g.groupSym->extent()) + ";");
@@ -276,7 +276,7 @@ std::string CpuEmitter::emitScatterKernel(const Kernel &k) {
   Writer w(body, 1);
   emitPointers(k, w);
   const Member &m = k.steps.at(0).members.at(0);
-  const Buffer &b = *k.scatter->out;
+  const Buffer &b = *k.scatter()->out;
   std::string size = "INT64_C(1)", sources = "INT64_C(1)";
   for (sym::SymExpr e : b.shape)
     size += " * " + names_.index(e);
@@ -288,7 +288,7 @@ std::string CpuEmitter::emitScatterKernel(const Kernel &k) {
   // A combine whose result no order changes (integer sums and products, maxima, minima)
   // splits the sources among the threads and combines atomically; a float sum or product
   // has each position's values combined in source order by the thread that owns it.
-  ReduceKind combine = k.scatter->scatterCombine;
+  ReduceKind combine = k.scatter()->scatterCombine;
   bool anyOrder = isIntegral(b.dtype) || combine == ReduceKind::Max || combine == ReduceKind::Min;
   if (anyOrder) {
     if (!k.outerVars.empty())
@@ -307,7 +307,7 @@ std::string CpuEmitter::emitScatterKernel(const Kernel &k) {
   }
   Scope scope(nullptr);
   ExprWriter ex(w, scope, names_, next_);
-  std::string at = ex.emit(k.scatterAt);
+  std::string at = ex.emit(k.scatterAt());
   w.line("const int64_t at = (int64_t)(" + at + ");");
   w.line("if (at < 0 || at >= size) {");
   w.line(anyOrder ? "  __atomic_store_n(err, 1, __ATOMIC_RELAXED);"

@@ -44,7 +44,7 @@ sched::CpuLaunch CpuEmitter::planLaunch(const Kernel &k) {
 
 void CpuEmitter::planLaunches(sched::Schedule &s) {
   for (Kernel &k : s.kernels)
-    if (!k.attention && !k.scatter)
+    if (!k.attention() && !k.scatter())
       k.cpuLaunch = planLaunch(k);
 }
 

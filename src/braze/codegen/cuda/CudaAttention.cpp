@@ -488,7 +488,7 @@ std::pair<int64_t, int64_t> headDims(const loop::AttentionSpec &a) {
 } // namespace
 
 AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
-  const loop::AttentionSpec &a = *k.attention->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention;
   size_t rank = a.q.shape.size();
   auto [d, dv] = headDims(a);
   auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };
@@ -525,7 +525,7 @@ AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
 
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params, const Target &target) {
-  const loop::Computation &c = *k.attention;
+  const loop::Computation &c = *k.attention();
   const loop::AttentionSpec &a = *c.attention;
   DType t = a.q.buffer->dtype;
   BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
@@ -561,8 +561,8 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
     for (auto &[o, name] : ops)
       w.line("  " + name + " += at * " + ix(o->strides[x]) + ";");
     w.line("  ro += at * " + ix(c.out->strides[x]) + ";");
-    if (k.attentionPair)
-      w.line("  rv += at * " + ix(k.attentionPair->out->strides[x]) + ";");
+    if (k.attentionPair())
+      w.line("  rv += at * " + ix(k.attentionPair()->out->strides[x]) + ";");
     w.line("}");
   }
   w.line("(void)rest; (void)rv;");
@@ -581,7 +581,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   std::string result = resultOf(c, "ro");
   // The part the kernel writes too: a v gradient beside k's, or the log-sum-exp beside the
   // output.
-  std::string resultV = k.attentionPair ? resultOf(*k.attentionPair, "rv") : "nullptr, 0";
+  std::string resultV = k.attentionPair() ? resultOf(*k.attentionPair(), "rv") : "nullptr, 0";
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   std::string common = std::to_string(d) + ", " + std::to_string(dv) + ", " +
                        std::to_string(plan.keyTile);
@@ -596,7 +596,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
     std::string v = lse ? "nullptr, 0, " : operand(a.v, "vo") + ", ";
     std::string out = lse ? "nullptr, 0" : result;
     std::string lseOut = lse ? result : resultV;
-    int writes = lse ? 2 : k.attentionPair ? 3 : 1;
+    int writes = lse ? 2 : k.attentionPair() ? 3 : 1;
     w.line("braze_flash_attention<" + common + ", " + std::to_string(plan.units) + ", " + bf16 +
            ", " + causal + ", " + flag(a.safe) + ", " + hasBias + ", " + std::to_string(writes) +
            ">(" + qk + v + bias + ", " + out + ", sq, sk, i0, " + scale + ", " +
@@ -612,7 +612,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
              ">(a, " + result + ", i0);");
     } else {
       bool wrtK = a.part == loop::AttentionPart::GradK;
-      int wrt = wrtK ? (k.attentionPair ? 3 : 1) : 2;
+      int wrt = wrtK ? (k.attentionPair() ? 3 : 1) : 2;
       w.line("braze_flash_attention_dkv<" + common + ", " + bf16 + ", " + causal + ", " +
              hasBias + ", " + std::to_string(wrt) + ">(a, " +
              (wrtK ? result + ", " + resultV : "nullptr, 0, " + result) + ", i0);");
@@ -626,14 +626,13 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
 sched::Kernel gradQKernel(const sched::Kernel &k) {
   sched::Kernel q = k;
   q.name += "_dq";
-  q.attention = k.attentionGradQ;
-  q.attentionPair = q.attentionGradQ = nullptr;
+  q.ext = sched::AttentionCall{k.attentionGradQ()};
   return q;
 }
 
 std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
                                 const sched::Kernel &k, const sched::Kernel &params, int index) {
-  const loop::AttentionSpec &a = *k.attention->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention;
   size_t rank = a.q.shape.size();
   AttentionPlan plan = planAttention(k, s.target);
   std::string bm = std::to_string(plan.rowsPerBlock);

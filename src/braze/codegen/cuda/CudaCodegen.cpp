@@ -70,58 +70,58 @@ CudaGeneratedSource CudaEmitter::run() {
   };
   for (const Kernel &k : s_.kernels) {
     int index = static_cast<int>(out.kernels.size());
-    if (k.attention) {
+    if (k.attention()) {
       // A written-out softmax (not safe) gives nan for a row whose every key is masked,
       // where cuDNN averages the row: such a masked attention runs braze's kernel. cuDNN
       // takes the output (with its log-sum-exp beside it), and the three gradients when one
       // kernel writes them; a lone log-sum-exp or gradient runs braze's kernel.
-      const loop::AttentionSpec &spec = *k.attention->attention;
+      const loop::AttentionSpec &spec = *k.attention()->attention;
       if (spec.seed) // decompose keeps dropout whole only for the CPU (fusedAttentionDropout)
         BRAZE_USER_ERROR("attention", k.name)
             << "CUDA's fused attention kernels have no dropout; a loop program for CUDA must "
                "write it out";
       bool cudnn = opts_.cudnnAttention &&
-                   (spec.part == loop::AttentionPart::Output || k.attentionGradQ) &&
+                   (spec.part == loop::AttentionPart::Output || k.attentionGradQ()) &&
                    (!spec.bias || spec.safe);
       add(k, emitCudaAttentionKernel(names_, k, params(k), s_.target), cudnn);
       std::string launch = cudaAttentionLaunch(s_, names_, k, k, index);
-      if (k.attentionGradQ) { // braze's own backward is two kernels: k's and v's, then q's
+      if (k.attentionGradQ()) { // braze's own backward is two kernels: k's and v's, then q's
         Kernel q = gradQKernel(k);
         add(q, emitCudaAttentionKernel(names_, q, params(k), s_.target), cudnn);
         launch += " if (!err) " + cudaAttentionLaunch(s_, names_, q, k, index + 1);
       }
       if (cudnn) {
         out.usesCudnn = true;
-        launch = k.attentionGradQ ? attentionGradStatement(names_, k, launch)
-                                  : attentionStatement(names_, k, launch);
+        launch = k.attentionGradQ() ? attentionGradStatement(names_, k, launch)
+                                    : attentionStatement(names_, k, launch);
       }
       calls.push_back(launch);
       continue;
     }
-    if (k.scatter) {
+    if (k.scatter()) {
       add(k, emitScatterKernel(k), false);
       calls.push_back(launchStatement(s_, names_, k, index, kScatterBlock,
                                       std::to_string(kScatterBlock)));
       continue;
     }
-    if (k.gemm && k.gemm->group && tensorCoreGroupedGemm(k)) {
+    if (k.gemm() && k.gemm()->group && tensorCoreGroupedGemm(k)) {
       add(k, emitGroupedGemmKernel(k), false);
       calls.push_back(groupedGemmLaunch(k, index));
       continue;
     }
     KernelPlan plan = planOf(k);
-    if (k.gemm && k.gemm->group) { // no library call takes it: its loops compute it
+    if (k.gemm() && k.gemm()->group) { // no library call takes it: its loops compute it
       add(k, emitKernel(k, plan), false);
       calls.push_back(launchCall(k, plan, index));
       out.loopLaunches[k.name] = index;
       continue;
     }
-    add(k, emitKernel(k, plan), k.gemm || k.conv);
+    add(k, emitKernel(k, plan), k.gemm() || k.conv());
     std::string launch = launchCall(k, plan, index);
-    if (k.gemm) {
+    if (k.gemm()) {
       out.usesGemm = true;
       calls.push_back(gemmStatement(sym_, names_, k, launch, opts_.matmulTf32));
-    } else if (k.conv) {
+    } else if (k.conv()) {
       out.usesCudnn = true;
       calls.push_back(convStatement(names_, k, launch, opts_.convTf32));
     } else {
@@ -238,14 +238,14 @@ std::string CudaEmitter::emitScatterKernel(const Kernel &k) {
   ExprWriter ex(w, scope, names_, next_);
   ex.setErrorStatement("*err = 1;");
   const Member &m = k.steps.at(0).members.at(0);
-  const Buffer &b = *k.scatter->out;
-  std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt);
+  const Buffer &b = *k.scatter()->out;
+  std::string v = ex.emit(m.value), at = ex.emit(k.scatterAt());
   std::string size = "INT64_C(1)";
   for (SymExpr e : b.shape)
     size += " * " + names_.index(e);
   w.line("const int64_t at = (int64_t)(" + at + ");");
   w.line("if (at < 0 || at >= " + size + ") { *err = 1; return; }");
-  std::string combine(loop::scatterCombineName(k.scatter->scatterCombine));
+  std::string combine(loop::scatterCombineName(k.scatter()->scatterCombine));
   // half precision: its own adds, of an f32 value rounded after each add
   if (b.dtype == DType::Float16 || b.dtype == DType::BFloat16)
     combine += b.dtype == DType::Float16 ? "_f16" : "_bf16";

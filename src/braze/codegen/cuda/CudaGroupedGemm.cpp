@@ -455,7 +455,7 @@ const std::string &cudaGroupedWgmmaPrelude() {
 namespace cuda {
 
 bool CudaEmitter::tensorCoreGroupedGemm(const Kernel &k) const {
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   return g.group && s_.target.computeCapability >= 80 && isHalf(g.dtype) &&
          (g.outDtype == g.dtype || g.outDtype == DType::Float32);
 }
@@ -463,7 +463,7 @@ bool CudaEmitter::tensorCoreGroupedGemm(const Kernel &k) const {
 std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
   next_ = 0;
   kernel_ = &k;
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   const GroupedShape shape = groupedShape(s_.target.computeCapability, g);
   auto ix = [&](SymExpr e) { return names_.index(e); };
   std::string rowsPer = std::to_string(shape.rows), cols = std::to_string(shape.cols);
@@ -534,7 +534,7 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
 }
 
 std::string CudaEmitter::groupedGemmLaunch(const Kernel &k, int index) {
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   auto tiles = [&](SymExpr e, int per) {
     std::string t = std::to_string(per);
     return "((" + names_.index(e) + " + " + t + " - 1) / " + t + ")";

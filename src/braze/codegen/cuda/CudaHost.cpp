@@ -61,7 +61,7 @@ std::string code(DType t) {
 
 std::string gemmStatement(sym::SymContext &sc, const Names &names, const sched::Kernel &k,
                           const std::string &fallback, bool tf32) {
-  const sched::GemmCall &g = *k.gemm;
+  const sched::GemmCall &g = *k.gemm();
   const sched::StridedBatch run = sched::stridedBatch(sc, g);
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   std::string out;
@@ -121,7 +121,7 @@ bool allWindows(const loop::ConvSpec &cv, const loop::Buffer *out) {
 
 std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
                           bool tf32) {
-  const loop::Computation &c = *k.conv;
+  const loop::Computation &c = *k.conv();
   const loop::ConvSpec &cv = *c.conv;
   if (cv.direction == loop::ConvDirectionKind::WeightGrad && !allWindows(cv, c.out))
     return fallback; // not a problem cuDNN states: the loops compute it
@@ -163,7 +163,7 @@ struct AttentionFill {
 /// Writes the lines that fill BrazeAttention `a` with attention kernel k's operands (q, k, v,
 /// sizes, scale) and the stride arrays `batch`, `qs`, `ks` and `vs`.
 AttentionFill fillAttention(Writer &w, const Names &names, const sched::Kernel &k) {
-  const loop::AttentionSpec &a = *k.attention->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention;
   size_t r = a.q.shape.size();
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   AttentionFill f{names, r};
@@ -203,7 +203,7 @@ void callAttention(Writer &w, const AttentionFill &f, const loop::AttentionSpec 
 
 std::string attentionStatement(const Names &names, const sched::Kernel &k,
                                const std::string &fallback) {
-  const loop::Computation &c = *k.attention;
+  const loop::Computation &c = *k.attention();
   const loop::AttentionSpec &a = *c.attention;
   std::string out;
   Writer w(out, 1);
@@ -213,8 +213,8 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
   w.line("a.o = bufs[" + std::to_string(c.out->id) + "];");
   w.line("const int64_t os[] = " + f.list(c.out->strides) + ";");
   std::string stats = "0";
-  if (k.attentionPair) { // the log-sum-exp beside the output: cuDNN's statistics
-    const loop::Buffer &l = *k.attentionPair->out;
+  if (k.attentionPair()) { // the log-sum-exp beside the output: cuDNN's statistics
+    const loop::Buffer &l = *k.attentionPair()->out;
     w.line("a.stats = bufs[" + std::to_string(l.id) + "];");
     w.line("const int64_t ls[] = " + rowStrides(f, l.strides) + ";");
     stats = "ls";
@@ -230,9 +230,9 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
 
 std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
                                    const std::string &fallback) {
-  const loop::Computation &c = *k.attention;
+  const loop::Computation &c = *k.attention();
   const loop::AttentionSpec &a = *c.attention;
-  BRAZE_CHECK(k.attentionPair && k.attentionGradQ) << "a cuDNN backward writes three gradients";
+  BRAZE_CHECK(k.attentionPair() && k.attentionGradQ()) << "a cuDNN backward writes three gradients";
   auto buffer = [](const loop::Computation &x) {
     return "bufs[" + std::to_string(x.out->id) + "]";
   };
@@ -243,13 +243,13 @@ std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
   AttentionFill f = fillAttention(w, names, k);
   w.line("a.o = (void*)(" + f.at(*a.out) + "); a.stats = (void*)(" + f.at(*a.lse) + ");");
   w.line("a.grad_out = " + f.at(*a.dout) + ";");
-  w.line("a.grad_q = " + buffer(*k.attentionGradQ) + "; a.grad_k = " + buffer(c) +
-         "; a.grad_v = " + buffer(*k.attentionPair) + ";");
+  w.line("a.grad_q = " + buffer(*k.attentionGradQ()) + "; a.grad_k = " + buffer(c) +
+         "; a.grad_v = " + buffer(*k.attentionPair()) + ";");
   w.line("const int64_t os[] = " + f.list(a.out->strides) + ", ls[] = " +
          rowStrides(f, a.lse->strides) + ";");
   w.line("const int64_t gs[] = " + f.list(a.dout->strides) + ", dqs[] = " +
-         f.list(k.attentionGradQ->out->strides) + ", dks[] = " + f.list(c.out->strides) +
-         ", dvs[] = " + f.list(k.attentionPair->out->strides) + ";");
+         f.list(k.attentionGradQ()->out->strides) + ", dks[] = " + f.list(c.out->strides) +
+         ", dvs[] = " + f.list(k.attentionPair()->out->strides) + ";");
   std::string r = std::to_string(f.rank);
   callAttention(w, f, a,
                 "braze_attention_layout(&a, " + r + ", batch, qs, ks, vs, os, ls) && " +

@@ -286,7 +286,7 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
 
 void CudaEmitter::planLaunches(sched::Schedule &s) {
   for (Kernel &k : s.kernels)
-    if (!k.attention && !k.scatter)
+    if (!k.attention() && !k.scatter())
       k.cudaLaunch = planLaunch(k);
 }
 

@@ -112,7 +112,7 @@ CudaKernelForms cudaKernelForms(const sched::Schedule &s, const std::string &ker
   auto k = std::find_if(s.kernels.begin(), s.kernels.end(),
                         [&](const sched::Kernel &x) { return x.name == kernel; });
   CudaKernelForms out;
-  if (k == s.kernels.end() || !k->cudaLaunch || k->attention || k->scatter)
+  if (k == s.kernels.end() || !k->cudaLaunch || k->attention() || k->scatter())
     return out;
   cuda::CudaEmitter e(s, {});
   for (const sched::CudaLaunch &l : e.launchCandidates(*k)) {

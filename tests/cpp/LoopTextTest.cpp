@@ -276,8 +276,8 @@ TEST(LoopText, RoundTripsAnAccumulatingScatter) {
   ASSERT_EQ(verifyProgram(*p), "");
   EXPECT_EQ(printProgram(*p), text);
   const Computation &c = *p->computations()[1];
-  ASSERT_NE(c.scatterAt, nullptr);
-  EXPECT_EQ(c.scatterAt->dtype(), DType::Int64);
+  ASSERT_NE(c.scatterAt(), nullptr);
+  EXPECT_EQ(c.scatterAt()->dtype(), DType::Int64);
   expectRoundTrip(*p);
   // Nothing wrote the buffer before the scatter adds into it.
   EXPECT_EQ(verifyProgram(*parseProgram(scatterProgram("", " scatter add", " at %5"))),
@@ -304,7 +304,7 @@ TEST(LoopText, RoundTripsEachScatterCombine) {
     std::unique_ptr<LoopProgram> p =
         parseProgram(scatterProgram(init, std::string(" scatter ") + word, " at %5"));
     EXPECT_EQ(verifyProgram(*p), "") << word;
-    EXPECT_EQ(p->computations()[1]->scatterCombine, kind) << word;
+    EXPECT_EQ(p->computations()[1]->scatterCombine(), kind) << word;
     expectRoundTrip(*p);
   }
   EXPECT_NE(parseError(scatterProgram(init, " scatter mean", " at %5"))
@@ -324,10 +324,10 @@ TEST(LoopText, RoundTripsAConvolutionSpec) {
   ASSERT_EQ(verifyProgram(*p), "");
   EXPECT_EQ(printProgram(*p), text);
   const Computation &c = *p->computations()[0];
-  ASSERT_TRUE(c.conv.has_value());
-  EXPECT_EQ(c.conv->input->name, "x");
-  EXPECT_EQ(c.conv->weight->name, "w");
-  EXPECT_EQ(c.conv->groups, 2);
+  ASSERT_TRUE(c.conv() != nullptr);
+  EXPECT_EQ(c.conv()->input->name, "x");
+  EXPECT_EQ(c.conv()->weight->name, "w");
+  EXPECT_EQ(c.conv()->groups, 2);
   expectRoundTrip(*p);
   // A channels-last convolution is 2-d.
   EXPECT_EQ(verifyProgram(*parseProgram(convProgram(
@@ -402,13 +402,13 @@ TEST(LoopText, RoundTripsAnAttentionSpec) {
   std::unique_ptr<LoopProgram> p = parseProgram(
       attentionProgram(attentionSpec(kQ, std::string(kBias) + ", scale=0.35, causal=true")));
   const Computation &c = *p->computations()[0];
-  ASSERT_TRUE(c.attention.has_value());
+  ASSERT_TRUE(c.attention() != nullptr);
   EXPECT_EQ(c.value, nullptr);
-  EXPECT_EQ(c.attention->q.buffer->name, "x");
-  EXPECT_TRUE(c.attention->bias.has_value());
-  EXPECT_TRUE(c.attention->causal);
-  EXPECT_TRUE(c.attention->safe);
-  EXPECT_DOUBLE_EQ(c.attention->scale, 0.35);
+  EXPECT_EQ(c.attention()->q.buffer->name, "x");
+  EXPECT_TRUE(c.attention()->bias.has_value());
+  EXPECT_TRUE(c.attention()->causal);
+  EXPECT_TRUE(c.attention()->safe);
+  EXPECT_DOUBLE_EQ(c.attention()->scale, 0.35);
   EXPECT_NE(parseError(attentionProgram(attentionSpec(kQ, "scale=0.5, causal=maybe")))
                 .find("expected true or false, found 'maybe'"),
             std::string::npos);
@@ -469,7 +469,7 @@ TEST(LoopText, RoundTripsAttentionBackwardParts) {
       ASSERT_EQ(verifyProgram(*p), "") << text;
       EXPECT_EQ(printProgram(*p), text);
       expectRoundTrip(*p);
-      const AttentionSpec &a = *p->computations()[0]->attention;
+      const AttentionSpec &a = *p->computations()[0]->attention();
       EXPECT_EQ(a.part, part == "attention_lse" ? AttentionPart::Lse : AttentionPart::GradK);
       EXPECT_EQ(a.lse.has_value(), part != "attention_lse");
       EXPECT_EQ(a.v.buffer != nullptr, part != "attention_lse");

@@ -150,7 +150,7 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
       addSyms(e);
   }
   if (k.conv()) // a library call takes the buffers' sizes and strides
-    for (const loop::Buffer *b : {k.conv()->conv->operands()[0], k.conv()->conv->operands()[1],
+    for (const loop::Buffer *b : {k.conv()->conv()->operands()[0], k.conv()->conv()->operands()[1],
                                   static_cast<const loop::Buffer *>(k.conv()->out)}) {
       used.insert(b->id);
       for (sym::SymExpr e : b->shape)
@@ -170,7 +170,7 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
       for (sym::SymExpr e : k.attentionGradQ()->out->shape)
         addSyms(e);
     }
-    for (const loop::AttentionOperand *o : c.attention->operands()) {
+    for (const loop::AttentionOperand *o : c.attention()->operands()) {
       used.insert(o->buffer->id);
       addSyms(o->offset);
       for (sym::SymExpr e : o->strides)

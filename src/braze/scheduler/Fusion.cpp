@@ -66,17 +66,17 @@ public:
   void add(const Computation &c, bool fuse) {
     if (skipped_.count(c.id) || paired_.count(c.id))
       return;
-    if (c.conv) {
+    if (c.conv()) {
       // A convolution keeps a kernel to itself, like a matrix product.
       startKernel(c);
       s_.kernels.back().ext = ConvCall{&c};
       return;
     }
-    if (c.attention) {
+    if (c.attention()) {
       startAttentionKernel(c);
       return;
     }
-    if (c.scatterAt) {
+    if (c.scatterAt()) {
       startScatterKernel(c);
       return;
     }
@@ -149,7 +149,7 @@ private:
   /// three stands in program order.
   void startAttentionKernel(const Computation &c) {
     const Computation *main = &c, *gradQ = nullptr;
-    if (cudaParts_ && c.attention->part == loop::AttentionPart::GradQ)
+    if (cudaParts_ && c.attention()->part == loop::AttentionPart::GradQ)
       if (const Computation *gradK = gradientAfter(c, loop::AttentionPart::GradK);
           gradK && partBeside(*gradK))
         main = gradK, gradQ = &c;
@@ -160,7 +160,7 @@ private:
     if (v) {
       for (size_t i = 0; i < v->vars.size(); ++i) // v's output dims lead c's
         map[v->vars[i]] = k.outerVars[i];
-      if (cudaParts_ && !gradQ && main->attention->part == loop::AttentionPart::GradK)
+      if (cudaParts_ && !gradQ && main->attention()->part == loop::AttentionPart::GradK)
         gradQ = gradientAfter(*main, loop::AttentionPart::GradQ);
     }
     k.ext = AttentionCall{main, v, gradQ};
@@ -205,8 +205,8 @@ private:
     bool after = false;
     for (const auto &d : p_.computations()) {
       after |= d.get() == &c;
-      if (after && d.get() != &c && d->attention && !paired_.count(d->id) &&
-          d->attention->part == part && sameOperands(*c.attention, *d->attention, true))
+      if (after && d.get() != &c && d->attention() && !paired_.count(d->id) &&
+          d->attention()->part == part && sameOperands(*c.attention(), *d->attention(), true))
         return d.get();
     }
     return nullptr;
@@ -216,18 +216,18 @@ private:
   /// gradient of k, the gradient of v from the same operands with an output of the same shape
   /// and layout; for the output, its log-sum-exp.
   const Computation *partBeside(const Computation &c) {
-    const loop::AttentionSpec &a = *c.attention;
+    const loop::AttentionSpec &a = *c.attention();
     bool grads = a.part == loop::AttentionPart::GradK;
     if (!grads && a.part != loop::AttentionPart::Output)
       return nullptr;
     bool after = false;
     for (const auto &d : p_.computations()) {
       after |= d.get() == &c;
-      if (!after || !d->attention || paired_.count(d->id) ||
-          d->attention->part !=
+      if (!after || !d->attention() || paired_.count(d->id) ||
+          d->attention()->part !=
               (grads ? loop::AttentionPart::GradV : loop::AttentionPart::Lse))
         continue;
-      if (!sameOperands(a, *d->attention, grads))
+      if (!sameOperands(a, *d->attention(), grads))
         continue;
       if (!grads || !cudaParts_ ||
           (d->out->shape == c.out->shape && d->out->strides == c.out->strides &&
@@ -246,7 +246,7 @@ private:
     SymExpr point = sym_.constant(0); // the source point, row-major (no element of c.out)
     for (SymExpr v : k.outerVars)
       point = sym_.add(sym_.mul(point, v->extent()), v);
-    k.ext = ScatterCall{&c, loop::substituteIndices(p_, c.scatterAt, map)};
+    k.ext = ScatterCall{&c, loop::substituteIndices(p_, c.scatterAt(), map)};
     pushSolo(std::move(k), Member{&c, loop::substituteIndices(p_, c.value, map), point, true});
   }
 

@@ -435,7 +435,7 @@ bool layoutFixed(const GemmCall &g) {
 /// The buffer `c` copies unchanged (its value is a load of that buffer at c's own position,
 /// read as its dtype or widened to f32 from a half dtype), or nullptr.
 const loop::Buffer *copiedBuffer(loop::LoopProgram &p, const loop::Computation &c) {
-  if (!c.value || c.isReduction() || c.conv || c.attention || c.scatterAt)
+  if (!c.value || c.isReduction() || c.conv() || c.attention() || c.scatterAt())
     return nullptr;
   const Expr *ld = unwiden(c.value);
   if (ld != c.value && !isHalf(c.out->dtype))
@@ -474,7 +474,7 @@ std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
     const std::vector<size_t> &ws = writers[d.out];
     if (copiedBuffer(p, d) != g.out ||
         std::any_of(ws.begin(), ws.end(), [&](size_t w) {
-          return w != rs.front() && (!comps[w]->scatterAt || w < rs.front());
+          return w != rs.front() && (!comps[w]->scatterAt() || w < rs.front());
         }))
       continue;
     loop::Buffer *c = g.out;
@@ -576,8 +576,8 @@ void absorbGemmRounding(loop::LoopProgram &p) {
     for (loop::Computation *d : touching[c.out]) {
       if (d == &c)
         continue;
-      ok = ok && d->out != c.out && !d->conv && !d->attention && d->value &&
-           reads.covers(d->value) && (!d->scatterAt || reads.covers(d->scatterAt));
+      ok = ok && d->out != c.out && !d->conv() && !d->attention() && d->value &&
+           reads.covers(d->value) && (!d->scatterAt() || reads.covers(d->scatterAt()));
       readers.push_back(d);
     }
     if (!ok || readers.empty())
@@ -585,8 +585,8 @@ void absorbGemmRounding(loop::LoopProgram &p) {
     c.out->dtype = g->dtype;
     for (loop::Computation *d : readers) {
       d->value = reads.rewrite(d->value);
-      if (d->scatterAt)
-        d->scatterAt = reads.rewrite(d->scatterAt);
+      if (loop::ScatterSpec *scatter = d->scatter())
+        scatter->at = reads.rewrite(scatter->at);
     }
   }
 }

@@ -68,18 +68,19 @@ std::string printSchedule(const Schedule &s) {
       out += " inner " + varList(k.innerVars);
     if (k.attention()) {
       std::string names;
-      for (const loop::AttentionOperand *o : k.attention()->attention->operands())
+      for (const loop::AttentionOperand *o : k.attention()->attention()->operands())
         names += (names.empty() ? "%" : ", %") + o->buffer->name;
-      out += std::string(" ") + loop::attentionPartName(k.attention()->attention->part) + "(" +
+      out += std::string(" ") + loop::attentionPartName(k.attention()->attention()->part) + "(" +
              names + ")";
       if (k.attentionPair())
-        out += std::string(" and ") + loop::attentionPartName(k.attentionPair()->attention->part);
+        out += std::string(" and ") + loop::attentionPartName(k.attentionPair()->attention()->part);
       if (k.attentionGradQ())
-        out += std::string(" and ") + loop::attentionPartName(k.attentionGradQ()->attention->part);
+        out += std::string(" and ") +
+               loop::attentionPartName(k.attentionGradQ()->attention()->part);
     }
     if (const loop::Computation *conv = k.conv())
-      out += std::string(" ") + conv->conv->name() + "(%" + conv->conv->operands()[0]->name +
-             ", %" + conv->conv->operands()[1]->name + ")";
+      out += std::string(" ") + conv->conv()->name() + "(%" + conv->conv()->operands()[0]->name +
+             ", %" + conv->conv()->operands()[1]->name + ")";
     if (k.gemm())
       out += std::string(" gemm(") + (k.gemm()->transA ? "A^T" : "A") + ", " +
              (k.gemm()->transB ? "B^T" : "B") + ")" +
@@ -88,7 +89,7 @@ std::string printSchedule(const Schedule &s) {
              (k.gemm()->rowOf ? " of gathered rows" : "") +
              (k.gemm()->rowZero.empty() ? "" : " with masked rows");
     if (k.scatter())
-      out += " scatter " + std::string(loop::scatterCombineName(k.scatter()->scatterCombine));
+      out += " scatter " + std::string(loop::scatterCombineName(k.scatter()->scatterCombine()));
     if (k.cudaLaunch)
       out += " " + launchText(*k.cudaLaunch, !k.innerVars.empty());
     if (k.cpuLaunch)
@@ -99,7 +100,7 @@ std::string printSchedule(const Schedule &s) {
       for (const Member &m : st.members) {
         out += "    %" + m.comp->out->name + "[" + sym::toString(m.storeIndex) + "] = ";
         out += k.scatter()           ? std::string("added at a position ")
-               : m.comp->attention     ? std::string("attention ")
+               : m.comp->attention()   ? std::string("attention ")
                : m.comp->isReduction() ? std::string(loop::reduceKindName(m.comp->reduce)) + " "
                                        : std::string("pointwise ");
         out += m.store ? "(stored)\n" : "(register)\n";

@@ -41,7 +41,7 @@ bool CpuEmitter::usesDnnl(const Kernel &k) const {
 
 std::string CpuEmitter::emitConvKernel(const Kernel &k) {
   const loop::Computation &c = *k.conv();
-  const loop::ConvSpec &cv = *c.conv;
+  const loop::ConvSpec &cv = *c.conv();
   const loop::Buffer *x = cv.x(c.out), *wt = cv.w(c.out), *y = cv.y(c.out);
   std::string out = emitKernel(k, k.name + "_loops");
   std::string body;
@@ -73,7 +73,7 @@ std::string CpuEmitter::emitConvKernel(const Kernel &k) {
 
 std::string CpuEmitter::emitAttentionKernel(const Kernel &k) {
   const loop::Computation &c = *k.attention();
-  const loop::AttentionSpec &a = *c.attention;
+  const loop::AttentionSpec &a = *c.attention();
   BRAZE_CHECK(a.q.buffer->dtype == DType::Float32) << "CPU attention is f32 only";
   std::string body;
   Writer w(body, 1);
@@ -288,7 +288,7 @@ std::string CpuEmitter::emitScatterKernel(const Kernel &k) {
   // A combine whose result no order changes (integer sums and products, maxima, minima)
   // splits the sources among the threads and combines atomically; a float sum or product
   // has each position's values combined in source order by the thread that owns it.
-  ReduceKind combine = k.scatter()->scatterCombine;
+  ReduceKind combine = k.scatter()->scatterCombine();
   bool anyOrder = isIntegral(b.dtype) || combine == ReduceKind::Max || combine == ReduceKind::Min;
   if (anyOrder) {
     if (!k.outerVars.empty())

@@ -488,7 +488,7 @@ std::pair<int64_t, int64_t> headDims(const loop::AttentionSpec &a) {
 } // namespace
 
 AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
-  const loop::AttentionSpec &a = *k.attention()->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention();
   size_t rank = a.q.shape.size();
   auto [d, dv] = headDims(a);
   auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };
@@ -526,7 +526,7 @@ AttentionPlan planAttention(const sched::Kernel &k, const Target &target) {
 std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
                                     const std::string &params, const Target &target) {
   const loop::Computation &c = *k.attention();
-  const loop::AttentionSpec &a = *c.attention;
+  const loop::AttentionSpec &a = *c.attention();
   DType t = a.q.buffer->dtype;
   BRAZE_CHECK(t == DType::Float16 || t == DType::BFloat16) << "CUDA attention is f16/bf16 only";
   size_t nb = a.q.shape.size() - 2;
@@ -575,7 +575,7 @@ std::string emitCudaAttentionKernel(const Names &names, const sched::Kernel &k,
   // ([B.., Sq]), the one before it otherwise.
   auto resultOf = [&](const loop::Computation &r, const std::string &off) {
     const std::vector<sym::SymExpr> &st = r.out->strides;
-    bool lse = r.attention->part == loop::AttentionPart::Lse;
+    bool lse = r.attention()->part == loop::AttentionPart::Lse;
     return names.buffer(*r.out) + " + " + off + ", " + ix(st[st.size() - (lse ? 1 : 2)]);
   };
   std::string result = resultOf(c, "ro");
@@ -632,7 +632,7 @@ sched::Kernel gradQKernel(const sched::Kernel &k) {
 
 std::string cudaAttentionLaunch(const sched::Schedule &s, const Names &names,
                                 const sched::Kernel &k, const sched::Kernel &params, int index) {
-  const loop::AttentionSpec &a = *k.attention()->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention();
   size_t rank = a.q.shape.size();
   AttentionPlan plan = planAttention(k, s.target);
   std::string bm = std::to_string(plan.rowsPerBlock);

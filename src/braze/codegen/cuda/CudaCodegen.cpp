@@ -75,7 +75,7 @@ CudaGeneratedSource CudaEmitter::run() {
       // where cuDNN averages the row: such a masked attention runs braze's kernel. cuDNN
       // takes the output (with its log-sum-exp beside it), and the three gradients when one
       // kernel writes them; a lone log-sum-exp or gradient runs braze's kernel.
-      const loop::AttentionSpec &spec = *k.attention()->attention;
+      const loop::AttentionSpec &spec = *k.attention()->attention();
       if (spec.seed) // decompose keeps dropout whole only for the CPU (fusedAttentionDropout)
         BRAZE_USER_ERROR("attention", k.name)
             << "CUDA's fused attention kernels have no dropout; a loop program for CUDA must "
@@ -245,7 +245,7 @@ std::string CudaEmitter::emitScatterKernel(const Kernel &k) {
     size += " * " + names_.index(e);
   w.line("const int64_t at = (int64_t)(" + at + ");");
   w.line("if (at < 0 || at >= " + size + ") { *err = 1; return; }");
-  std::string combine(loop::scatterCombineName(k.scatter()->scatterCombine));
+  std::string combine(loop::scatterCombineName(k.scatter()->scatterCombine()));
   // half precision: its own adds, of an f32 value rounded after each add
   if (b.dtype == DType::Float16 || b.dtype == DType::BFloat16)
     combine += b.dtype == DType::Float16 ? "_f16" : "_bf16";

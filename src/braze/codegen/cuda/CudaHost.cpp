@@ -122,7 +122,7 @@ bool allWindows(const loop::ConvSpec &cv, const loop::Buffer *out) {
 std::string convStatement(const Names &names, const sched::Kernel &k, const std::string &fallback,
                           bool tf32) {
   const loop::Computation &c = *k.conv();
-  const loop::ConvSpec &cv = *c.conv;
+  const loop::ConvSpec &cv = *c.conv();
   if (cv.direction == loop::ConvDirectionKind::WeightGrad && !allWindows(cv, c.out))
     return fallback; // not a problem cuDNN states: the loops compute it
   const loop::Buffer *x = cv.x(c.out), *wt = cv.w(c.out), *y = cv.y(c.out);
@@ -163,7 +163,7 @@ struct AttentionFill {
 /// Writes the lines that fill BrazeAttention `a` with attention kernel k's operands (q, k, v,
 /// sizes, scale) and the stride arrays `batch`, `qs`, `ks` and `vs`.
 AttentionFill fillAttention(Writer &w, const Names &names, const sched::Kernel &k) {
-  const loop::AttentionSpec &a = *k.attention()->attention;
+  const loop::AttentionSpec &a = *k.attention()->attention();
   size_t r = a.q.shape.size();
   auto ix = [&](sym::SymExpr e) { return names.index(e); };
   AttentionFill f{names, r};
@@ -204,7 +204,7 @@ void callAttention(Writer &w, const AttentionFill &f, const loop::AttentionSpec 
 std::string attentionStatement(const Names &names, const sched::Kernel &k,
                                const std::string &fallback) {
   const loop::Computation &c = *k.attention();
-  const loop::AttentionSpec &a = *c.attention;
+  const loop::AttentionSpec &a = *c.attention();
   std::string out;
   Writer w(out, 1);
   w.line("{");
@@ -231,7 +231,7 @@ std::string attentionStatement(const Names &names, const sched::Kernel &k,
 std::string attentionGradStatement(const Names &names, const sched::Kernel &k,
                                    const std::string &fallback) {
   const loop::Computation &c = *k.attention();
-  const loop::AttentionSpec &a = *c.attention;
+  const loop::AttentionSpec &a = *c.attention();
   BRAZE_CHECK(k.attentionPair() && k.attentionGradQ()) << "a cuDNN backward writes three gradients";
   auto buffer = [](const loop::Computation &x) {
     return "bufs[" + std::to_string(x.out->id) + "]";

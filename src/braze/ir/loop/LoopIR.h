@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace braze::loop {
@@ -250,6 +251,22 @@ struct AttentionSpec {
 /// The text name of a part ("attention", "attention_lse", "attention_grad_q", ..).
 const char *attentionPartName(AttentionPart p);
 
+/// An accumulating scatter: for every point of the computation's space (the source's), its
+/// `value` is combined into out at the flat element `at` (an integer Expr), which must lie in
+/// out, by `combine` (Sum, Prod, Max or Min; Max and Min propagate NaN; a Sum into f16 or bf16
+/// computes in f32 and rounds after each value). out holds its initial values from an earlier
+/// computation; the values may land in any order (atomic on CUDA). Not a reduction.
+struct ScatterSpec {
+  const Expr *at = nullptr;
+  ReduceKind combine = ReduceKind::Sum;
+};
+
+/// The extern family of loop IR: a computation that a library call or a kernel of its own
+/// computes (the scheduler gives it a kernel alone, sched::ExternCall): a convolution, a fused
+/// attention or an accumulating scatter; monostate for any other. (A matrix product is a plain
+/// reduction the scheduler recognizes.)
+using ExternSpec = std::variant<std::monostate, ConvSpec, AttentionSpec, ScatterSpec>;
+
 /// A Computation's vars stand, in order, for the dims of its output buffer whose size is not the
 /// constant 1 (unit dims are always index 0 and get no loop); rvars likewise for the reduced
 /// dims of its input. The store position is therefore implied: see storeIndex().
@@ -260,18 +277,20 @@ struct Computation {
   std::vector<SymExpr> rvars;   ///< reduction index symbols (empty for pointwise)
   ReduceKind reduce = ReduceKind::None;
   const Expr *value = nullptr;  ///< in terms of vars and rvars
-  std::optional<ConvSpec> conv; ///< set when the computation is a convolution
-  /// Set when the computation is a fused attention (then `value` is null and vars/rvars are
-  /// the output's dims and nothing).
-  std::optional<AttentionSpec> attention;
-  /// Set when the computation is an accumulating scatter: for every point of its space (the
-  /// source's), `value` is combined into out at the flat element `scatterAt` (an integer Expr),
-  /// which must lie in out, by `scatterCombine` (Sum, Prod, Max or Min; Max and Min propagate
-  /// NaN; a Sum into f16 or bf16 computes in f32 and rounds after each value). out holds its
-  /// initial values from an earlier computation; the values may land in any order (atomic on
-  /// CUDA). Not a reduction, convolution or attention.
-  const Expr *scatterAt = nullptr;
-  ReduceKind scatterCombine = ReduceKind::Sum;
+  /// What makes the computation one of the extern family, if anything (ExternSpec): a
+  /// convolution, a fused attention (then `value` is null and vars/rvars are the output's dims
+  /// and nothing) or an accumulating scatter.
+  ExternSpec ext;
+
+  const ConvSpec *conv() const { return std::get_if<ConvSpec>(&ext); }
+  ConvSpec *conv() { return std::get_if<ConvSpec>(&ext); }
+  const AttentionSpec *attention() const { return std::get_if<AttentionSpec>(&ext); }
+  AttentionSpec *attention() { return std::get_if<AttentionSpec>(&ext); }
+  const ScatterSpec *scatter() const { return std::get_if<ScatterSpec>(&ext); }
+  ScatterSpec *scatter() { return std::get_if<ScatterSpec>(&ext); }
+  /// A scatter's position (null for any other computation) and combine.
+  const Expr *scatterAt() const { return scatter() ? scatter()->at : nullptr; }
+  ReduceKind scatterCombine() const { return scatter() ? scatter()->combine : ReduceKind::Sum; }
 
   bool isReduction() const { return reduce != ReduceKind::None; }
   std::vector<SymExpr> extents() const;

@@ -245,10 +245,12 @@ private:
     }
     expect('}');
     Computation *c = p_->addComputation(out, std::move(vars), std::move(rvars), reduce, value);
-    c->conv = std::move(conv);
-    c->attention = std::move(attention);
-    c->scatterAt = at;
-    c->scatterCombine = combine;
+    if (conv)
+      c->ext = std::move(*conv);
+    else if (attention)
+      c->ext = std::move(*attention);
+    else if (at)
+      c->ext = ScatterSpec{at, combine};
   }
 
   /// add, prod, max or min (after `scatter`).

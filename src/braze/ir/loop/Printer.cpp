@@ -219,14 +219,14 @@ std::string printProgram(const LoopProgram &p) {
       s += " reduce " + std::string(reduceKindName(c->reduce));
     if (!c->rvars.empty())
       s += " over [" + varList(c->rvars) + "]";
-    if (c->conv)
-      s += " " + convText(*c->conv);
-    if (c->attention)
-      s += " " + attentionText(*c->attention);
-    if (c->scatterAt)
-      s += " scatter " + std::string(scatterCombineName(c->scatterCombine));
+    if (c->conv())
+      s += " " + convText(*c->conv());
+    if (c->attention())
+      s += " " + attentionText(*c->attention());
+    if (c->scatterAt())
+      s += " scatter " + std::string(scatterCombineName(c->scatterCombine()));
     s += " {\n";
-    printBody(c->value, c->scatterAt, s);
+    printBody(c->value, c->scatterAt(), s);
     s += "}\n";
   }
   return s;

@@ -77,10 +77,10 @@ void forEachLoad(const Expr *e, const std::function<void(const Expr *)> &f) {
 void forEachBufferRead(const Computation &c, const Expr *value,
                        const std::function<void(const Buffer *)> &f) {
   forEachLoad(value, [&](const Expr *ld) { f(ld->buffer()); });
-  if (c.scatterAt) // the positions (in c's own variables: only the buffers matter here)
-    forEachLoad(c.scatterAt, [&](const Expr *ld) { f(ld->buffer()); });
-  if (c.attention)
-    for (const AttentionOperand *o : c.attention->operands())
+  if (c.scatterAt()) // the positions (in c's own variables: only the buffers matter here)
+    forEachLoad(c.scatterAt(), [&](const Expr *ld) { f(ld->buffer()); });
+  if (c.attention())
+    for (const AttentionOperand *o : c.attention()->operands())
       f(o->buffer);
 }
 

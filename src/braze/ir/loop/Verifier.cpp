@@ -76,7 +76,7 @@ public:
       if (!checkComputation(written))
         return error_;
       written.insert(c->out);
-      if (c->out->kind == BufferKind::Output && !c->scatterAt && ++outputWrites[c->out] > 1)
+      if (c->out->kind == BufferKind::Output && !c->scatterAt() && ++outputWrites[c->out] > 1)
         return where() + "output %" + c->out->name + " is written more than once";
     }
     for (const Buffer *b : p_.outputs())
@@ -183,9 +183,9 @@ private:
                       " reduction without reduction indices");
     if (!c.isReduction() && !c.rvars.empty())
       return failHere("is pointwise but has reduction indices");
-    if (c.attention && (c.value || c.isReduction() || c.conv))
+    if (c.attention() && (c.value || c.isReduction() || c.conv()))
       return failHere("is an attention and has a value, a reduction or a convolution");
-    if (!c.value && !c.attention)
+    if (!c.value && !c.attention())
       return failHere("has no value");
     // Index symbols: fresh, distinct, with extents over sizes and earlier indices.
     std::unordered_set<SymExpr> scope;
@@ -204,19 +204,19 @@ private:
         scope.insert(v);
       }
     SymExpr space = ctx_.product(c.extents());
-    if (!c.scatterAt && space != ctx_.product(c.out->shape))
+    if (!c.scatterAt() && space != ctx_.product(c.out->shape))
       return failHere("iteration space " + symsText(c.extents()) +
                       " does not cover buffer shape " + symsText(c.out->shape));
 
-    std::vector<const Expr *> order = exprPostOrder({c.value, c.scatterAt});
+    std::vector<const Expr *> order = exprPostOrder({c.value, c.scatterAt()});
     for (size_t i = 0; i < order.size(); ++i)
       if (!checkExpr(order[i], std::string("%").append(std::to_string(i)), scope, written))
         return false;
-    if (c.scatterAt)
+    if (c.scatterAt())
       return checkScatter(c, written);
-    if (c.attention)
-      return checkAttention(*c.attention, written);
-    return !c.conv || checkConv(*c.conv, order);
+    if (c.attention())
+      return checkAttention(*c.attention(), written);
+    return !c.conv() || checkConv(*c.conv(), order);
   }
 
   /// An accumulating scatter combines (add, prod, max or min) into values an earlier
@@ -224,9 +224,9 @@ private:
   /// convolution or attention of its own), in a buffer of f32, f64, i32 or i64; an add also
   /// into f16 or bf16 (rounded after each value).
   bool checkScatter(const Computation &c, const std::set<const Buffer *> &written) {
-    if (c.isReduction() || c.conv || c.attention)
+    if (c.isReduction() || c.conv() || c.attention())
       return failHere("is a scatter and a reduction, a convolution or an attention");
-    ReduceKind k = c.scatterCombine;
+    ReduceKind k = c.scatterCombine();
     if (k != ReduceKind::Sum && k != ReduceKind::Prod && k != ReduceKind::Max &&
         k != ReduceKind::Min)
       return failHere("scatters by " + std::string(reduceKindName(k)) +
@@ -239,8 +239,8 @@ private:
                       "; a scatter's buffer is f32, f64, i32 or i64 (f16 or bf16 for add)");
     if (!written.count(c.out))
       return failHere("scatters into %" + c.out->name + " before anything writes it");
-    if (!isIntegral(c.scatterAt->dtype()))
-      return failHere("scatters at a position of type " + dt(c.scatterAt->dtype()) +
+    if (!isIntegral(c.scatterAt()->dtype()))
+      return failHere("scatters at a position of type " + dt(c.scatterAt()->dtype()) +
                       "; positions are integers");
     return true;
   }

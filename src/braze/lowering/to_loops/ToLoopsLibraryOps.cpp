@@ -82,12 +82,12 @@ Value Lowerer::lowerAccumulatingScatter(Node *n) {
   const Expr *value = ex_.cast(values_.at(src).load(full), n->dtype());
   loop::Computation *c =
       p_->addComputation(out.buffer, vars, {}, ReduceKind::None, value);
-  c->scatterAt = ex_.cast(values_.at(target).load(full), DType::Int64);
   attrs::ScatterMode mode = a.mode();
-  c->scatterCombine = mode == attrs::ScatterMode::Prod   ? ReduceKind::Prod
-                      : mode == attrs::ScatterMode::Amax ? ReduceKind::Max
-                      : mode == attrs::ScatterMode::Amin ? ReduceKind::Min
-                                                         : ReduceKind::Sum;
+  c->ext = loop::ScatterSpec{ex_.cast(values_.at(target).load(full), DType::Int64),
+                             mode == attrs::ScatterMode::Prod   ? ReduceKind::Prod
+                             : mode == attrs::ScatterMode::Amax ? ReduceKind::Max
+                             : mode == attrs::ScatterMode::Amin ? ReduceKind::Min
+                                                                : ReduceKind::Sum};
   return out;
 }
 
@@ -140,7 +140,7 @@ Value Lowerer::lowerConvolution(Node *n) {
   loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
                                             ex_.op(ScalarOpKind::Mul, {xv, wv}, t));
   bool channelsLast = spec.channelsLast;
-  c->conv = std::move(spec);
+  c->ext = std::move(spec);
   Value conv = channelsLast ? nhwcValue(out) : bufferValue(out);
   if (!bias) {
     if (channelsLast)
@@ -178,7 +178,7 @@ Value Lowerer::lowerConvWeightGrad(Node *n) {
   const Expr *dv = ex_.cast(ex_.load(dy, linearIndex(s_, di, dy->strides)), t);
   loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
                                             ex_.op(ScalarOpKind::Mul, {dv, xv}, t));
-  c->conv = std::move(spec);
+  c->ext = std::move(spec);
   return bufferValue(out);
 }
 
@@ -233,8 +233,8 @@ Value Lowerer::lowerConvInputGrad(Node *n) {
   const Expr *wv = ex_.cast(ex_.load(w, linearIndex(s_, wi, w->strides)), t);
   loop::Computation *c = p_->addComputation(out, vars, rvars, ReduceKind::Sum,
                                             ex_.op(ScalarOpKind::Mul, {dv, wv}, t));
-  c->conv = std::move(spec);
-  if (c->conv->channelsLast) {
+  c->ext = std::move(spec);
+  if (c->conv()->channelsLast) {
     nhwc_[n] = out;
     return nhwcValue(out);
   }
@@ -361,7 +361,7 @@ Value Lowerer::lowerAttention(Node *n) {
                               std::move(strides));
   Index o;
   p_->addComputation(out, freshVars(out->shape, "i", o), {}, ReduceKind::None, nullptr)
-      ->attention = std::move(spec);
+      ->ext = std::move(spec);
   return bufferValue(out);
 }
 

@@ -2,6 +2,7 @@
 
 #include "braze/codegen/CFamily.h"
 #include "braze/ir/loop/Rewrite.h"
+#include "braze/scheduler/MemoryPlan.h"
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
@@ -198,36 +199,12 @@ bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars) {
 
 std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
                                                            const std::vector<sym::SymExpr> &vars) {
-  size_t n = st.members.size();
-  std::vector<size_t> parent(n);
-  for (size_t i = 0; i < n; ++i)
-    parent[i] = i;
-  auto root = [&](size_t i) {
-    while (parent[i] != i)
-      i = parent[i] = parent[parent[i]];
-    return i;
-  };
-  // A buffer's first member to make or read it: a later member that reads it joins that one.
-  std::unordered_map<const loop::Buffer *, size_t> first;
-  std::unordered_set<const loop::Buffer *> made;
-  for (size_t i = 0; i < n; ++i) {
-    loop::forEachLoad(st.members[i].value, [&](const loop::Expr *ld) {
-      if (ld->indirect().empty() && !mentionsAny(ld->index(), vars) && !made.count(ld->buffer()))
-        return; // one value for the whole kernel (a step size), loaded before its loops
-      auto [it, fresh] = first.try_emplace(ld->buffer(), i);
-      if (!fresh)
-        parent[root(i)] = root(it->second);
-    });
-    first.try_emplace(st.members[i].comp->out, i);
-    made.insert(st.members[i].comp->out);
-  }
+  std::vector<size_t> group = sched::independentGroups(st, vars);
   std::vector<std::vector<sched::Member>> groups;
-  std::unordered_map<size_t, size_t> groupOf;
-  for (size_t i = 0; i < n; ++i) {
-    auto [it, fresh] = groupOf.try_emplace(root(i), groups.size());
-    if (fresh)
+  for (size_t i = 0; i < st.members.size(); ++i) {
+    if (group[i] == groups.size())
       groups.emplace_back();
-    groups[it->second].push_back(st.members[i]);
+    groups[group[i]].push_back(st.members[i]);
   }
   return groups;
 }

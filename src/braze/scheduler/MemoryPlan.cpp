@@ -70,9 +70,12 @@ int64_t placeBySize(const std::vector<Interval> &xs,
 /// Whether kernel `k` may write its stored buffer `n` over `d`, an arena buffer whose last
 /// use is this kernel: a kernel of one pointwise step whose member that writes `n` reads `d`
 /// only at the position it writes, with elements of the same size and a layout `d` spans at
-/// least; any other member that reads `d` comes before that writer and reads it there too (a
-/// register value the writer uses, such as GELU's derivative times the incoming gradient).
-/// Each point then reads d[i] before it writes n[i], and no other point touches either.
+/// least; any other member that reads `d` comes before that writer, reads it there too (a
+/// register value the writer uses, such as GELU's derivative times the incoming gradient) and
+/// is in the writer's independent group (independentGroups: codegen may run other groups in
+/// other blocks or threads, at the same time; a scatter's initial copy once overwrote, in
+/// another group, the sum a mean was still reading). Each point then reads d[i] before it
+/// writes n[i], and no other point touches either.
 bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
   if (k.standsAlone() || k.steps.size() != 1 ||
       k.steps[0].kind != StepKind::Scalar || !k.steps[0].stashes.empty() ||
@@ -85,11 +88,16 @@ bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
       writer = &m;
   if (!writer || !writer->store)
     return false;
+  std::vector<SymExpr> vars = k.outerVars;
+  vars.insert(vars.end(), k.innerVars.begin(), k.innerVars.end());
+  std::vector<size_t> group = independentGroups(k.steps[0], vars);
+  size_t writerGroup = group[static_cast<size_t>(writer - k.steps[0].members.data())];
   bool afterWriter = false;
-  for (const Member &m : k.steps[0].members) {
+  for (size_t i = 0; i < k.steps[0].members.size(); ++i) {
+    const Member &m = k.steps[0].members[i];
     bool reads = false;
     loop::forEachBufferRead(*m.comp, m.value, [&](const Buffer *b) { reads |= b == d; });
-    if (reads && (afterWriter || m.storeIndex != writer->storeIndex))
+    if (reads && (afterWriter || m.storeIndex != writer->storeIndex || group[i] != writerGroup))
       return false;
     afterWriter |= &m == writer;
     bool atWriterPoint = true;
@@ -104,6 +112,40 @@ bool writesInPlace(const Kernel &k, const Buffer *d, const Buffer *n) {
 }
 
 } // namespace
+
+std::vector<size_t> independentGroups(const Step &st, const std::vector<SymExpr> &vars) {
+  size_t n = st.members.size();
+  std::vector<size_t> parent(n);
+  for (size_t i = 0; i < n; ++i)
+    parent[i] = i;
+  auto root = [&](size_t i) {
+    while (parent[i] != i)
+      i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  auto moved = [&](SymExpr e) {
+    return std::any_of(vars.begin(), vars.end(), [&](SymExpr v) { return sym::mentions(e, v); });
+  };
+  // A buffer's first member to make or read it: a later member that reads it joins that one.
+  std::unordered_map<const Buffer *, size_t> first;
+  std::unordered_set<const Buffer *> made;
+  for (size_t i = 0; i < n; ++i) {
+    loop::forEachLoad(st.members[i].value, [&](const Expr *ld) {
+      if (ld->indirect().empty() && !moved(ld->index()) && !made.count(ld->buffer()))
+        return; // one value for the whole kernel (a step size), loaded before its loops
+      auto [it, fresh] = first.try_emplace(ld->buffer(), i);
+      if (!fresh)
+        parent[root(i)] = root(it->second);
+    });
+    first.try_emplace(st.members[i].comp->out, i);
+    made.insert(st.members[i].comp->out);
+  }
+  std::vector<size_t> group(n);
+  std::unordered_map<size_t, size_t> number;
+  for (size_t i = 0; i < n; ++i)
+    group[i] = number.try_emplace(root(i), number.size()).first->second;
+  return group;
+}
 
 void planMemory(Schedule &s) {
   sym::SymContext &ctx = s.program->sym();

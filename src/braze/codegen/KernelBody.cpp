@@ -193,10 +193,6 @@ std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &nam
   return okA + " && " + okB + " && ldc >= braze_imax(1, N)";
 }
 
-bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars) {
-  return std::any_of(vars.begin(), vars.end(), [&](sym::SymExpr v) { return sym::mentions(e, v); });
-}
-
 std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
                                                            const std::vector<sym::SymExpr> &vars) {
   std::vector<size_t> group = sched::independentGroups(st, vars);

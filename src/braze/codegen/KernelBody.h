@@ -94,10 +94,9 @@ void collectKernelUses(const sched::Kernel &k, const Names &names, std::set<int>
 /// the row length it spans); the kernel's loop nest computes the product otherwise.
 std::string emitGemmLayout(Writer &w, const sched::GemmCall &g, const Names &names);
 
-/// Reductions that return a position (argmax/argmin) instead of a value.
 /// Whether e mentions one of `vars` (a load whose index mentions none is one value wherever
 /// those variables are: a kernel loads it once, before its loops).
-bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars);
+using sym::mentionsAny;
 
 /// The members of a pointwise step in independent groups: two members share a group when one
 /// reads what the other computes or both read one buffer (directly or through members
@@ -108,6 +107,7 @@ bool mentionsAny(sym::SymExpr e, const std::vector<sym::SymExpr> &vars);
 std::vector<std::vector<sched::Member>> independentMembers(const sched::Step &st,
                                                            const std::vector<sym::SymExpr> &vars);
 
+/// Reductions that return a position (argmax/argmin) instead of a value.
 bool isArgReduction(const loop::Computation &c);
 /// The C expression of a reduction's identity, in the value's C type.
 std::string accumulatorInit(const loop::Computation &c);

@@ -123,15 +123,13 @@ std::vector<size_t> independentGroups(const Step &st, const std::vector<SymExpr>
       i = parent[i] = parent[parent[i]];
     return i;
   };
-  auto moved = [&](SymExpr e) {
-    return std::any_of(vars.begin(), vars.end(), [&](SymExpr v) { return sym::mentions(e, v); });
-  };
   // A buffer's first member to make or read it: a later member that reads it joins that one.
   std::unordered_map<const Buffer *, size_t> first;
   std::unordered_set<const Buffer *> made;
   for (size_t i = 0; i < n; ++i) {
     loop::forEachLoad(st.members[i].value, [&](const Expr *ld) {
-      if (ld->indirect().empty() && !moved(ld->index()) && !made.count(ld->buffer()))
+      if (ld->indirect().empty() && !sym::mentionsAny(ld->index(), vars) &&
+          !made.count(ld->buffer()))
         return; // one value for the whole kernel (a step size), loaded before its loops
       auto [it, fresh] = first.try_emplace(ld->buffer(), i);
       if (!fresh)

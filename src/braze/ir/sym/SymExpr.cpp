@@ -402,6 +402,10 @@ bool mentions(SymExpr e, SymExpr v) {
   return false;
 }
 
+bool mentionsAny(SymExpr e, const std::vector<SymExpr> &vars) {
+  return std::any_of(vars.begin(), vars.end(), [&](SymExpr v) { return mentions(e, v); });
+}
+
 std::optional<int64_t> linearCoefficient(SymExpr e, SymExpr v) {
   std::vector<SymExpr> terms;
   if (e->kind() == SymKind::Add)

@@ -151,6 +151,8 @@ void collectSymbols(SymExpr e, std::vector<SymExpr> &out);
 
 /// Whether the symbol v occurs in e.
 bool mentions(SymExpr e, SymExpr v);
+/// Whether one of the symbols `vars` occurs in e.
+bool mentionsAny(SymExpr e, const std::vector<SymExpr> &vars);
 
 /// v's constant coefficient in e's top-level sum (0 when e does not mention v), or nothing
 /// when v also appears elsewhere in e (inside a min, a division, a product of symbols).

@@ -233,7 +233,7 @@ private:
   int passes(const Node *n) {
     std::vector<const Node *> sinks;
     for (const Node *u : readers_[n]) {
-      while (users_[u] == 1 && !outputs_.count(u) && readers_[u].size() == 1 &&
+      while (readers_[u].size() == 1 && !outputs_.count(u) &&
              (opCategory(u->op()) == OpCategoryKind::Elementwise ||
               opCategory(u->op()) == OpCategoryKind::Cast))
         u = readers_[u].front();

@@ -55,6 +55,7 @@ struct ToolOptions {
   std::optional<braze::StageKind> stage; ///< default: the input's first stage
   std::vector<std::string> passes;
   bool fuse = true;
+  bool pairedEpilogues = false;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
   bool dnnl = false; ///< CPU f32 convolutions stay whole and call oneDNN
   bool blas = false; ///< CPU f32/f64 matrix products call BLAS (OpenBLAS's cblas names)
@@ -89,7 +90,8 @@ std::vector<std::string> splitCommas(std::string_view list) {
 std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
-     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse] [--cuda]"
+     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse]"
+        " [--paired-epilogues] [--cuda]"
         " [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N]"
         " [--launch=SCHEDULE] [--help]\n"
         "\n"
@@ -103,6 +105,7 @@ std::string usageText() {
         "  --passes=LIST   graph passes (or decompose) to run in order, comma-separated,\n"
         "                  before printing\n"
         "  --no-fuse       schedule one kernel per computation\n"
+        "  --paired-epilogues  CUDA: a gated activation over a grouped product in its kernel\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
         "  --dnnl          keep CPU f32 convolutions whole and call oneDNN for them\n"
         "  --blas          let CPU f32 and f64 matrix products call BLAS (cblas_sgemm/dgemm)\n"
@@ -192,6 +195,8 @@ ToolOptions parseArguments(int argc, char **argv) {
       }
     } else if (arg == "--no-fuse") {
       o.fuse = false;
+    } else if (arg == "--paired-epilogues") {
+      o.pairedEpilogues = true;
     } else if (arg == "--cuda") {
       o.cuda = true;
     } else if (arg == "--dnnl") {
@@ -447,6 +452,7 @@ int run(int argc, char **argv) {
   bool loops = first == "buffer";
   braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
   opts.fuse = tool.fuse;
+  opts.pairedEpilogues = opts.pairedEpilogues || tool.pairedEpilogues;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};
   if ((tool.cudnn || tool.tf32 || tool.kernelArgBytes || tool.sm) && !tool.cuda)

@@ -293,6 +293,64 @@ def test_half_grouped_products_with_k_major_weights_compile_by_default_on_sm90(d
         assert braze.counters()["fallback_ops"] == before + 1
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("counts,k,half", [
+    ([300, 0, 1, 129, 0, 77], 192, 256),   # tiles at expert boundaries, halves of 2 tiles
+    ([0, 0, 200], 72, 200),                # a half that is no multiple of 128 (a partial tile)
+    ([45, 90, 33], 20, 36),                # K and halves not multiples of 8: element copies
+    ([0, 0, 0], 64, 128),                  # no row routed: every row past the end
+])
+def test_a_gated_grouped_product_computes_its_activation_in_the_products_kernel(
+        device, dtype, counts, k, half, monkeypatch):
+    """A mixture of experts' gate-up product and its activation, silu(gate) * up over the two
+    halves of the product's columns: on sm_90 with BRAZE_PAIRED_EPILOGUE=1 one kernel (the wgmma
+    kernel's paired epilogue; off by default, where the two are two kernels),
+    which never stores the product, equal to the per-expert product in f32, rounded, then the
+    activation; 7 rows past the last offset give zeros. Also with transformers' sentinel
+    masked_fill between them (a mask read from another input, as the epilogue may). Where the
+    product is also returned, it is stored and the activation is a kernel of its own, with the
+    same values."""
+    if device == "cpu":
+        pytest.skip("the CPU keeps half-precision grouped products whole")
+    monkeypatch.delenv("BRAZE_GROUPED_GEMM", raising=False)
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    rows = sum(counts) + 7
+    x = torch.randn(rows, k, device=device).to(dtype)
+    stored = (torch.randn(len(counts), 2 * half, k, device=device) / 4).to(dtype)
+    offs = torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
+    ids = torch.randint(0, len(counts) + 2, (rows,), device=device)
+
+    def gated(x, w, offs, ids, masked=False):
+        y = op(x, w.transpose(1, 2), offs)
+        if masked:
+            y = y.masked_fill((ids >= len(counts)).unsqueeze(-1), 0.0)
+        g, u = y.chunk(2, dim=-1)
+        return F.silu(g) * u
+
+    product = _per_expert(x, stored.transpose(1, 2), offs, dtype)
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for variant in ("default", "gated", "masked", "also_product"):
+        torch._dynamo.reset()
+        monkeypatch.setenv("BRAZE_PAIRED_EPILOGUE", "0" if variant == "default" else "1")
+        if variant == "also_product":
+            fn = lambda x, w, offs, ids: (gated(x, w, offs, ids), op(x, w.transpose(1, 2), offs))
+        else:
+            fn = functools.partial(gated, masked=variant == "masked")
+        masked = product.masked_fill((ids >= len(counts)).unsqueeze(-1), 0.0)
+        gate, up = (masked if variant == "masked" else product).chunk(2, dim=-1)
+        before = braze.counters()["fallback_ops"]
+        out, code = braze.run_and_get_code(torch.compile(fn, backend="braze", dynamic=False),
+                                           x, stored, offs, ids)
+        got = out[0] if variant == "also_product" else out
+        torch.testing.assert_close(got, F.silu(gate) * up, rtol=2e-2, atol=2e-2)
+        if variant == "also_product":
+            torch.testing.assert_close(out[1], product, rtol=1e-2, atol=1e-2)
+        if sm90:
+            assert braze.counters()["fallback_ops"] == before
+            assert (", true>(" in "".join(code)) == (variant in ("gated", "masked"))
+
+
 def test_a_half_router_with_gathered_tokens_is_one_graph_on_cuda(device, monkeypatch):
     """transformers' MoE route in bf16 on CUDA: top-2 router, tokens gathered in their experts'
     order into the grouped product (weights read transposed), results scattered back and

@@ -44,8 +44,12 @@ std::string Names::index(sym::SymExpr e) const {
 std::string Scope::localFor(const loop::Buffer *b, sym::SymExpr index) const {
   for (const Scope *s = this; s; s = s->parent_) {
     auto it = s->locals_.find(b);
-    if (it != s->locals_.end())
-      return it->second.second == index ? it->second.first : "";
+    if (it == s->locals_.end())
+      continue;
+    for (const auto &[name, at] : it->second)
+      if (at == index)
+        return name;
+    return "";
   }
   return "";
 }

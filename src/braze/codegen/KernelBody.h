@@ -48,7 +48,11 @@ class Scope {
 public:
   explicit Scope(Scope *parent) : parent_(parent) {}
   void defineLocal(const loop::Buffer *b, const std::string &name, sym::SymExpr storeIndex) {
-    locals_[b] = {name, storeIndex};
+    locals_[b] = {{name, storeIndex}};
+  }
+  /// Another local of buffer b, at another index (a paired epilogue's two reads of a product).
+  void addLocal(const loop::Buffer *b, const std::string &name, sym::SymExpr index) {
+    locals_[b].push_back({name, index});
   }
   /// The local holding buffer b at `index`, or "" if none is visible.
   std::string localFor(const loop::Buffer *b, sym::SymExpr index) const;
@@ -57,7 +61,8 @@ public:
 
 private:
   Scope *parent_;
-  std::unordered_map<const loop::Buffer *, std::pair<std::string, sym::SymExpr>> locals_;
+  std::unordered_map<const loop::Buffer *, std::vector<std::pair<std::string, sym::SymExpr>>>
+      locals_;
   std::unordered_map<const loop::Expr *, std::string> memo_;
 };
 

@@ -63,6 +63,8 @@ CompileOptions CompileOptions::fromEnvironment() {
       });
     }
   }
+  if (const char *v = std::getenv("BRAZE_PAIRED_EPILOGUE"))
+    o.pairedEpilogues = std::string(v) == "1";
   if (const char *v = std::getenv("BRAZE_AUTOTUNE"); v && *v) {
     char *end = nullptr;
     double seconds = std::strtod(v, &end);
@@ -286,6 +288,7 @@ struct Stop {
 void scheduleStep(Lowered &l, const CompileOptions &opts) {
   sched::ScheduleOptions so;
   so.fuse = opts.fuse;
+  so.pairedEpilogues = opts.pairedEpilogues;
   l.schedule = sched::scheduleProgram(*l.program, targetFor(opts), so);
 }
 

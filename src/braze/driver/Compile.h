@@ -20,6 +20,10 @@ struct CompileOptions {
   LogSet log;
   bool strict = false;       ///< Python layer: raise instead of falling back on internal errors
   bool fuse = true;
+  /// CUDA: gated activations over grouped products as the product kernel's paired epilogue
+  /// (sched::pairGemmEpilogues). Off by default: on an H200 the fused kernel was slower than
+  /// the product and a pointwise kernel (BRAZE_PAIRED_EPILOGUE=1 turns it on).
+  bool pairedEpilogues = false;
   std::string cacheDir;      ///< empty: the default (BRAZE_CACHE_DIR or ~/.cache/braze)
   /// A cache shared between processes and machines (BRAZE_REMOTE_CACHE=file:///path, a folder
   /// on a shared file system): a graph the local cache misses is looked up there, and a graph

@@ -111,6 +111,8 @@ public:
         mask.cond = loop::substituteIndices(p_, mask.cond, map);
       if (auto it = bias_.find(c.id); it != bias_.end())
         gemm->bias = it->second;
+      if (auto it = epilogues_.find(c.id); it != epilogues_.end())
+        addEpilogue(k, *gemm, *it->second);
       k.ext = std::move(*gemm);
     }
   }
@@ -119,6 +121,12 @@ public:
   void setGemmBias(std::map<int, const loop::Buffer *> bias) { bias_ = std::move(bias); }
   /// Computations that compute nothing (copies a product now writes itself).
   void skip(std::set<int> ids) { skipped_ = std::move(ids); }
+  /// Paired epilogues (pairGemmEpilogues), by product id: each joins its product's kernel.
+  void setGemmEpilogues(std::map<int, const Computation *> e) {
+    epilogues_ = std::move(e);
+    for (const auto &entry : epilogues_)
+      paired_.insert(entry.second->id);
+  }
 
 private:
   SymExpr freshVar(const char *prefix, size_t i, SymExpr extent) {
@@ -257,6 +265,26 @@ private:
     for (size_t i = 0; i < c.vars.size(); ++i)
       map[c.vars[i]] = k.outerVars[i];
     return k;
+  }
+
+  /// Product kernel k computes d, its paired epilogue, as a second member over variables of
+  /// d's own (d's columns are half the product's); d's buffer is then produced there.
+  void addEpilogue(Kernel &k, GemmCall &g, const Computation &d) {
+    std::unordered_map<SymExpr, SymExpr> map;
+    for (size_t i = 0; i < d.vars.size(); ++i) {
+      g.epilogueVars.push_back(freshVar("g", i, d.vars[i]->extent()));
+      map[d.vars[i]] = g.epilogueVars.back();
+    }
+    g.epilogue = &d;
+    g.half = sym_.constant(g.n->value() / 2);
+    Member m{&d, loop::substituteIndices(p_, d.value, map),
+             sym_.substitute(loop::storeIndex(sym_, d), map), false};
+    Where w;
+    w.kernel = static_cast<int>(s_.kernels.size()) - 1;
+    w.step = 0;
+    w.storeIndex = m.storeIndex;
+    where_[d.out] = w;
+    k.steps[0].members.push_back(std::move(m));
   }
 
   /// Appends kernel k with `m` as its one Scalar-step member, the producer of m's buffer.
@@ -447,6 +475,7 @@ private:
   /// shares one store index (same shapes). The CPU's take pairs of any shapes.
   bool cudaParts_;
   std::set<int> paired_;                      ///< parts another part's kernel writes
+  std::map<int, const Computation *> epilogues_; ///< paired epilogues by product id
   sym::SymContext &sym_;
   std::unordered_map<const Buffer *, Where> where_;
   bool groupedGemms_;
@@ -708,6 +737,8 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
     absorbGemmRounding(p);
     fuser.setGemmBias(absorbGemmBias(p));
     fuser.skip(forwardGemmCopies(p));
+    if (opts.pairedEpilogues)
+      fuser.setGemmEpilogues(pairGemmEpilogues(p, target.computeCapability));
   }
   for (const auto &c : p.computations())
     fuser.add(*c, opts.fuse);

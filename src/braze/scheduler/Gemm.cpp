@@ -3,6 +3,7 @@
 #include "braze/ir/loop/Rewrite.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 namespace braze::sched {
@@ -590,4 +591,66 @@ void absorbGemmRounding(loop::LoopProgram &p) {
     }
   }
 }
+
+bool wgmmaGrouped(const GemmCall &g, int computeCapability) {
+  return g.group && computeCapability == 90 && g.transB && isHalf(g.dtype) &&
+         (g.outDtype == g.dtype || g.outDtype == DType::Float32);
+}
+
+std::map<int, const loop::Computation *> pairGemmEpilogues(loop::LoopProgram &p,
+                                                           int computeCapability) {
+  std::map<int, const loop::Computation *> out;
+  sym::SymContext &s = p.sym();
+  const auto &comps = p.computations();
+  std::unordered_map<const loop::Buffer *, std::vector<size_t>> readers, writers;
+  for (size_t i = 0; i < comps.size(); ++i) {
+    writers[comps[i]->out].push_back(i);
+    loop::forEachBufferRead(*comps[i], comps[i]->value, [&](const loop::Buffer *b) {
+      std::vector<size_t> &r = readers[b];
+      if (r.empty() || r.back() != i)
+        r.push_back(i);
+    });
+  }
+  for (size_t gi = 0; gi < comps.size(); ++gi) {
+    const loop::Computation &g = *comps[gi];
+    const loop::Buffer *c = g.out;
+    std::optional<GemmCall> call = matchGemm(p, g, /*grouped=*/true);
+    if (!call || !wgmmaGrouped(*call, computeCapability) || call->outDtype != call->dtype ||
+        !layoutFixed(*call) || call->n->value() % 2 != 0 ||
+        c->kind != loop::BufferKind::Intermediate || writers[c].size() != 1 ||
+        readers[c].size() != 1 || readers[c].front() <= gi)
+      continue;
+    const size_t di = readers[c].front();
+    const loop::Computation &d = *comps[di];
+    const int64_t half = call->n->value() / 2;
+    if (!d.value || d.isReduction() || d.conv() || d.attention() || d.scatterAt() ||
+        d.vars.size() != 2 || d.vars[0]->extent() != call->m || !d.vars[1]->extent()->isConst(half) ||
+        d.out == c || writers[d.out].size() != 1)
+      continue;
+    // D loads C directly at (m, n) or (m, n + half) of its point, and other buffers at
+    // positions that C's values do not choose: the kernel computes D at every point of a tile
+    // (rows of other experts too, at an in-range point) and guards only the store.
+    const SymExpr at = s.add(s.mul(d.vars[0], call->ldc), d.vars[1]);
+    bool ok = true;
+    std::set<const loop::Buffer *> reads;
+    loop::forEachLoad(d.value, [&](const Expr *e) {
+      SymExpr off = s.sub(e->index(), at);
+      ok = ok && e->buffer() != d.out &&
+           (e->buffer() != c || (e->indirect().empty() && (off->isConst(0) || off->isConst(half))));
+      for (const auto &b : e->indirect())
+        loop::forEachLoad(b.second, [&](const Expr *x) { ok = ok && x->buffer() != c; });
+      reads.insert(e->buffer());
+    });
+    // D runs in the product's place: nothing between them writes what D reads, or touches D.
+    for (size_t i = gi + 1; i < di && ok; ++i) {
+      ok = !reads.count(comps[i]->out) && comps[i]->out != d.out;
+      loop::forEachBufferRead(*comps[i], comps[i]->value,
+                              [&](const loop::Buffer *b) { ok = ok && b != d.out; });
+    }
+    if (ok)
+      out[g.id] = &d;
+  }
+  return out;
+}
+
 } // namespace braze::sched

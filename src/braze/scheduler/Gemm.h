@@ -45,6 +45,14 @@ struct GemmCall {
     bool zeroIfTrue = true;
   };
   std::vector<RowMask> rowZero;
+  /// A paired epilogue (pairGemmEpilogues): the product's one reader, a pointwise computation
+  /// over [m, n) for n < half that reads C only at (m, n) and (m, n + half) (a gated MLP's
+  /// act(gate) * up over a product of [gate | up] columns). The kernel computes it from each
+  /// tile, whose columns are gate's and up's alike, and never stores C. Its member in the
+  /// kernel is over `epilogueVars` (its row and column).
+  const loop::Computation *epilogue = nullptr;
+  sym::SymExpr half = nullptr;
+  std::vector<sym::SymExpr> epilogueVars;
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and
@@ -82,6 +90,20 @@ std::map<int, const loop::Buffer *> absorbGemmBias(loop::LoopProgram &p);
 /// product stores the rounded value (its buffer takes the half dtype, and the readers load it
 /// as is): the same values, one kernel's f32 writes and reads fewer. Grouped products included.
 void absorbGemmRounding(loop::LoopProgram &p);
+
+/// Whether CUDA's Hopper grouped kernel (wgmma, on sm_90 with B read K-major) computes g, a
+/// grouped product of half operands, on a GPU of `computeCapability` (90 for sm_90).
+bool wgmmaGrouped(const GemmCall &g, int computeCapability);
+
+/// Paired epilogues: where the one reader of a grouped product C of [M, 2H] (computed by the
+/// Hopper kernel, rounded to its half dtype, an intermediate) is a pointwise computation D over
+/// [M, H] that loads C only at (m, n) and (m, n + H) (directly, and in no other load's index),
+/// D joins the product's kernel
+/// (GemmCall::epilogue): each tile of the kernel then multiplies gate's and up's columns
+/// together and computes D from them, and C is never written. D must read nothing that a
+/// computation between the two writes. Returns D by the product's computation id.
+std::map<int, const loop::Computation *> pairGemmEpilogues(loop::LoopProgram &p,
+                                                           int computeCapability);
 
 /// Copies of products: where the only reader of a product C (an intermediate the GEMM library
 /// computes, as absorbGemmBias requires) stores C unchanged into a buffer D of the same shape

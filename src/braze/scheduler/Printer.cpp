@@ -87,7 +87,9 @@ std::string printSchedule(const Schedule &s) {
              (k.gemm()->bias ? " + bias %" + k.gemm()->bias->name : "") +
              (k.gemm()->group ? " grouped by rows" : "") +
              (k.gemm()->rowOf ? " of gathered rows" : "") +
-             (k.gemm()->rowZero.empty() ? "" : " with masked rows");
+             (k.gemm()->rowZero.empty() ? "" : " with masked rows") +
+             (k.gemm()->epilogue ? " with paired epilogue %" + k.gemm()->epilogue->out->name
+                                 : "");
     if (k.scatter())
       out += " scatter " + std::string(loop::scatterCombineName(k.scatter()->scatterCombine()));
     if (k.cudaLaunch)

@@ -191,6 +191,7 @@ struct Schedule {
 
 struct ScheduleOptions {
   bool fuse = true; ///< false: one kernel per computation (for debugging and tests)
+  bool pairedEpilogues = false; ///< CUDA: pairGemmEpilogues (CompileOptions::pairedEpilogues)
 };
 
 Schedule scheduleProgram(loop::LoopProgram &p, const Target &target,

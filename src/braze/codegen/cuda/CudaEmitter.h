@@ -137,6 +137,9 @@ private:
   std::string emitGroupedGemmKernel(const Kernel &k);
   /// braze_run's launch of that kernel (index `index`).
   std::string groupedGemmLaunch(const Kernel &k, int index);
+  /// The lambda `epilogue(row, column, gate, up)` of a grouped product's paired epilogue
+  /// (GemmCall::epilogue): the member's value from C's two values, and its store.
+  void emitPairedEpilogue(Writer &w, const Kernel &k);
 
   /// Emits, in `scope`, every subexpression of the members that does not depend on `vars`
   /// (row statistics, broadcast operands, constants folded with them), so that the loops over

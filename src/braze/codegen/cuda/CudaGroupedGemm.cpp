@@ -20,6 +20,8 @@
 #include "braze/codegen/cuda/CudaEmitter.h"
 
 #include "braze/codegen/CFamily.h"
+#include "braze/scheduler/Gemm.h"
+#include "braze/support/Check.h"
 #include "braze/codegen/cuda/CudaHost.h"
 
 #include <algorithm>
@@ -239,13 +241,22 @@ template <bool BF16> BRAZE_FN void braze_wg_pair(unsigned char* at, float x, flo
 // swizzle wgmma reads, filled by cp.async (16-byte copies where rows are aligned, element
 // stores otherwise) STAGES - 2 tiles ahead; one group of products stays in flight. C's tile
 // goes out through shared memory, 16 bytes per store.
-template <bool BF16, typename OUT, int BN, int STAGES>
+// PAIRED (a paired epilogue, BN = 256): the tile's columns are C's [n0, n0 + 128) and
+// [half + n0, half + n0 + 128), and instead of storing C the block computes
+// v = epi(m, n, C[m, n], C[m, n + half]) for each of its points, with C's values rounded as
+// stored, and calls sto(m, n, v) for those of the group with n < half.
+template <bool BF16, typename OUT, int BN, int STAGES, bool PAIRED = false, typename EPI = int,
+          typename STO = int>
 BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
                                   const uint16_t* __restrict__ b, int64_t gstride, int64_t ldb,
                                   OUT* __restrict__ c, int64_t ldc, int64_t M, int64_t N, int64_t K,
-                                  int64_t m0, int64_t n0, const int* groups, const int64_t* rows) {
+                                  int64_t m0, int64_t n0, const int* groups, const int64_t* rows,
+                                  int64_t half = 0, EPI epi = EPI(), STO sto = STO()) {
   constexpr int BM = 128, BK = 64, T = 256, ASTAGE = BM * 128, STAGE = ASTAGE + BN * 128;
-  constexpr int CA = BM * 8 / T, CB = BN * 8 / T;
+  constexpr int CA = BM * 8 / T, CB = BN * 8 / T, HB = BN / 2;
+  static_assert(!PAIRED || BN == 256, "a paired epilogue takes 128 columns of each half");
+  // B's tile row r is C's column n0 + r; paired, rows from HB on are up's: half + n0 + r - HB.
+  const int64_t jump = PAIRED ? half - HB : 0, span = PAIRED ? half : N;
   // The stages start on a 1024-byte boundary (the swizzle's period), which dynamic shared
   // memory does not promise: the launch asks for 1024 bytes more.
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(braze_grouped_smem);
@@ -295,8 +306,9 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
           braze_grouped_cp16(sa + soff + j * 4096, asrc[j] ? asrc[j] + k0 : a, kin && asrc[j]);
         #pragma unroll
         for (int j = 0; j < CB; ++j) {
-          const bool in = kin && n0 + r0 + 32 * j < N;
-          braze_grouped_cp16(sb + soff + j * 4096, in ? bsrc + j * 32 * ldb + k0 : b, in);
+          const int up = PAIRED && j >= CB / 2 ? 1 : 0; // a row of up's half
+          const bool in = kin && n0 + r0 + 32 * (j - up * CB / 2) < span;
+          braze_grouped_cp16(sb + soff + j * 4096, in ? bsrc + (j * 32 + up * jump) * ldb + k0 : b, in);
         }
         return;
       }
@@ -310,7 +322,8 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
       for (int i = tid; i < BN * BK; i += T) {
         const int r = i / BK, col = i % BK;
         *(uint16_t*)(gb + r * 128 + ((col / 8) ^ (r % 8)) * 16 + col % 8 * 2) =
-            n0 + r < N && k0 + col < K ? bg[(n0 + r) * ldb + k0 + col] : (uint16_t)0;
+            n0 + r % (PAIRED ? HB : BN) < span && k0 + col < K
+                ? bg[(n0 + r + (PAIRED && r >= HB ? jump : 0)) * ldb + k0 + col] : (uint16_t)0;
       }
     };
     float acc[BN / 2];
@@ -360,6 +373,48 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
       braze_wg_pair<BF16>(g0 + r * PITCH + col * W, acc[i], acc[i + 1], (OUT*)nullptr);
     }
     __syncthreads();
+    if constexpr (PAIRED) {
+      // Eight points per thread at once, T apart (each store instruction a row's run of
+      // columns): C's values are read first, then the eight values computed, unguarded at the
+      // nearest point in range (no store between them, so their loads overlap), then stored
+      // where the point is the group's.
+      constexpr int U = 8;
+      static_assert(BM * HB % (U * T) == 0, "the tile splits into U points per thread");
+      for (int base = tid; base < BM * HB; base += U * T) {
+        float gv[U], uv[U];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int i = base + u * T, r = i / HB, j = i % HB;
+          const OUT* row = (const OUT*)(g0 + r * PITCH);
+          if constexpr (sizeof(OUT) == 4) {
+            gv[u] = (float)row[j];
+            uv[u] = (float)row[j + HB];
+          } else if constexpr (BF16) {
+            gv[u] = braze_bf2f(row[j]);
+            uv[u] = braze_bf2f(row[j + HB]);
+          } else {
+            gv[u] = braze_h2f(row[j]);
+            uv[u] = braze_h2f(row[j + HB]);
+          }
+        }
+        decltype(epi(0, 0, 0.0f, 0.0f)) vv[U];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int i = base + u * T, r = i / HB, j = i % HB;
+          const int64_t m = m0 + r, col = n0 + j;
+          vv[u] = epi(m < M ? m : M - 1, col < half ? col : half - 1, gv[u], uv[u]);
+        }
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int i = base + u * T, r = i / HB, j = i % HB;
+          const int64_t m = m0 + r, col = n0 + j;
+          if (m < M && groups[r] == grp && col < half)
+            sto(m, col, vv[u]);
+        }
+      }
+      __syncthreads();
+      continue;
+    }
     for (int i = tid; i < BM * CPR; i += T) {
       const int r = i / CPR, ch = i % CPR;
       const int64_t m = m0 + r, col = n0 + ch * PER;
@@ -430,8 +485,9 @@ struct GroupedShape {
 /// 1024 -> 5632, 8 experts) and 0.084 ms (down, 2816 -> 1024), against 0.150-0.154 and
 /// 0.087-0.089 ms for 128 x 128 in 4-6 stages.
 GroupedShape groupedShape(int computeCapability, const sched::GemmCall &g) {
-  if (computeCapability == 90 && g.transB) {
-    const int cols = g.n->isConst() && g.n->value() <= 128 ? 128 : 256, stages = 4;
+  if (sched::wgmmaGrouped(g, computeCapability)) {
+    const int cols = g.n->isConst() && g.n->value() <= 128 && !g.epilogue ? 128 : 256;
+    const int stages = 4;
     const int out = g.outDtype == DType::Float32 ? 4 : 2;
     const int bytes = std::max(stages * (128 + cols) * 128, 128 * (cols * out + 16)) + 1024;
     return {true, 128, cols, 256, stages, bytes};
@@ -472,9 +528,12 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
   w.line("__shared__ int groups[" + rowsPer + "];");
   w.line("__shared__ int64_t rows[" + rowsPer + "];");
   w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
-  w.line("const int64_t tiles_n = (N + " + cols + " - 1) / " + cols + ";");
+  // A paired epilogue's tile is 128 columns of each half of C.
+  const std::string tileCols = g.epilogue ? std::to_string(shape.cols / 2) : cols;
+  const std::string spanN = g.epilogue ? ix(g.half) : "N";
+  w.line("const int64_t tiles_n = (" + spanN + " + " + tileCols + " - 1) / " + tileCols + ";");
   w.line("const int64_t m0 = (int64_t)(blockIdx.x / tiles_n) * " + rowsPer +
-         ", n0 = (int64_t)(blockIdx.x % tiles_n) * " + cols + ";");
+         ", n0 = (int64_t)(blockIdx.x % tiles_n) * " + tileCols + ";");
   w.line("if (threadIdx.x < " + rowsPer + ") {");
   w.indent();
   w.line("int group = -1;");
@@ -522,9 +581,15 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
   std::string args = "((const uint16_t*)" + names_.buffer(*g.a) + ", " + kStep +
                      ", (const uint16_t*)" + names_.buffer(*g.b) + " + " + ix(g.offB) + ", " +
                      ix(g.groupStride) + ", " + ix(g.ldb) + ", (" + out + "*)" +
-                     names_.buffer(*g.c) + " + " + ix(g.offC) + ", " + ix(g.ldc) +
-                     ", M, N, K, m0, n0, groups, rows);";
-  if (shape.wgmma)
+                     (g.epilogue ? std::string("nullptr") : names_.buffer(*g.c) + " + " + ix(g.offC)) +
+                     ", " + ix(g.ldc) + ", M, N, K, m0, n0, groups, rows" +
+                     (g.epilogue ? ", " + ix(g.half) + ", epilogue_value, epilogue_store);" : ");");
+  if (g.epilogue) {
+    BRAZE_CHECK(shape.wgmma) << "a paired epilogue needs the wgmma grouped kernel";
+    emitPairedEpilogue(w, k);
+    w.line("braze_grouped_wgmma<" + bf16 + ", " + out + ", " + cols + ", " + stages +
+           ", true>" + args);
+  } else if (shape.wgmma)
     w.line("braze_grouped_wgmma<" + bf16 + ", " + out + ", " + cols + ", " + stages + ">" + args);
   else
     w.line("braze_grouped_mm<" + bf16 + ", " + (g.transB ? "true" : "false") + ", " + out + ", " +
@@ -540,8 +605,49 @@ std::string CudaEmitter::groupedGemmLaunch(const Kernel &k, int index) {
     return "((" + names_.index(e) + " + " + t + " - 1) / " + t + ")";
   };
   const GroupedShape shape = groupedShape(s_.target.computeCapability, g);
+  const std::string across = g.epilogue ? tiles(g.half, shape.cols / 2) : tiles(g.n, shape.cols);
   return launchBlocks(s_, names_, k, index, shape.threads,
-                      tiles(g.m, shape.rows) + " * " + tiles(g.n, shape.cols), shape.sharedBytes);
+                      tiles(g.m, shape.rows) + " * " + across, shape.sharedBytes);
+}
+
+void CudaEmitter::emitPairedEpilogue(Writer &w, const Kernel &k) {
+  const sched::GemmCall &g = *k.gemm();
+  const Member *member = nullptr;
+  for (const Member &m : k.steps[0].members)
+    if (m.comp == g.epilogue)
+      member = &m;
+  BRAZE_CHECK(member) << k.name << ": the paired epilogue has no member";
+  // The member's loads of C, at (row, column) and (row, column + half), are the lambda's two
+  // values: locals in C's compute type, as a pointwise reader's locals are.
+  const SymExpr row = g.epilogueVars[0], col = g.epilogueVars[1];
+  sym::SymContext &sy = s_.program->sym();
+  const SymExpr at = sy.add(sy.mul(row, g.ldc), col);
+  Scope scope(nullptr);
+  forEachExpr(member->value, [&](const loop::Expr *e) {
+    if (e->kind() != loop::ExprKind::Load || e->buffer() != g.c)
+      return;
+    const SymExpr off = sy.sub(e->index(), at);
+    BRAZE_CHECK(off->isConst(0) || off->isConst(g.half->value())) << k.name << ": a paired epilogue reads C at "
+                                                     << sym::toString(e->index());
+    scope.addLocal(g.c, off->isConst(0) ? "gate" : "up", e->index());
+  });
+  // The value, then its store: two lambdas, so that the kernel computes several values before
+  // any store (a store through a captured pointer would keep later loads behind it).
+  const std::string point =
+      "const int64_t " + names_.index(row) + ", const int64_t " + names_.index(col);
+  const std::string type = ctype(member->value->dtype());
+  w.line("auto epilogue_value = [&](" + point + ", const float gate, const float up) -> " +
+         type + " {");
+  w.indent();
+  ExprWriter ex(w, scope, names_, next_);
+  ex.setErrorStatement("*err = 1;");
+  w.line("return " + ex.emit(member->value) + ";");
+  w.dedent();
+  w.line("};");
+  w.line("auto epilogue_store = [&](" + point + ", const " + type + " v) {");
+  w.line("  " + names_.buffer(*g.epilogue->out) + "[" + names_.index(member->storeIndex) +
+         "] = " + convert("v", member->value->dtype(), g.epilogue->out->dtype) + ";");
+  w.line("};");
 }
 
 } // namespace cuda

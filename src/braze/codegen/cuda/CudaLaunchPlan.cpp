@@ -286,8 +286,8 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
 
 void CudaEmitter::planLaunches(sched::Schedule &s) {
   for (Kernel &k : s.kernels)
-    if (!k.attention() && !k.scatter())
-      k.cudaLaunch = planLaunch(k);
+    if (!k.attention() && !k.scatter() && !(k.gemm() && k.gemm()->epilogue))
+      k.cudaLaunch = planLaunch(k); // a paired epilogue's product is never written as loops
 }
 
 void CudaEmitter::applyLaunches(sched::Schedule &s, const std::map<std::string,

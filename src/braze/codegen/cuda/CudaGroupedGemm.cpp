@@ -25,6 +25,9 @@
 #include "braze/codegen/cuda/CudaHost.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
+#include <unordered_map>
 
 namespace braze::codegen {
 
@@ -631,6 +634,60 @@ void CudaEmitter::emitPairedEpilogue(Writer &w, const Kernel &k) {
                                                      << sym::toString(e->index());
     scope.addLocal(g.c, off->isConst(0) ? "gate" : "up", e->index());
   });
+  // Values of the row alone (a sentinel mask read through the sort's permutation): computed
+  // once per row of the tile, before the product, into shared memory, where the points read
+  // them. At each point they would be global loads behind one another (an index check's error
+  // store keeps later loads behind it), with one block of 8 warps per SM to hide them.
+  std::vector<const loop::Expr *> rowValues;
+  std::unordered_map<const loop::Expr *, bool> moves; // whether an Expr depends on the column
+  std::function<bool(const loop::Expr *)> onColumn = [&](const loop::Expr *e) {
+    if (auto it = moves.find(e); it != moves.end())
+      return it->second;
+    bool m = e->index() && mentionsAny(e->index(), {col});
+    for (const loop::Expr *o : e->operands())
+      m = onColumn(o) || m;
+    for (const auto &b : e->indirect())
+      m = onColumn(b.second) || m;
+    return moves[e] = m;
+  };
+  std::function<bool(const loop::Expr *)> reads = [&](const loop::Expr *e) {
+    if (e->kind() == loop::ExprKind::Load)
+      return true;
+    for (const loop::Expr *o : e->operands())
+      if (reads(o))
+        return true;
+    return false;
+  };
+  std::set<const loop::Expr *> seen;
+  std::function<void(const loop::Expr *)> hoist = [&](const loop::Expr *e) {
+    if (!seen.insert(e).second)
+      return;
+    if (!onColumn(e) && reads(e)) {
+      rowValues.push_back(e);
+      return;
+    }
+    for (const loop::Expr *o : e->operands())
+      hoist(o);
+  };
+  hoist(member->value);
+  if (!rowValues.empty()) {
+    for (size_t i = 0; i < rowValues.size(); ++i)
+      w.line("__shared__ " + ctype(rowValues[i]->dtype()) + " row" + std::to_string(i) + "[128];");
+    w.line("if (threadIdx.x < 128) {");
+    w.indent();
+    w.line("const int64_t " + names_.index(row) + " = m0 + threadIdx.x < M ? m0 + threadIdx.x : M - 1;");
+    Scope rowScope(nullptr);
+    ExprWriter rx(w, rowScope, names_, next_);
+    rx.setErrorStatement("*err = 1;");
+    for (size_t i = 0; i < rowValues.size(); ++i)
+      w.line("row" + std::to_string(i) + "[threadIdx.x] = " + rx.emit(rowValues[i]) + ";");
+    w.dedent();
+    w.line("}");
+    w.line("__syncthreads();");
+    for (size_t i = 0; i < rowValues.size(); ++i)
+      scope.remember(rowValues[i],
+                     "row" + std::to_string(i) + "[" + names_.index(row) + " - m0]");
+  }
   // The value, then its store: two lambdas, so that the kernel computes several values before
   // any store (a store through a captured pointer would keep later loads behind it).
   const std::string point =

@@ -89,5 +89,26 @@ TEST(GraphAttrsTest, AViewOfOtherAttributesIsAnInternalError) {
   EXPECT_THROW(attrs::Slice{*named(*g, "s")}, InternalError);
 }
 
+TEST(GraphAttrsTest, TheExternFamilyIsItsOwnCategory) {
+  // The ops a target may keep whole as one call (Ops.def's BRAZE_EXTERN); every other op that
+  // decompose lowers stays a composite.
+  for (OpKind k : {OpKind::Convolution, OpKind::ConvWeightGrad, OpKind::ConvInputGrad,
+                   OpKind::Attention, OpKind::AttentionLse, OpKind::AttentionGrad,
+                   OpKind::Scatter})
+    EXPECT_EQ(opCategory(k), OpCategoryKind::Extern) << opName(k);
+  for (OpKind k : {OpKind::ConvTranspose, OpKind::ScatterDim, OpKind::IndexPut, OpKind::Silu,
+                   OpKind::LayerNorm})
+    EXPECT_EQ(opCategory(k), OpCategoryKind::Composite) << opName(k);
+  // An extern op's attributes are checked from its schema, and what they mean as a composite's.
+  auto verified = [](const std::string &attrs) {
+    return verifyGraph(*parseGraph("graph(%x: f32[1, 1, 4, 4], %w: f32[1, 1, 3, 3]) {\n"
+                                   "  %y = convolution(%x, %w) {" + attrs +
+                                   "} : f32[1, 1, 2, 2]\n  return %y\n}\n"));
+  };
+  EXPECT_EQ(verified("stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=1, bias=false"), "");
+  EXPECT_NE(verified("stride=[1, 1]").find("padding"), std::string::npos);
+  EXPECT_NE(verified("stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=0, bias=false"), "");
+}
+
 } // namespace
 } // namespace braze

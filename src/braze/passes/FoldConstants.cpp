@@ -59,6 +59,7 @@ void foldConstants(Graph &g) {
     case OpCategoryKind::Concat:
     case OpCategoryKind::MatMul:
     case OpCategoryKind::Composite:
+    case OpCategoryKind::Extern:
       break;
     }
     if (!folded)

@@ -58,9 +58,11 @@ std::vector<OpSchema> buildSchemas() {
 #define OPT_ATTR(name, kind) AttrSpec{#name, AttrKind::kind, true, {}},
 #define ENUM_ATTR(name, type)                                                  \
   AttrSpec{#name, AttrKind::String, false, attrs::enumTexts<attrs::type>()},
-// (Variadic: the specs' commas would split an argument; a composite is listed directly.)
+// (Variadic: the specs' commas would split an argument; composites and externs are listed
+// directly.)
 #define BRAZE_OP(E, cat, text, lo, hi, ...) out.push_back(OpSchema{lo, hi, {__VA_ARGS__}});
 #define BRAZE_COMPOSITE(E, text, lo, hi, ...) out.push_back(OpSchema{lo, hi, {__VA_ARGS__}});
+#define BRAZE_EXTERN(E, text, lo, hi, ...) out.push_back(OpSchema{lo, hi, {__VA_ARGS__}});
 #include "braze/ir/graph/Ops.def"
   return out;
 }

@@ -36,7 +36,8 @@ enum class OpCategoryKind {
   Numel,
   Concat,
   MatMul,
-  Composite
+  Composite, ///< removed by decompose
+  Extern     ///< a composite a target may keep whole, as one call (Ops.def's BRAZE_EXTERN)
 };
 
 std::string_view opName(OpKind k);

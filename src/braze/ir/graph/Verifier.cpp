@@ -127,6 +127,8 @@ bool GraphVerifier::checkStoredMark() {
   case OpCategoryKind::MatMul:
     return fail("is marked stored, but its value is always stored");
   case OpCategoryKind::Composite:
+    return fail("is marked stored, but its value is always stored");
+  case OpCategoryKind::Extern:
     return node_->op() == OpKind::Convolution
                ? true
                : fail("is marked stored, but its value is always stored");
@@ -428,6 +430,7 @@ bool GraphVerifier::checkNode() {
     return checkDim("dim", x->rank());
   }
   case OpCategoryKind::Composite:
+  case OpCategoryKind::Extern:
     return checkComposite();
   case OpCategoryKind::Concat:
     return checkConcat();
@@ -482,6 +485,7 @@ bool GraphVerifier::checkComposite() {
   switch (op) {
 #define BRAZE_OP(E, cat, text, lo, hi, attrs) case OpKind::E:
 #define BRAZE_COMPOSITE(E, text, lo, hi, attrs)
+#define BRAZE_EXTERN(E, text, lo, hi, attrs)
 #include "braze/ir/graph/Ops.def"
     return fail("is not a composite op");
   case OpKind::Mean:

@@ -27,8 +27,8 @@ Node *callRule(F rule, GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
     return rule(b, n);
 }
 
-/// The rule for a composite op: Ops.def's BRAZE_COMPOSITE entries, each lowered by
-/// decomp::decompose<Enum>.
+/// The rule for a composite or extern op: Ops.def's BRAZE_COMPOSITE and BRAZE_EXTERN entries,
+/// each lowered by decomp::decompose<Enum>.
 decomp::Rule ruleFor(OpKind op) {
   static const std::pair<OpKind, decomp::Rule> kRules[] = {
 #define BRAZE_OP(E, cat, text, lo, hi, attrs)
@@ -36,6 +36,7 @@ decomp::Rule ruleFor(OpKind op) {
   {OpKind::E, [](GraphBuilder &b, Node *n, const DecomposeOptions &o) {                        \
      return callRule(decomp::decompose##E, b, n, o);                                           \
    }},
+#define BRAZE_EXTERN(E, text, lo, hi, attrs) BRAZE_COMPOSITE(E, text, lo, hi, attrs)
 #include "braze/ir/graph/Ops.def"
   };
   for (const auto &[k, rule] : kRules)
@@ -86,8 +87,8 @@ bool accumulatingScatter(const Node *n) {
   return GraphBuilder::scatterAccumulates(n->dtype(), a.mode_text(), maxHits > 0, self, src);
 }
 
-/// Whether decompose leaves `n` whole under `opts` (a convolution or a weight gradient a
-/// library takes, an attention the target fuses, an accumulating scatter).
+/// Whether decompose leaves extern op `n` whole under `opts` (a convolution or a weight gradient
+/// a library takes, an attention the target fuses, an accumulating scatter).
 bool keptWhole(const Node *n, const DecomposeOptions &opts) {
   DType t = n->dtype();
   if (accumulatingScatter(n))
@@ -112,7 +113,8 @@ void decompose(Graph &g, const DecomposeOptions &opts) {
     for (const auto &n : g.nodes())
       nodes.push_back(n.get());
     for (Node *n : nodes) {
-      if (opCategory(n->op()) != OpCategoryKind::Composite || keptWhole(n, opts))
+      OpCategoryKind cat = opCategory(n->op());
+      if (cat != OpCategoryKind::Composite && (cat != OpCategoryKind::Extern || keptWhole(n, opts)))
         continue;
       b.setName(n->name());
       Node *r = ruleFor(n->op())(b, n, opts);

@@ -338,7 +338,9 @@ private:
         else
           need(o);
       return storedState(n);
-    case OpCategoryKind::Composite:
+    case OpCategoryKind::Composite: // undecomposed (braze-opt --passes=realize alone): stored
+      return storedState(n);
+    case OpCategoryKind::Extern:
       if (n->op() == OpKind::Convolution || n->op() == OpKind::ConvWeightGrad ||
           n->op() == OpKind::ConvInputGrad)
         return convolution(n);

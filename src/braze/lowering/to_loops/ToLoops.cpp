@@ -329,6 +329,8 @@ Value Lowerer::lower(Node *n) {
   case OpCategoryKind::MatMul:
     return lowerMatMul(n);
   case OpCategoryKind::Composite:
+    BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
+  case OpCategoryKind::Extern: // kept whole: one extern computation (loop::ExternSpec)
     if (n->op() == OpKind::Convolution)
       return lowerConvolution(n);
     if (n->op() == OpKind::ConvWeightGrad)
@@ -339,7 +341,7 @@ Value Lowerer::lower(Node *n) {
       return lowerAttention(n);
     if (n->op() == OpKind::Scatter)
       return lowerAccumulatingScatter(n);
-    BRAZE_UNREACHABLE("composite op " << opName(n->op()) << " reached lowering; decompose first");
+    BRAZE_UNREACHABLE("extern op " << opName(n->op()) << " has no extern form");
   }
   BRAZE_UNREACHABLE("bad category");
 }

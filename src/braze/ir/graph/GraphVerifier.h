@@ -42,6 +42,8 @@ private:
   bool checkComposite();
   // VerifierNN.cpp
   bool checkConvolution();
+  bool checkWindow(const IntList &stride, const IntList &padding, const IntList &dilation,
+                   size_t spatial);
   bool sharesNumericDtype();
   bool checkConvTranspose();
   bool checkConvWeightGrad();

@@ -8,6 +8,25 @@
 
 namespace braze::detail {
 
+/// A convolution's stride, padding and dilation: one entry per spatial dim each, strides and
+/// dilations at least 1, padding at least 0, none above 2^40.
+bool GraphVerifier::checkWindow(const IntList &stride, const IntList &padding,
+                                const IntList &dilation, size_t spatial) {
+  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &stride},
+                         {"padding", &padding},
+                         {"dilation", &dilation}}) {
+    if (v->size() != spatial)
+      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
+                  " entries (one per spatial dim), not " + std::to_string(v->size()));
+    int64_t least = v == &padding ? 0 : 1;
+    for (int64_t e : *v)
+      if (e < least || e > (int64_t(1) << 40))
+        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
+                    " is out of range (at least " + std::to_string(least) + ")");
+  }
+  return true;
+}
+
 /// Ranks, per-spatial-dim attribute lengths and ranges, channel counts and the result's
 /// rank of a convolution (input [N, C, *S], weight [O, C / groups, *K], bias [O]).
 bool GraphVerifier::checkConvolution() {
@@ -24,18 +43,8 @@ bool GraphVerifier::checkConvolution() {
   size_t spatial = rank - 2;
   if (!sharesNumericDtype())
     return false;
-  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &a.stride()},
-                         {"padding", &a.padding()},
-                         {"dilation", &a.dilation()}}) {
-    if (v->size() != spatial)
-      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v->size()));
-    int64_t least = std::string(name) == "padding" ? 0 : 1;
-    for (int64_t e : *v)
-      if (e < least || e > (int64_t(1) << 40))
-        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
-                    " is out of range (at least " + std::to_string(least) + ")");
-  }
+  if (!checkWindow(a.stride(), a.padding(), a.dilation(), spatial))
+    return false;
   int64_t groups = a.groups();
   if (groups < 1)
     return fail("'groups' must be at least 1, not " + std::to_string(groups));
@@ -167,18 +176,8 @@ bool GraphVerifier::checkConvGradient(const char *names,
       ops[1]->dtype() != node_->dtype())
     return fail(std::string(names) + " and result must share one floating dtype");
   size_t spatial = static_cast<size_t>(rank - 2);
-  for (auto [name, v] : {std::pair<const char *, const IntList *>{"stride", &a.stride()},
-                         {"padding", &a.padding()},
-                         {"dilation", &a.dilation()}}) {
-    if (v->size() != spatial)
-      return fail(std::string("'") + name + "' needs " + std::to_string(spatial) +
-                  " entries (one per spatial dim), not " + std::to_string(v->size()));
-    int64_t least = name[0] == 'p' ? 0 : 1;
-    for (int64_t e : *v)
-      if (e < least || e > (int64_t(1) << 40))
-        return fail(std::string("'") + name + "' entry " + std::to_string(e) +
-                    " is out of range (at least " + std::to_string(least) + ")");
-  }
+  if (!checkWindow(a.stride(), a.padding(), a.dilation(), spatial))
+    return false;
   for (int i = 0; i < 3; ++i)
     for (SymExpr d : ops[i]->shape()) {
       if (!d->isConst())

@@ -44,8 +44,8 @@ const std::string &buildIdentity() {
 /// The options that reach lowering and code generation (not logging, strictness or the
 /// device's index), as text.
 std::string optionsText(const CompileOptions &o) {
-  std::string s = "fuse=" + std::to_string(o.fuse) +
-                  (o.pairedEpilogues ? ";paired" : "") + ";cxx=" + o.cxx + ";blas=" + o.blasLibrary +
+  std::string s = "fuse=" + std::to_string(o.fuse) + (o.pairedEpilogues ? ";paired" : "") +
+                  ";cxx=" + o.cxx + ";blas=" + o.blasLibrary +
                   ";dnnl=" + o.dnnlLibrary + ";half=";
   for (DType t : o.oneDnnHalf)
     s += std::string(dtypeName(t)) + ",";

@@ -624,8 +624,8 @@ std::map<int, const loop::Computation *> pairGemmEpilogues(loop::LoopProgram &p,
     const loop::Computation &d = *comps[di];
     const int64_t half = call->n->value() / 2;
     if (!d.value || d.isReduction() || d.conv() || d.attention() || d.scatterAt() ||
-        d.vars.size() != 2 || d.vars[0]->extent() != call->m || !d.vars[1]->extent()->isConst(half) ||
-        d.out == c || writers[d.out].size() != 1)
+        d.vars.size() != 2 || d.vars[0]->extent() != call->m ||
+        !d.vars[1]->extent()->isConst(half) || d.out == c || writers[d.out].size() != 1)
       continue;
     // D loads C directly at (m, n) or (m, n + half) of its point, and other buffers at
     // positions that C's values do not choose: the kernel computes D at every point of a tile

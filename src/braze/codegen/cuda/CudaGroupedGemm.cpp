@@ -20,9 +20,9 @@
 #include "braze/codegen/cuda/CudaEmitter.h"
 
 #include "braze/codegen/CFamily.h"
+#include "braze/codegen/cuda/CudaHost.h"
 #include "braze/scheduler/Gemm.h"
 #include "braze/support/Check.h"
-#include "braze/codegen/cuda/CudaHost.h"
 
 #include <algorithm>
 #include <functional>
@@ -311,7 +311,8 @@ BRAZE_FN void braze_grouped_wgmma(const uint16_t* __restrict__ a, int64_t ka,
         for (int j = 0; j < CB; ++j) {
           const int up = PAIRED && j >= CB / 2 ? 1 : 0; // a row of up's half
           const bool in = kin && n0 + r0 + 32 * (j - up * CB / 2) < span;
-          braze_grouped_cp16(sb + soff + j * 4096, in ? bsrc + (j * 32 + up * jump) * ldb + k0 : b, in);
+          braze_grouped_cp16(sb + soff + j * 4096,
+                             in ? bsrc + (j * 32 + up * jump) * ldb + k0 : b, in);
         }
         return;
       }
@@ -499,6 +500,44 @@ GroupedShape groupedShape(int computeCapability, const sched::GemmCall &g) {
   return {false, 64, 128, 128, 4, 4 * (64 * (64 + 8) + b) * 2};
 }
 
+/// The largest subexpressions of `value` that read memory and do not depend on `col` (values of
+/// a paired epilogue's row alone), each once.
+std::vector<const loop::Expr *> rowOnlyValues(const loop::Expr *value, SymExpr col) {
+  std::unordered_map<const loop::Expr *, bool> moves, loads;
+  std::function<bool(const loop::Expr *)> onColumn = [&](const loop::Expr *e) {
+    if (auto it = moves.find(e); it != moves.end())
+      return it->second;
+    bool m = e->index() && mentionsAny(e->index(), {col});
+    for (const loop::Expr *o : e->operands())
+      m = onColumn(o) || m;
+    for (const auto &b : e->indirect())
+      m = onColumn(b.second) || m;
+    return moves[e] = m;
+  };
+  std::function<bool(const loop::Expr *)> reads = [&](const loop::Expr *e) {
+    if (auto it = loads.find(e); it != loads.end())
+      return it->second;
+    bool r = e->kind() == loop::ExprKind::Load;
+    for (const loop::Expr *o : e->operands())
+      r = reads(o) || r;
+    return loads[e] = r;
+  };
+  std::vector<const loop::Expr *> out;
+  std::set<const loop::Expr *> seen;
+  std::function<void(const loop::Expr *)> hoist = [&](const loop::Expr *e) {
+    if (!seen.insert(e).second)
+      return;
+    if (!onColumn(e) && reads(e)) {
+      out.push_back(e);
+      return;
+    }
+    for (const loop::Expr *o : e->operands())
+      hoist(o);
+  };
+  hoist(value);
+  return out;
+}
+
 } // namespace
 
 const char *cudaGroupedGemmPrelude() { return kGroupedPrelude; }
@@ -584,7 +623,8 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
   std::string args = "((const uint16_t*)" + names_.buffer(*g.a) + ", " + kStep +
                      ", (const uint16_t*)" + names_.buffer(*g.b) + " + " + ix(g.offB) + ", " +
                      ix(g.groupStride) + ", " + ix(g.ldb) + ", (" + out + "*)" +
-                     (g.epilogue ? std::string("nullptr") : names_.buffer(*g.c) + " + " + ix(g.offC)) +
+                     (g.epilogue ? std::string("nullptr")
+                                 : names_.buffer(*g.c) + " + " + ix(g.offC)) +
                      ", " + ix(g.ldc) + ", M, N, K, m0, n0, groups, rows" +
                      (g.epilogue ? ", " + ix(g.half) + ", epilogue_value, epilogue_store);" : ");");
   if (g.epilogue) {
@@ -630,52 +670,22 @@ void CudaEmitter::emitPairedEpilogue(Writer &w, const Kernel &k) {
     if (e->kind() != loop::ExprKind::Load || e->buffer() != g.c)
       return;
     const SymExpr off = sy.sub(e->index(), at);
-    BRAZE_CHECK(off->isConst(0) || off->isConst(g.half->value())) << k.name << ": a paired epilogue reads C at "
-                                                     << sym::toString(e->index());
+    BRAZE_CHECK(off->isConst(0) || off->isConst(g.half->value()))
+        << k.name << ": a paired epilogue reads C at " << sym::toString(e->index());
     scope.addLocal(g.c, off->isConst(0) ? "gate" : "up", e->index());
   });
   // Values of the row alone (a sentinel mask read through the sort's permutation): computed
   // once per row of the tile, before the product, into shared memory, where the points read
   // them. At each point they would be global loads behind one another (an index check's error
   // store keeps later loads behind it), with one block of 8 warps per SM to hide them.
-  std::vector<const loop::Expr *> rowValues;
-  std::unordered_map<const loop::Expr *, bool> moves; // whether an Expr depends on the column
-  std::function<bool(const loop::Expr *)> onColumn = [&](const loop::Expr *e) {
-    if (auto it = moves.find(e); it != moves.end())
-      return it->second;
-    bool m = e->index() && mentionsAny(e->index(), {col});
-    for (const loop::Expr *o : e->operands())
-      m = onColumn(o) || m;
-    for (const auto &b : e->indirect())
-      m = onColumn(b.second) || m;
-    return moves[e] = m;
-  };
-  std::function<bool(const loop::Expr *)> reads = [&](const loop::Expr *e) {
-    if (e->kind() == loop::ExprKind::Load)
-      return true;
-    for (const loop::Expr *o : e->operands())
-      if (reads(o))
-        return true;
-    return false;
-  };
-  std::set<const loop::Expr *> seen;
-  std::function<void(const loop::Expr *)> hoist = [&](const loop::Expr *e) {
-    if (!seen.insert(e).second)
-      return;
-    if (!onColumn(e) && reads(e)) {
-      rowValues.push_back(e);
-      return;
-    }
-    for (const loop::Expr *o : e->operands())
-      hoist(o);
-  };
-  hoist(member->value);
+  const std::vector<const loop::Expr *> rowValues = rowOnlyValues(member->value, col);
   if (!rowValues.empty()) {
     for (size_t i = 0; i < rowValues.size(); ++i)
       w.line("__shared__ " + ctype(rowValues[i]->dtype()) + " row" + std::to_string(i) + "[128];");
     w.line("if (threadIdx.x < 128) {");
     w.indent();
-    w.line("const int64_t " + names_.index(row) + " = m0 + threadIdx.x < M ? m0 + threadIdx.x : M - 1;");
+    w.line("const int64_t " + names_.index(row) +
+           " = m0 + threadIdx.x < M ? m0 + threadIdx.x : M - 1;");
     Scope rowScope(nullptr);
     ExprWriter rx(w, rowScope, names_, next_);
     rx.setErrorStatement("*err = 1;");

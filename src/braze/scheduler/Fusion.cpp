@@ -276,7 +276,6 @@ private:
       map[d.vars[i]] = g.epilogueVars.back();
     }
     g.epilogue = &d;
-    g.half = sym_.constant(g.n->value() / 2);
     Member m{&d, loop::substituteIndices(p_, d.value, map),
              sym_.substitute(loop::storeIndex(sym_, d), map), false};
     Where w;

@@ -51,8 +51,9 @@ struct GemmCall {
   /// tile, whose columns are gate's and up's alike, and never stores C. Its member in the
   /// kernel is over `epilogueVars` (its row and column).
   const loop::Computation *epilogue = nullptr;
-  sym::SymExpr half = nullptr;
   std::vector<sym::SymExpr> epilogueVars;
+  /// half: the extent of the epilogue's column.
+  sym::SymExpr epilogueHalf() const { return epilogueVars[1]->extent(); }
 };
 
 /// The batch points of a product as strided runs: the loop over batchVars[0, outer) stays, and

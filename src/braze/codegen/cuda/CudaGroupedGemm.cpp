@@ -572,7 +572,7 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
   w.line("const int64_t M = " + ix(g.m) + ", N = " + ix(g.n) + ", K = " + ix(g.k) + ";");
   // A paired epilogue's tile is 128 columns of each half of C.
   const std::string tileCols = g.epilogue ? std::to_string(shape.cols / 2) : cols;
-  const std::string spanN = g.epilogue ? ix(g.half) : "N";
+  const std::string spanN = g.epilogue ? ix(g.epilogueHalf()) : "N";
   w.line("const int64_t tiles_n = (" + spanN + " + " + tileCols + " - 1) / " + tileCols + ";");
   w.line("const int64_t m0 = (int64_t)(blockIdx.x / tiles_n) * " + rowsPer +
          ", n0 = (int64_t)(blockIdx.x % tiles_n) * " + tileCols + ";");
@@ -626,7 +626,9 @@ std::string CudaEmitter::emitGroupedGemmKernel(const Kernel &k) {
                      (g.epilogue ? std::string("nullptr")
                                  : names_.buffer(*g.c) + " + " + ix(g.offC)) +
                      ", " + ix(g.ldc) + ", M, N, K, m0, n0, groups, rows" +
-                     (g.epilogue ? ", " + ix(g.half) + ", epilogue_value, epilogue_store);" : ");");
+                     (g.epilogue
+                          ? ", " + ix(g.epilogueHalf()) + ", epilogue_value, epilogue_store);"
+                          : ");");
   if (g.epilogue) {
     BRAZE_CHECK(shape.wgmma) << "a paired epilogue needs the wgmma grouped kernel";
     emitPairedEpilogue(w, k);
@@ -648,7 +650,8 @@ std::string CudaEmitter::groupedGemmLaunch(const Kernel &k, int index) {
     return "((" + names_.index(e) + " + " + t + " - 1) / " + t + ")";
   };
   const GroupedShape shape = groupedShape(s_.target.computeCapability, g);
-  const std::string across = g.epilogue ? tiles(g.half, shape.cols / 2) : tiles(g.n, shape.cols);
+  const std::string across =
+      g.epilogue ? tiles(g.epilogueHalf(), shape.cols / 2) : tiles(g.n, shape.cols);
   return launchBlocks(s_, names_, k, index, shape.threads,
                       tiles(g.m, shape.rows) + " * " + across, shape.sharedBytes);
 }
@@ -670,7 +673,7 @@ void CudaEmitter::emitPairedEpilogue(Writer &w, const Kernel &k) {
     if (e->kind() != loop::ExprKind::Load || e->buffer() != g.c)
       return;
     const SymExpr off = sy.sub(e->index(), at);
-    BRAZE_CHECK(off->isConst(0) || off->isConst(g.half->value()))
+    BRAZE_CHECK(off->isConst(0) || sy.sub(off, col->extent())->isConst(0))
         << k.name << ": a paired epilogue reads C at " << sym::toString(e->index());
     scope.addLocal(g.c, off->isConst(0) ? "gate" : "up", e->index());
   });

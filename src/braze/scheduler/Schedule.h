@@ -145,32 +145,29 @@ struct Kernel {
   /// codegen writes in a form of its own; no other computation joins it.
   bool standsAlone() const { return ext.has_value(); }
 
+  /// The extern call of kind T, or null when the kernel makes another call (or none).
+  template <class T>
+  const T *call() const { return ext ? std::get_if<T>(&*ext) : nullptr; }
+  template <class T>
+  T *call() { return ext ? std::get_if<T>(&*ext) : nullptr; }
+
   /// The extern call's parts, or null when the kernel makes another call (or none).
-  const GemmCall *gemm() const { return ext ? std::get_if<GemmCall>(&*ext) : nullptr; }
-  GemmCall *gemm() { return ext ? std::get_if<GemmCall>(&*ext) : nullptr; }
-  const loop::Computation *conv() const {
-    const ConvCall *c = ext ? std::get_if<ConvCall>(&*ext) : nullptr;
-    return c ? c->comp : nullptr;
-  }
-  const AttentionCall *attentionCall() const {
-    return ext ? std::get_if<AttentionCall>(&*ext) : nullptr;
-  }
-  const loop::Computation *attention() const {
-    return attentionCall() ? attentionCall()->main : nullptr;
-  }
-  const loop::Computation *attentionPair() const {
-    return attentionCall() ? attentionCall()->pair : nullptr;
-  }
-  const loop::Computation *attentionGradQ() const {
-    return attentionCall() ? attentionCall()->gradQ : nullptr;
-  }
-  const loop::Computation *scatter() const {
-    const ScatterCall *c = ext ? std::get_if<ScatterCall>(&*ext) : nullptr;
-    return c ? c->comp : nullptr;
-  }
-  const loop::Expr *scatterAt() const {
-    const ScatterCall *c = ext ? std::get_if<ScatterCall>(&*ext) : nullptr;
-    return c ? c->at : nullptr;
+  const GemmCall *gemm() const { return call<GemmCall>(); }
+  GemmCall *gemm() { return call<GemmCall>(); }
+  const loop::Computation *conv() const { return part(&ConvCall::comp); }
+  const AttentionCall *attentionCall() const { return call<AttentionCall>(); }
+  const loop::Computation *attention() const { return part(&AttentionCall::main); }
+  const loop::Computation *attentionPair() const { return part(&AttentionCall::pair); }
+  const loop::Computation *attentionGradQ() const { return part(&AttentionCall::gradQ); }
+  const loop::Computation *scatter() const { return part(&ScatterCall::comp); }
+  const loop::Expr *scatterAt() const { return part(&ScatterCall::at); }
+
+private:
+  /// Field `f` of the extern call of f's kind, or null.
+  template <class T, class F>
+  F *part(F *const T::*f) const {
+    const T *c = call<T>();
+    return c ? c->*f : nullptr;
   }
 };
 

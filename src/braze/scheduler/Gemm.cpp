@@ -433,6 +433,25 @@ bool layoutFixed(const GemmCall &g) {
          g.batchVars.empty() && g.offC->isConst(0);
 }
 
+/// Each buffer's readers and writers: positions in the program's computations, in order, each
+/// reader once however often it reads.
+struct BufferUses {
+  std::unordered_map<const loop::Buffer *, std::vector<size_t>> readers, writers;
+};
+BufferUses bufferUses(const loop::LoopProgram &p) {
+  BufferUses u;
+  const auto &comps = p.computations();
+  for (size_t i = 0; i < comps.size(); ++i) {
+    u.writers[comps[i]->out].push_back(i);
+    loop::forEachBufferRead(*comps[i], comps[i]->value, [&](const loop::Buffer *b) {
+      std::vector<size_t> &r = u.readers[b];
+      if (r.empty() || r.back() != i)
+        r.push_back(i);
+    });
+  }
+  return u;
+}
+
 /// The buffer `c` copies unchanged (its value is a load of that buffer at c's own position,
 /// read as its dtype or widened to f32 from a half dtype), or nullptr.
 const loop::Buffer *copiedBuffer(loop::LoopProgram &p, const loop::Computation &c) {
@@ -455,12 +474,7 @@ const loop::Buffer *copiedBuffer(loop::LoopProgram &p, const loop::Computation &
 std::set<int> forwardGemmCopies(loop::LoopProgram &p) {
   std::set<int> copies;
   const auto &comps = p.computations();
-  std::unordered_map<const loop::Buffer *, std::vector<size_t>> readers, writers;
-  for (size_t i = 0; i < comps.size(); ++i) {
-    writers[comps[i]->out].push_back(i);
-    loop::forEachBufferRead(*comps[i], comps[i]->value,
-                            [&](const loop::Buffer *b) { readers[b].push_back(i); });
-  }
+  auto [readers, writers] = bufferUses(p);
   for (size_t gi = 0; gi < comps.size(); ++gi) {
     loop::Computation &g = *comps[gi];
     std::optional<GemmCall> call = matchGemm(p, g, /*grouped=*/true);
@@ -602,15 +616,7 @@ std::map<int, const loop::Computation *> pairGemmEpilogues(loop::LoopProgram &p,
   std::map<int, const loop::Computation *> out;
   sym::SymContext &s = p.sym();
   const auto &comps = p.computations();
-  std::unordered_map<const loop::Buffer *, std::vector<size_t>> readers, writers;
-  for (size_t i = 0; i < comps.size(); ++i) {
-    writers[comps[i]->out].push_back(i);
-    loop::forEachBufferRead(*comps[i], comps[i]->value, [&](const loop::Buffer *b) {
-      std::vector<size_t> &r = readers[b];
-      if (r.empty() || r.back() != i)
-        r.push_back(i);
-    });
-  }
+  auto [readers, writers] = bufferUses(p);
   for (size_t gi = 0; gi < comps.size(); ++gi) {
     const loop::Computation &g = *comps[gi];
     const loop::Buffer *c = g.out;

@@ -7,11 +7,10 @@
 /// A computation that fits no last kernel may join one of the few kernels before it
 /// (earlierKernel): one whose space it fits (a reduction: one whose loops are its own), after
 /// every kernel that makes what it reads, when it writes a buffer nothing wrote before. The
-/// foreach steps of an optimizer (every parameter's m, then every v, then every parameter)
-/// so become one pass per shape, and a scalar computed
-/// from a step count joins the scalar kernel that made the count, before the updates that read
-/// it. On CUDA a kernel names no more buffers than its launch can pass (448 pointers where
-/// arguments are limited to 4 KiB).
+/// foreach steps of an optimizer (every parameter's m, then every v, then every parameter) so
+/// become one pass per shape, and a scalar computed from a step count joins the scalar kernel
+/// that made the count, before the updates that read it. On CUDA a kernel names no more
+/// buffers than its launch can pass (448 pointers where arguments are limited to 4 KiB).
 /// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
 /// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
 /// register; everything else is stored.

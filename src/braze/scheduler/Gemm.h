@@ -99,10 +99,10 @@ bool wgmmaGrouped(const GemmCall &g, int computeCapability);
 /// Paired epilogues: where the one reader of a grouped product C of [M, 2H] (computed by the
 /// Hopper kernel, rounded to its half dtype, an intermediate) is a pointwise computation D over
 /// [M, H] that loads C only at (m, n) and (m, n + H) (directly, and in no other load's index),
-/// D joins the product's kernel
-/// (GemmCall::epilogue): each tile of the kernel then multiplies gate's and up's columns
-/// together and computes D from them, and C is never written. D must read nothing that a
-/// computation between the two writes. Returns D by the product's computation id.
+/// D joins the product's kernel (GemmCall::epilogue): each tile of the kernel then computes
+/// gate's and up's columns together and D from them, and C is never written. No computation
+/// between the two may write what D reads, or touch D's buffer. Returns D by the product's
+/// computation id.
 std::map<int, const loop::Computation *> pairGemmEpilogues(loop::LoopProgram &p,
                                                            int computeCapability);
 

@@ -303,6 +303,9 @@ private:
   std::optional<Value> takeInPlace(Node *n, const Value &xv);
   /// A take's index i (i64) into a dim of `extent`, a negative one counted from the end.
   const Expr *wrapIndex(const Expr *i, SymExpr extent);
+  /// v (computed in `compute`) rounded to `storage` and widened back, as a half-precision op's
+  /// result is: v itself where it already holds a value of `storage` (holdsValueOf).
+  const Expr *roundTo(const Expr *v, DType storage, DType compute);
   /// For an element of n (its index) and the symbol t of the position read along the source's
   /// dim: that position's value and the source element's index, which holds t there.
   using PositionAt = std::function<std::pair<const Expr *, Index>(const Index &, SymExpr)>;

@@ -315,7 +315,7 @@ Value Lowerer::lower(Node *n) {
     const Value &x = operandValue(n, 0);
     DType to = n->dtype(), compute = computeType(to);
     return lazy([this, &x, to, compute](const Index &idx) {
-      return ex_.cast(ex_.cast(x.load(idx), to), compute);
+      return roundTo(x.load(idx), to, compute);
     });
   }
   case OpCategoryKind::Reduce:
@@ -363,7 +363,7 @@ Value Lowerer::lowerElementwise(Node *n) {
     const Expr *v = ex_.op(op, std::move(args), out);
     // A half-precision op rounds its result, as PyTorch's kernel does for each
     // op (overflow to inf included); composites compute in f32 on purpose.
-    return ex_.cast(ex_.cast(v, storage), out);
+    return roundTo(v, storage, out);
   });
 }
 
@@ -482,6 +482,35 @@ std::optional<Value> Lowerer::takeInPlace(Node *n, const Value &xv) {
     in.insert(in.end(), idx.begin() + dim + indexRank, idx.end());
     return std::make_pair(i, in);
   });
+}
+
+namespace {
+
+/// Whether v's value is one of `storage`'s (a half dtype's values widened to f32): v widens
+/// such a value, or selects between such values (a masked_fill of a half tensor), or negates
+/// or takes the absolute value of one. Rounding it to `storage` changes nothing.
+bool holdsValueOf(const Expr *v, DType storage) {
+  if (v->kind() != loop::ExprKind::Op)
+    return false;
+  switch (v->op()) {
+  case loop::ScalarOpKind::Cast:
+    return v->operands()[0]->dtype() == storage;
+  case loop::ScalarOpKind::Where:
+    return holdsValueOf(v->operands()[1], storage) && holdsValueOf(v->operands()[2], storage);
+  case loop::ScalarOpKind::Neg:
+  case loop::ScalarOpKind::Abs:
+    return holdsValueOf(v->operands()[0], storage);
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+const Expr *Lowerer::roundTo(const Expr *v, DType storage, DType compute) {
+  if (isHalf(storage) && v->dtype() == compute && holdsValueOf(v, storage))
+    return v;
+  return ex_.cast(ex_.cast(v, storage), compute);
 }
 
 const Expr *Lowerer::wrapIndex(const Expr *i, SymExpr extent) {

@@ -425,7 +425,8 @@ private:
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
     size_t gathered = n->operands().size() - 1, dim = attrs::Take(*n).dim();
     bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
-    bool viewInPlace = (opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices)) &&
+    bool viewInPlace = (opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices) ||
+                        reshapesRows(xn)) &&
                        opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored &&
                        inPlace(xn);
     if (viewInPlace || computedAtTaken(n)) {
@@ -438,6 +439,19 @@ private:
       s.absorb(state(n->operand(i)));
     s.indexDependent = true;
     return settle(n, std::move(s));
+  }
+
+  /// Whether view o only reshapes a value that is stored, or that a reader stores, into rows
+  /// that lie in it as they are (a mixture of experts' normalized tokens, [B, S, H] viewed as
+  /// [B * S, H], stored for the router's product and gathered per expert): a take reads the
+  /// rows in place, as coalesced as from a copy, where storing the view would be a second
+  /// copy, computed in the view's shape apart from its producer's kernel.
+  bool reshapesRows(Node *o) {
+    Node *root = o;
+    while (root->op() == OpKind::Reshape)
+      root = root->operand(0);
+    return root != o && opCategory(root->op()) != OpCategoryKind::View && state(root).stored &&
+           stridedViewOfStored(o, root);
   }
 
   /// A gather computes a cheap value read nowhere else (log_softmax feeding nll_loss), or a

@@ -78,3 +78,9 @@ def test_signed_zeros_and_nans_sum_as_a_reduction_does():
     want = x.sum(1)
     torch.testing.assert_close(got, want, atol=0, rtol=0, equal_nan=True)
     assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+def test_a_sum_over_an_empty_dim_is_zeros():
+    x = torch.randn(8, 0, 64)
+    got = _compiled(lambda x: x.sum(1) + 1, x)
+    torch.testing.assert_close(got, x.sum(1) + 1, atol=0, rtol=0)

@@ -47,7 +47,7 @@ std::vector<int64_t> shortDims(const Node *n) {
     if (!size->isConst())
       return {};
     terms *= size->value();
-    if (terms > kMaxTerms)
+    if (terms > kMaxTerms || terms == 0) // an empty sum stays a reduction (of no terms)
       return {};
   }
   int64_t run = 1; // the results side by side: the elements of the dims after the last reduced

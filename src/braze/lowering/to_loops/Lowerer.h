@@ -303,6 +303,15 @@ private:
   std::optional<Value> takeInPlace(Node *n, const Value &xv);
   /// A take's index i (i64) into a dim of `extent`, a negative one counted from the end.
   const Expr *wrapIndex(const Expr *i, SymExpr extent);
+  /// The symbols a take or gather binds (one per index tensor), shared by its reads within one
+  /// iteration space: two reads at one position are then one load, computed once (a mask taken
+  /// through a permutation, read by a masked_fill at each of its uses). A new space (freshVars)
+  /// makes new ones, so that its index sums list its own variables first, as before.
+  struct BoundSymbols {
+    uint64_t epoch = ~uint64_t(0);
+    std::vector<SymExpr> syms;
+  };
+  SymExpr boundSymbol(BoundSymbols &b, size_t j, SymExpr extent);
   /// v (computed in `compute`) rounded to `storage` and widened back, as a half-precision op's
   /// result is: v itself where it already holds a value of `storage` (holdsValueOf).
   const Expr *roundTo(const Expr *v, DType storage, DType compute);
@@ -321,6 +330,7 @@ private:
   LoweringOptions opts_;
   std::unique_ptr<loop::LoopProgram> p_;
   sym::SymContext &s_;
+  uint64_t varsEpoch_ = 0; ///< freshVars calls so far (BoundSymbols)
   loop::ExprContext &ex_;
   std::unordered_map<const Node *, Value> values_;
   std::unordered_map<const Node *, Buffer *> nhwc_; ///< channels-last copies, by node

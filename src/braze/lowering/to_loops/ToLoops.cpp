@@ -17,6 +17,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <memory>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -76,6 +77,7 @@ void Lowerer::storeMarked(Node *n) {
 
 std::vector<SymExpr> Lowerer::freshVars(const std::vector<SymExpr> &extents, const char *prefix,
                                         Index &full) {
+  ++varsEpoch_;
   std::vector<SymExpr> vars;
   full.clear();
   for (SymExpr e : extents) {
@@ -507,6 +509,18 @@ bool holdsValueOf(const Expr *v, DType storage) {
 
 } // namespace
 
+SymExpr Lowerer::boundSymbol(BoundSymbols &b, size_t j, SymExpr extent) {
+  if (b.epoch != varsEpoch_) {
+    b.epoch = varsEpoch_;
+    b.syms.clear();
+  }
+  if (b.syms.size() <= j)
+    b.syms.resize(j + 1, nullptr);
+  if (!b.syms[j])
+    b.syms[j] = s_.indexSymbol(j == 0 ? "t" : "t" + std::to_string(j), extent);
+  return b.syms[j];
+}
+
 const Expr *Lowerer::roundTo(const Expr *v, DType storage, DType compute) {
   if (isHalf(storage) && v->dtype() == compute && holdsValueOf(v, storage))
     return v;
@@ -582,14 +596,14 @@ Value Lowerer::lowerTake(Node *n) {
   size_t indexRank = n->operand(1)->rank();
   std::vector<SymExpr> extents(xn->shape().begin() + dim, xn->shape().begin() + dim + k);
   DType compute = computeType(n->dtype());
-  return lazy([this, src, view, indices, dim, indexRank, extents, compute](const Index &idx) {
+  auto bound = std::make_shared<BoundSymbols>();
+  return lazy([this, src, view, indices, dim, indexRank, extents, bound, compute](const Index &idx) {
     Index at(idx.begin() + dim, idx.begin() + dim + indexRank);
     Index in(idx.begin(), idx.begin() + dim);
     std::vector<loop::IndirectBinding> bindings;
     for (size_t j = 0; j < indices.size(); ++j) {
       const Expr *i = wrapIndex(ex_.cast(indices[j]->load(at), DType::Int64), extents[j]);
-      std::string hint = j == 0 ? "t" : "t" + std::to_string(j);
-      SymExpr t = s_.indexSymbol(hint, extents[j]);
+      SymExpr t = boundSymbol(*bound, j, extents[j]);
       in.push_back(t);
       bindings.push_back({t, i});
     }
@@ -761,9 +775,10 @@ Value Lowerer::lowerGather(Node *n) {
   if (auto v = gatherInPlace(n, values_.at(xn), index, dim, extent))
     return *v;
   Buffer *src = inMemory(xn);
-  return lazy([this, src, &index, indexShape, dim, extent, compute](const Index &idx) {
+  auto bound = std::make_shared<BoundSymbols>();
+  return lazy([this, src, &index, indexShape, dim, extent, bound, compute](const Index &idx) {
     const Expr *i = ex_.cast(index.load(idx), DType::Int64);
-    SymExpr t = s_.indexSymbol("t", extent);
+    SymExpr t = boundSymbol(*bound, 0, extent);
     Index in = idx;
     in[dim] = t;
     const Expr *v = ex_.load(src, linearIndex(s_, in, src->strides), {{t, i}});

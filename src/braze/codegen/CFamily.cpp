@@ -83,6 +83,36 @@ std::string call(const char *f, const std::vector<std::string> &a) {
   return s + ")";
 }
 std::string wrap(DType t, const std::string &x) { return "((" + ctype(t) + ")(" + x + "))"; }
+/// The C operator of a comparison, logical or bitwise op (logical xor compares truth values).
+std::string infix(ScalarOpKind op) {
+  switch (op) {
+  case ScalarOpKind::Eq:
+    return "==";
+  case ScalarOpKind::Ne:
+  case ScalarOpKind::LogicalXor:
+    return "!=";
+  case ScalarOpKind::Lt:
+    return "<";
+  case ScalarOpKind::Le:
+    return "<=";
+  case ScalarOpKind::Gt:
+    return ">";
+  case ScalarOpKind::Ge:
+    return ">=";
+  case ScalarOpKind::LogicalAnd:
+    return "&&";
+  case ScalarOpKind::LogicalOr:
+    return "||";
+  case ScalarOpKind::BitwiseAnd:
+    return "&";
+  case ScalarOpKind::BitwiseOr:
+    return "|";
+  case ScalarOpKind::BitwiseXor:
+    return "^";
+  default:
+    BRAZE_UNREACHABLE("no infix operator for " << loop::scalarOpName(op));
+  }
+}
 /// prefix + the op's text name, e.g. braze_sp_digamma; with `t`, the template for t's C type.
 std::string named(const char *prefix, ScalarOpKind op) {
   return prefix + std::string(loop::scalarOpName(op));
@@ -229,29 +259,20 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   case ScalarOpKind::Minimum:
     return call("braze_min", a);
   case ScalarOpKind::Eq:
-    return "(" + x + " == " + a[1] + ")";
   case ScalarOpKind::Ne:
-    return "(" + x + " != " + a[1] + ")";
   case ScalarOpKind::Lt:
-    return "(" + x + " < " + a[1] + ")";
   case ScalarOpKind::Le:
-    return "(" + x + " <= " + a[1] + ")";
   case ScalarOpKind::Gt:
-    return "(" + x + " > " + a[1] + ")";
   case ScalarOpKind::Ge:
-    return "(" + x + " >= " + a[1] + ")";
+    return "(" + x + " " + infix(op) + " " + a[1] + ")";
   case ScalarOpKind::LogicalAnd:
-    return "((" + x + " != 0) && (" + a[1] + " != 0))";
   case ScalarOpKind::LogicalOr:
-    return "((" + x + " != 0) || (" + a[1] + " != 0))";
-  case ScalarOpKind::LogicalXor:
-    return "((" + x + " != 0) != (" + a[1] + " != 0))";
+  case ScalarOpKind::LogicalXor: // of the operands' truth values
+    return "((" + x + " != 0) " + infix(op) + " (" + a[1] + " != 0))";
   case ScalarOpKind::BitwiseAnd:
-    return wrap(t, x + " & " + a[1]);
   case ScalarOpKind::BitwiseOr:
-    return wrap(t, x + " | " + a[1]);
   case ScalarOpKind::BitwiseXor:
-    return wrap(t, x + " ^ " + a[1]);
+    return wrap(t, x + " " + infix(op) + " " + a[1]);
   case ScalarOpKind::Where:
     return "(" + x + " ? " + a[1] + " : " + a[2] + ")";
   case ScalarOpKind::PhiloxUniform:

@@ -377,12 +377,10 @@ CublasLt::CublasLt() : impl_(std::make_unique<Impl>()) {}
 CublasLt::~CublasLt() = default;
 
 CublasLt &CublasLt::load(const std::string &libraryPath) {
-  static std::mutex loadMutex;
-  static CublasLt *instance = nullptr; // never destroyed: it lives as long as the process
-  std::lock_guard<std::mutex> lock(loadMutex);
-  if (instance)
-    return *instance;
+  return loadedOnce<CublasLt>([&] { return openLibrary(libraryPath); });
+}
 
+std::unique_ptr<CublasLt> CublasLt::openLibrary(const std::string &libraryPath) {
   std::unique_ptr<CublasLt> lt(new CublasLt());
   Impl &im = *lt->impl_;
   im.path = libraryPath;
@@ -413,8 +411,7 @@ CublasLt &CublasLt::load(const std::string &libraryPath) {
     fail("cublasLtCreate failed with status " + im.statusText(s) + " (" + libraryPath + ")");
   if (Status s = im.prefCreate(&im.pref); s != kStatusSuccess)
     fail("cublasLtMatmulPreferenceCreate failed with status " + im.statusText(s));
-  instance = lt.release();
-  return *instance;
+  return lt;
 }
 
 size_t CublasLt::recommendedWorkspaceBytes() { return kWorkspaceBytes; }

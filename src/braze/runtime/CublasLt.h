@@ -96,6 +96,8 @@ public:
 
 private:
   CublasLt();
+  /// A new instance over `libraryPath` (what load() makes once).
+  static std::unique_ptr<CublasLt> openLibrary(const std::string &libraryPath);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

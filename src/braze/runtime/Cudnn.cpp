@@ -69,11 +69,10 @@ Cudnn::~Cudnn() = default;
 size_t Cudnn::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
 
 Cudnn &Cudnn::load(const std::string &libraryPath) {
-  static std::mutex loadMutex;
-  static Cudnn *instance = nullptr; // never destroyed: it lives as long as the process
-  std::lock_guard<std::mutex> lock(loadMutex);
-  if (instance)
-    return *instance;
+  return loadedOnce<Cudnn>([&] { return openLibrary(libraryPath); });
+}
+
+std::unique_ptr<Cudnn> Cudnn::openLibrary(const std::string &libraryPath) {
   std::unique_ptr<Cudnn> c(new Cudnn());
   Impl &im = *c->impl_;
   VendorLibrary lib("cuDNN", libraryPath);
@@ -105,8 +104,7 @@ Cudnn &Cudnn::load(const std::string &libraryPath) {
     im.backendCreate = nullptr;
   if (Status s = im.create(&im.handle); s != 0)
     throw RunError(im.failed("cudnnCreate", s));
-  instance = c.release();
-  return *instance;
+  return c;
 }
 
 DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,

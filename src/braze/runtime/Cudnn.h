@@ -110,6 +110,8 @@ public:
 
 private:
   Cudnn();
+  /// A new instance over `libraryPath` (what load() makes once).
+  static std::unique_ptr<Cudnn> openLibrary(const std::string &libraryPath);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

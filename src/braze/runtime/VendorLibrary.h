@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <dlfcn.h>
+#include <mutex>
 #include <string>
 
 namespace braze::runtime {
@@ -18,6 +19,18 @@ inline uint32_t alignmentOf(const void *ptr) {
   while (align > 1 && address % align != 0)
     align /= 2;
   return align;
+}
+
+/// The process's one T (a vendor library's wrapper), made by `make` (returning a
+/// std::unique_ptr<T>) in the first call that succeeds, under a lock, and never destroyed: it
+/// lives as long as the process. A make that throws leaves the next call to try again.
+template <typename T, typename Make> T &loadedOnce(Make make) {
+  static std::mutex mutex;
+  static T *instance = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!instance)
+    instance = make().release();
+  return *instance;
 }
 
 class VendorLibrary {

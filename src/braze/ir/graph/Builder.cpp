@@ -254,11 +254,8 @@ Node *GraphBuilder::sliceLength(Node *x, int64_t d, int64_t start, SymExpr lengt
 Node *GraphBuilder::sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step) {
   std::vector<SymExpr> shape = x->shape();
   shape[d] = length;
-  AttrMap attrs;
-  attrs.set("dim", d);
-  attrs.set("start", start);
-  attrs.set("step", step);
-  return make(OpKind::Slice, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return make(OpKind::Slice, {x}, {{"dim", d}, {"start", start}, {"step", step}},
+              TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::slice(Node *x, int64_t d, int64_t start, int64_t end, int64_t step) {

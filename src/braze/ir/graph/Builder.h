@@ -565,6 +565,11 @@ private:
   Node *sliceNode(Node *x, int64_t d, int64_t start, SymExpr length, int64_t step);
 
   Node *make(OpKind op, std::vector<Node *> operands, AttrMap attrs, TensorType type);
+  /// A convolution or transposed convolution node of result `shape` (checked operands): its
+  /// window is stride, padding, dilation and the transposed one's output padding; a bias has
+  /// the result's channels and is converted to x's dtype.
+  Node *windowedProduct(OpKind op, Node *x, Node *w, Node *bias, std::array<IntList, 4> window,
+                        int64_t groups, std::vector<SymExpr> shape);
   int64_t sortedDim(const char *op, Node *x, int64_t dim);
   Node *scatterLike(OpKind op, const char *text, std::vector<Node *> operands, AttrMap attrs);
   Node *randomDraw(std::vector<Node *> operands, AttrMap attrs, TensorType type);

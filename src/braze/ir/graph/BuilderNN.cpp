@@ -5,6 +5,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace braze {
@@ -50,12 +51,9 @@ Node *GraphBuilder::unfold(Node *x, int64_t d, int64_t size, int64_t step, int64
   std::vector<SymExpr> shape = x->shape();
   shape[d] = s.add(s.floordiv(s.sub(n, span), dim(step)), dim(1));
   shape.push_back(dim(size));
-  AttrMap attrs;
-  attrs.set("dim", d);
-  attrs.set("size", size);
-  attrs.set("step", step);
-  attrs.set("dilation", dilation);
-  return make(OpKind::Unfold, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return make(OpKind::Unfold, {x},
+              {{"dim", d}, {"size", size}, {"step", step}, {"dilation", dilation}},
+              TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2) {
@@ -73,11 +71,8 @@ Node *GraphBuilder::diagonal(Node *x, int64_t offset, int64_t d1, int64_t d2) {
     if (i != d1 && i != d2)
       shape.push_back(x->shape()[i]);
   shape.push_back(dim(std::max<int64_t>(len, 0)));
-  AttrMap attrs;
-  attrs.set("offset", offset);
-  attrs.set("dim1", d1);
-  attrs.set("dim2", d2);
-  return make(OpKind::Diagonal, {x}, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return make(OpKind::Diagonal, {x}, {{"offset", offset}, {"dim1", d1}, {"dim2", d2}},
+              TensorType{x->dtype(), shape, {}});
 }
 
 Node *GraphBuilder::pad(Node *x, int64_t d, int64_t lo, int64_t hi, double value) {
@@ -149,19 +144,29 @@ Node *GraphBuilder::convolution(Node *x, Node *w, Node *bias, IntList stride, In
                                              << sym::toString(n) << " in spatial dim " << i;
     outShape.push_back(s.add(s.floordiv(s.sub(n, span), dim(stride[i])), dim(1)));
   }
-  if (bias && (bias->rank() != 1 || bias->shape()[0] != w->shape()[0]))
-    BRAZE_USER_ERROR("convolution", name_) << "bias must have shape [" << sym::toString(w->shape()[0])
-                                           << "]";
+  return windowedProduct(OpKind::Convolution, x, w, bias, {stride, padding, dilation, {}},
+                         groups, std::move(outShape));
+}
+
+Node *GraphBuilder::windowedProduct(OpKind op, Node *x, Node *w, Node *bias,
+                                    std::array<IntList, 4> window, int64_t groups,
+                                    std::vector<SymExpr> shape) {
+  const bool transposed = op == OpKind::ConvTranspose;
+  const char *name = transposed ? "conv_transpose" : "convolution";
+  if (bias && (bias->rank() != 1 || bias->shape()[0] != shape[1]))
+    BRAZE_USER_ERROR(name, name_) << "bias must have shape [" << sym::toString(shape[1]) << "]";
   AttrMap attrs;
-  attrs.set("stride", stride);
-  attrs.set("padding", padding);
-  attrs.set("dilation", dilation);
+  attrs.set("stride", window[0]);
+  attrs.set("padding", window[1]);
+  attrs.set("dilation", window[2]);
+  if (transposed)
+    attrs.set("output_padding", window[3]);
   attrs.set("groups", groups);
   attrs.set("bias", bias != nullptr);
   std::vector<Node *> ops{x, w};
   if (bias)
     ops.push_back(convert(bias, x->dtype()));
-  return make(OpKind::Convolution, ops, std::move(attrs), TensorType{x->dtype(), outShape, {}});
+  return make(op, ops, std::move(attrs), TensorType{x->dtype(), std::move(shape), {}});
 }
 
 Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
@@ -214,19 +219,8 @@ Node *GraphBuilder::convTranspose(Node *x, Node *w, Node *bias, IntList stride, 
       BRAZE_USER_ERROR(op, name_) << "spatial dim " << i << " would have " << out << " elements";
     shape.push_back(dim(out));
   }
-  if (bias && (bias->rank() != 1 || bias->shape()[0] != shape[1]))
-    BRAZE_USER_ERROR(op, name_) << "bias must have shape [" << sym::toString(shape[1]) << "]";
-  AttrMap attrs;
-  attrs.set("stride", stride);
-  attrs.set("padding", padding);
-  attrs.set("dilation", dilation);
-  attrs.set("output_padding", outputPadding);
-  attrs.set("groups", groups);
-  attrs.set("bias", bias != nullptr);
-  std::vector<Node *> ops{x, w};
-  if (bias)
-    ops.push_back(convert(bias, x->dtype()));
-  return make(OpKind::ConvTranspose, ops, std::move(attrs), TensorType{x->dtype(), shape, {}});
+  return windowedProduct(OpKind::ConvTranspose, x, w, bias,
+                         {stride, padding, dilation, outputPadding}, groups, std::move(shape));
 }
 
 
@@ -402,12 +396,7 @@ AttrMap GraphBuilder::poolAttrs(const std::string &op, Node *x, int64_t spatial,
       BRAZE_USER_ERROR(op, name_) << "pooled dim " << i << " would have " << out << " elements";
     shape.push_back(dim(out));
   }
-  AttrMap attrs;
-  attrs.set("kernel", kernel);
-  attrs.set("stride", stride);
-  attrs.set("padding", padding);
-  attrs.set("dilation", dilation);
-  return attrs;
+  return {{"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}};
 }
 
 std::pair<Node *, Node *> GraphBuilder::maxPool(Node *x, int64_t spatial, IntList kernel,

@@ -7,6 +7,7 @@
 #include "braze/support/NumberText.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,8 @@ using AttrValue = std::variant<bool, int64_t, double, std::string, IntList>;
 /// Attributes by name, iterated in name order (deterministic printing and hashing).
 class AttrMap {
 public:
+  AttrMap() = default;
+  AttrMap(std::initializer_list<std::pair<const std::string, AttrValue>> attrs) : attrs_(attrs) {}
   void set(const std::string &name, AttrValue v) { attrs_[name] = std::move(v); }
   bool has(const std::string &name) const { return attrs_.count(name) != 0; }
   int64_t getInt(const std::string &name) const;

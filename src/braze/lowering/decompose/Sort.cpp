@@ -77,20 +77,14 @@ Node *decomposeArgsort(GraphBuilder &b, Node *n) {
 /// sort: x's elements in argsort's order, gathered along dim (argsort's node is shared with
 /// the sort's indices once the graph's common subexpressions merge).
 Node *decomposeSort(GraphBuilder &b, Node *n) {
-  Node *x = n->operand(0);
   const attrs::Sort a(*n);
-  int64_t dim = a.dim();
-  Node *order = b.argsort(x, dim, a.descending());
-  return b.gather(x, dim, order);
+  return b.gather(n->operand(0), a.dim(), b.argsort(n->operand(0), a.dim(), a.descending()));
 }
 
 /// median: the element at median_index along dim.
 Node *decomposeMedian(GraphBuilder &b, Node *n) {
-  Node *x = n->operand(0);
   const attrs::Median a(*n);
-  int64_t dim = a.dim();
-  Node *index = b.medianIndex(x, dim, a.ignore_nan());
-  return b.gather(x, dim, index);
+  return b.gather(n->operand(0), a.dim(), b.medianIndex(n->operand(0), a.dim(), a.ignore_nan()));
 }
 
 /// The lower median's index: position k of the stable ascending order (NaN last), k = (n - 1)

@@ -5,8 +5,8 @@
 /// As a reduction it is a row kernel whose rows are k elements long, one thread's, so each
 /// thread computes one of the T x H results, with the gather chain that finds the token's rows
 /// (four dependent loads) per result: on an H200, 18.6 us a layer for [2048, 2, 1024] f32. As
-/// adds it is a pointwise kernel over [T, H], whose threads take 8 neighbouring results each
-/// and share the token's chain among them.
+/// adds it is pointwise over [T, H]: its threads take a vector of neighbouring results each and
+/// share the token's chain among them, and it fuses into the residual add and norm after it.
 ///
 /// When it fires: a sum whose reduced dims have constant sizes of at most kMaxTerms elements
 /// together, followed by kept dims of at least kMinRun elements together (constant sizes): runs

@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <unordered_map>

@@ -768,7 +768,6 @@ std::optional<Value> Lowerer::gatherInPlace(Node *n, const Value &xv, const Valu
 Value Lowerer::lowerGather(Node *n) {
   Node *xn = n->operand(0);
   const Value &index = operandValue(n, 1);
-  std::vector<SymExpr> indexShape = n->operand(1)->shape();
   size_t dim = attrs::Gather(*n).dim();
   SymExpr extent = xn->shape()[dim];
   DType compute = computeType(n->dtype());
@@ -776,7 +775,7 @@ Value Lowerer::lowerGather(Node *n) {
     return *v;
   Buffer *src = inMemory(xn);
   auto bound = std::make_shared<BoundSymbols>();
-  return lazy([this, src, &index, indexShape, dim, extent, bound, compute](const Index &idx) {
+  return lazy([this, src, &index, dim, extent, bound, compute](const Index &idx) {
     const Expr *i = ex_.cast(index.load(idx), DType::Int64);
     SymExpr t = boundSymbol(*bound, 0, extent);
     Index in = idx;

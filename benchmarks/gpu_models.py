@@ -48,7 +48,8 @@ samples, backends interleaved within every repeat) and peak memory during one ca
 Backends: eager, inductor (default mode), inductor_ro (mode="reduce-overhead"), braze (which
 replays static graphs as CUDA graphs by default), braze_nocg (braze without CUDA graphs), and
 inductor_ma and braze_ma (mode="max-autotune": Inductor's autotuning with its CUDA graphs, and
-braze's autotuner, 5 s a graph, with its CUDA graphs).
+braze's autotuner, 5 s a graph, with its CUDA graphs), and braze~PASS+PASS (braze without those
+graph passes: Options(disabled_passes=...), to see what a pass gains or costs).
 Peak memory is max_memory_allocated() during one call over memory_allocated() before it, once
 the outputs of the call before are released (training: the gradients, set to None): counting
 them in the base would credit a backend whose gradients take more memory, as the step frees
@@ -243,6 +244,9 @@ def compiled(model, backend):
         return torch.compile(model, mode="max-autotune")
     if backend == "braze_ma":
         return torch.compile(model, backend="braze", mode="max-autotune")
+    if backend.startswith("braze~"):  # braze~pass+pass: braze without those graph passes
+        return torch.compile(model, backend="braze",
+                             options={"disabled_passes": tuple(backend[6:].split("+"))})
     raise ValueError(f"unknown backend {backend!r}")
 
 

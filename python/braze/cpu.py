@@ -160,7 +160,8 @@ def compile_graph(g, opts, log=None, portable=False):
     blas = (blas_library() if portable else jit_blas_library()) if opts.blas else None
     return g.compile(log, opts.fuse, blas,
                      dnnl=dnnl_library() if opts.dnnl else None, one_dnn_half=one_dnn_half(),
-                     autotune=opts.autotune_seconds())
+                     autotune=opts.autotune_seconds(),
+                     disabled_passes=opts.disabled_passes)
 
 
 @functools.lru_cache(maxsize=None)

@@ -133,7 +133,8 @@ def compile_options(index):
 def compile_graph(g, opts, device, log=None):
     """Compiles braze graph `g` for CUDA `device` as Options `opts` ask."""
     return g.compile(log, opts.fuse, blas_library() if opts.blas else None,
-                     compile_options(device.index), autotune=opts.autotune_seconds())
+                     compile_options(device.index), autotune=opts.autotune_seconds(),
+                     disabled_passes=opts.disabled_passes)
 
 
 def nvrtc_load_error(path):

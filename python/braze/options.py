@@ -52,6 +52,10 @@ class Options:
     # one graph may spend on it; True: 5; False or 0: off; None: BRAZE_AUTOTUNE (1, 0 or
     # seconds), else off. mode="max-autotune" sets True. The CPU's kernels are not tuned.
     autotune: object = None
+    # Graph passes (`braze-opt --help` lists them) this compile skips: a tuple of names, to find
+    # which rewrite slows a model down or changes its results. None: BRAZE_DISABLE_PASSES (names
+    # separated by commas), else none. A name that is not a graph pass is an error.
+    disabled_passes: tuple = None
 
     def __post_init__(self):
         n = self.cuda_graph_sizes
@@ -65,6 +69,13 @@ class Options:
                 not isinstance(a, (int, float)) or not a >= 0 or a == float("inf")):
             raise ValueError(f"Options(autotune=...) is {a!r}; expected True, False, the seconds "
                              f"a graph may spend tuning (at least 0), or None for BRAZE_AUTOTUNE")
+        d = self.disabled_passes
+        if d is not None and (isinstance(d, str) or not all(isinstance(n, str) for n in d)):
+            raise ValueError(f"Options(disabled_passes=...) is {d!r}; expected a tuple of graph "
+                             f"pass names (braze-opt --help lists them), or None for "
+                             f"BRAZE_DISABLE_PASSES")
+        if d is not None and not isinstance(d, tuple):  # hashable: compiles are cached by options
+            object.__setattr__(self, "disabled_passes", tuple(d))
 
     def autotune_seconds(self):
         """The autotuner's budget per graph in seconds (0: off), or None where BRAZE_AUTOTUNE

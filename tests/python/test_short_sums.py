@@ -84,3 +84,40 @@ def test_a_sum_over_an_empty_dim_is_zeros():
     x = torch.randn(8, 0, 64)
     got = _compiled(lambda x: x.sum(1) + 1, x)
     torch.testing.assert_close(got, x.sum(1) + 1, atol=0, rtol=0)
+
+
+def _decomposed(fn, x, capfd, **options):
+    torch._dynamo.reset()
+    capfd.readouterr()
+    out = torch.compile(fn, backend="braze", dynamic=False,
+                        options={"log": "decomposed", **options})(x)
+    return out, capfd.readouterr().err
+
+
+def test_a_disabled_pass_leaves_the_sum_a_reduction(capfd):
+    # Options(disabled_passes=...) skips the pass: the sum stays a reduction, the result is the
+    # same, and the two compiles do not share a cache entry (the other one's code is not reused).
+    x = torch.randn(64, 4, 48, generator=torch.Generator().manual_seed(9)).to(
+        torch.get_default_device())
+
+    def fn(x):
+        return x.sum(1) * 3
+    on, said_on = _decomposed(fn, x, capfd)
+    off, said_off = _decomposed(fn, x, capfd, disabled_passes=("unroll-short-sums",))
+    torch.testing.assert_close(on, fn(x))
+    torch.testing.assert_close(off, fn(x))
+    assert "sum(" not in said_on and "sum(" in said_off, (said_on, said_off)
+
+
+def test_disabled_passes_name_what_is_wrong(monkeypatch):
+    fn = torch.compile(lambda x: x + 1, backend="braze", options={"strict": True,
+                                                                  "disabled_passes": ("realize",)})
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="names 'realize', which is not a graph pass.*unroll-short-sums"):
+        fn(torch.ones(3))
+    with pytest.raises(ValueError, match="disabled_passes"):
+        braze.Options(disabled_passes="cse")  # a string, not a tuple of names
+    monkeypatch.setenv("BRAZE_DISABLE_PASSES", "cse,no-such-pass")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="BRAZE_DISABLE_PASSES: names 'no-such-pass'"):
+        torch.compile(lambda x: x * 2, backend="braze", options={"strict": True})(torch.ones(3))

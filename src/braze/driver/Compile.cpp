@@ -16,6 +16,7 @@
 #include "braze/support/Check.h"
 #include "braze/support/Diagnostic.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -75,6 +76,17 @@ CompileOptions CompileOptions::fromEnvironment() {
           << "is '" << v << "'; expected 1 (tune, " << kDefaultAutotuneSeconds
           << " s a graph), 0 (off) or the seconds a graph may spend tuning";
     o.autotuneSeconds = seconds;
+  }
+  if (const char *v = std::getenv("BRAZE_DISABLE_PASSES"); v && *v) {
+    std::string_view list = v;
+    while (!list.empty()) {
+      size_t comma = list.find(',');
+      std::string_view name = list.substr(0, comma);
+      if (!name.empty())
+        o.disabledPasses.emplace_back(name);
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    checkDisabledPasses(o.disabledPasses, "BRAZE_DISABLE_PASSES");
   }
   if (const char *v = std::getenv("BRAZE_CXX"))
     o.cxx = v;
@@ -225,8 +237,11 @@ void splitReductionsStep(Graph &g, const CompileOptions &opts) {
 }
 
 void simplifyGraph(Graph &g, const CompileOptions &opts) {
+  checkDisabledPasses(opts.disabledPasses, "CompileOptions::disabledPasses");
   for (const GraphStep &s : graphSteps())
-    runGraphStep(g, s.name, opts);
+    if (std::find(opts.disabledPasses.begin(), opts.disabledPasses.end(), s.name) ==
+        opts.disabledPasses.end())
+      runGraphStep(g, s.name, opts);
 }
 
 struct Lowered {
@@ -764,6 +779,22 @@ const std::vector<LoopStepInfo> &loopSteps() {
 #include "braze/driver/Pipeline.def"
   };
   return steps;
+}
+
+void checkDisabledPasses(const std::vector<std::string> &names, std::string_view where) {
+  for (const std::string &name : names) {
+    bool pass = false;
+    std::string passes;
+    for (const GraphStep &s : graphSteps())
+      if (!s.lowering) {
+        pass = pass || s.name == name;
+        passes += (passes.empty() ? "" : ", ") + std::string(s.name);
+      }
+    if (!pass)
+      BRAZE_USER_ERROR(std::string(where), "")
+          << "names '" << name << "', which is not a graph pass of the pipeline; "
+          << "the passes that can be disabled: " << passes;
+  }
 }
 
 void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts) {

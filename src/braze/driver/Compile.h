@@ -77,8 +77,13 @@ struct CompileOptions {
   /// CPU: a printed schedule whose records (`kernelN ... cpu{...}`, braze-opt --launch)
   /// replace plan-cpu's for the kernels they name; empty: none.
   std::string cpuLaunchRecords;
+  /// Graph passes of Pipeline.def's GRAPH_PASS rows that compile skips (BRAZE_DISABLE_PASSES=
+  /// a,b): to find which rewrite makes a model slower or wrong. Each name is checked against
+  /// the pipeline (checkDisabledPasses); lowering steps (decompose, realize, ...) cannot be.
+  std::vector<std::string> disabledPasses;
 
-  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_REMOTE_CACHE, BRAZE_CXX, BRAZE_BLAS and BRAZE_DNNL: the one place
+  /// Reads BRAZE_LOG, BRAZE_STRICT, BRAZE_CACHE_DIR, BRAZE_REMOTE_CACHE, BRAZE_CXX, BRAZE_BLAS, BRAZE_DNNL, BRAZE_PAIRED_EPILOGUE, BRAZE_AUTOTUNE and
+  /// BRAZE_DISABLE_PASSES: the one place
   /// braze reads the environment.
   static CompileOptions fromEnvironment();
 };
@@ -145,6 +150,9 @@ struct LoopStepInfo {
 };
 const std::vector<LoopStepInfo> &loopSteps();
 void runGraphStep(Graph &g, std::string_view name, const CompileOptions &opts);
+/// A user error (naming `where`, the option or variable they came from) unless every name is
+/// a graph pass of the pipeline (CompileOptions::disabledPasses).
+void checkDisabledPasses(const std::vector<std::string> &names, std::string_view where);
 
 /// Whether braze compiles `g` for the target `opts` describes, answered without lowering it:
 /// the graph verifies (the builder and the verifier state what every op takes), and the

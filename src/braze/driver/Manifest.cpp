@@ -64,6 +64,8 @@ std::string optionsText(const CompileOptions &o) {
   }
   if (!o.cpuLaunchRecords.empty())
     s += ";cpu_launch=" + sha256Hex(o.cpuLaunchRecords);
+  for (const std::string &p : o.disabledPasses) // other passes, other code
+    s += ";no_pass=" + p;
   Target t = targetFor(o);
   return s + ";target=" + t.fingerprint() + ";cores=" + std::to_string(t.cores);
 }

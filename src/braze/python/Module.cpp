@@ -598,7 +598,8 @@ NB_MODULE(_C, m) {
                          std::optional<std::string> blas, std::optional<nb::dict> cuda,
                          std::optional<std::string> dnnl,
                          const std::vector<std::string> &oneDnnHalf,
-                         std::optional<double> autotune) {
+                         std::optional<double> autotune,
+                         std::optional<std::vector<std::string>> disabledPasses) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";
         CompileOptions o = CompileOptions::fromEnvironment();
@@ -618,6 +619,10 @@ NB_MODULE(_C, m) {
             BRAZE_USER_ERROR("autotune", "") << "expected seconds, at least 0";
           o.autotuneSeconds = *autotune;
         }
+        if (disabledPasses) {
+          o.disabledPasses = *disabledPasses;
+          checkDisabledPasses(o.disabledPasses, "Options(disabled_passes=...)");
+        }
         std::unique_ptr<Graph> graph = g.take();
         CompileResult r;
         {
@@ -628,7 +633,7 @@ NB_MODULE(_C, m) {
         return PyCompiled{r.executable, r.source, r.numKernels, r.cacheHit, r.times};
       }, "log"_a = nb::none(), "fuse"_a = true, "blas"_a = nb::none(), "cuda"_a = nb::none(),
          "dnnl"_a = nb::none(), "one_dnn_half"_a = std::vector<std::string>{},
-         "autotune"_a = nb::none())
+         "autotune"_a = nb::none(), "disabled_passes"_a = nb::none())
       .def("generate_cuda", [](PyGraph &g, std::optional<nb::dict> cuda) {
         if (g.consumed())
           BRAZE_USER_ERROR("compile", "") << "this graph was compiled already";

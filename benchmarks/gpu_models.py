@@ -48,8 +48,9 @@ samples, backends interleaved within every repeat) and peak memory during one ca
 Backends: eager, inductor (default mode), inductor_ro (mode="reduce-overhead"), braze (which
 replays static graphs as CUDA graphs by default), braze_nocg (braze without CUDA graphs), and
 inductor_ma and braze_ma (mode="max-autotune": Inductor's autotuning with its CUDA graphs, and
-braze's autotuner, 5 s a graph, with its CUDA graphs), and braze~PASS+PASS (braze without those
-graph passes: Options(disabled_passes=...), to see what a pass gains or costs).
+braze's autotuner, 5 s a graph, with its CUDA graphs), and braze~PASS+PASS or
+braze_nocg~PASS+PASS (braze without those graph passes: Options(disabled_passes=...), to see
+what a pass gains or costs).
 Peak memory is max_memory_allocated() during one call over memory_allocated() before it, once
 the outputs of the call before are released (training: the gradients, set to None): counting
 them in the base would credit a backend whose gradients take more memory, as the step frees
@@ -230,6 +231,14 @@ def _train_step(m, loss_of, autocast=None):
 
 def compiled(model, backend):
     torch._dynamo.reset()
+    if "~" in backend and backend.startswith("braze"):  # braze~pass+pass: without those passes
+        backend, passes = backend.split("~", 1)
+        options = {"disabled_passes": tuple(passes.split("+"))}
+        if backend == "braze_nocg":
+            options["cuda_graphs"] = False
+        elif backend != "braze":
+            raise ValueError(f"unknown backend {backend!r} before '~'")
+        return torch.compile(model, backend="braze", options=options)
     if backend == "eager":
         return model
     if backend == "inductor":
@@ -244,9 +253,6 @@ def compiled(model, backend):
         return torch.compile(model, mode="max-autotune")
     if backend == "braze_ma":
         return torch.compile(model, backend="braze", mode="max-autotune")
-    if backend.startswith("braze~"):  # braze~pass+pass: braze without those graph passes
-        return torch.compile(model, backend="braze",
-                             options={"disabled_passes": tuple(backend[6:].split("+"))})
     raise ValueError(f"unknown backend {backend!r}")
 
 
@@ -275,7 +281,7 @@ def braze_row(row, before, after, caught, ops_before=None):
     ops_before, a fallback_ops_by_op()) and its warnings, into row; a graph run in eager fails
     the row."""
     for k in ("graphs", "partitions", "fallback_ops", "fallback_graphs", "recompiles",
-              "cuda_graphs", "cuda_graph_replays"):
+              "cuda_graphs", "cuda_graph_replays", "cuda_graph_busy"):
         row[k] = after[k] - before[k]
     if ops_before is not None:
         row["fallback_by_op"] = {op: n - ops_before.get(op, 0)

@@ -14,7 +14,9 @@ to every output storage, and a capture whose outputs are still referenced elsewh
 caller, by a view, by autograd's saved tensors) is busy. A call then uses or makes another
 capture (at most three), and when none is free it runs uncaptured. Inputs read in place that
 move for good (a KV cache each generate() allocates) retire the least recently replayed capture
-for a new one. A capture that fails (an op that synchronizes, an unsupported stream operation)
+for a new one; large inputs that move at most calls before the captures have paid off (a
+zero gradient that autograd makes anew for each backward) are copied per call from then on. A
+capture that fails (an op that synchronizes, an unsupported stream operation)
 is dropped for good and the callable runs uncaptured. So does a graph whose inputs copied per
 call would cost more device time than its kernel launches save (an optimizer step would copy
 every gradient), unless Options(cuda_graphs=True) asks for captures. Random ops
@@ -170,13 +172,14 @@ def _remove_replay_outputs(keys):
 _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
-def _copied(args, static, written):
+def _copied(args, static, written, moving=frozenset()):
     """Positions of the inputs a capture copies per call: tensors that may move, other than
-    parameters, inputs the graph writes (a replay writes them where they are), large or
-    expanded inputs and the memory of earlier replays' outputs."""
+    parameters, inputs the graph writes (a replay writes them where they are), large inputs
+    (unless they are among `moving`, seen to move at most calls), expanded inputs and the
+    memory of earlier replays' outputs."""
     return [i for i, a in enumerate(args)
             if isinstance(a, torch.Tensor) and i not in static and i not in written
-            and a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES and _dense(a)
+            and (a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES or i in moving) and _dense(a)
             and a.untyped_storage().data_ptr() not in _replay_outputs]
 
 
@@ -188,13 +191,13 @@ _COPY_BYTES_PER_SECOND = 1.5e12
 
 
 class _Capture:
-    def __init__(self, fn, args, static, name, written=frozenset()):
+    def __init__(self, fn, args, static, name, written=frozenset(), moving=frozenset()):
         self.graph = torch.cuda.CUDAGraph()
         self.static = static
         self.buffers = {}  # position -> this capture's copy of an input that may move
         fixed = []  # (position, address, strides): inputs read where they were captured
         inputs = []
-        copy = set(_copied(args, static, written))
+        copy = set(_copied(args, static, written, moving))
         for i, a in enumerate(args):
             if i in copy:
                 a = self.buffers[i] = torch.empty_strided(
@@ -343,8 +346,11 @@ class Replayed:
         # Kernel launches per call, when known and captures are not forced: checked against
         # the inputs' copies at the first capture, then None.
         self.launches = launches
+        self.launch_count = launches  # kept: _copy_moving checks its copies against it too
         self.static = static
         self.written = written  # positions of inputs the graph writes
+        # Large inputs copied per call all the same: they moved at most calls (_copy_moving).
+        self.moving = frozenset()
         self.name = name
         self.after_replay = after_replay
         self.max_sizes = max_sizes
@@ -378,12 +384,13 @@ class Replayed:
         if self.launches is not None:  # the first capture: is it worth its copies?
             launches, self.launches = self.launches, None
             copies = sum(args[i].untyped_storage().nbytes()
-                         for i in _copied(args, self.static, self.written))
+                         for i in _copied(args, self.static, self.written, self.moving))
             if copies / _COPY_BYTES_PER_SECOND > launches * _LAUNCH_SECONDS:
                 self._drop(f"its inputs copied per call ({copies / 2**20:.1f} MiB) would cost "
                            f"more than its {launches} kernel launches save")
                 return self.fn(*args)
-        if len(group.captures) >= _MAX_CAPTURES and not self._evict(group):
+        if len(group.captures) >= _MAX_CAPTURES and not (
+                self._copy_moving(group, args) or self._evict(group)):
             counts["cuda_graph_busy"] += 1
             return self.fn(*args)
         if group.captures and group.made < _MAX_CAPTURES and logging():
@@ -392,7 +399,7 @@ class Replayed:
                 for k, c in enumerate(group.captures)))
         reserved = torch.cuda.memory_reserved()
         try:
-            c = _Capture(self.fn, args, self.static, self.name, self.written)
+            c = _Capture(self.fn, args, self.static, self.name, self.written, self.moving)
         except Exception as e:  # any failure to capture: this callable runs uncaptured
             _end_generator_capture()
             self._drop(f"capture failed: {type(e).__name__}: {e}")
@@ -415,6 +422,41 @@ class Replayed:
             f"{self.max_sizes}), holding {self.bytes / 2**20:.1f} MiB (at most "
             f"{budget / 2**20:.0f} MiB); calls at other sizes run uncaptured")
         return False
+
+    def _copy_moving(self, group, args):
+        """Makes room for a capture when the inputs read in place for their size alone (not
+        parameters, not written, not earlier replays' output) move at most calls, before the
+        captures paid off: a zero gradient that autograd makes anew for each backward, for an
+        output the loss does not read (a language model's logits). Those inputs are copied per
+        call from now on, as smaller ones are, where the copies cost less than the launches a
+        replay saves; the captures that read them in place are dropped. An input that moves
+        only now and then (a cache remade per generation) is left to _evict."""
+        if group.replays >= _REPLAYS_PER_CAPTURE * group.made:
+            return False
+        moving = set()
+        for c in group.captures:
+            for i in c.fixed_positions:
+                a = args[i]
+                if (a.data_ptr() != c.fixed_ptrs[i] and i not in self.static and
+                        i not in self.written and _dense(a) and
+                        a.untyped_storage().data_ptr() not in _replay_outputs):
+                    moving.add(i)
+        if not moving:
+            return False
+        moving = self.moving | moving
+        copies = sum(args[i].untyped_storage().nbytes()
+                     for i in _copied(args, self.static, self.written, moving))
+        if (self.launch_count is not None and
+                copies / _COPY_BYTES_PER_SECOND > self.launch_count * _LAUNCH_SECONDS):
+            return False
+        self.moving = frozenset(moving)
+        for c in group.captures:
+            c.release()
+        group.captures = []
+        log(f"{self.name} copies inputs {sorted(moving)} per call from now on (they moved at "
+            f"most of {group.replays} replays of {group.made} captures): {copies / 2**20:.1f} "
+            f"MiB copied per call")
+        return True
 
     def _evict(self, group):
         """Makes room for a capture: drops the least recently replayed capture of this size

@@ -141,6 +141,61 @@ def test_inputs_at_new_addresses_and_held_outputs():
     torch.testing.assert_close(third, torch.softmax(xs[3] @ w, -1) + xs[3].sin())
 
 
+class LogitsHead(torch.nn.Module):
+    """A language model's shape: the loss and the logits, which the loss reads but the caller
+    does not differentiate, so autograd hands the backward a new zero gradient for them at
+    every call."""
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 256)
+        self.b = torch.nn.Linear(256, 512)
+
+    def forward(self, x):
+        logits = self.b(F.gelu(self.a(x)))
+        return logits.logsumexp(-1).mean(), logits
+
+
+def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch):
+    """The logits' zero gradient (128 KiB, large here) is read in place at first. It is at a
+    new address at every step, so after the captures allowed it is copied per call instead:
+    the backward replays at every later step rather than running uncaptured, and every step
+    equals the uncaptured run's."""
+    from braze import cudagraphs
+    said = []
+    monkeypatch.setattr(cudagraphs, "_COPY_LIMIT_BYTES", 64 << 10)
+    monkeypatch.setattr(cudagraphs, "log", said.append)
+    monkeypatch.setattr(cudagraphs, "logging", lambda: True)
+    x = torch.randn(64, 64, device="cuda")
+
+    def steps(cuda_graphs):
+        torch.manual_seed(0)
+        m = LogitsHead().cuda().train()
+        f = compiled(m, cuda_graphs)
+        history, keep = [], []
+        for _ in range(16):
+            m.zero_grad(set_to_none=True)
+            loss, logits = f(x)
+            loss.backward()
+            history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
+            # Memory that takes the freed zero gradient's block: the next one is elsewhere.
+            keep.append(torch.empty_like(logits))
+        return history
+
+    before, busy = braze.counters(), braze.counters()["cuda_graph_busy"]
+    captured = steps(True)
+    d = delta(before)
+    moved = [m for m in said if "per call from now on" in m]
+    assert len(moved) == 1 and "(backward) copies inputs [" in moved[0], said
+    # Forward: 15 replays. Backward: from the capture that copies, at most 4 steps after the
+    # first, at every step.
+    assert d["cuda_graph_replays"] >= 15 + 11 and braze.counters()["cuda_graph_busy"] == busy, d
+    torch._dynamo.reset()
+    plain = steps(False)
+    for step_c, step_p in zip(captured, plain):
+        for c, p in zip(step_c, step_p):
+            torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)
+
+
 def test_the_log_says_why_a_graph_is_captured_again(monkeypatch):
     from braze import cudagraphs
     said = []

@@ -30,8 +30,13 @@ namespace {
 constexpr int64_t kMaxTerms = 8;
 constexpr int64_t kMinRun = 32;
 
-/// The dims `n` (a sum) reduces, sorted, when the rewrite applies; else empty.
-std::vector<int64_t> shortDims(const Node *n) {
+/// A sum the rewrite applies to: the dims it reduces, sorted, and how many terms it adds.
+struct ShortSum {
+  std::vector<int64_t> dims; ///< empty: the rewrite does not apply
+  int64_t terms = 0;
+};
+
+ShortSum shortSum(const Node *n) {
   const Node *x = n->operand(0);
   if (x->rank() < 2)
     return {};
@@ -57,7 +62,9 @@ std::vector<int64_t> shortDims(const Node *n) {
       return {};
     run *= size->value();
   }
-  return run >= kMinRun ? dims : std::vector<int64_t>{};
+  if (run < kMinRun)
+    return {};
+  return {std::move(dims), terms};
 }
 
 } // namespace
@@ -66,7 +73,7 @@ void unrollShortSums(Graph &g) {
   GraphBuilder b(g);
   bool changed = false;
   for (Node *n : nodesOf(g, OpKind::Sum)) {
-    const std::vector<int64_t> dims = shortDims(n);
+    const auto [dims, terms] = shortSum(n);
     if (dims.empty())
       continue;
     Node *x = n->operand(0);
@@ -76,9 +83,6 @@ void unrollShortSums(Graph &g) {
     // Term t takes index (t / stride_d) % size_d along each reduced dim d, the last dim
     // fastest, as the reduction's loop over them runs. Selects go from the highest dim down,
     // so each leaves the lower dims' positions as they were.
-    int64_t terms = 1;
-    for (int64_t d : dims)
-      terms *= x->shape()[d]->value();
     for (int64_t t = 0; t < terms; ++t) {
       Node *term = x;
       int64_t rest = t;

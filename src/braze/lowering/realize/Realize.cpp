@@ -424,7 +424,7 @@ private:
     Node *xn = n->operand(0);
     State s = lazy(4 * static_cast<int>(n->operands().size() - 1));
     size_t gathered = n->operands().size() - 1, dim = attrs::Take(*n).dim();
-    bool matrices = xn->rank() >= dim + gathered + 2; // each index picks a whole matrix
+    bool matrices = static_cast<size_t>(xn->rank()) >= dim + gathered + 2; // each index picks a whole matrix
     bool viewInPlace = (opts_.takeViewsInPlace || (opts_.takeMatrixViewsInPlace && matrices) ||
                         reshapesRows(xn)) &&
                        opCategory(xn->op()) == OpCategoryKind::View && !own(xn).stored &&

@@ -293,17 +293,21 @@ def test_generated_sources_are_kept_only_for_run_and_get_code():
 
 class _FakeCapture:
     """Stands in for a CUDA-graph capture where there is no GPU: it fits the calls whose first
-    argument is the tensor it was made with (an input read in place), and runs fn."""
+    argument is the tensor it was made with (an input read in place), or any call once that
+    input is copied per call (among `moving`), and runs fn."""
 
-    def __init__(self, fn, args, static, name, written):
+    def __init__(self, fn, args, static, name, written, moving=frozenset()):
         self.fn = fn
         self.first = args[0]
+        self.copied = 0 in moving
+        self.fixed_positions = [] if self.copied else [0]
+        self.fixed_ptrs = [args[0].data_ptr()]
 
     def busy(self):
         return False
 
     def fits(self, args):
-        return args[0] is self.first
+        return self.copied or args[0] is self.first
 
     def run(self, args):
         return self.fn(*args)
@@ -342,6 +346,38 @@ def test_cuda_graphs_of_dynamic_shapes_capture_per_size_up_to_the_limit(monkeypa
     for x in (a, a, b, a, b):
         s(x)
     assert [c.first for c in s.captures] == [b, a]
+
+
+def test_an_input_read_in_place_that_moves_at_every_call_is_copied(monkeypatch):
+    """The bookkeeping of _copy_moving, without a GPU: an input read in place (a large zero
+    gradient autograd makes per backward) at a new address at every call is captured at the
+    callable's second, third and fourth calls, then copied per call, and every later call
+    replays. An input alternating between two addresses (double buffering) keeps two captures
+    that read it in place."""
+    from braze import cudagraphs
+    monkeypatch.setattr(cudagraphs, "_Capture", _FakeCapture)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    said = []
+    monkeypatch.setattr(cudagraphs, "log", said.append)
+    counts = dict(cudagraphs.counts)
+    r = cudagraphs.Replayed(lambda x: x * 2, frozenset(), "g", launches=100)
+    keep = []
+    for k in range(12):
+        keep.append(torch.full((4,), float(k)))  # a new address at every call
+        torch.testing.assert_close(r(keep[-1]), torch.full((4,), 2.0 * k))
+    got = {k: cudagraphs.counts[k] - counts[k] for k in counts}
+    assert got == {"cuda_graphs": 4, "cuda_graph_replays": 11, "cuda_graph_busy": 0,
+                   "cuda_graph_uncaptured_sizes": 0}, got
+    assert r.moving == {0} and len(r.captures) == 1 and r.captures[0].copied
+    assert [m for m in said if "copies inputs [0] per call from now on" in m], said
+    counts = dict(cudagraphs.counts)
+    s = cudagraphs.Replayed(lambda x: x + 1, frozenset(), "s", launches=100)
+    a, b = torch.ones(4), torch.zeros(4)
+    for x in (a, b) * 8:
+        s(x)
+    got = {k: cudagraphs.counts[k] - counts[k] for k in counts}
+    assert got["cuda_graphs"] == 2 and got["cuda_graph_replays"] == 15 and not s.moving, got
 
 
 def test_a_missing_cpu_library_is_said_once(device, monkeypatch):

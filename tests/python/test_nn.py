@@ -116,10 +116,11 @@ def test_batch_norm_statistics_in_one_pass_are_as_close_as_eager(offset, channel
     # output, running statistics and gradients are no further off than eager's float32 ones,
     # also with a mean 300 stds from zero, where an f32 sum of squares would cancel.
     g = torch.Generator().manual_seed(4)
-    x = (torch.randn(8, 16, 64, 64, generator=g) * 3 + offset).to(torch.get_default_device())
+    x = (torch.randn(8, 16, 64, 64, generator=g, device="cpu") * 3 + offset).to(
+        torch.get_default_device())
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    up = torch.randn(x.shape, generator=g).to(x.device)
+    up = torch.randn(x.shape, generator=g, device="cpu").to(x.device)
     results = []
     for which in ("braze", "eager", "float64"):
         bn = nn.BatchNorm2d(16).to(x.device).train()
@@ -139,7 +140,8 @@ def test_batch_norm_statistics_in_one_pass_are_as_close_as_eager(offset, channel
 @pytest.mark.parametrize("offset", (0.0, 1e3))
 def test_column_variances_in_one_pass_are_as_close_as_eager(offset):
     g = torch.Generator().manual_seed(5)
-    x = (torch.randn(40000, 8, generator=g) * 2 + offset).to(torch.get_default_device())
+    x = (torch.randn(40000, 8, generator=g, device="cpu") * 2 + offset).to(
+        torch.get_default_device())
 
     def stats(x):
         v, m = torch.var_mean(x, 0, correction=1)

@@ -102,10 +102,16 @@ def test_resnet_shaped_cnn_is_one_graph_without_fallback():
     assert after["fallback_graphs"] == before["fallback_graphs"]
 
 
-def _float64_errors(got, eager, exact):
-    """Max abs error of braze's and of eager's results against the float64 ones."""
-    return (max(float((g.double() - e).abs().max()) for g, e in zip(got, exact)),
-            max(float((w.double() - e).abs().max()) for w, e in zip(eager, exact)))
+def _no_further_than_eager(got, eager, exact):
+    """Each of braze's results is no further from the float64 one than twice eager's, plus 2e-6
+    (16 f32 roundings), relative to the result's largest magnitude: braze's sums run in another
+    order than eager's (a weight gradient over 32768 positions differs by about 1e-6). A
+    variance whose f32 sums cancelled would be off by about 1e-2 here."""
+    for k, (g, w, e) in enumerate(zip(got, eager, exact)):
+        scale = max(float(e.abs().max()), 1e-30)
+        braze_err = float((g.double() - e).abs().max()) / scale
+        eager_err = float((w.double() - e).abs().max()) / scale
+        assert braze_err <= 2 * eager_err + 2e-6, (k, braze_err, eager_err)
 
 
 @pytest.mark.parametrize("offset", (0.0, 1e3))
@@ -133,8 +139,7 @@ def test_batch_norm_statistics_in_one_pass_are_as_close_as_eager(offset, channel
         (out * up.to(out.dtype)).sum().backward()
         results.append([out.detach(), bn.running_mean, bn.running_var, xi.grad, bn.weight.grad,
                         bn.bias.grad])
-    braze_err, eager_err = _float64_errors(*results)
-    assert braze_err <= 2 * eager_err + 1e-6, (braze_err, eager_err)
+    _no_further_than_eager(*results)
 
 
 @pytest.mark.parametrize("offset", (0.0, 1e3))
@@ -149,6 +154,5 @@ def test_column_variances_in_one_pass_are_as_close_as_eager(offset):
     torch._dynamo.reset()
     got = torch.compile(stats, backend="braze")(x)
     exact = [t.double() for t in stats(x.double())]
-    braze_err, eager_err = _float64_errors(got, stats(x), exact)
-    assert braze_err <= 2 * eager_err + 1e-6, (braze_err, eager_err)
+    _no_further_than_eager(got, stats(x), exact)
     assert all(a.dtype == b.dtype and a.shape == b.shape for a, b in zip(got, stats(x)))

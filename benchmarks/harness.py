@@ -141,15 +141,20 @@ def settle(max_s=0.5, tick_s=0.005):
 
 def interleaved_samples(contenders, args, inner, repeats, settle_between=False):
     """Times the contenders named in `inner` (name -> calls per sample) interleaved: each repeat
-    takes one sample_s of each in turn, so drift in the machine's state affects all alike; with
-    settle_between, settle() runs before every sample, so no contender pays for threads another
-    left spinning (each still pays for its own, within its sample).
+    takes one sample_s of each in turn, so drift in the machine's state affects all alike. The
+    order rotates by one per repeat, so each contender follows each other one equally often: the
+    first calls after an eager sample are slower (on this 2-core machine the seed example took
+    0.32 ms a call right after eager and 0.19-0.21 otherwise, whichever backend it was), and a
+    fixed order charged that to braze alone. With settle_between, settle() runs before every
+    sample, so no contender pays for threads another left spinning (each still pays for its own,
+    within its sample).
     Returns (name -> list of seconds per call, foreign CPU cores), where foreign is how many cores
     other processes kept busy meanwhile (None where /proc/stat can't tell)."""
     samples = {k: [] for k in inner}
     busy0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
-    for _ in range(repeats):
-        for k in inner:
+    names = list(inner)
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[:r % len(names)]:
             if settle_between:
                 settle()
             samples[k].append(sample_s(contenders[k], args, inner[k]))

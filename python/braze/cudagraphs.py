@@ -453,9 +453,9 @@ class Replayed:
         for c in group.captures:
             c.release()
         group.captures = []
-        log(f"{self.name} copies inputs {sorted(moving)} per call from now on (they moved at "
-            f"most of {group.replays} replays of {group.made} captures): {copies / 2**20:.1f} "
-            f"MiB copied per call")
+        log(f"{self.name} copies inputs {sorted(moving)} per call from now on (read in place, "
+            f"they moved within {group.replays} replays of {group.made} captures): "
+            f"{copies / 2**20:.1f} MiB copied per call")
         return True
 
     def _evict(self, group):

@@ -92,6 +92,12 @@ DecomposeOptions decomposeFor(const CompileOptions &opts) {
   d.gradientLibrary = true; // cuDNN's and oneDNN's backward convolutions
   d.cpuHalfRounding = !opts.cuda;
   d.softmaxReciprocal = !opts.cuda;
+  if (opts.cuda) { // full-rate f64: the data-center parts
+    const int cc = opts.cuda->computeCapability;
+    d.wideStatistics = cc == 60 || cc == 70 || cc == 80 || cc == 90 || cc == 100;
+  } else {
+    d.wideStatistics = true;
+  }
   d.oneDnnHalf = opts.oneDnnHalf;
   if (!opts.cuda) { // braze_attention_f32 (codegen/cpu/AttentionPrelude)
     d.fusedAttentionDtypes = {DType::Float32};

@@ -38,6 +38,10 @@ struct DecomposeOptions {
   /// Softmax scales each exponential by 1 / sum rather than dividing it by the sum, as eager's
   /// CPU kernel does (one division per row, not per element).
   bool softmaxReciprocal = false;
+  /// Large column means and variances (a batch norm's statistics) sum in f64, the variance in
+  /// one pass (Norms.cpp): the CPU, and GPUs with full-rate f64 (sm_60, 70, 80, 90, 100). On
+  /// the others (sm_75, 86, 89, 120: f64 at 1/32 to 1/64 of f32) they keep the two f32 passes.
+  bool wideStatistics = false;
 };
 
 void decompose(Graph &g, const DecomposeOptions &opts = {});
@@ -55,8 +59,8 @@ namespace decomp {
 using Rule = Node *(*)(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeSoftmax(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeLogSoftmax(GraphBuilder &b, Node *n);
-Node *decomposeMean(GraphBuilder &b, Node *n);
-Node *decomposeVar(GraphBuilder &b, Node *n);
+Node *decomposeMean(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
+Node *decomposeVar(GraphBuilder &b, Node *n, const DecomposeOptions &opts);
 Node *decomposeLayerNorm(GraphBuilder &b, Node *n);
 Node *decomposeGelu(GraphBuilder &b, Node *n);
 Node *decomposeSilu(GraphBuilder &b, Node *n);

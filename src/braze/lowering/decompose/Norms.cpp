@@ -1,7 +1,7 @@
 /// mean(x) = sum(x) / n
 /// var(x)  = sum((x - mean(x))^2) / max(n - correction, 0)       (two passes; no cancellation)
 ///         = (sum(x^2) - sum(x) * sum(x) / n) / max(n - correction, 0)   in f64, one pass, for
-///           large column statistics (onePass: a batch norm's)
+///           large column statistics (onePass, DecomposeOptions::wideStatistics: a batch norm's)
 /// layer_norm(x, w, b) = (x - mean(x)) * rsqrt(var(x) + eps) * w + b   over the trailing dims
 #include "braze/lowering/decompose/Decompose.h"
 
@@ -41,11 +41,11 @@ bool onePass(const Node *x, const std::vector<int64_t> &dims) {
 
 } // namespace
 
-Node *decomposeMean(GraphBuilder &b, Node *n) {
+Node *decomposeMean(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   const attrs::Mean a(*n);
   Node *x = upcast(b, n->operand(0));
   std::vector<int64_t> dims = a.dims();
-  if (onePass(x, dims)) { // the sum a one-pass variance of x takes too (merged by cse)
+  if (opts.wideStatistics && onePass(x, dims)) { // the sum a one-pass variance of x takes too (merged by cse)
     Node *w = b.convert(x, DType::Float64);
     Node *s = b.reduce(OpKind::Sum, w, dims, a.keepdim());
     Node *mean = b.div(s, b.numel(w, dims, DType::Float64));
@@ -56,11 +56,11 @@ Node *decomposeMean(GraphBuilder &b, Node *n) {
   return downcastLike(b, b.div(s, count), n->dtype());
 }
 
-Node *decomposeVar(GraphBuilder &b, Node *n) {
+Node *decomposeVar(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   const attrs::Var a(*n);
   Node *x = upcast(b, n->operand(0));
   std::vector<int64_t> dims = a.dims();
-  if (onePass(x, dims)) {
+  if (opts.wideStatistics && onePass(x, dims)) {
     // One pass in f64: the sum and the sum of squares, then ss - s * mean. f64 keeps the
     // cancellation harmless: its error, relative to the variance, is about 1e-16 times
     // (mean / std)^2, far below f32's rounding unless the mean is 10^4 stds from zero.

@@ -113,7 +113,8 @@ def test_disabled_passes_name_what_is_wrong(monkeypatch):
     fn = torch.compile(lambda x: x + 1, backend="braze", options={"strict": True,
                                                                   "disabled_passes": ("realize",)})
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="names 'realize', which is not a graph pass.*unroll-short-sums"):
+    with pytest.raises(Exception,
+                       match="names 'realize', which is not a graph pass.*unroll-short-sums"):
         fn(torch.ones(3))
     with pytest.raises(ValueError, match="disabled_passes"):
         braze.Options(disabled_passes="cse")  # a string, not a tuple of names

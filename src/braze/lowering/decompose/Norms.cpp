@@ -15,9 +15,9 @@ namespace {
 
 /// Whether a mean or variance over `dims` of x is summed in f64, a variance in one pass: x is
 /// f32 (or half) with constant sizes, the sum runs over at least kOnePassMinTerms elements,
-/// and the reduced dims are not the trailing ones alone. A batch norm's statistics (over N, H, W of
-/// [N, C, H, W]) are column sums whose input is read from memory twice by two passes; a layer
-/// norm's row lies in one thread's or block's registers, where a second pass costs nothing.
+/// and the reduced dims are not the trailing ones alone. A batch norm's statistics (over N, H,
+/// W of [N, C, H, W]) are column sums whose input is read from memory twice by two passes; a
+/// layer norm's row lies in one thread's or block's registers, where a second pass is free.
 constexpr int64_t kOnePassMinTerms = 1 << 14;
 
 bool onePass(const Node *x, const std::vector<int64_t> &dims) {
@@ -45,7 +45,7 @@ Node *decomposeMean(GraphBuilder &b, Node *n, const DecomposeOptions &opts) {
   const attrs::Mean a(*n);
   Node *x = upcast(b, n->operand(0));
   std::vector<int64_t> dims = a.dims();
-  if (opts.wideStatistics && onePass(x, dims)) { // the sum a one-pass variance of x takes too (merged by cse)
+  if (opts.wideStatistics && onePass(x, dims)) { // the f64 sum of decomposeVar (cse merges)
     Node *w = b.convert(x, DType::Float64);
     Node *s = b.reduce(OpKind::Sum, w, dims, a.keepdim());
     Node *mean = b.div(s, b.numel(w, dims, DType::Float64));

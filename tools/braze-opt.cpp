@@ -3,6 +3,7 @@
 /// drive it.
 ///
 ///   braze-opt FILE [--print=graph|decomposed|loops|schedule|code] [--passes=cse,dce,...]
+///             [--disable-passes=cse,...]
 ///             [--no-fuse] [--cuda] [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32]
 ///             [--sm=NN] [--kernel-arg-bytes=N] [--launch=SCHEDULE] [--forms] [--run=TENSORS [--atol=X] [--rtol=X]]
 ///             [--help]
@@ -54,6 +55,7 @@ struct ToolOptions {
   std::string file;
   std::optional<braze::StageKind> stage; ///< default: the input's first stage
   std::vector<std::string> passes;
+  std::vector<std::string> disabledPasses; ///< --disable-passes: graph passes the stages skip
   bool fuse = true;
   bool pairedEpilogues = false;
   bool cuda = false; ///< schedule and generate code for a CUDA device (sm_90) instead of the CPU
@@ -90,7 +92,8 @@ std::vector<std::string> splitCommas(std::string_view list) {
 std::string usageText() {
   std::ostringstream os;
   os << "usage: " << kToolName
-     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...] [--no-fuse]"
+     << " FILE [--print=graph|decomposed|loops|schedule|code] [--passes=NAME,...]"
+        " [--disable-passes=NAME,...] [--no-fuse]"
         " [--paired-epilogues] [--cuda]"
         " [--dnnl] [--blas[=mkl]] [--onednn-half=LIST] [--cudnn] [--tf32] [--kernel-arg-bytes=N]"
         " [--launch=SCHEDULE] [--help]\n"
@@ -104,6 +107,8 @@ std::string usageText() {
         "                  schedule or code\n"
         "  --passes=LIST   graph passes (or decompose) to run in order, comma-separated,\n"
         "                  before printing\n"
+        "  --disable-passes=LIST  graph passes of the pipeline that the stages skip\n"
+        "                  (BRAZE_DISABLE_PASSES, Options(disabled_passes=...))\n"
         "  --no-fuse       schedule one kernel per computation\n"
         "  --paired-epilogues  CUDA: a gated activation over a grouped product in its kernel\n"
         "  --cuda          schedule for and print the CUDA code of an sm_90 GPU\n"
@@ -193,6 +198,10 @@ ToolOptions parseArguments(int argc, char **argv) {
           BRAZE_USER_ERROR("--passes", "") << "unknown pass '" << name << "' (see --help)";
         o.passes.push_back(std::move(name));
       }
+    } else if (arg.starts_with("--disable-passes=")) {
+      for (std::string &name : splitCommas(arg.substr(17)))
+        o.disabledPasses.push_back(std::move(name));
+      braze::checkDisabledPasses(o.disabledPasses, "--disable-passes");
     } else if (arg == "--no-fuse") {
       o.fuse = false;
     } else if (arg == "--paired-epilogues") {
@@ -452,6 +461,8 @@ int run(int argc, char **argv) {
   bool loops = first == "buffer";
   braze::CompileOptions opts = braze::CompileOptions::fromEnvironment();
   opts.fuse = tool.fuse;
+  if (!tool.disabledPasses.empty())
+    opts.disabledPasses = tool.disabledPasses;
   opts.pairedEpilogues = opts.pairedEpilogues || tool.pairedEpilogues;
   if (tool.cuda)
     opts.cuda = braze::CompileOptions::Cuda{};

@@ -434,7 +434,7 @@ static inline float braze_exp(float x) {
   float y = p * s1 * s2;
   y = x > 88.7228394f ? std::numeric_limits<float>::infinity() : y;
   y = x < -103.972084f ? 0.0f : y;
-  return x != x ? x : y;
+  return y; // a NaN x is NaN through the clamps (their compares are false) and the arithmetic
 }
 template <typename T> static inline auto braze_exp(T x) -> decltype(std::exp(x)) { return std::exp(x); }
 )PRELUDE";

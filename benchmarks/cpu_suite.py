@@ -3,9 +3,9 @@
 Methodology (the one in /work/shared/ANCHORS.md):
   * speedup = median eager time / median compiled time; the three contenders are interleaved
     within every repeat after warm-up, so drift in the machine's state affects all three alike,
-    and the order rotates by one per repeat (eager, braze, Inductor; braze, Inductor, eager;
-    ...): the calls right after an eager sample run slower, and each contender follows eager
-    equally often (harness.interleaved_samples);
+    and the repeats go through every order of the three, chained so that each contender's
+    samples follow each other contender's equally often (harness.balanced_orders): the calls
+    right after an eager sample run slower;
   * one sample = the mean of `inner` back-to-back calls, with `inner` chosen per contender so a
     sample lasts >= --min-sample-ms (matters only for the tiny overhead case);
   * compile time = first compiled call minus one eager call, each backend compiled in a fresh

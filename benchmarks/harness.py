@@ -139,22 +139,48 @@ def settle(max_s=0.5, tick_s=0.005):
             return
 
 
+def balanced_orders(names):
+    """Every order of `names`, chained so that each one starts with the contender the one before
+    ended with (and the last leads back to the first): taken in turn, each contender's samples
+    follow each other contender's equally often, and otherwise its own."""
+    import itertools
+    perms = list(itertools.permutations(names))
+    if len(perms) == 1:
+        return perms
+    # Hierholzer's walk over the graph whose edges are the orders, from their first name to
+    # their last: every name has as many orders starting as ending with it.
+    out = {n: [p for p in perms if p[0] == n] for n in names}
+    stack, walk = [(None, names[0])], []
+    while stack:
+        order, at = stack[-1]
+        if out[at]:
+            nxt = out[at].pop()
+            stack.append((nxt, nxt[-1]))
+        else:
+            stack.pop()
+            if order is not None:
+                walk.append(order)
+    return walk[::-1]
+
+
 def interleaved_samples(contenders, args, inner, repeats, settle_between=False):
     """Times the contenders named in `inner` (name -> calls per sample) interleaved: each repeat
     takes one sample_s of each in turn, so drift in the machine's state affects all alike. The
-    order rotates by one per repeat, so each contender follows each other one equally often: the
-    first calls after an eager sample are slower (on this 2-core machine the seed example took
-    0.32 ms a call right after eager and 0.19-0.21 otherwise, whichever backend it was), and a
-    fixed order charged that to braze alone. With settle_between, settle() runs before every
+    repeats go through balanced_orders(), so each contender's samples follow each other
+    contender's equally often: the calls after an eager sample are slower (on this 2-core machine
+    the seed example took 0.32 ms a call right after eager and 0.19-0.21 otherwise, whichever
+    backend it was), and a fixed order charged that to braze alone. (Rotating the order by one
+    per repeat does not balance this: with three contenders the second one follows the first
+    twice as often as the third does.) With settle_between, settle() runs before every
     sample, so no contender pays for threads another left spinning (each still pays for its own,
     within its sample).
     Returns (name -> list of seconds per call, foreign CPU cores), where foreign is how many cores
     other processes kept busy meanwhile (None where /proc/stat can't tell)."""
     samples = {k: [] for k in inner}
     busy0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.perf_counter()
-    names = list(inner)
+    orders = balanced_orders(list(inner))
     for r in range(repeats):
-        for k in names[r % len(names):] + names[:r % len(names)]:
+        for k in orders[r % len(orders)]:
             if settle_between:
                 settle()
             samples[k].append(sample_s(contenders[k], args, inner[k]))

@@ -2,6 +2,7 @@
 
 #include "braze/support/Check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -337,8 +338,42 @@ std::string scalarOp(ScalarOpKind op, DType t, const std::vector<std::string> &a
   BRAZE_UNREACHABLE("bad scalar op");
 }
 
+namespace {
+
+/// Whether e is >= 0 by its form alone: constants >= 0, symbols (sizes, and indices within
+/// their ranges), and sums, products, quotients and minima of such terms, maxima with one such
+/// side, remainders by one.
+bool nonNegativeForm(sym::SymExpr e) {
+  using sym::SymKind;
+  switch (e->kind()) {
+  case SymKind::Const:
+    return e->value() >= 0;
+  case SymKind::Symbol:
+    return true;
+  case SymKind::Add:
+  case SymKind::Mul:
+    return std::all_of(e->operands().begin(), e->operands().end(), nonNegativeForm);
+  case SymKind::FloorDiv:
+  case SymKind::Min:
+    return nonNegativeForm(e->lhs()) && nonNegativeForm(e->rhs());
+  case SymKind::Max:
+    return nonNegativeForm(e->lhs()) || nonNegativeForm(e->rhs());
+  case SymKind::Mod:
+    return nonNegativeForm(e->rhs());
+  }
+  return false;
+}
+
+} // namespace
+
 std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf) {
   using sym::SymKind;
+  // A quotient or remainder of a value >= 0 by a constant > 0 is C's own: the compiler turns it
+  // into multiplies and shifts, and a loop whose index has it still vectorizes.
+  if ((e->kind() == SymKind::FloorDiv || e->kind() == SymKind::Mod) && e->rhs()->isConst() &&
+      e->rhs()->value() > 0 && nonNegativeForm(e->lhs()))
+    return "(" + indexExpr(e->lhs(), nameOf) + (e->kind() == SymKind::Mod ? " % " : " / ") +
+           indexExpr(e->rhs(), nameOf) + ")";
   switch (e->kind()) {
   case SymKind::Const:
     return e->value() < 0 ? "(INT64_C(" + std::to_string(e->value()) + "))"

@@ -209,9 +209,12 @@ void CpuEmitter::applyNanFlags(const Step &st, Writer &w) {
 
 std::string CpuEmitter::accFold(const loop::Computation &c, const std::string &acc,
                                 const std::string &v) {
-  if (isArgReduction(c))
-    return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) + lane_ +
-           " = " + innerPosition() + "; }";
+  if (isArgReduction(c)) { // selects, not a branch: the values' order is unpredictable
+    std::string at = argIndex(c) + lane_;
+    return "{ const bool braze_take = " + argBetter(c, acc, v) + "; " + acc +
+           " = braze_take ? " + v + " : " + acc + "; " + at + " = braze_take ? (int64_t)" +
+           innerPosition() + " : " + at + "; }";
+  }
   if (c.reduce == ReduceKind::Max || c.reduce == ReduceKind::Min) {
     std::string cmp = c.reduce == ReduceKind::Max ? " > " : " < ";
     std::string fold = acc + " = " + v + cmp + acc + " ? " + v + " : " + acc;

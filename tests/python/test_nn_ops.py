@@ -83,6 +83,29 @@ def test_pooling():
         rand(2, 3, 6, 7, 5, dtype=torch.int64))
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_max_pool_indices_nan_and_lowest_windows(dtype, channels_last):
+    # Eager's index: the last NaN of a window (its test is `v > max || isnan(v)`), and where
+    # every tap inside the input holds the lowest value (-inf), the first tap inside, never one
+    # in the padding. Ties keep the first maximum.
+    torch.manual_seed(0)
+    x = torch.randint(0, 3, (2, 8, 11, 13)).to(dtype)
+    if dtype.is_floating_point:
+        x[torch.rand(x.shape) < 0.1] = float("nan")
+        x[:, :4][torch.rand(2, 4, 11, 13) < 0.7] = float("-inf")
+    else:
+        x[:, :4][torch.rand(2, 4, 11, 13) < 0.7] = torch.iinfo(dtype).min
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    compiled_matches(lambda x: (
+        F.max_pool2d(x, 3, 2, 1, return_indices=True),
+        F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True, return_indices=True),
+        F.max_pool1d(x[0], 4, 3, 2, return_indices=True),
+        F.adaptive_max_pool2d(x, (4, 5), return_indices=True) if dtype.is_floating_point
+        else ()), x)
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_adaptive_pooling(dtype):
     # bf16 matches exactly: eager's 3-d average kernel rounds every step in half precision.

@@ -118,6 +118,18 @@ std::vector<SymExpr> along(GraphBuilder &b, int64_t rank, int64_t at, int64_t si
 }
 } // namespace
 
+/// The tap a max pool's index names in flattened windows `w` whose first maximum is at `pos`.
+/// Eager takes a NaN over anything and a later NaN over an earlier one (its test is
+/// `v > max || isnan(v)`), where argmax keeps the first: the last NaN's tap, if any.
+static Node *lastNanFirst(GraphBuilder &b, Node *w, Node *pos) {
+  if (!isFloating(w->dtype()))
+    return pos;
+  Node *tap = b.iota(DType::Int64, w->shape(), w->rank() - 1);
+  Node *nanTap = b.where(b.binary(OpKind::Ne, w, w), tap, i64(b, -1));
+  Node *lastNan = b.reduce(OpKind::Amax, nanTap, {-1}, false);
+  return b.where(b.binary(OpKind::Ge, lastNan, i64(b, 0)), lastNan, pos);
+}
+
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
   Geometry g = geometryOf(b, n, n->operand(0), n);
   double lowest = lowestValue(n->dtype());
@@ -131,13 +143,29 @@ Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {
   double lowest = lowestValue(x->dtype());
   Node *w = flattenLast(b, windows(b, g, x, lowest, lowest), g.spatial);
   Node *pos = b.reduce(OpKind::ArgMax, w, {-1}, false);
-  std::vector<Node *> taps = splitTaps(b, pos, g.kernel), coords;
+  pos = lastNanFirst(b, w, pos);
+  std::vector<Node *> taps = splitTaps(b, pos, g.kernel), coords, firsts;
   int64_t r = n->rank();
+  Node *outside = nullptr;
   for (int64_t i = 0; i < g.spatial; ++i) {
     Node *o = b.iota(DType::Int64, n->shape(), r - g.spatial + i);
     Node *start = b.sub(b.mul(o, i64(b, g.stride[i])), i64(b, g.padding[i]));
-    coords.push_back(b.add(start, b.mul(taps[i], i64(b, g.dilation[i]))));
+    Node *coord = b.add(start, b.mul(taps[i], i64(b, g.dilation[i])));
+    Node *off = b.binary(OpKind::LogicalOr, b.binary(OpKind::Lt, coord, i64(b, 0)),
+                         b.binary(OpKind::Ge, coord, i64(b, g.sizes[i])));
+    outside = outside ? b.binary(OpKind::LogicalOr, outside, off) : off;
+    // The window's first tap inside the input along this dim: start, or past the padding by
+    // whole dilation steps, start + ceil(-start / dilation) * dilation.
+    Node *skip = b.binary(OpKind::FloorDiv, b.sub(i64(b, g.dilation[i] - 1), start),
+                          i64(b, g.dilation[i]));
+    firsts.push_back(b.where(b.binary(OpKind::Lt, start, i64(b, 0)),
+                             b.add(start, b.mul(skip, i64(b, g.dilation[i]))), start));
+    coords.push_back(coord);
   }
+  // A tap in the padding wins only where every tap inside ties with the padding's value (a
+  // window of -inf): eager's index is then its first tap inside the input.
+  for (int64_t i = 0; i < g.spatial; ++i)
+    coords[i] = b.where(outside, firsts[i], coords[i]);
   return flatIndex(b, coords, g.sizes);
 }
 
@@ -285,15 +313,19 @@ Node *decomposeAdaptiveMaxPool(GraphBuilder &b, Node *n) {
 }
 
 /// The first maximum of a flattened window is a real tap (a repeated tap comes after the one
-/// it repeats), at start_i(o_i) + t_i along each dim.
+/// it repeats), at start_i(o_i) + t_i along each dim. The last NaN may be a repeat of a
+/// window's last tap: the position is at most end_i - 1.
 Node *decomposeAdaptiveMaxPoolIndices(GraphBuilder &b, Node *n) {
   Adaptive a = adaptiveOf(b, n, n->operand(0));
   Node *w = flattenLast(b, adaptiveWindows(b, a, n->operand(0), std::nullopt), a.spatial);
-  std::vector<Node *> taps = splitTaps(b, b.reduce(OpKind::ArgMax, w, {-1}, false), a.taps);
+  std::vector<Node *> taps =
+      splitTaps(b, lastNanFirst(b, w, b.reduce(OpKind::ArgMax, w, {-1}, false)), a.taps);
   std::vector<Node *> coords;
   for (int64_t i = 0; i < a.spatial; ++i) {
     Node *o = b.iota(DType::Int64, n->shape(), n->rank() - a.spatial + i);
-    coords.push_back(b.add(bounds(b, a, i, o).first, taps[i]));
+    auto [start, end] = bounds(b, a, i, o);
+    coords.push_back(
+        b.binary(OpKind::Minimum, b.add(start, taps[i]), b.sub(end, i64(b, 1))));
   }
   return flatIndex(b, coords, a.sizes);
 }

@@ -29,6 +29,7 @@
 #include "braze/runtime/Safetensors.h"
 #include "braze/scheduler/Schedule.h"
 #include "braze/support/Check.h"
+#include "braze/support/CommaList.h"
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
@@ -74,20 +75,6 @@ struct ToolOptions {
   bool help = false;
 };
 
-
-std::vector<std::string> splitCommas(std::string_view list) {
-  std::vector<std::string> parts;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string_view::npos)
-      end = list.size();
-    if (end > pos)
-      parts.emplace_back(list.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return parts;
-}
 
 std::string usageText() {
   std::ostringstream os;
@@ -191,7 +178,7 @@ ToolOptions parseArguments(int argc, char **argv) {
       }
       o.stage = *stage;
     } else if (arg.starts_with("--passes=")) {
-      for (std::string &name : splitCommas(arg.substr(9))) {
+      for (std::string &name : braze::splitCommas(arg.substr(9))) {
         bool step = std::any_of(braze::graphSteps().begin(), braze::graphSteps().end(),
                                 [&](const braze::GraphStep &s) { return s.name == name; });
         if (!braze::findPass(name) && !step)
@@ -199,7 +186,7 @@ ToolOptions parseArguments(int argc, char **argv) {
         o.passes.push_back(std::move(name));
       }
     } else if (arg.starts_with("--disable-passes=")) {
-      for (std::string &name : splitCommas(arg.substr(17)))
+      for (std::string &name : braze::splitCommas(arg.substr(17)))
         o.disabledPasses.push_back(std::move(name));
       braze::checkDisabledPasses(o.disabledPasses, "--disable-passes");
     } else if (arg == "--no-fuse") {
@@ -215,7 +202,7 @@ ToolOptions parseArguments(int argc, char **argv) {
     } else if (arg == "--blas=mkl") {
       o.blas = o.mkl = true;
     } else if (arg.starts_with("--onednn-half=")) {
-      for (const std::string &name : splitCommas(arg.substr(14))) {
+      for (const std::string &name : braze::splitCommas(arg.substr(14))) {
         std::optional<braze::DType> t = braze::parseDType(name);
         if (!t || (*t != braze::DType::Float16 && *t != braze::DType::BFloat16))
           BRAZE_USER_ERROR("--onednn-half", "") << "expected f16 or bf16, got '" << name << "'";

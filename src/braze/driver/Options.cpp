@@ -1,6 +1,7 @@
 /// CompileOptions from the environment, and the target they describe.
 #include "braze/driver/Compile.h"
 
+#include "braze/support/CommaList.h"
 #include "braze/support/Diagnostic.h"
 
 #include <cmath>
@@ -8,7 +9,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
-#include <string_view>
 
 namespace braze {
 
@@ -58,14 +58,7 @@ CompileOptions CompileOptions::fromEnvironment() {
     o.autotuneSeconds = seconds;
   }
   if (const char *v = std::getenv("BRAZE_DISABLE_PASSES"); v && *v) {
-    std::string_view list = v;
-    while (!list.empty()) {
-      size_t comma = list.find(',');
-      std::string_view name = list.substr(0, comma);
-      if (!name.empty())
-        o.disabledPasses.emplace_back(name);
-      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-    }
+    o.disabledPasses = splitCommas(v);
     checkDisabledPasses(o.disabledPasses, "BRAZE_DISABLE_PASSES");
   }
   if (const char *v = std::getenv("BRAZE_CXX"))

@@ -93,8 +93,13 @@ import braze  # noqa: E402
 
 DEV = torch.device(ARGS.device)  # main() gives a bare "cuda" its index
 CUDA = DEV.type == "cuda"
-BACKENDS = ("eager",) + (() if ARGS.no_inductor else ("inductor",)) + ("braze",)
-LABEL = {"eager": "eager", "inductor": "Inductor", "braze": "braze"}
+# With --mode, each compiler also runs in its default mode in the same process (the _default
+# backends): the speed a mode buys, and its compile time over the default's (the tuning time).
+_DEFAULTS = ARGS.mode is not None
+BACKENDS = (("eager",) + (() if ARGS.no_inductor else ("inductor_default",) * _DEFAULTS + ("inductor",))
+            + ("braze_default",) * _DEFAULTS + ("braze",))
+LABEL = {"eager": "eager", "inductor": "Inductor", "braze": "braze",
+         "inductor_default": "Inductor (default mode)", "braze_default": "braze (default mode)"}
 TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2}  # rtol by output dtype; others (f32) 1e-4
 BW_TARGET = 0.90
 COPY_BPS = None  # measured copy bandwidth, bytes/s (set in main)
@@ -281,8 +286,9 @@ def compile_backend(fn, args, backend, eager_s, ref, res):
     result against eager's (ref); fills res; returns the compiled callable."""
     torch._dynamo.reset()
     before = braze.counters()
-    compiled = (torch.compile(fn, backend="braze", mode=ARGS.mode) if backend == "braze"
-                else torch.compile(fn, mode=ARGS.mode))
+    mode = None if backend.endswith("_default") else ARGS.mode
+    compiled = (torch.compile(fn, backend="braze", mode=mode) if backend.startswith("braze")
+                else torch.compile(fn, mode=mode))
 
     def first_call():
         out = compiled(*args)
@@ -293,7 +299,7 @@ def compile_backend(fn, args, backend, eager_s, ref, res):
         warnings.simplefilter("always")
         out, cs = harness.compile_s(first_call, eager_s)
     res[f"{backend}_compile_s"] = cs
-    if backend == "braze":
+    if backend == "braze":  # the counters of the mode under test
         after = braze.counters()
         res["braze_counters"] = {k: after[k] - before.get(k, 0) for k in after}
         msgs = sorted({str(w.message).splitlines()[0] for w in caught})
@@ -413,6 +419,8 @@ def print_table(results):
         row = [r["workload"], _cell(r, "eager"), "—" if ARGS.no_inductor else _cell(r, "inductor"),
                _cell(r, "braze"), x, rate, pct, ", ".join(cs), err, _fallbacks(r)]
         print("| " + " | ".join(row) + " |")
+    if _DEFAULTS:
+        print_mode_table(results)
     print()
     print("ms = median GPU time per call (CUDA events; perf_counter off the GPU); "
           "'call' = whole-call wall time per call (Python + launches + synchronize), the number "
@@ -420,6 +428,28 @@ def print_table(results):
           "GB/s = (inputs read + output written) / time. compile s = first call − one eager call."
           + (f" ¹ first compile of that backend in this process (includes one-time set-up"
              f"{'' if ARGS.warm_cache else ', cold caches'})." if any(first.values()) else ""))
+
+
+def print_mode_table(results):
+    """With --mode: each compiler's speed and compile time in that mode against its default."""
+    print()
+    head = ["workload", "Inductor default ms", f"Inductor {ARGS.mode} ms", "braze default ms",
+            f"braze {ARGS.mode} ms", f"braze {ARGS.mode} / Inductor {ARGS.mode} ×",
+            "tuning s (Inductor, braze)"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for r in results:
+        x = (f"{r['inductor_ms'] / r['braze_ms']:.2f}×" if "inductor_ms" in r and "braze_ms" in r
+             else "—")
+        tune = []
+        for b in ("inductor", "braze"):
+            a, d = r.get(f"{b}_compile_s"), r.get(f"{b}_default_compile_s")
+            tune.append("—" if a is None or d is None else f"{a - d:.2f}")
+        print("| " + " | ".join([r["workload"], _cell(r, "inductor_default"), _cell(r, "inductor"),
+                                 _cell(r, "braze_default"), _cell(r, "braze"), x,
+                                 ", ".join(tune)]) + " |")
+    print(f"tuning s = first call in {ARGS.mode} minus first call in the default mode, each "
+          "compiled cold in this process.")
 
 
 def targets(results):

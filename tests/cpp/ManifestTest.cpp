@@ -118,6 +118,10 @@ TEST(ManifestTest, SecondCompileLoadsWithoutLowering) {
   CompileOptions unfused = o;
   unfused.fuse = false;
   EXPECT_NE(manifestKey(*graphOf("3.0"), unfused), key);
+  // The tuned module is another module, on the CPU as on CUDA.
+  CompileOptions tuned = o;
+  tuned.autotuneSeconds = 1;
+  EXPECT_NE(manifestKey(*graphOf("3.0"), tuned), key);
   CompileOptions logged = o;
   logged.log.add(LogStage::Schedule);
   g = graphOf("3.0");

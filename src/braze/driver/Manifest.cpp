@@ -59,9 +59,9 @@ std::string optionsText(const CompileOptions &o) {
          ";cudnn_attention=" + std::to_string(c.cudnnAttention);
     if (!c.launchRecords.empty()) // records by hand make other code
       s += ";launch=" + sha256Hex(c.launchRecords);
-    if (o.autotuneSeconds > 0) // the tuned module (the budget is not part of the key)
-      s += ";autotune";
   }
+  if (o.autotuneSeconds > 0) // the tuned module (the budget is not part of the key)
+    s += ";autotune";
   if (!o.cpuLaunchRecords.empty())
     s += ";cpu_launch=" + sha256Hex(o.cpuLaunchRecords);
   for (const std::string &p : o.disabledPasses) // other passes, other code

@@ -142,7 +142,13 @@ private:
   /// A stored intermediate's strides (empty: row-major). In channels-last mode a value of rank
   /// above 4 keeps dim 1 innermost: the channels of a value derived from a channels-last
   /// image, such as a pooling's [N, C, OH, W, kh] windows, so its kernels run along them.
+  /// Else a graph output the caller takes in another dense layout with the last dim innermost
+  /// (a saved residual [B, S, E] with strides {E, B*E, 1}, which attention's transposes
+  /// made) is stored in that layout where only pointwise ops and reductions read it: the one
+  /// buffer is the output, where row-major it would be stored twice (the copy for the caller).
   std::vector<SymExpr> intermediateStrides(Node *n);
+  /// Whether every reader of n, through views, is pointwise, a reduction or a numel.
+  bool readByPointsOnly(const Node *n) const;
 
   /// Dense strides with dim 1 innermost and the others row-major ({HWC, 1, WC, C} for
   /// [N, C, H, W]).

@@ -36,9 +36,10 @@ std::unique_ptr<loop::LoopProgram> Lowerer::run() {
   for (const auto &n : g_.nodes()) {
     // The realize step's marks: a shared value is stored where it is computed (a row
     // reduction's kernel stores it too), a value a reader needs in memory where it is first
-    // read (next to that reader; a view reads nothing until its own reader does), and a
-    // marked output right away.
-    if (opCategory(n->op()) != OpCategoryKind::View)
+    // read (next to that reader; a view reads nothing until its own reader does, or until
+    // it is returned: the output is then that buffer, not a second computation of the
+    // value), and a marked output right away.
+    if (opCategory(n->op()) != OpCategoryKind::View || isGraphOutput(n.get()))
       for (Node *o : n->operands())
         for (Node *x = o;; x = x->operand(0)) {
           storeMarked(x);
@@ -236,9 +237,28 @@ bool Lowerer::readsAsWeight(const Node *u, const Node *n) {
 }
 
 std::vector<SymExpr> Lowerer::intermediateStrides(Node *n) {
-  if (!opts_.channelsLast || n->rank() <= 4)
+  if (opts_.channelsLast && n->rank() > 4)
+    return channelsLastStrides(n->shape());
+  auto out = std::find(g_.outputs().begin(), g_.outputs().end(), n);
+  if (out == g_.outputs().end() || n->rank() < 2)
     return {};
-  return channelsLastStrides(n->shape());
+  const std::vector<SymExpr> &want = g_.outputStrides(static_cast<int>(out - g_.outputs().begin()));
+  if (want.empty() || want == contiguousStrides(s_, n->shape()) || !want.back()->isConst(1) ||
+      !loop::denseLayout(s_, n->shape(), want) || !readByPointsOnly(n))
+    return {};
+  return want;
+}
+
+bool Lowerer::readByPointsOnly(const Node *n) const {
+  for (Node *u : readersOf(n)) {
+    OpCategoryKind c = opCategory(u->op());
+    if (c == OpCategoryKind::View ? !readByPointsOnly(u)
+                                  : c != OpCategoryKind::Elementwise &&
+                                        c != OpCategoryKind::Cast && c != OpCategoryKind::Reduce &&
+                                        c != OpCategoryKind::Numel)
+      return false;
+  }
+  return true;
 }
 
 Value Lowerer::nhwcValue(Buffer *b) {

@@ -668,9 +668,12 @@ bool flattenable(const Kernel &k, SymExpr a, SymExpr b) {
   return ok;
 }
 
-/// A kernel without inner loops runs innermost the variable its first store is contiguous
-/// along (so that a channels-last result is written in memory order, by the `omp simd` loop
-/// on the CPU, by neighbouring threads on CUDA).
+/// A kernel without inner loops runs its variables in the memory order of its first store
+/// (so that a channels-last result, or a permuted one such as attention's q, k and v copied
+/// out of a [S, B, 3E] product as [B, H, S, D] with strides {E, D, B*E, 1}, is written in
+/// memory order: by the `omp simd` loop and the parallel loops around it on the CPU, by
+/// neighbouring threads and then neighbouring blocks on CUDA). Where a stride is not a
+/// constant, only the variable the store is contiguous along moves innermost.
 void storeOrder(Kernel &k) {
   std::vector<SymExpr> &order = k.outerVars;
   if (!k.innerVars.empty() || order.size() < 2)
@@ -679,6 +682,20 @@ void storeOrder(Kernel &k) {
     for (const Member &m : st.members) {
       if (!m.store)
         continue;
+      std::vector<std::pair<int64_t, SymExpr>> strides;
+      for (SymExpr v : order) {
+        std::optional<int64_t> c = linearCoefficient(m.storeIndex, v);
+        if (!c || *c <= 0)
+          break;
+        strides.push_back({*c, v});
+      }
+      if (strides.size() == order.size()) {
+        std::stable_sort(strides.begin(), strides.end(),
+                         [](const auto &a, const auto &b) { return a.first > b.first; });
+        for (size_t i = 0; i < order.size(); ++i)
+          order[i] = strides[i].second;
+        return;
+      }
       std::optional<int64_t> last = linearCoefficient(m.storeIndex, order.back());
       for (size_t i = 0; i + 1 < order.size() && !(last && *last == 1); ++i) {
         std::optional<int64_t> c = linearCoefficient(m.storeIndex, order[i]);

@@ -97,8 +97,12 @@ private:
   /// Buffers some member of k writes (their loads must not be hoisted or vectorized).
   std::set<const Buffer *> written(const Kernel &k) const;
 
-  /// index(var + 1) - index(var) == 1.
-  bool contiguousIn(SymExpr index, SymExpr var);
+  /// index(var + 1) - index(var) == 1; or, with group > 1, contiguous within each aligned
+  /// group of `group` values of var: index(g*t + j) == index(g*t) + j for j < g (an index
+  /// that divides var by multiples of g, such as attention's heads of 64 regrouped from a
+  /// [S, B, 3E] projection, is then read as vectors of up to g). var's extent must be a
+  /// multiple of g, and the lanes of a vector start at a multiple of it.
+  bool contiguousIn(SymExpr index, SymExpr var, int group = 0);
 
   /// Direct loads in members' values, in first-use order, that read memory nobody in k writes.
   std::vector<const loop::Expr *> plainLoads(const std::vector<const Member *> &members,

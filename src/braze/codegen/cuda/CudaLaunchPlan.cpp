@@ -13,9 +13,19 @@
 
 namespace braze::codegen::cuda {
 
-bool CudaEmitter::contiguousIn(SymExpr index, SymExpr var) {
+bool CudaEmitter::contiguousIn(SymExpr index, SymExpr var, int group) {
   std::unordered_map<SymExpr, SymExpr> next{{var, sym_.add(var, 1)}};
-  return sym_.sub(sym_.substitute(index, next), index)->isConst(1);
+  if (sym_.sub(sym_.substitute(index, next), index)->isConst(1))
+    return true;
+  if (group < 2 || !var->extent()->isConst() || var->extent()->value() % group != 0)
+    return false;
+  SymExpr t = sym_.indexSymbol(var->name() + "_group", sym_.constant(var->extent()->value() / group));
+  SymExpr j = sym_.indexSymbol(var->name() + "_lane", sym_.constant(group));
+  // Lane 0's index as lane j's with j = 0, so both are in the same simplified form.
+  std::unordered_map<SymExpr, SymExpr> lane{{var, sym_.add(sym_.mul(sym_.constant(group), t), j)}},
+      first{{j, sym_.constant(0)}};
+  SymExpr at = sym_.substitute(index, lane);
+  return sym_.sub(at, sym_.substitute(at, first)) == j;
 }
 
 std::vector<const loop::Expr *>
@@ -40,11 +50,15 @@ int CudaEmitter::laneCount(const std::vector<const Member *> &members, SymExpr v
     int b = static_cast<int>(dtypeSize(t));
     narrowest = narrowest == 0 ? b : std::min(narrowest, b);
   };
+  // An operand contiguous only in groups counts where a vector of it (16 bytes) stays in
+  // one group; emitLanes checks each operand again against the lanes chosen.
+  auto lanesOf = [](DType t) { return std::max(1, 16 / static_cast<int>(dtypeSize(t))); };
   for (const loop::Expr *l : plainLoads(members, writes))
-    if (contiguousIn(l->index(), var))
+    if (contiguousIn(l->index(), var, lanesOf(l->buffer()->dtype)))
       consider(l->buffer()->dtype);
   for (const Member *m : members)
-    if (m->store && !m->comp->isReduction() && contiguousIn(m->storeIndex, var))
+    if (m->store && !m->comp->isReduction() &&
+        contiguousIn(m->storeIndex, var, lanesOf(m->comp->out->dtype)))
       consider(m->comp->out->dtype);
   if (narrowest == 0)
     return 1;

@@ -120,11 +120,11 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
     for (const loop::Expr *l : plainLoads(members, writes)) {
       bool isCached = std::any_of(cached.begin(), cached.end(),
                                   [&](const VectorLoad &c) { return c.load == l && c.step < step; });
-      anyVector |= !isCached && contiguousIn(l->index(), var);
+      anyVector |= !isCached && contiguousIn(l->index(), var, vec);
     }
     for (const Member *m : members)
       anyVector |= m->store && !m->comp->isReduction() && inMemory(*m->comp->out) &&
-                   contiguousIn(m->storeIndex, var);
+                   contiguousIn(m->storeIndex, var, vec);
   }
   // One lane after another, each reading memory itself (a single lane when vec == 1).
   auto scalarLanes = [&] {
@@ -152,13 +152,13 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
   for (const loop::Expr *l : plainLoads(members, writes)) {
     bool isCached = std::any_of(cached.begin(), cached.end(),
                                 [&](const VectorLoad &c) { return c.load == l && c.step < step; });
-    if (!isCached && contiguousIn(l->index(), var))
+    if (!isCached && contiguousIn(l->index(), var, vec))
       vloads.push_back({l, "vl" + std::to_string(next_++)});
   }
   std::map<const Member *, std::string> vstores;
   for (const Member *m : members)
     if (m->store && !m->comp->isReduction() && inMemory(*m->comp->out) &&
-        contiguousIn(m->storeIndex, var))
+        contiguousIn(m->storeIndex, var, vec))
       vstores[m] = "vs" + std::to_string(next_++);
   std::string n = std::to_string(vec);
   std::string varName = names_.index(var);

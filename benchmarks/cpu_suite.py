@@ -179,6 +179,8 @@ def _compile(fn, args, backend, eager_call_s):
     torch._dynamo.reset()
     before = braze.counters()
     mode = ARGS.mode if backend in ("braze", None) else None
+    if backend == "braze_default":  # braze in its default mode, beside --mode's
+        backend = "braze"
     compiled = (torch.compile(fn, backend=backend, mode=mode) if backend
                 else torch.compile(fn, mode=mode))
     with warnings.catch_warnings(record=True) as caught:
@@ -216,6 +218,14 @@ def _run(res, fn, args, repeats, settle, tol=None, floor=False):
 
     contenders = {"eager": fn}
     braze_out = None
+    if ARGS.mode:  # braze's default mode too, compiled first: the mode's compile minus its
+        try:       # compile is the time the mode adds (the autotuner's)
+            c, out, cs, _, _ = _compile(fn, args, "braze_default", eager_call_s)
+            contenders["braze_default"] = c
+            res["braze_default_compile_s"] = cs
+            res["braze_default_max_abs_err"], res["braze_default_mismatch"] = _check(out, ref, tol)
+        except Exception as e:
+            res["braze_default_error"] = f"{type(e).__name__}: {e}"
     try:
         c, braze_out, cs, deltas, msgs = _compile(fn, args, "braze", eager_call_s)
         contenders["braze"] = c
@@ -256,7 +266,7 @@ def _run(res, fn, args, repeats, settle, tol=None, floor=False):
         q = statistics.quantiles(s_ms, n=4) if len(s_ms) >= 2 else [s_ms[0]] * 3
         res[f"{k}_stats_ms"] = {"min": s_ms[0], "p25": q[0], "p75": q[2], "max": s_ms[-1],
                                 "inner": inner[k]}
-    for k in ("braze", "inductor"):
+    for k in ("braze", "inductor", "braze_default"):
         if f"{k}_ms" in res and "eager_ms" in res:
             res[f"{k}_speedup"] = res["eager_ms"] / res[f"{k}_ms"]
     torch._dynamo.reset()
@@ -321,6 +331,24 @@ def print_table(results, first_inductor_name, label="workload", counters=False):
         if counters:
             row.append("—" if "braze_counters" not in r else _fmt_counts(r["braze_counters"]))
         print("| " + " | ".join(row) + " |")
+
+
+def print_mode_table(results):
+    """With --mode: braze in that mode against braze in its default mode, in the same process."""
+    head = ["workload", "braze default ms", f"braze {ARGS.mode} ms", f"{ARGS.mode} / default ×",
+            "extra compile s", f"{ARGS.mode} max abs err"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for r in results:
+        d, m = r.get("braze_default_ms"), r.get("braze_ms")
+        cd, cm = r.get("braze_default_compile_s"), r.get("braze_compile_s")
+        err = _fmt_err(r.get("braze_max_abs_err")) + (" **MISMATCH**" if r.get("braze_mismatch") else "")
+        print("| " + " | ".join([r["workload"], _fmt_ms(d), _fmt_ms(m),
+                                 _fmt_x(d / m if d and m else None),
+                                 _fmt_s(cm - cd if cm is not None and cd is not None else None),
+                                 err]) + " |")
+    print(f"× = braze default ms / braze {ARGS.mode} ms (> 1: the mode is faster); extra compile s "
+          f"= first call in {ARGS.mode} − first call in the default mode (each cold).")
 
 
 def _geomean(xs):
@@ -439,6 +467,9 @@ def main():
         print_table(results, first_ind)
         print()
         _print_geomeans(summary, "workloads")
+    if ARGS.mode and everything:
+        print()
+        print_mode_table(everything)
     if model_results:
         print()
         print("models")

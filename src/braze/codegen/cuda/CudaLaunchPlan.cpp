@@ -19,11 +19,12 @@ bool CudaEmitter::contiguousIn(SymExpr index, SymExpr var, int group) {
     return true;
   if (group < 2 || !var->extent()->isConst() || var->extent()->value() % group != 0)
     return false;
-  SymExpr t = sym_.indexSymbol(var->name() + "_group", sym_.constant(var->extent()->value() / group));
+  int64_t groups = var->extent()->value() / group;
+  SymExpr t = sym_.indexSymbol(var->name() + "_group", sym_.constant(groups));
   SymExpr j = sym_.indexSymbol(var->name() + "_lane", sym_.constant(group));
   // Lane 0's index as lane j's with j = 0, so both are in the same simplified form.
-  std::unordered_map<SymExpr, SymExpr> lane{{var, sym_.add(sym_.mul(sym_.constant(group), t), j)}},
-      first{{j, sym_.constant(0)}};
+  std::unordered_map<SymExpr, SymExpr> lane{{var, sym_.add(sym_.mul(sym_.constant(group), t), j)}};
+  std::unordered_map<SymExpr, SymExpr> first{{j, sym_.constant(0)}};
   SymExpr at = sym_.substitute(index, lane);
   return sym_.sub(at, sym_.substitute(at, first)) == j;
 }

@@ -1,6 +1,7 @@
 /// Lowering a realized graph to loops: the walk over the nodes, and the rules of views,
 /// elementwise ops, reductions, gathers and the outputs. The ops kept whole are
-/// ToLoopsLibraryOps.cpp's; the Lowerer's state is declared in Lowerer.h.
+/// ToLoopsLibraryOps.cpp's, where stored values live and their layouts Layouts.cpp's; the
+/// Lowerer's state is declared in Lowerer.h.
 #include "braze/lowering/to_loops/ToLoops.h"
 #include "braze/lowering/to_loops/Lowerer.h"
 
@@ -212,81 +213,6 @@ Buffer *Lowerer::viewedAsItIs(Node *n, const Value &v) {
   if (b->shape != n->shape() || e->index() != linearIndex(s_, full, b->strides))
     return nullptr;
   return ownBuffer(b);
-}
-
-Value Lowerer::storeIntermediate(Node *n, const Value &v) {
-  if (opts_.channelsLast && n->rank() == 4 && !onlyConvolutionWeight(n))
-    return nhwcValue(realizeNhwc(n, v));
-  if (opts_.channelsLast && n->rank() == 4 && opts_.channelsLastWeights)
-    return realize(n, v, BufferKind::Intermediate, -1, "", channelsLastStrides(n->shape()));
-  return realize(n, v, BufferKind::Intermediate, -1, "", intermediateStrides(n));
-}
-
-bool Lowerer::onlyConvolutionWeight(const Node *n) const {
-  if (std::find(g_.outputs().begin(), g_.outputs().end(), n) != g_.outputs().end())
-    return false;
-  std::vector<Node *> readers = readersOf(n);
-  return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node *u) {
-    return readsAsWeight(u, n) && u->operand(0) != n;
-  });
-}
-
-bool Lowerer::readsAsWeight(const Node *u, const Node *n) {
-  return (u->op() == OpKind::Convolution || u->op() == OpKind::ConvInputGrad) &&
-         u->operand(1) == n;
-}
-
-std::vector<SymExpr> Lowerer::intermediateStrides(Node *n) {
-  if (opts_.channelsLast && n->rank() > 4)
-    return channelsLastStrides(n->shape());
-  auto out = std::find(g_.outputs().begin(), g_.outputs().end(), n);
-  if (out == g_.outputs().end() || n->rank() < 2)
-    return {};
-  const std::vector<SymExpr> &want = g_.outputStrides(static_cast<int>(out - g_.outputs().begin()));
-  if (want.empty() || want == contiguousStrides(s_, n->shape()) || !want.back()->isConst(1) ||
-      !loop::denseLayout(s_, n->shape(), want) || !readByPointsOnly(n))
-    return {};
-  return want;
-}
-
-bool Lowerer::readByPointsOnly(const Node *n) const {
-  for (Node *u : readersOf(n)) {
-    OpCategoryKind c = opCategory(u->op());
-    if (c == OpCategoryKind::View ? !readByPointsOnly(u)
-                                  : c != OpCategoryKind::Elementwise &&
-                                        c != OpCategoryKind::Cast && c != OpCategoryKind::Reduce &&
-                                        c != OpCategoryKind::Numel)
-      return false;
-  }
-  return true;
-}
-
-Value Lowerer::nhwcValue(Buffer *b) {
-  DType compute = computeType(b->dtype);
-  return Value{[this, b, compute](const Index &idx) {
-                 return ex_.cast(ex_.load(b, linearIndex(s_, toNhwc(idx), b->strides)), compute);
-               },
-               nullptr, true};
-}
-
-bool Lowerer::channelsLastInput(Node *n) {
-  if (!opts_.channelsLast || n->rank() != 4 ||
-      n->type().strides != channelsLastStrides(n->shape()))
-    return false;
-  for (Node *u : readersOf(n))
-    if (readsAsWeight(u, n))
-      return false;
-  return true;
-}
-
-Buffer *Lowerer::channelsLastWeight(Node *n) {
-  if (auto it = filters_.find(n); it != filters_.end())
-    return it->second;
-  Buffer *w = inMemory(n);
-  std::vector<SymExpr> want = channelsLastStrides(n->shape());
-  if (w->strides != want)
-    w = realize(n, values_.at(n), BufferKind::Intermediate, -1, "_cl", want).buffer;
-  return filters_[n] = w;
 }
 
 Value Lowerer::lower(Node *n) {
@@ -711,14 +637,6 @@ Buffer *Lowerer::convWeight(Node *wn, const loop::ConvSpec &spec) {
       w->strides != contiguousStrides(s_, w->shape))
     w = realize(wn, values_.at(wn), BufferKind::Intermediate, -1, "_rows").buffer;
   return w;
-}
-
-std::vector<Node *> Lowerer::readersOf(const Node *n) const {
-  std::vector<Node *> out;
-  for (const auto &u : g_.nodes())
-    if (std::find(u->operands().begin(), u->operands().end(), n) != u->operands().end())
-      out.push_back(u.get());
-  return out;
 }
 
 bool Lowerer::mergesDims(const std::vector<SymExpr> &from, const std::vector<SymExpr> &to,

@@ -18,30 +18,6 @@
 
 namespace braze::to_loops {
 
-std::vector<SymExpr> Lowerer::channelsLastStrides(const std::vector<SymExpr> &shape) {
-  std::vector<SymExpr> st(shape.size());
-  st[1] = s_.constant(1);
-  SymExpr step = shape[1];
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (i == 1)
-      continue;
-    st[i] = step;
-    step = s_.mul(step, shape[i]);
-  }
-  return st;
-}
-
-Buffer *Lowerer::realizeNhwc(Node *n, const Value &v) {
-  if (auto it = nhwc_.find(n); it != nhwc_.end())
-    return it->second;
-  Buffer *b = p_->addBuffer(n->name() + "_nhwc", n->dtype(), toNhwc(n->shape()),
-                            BufferKind::Intermediate);
-  Index f;
-  std::vector<SymExpr> vars = freshVars(b->shape, "i", f);
-  p_->addComputation(b, vars, {}, ReduceKind::None, v.load(fromNhwc(f)));
-  return nhwc_[n] = b;
-}
-
 Value Lowerer::lowerMatMul(Node *n) {
   std::array<Node *, 2> src = matMulSources(n, opts_.widenedHalfMatMul);
   // The realize step stored the computed operands; a view of a stored value in a layout the

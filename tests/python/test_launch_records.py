@@ -77,8 +77,7 @@ def test_the_planned_records(tmp_path):
     assert _record(schedule, "kernel0") == "launch{block=256 vec=4}"
     assert _record(schedule, "kernel1") == \
         "launch{block=256 threads=64 vec=4 persistent iters=3}"
-    assert _record(schedule, "kernel2") == \
-        "launch{block=1024 threads=128 vec=1 columns=8 persistent iters=16}"
+    assert _record(schedule, "kernel2") == "launch{block=512 threads=256 vec=4 columns=2}"
 
 
 @pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
@@ -103,6 +102,21 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
     assert paths
 
 
+@pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
+@pytest.mark.parametrize("record, first_row", [
+    ("launch{block=256 threads=64 vec=2 columns=4}", "(int64_t)(threadIdx.x % 4) * 2"),
+    ("launch{block=1024 threads=32 vec=4 columns=32}", "(int64_t)(threadIdx.x % 32) * 4"),
+])
+def test_column_lanes_compile(tmp_path, record, first_row):
+    """Column lanes (vec neighbouring columns a thread) under records other than the plan's."""
+    graph, records = _edited(tmp_path, {"kernel2": record})
+    code = _opt(str(graph), "--cuda", f"--launch={records}", "--print=code")
+    assert code.returncode == 0, code.stderr
+    assert first_row in code.stdout and "_l1 +=" in code.stdout
+    device = code.stdout.split("\n#include <stdint.h>\n")[0]
+    assert braze._C.nvrtc_compile(device, cuda_support.nvrtc_library(), 90, str(tmp_path))
+
+
 @pytest.mark.parametrize("kernel, record, says", [
     ("kernel1", "launch{block=100 threads=64 vec=4 persistent iters=3}", "multiple of 32"),
     ("kernel1", "launch{block=2048 threads=64 vec=4 persistent iters=3}", "up to 1024"),
@@ -123,7 +137,9 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
      "groups needs independent member groups"),
     ("kernel2", "launch{block=1024 threads=64 vec=1 columns=8 persistent iters=32}",
      "block = R x threads"),
-    ("kernel2", "launch{block=1024 threads=128 vec=2 columns=8}", "dividing 1"),
+    ("kernel2", "launch{block=1024 threads=128 vec=8 columns=8}", "dividing 4"),
+    ("kernel2", "launch{block=512 threads=256 vec=4 columns=2 persistent iters=8}",
+     "not persistent"),
     ("kernel1", "launch{block=256 threads=64 vec=4 persistent iters=3 colour=2}",
      "unknown field 'colour'"),
     ("kernel1", "launch{block=256 threads=64 vec=four}", "positive number, got 'four'"),

@@ -315,7 +315,7 @@ std::string CudaEmitter::innerPosition() {
 }
 
 std::string CudaEmitter::foldText(const loop::Computation &c, const std::string &v) {
-  std::string acc = names_.acc(c);
+  std::string acc = accName(c);
   if (isArgReduction(c))
     return "if " + argBetter(c, acc, v) + " { " + acc + " = " + v + "; " + argIndex(c) +
            " = " + innerPosition() + "; }";
@@ -330,8 +330,11 @@ std::vector<const Member *> CudaEmitter::membersOf(const Step &st) {
 }
 
 void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
-  std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
-  std::string rowsPerBlock = std::to_string(plan.block / plan.threads);
+  // Column lanes: with columns, vec is the neighbouring rows a thread takes (neighbouring
+  // columns of the matrix, read as vectors), and the row loop steps one element at a time.
+  const int lanes = plan.columns ? plan.vec : 1;
+  std::string T = std::to_string(plan.threads), V = std::to_string(plan.columns ? 1 : plan.vec);
+  std::string rowsPerBlock = std::to_string(plan.block / plan.threads * lanes);
   std::string rows = product(k.outerVars);
   // Groups: the rows of each independent member group over blocks of their own.
   std::string blockIndex = "(int64_t)blockIdx.x";
@@ -342,13 +345,18 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   // A row's threads are neighbours, or (columns) R apart.
   std::string R = std::to_string(plan.columnRows);
   std::string inBlock = plan.columns ? "threadIdx.x % " + R : "threadIdx.x / " + T;
+  if (lanes > 1)
+    inBlock = "(int64_t)(" + inBlock + ") * " + std::to_string(lanes);
   w.line("const int64_t row_raw = " + blockIndex + " * " + rowsPerBlock + " + " + inBlock + ";");
   w.line("const bool row_ok = row_raw < " + rows + ";");
   w.line("const int64_t row = row_ok ? row_raw : 0;");
   w.line(std::string("const int lr = threadIdx.x ") + (plan.columns ? "/ " + R : "% " + T) + ";");
   w.line("(void)row; (void)lr;");
+  // With lanes, the last row variable's name is lane 0's; each lane defines its own.
+  SymExpr rowVar = k.outerVars.empty() ? nullptr : k.outerVars.back();
+  std::string laneBase = rowVar ? names_.index(rowVar) + "_cb" : "";
   if (!k.outerVars.empty())
-    decompose(w, k.outerVars, "row", names_.index(k.outerVars.back()));
+    decompose(w, k.outerVars, "row", lanes > 1 ? laneBase : names_.index(rowVar));
   std::set<const Buffer *> writes = written(k);
   SymExpr var = k.innerVars.back();
   std::string base = names_.index(var) + "_base";
@@ -375,29 +383,74 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   }
   std::string guard = "row_ok && lr == 0";
   int loopStep = 0;
-  auto emitStep = [&](Scope &scope, const std::vector<const Member *> &members) {
-    for (const Member *m : members)
-      if (m->comp->isReduction()) {
-        w.line(accType(*m->comp) + " " + names_.acc(*m->comp) + " = " +
-               accumulatorInit(*m->comp) + ";");
-        if (isArgReduction(*m->comp))
-          w.line("int64_t " + argIndex(*m->comp) + " = 0;");
-      }
-    hoistInvariants(w, scope, members, k.innerVars, writes);
-    openRowLoop(w, k, plan, base);
-    std::string cacheIndex = plan.persistent ? "it * " + V : "";
-    emitLanes(w, scope, members, var, base, plan.vec, writes, cached, cacheIndex, "row_ok",
-              loopStep);
-    closeRowLoop(w, plan);
-    for (const Member *m : members)
-      if (m->comp->isReduction())
-        emitCombine(w, *m->comp, plan);
-    finishReductions(w, scope, members, guard);
+  // Each lane's accumulators (one set without lanes), named by accName.
+  auto eachLane = [&](const std::function<void()> &emit) {
+    for (int j = 0; j < lanes; ++j) {
+      accLane_ = lanes > 1 ? "_l" + std::to_string(j) : "";
+      emit();
+    }
+    accLane_.clear();
   };
+  // `after`: with lanes, the Scalar steps that follow, written in each lane's scope after its
+  // results (planLaunch gives lanes to a kernel of one Loop step and Scalar steps only).
+  auto emitStep = [&](Scope &scope, const std::vector<const Member *> &members,
+                      const std::vector<const Step *> &after) {
+    eachLane([&] {
+      for (const Member *m : members)
+        if (m->comp->isReduction()) {
+          w.line(accType(*m->comp) + " " + accName(*m->comp) + " = " +
+                 accumulatorInit(*m->comp) + ";");
+          if (isArgReduction(*m->comp))
+            w.line("int64_t " + argIndex(*m->comp) + " = 0;");
+        }
+    });
+    std::vector<SymExpr> along = k.innerVars;
+    if (lanes > 1)
+      along.push_back(rowVar);
+    hoistInvariants(w, scope, members, along, writes);
+    openRowLoop(w, k, plan, base);
+    if (lanes > 1) {
+      w.line("const int64_t " + names_.index(var) + " = " + base + ";");
+      emitLanes(w, scope, members, rowVar, laneBase, lanes, writes, {}, "", "row_ok", loopStep,
+                true);
+    } else {
+      std::string cacheIndex = plan.persistent ? "it * " + V : "";
+      emitLanes(w, scope, members, var, base, plan.vec, writes, cached, cacheIndex, "row_ok",
+                loopStep);
+    }
+    closeRowLoop(w, plan);
+    eachLane([&] {
+      for (const Member *m : members)
+        if (m->comp->isReduction())
+          emitCombine(w, *m->comp, plan);
+    });
+    if (lanes == 1) {
+      finishReductions(w, scope, members, guard);
+      return;
+    }
+    for (int j = 0; j < lanes; ++j) {
+      w.line("{");
+      w.indent();
+      w.line("const int64_t " + names_.index(rowVar) + " = " + laneBase + " + " +
+             std::to_string(j) + ";");
+      Scope lane(&scope);
+      accLane_ = "_l" + std::to_string(j);
+      finishReductions(w, lane, members, guard);
+      accLane_.clear();
+      for (const Step *st : after)
+        emitMembers(w, lane, membersOf(*st), guard, {});
+      w.dedent();
+      w.line("}");
+    }
+  };
+  std::vector<const Step *> trailing;
+  if (lanes > 1)
+    for (size_t i = 1; i < k.steps.size(); ++i)
+      trailing.push_back(&k.steps[i]);
   if (plan.groups > 1) { // one step (memberGroups)
     emitGroupCases(k, plan.groups, w, [&](const std::vector<const Member *> &members) {
       Scope scope(&outer);
-      emitStep(scope, members);
+      emitStep(scope, members, {});
     });
     return;
   }
@@ -407,14 +460,17 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
       emitMembers(w, outer, members, guard, {});
       continue;
     }
-    emitStep(outer, members);
+    emitStep(outer, members, trailing);
     ++loopStep;
+    if (lanes > 1)
+      break;
   }
 }
 
 void CudaEmitter::openRowLoop(Writer &w, const Kernel &k, const KernelPlan &plan,
                               const std::string &base) {
-  std::string T = std::to_string(plan.threads), V = std::to_string(plan.vec);
+  // Column lanes take neighbouring rows: the row loop steps one element at a time.
+  std::string T = std::to_string(plan.threads), V = std::to_string(plan.columns ? 1 : plan.vec);
   std::string length = product(k.innerVars);
   if (plan.persistent) {
     w.line("#pragma unroll");
@@ -471,7 +527,7 @@ void CudaEmitter::emitCacheFill(Writer &w, const std::vector<VectorLoad> &cached
 }
 
 void CudaEmitter::emitCombine(Writer &w, const loop::Computation &c, const KernelPlan &plan) {
-  std::string acc = names_.acc(c), ai = argIndex(c), ty = accType(c);
+  std::string acc = accName(c), ai = argIndex(c), ty = accType(c);
   bool arg = isArgReduction(c);
   std::string isMax = c.reduce == loop::ReduceKind::ArgMax ? "true" : "false";
   auto merge = [&](const std::string &ov, const std::string &oi) {
@@ -559,7 +615,7 @@ void CudaEmitter::finishReductions(Writer &w, Scope &scope,
     DType t = arg ? DType::Int64 : m->value->dtype();
     std::string local = names_.local(b);
     w.line("const " + ctype(t) + " " + local + " = (" + ctype(t) + ")" +
-           (arg ? argIndex(*m->comp) : names_.acc(*m->comp)) + ";");
+           (arg ? argIndex(*m->comp) : accName(*m->comp)) + ";");
     scope.defineLocal(&b, local, m->storeIndex);
     if (m->store && inMemory(b))
       w.line("if (" + guard + ") " + names_.buffer(b) + "[" + names_.index(m->storeIndex) +
@@ -569,10 +625,10 @@ void CudaEmitter::finishReductions(Writer &w, Scope &scope,
 
 std::string CudaEmitter::launchCall(const Kernel &k, const KernelPlan &plan, int index) {
   // Points per block: VEC (or spread) per thread (pointwise), or one row per group of T
-  // threads.
+  // threads (VEC rows with column lanes).
   std::string per = k.innerVars.empty()
                         ? std::to_string(plan.block) + " * " + std::to_string(plan.vec * plan.spread)
-                        : std::to_string(plan.block / plan.threads);
+                        : std::to_string(plan.block / plan.threads * (plan.columns ? plan.vec : 1));
   return launchStatement(s_, names_, k, index, plan.block, per, plan.groups);
 }
 

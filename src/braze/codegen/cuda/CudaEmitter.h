@@ -45,6 +45,7 @@ constexpr int64_t kRowFill = 2 * 2048;
 constexpr int64_t kRowWork = 32;
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
 constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
+constexpr int kColumnLaneAccumulators = 16; ///< columns: lanes x reductions a thread holds
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 constexpr int kSpread = 4;           ///< spread: points per thread of a large scalar kernel
 constexpr int64_t kSpreadMin = 1 << 20; ///< spread: from this many points
@@ -177,11 +178,13 @@ private:
   /// block where var = base + j. With vec > 1, operands contiguous along var are read (and
   /// stored results written) as vectors when every such pointer is aligned; otherwise lane by
   /// lane. `cached` loads read `array[cacheIndex + j]` instead of memory. Reductions fold into
-  /// their accumulators; `storeGuard` (C condition) limits stores.
+  /// their accumulators (each lane's own with `laneAccumulators`: column lanes, where the
+  /// lanes are different rows); `storeGuard` (C condition) limits stores.
   void emitLanes(Writer &w, Scope &parent, const std::vector<const Member *> &members,
                  SymExpr var, const std::string &base, int vec,
                  const std::set<const Buffer *> &writes, const std::vector<VectorLoad> &cached,
-                 const std::string &cacheIndex, const std::string &storeGuard, int step = 0);
+                 const std::string &cacheIndex, const std::string &storeGuard, int step = 0,
+                 bool laneAccumulators = false);
 
   /// One point of every member: reductions fold, pointwise members define locals and store
   /// (into `laneStores` slots when given, else to memory under `storeGuard`).
@@ -192,7 +195,10 @@ private:
   // ---- Shape 2: rows -------------------------------------------------------------------------
 
   std::string accType(const loop::Computation &c) { return ctype(c.value->dtype()); }
-  std::string argIndex(const loop::Computation &c) { return names_.acc(c) + "_i"; }
+  /// The accumulator of reduction c: `acc<id>`, with the lane's suffix while column lanes
+  /// (accLane_) are written one by one.
+  std::string accName(const loop::Computation &c) { return names_.acc(c) + accLane_; }
+  std::string argIndex(const loop::Computation &c) { return accName(c) + "_i"; }
 
   std::string innerPosition();
 
@@ -232,6 +238,12 @@ private:
   /// The most lanes k's accesses and sizes allow along its innermost variable (the inner one,
   /// else the last outer one).
   int lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes);
+
+  /// Column lanes: how many neighbouring rows of column kernel k a thread may take, their
+  /// operands read as vectors along the last row variable (laneCount over it). 1 unless k is
+  /// one Loop step then Scalar steps, with no argmax or argmin; at most
+  /// kColumnLaneAccumulators / (the reductions of a member group).
+  int columnLanes(const Kernel &k, const std::set<const Buffer *> &writes);
 
   /// A row of constant `length` in `l`: its iterations of threads x vec elements, and whether
   /// the last is partial.
@@ -299,6 +311,7 @@ private:
   CudaCodegenOptions opts_;
   size_t scratchBytes_ = 0; ///< the kernel's shared scratch for its reductions so far
   Names names_;
+  std::string accLane_; ///< accName's suffix: `_l<j>` for column lane j, else empty
   sym::SymContext &sym_;
   int next_ = 0;
   const Kernel *kernel_ = nullptr;

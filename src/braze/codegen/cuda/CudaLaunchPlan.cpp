@@ -203,8 +203,34 @@ int CudaEmitter::lanesAllowed(const Kernel &k, const std::set<const Buffer *> &w
   return laneCount(laneMembers(k), var, writes);
 }
 
+int CudaEmitter::columnLanes(const Kernel &k, const std::set<const Buffer *> &writes) {
+  // One Loop step, then Scalar steps only (each lane's results finish in a scope of their
+  // own, with the Scalar steps that read them), and no argmax or argmin.
+  if (k.outerVars.empty() || k.steps.empty() || k.steps[0].kind != StepKind::Loop)
+    return 1;
+  for (size_t i = 1; i < k.steps.size(); ++i)
+    if (k.steps[i].kind != StepKind::Scalar)
+      return 1;
+  for (const Member &m : k.steps[0].members)
+    if (isArgReduction(*m.comp))
+      return 1;
+  // A thread holds V accumulators of each reduction of its member group.
+  int reductions = 1;
+  std::vector<std::vector<Member>> groups = {k.steps[0].members};
+  if (memberGroups(k) > 1)
+    groups = independentMembers(k.steps[0], groupVars(k));
+  for (const auto &g : groups)
+    reductions = std::max<int>(reductions, std::count_if(g.begin(), g.end(), [](const Member &m) {
+                                 return m.comp->isReduction();
+                               }));
+  int lanes = laneCount(membersOf(k.steps[0]), k.outerVars.back(), writes);
+  while (lanes > 1 && lanes * reductions > kColumnLaneAccumulators)
+    lanes /= 2;
+  return lanes;
+}
+
 void CudaEmitter::setRowIterations(sched::CudaLaunch &l, int64_t length) {
-  int64_t chunk = static_cast<int64_t>(l.threads) * l.vec;
+  int64_t chunk = static_cast<int64_t>(l.threads) * (l.columns ? 1 : l.vec);
   l.length = length;
   l.iters = (length + chunk - 1) / chunk;
   l.ragged = length % chunk != 0;
@@ -266,15 +292,19 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
       p.threads /= 2;
   p.block = std::max(p.threads, kRowBlock);
   if (int bytes = guess > 1 ? columnBytes(all, k.outerVars, k.innerVars, writes) : 0) {
-    // Columns: R rows per block, the rows a warp reads side by side: enough blocks for every
+    // Columns: R groups of V neighbouring rows per block (V: column lanes, one vector of each
+    // operand a thread and step), the rows a warp reads side by side: enough blocks for every
     // multiprocessor, at least a 32-byte sector per warp row, at most a warp. Each of a
     // row's T threads reads about kColumnSteps elements.
+    int lanes = columnLanes(k, writes);
     int64_t r = rowCount->isConst()
-                    ? prevPow2(std::max<int64_t>(1, rowCount->value() / std::max(1, s_.target.cores)))
+                    ? prevPow2(std::max<int64_t>(
+                          1, rowCount->value() / lanes / std::max(1, s_.target.cores)))
                     : 32;
     p.columns = true;
-    p.vec = 1;
-    p.columnRows = static_cast<int>(std::clamp<int64_t>(r, std::max(1, 32 / bytes), 32));
+    p.vec = lanes;
+    p.columnRows =
+        static_cast<int>(std::clamp<int64_t>(r, std::max(1, 32 / (bytes * lanes)), 32));
     int64_t perRow = length->isConst() ? (length->value() + kColumnSteps - 1) / kColumnSteps
                                        : s_.target.maxThreadsPerBlock;
     p.threads = static_cast<int>(std::clamp<int64_t>(  // a block is whole warps
@@ -288,7 +318,7 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   size_t live = std::max<size_t>(1, rowOperands(k).size() + rowValues(k).size());
   int64_t rows = p.block / p.threads;
   int64_t bytes = rows * p.length * static_cast<int64_t>(live) * 4;
-  p.persistent = p.iters * p.vec <= kMaxPerThread &&
+  p.persistent = !(p.columns && p.vec > 1) && p.iters * p.vec <= kMaxPerThread &&
                  bytes <= s_.target.registerBytesPerSm / kBudgetFraction;
   // A row kernel of independent reductions (the weight and bias gradients of every layer
   // norm of a ViT, fused into one column kernel: 50 accumulators a thread over 96 blocks,
@@ -330,10 +360,13 @@ std::string CudaEmitter::completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
   if (l.block % 32 != 0 || l.block > most)
     return "block must be a multiple of 32 (whole warps) up to " + std::to_string(most);
   bool rows = !k.innerVars.empty();
-  int lanes = lanesAllowed(k, written(k));
+  // With columns, vec is the neighbouring rows a thread takes.
+  bool columnVec = rows && l.columns;
+  int lanes = columnVec ? columnLanes(k, written(k)) : lanesAllowed(k, written(k));
   if (!pow2(l.vec) || lanes % l.vec != 0)
     return "vec must be a power of two dividing " + std::to_string(lanes) +
-           " (the lanes its accesses and sizes allow)";
+           (columnVec ? " (the neighbouring rows its accesses, sizes and accumulators allow)"
+                      : " (the lanes its accesses and sizes allow)");
   if (!rows) {
     if (l.threads || l.columns || l.persistent || l.iters || l.ragged)
       return "threads, columns and persistent apply to kernels with an inner loop";
@@ -364,10 +397,12 @@ std::string CudaEmitter::completeLaunch(const Kernel &k, sched::CudaLaunch &l) {
     if (!planned.columns)
       return "columns: its rows' elements are not neighbouring columns (plan-cuda chose "
              "rows)";
-    if (l.vec != 1 || !pow2(l.columnRows) || l.columnRows > 32 ||
-        l.block != l.columnRows * l.threads || l.threads < std::max(2, 32 / l.columnRows))
-      return "columns=R needs vec=1, R a power of two up to 32, block = R x threads, and "
-             "whole warps (threads at least 32 / R and 2)";
+    if (l.vec > 1 && l.persistent)
+      return "columns with vec > 1 are not persistent";
+    if (!pow2(l.columnRows) || l.columnRows > 32 || l.block != l.columnRows * l.threads ||
+        l.threads < std::max(2, 32 / l.columnRows))
+      return "columns=R needs R a power of two up to 32, block = R x threads, and whole "
+             "warps (threads at least 32 / R and 2)";
   } else {
     l.columnRows = planned.columnRows;
   }

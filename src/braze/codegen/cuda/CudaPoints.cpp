@@ -102,7 +102,8 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
                             SymExpr var, const std::string &base, int vec,
                             const std::set<const Buffer *> &writes,
                             const std::vector<VectorLoad> &cached, const std::string &cacheIndex,
-                            const std::string &storeGuard, int step) {
+                            const std::string &storeGuard, int step,
+                            bool laneAccumulators) {
   // Row values of earlier steps are read from their arrays; this step's are written there.
   auto useCache = [&](Scope &lane, const std::string &slot) {
     for (const VectorLoad &c : cached)
@@ -137,7 +138,10 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
       Scope lane(&parent);
       std::string slot = cacheIndex + " + " + std::to_string(j);
       useCache(lane, slot);
+      if (laneAccumulators)
+        accLane_ = "_l" + std::to_string(j);
       emitMembers(w, lane, members, storeGuard, {});
+      accLane_.clear();
       fillCache(lane, slot);
       w.dedent();
       w.line("}");
@@ -203,7 +207,10 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
     std::map<const Member *, std::string> laneStores;
     for (auto &[m, arr] : vstores)
       laneStores[m] = arr + "[" + std::to_string(j) + "]";
+    if (laneAccumulators)
+      accLane_ = "_l" + std::to_string(j);
     emitMembers(w, lane, members, storeGuard, laneStores);
+    accLane_.clear();
     fillCache(lane, slot);
     w.dedent();
     w.line("}");

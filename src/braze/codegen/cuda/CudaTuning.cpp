@@ -35,12 +35,15 @@ std::vector<sched::CudaLaunch> CudaEmitter::launchCandidates(const Kernel &k) {
     if (base.groups > 1)
       with([](sched::CudaLaunch &l) { l.groups = 1; });
   } else if (base.columns) {
-    for (bool persistent : {base.persistent, false})
-      for (int r : {8, 16, 32})
-        for (int b : {256, 512, 1024})
-          with([&](sched::CudaLaunch &l) {
-            l.columnRows = r, l.block = b, l.threads = b / r, l.persistent = persistent;
-          });
+    // Column lanes as planned, then one column a thread (persistent only there).
+    for (int v : {base.vec, 1})
+      for (bool persistent : {base.persistent, false})
+        for (int r : {2, 8, 32})
+          for (int b : {256, 1024})
+            with([&](sched::CudaLaunch &l) {
+              l.vec = v, l.columnRows = r, l.block = b, l.threads = b / r;
+              l.persistent = persistent && v == 1;
+            });
   } else {
     for (int t : {base.threads / 2, base.threads * 2, base.threads / 4, base.threads * 4})
       if (t >= 1 && t <= most)
@@ -100,7 +103,8 @@ int64_t CudaEmitter::formBlocks(const Kernel &k, const sched::CudaLaunch &l) {
   if (!count->isConst())
     return -1;
   // As launchCall: points per block are block x vec x spread (pointwise), or rows.
-  int64_t per = k.innerVars.empty() ? int64_t(l.block) * l.vec * l.spread : l.block / l.threads;
+  int64_t per = k.innerVars.empty() ? int64_t(l.block) * l.vec * l.spread
+                                     : l.block / l.threads * (l.columns ? l.vec : 1);
   return (count->value() + per - 1) / per * l.groups;
 }
 

@@ -17,10 +17,17 @@ namespace braze {
 namespace {
 
 /// A library function of many instructions per element (sin, exp, erf, pow, ...): the
-/// float-valued ops other than the few that are one instruction or a division.
-bool manyInstructions(OpKind op) {
+/// float-valued ops other than the few that are one instruction or a division. A division or
+/// root in f64 counts: a GPU computes it by a sequence of dependent f64 steps (a batch norm's
+/// one-pass statistics, mean = sum / n and the variance from f64 sums, computed again for
+/// each element of a ResNet activation it normalizes took its kernel from memory-bound to
+/// 1.6x Inductor's time), and a CPU's f64 divider is its slowest unit.
+bool manyInstructions(const Node *n) {
+  OpKind op = n->op();
   if (op == OpKind::Sqrt || op == OpKind::Rsqrt || op == OpKind::Reciprocal ||
-      op == OpKind::Div || op == OpKind::CopySign)
+      op == OpKind::Div)
+    return n->dtype() == DType::Float64;
+  if (op == OpKind::CopySign)
     return false;
   if (op == OpKind::Pow) // typed as its operands, a library call all the same
     return true;
@@ -352,19 +359,36 @@ private:
   }
 
   State elementwise(Node *n) {
+    // A broadcast operand is computed again for each element that reads it: stored when its
+    // body calls a library function, or when it is a graph output (through views) and so in
+    // memory anyway (a train-mode batch norm's mean and inverse deviation, saved for the
+    // backward and read by the normalization of every element).
     for (Node *o : n->operands()) {
       const State &x = own(o);
       if (broadcastFactor(o->shape(), n->shape()) >= opts_.storedBroadcast && !x.stored &&
-          x.cost > 0 && x.library)
+          x.cost > 0 && (x.library || viewedAsOutput(o)))
         need(halfSource(o));
     }
     State s = lazy(1);
     for (Node *o : n->operands())
       s.absorb(state(o));
-    s.library |= manyInstructions(n->op());
+    s.library |= manyInstructions(n);
     if (computeType(n->dtype()) != n->dtype())
       s.cost += 2; // the result rounded to its half dtype
     return settle(n, std::move(s));
+  }
+
+  /// Whether n, or a view of it (through views only), is a graph output.
+  bool viewedAsOutput(const Node *n) const {
+    if (outputs_.count(n))
+      return true;
+    auto readers = readers_.find(n);
+    if (readers == readers_.end())
+      return false;
+    for (const Node *r : readers->second)
+      if (opCategory(r->op()) == OpCategoryKind::View && viewedAsOutput(r))
+        return true;
+    return false;
   }
 
   State view(Node *n) {

@@ -17,8 +17,10 @@
 ///     attention (views of stored values are read in place; to-loops copies those whose
 ///     layout the library cannot take);
 ///   - a value broadcast to `storedBroadcast` or more times its size whose body calls a library
-///     function (the cos and sin tables of rotary embeddings), so the function runs once per
-///     element of the value, not of its reader;
+///     function (the cos and sin tables of rotary embeddings; a division or root in f64, as in
+///     a batch norm's one-pass statistics), so the function runs once per element of the
+///     value, not of its reader; or that is a graph output, itself or through views (a batch
+///     norm's saved mean and inverse deviation), so in memory anyway;
 ///   - a costly value read through overlapping windows (unfold), so it is not recomputed per
 ///     window;
 ///   - the value a matrix product reads through reshapes when others read it too, so the

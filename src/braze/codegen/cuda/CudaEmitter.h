@@ -46,6 +46,7 @@ constexpr int64_t kRowWork = 32;
 constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread's
 constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
 constexpr int kColumnLaneAccumulators = 16; ///< columns: lanes x reductions a thread holds
+constexpr int kColumnBlock = 256;   ///< columns: threads of a block (at most)
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 constexpr int kSpread = 4;           ///< spread: points per thread of a large scalar kernel
 constexpr int64_t kSpreadMin = 1 << 20; ///< spread: from this many points

@@ -77,7 +77,7 @@ def test_the_planned_records(tmp_path):
     assert _record(schedule, "kernel0") == "launch{block=256 vec=4}"
     assert _record(schedule, "kernel1") == \
         "launch{block=256 threads=64 vec=4 persistent iters=3}"
-    assert _record(schedule, "kernel2") == "launch{block=256 threads=128 vec=4 columns=2}"
+    assert _record(schedule, "kernel2") == "launch{block=512 threads=256 vec=4 columns=2}"
 
 
 @pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")

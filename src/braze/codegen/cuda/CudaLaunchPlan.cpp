@@ -294,19 +294,25 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   if (int bytes = guess > 1 ? columnBytes(all, k.outerVars, k.innerVars, writes) : 0) {
     // Columns: R groups of V neighbouring rows per block (V: column lanes, one vector of each
     // operand a thread and step), the rows a warp reads side by side: the fewest that fill a
-    // 32-byte sector per warp row, so that the blocks are many, and kColumnBlock threads a
-    // block. Each of a row's T threads reads about kColumnSteps elements. (On an H200, the
-    // first stage of a ResNet-50 batch norm's split sums, [16, 256] partials of 6,272
-    // channels-last f32 elements: R = 2 and 256 threads, 50 us; R = 4 and 1,024 threads, 66;
-    // R = 32, 124.)
+    // 32-byte sector per warp row, so that the blocks are many. Each of a row's T threads
+    // reads about kColumnSteps elements, in blocks of kColumnBlock threads where that makes
+    // at least two blocks a multiprocessor, else of up to the block limit, so that the
+    // device still has loads in flight. On an H200: the first stage of a ResNet-50 batch
+    // norm's split sums ([16, 256] partials of 6,272 channels-last f32 elements, 512 blocks)
+    // took 50 us with R = 2 and 256 threads, 66 with R = 4 and 1,024; a ViT's bias gradients
+    // ([6304, 3072] bf16, 192 blocks) in blocks of 256 threads cost its training step 3%.
     int lanes = columnLanes(k, writes);
     p.columns = true;
     p.vec = lanes;
     p.columnRows = std::max(1, 32 / (bytes * lanes));
+    int64_t groups = lanes * p.columnRows;
+    bool manyBlocks = rowCount->isConst() &&
+                      (rowCount->value() + groups - 1) / groups >= 2 * s_.target.cores;
+    int most = manyBlocks ? kColumnBlock : s_.target.maxThreadsPerBlock;
     int64_t perRow = length->isConst() ? (length->value() + kColumnSteps - 1) / kColumnSteps
                                        : kColumnBlock;
     p.threads = static_cast<int>(std::clamp<int64_t>(  // a block is whole warps
-        nextPow2(perRow), std::max(2, 32 / p.columnRows), kColumnBlock / p.columnRows));
+        nextPow2(perRow), std::max(2, 32 / p.columnRows), most / p.columnRows));
     p.block = p.columnRows * p.threads;
   }
   if (!length->isConst())

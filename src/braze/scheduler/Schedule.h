@@ -56,7 +56,8 @@ struct Step {
 struct CudaLaunch {
   int block = 256;       ///< threads per block
   int threads = 32;      ///< rows: T, threads per row (a power of two)
-  int vec = 1;           ///< consecutive elements per thread per iteration
+  int vec = 1;           ///< consecutive elements per thread per iteration (with columns:
+                         ///< neighbouring rows a thread takes, its column lanes)
   int spread = 1;        ///< pointwise without lanes: points per thread, a block apart
   /// A one-step kernel's independent member groups (KernelBody's independentMembers: an
   /// optimizer's updates of same-sized parameters, the weight gradients of many layer norms),
@@ -68,7 +69,8 @@ struct CudaLaunch {
   /// (a sum over the rows of a row-major matrix, per column). A block holds `columnRows` rows;
   /// its neighbouring threads take neighbouring rows, so that a warp reads adjacent elements
   /// at each step, and a row's T threads, columnRows apart, combine by shuffles and through
-  /// shared memory.
+  /// shared memory. With vec = V > 1, a thread takes V neighbouring rows (columnRows groups of
+  /// V a block), reads each operand as one vector a step and keeps an accumulator per row.
   bool columns = false;
   int columnRows = 32;
   /// Persistent rows: each thread keeps its `iters` x vec elements of the row (of constant

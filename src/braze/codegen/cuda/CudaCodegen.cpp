@@ -332,9 +332,9 @@ std::vector<const Member *> CudaEmitter::membersOf(const Step &st) {
 void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   // Column lanes: with columns, vec is the neighbouring rows a thread takes (neighbouring
   // columns of the matrix, read as vectors), and the row loop steps one element at a time.
-  const int lanes = plan.columns ? plan.vec : 1;
-  std::string T = std::to_string(plan.threads), V = std::to_string(plan.columns ? 1 : plan.vec);
-  std::string rowsPerBlock = std::to_string(plan.block / plan.threads * lanes);
+  const int lanes = rowLanes(plan);
+  std::string T = std::to_string(plan.threads), V = std::to_string(stepLanes(plan));
+  std::string rowsPerBlock = std::to_string(CudaEmitter::rowsPerBlock(plan));
   std::string rows = product(k.outerVars);
   // Groups: the rows of each independent member group over blocks of their own.
   std::string blockIndex = "(int64_t)blockIdx.x";
@@ -383,19 +383,19 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
   }
   std::string guard = "row_ok && lr == 0";
   int loopStep = 0;
-  // Each lane's accumulators (one set without lanes), named by accName.
-  auto eachLane = [&](const std::function<void()> &emit) {
+  // Each lane j's accumulators (one set without lanes), named by accName.
+  auto eachLane = [&](const std::function<void(int)> &emit) {
     for (int j = 0; j < lanes; ++j) {
-      accLane_ = lanes > 1 ? "_l" + std::to_string(j) : "";
-      emit();
+      setAccLane(lanes > 1 ? j : -1);
+      emit(j);
     }
-    accLane_.clear();
+    setAccLane(-1);
   };
   // `after`: with lanes, the Scalar steps that follow, written in each lane's scope after its
   // results (planLaunch gives lanes to a kernel of one Loop step and Scalar steps only).
   auto emitStep = [&](Scope &scope, const std::vector<const Member *> &members,
                       const std::vector<const Step *> &after) {
-    eachLane([&] {
+    eachLane([&](int) {
       for (const Member *m : members)
         if (m->comp->isReduction()) {
           w.line(accType(*m->comp) + " " + accName(*m->comp) + " = " +
@@ -419,7 +419,7 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
                 loopStep);
     }
     closeRowLoop(w, plan);
-    eachLane([&] {
+    eachLane([&](int) {
       for (const Member *m : members)
         if (m->comp->isReduction())
           emitCombine(w, *m->comp, plan);
@@ -428,20 +428,18 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
       finishReductions(w, scope, members, guard);
       return;
     }
-    for (int j = 0; j < lanes; ++j) {
+    eachLane([&](int j) {
       w.line("{");
       w.indent();
       w.line("const int64_t " + names_.index(rowVar) + " = " + laneBase + " + " +
              std::to_string(j) + ";");
       Scope lane(&scope);
-      accLane_ = "_l" + std::to_string(j);
       finishReductions(w, lane, members, guard);
-      accLane_.clear();
       for (const Step *st : after)
         emitMembers(w, lane, membersOf(*st), guard, {});
       w.dedent();
       w.line("}");
-    }
+    });
   };
   std::vector<const Step *> trailing;
   if (lanes > 1)
@@ -470,7 +468,7 @@ void CudaEmitter::emitRows(const Kernel &k, const KernelPlan &plan, Writer &w) {
 void CudaEmitter::openRowLoop(Writer &w, const Kernel &k, const KernelPlan &plan,
                               const std::string &base) {
   // Column lanes take neighbouring rows: the row loop steps one element at a time.
-  std::string T = std::to_string(plan.threads), V = std::to_string(plan.columns ? 1 : plan.vec);
+  std::string T = std::to_string(plan.threads), V = std::to_string(stepLanes(plan));
   std::string length = product(k.innerVars);
   if (plan.persistent) {
     w.line("#pragma unroll");
@@ -628,7 +626,7 @@ std::string CudaEmitter::launchCall(const Kernel &k, const KernelPlan &plan, int
   // threads (VEC rows with column lanes).
   std::string per = k.innerVars.empty()
                         ? std::to_string(plan.block) + " * " + std::to_string(plan.vec * plan.spread)
-                        : std::to_string(plan.block / plan.threads * (plan.columns ? plan.vec : 1));
+                        : std::to_string(rowsPerBlock(plan));
   return launchStatement(s_, names_, k, index, plan.block, per, plan.groups);
 }
 

@@ -199,6 +199,15 @@ private:
   /// The accumulator of reduction c: `acc<id>`, with the lane's suffix while column lanes
   /// (accLane_) are written one by one.
   std::string accName(const loop::Computation &c) { return names_.acc(c) + accLane_; }
+  /// Sets accName's suffix to column lane j's (`_l<j>`); j < 0 clears it.
+  void setAccLane(int j) { accLane_ = j < 0 ? "" : "_l" + std::to_string(j); }
+  /// A row kernel under `l`: the rows a thread takes (vec with columns: its column lanes), the
+  /// elements of its row it reads a step (vec otherwise), and the rows a block takes.
+  static int rowLanes(const sched::CudaLaunch &l) { return l.columns ? l.vec : 1; }
+  static int stepLanes(const sched::CudaLaunch &l) { return l.columns ? 1 : l.vec; }
+  static int64_t rowsPerBlock(const sched::CudaLaunch &l) {
+    return int64_t(l.block) / l.threads * rowLanes(l);
+  }
   std::string argIndex(const loop::Computation &c) { return accName(c) + "_i"; }
 
   std::string innerPosition();

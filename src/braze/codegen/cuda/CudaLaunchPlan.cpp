@@ -230,7 +230,7 @@ int CudaEmitter::columnLanes(const Kernel &k, const std::set<const Buffer *> &wr
 }
 
 void CudaEmitter::setRowIterations(sched::CudaLaunch &l, int64_t length) {
-  int64_t chunk = static_cast<int64_t>(l.threads) * (l.columns ? 1 : l.vec);
+  int64_t chunk = static_cast<int64_t>(l.threads) * stepLanes(l);
   l.length = length;
   l.iters = (length + chunk - 1) / chunk;
   l.ragged = length % chunk != 0;

@@ -138,10 +138,9 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
       Scope lane(&parent);
       std::string slot = cacheIndex + " + " + std::to_string(j);
       useCache(lane, slot);
-      if (laneAccumulators)
-        accLane_ = "_l" + std::to_string(j);
+      setAccLane(laneAccumulators ? j : -1);
       emitMembers(w, lane, members, storeGuard, {});
-      accLane_.clear();
+      setAccLane(-1);
       fillCache(lane, slot);
       w.dedent();
       w.line("}");
@@ -207,10 +206,9 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
     std::map<const Member *, std::string> laneStores;
     for (auto &[m, arr] : vstores)
       laneStores[m] = arr + "[" + std::to_string(j) + "]";
-    if (laneAccumulators)
-      accLane_ = "_l" + std::to_string(j);
+    setAccLane(laneAccumulators ? j : -1);
     emitMembers(w, lane, members, storeGuard, laneStores);
-    accLane_.clear();
+    setAccLane(-1);
     fillCache(lane, slot);
     w.dedent();
     w.line("}");

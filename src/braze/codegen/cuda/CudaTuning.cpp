@@ -103,8 +103,7 @@ int64_t CudaEmitter::formBlocks(const Kernel &k, const sched::CudaLaunch &l) {
   if (!count->isConst())
     return -1;
   // As launchCall: points per block are block x vec x spread (pointwise), or rows.
-  int64_t per = k.innerVars.empty() ? int64_t(l.block) * l.vec * l.spread
-                                     : l.block / l.threads * (l.columns ? l.vec : 1);
+  int64_t per = k.innerVars.empty() ? int64_t(l.block) * l.vec * l.spread : rowsPerBlock(l);
   return (count->value() + per - 1) / per * l.groups;
 }
 

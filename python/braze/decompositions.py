@@ -18,7 +18,8 @@ _EXTRA_DECOMPOSITIONS = [
     "index_select", "arange.start_step", "arange.default", "eye", "new_zeros",
     "new_ones", "zeros_like", "ones_like", "empty_like", "native_dropout", "nll_loss_forward",
     "nll_loss_backward", "select_scatter", "slice_scatter", "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "native_batch_norm",
+    "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats",
+    "_native_batch_norm_legit_functional", "native_batch_norm",
     # misc family: copies of views, small composites, distributions built on rand_like, and
     # index creation (each checked against eager in every dtype the op supports)
     "view_copy", "permute_copy", "narrow_copy", "unbind_copy.int", "as_strided_copy", "addmv",

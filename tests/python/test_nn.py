@@ -41,6 +41,11 @@ CASES = {
                                               torch.arange(1.0, 7.0, device=x.device),
                                               torch.ones(6, device=x.device) * 2,
                                               torch.zeros(6, device=x.device), False),
+    # Training without running statistics (track_running_stats=False, instance-norm style):
+    # aten._native_batch_norm_legit.no_stats, which fell back to eager.
+    "batch_norm_train_no_stats": lambda x: F.batch_norm(x, None, None,
+                                                        torch.linspace(0.5, 2, 6, device=x.device),
+                                                        torch.ones(6, device=x.device), True),
 }
 
 

@@ -4,9 +4,10 @@ A compiled callable (a whole braze graph, or partitions with eager ops between t
 on its second call; the first runs as usual, so that compilation, library plans and lazy
 initialization happen outside the capture. Then each call:
   - copies the small inputs whose address may change into the capture's own input buffers;
-    parameters and buffers (which AOTAutograd reports as static), large inputs and expanded
-    ones are read where they were when captured, and the capture serves only calls that pass
-    them there (a parameter moved, or a large input at a new address, takes another capture);
+    parameters and buffers (which AOTAutograd reports as static, and the backward's views of
+    them that its forward saved), large inputs and expanded ones are read where they were when
+    captured, and the capture serves only calls that pass them there (a parameter moved, or a
+    large input at a new address, takes another capture);
   - replays the graph and returns new tensors on the capture's output memory.
 
 Outputs are never overwritten while anyone still holds them: each capture keeps one reference
@@ -156,16 +157,36 @@ def _dense(t):
 _replay_outputs = {}
 
 
-def _add_replay_outputs(keys):
-    for k in keys:
-        _replay_outputs[k] = _replay_outputs.get(k, 0) + 1
+# Addresses of the parameters and buffers that live forward captures read in place (and hold),
+# each with the number of captures reading it. A backward graph's inputs carry no such mark (AOTAutograd
+# reports static inputs for the forward only), but the weights the forward saves for it are these
+# tensors or views of them: they are read in place too, not copied per call (a ResNet-50 step's
+# backward copied its 108 weights and batch-norm scales, 100 MiB, at every call). An address
+# leaves with the last capture reading it, as a replay output's does.
+_parameters = {}
 
 
-def _remove_replay_outputs(keys):
+def _add(registry, keys):
     for k in keys:
-        n = _replay_outputs.pop(k, 0) - 1
+        registry[k] = registry.get(k, 0) + 1
+
+
+def _remove(registry, keys):
+    for k in keys:
+        n = registry.pop(k, 0) - 1
         if n > 0:
-            _replay_outputs[k] = n
+            registry[k] = n
+
+
+def _fixed_memory(t):
+    """Whether tensor t lies in memory whose address holds for as long as a capture that reads
+    it in place lives: an earlier replay's output, or a parameter a live forward capture reads."""
+    key = t.untyped_storage().data_ptr()
+    return key in _replay_outputs or key in _parameters
+
+def _forget_capture(outputs, parameters):
+    _remove(_replay_outputs, outputs)
+    _remove(_parameters, parameters)
 
 # PyTorch's comparison of tensors' addresses with recorded ones, in one call (its CUDA-graph
 # trees use it); None where this PyTorch lacks it.
@@ -180,7 +201,7 @@ def _copied(args, static, written, moving=frozenset()):
     return [i for i, a in enumerate(args)
             if isinstance(a, torch.Tensor) and i not in static and i not in written
             and (a.untyped_storage().nbytes() < _COPY_LIMIT_BYTES or i in moving) and _dense(a)
-            and a.untyped_storage().data_ptr() not in _replay_outputs]
+            and not _fixed_memory(a)]
 
 
 # What a replay saves per kernel launch, and how fast the device copies inputs: a graph whose
@@ -245,8 +266,14 @@ class _Capture:
                     continue
                 held, _ = self.storages.get(key, (0, st))
                 self.storages[key] = (held + 1, st)
-        _add_replay_outputs(self.storages)
-        self._forget = weakref.finalize(self, _remove_replay_outputs, list(self.storages))
+        # The parameters' memory is held as long as this capture: were it freed with its model,
+        # a tensor the allocator later placed there would be read in place as a parameter.
+        self.parameters = {args[i].untyped_storage().data_ptr(): args[i].untyped_storage()
+                           for i in self.fixed_positions if i in static}
+        parameters = list(self.parameters)
+        _add(_replay_outputs, self.storages)
+        _add(_parameters, parameters)
+        self._forget = weakref.finalize(self, _forget_capture, list(self.storages), parameters)
         log(f"captured {name}: {len(outs)} outputs, {len(self.buffers)} inputs copied per "
             f"call, {len(fixed)} read in place, {len(self.views)} outputs viewing a "
             f"caller's input")
@@ -262,7 +289,7 @@ class _Capture:
     def release(self):
         """Drops the graph; outputs a caller still holds keep their memory."""
         self._forget()  # once: a collected capture's finalizer then does nothing
-        self.graph = self.templates = self.storages = self.buffers = None
+        self.graph = self.templates = self.storages = self.buffers = self.parameters = None
 
     def held_outputs(self):
         """The outputs whose memory is still in use elsewhere (why the capture is busy)."""
@@ -438,8 +465,7 @@ class Replayed:
             for i in c.fixed_positions:
                 a = args[i]
                 if (a.data_ptr() != c.fixed_ptrs[i] and i not in self.static and
-                        i not in self.written and _dense(a) and
-                        a.untyped_storage().data_ptr() not in _replay_outputs):
+                        i not in self.written and _dense(a) and not _fixed_memory(a)):
                     moving.add(i)
         if not moving:
             return False

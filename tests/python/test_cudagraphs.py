@@ -196,6 +196,55 @@ def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch):
             torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)
 
 
+class Tower(torch.nn.Module):
+    """Weights the backward reads (a linear layer's input gradient needs its weight) and a
+    normalization's scale: the forward saves them, views of its parameters, for the backward."""
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 128)
+        self.n = torch.nn.LayerNorm(128)
+        self.b = torch.nn.Linear(128, 64)
+
+    def forward(self, x):
+        return self.b(F.gelu(self.n(self.a(x)))).square().mean()
+
+
+def test_a_backward_reads_the_forwards_parameters_in_place(monkeypatch):
+    """A backward graph's inputs are not marked static, but the weights its forward saved are
+    the parameters the forward's capture reads in place: the backward reads them in place too
+    and copies per call only the loss's gradient and the batch (saved for a's weight gradient).
+    Parameters updated in place between steps (an optimizer) are read as they are then: every
+    step equals the uncaptured run's."""
+    from braze import cudagraphs
+    said = []
+    monkeypatch.setattr(cudagraphs, "log", said.append)
+    batches = [torch.randn(32, 64, device="cuda") for _ in range(6)]
+
+    def steps(cuda_graphs):
+        torch.manual_seed(0)
+        m = Tower().cuda().train()
+        f = compiled(m, cuda_graphs)
+        history = []
+        for x in batches:
+            m.zero_grad(set_to_none=True)
+            loss = f(x)
+            loss.backward()
+            history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+        return history
+
+    captured = steps(True)
+    backward = [m for m in said if m.startswith("captured") and "(backward)" in m]
+    assert backward and all(", 2 inputs copied per call" in m for m in backward), said
+    torch._dynamo.reset()
+    plain = steps(False)
+    for step_c, step_p in zip(captured, plain):
+        for c, p in zip(step_c, step_p):
+            torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)
+
+
 def test_the_log_says_why_a_graph_is_captured_again(monkeypatch):
     from braze import cudagraphs
     said = []

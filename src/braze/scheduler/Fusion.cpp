@@ -9,7 +9,10 @@
 /// every kernel that makes what it reads, when it writes a buffer nothing wrote before. The
 /// foreach steps of an optimizer (every parameter's m, then every v, then every parameter) so
 /// become one pass per shape, and a scalar computed from a step count joins the scalar kernel
-/// that made the count, before the updates that read it. On CUDA a kernel names no more
+/// that made the count, before the updates that read it. Further back, a reduction joins a
+/// kernel that reads what it reads over the same loops (a max pool's values and indices,
+/// far apart in program order, read the window once), and a pointwise value reading what a
+/// reduction so joined made follows it there before trying the last kernel. On CUDA a kernel names no more
 /// buffers than its launch can pass (448 pointers where arguments are limited to 4 KiB).
 /// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
 /// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
@@ -83,6 +86,8 @@ public:
     std::optional<GemmCall> gemm = matchGemm(p_, c, groupedGemms_);
     if (gemm && !gemm->rowZero.empty() && !maskedRows_)
       gemm.reset(); // the CPU's grouped calls read A's rows in place: its loops compute it
+    if (!gemm && fuse && joinsFarProducer(c))
+      return;
     if (!gemm && fuse && !s_.kernels.empty() && !s_.kernels.back().standsAlone() &&
         tryJoin(static_cast<int>(s_.kernels.size()) - 1, c))
       return;
@@ -342,8 +347,8 @@ private:
   }
 
   /// Joins c (pointwise, or a reduction over the kernel's own loops) to one of the kEarlier
-  /// kernels before the last (the latest that takes it) where that keeps the program's order: every buffer c reads is an input or made by
-  /// that kernel or one before it, and c's buffer was not written before (a scatter's
+  /// kernels before the last (the latest that takes it) where that keeps the program's order:
+  /// every buffer c reads is an input or made by that kernel or one before it, and c's buffer was not written before (a scatter's
   /// accumulation into initial values stays in order). An in-place output's value is the only
   /// reader of its input (braze/mutations.py), so computing it earlier reorders no read of
   /// that memory.
@@ -351,17 +356,62 @@ private:
     constexpr int kEarlier = 32;
     if (where_.count(c.out))
       return false;
-    int latest = -1; // the last kernel that makes a buffer c reads
+    int latest = latestProducer(c);
+    int last = static_cast<int>(s_.kernels.size()) - 1;
+    int low = std::max({latest, 0, last - kEarlier});
+    for (int ki = last - 1; ki >= low; --ki)
+      if (joinsEarlier(ki, c)) {
+        if (c.isReduction())
+          reachedBack_.insert(ki);
+        return true;
+      }
+    // Further back than kEarlier kernels, a reduction joins a kernel that reads what it reads
+    // over the same loops (a max pool's indices, which only the backward reads, come last in
+    // program order but read the pooled image as the pool's values do). The pointwise values
+    // that read what it makes follow it there (joinsFarProducer).
+    if (!c.isReduction())
+      return false;
+    std::vector<int> far;
+    loop::forEachLoad(c.value, [&](const Expr *ld) {
+      if (auto it = readers_.find(ld->buffer()); it != readers_.end())
+        for (int ki : it->second)
+          if (ki >= std::max(latest, 0) && ki < low)
+            far.push_back(ki);
+    });
+    std::sort(far.rbegin(), far.rend());
+    far.erase(std::unique(far.begin(), far.end()), far.end());
+    for (int ki : far)
+      if (joinsEarlier(ki, c)) {
+        reachedBack_.insert(ki);
+        return true;
+      }
+    return false;
+  }
+
+  /// The last kernel that makes a buffer c reads; -1 when c reads only inputs.
+  int latestProducer(const Computation &c) const {
+    int latest = -1;
     loop::forEachLoad(c.value, [&](const Expr *ld) {
       if (auto it = where_.find(ld->buffer()); it != where_.end())
         latest = std::max(latest, it->second.kernel);
     });
-    int last = static_cast<int>(s_.kernels.size()) - 1;
-    for (int ki = last - 1; ki >= std::max({latest, 0, last - kEarlier}); --ki)
-      if (!s_.kernels[ki].standsAlone() && (!c.isReduction() || sameLoops(s_.kernels[ki], c)) &&
-          tryJoin(ki, c)) // never a refinement
-        return true;
-    return false;
+    return latest;
+  }
+
+  /// A pointwise value that reads what a kernel joined from far back makes, and what kernels
+  /// before that one make, joins it before any other kernel: there its operands are in
+  /// registers (a max pool's index, computed from the argmax of its window).
+  bool joinsFarProducer(const Computation &c) {
+    if (c.isReduction() || reachedBack_.empty() || where_.count(c.out))
+      return false;
+    int latest = latestProducer(c);
+    return latest >= 0 && reachedBack_.count(latest) &&
+           latest != static_cast<int>(s_.kernels.size()) - 1 && joinsEarlier(latest, c);
+  }
+
+  bool joinsEarlier(int ki, const Computation &c) {
+    return !s_.kernels[ki].standsAlone() && (!c.isReduction() || sameLoops(s_.kernels[ki], c)) &&
+           tryJoin(ki, c); // never a refinement
   }
 
   /// Whether reduction c runs over k's loops as they are: its space k's outer loops and its
@@ -455,6 +505,11 @@ private:
     if (!append)
       k.steps.push_back(Step{kind, {}, {}});
     k.steps.back().members.push_back(Member{&c, value, store, false});
+    loop::forEachLoad(value, [&](const Expr *ld) {
+      std::vector<int> &r = readers_[ld->buffer()];
+      if (r.empty() || r.back() != ki)
+        r.push_back(ki);
+    });
     Where w;
     w.kernel = ki;
     w.step = static_cast<int>(k.steps.size()) - 1;
@@ -480,6 +535,10 @@ private:
   bool maskedRows_; ///< a grouped product may have rows of zeros (GemmCall::rowZero)
   size_t maxBuffers_; ///< 0: no limit
   std::vector<std::unordered_set<const Buffer *>> kernelBuffers_; ///< by kernel, when limited
+  /// The kernels whose members load each buffer (a kernel once, unless members joined it out
+  /// of order), and the kernels a computation joined from further back than kEarlier.
+  std::unordered_map<const Buffer *, std::vector<int>> readers_;
+  std::set<int> reachedBack_;
 };
 
 /// Decides which members store to memory.

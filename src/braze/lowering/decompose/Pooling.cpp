@@ -133,8 +133,10 @@ static Node *lastNanFirst(GraphBuilder &b, Node *w, Node *pos) {
 Node *decomposeMaxPool(GraphBuilder &b, Node *n) {
   Geometry g = geometryOf(b, n, n->operand(0), n);
   double lowest = lowestValue(n->dtype());
-  Node *w = windows(b, g, n->operand(0), lowest, lowest);
-  return b.reduce(OpKind::Amax, w, lastDims(w->rank(), g.spatial), false);
+  // Over the flattened window, as max_pool_indices reduces it: a pool whose indices are kept
+  // too (training) then reduces the same loops twice, and the two join one kernel.
+  Node *w = flattenLast(b, windows(b, g, n->operand(0), lowest, lowest), g.spatial);
+  return b.reduce(OpKind::Amax, w, {-1}, false);
 }
 
 Node *decomposeMaxPoolIndices(GraphBuilder &b, Node *n) {

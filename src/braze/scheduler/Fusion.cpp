@@ -769,18 +769,26 @@ void storeOrder(Kernel &k) {
     }
 }
 
-/// CPU kernels: adjacent loop variables that every index uses as one (the H and W of a
-/// contiguous NCHW tensor) become one loop, so that the innermost loop (the `omp simd` one)
-/// is long: a W of 32 is two vectors. Innermost pairs of the inner loops, and of the outer
-/// loops (in store order) of a kernel without inner loops.
-void flattenLoops(Schedule &s) {
+/// Adjacent loop variables that every index uses as one (the H and W of a contiguous NCHW
+/// tensor) become one loop. On the CPU the innermost loop (the `omp simd` one) is then long: a
+/// W of 32 is two vectors; innermost pairs of the inner loops, and of the outer loops (in
+/// store order) of a kernel without inner loops. On CUDA (`innerOnly`), the inner loops: a
+/// thread's row loop then steps one index, where it split the row into its variables with a
+/// division and a remainder per variable at every step (a channels-last batch norm's sums
+/// over N, H and W of [32, 56, 56, 256] split 16 ways, a column kernel, walk rows 256 apart).
+void flattenLoops(Schedule &s, bool innerOnly) {
   sym::SymContext &sy = s.program->sym();
   for (Kernel &k : s.kernels) {
     if (k.standsAlone())
       continue;
     storeOrder(k);
+    if (innerOnly && k.innerVars.empty())
+      continue;
     std::vector<SymExpr> &vars = k.innerVars.empty() ? k.outerVars : k.innerVars;
-    while (vars.size() >= 2 && flattenable(k, vars[vars.size() - 2], vars.back())) {
+    // On CUDA, constant extents only: a row of 16 * s0 elements could not be shown to split
+    // into vectors, where its inner 16 did.
+    while (vars.size() >= 2 && flattenable(k, vars[vars.size() - 2], vars.back()) &&
+           (!innerOnly || vars[vars.size() - 2]->extent()->isConst())) {
       SymExpr a = vars[vars.size() - 2], b = vars.back();
       SymExpr f = sy.indexSymbol(a->name(), sy.mul(a->extent(), b->extent()));
       std::unordered_map<SymExpr, SymExpr> map{{a, sy.constant(0)}, {b, f}};
@@ -819,14 +827,12 @@ Schedule scheduleProgram(loop::LoopProgram &p, const Target &target, const Sched
   decideStores(s, fuser.producers());
   if (target.kind == TargetKind::Cpu) {
     stashRecomputedValues(s);
-    flattenLoops(s);
+    flattenLoops(s, false);
   } else {
-    // CUDA's neighbouring threads take neighbouring values of the innermost outer variable:
-    // a result stored transposed (a saved activation returned as its transpose) is then
-    // written, and its row-major source read, in memory order.
-    for (Kernel &k : s.kernels)
-      if (!k.standsAlone())
-        storeOrder(k);
+    // CUDA's neighbouring threads take neighbouring values of the innermost outer variable
+    // (storeOrder): a result stored transposed (a saved activation returned as its
+    // transpose) is then written, and its row-major source read, in memory order.
+    flattenLoops(s, true);
   }
   planMemory(s);
   return s;

@@ -40,9 +40,10 @@ class DropoutMlp(torch.nn.Module):
         return F.dropout(self.b(h), p=0.1, training=self.training).square().mean()
 
 
-def _train_steps(model, cuda_graphs, batches, seed=None):
+def _train_steps(model, cuda_graphs, batches, seed=None, lr=0.0):
     """Loss and gradients of a training step of `model` (a fresh one, made after seeding) on
-    each batch; `seed` reseeds before the first step (random ops)."""
+    each batch; `seed` reseeds before the first step (random ops); with `lr`, a plain gradient
+    step updates the parameters in place after each."""
     torch.manual_seed(0)
     m = model().cuda().train()
     step = compiled(m, cuda_graphs)
@@ -54,6 +55,10 @@ def _train_steps(model, cuda_graphs, batches, seed=None):
         loss = step(x)
         loss.backward()
         history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
+        if lr:
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= lr * p.grad
     return history
 
 
@@ -219,27 +224,11 @@ def test_a_backward_reads_the_forwards_parameters_in_place(monkeypatch):
     said = []
     monkeypatch.setattr(cudagraphs, "log", said.append)
     batches = [torch.randn(32, 64, device="cuda") for _ in range(6)]
-
-    def steps(cuda_graphs):
-        torch.manual_seed(0)
-        m = Tower().cuda().train()
-        f = compiled(m, cuda_graphs)
-        history = []
-        for x in batches:
-            m.zero_grad(set_to_none=True)
-            loss = f(x)
-            loss.backward()
-            history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
-            with torch.no_grad():
-                for p in m.parameters():
-                    p -= 0.1 * p.grad
-        return history
-
-    captured = steps(True)
+    captured = _train_steps(Tower, True, batches, lr=0.1)
     backward = [m for m in said if m.startswith("captured") and "(backward)" in m]
     assert backward and all(", 2 inputs copied per call" in m for m in backward), said
     torch._dynamo.reset()
-    plain = steps(False)
+    plain = _train_steps(Tower, False, batches, lr=0.1)
     for step_c, step_p in zip(captured, plain):
         for c, p in zip(step_c, step_p):
             torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)

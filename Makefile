@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-optimizer bench-distributed bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -125,6 +125,11 @@ bench-gpu-export: build
 # Inductor vs braze, one process.
 bench-gpu-dropout: build
 	$(PY) benchmarks/gpu_dropout_training.py
+
+# On a machine with an NVIDIA GPU: a channels-last batch norm's statistics, braze's column-sum
+# kernel and forms of it alone, and the whole op against eager and Inductor.
+bench-gpu-column-sums: build
+	$(PY) benchmarks/gpu_column_sums.py
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

@@ -158,11 +158,11 @@ _replay_outputs = {}
 
 
 # Addresses of the parameters and buffers that live forward captures read in place (and hold),
-# each with the number of captures reading it. A backward graph's inputs carry no such mark (AOTAutograd
-# reports static inputs for the forward only), but the weights the forward saves for it are these
-# tensors or views of them: they are read in place too, not copied per call (a ResNet-50 step's
-# backward copied its 108 weights and batch-norm scales, 100 MiB, at every call). An address
-# leaves with the last capture reading it, as a replay output's does.
+# each with the number of captures reading it. A backward graph's inputs carry no such mark
+# (AOTAutograd reports static inputs for the forward only), but the weights the forward saves
+# for it are these tensors or views of them: they are read in place too, not copied per call
+# (a ResNet-50 training step's backward copied 109 inputs per call, 83 us a step on an H200).
+# An address leaves with the last capture reading it, as a replay output's does.
 _parameters = {}
 
 
@@ -184,9 +184,11 @@ def _fixed_memory(t):
     key = t.untyped_storage().data_ptr()
     return key in _replay_outputs or key in _parameters
 
+
 def _forget_capture(outputs, parameters):
     _remove(_replay_outputs, outputs)
     _remove(_parameters, parameters)
+
 
 # PyTorch's comparison of tensors' addresses with recorded ones, in one call (its CUDA-graph
 # trees use it); None where this PyTorch lacks it.

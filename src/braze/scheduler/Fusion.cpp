@@ -12,8 +12,9 @@
 /// that made the count, before the updates that read it. Further back, a reduction joins a
 /// kernel that reads what it reads over the same loops (a max pool's values and indices,
 /// far apart in program order, read the window once), and a pointwise value reading what a
-/// reduction so joined made follows it there before trying the last kernel. On CUDA a kernel names no more
-/// buffers than its launch can pass (448 pointers where arguments are limited to 4 KiB).
+/// reduction so joined made follows it there before trying the last kernel. On CUDA a kernel
+/// names no more buffers than its launch can pass (448 pointers where arguments are limited
+/// to 4 KiB).
 /// Otherwise it starts a new kernel. A value that no other kernel reads and that is consumed in
 /// the step that made it, or that is a per-outer scalar or a reduction result, stays in a
 /// register; everything else is stored.
@@ -349,10 +350,10 @@ private:
 
   /// Joins c (pointwise, or a reduction over the kernel's own loops) to one of the kEarlier
   /// kernels before the last (the latest that takes it) where that keeps the program's order:
-  /// every buffer c reads is an input or made by that kernel or one before it, and c's buffer was not written before (a scatter's
-  /// accumulation into initial values stays in order). An in-place output's value is the only
-  /// reader of its input (braze/mutations.py), so computing it earlier reorders no read of
-  /// that memory.
+  /// every buffer c reads is an input or made by that kernel or one before it, and c's buffer
+  /// was not written before (a scatter's accumulation into initial values stays in order). An
+  /// in-place output's value is the only reader of its input (braze/mutations.py), so
+  /// computing it earlier reorders no read of that memory.
   bool earlierKernel(const Computation &c) {
     constexpr int kEarlier = 32;
     if (where_.count(c.out))

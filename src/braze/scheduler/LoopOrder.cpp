@@ -113,8 +113,8 @@ void flattenLoops(Schedule &s, bool innerOnly) {
     std::vector<SymExpr> &vars = k.innerVars.empty() ? k.outerVars : k.innerVars;
     // On CUDA, constant extents only: a row of 16 * s0 elements could not be shown to split
     // into vectors, where its inner 16 did.
-    while (vars.size() >= 2 && flattenable(k, vars[vars.size() - 2], vars.back()) &&
-           (!innerOnly || vars[vars.size() - 2]->extent()->isConst())) {
+    while (vars.size() >= 2 && (!innerOnly || vars[vars.size() - 2]->extent()->isConst()) &&
+           flattenable(k, vars[vars.size() - 2], vars.back())) {
       SymExpr a = vars[vars.size() - 2], b = vars.back();
       SymExpr f = sy.indexSymbol(a->name(), sy.mul(a->extent(), b->extent()));
       std::unordered_map<SymExpr, SymExpr> map{{a, sy.constant(0)}, {b, f}};

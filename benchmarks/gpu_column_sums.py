@@ -9,9 +9,12 @@ train-mode batch norm computes. braze splits it (split-reductions): a first kern
 x*x in f64 over P partials of the N*H*W rows per channel, a column kernel; a second sums the
 partials. The first kernel is timed alone, from the CUDA text `braze-opt --cuda` prints for
 that graph (its prelude and function, compiled by NVRTC through torch.cuda._compile_kernel):
-  - braze: as generated;
-  - aligned_once: its vector loads' alignment tested once per thread, not at every row, and
-    its row loop unrolled 4 ways (`#pragma unroll 4`);
+  - braze: as generated (plan-cuda's launch record);
+  - braze_R{R}: as generated under a launch record of R column groups (`--launch`), where
+    plan-cuda chose another R;
+  - aligned_once: where braze tests its vector loads' alignment at every row (builds before
+    the row loop tested it once), tested once per thread and the row loop unrolled 4 ways
+    (`#pragma unroll 4`);
   - by_hand_R{R}_U{U}: a hand-written kernel of the same partials: R column groups of 4
     neighbouring channels a block (a warp reads 16 x R bytes of 32 / R rows), U rows in flight
     a thread, 32-bit indices.
@@ -87,27 +90,39 @@ def braze_opt():
     return os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
 
 
-def generated(n, c, h, w):
-    """braze's first kernel for the shape: (prelude, function text, name, blocks, partials)."""
+def generated(n, c, h, w, columns=None):
+    """braze's first kernel for the shape: (prelude, function text, name, blocks, partials,
+    threads a block, column groups), under plan-cuda's record or one of `columns` groups."""
     graph = (f"graph(%x: f32[{n}, {c}, {h}, {w}]{{{h * w * c}, 1, {w * c}, {c}}}) {{\n"
              f"  %v = var(%x) {{correction=0.0, dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
              f"  %m = mean(%x) {{dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
              f"  return %v, %m\n}}\n")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(graph)
+    launch = []
     try:
-        run = lambda what: subprocess.run([braze_opt(), f.name, "--cuda", f"--print={what}"],
-                                          check=True, capture_output=True, text=True).stdout
-        schedule, code = run("schedule"), run("code")
+        run = lambda what: subprocess.run([braze_opt(), f.name, "--cuda", f"--print={what}"] +
+                                          launch, check=True, capture_output=True,
+                                          text=True).stdout
+        schedule = run("schedule")
+        if columns:
+            first = re.sub(r"launch\{[^}]*\}", f"launch{{block=256 threads={256 // columns} "
+                           f"vec=4 columns={columns}}}", schedule.splitlines()[0])
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as r:
+                r.write(first + "\n")
+            launch = [f"--launch={r.name}"]
+            schedule = run("schedule")
+        code = run("code")
     finally:
-        os.unlink(f.name)
+        for path in [f.name] + [a.split("=", 1)[1] for a in launch]:
+            os.unlink(path)
     head = schedule.splitlines()[0]
     m = re.match(r"(kernel\d+) outer \[([^]]*)\].*launch\{block=(\d+) threads=(\d+) vec=(\d+) "
                  r"columns=(\d+)", head)
     if not m:
         raise SystemExit(f"not a column kernel first: {head}")
     name, outer = m.group(1), [int(e) for e in re.findall(r"< (\d+)", m.group(2))]
-    vec, columns = int(m.group(5)), int(m.group(6))
+    block, vec, columns = int(m.group(3)), int(m.group(5)), int(m.group(6))
     points = 1
     for e in outer:
         points *= e
@@ -118,13 +133,16 @@ def generated(n, c, h, w):
     if not re.search(r"\(const float\* __restrict__ (b\d+), double\* __restrict__ b\d+, "
                      r"double\* __restrict__ b\d+, int\* __restrict__ err\)", body):
         raise SystemExit(f"{name}: not (input, sum, sum of squares, err): {body[:200]}")
-    return code[:start], body, name, -(-points // (vec * columns)), points // c
+    return (code[:start], body, name, -(-points // (vec * columns)), points // c, block,
+            columns)
 
 
 def aligned_once(body):
     """The alignment test of each vector load made once per thread from the input's base
     (every row's offset is a multiple of the vector), and the row loop unrolled 4 ways."""
     src = re.search(r"\(const float\* __restrict__ (b\d+)", body).group(1)
+    if "#pragma unroll 4" in body:
+        return None
     body = body.replace("  for (int64_t rb = ", "  #pragma unroll 4\n  for (int64_t rb = ")
     body = re.sub(r"if \(true && braze_aligned<4>\(vl\d+_p\)\)", "if (al)", body)
     return body.replace("  __shared__", f"  const bool al = braze_aligned<4>({src});\n"
@@ -173,7 +191,7 @@ def main():
     out = {}
     for shape in args.shapes.split(","):
         n, c, h, w = (int(v) for v in shape.split("x"))
-        prelude, body, name, blocks, parts = generated(n, c, h, w)
+        prelude, body, name, blocks, parts, block, planned = generated(n, c, h, w)
         rows = n * h * w // parts
         torch.manual_seed(0)
         x = torch.randn(n, c, h, w, device="cuda").to(memory_format=torch.channels_last)
@@ -182,16 +200,23 @@ def main():
         err = torch.zeros(1, dtype=torch.int32, device="cuda")
         rows_of = x.double().permute(0, 2, 3, 1).reshape(parts, rows, c)
         ref1, ref2 = rows_of.sum(1).reshape(-1), (rows_of ** 2).sum(1).reshape(-1)
-        forms = {"braze": (body, name, blocks), "aligned_once": (aligned_once(body), name, blocks)}
+        forms = {"braze": (body, name, blocks, block)}
+        if aligned_once(body):
+            forms["aligned_once"] = (aligned_once(body), name, blocks, block)
+        for r in (2, 4):
+            if r != planned and c % (4 * r) == 0:
+                _, b, _, g, _, t, _ = generated(n, c, h, w, columns=r)
+                forms[f"braze_R{r}"] = (b, name, g, t)
         for r in (2, 4):
             for u in (1, 2):
                 if c % (4 * r) == 0:
                     forms[f"by_hand_R{r}_U{u}"] = (HAND % dict(R=r, U=u, C=c, L=rows), "by_hand",
-                                                   parts * c // (4 * r))
+                                                   parts * c // (4 * r), 256)
         fns = {}
-        for form, (text, fn_name, grid) in forms.items():
+        for form, (text, fn_name, grid, threads) in forms.items():
             k = torch.cuda._compile_kernel(prelude + "\n" + text, fn_name)
-            call = (lambda k=k, grid=grid: k(grid=(grid, 1, 1), block=(256, 1, 1),
+            call = (lambda k=k, grid=grid, threads=threads: k(grid=(grid, 1, 1),
+                                                              block=(threads, 1, 1),
                                               args=[x, s1, s2, err]))
             s1.fill_(float("nan"))
             s2.fill_(float("nan"))

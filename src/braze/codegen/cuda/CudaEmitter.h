@@ -47,6 +47,8 @@ constexpr int64_t kShortRow = 32;    ///< a strided row this long is one thread'
 constexpr int64_t kColumnSteps = 8;  ///< columns: elements per thread the plan aims for
 constexpr int kColumnLaneAccumulators = 16; ///< columns: lanes x reductions a thread holds
 constexpr int kColumnBlock = 256;   ///< columns: threads of a block (at most)
+/// Shared bytes that one round of a block's reduction combine (emitCombine) writes at most.
+constexpr size_t kCombineScratch = 8192;
 constexpr int kBudgetFraction = 4;   ///< a persistent block may use 1/4 of the register file
 constexpr int kSpread = 4;           ///< spread: points per thread of a large scalar kernel
 constexpr int64_t kSpreadMin = 1 << 20; ///< spread: from this many points
@@ -301,13 +303,27 @@ private:
 
   void closeRowLoop(Writer &w, const KernelPlan &);
 
+  /// Tests once, before the row loop, the alignment of the members' vector accesses along var
+  /// (vec lanes: column lanes from `laneBase`, or an inner variable's when laneBase is empty)
+  /// whose alignment no step of the loop changes, into a flag (alignedFlag_) that emitLanes
+  /// takes for theirs (alignedOnce_) until the loop closes.
+  void hoistAlignment(Writer &w, const Kernel &k, const std::vector<const Member *> &members,
+                      SymExpr var, int vec, const std::string &laneBase,
+                      const std::set<const Buffer *> &writes);
+
   /// Loads each cached row operand for this iteration's lanes into its register array.
   void emitCacheFill(Writer &w, const std::vector<VectorLoad> &cached, SymExpr var,
                      const std::string &base, int vec);
 
-  /// Combines every thread's partial result of a reduction over its row group; afterwards
-  /// every thread of the group holds the row's result.
-  void emitCombine(Writer &w, const loop::Computation &c, const KernelPlan &plan);
+  /// A reduction's accumulator: column lane `lane`'s (setAccLane), or the only one (-1).
+  struct CombineSlot {
+    const loop::Computation *comp;
+    int lane;
+  };
+  /// Combines every thread's partial results of the reductions `slots` over its row group,
+  /// their shared-memory rounds together; afterwards every thread of the group holds the
+  /// row's results.
+  void emitCombine(Writer &w, const std::vector<CombineSlot> &slots, const KernelPlan &plan);
 
   void finishReductions(Writer &w, Scope &scope, const std::vector<const Member *> &members,
                         const std::string &guard);
@@ -322,6 +338,8 @@ private:
   size_t scratchBytes_ = 0; ///< the kernel's shared scratch for its reductions so far
   Names names_;
   std::string accLane_; ///< accName's suffix: `_l<j>` for column lane j, else empty
+  std::set<const void *> alignedOnce_; ///< loads and stored members hoistAlignment tested
+  std::string alignedFlag_;            ///< their flag
   sym::SymContext &sym_;
   int next_ = 0;
   const Kernel *kernel_ = nullptr;

@@ -167,6 +167,12 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
   std::string varName = names_.index(var);
   // Pointers at lane 0, for the alignment test and the vector accesses.
   std::vector<std::string> checks;
+  auto check = [&](const void *access, const std::string &pointer) {
+    std::string c = alignedOnce_.count(access) ? alignedFlag_
+                                               : "braze_aligned<" + n + ">(" + pointer + ")";
+    if (std::find(checks.begin(), checks.end(), c) == checks.end())
+      checks.push_back(c);
+  };
   w.line("{");
   w.indent();
   w.line("const int64_t " + varName + " = " + base + ";");
@@ -174,13 +180,13 @@ void CudaEmitter::emitLanes(Writer &w, Scope &parent, const std::vector<const Me
     const Buffer &b = *v.load->buffer();
     w.line("const " + ctype(b.dtype) + "* " + v.array + "_p = " + names_.buffer(b) + " + " +
            names_.index(v.load->index()) + ";");
-    checks.push_back("braze_aligned<" + n + ">(" + v.array + "_p)");
+    check(v.load, v.array + "_p");
   }
   for (auto &[m, arr] : vstores) {
     const Buffer &b = *m->comp->out;
     w.line(ctype(b.dtype) + "* " + arr + "_p = " + names_.buffer(b) + " + " +
            names_.index(m->storeIndex) + ";");
-    checks.push_back("braze_aligned<" + n + ">(" + arr + "_p)");
+    check(m, arr + "_p");
   }
   std::string aligned = "true";
   for (const std::string &c : checks)

@@ -77,7 +77,7 @@ def test_the_planned_records(tmp_path):
     assert _record(schedule, "kernel0") == "launch{block=256 vec=4}"
     assert _record(schedule, "kernel1") == \
         "launch{block=256 threads=64 vec=4 persistent iters=3}"
-    assert _record(schedule, "kernel2") == "launch{block=512 threads=256 vec=4 columns=2}"
+    assert _record(schedule, "kernel2") == "launch{block=256 threads=64 vec=4 columns=4}"
 
 
 @pytest.mark.skipif(cuda_support.nvrtc_library() is None, reason="NVRTC not installed")
@@ -85,7 +85,7 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
     graph, records = _edited(tmp_path, {
         "kernel0": "launch{block=128 vec=2}",
         "kernel1": "launch{block=128 threads=128 vec=2 persistent iters=3}",
-        "kernel2": "launch{block=512 threads=32 vec=1 columns=16 persistent iters=64}",
+        "kernel2": "launch{block=512 threads=32 vec=1 columns=16 persistent iters=16}",
     })
     printed = _opt(str(graph), "--cuda", f"--launch={records}", "--print=schedule")
     assert printed.returncode == 0, printed.stderr
@@ -96,7 +96,7 @@ def test_edited_records_steer_the_code_and_it_compiles(tmp_path):
     assert "__launch_bounds__(128) kernel0(" in text and "__launch_bounds__(128) kernel1(" in text
     assert "__launch_bounds__(512) kernel2(" in text
     assert "const int64_t row_raw = (int64_t)blockIdx.x * 16 + threadIdx.x % 16;" in text
-    assert "for (int it = 0; it < 64; ++it) {" in text
+    assert "for (int it = 0; it < 16; ++it) {" in text
     device = text.split("\n#include <stdint.h>\n")[0]  # the host source follows
     paths = braze._C.nvrtc_compile(device, cuda_support.nvrtc_library(), 90, str(tmp_path))
     assert paths

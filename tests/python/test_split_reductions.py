@@ -83,13 +83,13 @@ def test_small_or_wide_reductions_do_not_split(tmp_path):
 
 
 @pytest.mark.cpu_only("the rewritten graph runs on the CPU")
-@pytest.mark.parametrize("shape", [(8, 64, 64, 64), (8, 64, 56, 56)],
+@pytest.mark.parametrize("shape", [(8, 64, 64, 64), (32, 128, 7, 56)],
                          ids=["cut-H", "images-whole"])
 def test_a_channels_last_column_split_computes_what_eager_does(shape, tmp_path):
     """Channel sums over a channels-last image: the partials keep C last, through a permute
-    where H is cut ([8, 64, 64, 64]: N whole, H cut in 2), or the images whole without a cut
-    ([8, 64, 56, 56]: 25,088 elements a channel keep at most 12 partials of 2,048, and a cut
-    of H in 2 would make 16)."""
+    where H is cut ([8, 64, 64, 64]: N whole, H cut in 16), or the images whole without a cut
+    ([32, 128, 7, 56]: 12,544 elements a channel keep at most 49 partials of 256, and H = 7
+    has no cut within that)."""
     n, c, h, w = shape
     x = _input(shape, torch.float32, "sum")
     graph = tmp_path / "g.txt"

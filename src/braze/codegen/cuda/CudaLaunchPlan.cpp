@@ -293,27 +293,32 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   p.block = std::max(p.threads, kRowBlock);
   if (int bytes = guess > 1 ? columnBytes(all, k.outerVars, k.innerVars, writes) : 0) {
     // Columns: R groups of V neighbouring rows per block (V: column lanes, one vector of each
-    // operand a thread and step), the rows a warp reads side by side: the fewest that fill a
-    // 32-byte sector per warp row, so that the blocks are many. Each of a row's T threads
-    // reads about kColumnSteps elements, in blocks of kColumnBlock threads where that makes
-    // at least two blocks a multiprocessor, else of up to the block limit, so that the
-    // device still has loads in flight. On an H200: the first stage of a ResNet-50 batch
-    // norm's split sums ([16, 256] partials of 6,272 channels-last f32 elements, 512 blocks)
-    // took 50 us with R = 2 and 256 threads, 66 with R = 4 and 1,024; a ViT's bias gradients
-    // ([6304, 3072] bf16, 192 blocks) in blocks of 256 threads cost its training step 3%.
+    // operand a thread and step), the rows a warp reads side by side. Each of a row's T
+    // threads reads about kColumnSteps elements. With at least two blocks a multiprocessor
+    // at one 32-byte sector a warp row, blocks are of kColumnBlock threads, and a warp row
+    // is two sectors, or a 128-byte line where that still leaves two blocks a
+    // multiprocessor; with fewer, R fills one sector and blocks take up to the block limit,
+    // so that the device still has loads in flight. From a sweep on an H200 of the first stage
+    // of ResNet-50's batch-norm statistics (f32, 4 lanes, 12 shapes, partials x R x T): in
+    // blocks of 256 threads, 8,192 rows of 784 took 6.8 us with R = 4 and 512 blocks, 8.3
+    // with R = 2 at 2,048 rows; 16,384 rows of 1,568 took 27.5 us with R = 8 (512 blocks),
+    // 8,192 rows of 3,136 36.7 with R = 8 (256 blocks) and 29.0 with R = 4; 2,048 rows of
+    // 3,136 in blocks of 1,024 threads, 19.8 us against 8.3 in blocks of 256 (256 blocks).
+    // But blocks of 256 threads for fewer than two blocks a multiprocessor cost ViT-B/16's
+    // training step 4% (its bias gradients, [6304, 3072] bf16, are 192 blocks): kept to
+    // kernels of many blocks, which split-reductions gives a batch norm's statistics.
     int lanes = columnLanes(k, writes);
     p.columns = true;
     p.vec = lanes;
     p.columnRows = std::max(1, 32 / (bytes * lanes));
     auto blocksOf = [&](int64_t r) { return (rowCount->value() + lanes * r - 1) / (lanes * r); };
     bool manyBlocks = rowCount->isConst() && blocksOf(p.columnRows) >= 2 * s_.target.cores;
-    // Warp rows of two sectors where the blocks still fill the device twice: a batch norm's
-    // first stage over [32, 112, 112, 64] (128 partials of 64 channels, 1,024 blocks of
-    // R = 2) took 36.8 us by hand with R = 2 and 27.5 with R = 4 (512 blocks); over
-    // [32, 56, 56, 256] (512 blocks of R = 2), 34.3 against 37.1.
-    while (manyBlocks && p.columnRows * 2 * bytes * lanes <= 64 && p.columnRows < 32 &&
-           blocksOf(p.columnRows * 2) >= 2 * s_.target.cores)
-      p.columnRows *= 2;
+    for (int64_t line : {64, 128}) {
+      int64_t r = line / (bytes * lanes);
+      if (manyBlocks && r > p.columnRows && r <= 32 &&
+          (line == 64 || blocksOf(r) >= 2 * s_.target.cores))
+        p.columnRows = static_cast<int>(r);
+    }
     int most = manyBlocks ? kColumnBlock : s_.target.maxThreadsPerBlock;
     int64_t perRow = length->isConst() ? (length->value() + kColumnSteps - 1) / kColumnSteps
                                        : kColumnBlock;

@@ -136,16 +136,17 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
   int64_t m = o.multiprocessors;
   if (results >= (rowLike ? m : o.columnResultsPerCore * m))
     return std::nullopt;
+  int64_t minLength = rowLike ? o.minPartialLength : o.columnMinPartialLength;
   int64_t want = ceilDiv((rowLike ? o.rowPartialsPerCore : o.columnPartialsPerCore) * m, results);
-  want = std::min(want, length / o.minPartialLength);
+  want = std::min(want, length / minLength);
   if (want < 2)
     return std::nullopt;
   // The outermost reduced dims go to the second stage whole while they fit `want`; the next
   // one is cut at the divisor of its size nearest what is still wanted, among those that
-  // leave each partial `minPartialLength` elements (rounding up to the nearest divisor must
+  // leave each partial `minLength` elements (rounding up to the nearest divisor must
   // not make the partials too short: a batch norm's 64 sums over [32, 64, 56, 56] take the
   // 32 images whole, and then a cut of 2 would leave 1,568 elements a partial).
-  int64_t most = length / o.minPartialLength;
+  int64_t most = length / minLength;
   IntList whole;
   int64_t cutDim = -1, cut = 1, partials = 1, need = want;
   for (int64_t d : dims) {
@@ -169,7 +170,7 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
     partials *= cut;
     break;
   }
-  if (partials < 2 || length / partials < o.minPartialLength)
+  if (partials < 2 || length / partials < minLength)
     return std::nullopt;
   Split s;
   auto moved = [&](int64_t d) { return cutDim >= 0 && d > cutDim ? d + 1 : d; };

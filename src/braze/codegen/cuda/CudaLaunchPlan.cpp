@@ -296,7 +296,7 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
     // operand a thread and step), the rows a warp reads side by side. Each of a row's T
     // threads reads about kColumnSteps elements. With at least two blocks a multiprocessor
     // at one 32-byte sector a warp row, blocks are of kColumnBlock threads, and a warp row
-    // is two sectors, or a 128-byte line where that still leaves two blocks a
+    // is two sectors, or a 128-byte line, where that still leaves two blocks a
     // multiprocessor; with fewer, R fills one sector and blocks take up to the block limit,
     // so that the device still has loads in flight. From a sweep on an H200 of the first stage
     // of ResNet-50's batch-norm statistics (f32, 4 lanes, 12 shapes, partials x R x T): in
@@ -304,6 +304,8 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
     // with R = 2 at 2,048 rows; 16,384 rows of 1,568 took 27.5 us with R = 8 (512 blocks),
     // 8,192 rows of 3,136 36.7 with R = 8 (256 blocks) and 29.0 with R = 4; 2,048 rows of
     // 3,136 in blocks of 1,024 threads, 19.8 us against 8.3 in blocks of 256 (256 blocks).
+    // BERT's FFN bias gradients (3,072 columns of 2,048) took 13.3 us with R = 4 (192
+    // blocks) against 10.3 with R = 2 (384).
     // But blocks of 256 threads for fewer than two blocks a multiprocessor cost ViT-B/16's
     // training step 4% (its bias gradients, [6304, 3072] bf16, are 192 blocks): kept to
     // kernels of many blocks, which split-reductions gives a batch norm's statistics.
@@ -315,8 +317,7 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
     bool manyBlocks = rowCount->isConst() && blocksOf(p.columnRows) >= 2 * s_.target.cores;
     for (int64_t line : {64, 128}) {
       int64_t r = line / (bytes * lanes);
-      if (manyBlocks && r > p.columnRows && r <= 32 &&
-          (line == 64 || blocksOf(r) >= 2 * s_.target.cores))
+      if (manyBlocks && r > p.columnRows && r <= 32 && blocksOf(r) >= 2 * s_.target.cores)
         p.columnRows = static_cast<int>(r);
     }
     int most = manyBlocks ? kColumnBlock : s_.target.maxThreadsPerBlock;

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-optimizer bench-distributed bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-gpu-column-sweep bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -130,6 +130,9 @@ bench-gpu-dropout: build
 # kernel and forms of it alone, and the whole op against eager and Inductor.
 bench-gpu-column-sums: build
 	$(PY) benchmarks/gpu_column_sums.py
+
+bench-gpu-column-sweep: build
+	$(PY) benchmarks/gpu_column_sweep.py
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

@@ -32,8 +32,8 @@
 #include "braze/support/Diagnostic.h"
 
 #include <algorithm>
-#include <optional>
 #include <map>
+#include <optional>
 
 namespace braze::codegen {
 

@@ -90,32 +90,56 @@ def braze_opt():
     return os.path.join(os.path.dirname(braze.__file__), "bin", "braze-opt")
 
 
+def var_mean_graph(n, c, h, w):
+    """The graph of torch.var_mean(x, (0, 2, 3)) over an [n, c, h, w] f32 channels-last x."""
+    return (f"graph(%x: f32[{n}, {c}, {h}, {w}]{{{h * w * c}, 1, {w * c}, {c}}}) {{\n"
+            f"  %v = var(%x) {{correction=0.0, dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
+            f"  %m = mean(%x) {{dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
+            f"  return %v, %m\n}}\n")
+
+
+def opt(text, *records):
+    """braze-opt --cuda over `text` (a graph or a loop program), each of `records` (schedule
+    lines) given as a --launch file: (schedule, code), or None where braze-opt refuses."""
+    paths = []
+    try:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(text)
+        paths.append(f.name)
+        args = [braze_opt(), f.name, "--cuda"]
+        for record in records:
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as r:
+                r.write(record)
+            paths.append(r.name)
+            args.append(f"--launch={r.name}")
+        out = [subprocess.run(args + [f"--print={what}"], capture_output=True, text=True)
+               for what in ("schedule", "code")]
+        if any(o.returncode for o in out):
+            return None
+        return out[0].stdout, out[1].stdout
+    finally:
+        for path in paths:
+            os.unlink(path)
+
+
+def function_text(code, name):
+    """The prelude of braze-opt's CUDA text `code` (what comes before its first kernel) and
+    kernel `name`'s function."""
+    at = code.rindex('extern "C"', 0, code.index(f") {name}("))
+    return code[:code.index('extern "C"')], code[at:code.index("\n}\n", at) + 3]
+
+
 def generated(n, c, h, w, columns=None):
     """braze's first kernel for the shape: (prelude, function text, name, blocks, partials,
     threads a block, column groups), under plan-cuda's record or one of `columns` groups."""
-    graph = (f"graph(%x: f32[{n}, {c}, {h}, {w}]{{{h * w * c}, 1, {w * c}, {c}}}) {{\n"
-             f"  %v = var(%x) {{correction=0.0, dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
-             f"  %m = mean(%x) {{dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
-             f"  return %v, %m\n}}\n")
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(graph)
-    launch = []
-    try:
-        run = lambda what: subprocess.run([braze_opt(), f.name, "--cuda", f"--print={what}"] +
-                                          launch, check=True, capture_output=True,
-                                          text=True).stdout
-        schedule = run("schedule")
-        if columns:
-            first = re.sub(r"launch\{[^}]*\}", f"launch{{block=256 threads={256 // columns} "
-                           f"vec=4 columns={columns}}}", schedule.splitlines()[0])
-            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as r:
-                r.write(first + "\n")
-            launch = [f"--launch={r.name}"]
-            schedule = run("schedule")
-        code = run("code")
-    finally:
-        for path in [f.name] + [a.split("=", 1)[1] for a in launch]:
-            os.unlink(path)
+    graph = var_mean_graph(n, c, h, w)
+    got = opt(graph)
+    if got and columns:
+        got = opt(graph, re.sub(r"launch\{[^}]*\}", f"launch{{block=256 threads={256 // columns} "
+                                f"vec=4 columns={columns}}}", got[0].splitlines()[0]) + "\n")
+    if got is None:
+        raise SystemExit(f"braze-opt refused var_mean over [{n}, {c}, {h}, {w}]")
+    schedule, code = got
     head = schedule.splitlines()[0]
     m = re.match(r"(kernel\d+) outer \[([^]]*)\].*launch\{block=(\d+) threads=(\d+) vec=(\d+) "
                  r"columns=(\d+)", head)
@@ -126,23 +150,19 @@ def generated(n, c, h, w, columns=None):
     points = 1
     for e in outer:
         points *= e
-    start = code.index('extern "C"')
-    body_start = code.index(f") {name}(")
-    body_start = code.rindex('extern "C"', 0, body_start)
-    body = code[body_start:code.index("\n}\n", body_start) + 3]
+    prelude, body = function_text(code, name)
     if not re.search(r"\(const float\* __restrict__ (b\d+), double\* __restrict__ b\d+, "
                      r"double\* __restrict__ b\d+, int\* __restrict__ err\)", body):
         raise SystemExit(f"{name}: not (input, sum, sum of squares, err): {body[:200]}")
-    return (code[:start], body, name, -(-points // (vec * columns)), points // c, block,
-            columns)
+    return prelude, body, name, -(-points // (vec * columns)), points // c, block, columns
 
 
 def aligned_once(body):
     """The alignment test of each vector load made once per thread from the input's base
     (every row's offset is a multiple of the vector), and the row loop unrolled 4 ways."""
-    src = re.search(r"\(const float\* __restrict__ (b\d+)", body).group(1)
     if "#pragma unroll 4" in body:
         return None
+    src = re.search(r"\(const float\* __restrict__ (b\d+)", body).group(1)
     body = body.replace("  for (int64_t rb = ", "  #pragma unroll 4\n  for (int64_t rb = ")
     body = re.sub(r"if \(true && braze_aligned<4>\(vl\d+_p\)\)", "if (al)", body)
     return body.replace("  __shared__", f"  const bool al = braze_aligned<4>({src});\n"
@@ -201,8 +221,9 @@ def main():
         rows_of = x.double().permute(0, 2, 3, 1).reshape(parts, rows, c)
         ref1, ref2 = rows_of.sum(1).reshape(-1), (rows_of ** 2).sum(1).reshape(-1)
         forms = {"braze": (body, name, blocks, block)}
-        if aligned_once(body):
-            forms["aligned_once"] = (aligned_once(body), name, blocks, block)
+        once = aligned_once(body)
+        if once:
+            forms["aligned_once"] = (once, name, blocks, block)
         for r in (2, 4):
             if r != planned and c % (4 * r) == 0:
                 _, b, _, g, _, t, _ = generated(n, c, h, w, columns=r)

@@ -21,14 +21,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_column_sums import braze_opt, graphed  # noqa: E402
+from gpu_column_sums import function_text, graphed, opt, var_mean_graph  # noqa: E402
 
 RESNET50 = ("32x64x112x112,32x64x56x56,32x256x56x56,32x128x56x56,32x128x28x28,32x512x28x28,"
             "32x256x28x28,32x256x14x14,32x1024x14x14,32x512x14x14,32x512x7x7,32x2048x7x7")
@@ -49,54 +47,24 @@ def first_stage(p, length, c):
             f"compute %out0{head}{body(False)}}}\ncompute %out1{head}{body(True)}}}\n")
 
 
-def opt(text, *flags):
-    """braze-opt --cuda over `text` (a graph or loop program): (schedule, code) or None."""
-    paths = []
-    try:
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-            f.write(text)
-        paths.append(f.name)
-        args = [braze_opt(), f.name, "--cuda"]
-        for flag in flags:
-            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as r:
-                r.write(flag)
-            paths.append(r.name)
-            args.append(f"--launch={r.name}")
-        out = [subprocess.run(args + [f"--print={what}"], capture_output=True, text=True)
-               for what in ("schedule", "code")]
-        if any(o.returncode for o in out):
-            return None
-        return out[0].stdout, out[1].stdout
-    finally:
-        for path in paths:
-            os.unlink(path)
-
-
 def kernel0(schedule, code, rows):
-    """kernel0's record, its function and its launch: (record, prelude, body, grid, block)."""
+    """kernel0's record, the prelude, its function and its launch: (record, prelude, body,
+    grid, block)."""
     head = schedule.splitlines()[0]
     m = re.search(r"launch\{block=(\d+) threads=(\d+) vec=(\d+)(?: columns=(\d+))?", head)
     block, threads, vec, columns = int(m[1]), int(m[2]), int(m[3]), int(m[4] or 0)
-    start = code.index('extern "C"')
-    at = code.rindex('extern "C"', 0, code.index(") kernel0("))
     per_block = block // threads * (vec if columns else 1)
-    record = head[head.index("launch{"):]
-    return (record, code[:start], code[at:code.index("\n}\n", at) + 3],
-            -(-rows // per_block), block)
+    prelude, body = function_text(code, "kernel0")
+    return head[head.index("launch{"):], prelude, body, -(-rows // per_block), block
 
 
 def planned_partials(n, c, h, w):
     """The partials braze's split gives var_mean over the shape (1: not split)."""
-    graph = (f"graph(%x: f32[{n}, {c}, {h}, {w}]{{{h * w * c}, 1, {w * c}, {c}}}) {{\n"
-             f"  %v = var(%x) {{correction=0.0, dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
-             f"  %m = mean(%x) {{dims=[0, 2, 3], keepdim=false}} : f32[{c}]\n"
-             f"  return %v, %m\n}}\n")
-    schedule, _ = opt(graph)
+    schedule, _ = opt(var_mean_graph(n, c, h, w))
     head = schedule.splitlines()[0]
-    outer = [int(e) for e in re.findall(r"< (\d+)", head.split("inner")[0])]
     points = 1
-    for e in outer:
-        points *= e
+    for e in re.findall(r"< (\d+)", head.split("inner")[0]):
+        points *= int(e)
     return points // c
 
 

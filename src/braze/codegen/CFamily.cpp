@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace braze::codegen {
@@ -366,35 +367,122 @@ bool nonNegativeForm(sym::SymExpr e) {
 
 } // namespace
 
-std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf) {
+std::optional<IndexRange> indexRange(sym::SymExpr e,
+                                     const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange) {
   using sym::SymKind;
+  // Each bound is kept within int64 by refusing any step whose bounds could leave +-2^62.
+  constexpr int64_t kLimit = int64_t(1) << 62;
+  auto bounded = [&](IndexRange r) -> std::optional<IndexRange> {
+    if (r.lo < -kLimit || r.hi > kLimit)
+      return std::nullopt;
+    return r;
+  };
+  switch (e->kind()) {
+  case SymKind::Const:
+    return bounded({e->value(), e->value()});
+  case SymKind::Symbol:
+    return symbolRange(e);
+  case SymKind::Add:
+  case SymKind::Mul: {
+    std::optional<IndexRange> r;
+    for (sym::SymExpr o : e->operands()) {
+      std::optional<IndexRange> x = indexRange(o, symbolRange);
+      if (!x)
+        return std::nullopt;
+      if (!r) {
+        r = x;
+        continue;
+      }
+      if (e->kind() == SymKind::Add) {
+        r = bounded({r->lo + x->lo, r->hi + x->hi});
+      } else {
+        // |bounds| < 2^62 each; a product of two is checked in long double before it is taken.
+        long double c[] = {(long double)r->lo * x->lo, (long double)r->lo * x->hi,
+                           (long double)r->hi * x->lo, (long double)r->hi * x->hi};
+        long double lo = *std::min_element(c, c + 4), hi = *std::max_element(c, c + 4);
+        if (lo < -(long double)kLimit || hi > (long double)kLimit)
+          return std::nullopt;
+        r = IndexRange{int64_t(lo), int64_t(hi)};
+      }
+      if (!r)
+        return std::nullopt;
+    }
+    return r;
+  }
+  case SymKind::FloorDiv:
+  case SymKind::Mod: {
+    std::optional<IndexRange> a = indexRange(e->lhs(), symbolRange);
+    if (!a || !e->rhs()->isConst() || e->rhs()->value() <= 0)
+      return std::nullopt;
+    int64_t c = e->rhs()->value();
+    if (e->kind() == SymKind::FloorDiv)
+      return IndexRange{sym::floorDiv(a->lo, c), sym::floorDiv(a->hi, c)};
+    if (a->lo >= 0 && a->hi < c)
+      return a;
+    return IndexRange{0, c - 1};
+  }
+  case SymKind::Min:
+  case SymKind::Max: {
+    std::optional<IndexRange> a = indexRange(e->lhs(), symbolRange);
+    std::optional<IndexRange> b = indexRange(e->rhs(), symbolRange);
+    if (!a || !b)
+      return std::nullopt;
+    if (e->kind() == SymKind::Min)
+      return IndexRange{std::min(a->lo, b->lo), std::min(a->hi, b->hi)};
+    return IndexRange{std::max(a->lo, b->lo), std::max(a->hi, b->hi)};
+  }
+  }
+  BRAZE_UNREACHABLE("bad SymKind");
+}
+
+bool fitsNarrowIndex(sym::SymExpr e,
+               const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange) {
+  std::optional<IndexRange> r = indexRange(e, symbolRange);
+  // Half of int's range: an index a lane or a step past its loop's end (computed, then
+  // guarded) still cannot overflow.
+  constexpr int64_t kRoom = int64_t(1) << 30;
+  if (!r || r->lo < -kRoom || r->hi > kRoom)
+    return false;
+  if (e->kind() == sym::SymKind::Const || e->kind() == sym::SymKind::Symbol)
+    return true;
+  return std::all_of(e->operands().begin(), e->operands().end(),
+                     [&](sym::SymExpr o) { return fitsNarrowIndex(o, symbolRange); });
+}
+
+std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf,
+                      bool narrow) {
+  using sym::SymKind;
+  auto sub = [&](sym::SymExpr o) { return indexExpr(o, nameOf, narrow); };
   // A quotient or remainder of a value >= 0 by a constant > 0 is C's own: the compiler turns it
   // into multiplies and shifts, and a loop whose index has it still vectorizes.
   if ((e->kind() == SymKind::FloorDiv || e->kind() == SymKind::Mod) && e->rhs()->isConst() &&
       e->rhs()->value() > 0 && nonNegativeForm(e->lhs()))
-    return "(" + indexExpr(e->lhs(), nameOf) + (e->kind() == SymKind::Mod ? " % " : " / ") +
-           indexExpr(e->rhs(), nameOf) + ")";
+    return "(" + sub(e->lhs()) + (e->kind() == SymKind::Mod ? " % " : " / ") + sub(e->rhs()) + ")";
   switch (e->kind()) {
   case SymKind::Const:
+    if (narrow)
+      return e->value() < 0 ? "(" + std::to_string(e->value()) + ")" : std::to_string(e->value());
     return e->value() < 0 ? "(INT64_C(" + std::to_string(e->value()) + "))"
                           : "INT64_C(" + std::to_string(e->value()) + ")";
   case SymKind::Symbol:
-    return nameOf(e);
+    return narrow ? "(int)" + nameOf(e) : nameOf(e);
   case SymKind::Add:
   case SymKind::Mul: {
     std::string s = "(";
     for (size_t i = 0; i < e->operands().size(); ++i)
-      s += (i ? (e->kind() == SymKind::Add ? " + " : " * ") : "") + indexExpr(e->operands()[i], nameOf);
+      s += (i ? (e->kind() == SymKind::Add ? " + " : " * ") : "") + sub(e->operands()[i]);
     return s + ")";
   }
   case SymKind::FloorDiv:
-    return "braze_floordiv_int(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return "braze_floordiv_int(" + sub(e->lhs()) + ", " + sub(e->rhs()) + ")";
   case SymKind::Mod:
-    return "braze_remainder_int(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return "braze_remainder_int(" + sub(e->lhs()) + ", " + sub(e->rhs()) + ")";
   case SymKind::Min:
-    return "braze_imin(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return std::string(narrow ? "braze_imin32(" : "braze_imin(") + sub(e->lhs()) + ", " +
+           sub(e->rhs()) + ")";
   case SymKind::Max:
-    return "braze_imax(" + indexExpr(e->lhs(), nameOf) + ", " + indexExpr(e->rhs(), nameOf) + ")";
+    return std::string(narrow ? "braze_imax32(" : "braze_imax(") + sub(e->lhs()) + ", " +
+           sub(e->rhs()) + ")";
   }
   BRAZE_UNREACHABLE("bad SymKind");
 }

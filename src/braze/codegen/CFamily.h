@@ -5,6 +5,7 @@
 #include "braze/ir/loop/LoopIR.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,8 +21,24 @@ std::string convert(const std::string &x, DType from, DType to);
 /// The C expression for an elementwise op on operands of the given dtypes.
 std::string scalarOp(loop::ScalarOpKind op, DType result, const std::vector<std::string> &args,
                      const std::vector<DType> &argTypes, const loop::Expr *e);
-/// An index expression as C (int64_t arithmetic); `nameOf` names symbols.
-std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf);
+/// The values an index expression takes, lo to hi inclusive.
+struct IndexRange {
+  int64_t lo = 0, hi = 0;
+};
+/// The range of e over its symbols' ranges (`symbolRange`; nothing for a symbol of unknown
+/// range), or nothing where a part of e is not bounded so (a quotient by a non-constant, a bound
+/// past +-2^62).
+std::optional<IndexRange> indexRange(
+    sym::SymExpr e, const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange);
+/// Whether e and every part of it lie within +-2^30 for all values of its symbols: int
+/// arithmetic computes it exactly, with room for an index a step past its range.
+bool fitsNarrowIndex(sym::SymExpr e,
+               const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange);
+/// An index expression as C; `nameOf` names symbols. int64_t arithmetic, or with `narrow` (for
+/// an e that fitsNarrowIndex) int arithmetic: each symbol read as an int, integer literals, and
+/// braze_imin32/braze_imax32, which a GPU computes in about half the instructions.
+std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf,
+                      bool narrow = false);
 
 /// Helper functions every generated CPU module starts with.
 std::string cPrelude();

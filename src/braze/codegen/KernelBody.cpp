@@ -30,15 +30,46 @@ std::string Names::bindIndirect(sym::SymExpr s) {
   return n;
 }
 
-std::string Names::index(sym::SymExpr e) const {
-  return indexExpr(e, [this](sym::SymExpr s) -> std::string {
-    if (s->role() == sym::SymbolRoleKind::Size)
-      return symbol(s);
-    auto it = indirect_.find(s);
-    if (it != indirect_.end())
-      return it->second;
-    return s->name();
-  });
+namespace {
+
+/// Whether e has a minimum, maximum, quotient or remainder. Only such an index is worth int
+/// arithmetic: a sum of multiples of indices is one wide multiply-add a term, and in int each
+/// access would widen the sum again where the wide form folds its constant steps into the
+/// address.
+bool clampsOrDivides(sym::SymExpr e) {
+  switch (e->kind()) {
+  case sym::SymKind::Const:
+  case sym::SymKind::Symbol:
+    return false;
+  case sym::SymKind::Add:
+  case sym::SymKind::Mul:
+    return std::any_of(e->operands().begin(), e->operands().end(), clampsOrDivides);
+  default:
+    return true;
+  }
+}
+
+} // namespace
+
+std::string Names::indexText(sym::SymExpr e, bool narrowed) const {
+  auto range = [this](sym::SymExpr s) -> std::optional<IndexRange> {
+    if (s->role() != sym::SymbolRoleKind::Index || indirect_.count(s) || !s->extent() ||
+        !s->extent()->isConst())
+      return std::nullopt;
+    return IndexRange{0, s->extent()->value() - 1};
+  };
+  bool narrow = narrowed && clampsOrDivides(e) && fitsNarrowIndex(e, range);
+  return indexExpr(
+      e,
+      [this](sym::SymExpr s) -> std::string {
+        if (s->role() == sym::SymbolRoleKind::Size)
+          return symbol(s);
+        auto it = indirect_.find(s);
+        if (it != indirect_.end())
+          return it->second;
+        return s->name();
+      },
+      narrow);
 }
 
 std::string Scope::localFor(const loop::Buffer *b, sym::SymExpr index) const {
@@ -71,7 +102,7 @@ std::string ExprWriter::emit(const loop::Expr *e) {
   case loop::ExprKind::Const:
     return literal(e->floatValue(), e->intValue(), e->dtype());
   case loop::ExprKind::IndexValue:
-    text = convert(names_.index(e->index()), DType::Int64, e->dtype());
+    text = convert(names_.pointIndex(e->index()), DType::Int64, e->dtype());
     break;
   case loop::ExprKind::Load: {
     std::string local = e->indirect().empty() ? scope_.localFor(e->buffer(), e->index()) : "";
@@ -87,7 +118,7 @@ std::string ExprWriter::emit(const loop::Expr *e) {
       w_.line("if (" + t + " < 0 || " + t + " >= " + names_.index(s->extent()) + ") { " +
               errorStatement_ + " " + t + " = 0; }");
     }
-    text = names_.buffer(*e->buffer()) + "[" + names_.index(e->index()) + "]";
+    text = names_.buffer(*e->buffer()) + "[" + names_.pointIndex(e->index()) + "]";
     break;
   }
   case loop::ExprKind::Op: {

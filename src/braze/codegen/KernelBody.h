@@ -34,10 +34,20 @@ public:
   std::string symbol(sym::SymExpr s) const { return "sz" + std::to_string(symbolIndex(s)); }
   /// A fresh name for an indirect index symbol.
   std::string bindIndirect(sym::SymExpr s);
-  /// C text of an index expression.
-  std::string index(sym::SymExpr e) const;
+  /// C text of an index expression, in int64_t arithmetic.
+  std::string index(sym::SymExpr e) const { return indexText(e, false); }
+  /// C text of an index a kernel reads, writes or computes at each point: as index(), or with
+  /// narrowIndices on, in int arithmetic where the expression is over loop indices of constant
+  /// extents alone (no sizes, no indirect indices) and every part of it provably lies in int's
+  /// range. A lone symbol or constant is as index() gives it.
+  std::string pointIndex(sym::SymExpr e) const { return indexText(e, narrow_); }
+  /// CUDA's kernels turn this on: a GPU does int arithmetic in about half the instructions of
+  /// int64_t's, and an address computation with clamps and windows is mostly such arithmetic.
+  void narrowIndices(bool on) { narrow_ = on; }
 
 private:
+  std::string indexText(sym::SymExpr e, bool narrow) const;
+  bool narrow_ = false;
   std::unordered_map<sym::SymExpr, int> sizeIndex_;
   std::unordered_map<sym::SymExpr, std::string> indirect_;
   int nextIndirect_ = 0;

@@ -578,7 +578,7 @@ void CudaEmitter::emitCacheFill(Writer &w, const std::vector<VectorLoad> &cached
         w.line("{");
         w.line("  const int64_t " + varName + " = " + base + " + " + std::to_string(j) + ";");
         w.line("  " + c.array + "[it * " + n + " + " + std::to_string(j) + "] = " +
-               names_.buffer(b) + "[" + names_.index(c.load->index()) + "];");
+               names_.buffer(b) + "[" + names_.pointIndex(c.load->index()) + "];");
         w.line("}");
       }
     }
@@ -722,7 +722,7 @@ void CudaEmitter::finishReductions(Writer &w, Scope &scope,
            (arg ? argIndex(*m->comp) : accName(*m->comp)) + ";");
     scope.defineLocal(&b, local, m->storeIndex);
     if (m->store && inMemory(b))
-      w.line("if (" + guard + ") " + names_.buffer(b) + "[" + names_.index(m->storeIndex) +
+      w.line("if (" + guard + ") " + names_.buffer(b) + "[" + names_.pointIndex(m->storeIndex) +
              "] = " + convert(local, t, b.dtype) + ";");
   }
 }

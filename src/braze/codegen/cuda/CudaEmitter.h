@@ -85,7 +85,9 @@ struct VectorLoad {
 class CudaEmitter {
 public:
   CudaEmitter(const sched::Schedule &s, const CudaCodegenOptions &opts)
-      : s_(s), opts_(opts), names_(s), sym_(s.program->sym()) {}
+      : s_(s), opts_(opts), names_(s), sym_(s.program->sym()) {
+    names_.narrowIndices(true);
+  }
 
   CudaGeneratedSource run();
 

@@ -102,6 +102,9 @@ BRAZE_FN float braze_rsqrt(float x) { return ::rsqrtf(x); }
 BRAZE_FN double braze_rsqrt(double x) { return ::rsqrt(x); }
 // The CPU target inlines its own float exp; here the device library's is the one.
 template <typename T> BRAZE_FN auto braze_exp(T x) -> decltype(std::exp(x)) { return std::exp(x); }
+// Clamps of an index that provably lies in int's range (Names::pointIndex).
+BRAZE_FN int braze_imin32(int a, int b) { return a < b ? a : b; }
+BRAZE_FN int braze_imax32(int a, int b) { return a > b ? a : b; }
 )PRELUDE";
 
 const char *kCudaHelpers = R"PRELUDE(

@@ -248,8 +248,12 @@ def main():
                 raise SystemExit(f"{shape} {form}: partial sums differ from float64's")
             fns[form] = call
         op = lambda t: torch.var_mean(t, (0, 2, 3), correction=0)
-        inductor = torch.compile(op)
-        compiled = torch.compile(op, backend="braze", options={"cuda_graphs": False})
+        # Static shapes: the op is one code object for Dynamo, and its recompile for a second
+        # shape would otherwise be symbolic (automatic dynamic shapes), timing another graph.
+        torch._dynamo.reset()
+        inductor = torch.compile(op, dynamic=False)
+        compiled = torch.compile(op, backend="braze", dynamic=False,
+                                 options={"cuda_graphs": False})
         for name_, f in (("inductor", inductor), ("braze", compiled)):
             got = f(x)
             want = op(x)

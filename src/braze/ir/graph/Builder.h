@@ -104,7 +104,8 @@ public:
   /// each kernel tap's addition (up to kMaxRoundedTaps taps; braze::supports refuses more).
   Node *convTranspose(Node *x, Node *w, Node *bias, IntList stride, IntList padding,
                       IntList dilation, IntList outputPadding, int64_t groups);
-  static constexpr int64_t kMaxRoundedTaps = 27; ///< each tap is a few graph ops
+  /// Each tap is a few graph ops; 64 takes a 7x7 stem's and a 4x4x4 kernel's gradients.
+  static constexpr int64_t kMaxRoundedTaps = 64;
   /// The weight gradient of y = convolution(x, w) from gradOut (y's gradient): x [N, C, *S],
   /// gradOut [N, O, *P] -> [O, C / groups, *kernel], where P is what the windows of `kernel`
   /// give over S. Static channel, spatial and kernel sizes. A library (cuDNN) takes it whole;

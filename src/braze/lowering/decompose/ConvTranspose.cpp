@@ -4,7 +4,7 @@
 /// per group and its kernel flipped; stride 1, the same dilation and groups.
 /// Half-precision operands are computed in f32 and rounded once, or, where eager on the CPU
 /// target uses its gemm + col2im kernel (DecomposeOptions::cpuHalfRounding), as that kernel
-/// rounds (up to GraphBuilder::kMaxRoundedTaps kernel taps; more round once):
+/// rounds (up to GraphBuilder::kMaxRoundedTaps kernel taps; braze::supports refuses more):
 ///   1. cols[n, o, k.., s..] = sum_c w[c, o, k..] * x[n, c, s..] (one rounding, per group);
 ///   2. out = sum over the kernel taps k (row-major) of cols[:, :, k] placed at
 ///      s * stride - padding + k * dilation, each addition rounded;

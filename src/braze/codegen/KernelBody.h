@@ -37,9 +37,9 @@ public:
   /// C text of an index expression, in int64_t arithmetic.
   std::string index(sym::SymExpr e) const { return indexText(e, false); }
   /// C text of an index a kernel reads, writes or computes at each point: as index(), or with
-  /// narrowIndices on, in int arithmetic where the expression is over loop indices of constant
-  /// extents alone (no sizes, no indirect indices) and every part of it provably lies in int's
-  /// range. A lone symbol or constant is as index() gives it.
+  /// narrowIndices on, in int arithmetic where the expression has a clamp, a quotient or a
+  /// remainder, is over loop indices of constant extents alone (no sizes, no indirect indices)
+  /// and every part of it provably lies within +-2^30 (codegen::fitsNarrowIndex).
   std::string pointIndex(sym::SymExpr e) const { return indexText(e, narrow_); }
   /// CUDA's kernels turn this on: a GPU does int arithmetic in about half the instructions of
   /// int64_t's, and an address computation with clamps and windows is mostly such arithmetic.

@@ -367,64 +367,56 @@ bool nonNegativeForm(sym::SymExpr e) {
 
 } // namespace
 
-std::optional<IndexRange> indexRange(sym::SymExpr e,
-                                     const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange) {
+std::optional<IndexRange> indexRange(sym::SymExpr e, const SymbolRanges &symbolRange,
+                                     int64_t limit) {
   using sym::SymKind;
-  // Each bound is kept within int64 by refusing any step whose bounds could leave +-2^62.
-  constexpr int64_t kLimit = int64_t(1) << 62;
-  auto bounded = [&](IndexRange r) -> std::optional<IndexRange> {
-    if (r.lo < -kLimit || r.hi > kLimit)
+  // Every part's range, as it is found, must lie within +-limit (<= 2^62, so that a sum of two
+  // stays within int64 and a product is checked in long double before it is taken).
+  limit = std::min(limit, int64_t(1) << 62);
+  auto within = [&](std::optional<IndexRange> r) -> std::optional<IndexRange> {
+    if (!r || r->lo < -limit || r->hi > limit)
       return std::nullopt;
     return r;
   };
+  auto part = [&](sym::SymExpr o) { return indexRange(o, symbolRange, limit); };
   switch (e->kind()) {
   case SymKind::Const:
-    return bounded({e->value(), e->value()});
+    return within(IndexRange{e->value(), e->value()});
   case SymKind::Symbol:
-    return symbolRange(e);
+    return within(symbolRange(e));
   case SymKind::Add:
   case SymKind::Mul: {
-    std::optional<IndexRange> r;
-    for (sym::SymExpr o : e->operands()) {
-      std::optional<IndexRange> x = indexRange(o, symbolRange);
+    std::optional<IndexRange> r = part(e->operands()[0]);
+    for (size_t i = 1; r && i < e->operands().size(); ++i) {
+      std::optional<IndexRange> x = part(e->operands()[i]);
       if (!x)
         return std::nullopt;
-      if (!r) {
-        r = x;
+      if (e->kind() == SymKind::Add) {
+        r = within(IndexRange{r->lo + x->lo, r->hi + x->hi});
         continue;
       }
-      if (e->kind() == SymKind::Add) {
-        r = bounded({r->lo + x->lo, r->hi + x->hi});
-      } else {
-        // |bounds| < 2^62 each; a product of two is checked in long double before it is taken.
-        long double c[] = {(long double)r->lo * x->lo, (long double)r->lo * x->hi,
-                           (long double)r->hi * x->lo, (long double)r->hi * x->hi};
-        long double lo = *std::min_element(c, c + 4), hi = *std::max_element(c, c + 4);
-        if (lo < -(long double)kLimit || hi > (long double)kLimit)
-          return std::nullopt;
-        r = IndexRange{int64_t(lo), int64_t(hi)};
-      }
-      if (!r)
+      long double c[] = {(long double)r->lo * x->lo, (long double)r->lo * x->hi,
+                         (long double)r->hi * x->lo, (long double)r->hi * x->hi};
+      long double lo = *std::min_element(c, c + 4), hi = *std::max_element(c, c + 4);
+      if (lo < -(long double)limit || hi > (long double)limit)
         return std::nullopt;
+      r = IndexRange{int64_t(lo), int64_t(hi)};
     }
     return r;
   }
   case SymKind::FloorDiv:
   case SymKind::Mod: {
-    std::optional<IndexRange> a = indexRange(e->lhs(), symbolRange);
+    std::optional<IndexRange> a = part(e->lhs());
     if (!a || !e->rhs()->isConst() || e->rhs()->value() <= 0)
       return std::nullopt;
     int64_t c = e->rhs()->value();
     if (e->kind() == SymKind::FloorDiv)
       return IndexRange{sym::floorDiv(a->lo, c), sym::floorDiv(a->hi, c)};
-    if (a->lo >= 0 && a->hi < c)
-      return a;
-    return IndexRange{0, c - 1};
+    return within(a->lo >= 0 && a->hi < c ? *a : IndexRange{0, c - 1});
   }
   case SymKind::Min:
   case SymKind::Max: {
-    std::optional<IndexRange> a = indexRange(e->lhs(), symbolRange);
-    std::optional<IndexRange> b = indexRange(e->rhs(), symbolRange);
+    std::optional<IndexRange> a = part(e->lhs()), b = part(e->rhs());
     if (!a || !b)
       return std::nullopt;
     if (e->kind() == SymKind::Min)
@@ -435,18 +427,10 @@ std::optional<IndexRange> indexRange(sym::SymExpr e,
   BRAZE_UNREACHABLE("bad SymKind");
 }
 
-bool fitsNarrowIndex(sym::SymExpr e,
-               const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange) {
-  std::optional<IndexRange> r = indexRange(e, symbolRange);
+bool fitsNarrowIndex(sym::SymExpr e, const SymbolRanges &symbolRange) {
   // Half of int's range: an index a lane or a step past its loop's end (computed, then
   // guarded) still cannot overflow.
-  constexpr int64_t kRoom = int64_t(1) << 30;
-  if (!r || r->lo < -kRoom || r->hi > kRoom)
-    return false;
-  if (e->kind() == sym::SymKind::Const || e->kind() == sym::SymKind::Symbol)
-    return true;
-  return std::all_of(e->operands().begin(), e->operands().end(),
-                     [&](sym::SymExpr o) { return fitsNarrowIndex(o, symbolRange); });
+  return indexRange(e, symbolRange, int64_t(1) << 30).has_value();
 }
 
 std::string indexExpr(sym::SymExpr e, const std::function<std::string(sym::SymExpr)> &nameOf,

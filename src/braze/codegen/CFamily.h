@@ -25,15 +25,16 @@ std::string scalarOp(loop::ScalarOpKind op, DType result, const std::vector<std:
 struct IndexRange {
   int64_t lo = 0, hi = 0;
 };
-/// The range of e over its symbols' ranges (`symbolRange`; nothing for a symbol of unknown
-/// range), or nothing where a part of e is not bounded so (a quotient by a non-constant, a bound
-/// past +-2^62).
-std::optional<IndexRange> indexRange(
-    sym::SymExpr e, const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange);
+/// A symbol's range, or nothing where it has none known (a size, say).
+using SymbolRanges = std::function<std::optional<IndexRange>(sym::SymExpr)>;
+/// The range of e over its symbols' ranges, or nothing where a part of e is not bounded so: a
+/// symbol of no known range, a quotient or remainder by a non-constant, or a part whose range
+/// reaches past +-limit (at most 2^62).
+std::optional<IndexRange> indexRange(sym::SymExpr e, const SymbolRanges &symbolRange,
+                                     int64_t limit = int64_t(1) << 62);
 /// Whether e and every part of it lie within +-2^30 for all values of its symbols: int
 /// arithmetic computes it exactly, with room for an index a step past its range.
-bool fitsNarrowIndex(sym::SymExpr e,
-               const std::function<std::optional<IndexRange>(sym::SymExpr)> &symbolRange);
+bool fitsNarrowIndex(sym::SymExpr e, const SymbolRanges &symbolRange);
 /// An index expression as C; `nameOf` names symbols. int64_t arithmetic, or with `narrow` (for
 /// an e that fitsNarrowIndex) int arithmetic: each symbol read as an int, integer literals, and
 /// braze_imin32/braze_imax32, which a GPU computes in about half the instructions.

@@ -256,7 +256,8 @@ void CudaEmitter::emitMembers(Writer &w, Scope &scope, const std::vector<const M
       w.line(slot->second + " = " + value + ";");
       continue;
     }
-    std::string st = names_.buffer(b) + "[" + names_.pointIndex(m->storeIndex) + "] = " + value + ";";
+    std::string st =
+        names_.buffer(b) + "[" + names_.pointIndex(m->storeIndex) + "] = " + value + ";";
     w.line(storeGuard.empty() ? st : "if (" + storeGuard + ") " + st);
   }
 }

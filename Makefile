@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-gpu-column-sweep bench-optimizer bench-distributed bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-gpu-column-sweep bench-gpu-bias-sweep bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -133,6 +133,11 @@ bench-gpu-column-sums: build
 
 bench-gpu-column-sweep: build
 	$(PY) benchmarks/gpu_column_sweep.py
+
+# Bias gradients (column sums of ViT-B/16's and BERT-base's shapes): unsplit and in partials,
+# under braze's records and others, on the GPU.
+bench-gpu-bias-sweep: build
+	$(PY) benchmarks/gpu_bias_sweep.py
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

@@ -54,23 +54,50 @@ int64_t nearestDivisor(int64_t n, int64_t want, int64_t most) {
 /// first graph input of x's shape found through elementwise ops and casts (the operands a
 /// fused reduction loads), else C of an image stored channels-last, else the last dim, a
 /// guess (`known` false): x may read a permuted view of a value stored otherwise.
+/// Past a reshape that keeps the last dim's size, or a permute that keeps the last dim last,
+/// only x's last dim can be told innermost: by an input of the walk's shape whose last dim has
+/// stride 1 (a ViT's bias gradients sum a [6304, 768] view of a [32, 197, 768] gradient). A
+/// permute that moves the last dim ends the walk there (a transposed view, `known` false).
 int64_t innermostDim(const Node *x, const SplitReductionOptions &o, bool &known) {
   known = true;
-  std::vector<const Node *> work{x};
+  struct Item {
+    const Node *node;
+    bool reshaped; ///< a reshape or permute lies between x and it
+  };
+  std::vector<Item> work{{x, false}};
   std::unordered_set<const Node *> seen{x};
+  auto follow = [&](const Node *a, bool reshaped) {
+    if (seen.insert(a).second)
+      work.push_back({a, reshaped});
+  };
+  auto lastInnermost = [](const TensorType &t) {
+    return !t.strides.empty() && t.strides.back()->isConst(1) && !t.shape.back()->isConst(1);
+  };
   for (size_t i = 0; i < work.size() && i < 64; ++i) {
-    const Node *n = work[i];
+    const auto [n, reshaped] = work[i];
     const TensorType &t = n->type();
-    if (n->op() == OpKind::Input && n->shape() == x->shape()) {
-      for (size_t d = t.strides.size(); d-- > 0;)
-        if (t.strides[d]->isConst(1) && !t.shape[d]->isConst(1))
-          return static_cast<int64_t>(d);
+    if (n->op() == OpKind::Input) {
+      if (reshaped && lastInnermost(t))
+        return x->rank() - 1;
+      if (!reshaped && n->shape() == x->shape())
+        for (size_t d = t.strides.size(); d-- > 0;)
+          if (t.strides[d]->isConst(1) && !t.shape[d]->isConst(1))
+            return static_cast<int64_t>(d);
+      continue;
     }
     OpCategoryKind c = opCategory(n->op());
-    if (c == OpCategoryKind::Elementwise || c == OpCategoryKind::Cast)
+    if (c == OpCategoryKind::Elementwise || c == OpCategoryKind::Cast) {
       for (const Node *a : n->operands())
-        if (seen.insert(a).second)
-          work.push_back(a);
+        if (!reshaped || a->shape() == n->shape()) // broadcast operands tell nothing of n's
+          follow(a, reshaped);
+      continue;
+    }
+    if ((n->op() != OpKind::Reshape && n->op() != OpKind::Permute) || n->rank() == 0)
+      continue;
+    const Node *a = n->operand(0);
+    if (n->op() == OpKind::Reshape ? a->rank() > 0 && a->shape().back() == n->shape().back()
+                                   : attrs::Permute(*n).dims().back() == n->rank() - 1)
+      follow(a, true);
   }
   if (o.channelsLast && x->rank() == 4)
     return 1;
@@ -140,7 +167,8 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
   int64_t innermost = innermostDim(x, o, known);
   bool rowLike = std::binary_search(dims.begin(), dims.end(), innermost);
   int64_t m = o.multiprocessors;
-  if (results >= (rowLike ? m : o.columnResultsPerCore * m))
+  int64_t resultBytes = results * static_cast<int64_t>(dtypeSize(x->dtype()));
+  if (rowLike ? results >= m : resultBytes >= o.columnResultBytesPerCore * m)
     return std::nullopt;
   // Short column partials only where the columns are known to be neighbours in memory: a
   // BERT layer's bias gradient over a transposed view ([2048, 768] read 2,048 apart) split

@@ -17,8 +17,9 @@
 ///   - O x R >= `minElements` (a small reduction is one fast block either way; a decode
 ///     step's softmax over a vocabulary stays one kernel);
 ///   - column-like (the reduced dims exclude the operand's innermost dim in memory: its last,
-///     or C of a channels-last image): O < `columnResultsPerCore` x multiprocessors, aiming
-///     for `columnPartialsPerCore` partials per multiprocessor; row-like: O < multiprocessors,
+///     or C of a channels-last image): O results of the operand's dtype take fewer than
+///     `columnResultBytesPerCore` bytes per multiprocessor, aiming for
+///     `columnPartialsPerCore` partials per multiprocessor; row-like: O < multiprocessors,
 ///     aiming for `rowPartialsPerCore` per multiprocessor;
 ///   - each partial still reduces at least `minPartialLength` elements (column-like:
 ///     `columnMinPartialLength`): the cut is the divisor nearest what is wanted among those
@@ -30,6 +31,14 @@
 /// elements a partial ([32, 256, 14, 14]: 3.4 us in 32 partials, 9.6 in the 2 that 32 per
 /// multiprocessor and at least 2,048 elements allowed; [32, 64, 56, 56]: 6.8 us in 128, 19.8
 /// in 32).
+/// Unsplit, a column kernel reads a warp's rows in 128-byte lines (8 groups of 16-byte vectors)
+/// only where that still gives two blocks per multiprocessor, O x bytes >= 2 x 128 x
+/// multiprocessors (`columnResultBytesPerCore`); with fewer, its warps read 32-byte pieces of
+/// 16 rows in blocks of up to 1,024 threads, at under half the memory's bandwidth. A ViT-B/16
+/// step's bias gradients on an H200 (f32 sums of bf16 values; benchmarks/gpu_bias_sweep.py,
+/// both stages timed): [6304, 3072] took 22.2 us unsplit and 9.8 in 4 partials; [6304, 2304]
+/// 22.2 and 9.2; a BERT-base f32 [2048, 3072] 8.1 and 6.6. The limit was 8 results per
+/// multiprocessor of any dtype, which left those unsplit.
 /// A column-like split keeps the innermost dim last among the partials' dims (a permute after
 /// the reshape, where the cut would come after it), so that the first stage is a column sum
 /// too: a channels-last [32, 64, 112, 112] cut in H gives partials [32, 4, 64], not [32, 64, 4].
@@ -49,7 +58,7 @@ struct SplitReductionOptions {
   int64_t minElements = int64_t(1) << 20;
   int64_t minPartialLength = 2048;
   int64_t columnMinPartialLength = 256;
-  int64_t columnResultsPerCore = 8;
+  int64_t columnResultBytesPerCore = 256;
   int64_t columnPartialsPerCore = 64;
   int64_t rowPartialsPerCore = 4;
 };

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +63,112 @@ std::string compilerIdentity(const std::string &compiler) {
   return cached;
 }
 
+/// PRECOMPILED HEADER (GCC): the standard headers that every generated CPU module includes
+/// (codegen's kCpuHeader and the CPU emitter's) are parsed once into <key>.h.gch in the cache,
+/// per compiler, flags and braze version, and named with -include ahead of each source that
+/// includes all of them; the source's own includes of them are then no-ops. It changes no
+/// code: the library is the same, and its cache key does not mention the header. Parsing
+/// them took 0.42 s of a small graph's 0.90 s compile on a 2-core x86 machine (g++ 12, -O3);
+/// with the header, 0.39 s, and the same machine code (objdump). Building it takes 1.3 s and
+/// 24 MB, once per cache: into a cache without one, it is built at a process's third cache
+/// miss (kPrecompileAfterMisses), so that a process compiling a graph or two into a fresh
+/// cache does not pay for it. A header that fails a compile which its text passes (damaged, or
+/// a compiler that reads .gch files otherwise) is not used again by the process.
+constexpr const char *kPrecompiled[] = {"algorithm", "cmath",  "cstdint", "cstdio",
+                                        "cstring",   "limits", "omp.h",   "vector"};
+
+constexpr int kPrecompileAfterMisses = 2;
+
+bool includesAllPrecompiled(const std::string &source) {
+  for (const char *h : kPrecompiled)
+    if (source.find(std::string("#include <") + h + ">\n") == std::string::npos)
+      return false;
+  return true;
+}
+
+bool isGcc(const std::string &identity) {
+  auto has = [&](const char *s) { return identity.find(s) != std::string::npos; };
+  if (has("clang") || has("Clang"))
+    return false;
+  return has("g++") || has("gcc") || has("GCC") || identity.rfind("c++ (", 0) == 0;
+}
+
+struct PrecompiledHeaders {
+  std::mutex mu;
+  /// cache dir and key -> the header's path, "" where none can be had
+  std::unordered_map<std::string, std::string> header;
+  int misses = 0;
+  bool off = false; ///< a header failed a compile: none is used by this process
+};
+
+PrecompiledHeaders &precompiledHeaders() {
+  static PrecompiledHeaders p;
+  return p;
+}
+
+/// The header to name with -include when compiling `source` (a cache miss) with its
+/// precompiled form beside it, built into the cache if need be; "" where none serves.
+std::string precompiledHeader(const std::string &source, const HostCompilerOptions &opts,
+                              const std::string &identity) {
+  if (!isGcc(identity) || !includesAllPrecompiled(source))
+    return "";
+  PrecompiledHeaders &p = precompiledHeaders();
+  std::lock_guard<std::mutex> lock(p.mu);
+  ++p.misses;
+  if (p.off)
+    return "";
+  std::string text;
+  for (const char *h : kPrecompiled)
+    text += std::string("#include <") + h + ">\n";
+  std::string flags = hostCompilerFlags(opts.optimization);
+  std::string key =
+      "pch-" + sha256Hex(text + "//" + identity + "\n//" + flags + "\n//" + kBrazeVersion);
+  std::string where = opts.cacheDir + "\n" + key;
+  if (auto it = p.header.find(where); it != p.header.end())
+    return it->second;
+  fs::path dir = entryDir(opts.cacheDir, key);
+  fs::path gch = dir / (key + ".h.gch");
+  EntryLock building(dir, key);
+  if (!cacheEntryIsValid(gch, checksumPath(gch))) {
+    if (p.misses <= kPrecompileAfterMisses)
+      return "";
+    std::string tag = temporaryTag();
+    fs::path scratch = scratchDir();
+    fs::path header = scratch / (key + tag + ".h"), built = scratch / (key + tag + ".h.gch"),
+             log = scratch / (key + tag + ".log");
+    std::string cmd = opts.compiler + " " + flags + " -x c++-header " + header.string() +
+                      " -o " + built.string() + " > " + log.string() + " 2>&1";
+    int status = writeFile(header, text).empty() ? std::system(cmd.c_str()) : -1;
+    std::string image = status == 0 ? readFile(built) : "";
+    std::error_code ec;
+    for (const fs::path &f : {header, built, log})
+      fs::remove(f, ec);
+    if (image.empty()) {
+      if (opts.logCache)
+        logBlock("cache", "no precompiled header: the compiler failed to build it (" +
+                              describeStatus(status) + ")\n");
+      return p.header[where] = "";
+    }
+    gch = storeEntry(opts.cacheDir, gch, checksumPath(gch), image);
+    if (opts.logCache)
+      logBlock("cache", "built precompiled header " + gch.string() + "\n");
+  }
+  fs::path header = gch.parent_path() / (key + ".h");
+  if (readFile(header) != text && !writeFileAtomically(header, text).empty())
+    return p.header[where] = "";
+  return p.header[where] = header.string();
+}
+
+/// After a compile with precompiled header `header` failed and one without it succeeded.
+void dropPrecompiledHeaders(const std::string &header, const HostCompilerOptions &opts) {
+  PrecompiledHeaders &p = precompiledHeaders();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.off = true;
+  if (opts.logCache)
+    logBlock("cache", "precompiled header " + header +
+                          " failed a compile that its text passes; this process uses none\n");
+}
+
 } // namespace
 
 /// Libraries come after the source so that --as-needed linkers keep them.
@@ -101,9 +208,19 @@ CompiledLibrary compileCpp(const std::string &source, const HostCompilerOptions 
            log = scratch / (key + tag + ".log");
   if (std::string why = writeFile(src, source); !why.empty())
     BRAZE_USER_ERROR("compile", "") << "cannot write the generated source: " << why;
-  std::string cmd = opts.compiler + " " + hostCompilerFlags(opts.optimization) + " " + src.string() + " -o " +
-                    tmpLib.string() + " " + kLinkFlags + " " + opts.linkFlags + " > " + log.string() + " 2>&1";
-  int status = std::system(cmd.c_str());
+  auto command = [&](const std::string &header) {
+    return opts.compiler + " " + hostCompilerFlags(opts.optimization) +
+           (header.empty() ? "" : " -include " + header) + " " + src.string() + " -o " +
+           tmpLib.string() + " " + kLinkFlags + " " + opts.linkFlags + " > " + log.string() +
+           " 2>&1";
+  };
+  std::string header = precompiledHeader(source, opts, identity);
+  int status = std::system(command(header).c_str());
+  if (status != 0 && !header.empty()) {
+    status = std::system(command("").c_str());
+    if (status == 0)
+      dropPrecompiledHeaders(header, opts);
+  }
   std::string errors = readFile(log);
   std::error_code ec;
   fs::remove(log, ec);

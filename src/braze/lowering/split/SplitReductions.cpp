@@ -70,19 +70,22 @@ int64_t innermostDim(const Node *x, const SplitReductionOptions &o, bool &known)
     if (seen.insert(a).second)
       work.push_back({a, reshaped});
   };
-  auto lastInnermost = [](const TensorType &t) {
-    return !t.strides.empty() && t.strides.back()->isConst(1) && !t.shape.back()->isConst(1);
+  // The dim with stride 1 (not of size 1), searched from the last; -1 if none.
+  auto strideOneDim = [](const TensorType &t) -> int64_t {
+    for (size_t d = t.strides.size(); d-- > 0;)
+      if (t.strides[d]->isConst(1) && !t.shape[d]->isConst(1))
+        return static_cast<int64_t>(d);
+    return -1;
   };
   for (size_t i = 0; i < work.size() && i < 64; ++i) {
     const auto [n, reshaped] = work[i];
     const TensorType &t = n->type();
     if (n->op() == OpKind::Input) {
-      if (reshaped && lastInnermost(t))
+      int64_t d = strideOneDim(t);
+      if (reshaped && d >= 0 && d == n->rank() - 1)
         return x->rank() - 1;
-      if (!reshaped && n->shape() == x->shape())
-        for (size_t d = t.strides.size(); d-- > 0;)
-          if (t.strides[d]->isConst(1) && !t.shape[d]->isConst(1))
-            return static_cast<int64_t>(d);
+      if (!reshaped && d >= 0 && n->shape() == x->shape())
+        return d;
       continue;
     }
     OpCategoryKind c = opCategory(n->op());

@@ -16,7 +16,8 @@ caller, by a view, by autograd's saved tensors) is busy. A call then uses or mak
 capture (at most three), and when none is free it runs uncaptured. Inputs read in place that
 move for good (a KV cache each generate() allocates) retire the least recently replayed capture
 for a new one; large inputs that move at most calls before the captures have paid off (a
-zero gradient that autograd makes anew for each backward) are copied per call from then on. A
+zero gradient that autograd makes anew for each backward) are copied per call from then on;
+one that moved between a callable's first two calls is copied from its first capture on. A
 capture that fails (an op that synchronizes, an unsupported stream operation)
 is dropped for good and the callable runs uncaptured. So does a graph whose inputs copied per
 call would cost more device time than its kernel launches save (an optimizer step would copy
@@ -388,6 +389,9 @@ class Replayed:
         self.bytes = 0  # device memory the captures reserved
         self.full = False  # no more sizes are captured
         self.failed = False
+        # The large inputs of the first (uncaptured) call, position -> (address, shape), until
+        # the first capture compares them with its own (_moved_since_first_call).
+        self._first_call = None
 
     @property
     def captures(self):
@@ -395,6 +399,8 @@ class Replayed:
 
     def __call__(self, *args):
         self.calls += 1
+        if self.calls == 1 and not self.failed:
+            self._first_call = self._large_inputs(args)
         if self.failed or self.calls == 1 or torch.cuda.is_current_stream_capturing():
             return self.fn(*args)
         key = size_key(args) if self.max_sizes is not None else None
@@ -410,6 +416,8 @@ class Replayed:
                 if k:  # the capture replayed last is tried first at the next call
                     group.captures.insert(0, group.captures.pop(k))
                 return self._replayed(group, c.run(args))
+        if self._first_call is not None:  # the first capture
+            self._moved_since_first_call(args)
         if self.launches is not None:  # the first capture: is it worth its copies?
             launches, self.launches = self.launches, None
             copies = sum(args[i].untyped_storage().nbytes()
@@ -451,6 +459,37 @@ class Replayed:
             f"{self.max_sizes}), holding {self.bytes / 2**20:.1f} MiB (at most "
             f"{budget / 2**20:.0f} MiB); calls at other sizes run uncaptured")
         return False
+
+    def _large_inputs(self, args):
+        """The inputs a capture would read in place for their size alone (not parameters, not
+        written, dense), with their addresses and shapes."""
+        return {i: (a.data_ptr(), tuple(a.shape)) for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor) and i not in self.static and
+                i not in self.written and a.untyped_storage().nbytes() >= _COPY_LIMIT_BYTES
+                and _dense(a)}
+
+    def _moved_since_first_call(self, args):
+        """At the first capture: large inputs of the same shape that are at another address than
+        at the first call, and are no earlier replay's output, are copied per call from the
+        start, where the copies cost less than the launches a replay saves. A zero gradient that
+        autograd makes anew for each backward (a language model's logits, which the loss does
+        not read) moves at every call; read in place, it would take a capture per call until
+        _copy_moving gives up on it, each capture holding its own memory."""
+        first, self._first_call = self._first_call, None
+        moved = {i for i, (ptr, shape) in self._large_inputs(args).items()
+                 if i in first and first[i][1] == shape and first[i][0] != ptr and
+                 not _fixed_memory(args[i])}
+        if not moved:
+            return
+        moving = self.moving | moved
+        copies = sum(args[i].untyped_storage().nbytes()
+                     for i in _copied(args, self.static, self.written, moving))
+        if (self.launch_count is not None and
+                copies / _COPY_BYTES_PER_SECOND > self.launch_count * _LAUNCH_SECONDS):
+            return
+        self.moving = frozenset(moving)
+        log(f"{self.name} copies inputs {sorted(moved)} per call: large, they moved between "
+            f"its first two calls ({copies / 2**20:.1f} MiB copied per call)")
 
     def _copy_moving(self, group, args):
         """Makes room for a capture when the inputs read in place for their size alone (not

@@ -160,11 +160,14 @@ class LogitsHead(torch.nn.Module):
         return logits.logsumexp(-1).mean(), logits
 
 
-def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch):
-    """The logits' zero gradient (128 KiB, large here) is read in place at first. It is at a
-    new address at every step, so after the captures allowed it is copied per call instead:
-    the backward replays at every later step rather than running uncaptured, and every step
-    equals the uncaptured run's."""
+@pytest.mark.parametrize("moves_from", [0, 2])
+def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch, moves_from):
+    """The logits' zero gradient (128 KiB, large here) is at a new address at every step from
+    step `moves_from` on. One that moved between the backward's first two calls is copied per
+    call from its first capture: one capture for the forward and one for the backward. One
+    that was read in place at the first capture is copied per call once it has moved at most
+    calls: the backward replays at every later step rather than running uncaptured. Every
+    step equals the uncaptured run's."""
     from braze import cudagraphs
     said = []
     monkeypatch.setattr(cudagraphs, "_COPY_LIMIT_BYTES", 64 << 10)
@@ -177,23 +180,33 @@ def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch):
         m = LogitsHead().cuda().train()
         f = compiled(m, cuda_graphs)
         history, keep = [], []
-        for _ in range(16):
+        for step in range(16):
             m.zero_grad(set_to_none=True)
             loss, logits = f(x)
             loss.backward()
             history.append([loss.detach().clone()] + [p.grad.clone() for p in m.parameters()])
-            # Memory that takes the freed zero gradient's block: the next one is elsewhere.
-            keep.append(torch.empty_like(logits))
+            if step + 1 >= moves_from:
+                # Memory that takes the freed zero gradient's block: the next one is elsewhere.
+                keep.append(torch.empty_like(logits))
+            # Held across the next call, the logits would keep the forward's capture busy:
+            # forward and backward would take a second capture each (double buffering).
+            del logits
         return history
 
     before, busy = braze.counters(), braze.counters()["cuda_graph_busy"]
     captured = steps(True)
     d = delta(before)
-    moved = [m for m in said if "per call from now on" in m]
-    assert len(moved) == 1 and "(backward) copies inputs [" in moved[0], said
-    # Forward: 15 replays. Backward: from the capture that copies, at most 4 steps after the
-    # first, at every step.
-    assert d["cuda_graph_replays"] >= 15 + 11 and braze.counters()["cuda_graph_busy"] == busy, d
+    if moves_from == 0:
+        moved = [m for m in said if "moved between its first two calls" in m]
+        assert len(moved) == 1 and "(backward) copies inputs [" in moved[0], said
+        assert d["cuda_graphs"] == 2 and d["cuda_graph_replays"] == 2 * 15, d
+    else:
+        moved = [m for m in said if "per call from now on" in m]
+        assert len(moved) == 1 and "(backward) copies inputs [" in moved[0], said
+        # Forward: 15 replays. Backward: from the capture that copies, at most 4 steps after
+        # the first, at every step.
+        assert d["cuda_graph_replays"] >= 15 + 11, d
+    assert braze.counters()["cuda_graph_busy"] == busy
     torch._dynamo.reset()
     plain = steps(False)
     for step_c, step_p in zip(captured, plain):

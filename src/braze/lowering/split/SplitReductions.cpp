@@ -50,14 +50,32 @@ int64_t nearestDivisor(int64_t n, int64_t want, int64_t most) {
   return best;
 }
 
+/// Whether a reshape from `in` to `out` keeps runs of the last dim together: the last sizes are
+/// equal, or one divides the other and both are at least a warp's 32 (a ViT's [197, 384, 64]
+/// attention gradient viewed as [197, 32, 768] merges heads into its last dim, 64 elements a
+/// run; [.., 3, 768] viewed as [.., 2304]).
+bool keepsLastRuns(const std::vector<SymExpr> &in, const std::vector<SymExpr> &out) {
+  if (in.empty() || out.empty())
+    return false;
+  if (in.back() == out.back())
+    return true;
+  if (!in.back()->isConst() || !out.back()->isConst())
+    return false;
+  int64_t a = in.back()->value(), b = out.back()->value();
+  return std::min(a, b) >= 32 && (a % b == 0 || b % a == 0);
+}
+
 /// The innermost dim in memory of a value of x's shape that x reads: the stride-1 dim of the
 /// first graph input of x's shape found through elementwise ops and casts (the operands a
 /// fused reduction loads), else C of an image stored channels-last, else the last dim, a
 /// guess (`known` false): x may read a permuted view of a value stored otherwise.
-/// Past a reshape that keeps the last dim's size, or a permute that keeps the last dim last,
-/// only x's last dim can be told innermost: by an input of the walk's shape whose last dim has
-/// stride 1 (a ViT's bias gradients sum a [6304, 768] view of a [32, 197, 768] gradient). A
-/// permute that moves the last dim ends the walk there (a transposed view, `known` false).
+/// Past a reshape that keeps runs of the last dim together (keepsLastRuns), an expand of the
+/// other dims, or a permute that keeps the last dim last, only x's last dim can be told
+/// innermost: by an input of the walk's shape whose last dim has stride 1 (a ViT's bias
+/// gradients sum a [6304, 768] view of a [32, 197, 768] gradient), or by an attention's
+/// result, whose head dim has stride 1 in every layout braze gives it (the ViT's in-projection
+/// bias gradient sums a [197, 32, 2304] view of the three attention gradients). A permute that
+/// moves the last dim ends the walk there (a transposed view, `known` false).
 int64_t innermostDim(const Node *x, const SplitReductionOptions &o, bool &known) {
   known = true;
   struct Item {
@@ -88,6 +106,11 @@ int64_t innermostDim(const Node *x, const SplitReductionOptions &o, bool &known)
         return d;
       continue;
     }
+    if (n->op() == OpKind::Attention || n->op() == OpKind::AttentionGrad) {
+      if (reshaped || n->shape() == x->shape())
+        return x->rank() - 1;
+      continue;
+    }
     OpCategoryKind c = opCategory(n->op());
     if (c == OpCategoryKind::Elementwise || c == OpCategoryKind::Cast) {
       for (const Node *a : n->operands())
@@ -95,11 +118,18 @@ int64_t innermostDim(const Node *x, const SplitReductionOptions &o, bool &known)
           follow(a, reshaped);
       continue;
     }
-    if ((n->op() != OpKind::Reshape && n->op() != OpKind::Permute) || n->rank() == 0)
+    if (n->rank() == 0 || (n->op() != OpKind::Reshape && n->op() != OpKind::Expand &&
+                           n->op() != OpKind::Permute))
       continue;
     const Node *a = n->operand(0);
-    if (n->op() == OpKind::Reshape ? a->rank() > 0 && a->shape().back() == n->shape().back()
-                                   : attrs::Permute(*n).dims().back() == n->rank() - 1)
+    bool keeps = false;
+    if (n->op() == OpKind::Reshape)
+      keeps = keepsLastRuns(a->shape(), n->shape());
+    else if (n->op() == OpKind::Expand) // a broadcast last dim reads one element over and over
+      keeps = a->rank() > 0 && a->shape().back() == n->shape().back();
+    else if (n->op() == OpKind::Permute)
+      keeps = attrs::Permute(*n).dims().back() == n->rank() - 1;
+    if (keeps)
       follow(a, true);
   }
   if (o.channelsLast && x->rank() == 4)
@@ -203,8 +233,11 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
       continue;
     }
     cut = nearestDivisor(sizes[d], need, most / partials);
-    if (cut == 1)
-      break;
+    if (cut == 1) {
+      // No divisor: this dim stays whole in the first stage, and the next one is cut (a ViT's
+      // bias gradients over [197, 32, C]: 197 is prime, the 32 images are cut).
+      continue;
+    }
     if (cut == sizes[d])
       whole.push_back(d);
     else
@@ -240,11 +273,17 @@ std::optional<Split> planSplit(const Node *n, const SplitReductionOptions &o) {
   return s;
 }
 
-/// A half-precision sum or product keeps an f32 accumulator across both stages.
+/// A half-precision sum or product keeps an f32 accumulator across both stages; an integer one
+/// keeps its own dtype (the builder's default for integers is i64: an argsort's i32 counts
+/// would take two adds a step, and wrap the same way).
 std::optional<DType> accumulator(const Node *n) {
-  bool widen = (n->op() == OpKind::Sum || n->op() == OpKind::Prod) &&
-               (n->dtype() == DType::Float16 || n->dtype() == DType::BFloat16);
-  return widen ? std::optional<DType>(DType::Float32) : std::nullopt;
+  if (n->op() != OpKind::Sum && n->op() != OpKind::Prod)
+    return std::nullopt;
+  if (n->dtype() == DType::Float16 || n->dtype() == DType::BFloat16)
+    return DType::Float32;
+  if (!isFloating(n->dtype()))
+    return n->dtype();
+  return std::nullopt;
 }
 
 } // namespace

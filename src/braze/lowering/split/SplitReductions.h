@@ -4,7 +4,8 @@
 ///   r = reduce(x, D)  ->  p = reduce(reshape(x), D1, keepdim)      (partials, many)
 ///                          r = reduce(p, D1 + D2)                     (few, short)
 /// where D2 holds the outermost reduced dims (the last of them split in two by the reshape when
-/// a divisor of its size gives about the wanted number of partials) and D1 the rest.
+/// a divisor of its size gives about the wanted number of partials) and D1 the rest. A reduced
+/// dim with no such divisor (a prime) stays in D1, and the next reduced dim is considered.
 ///
 /// Why: a CUDA reduction kernel gives each result one block, or (a sum per column, the
 /// reduced elements apart in memory) 8 to 32 results one block. A batch norm's per-channel

@@ -188,9 +188,9 @@ def test_a_large_input_that_moves_at_most_calls_is_copied(monkeypatch, moves_fro
             if step + 1 >= moves_from:
                 # Memory that takes the freed zero gradient's block: the next one is elsewhere.
                 keep.append(torch.empty_like(logits))
-            # Held across the next call, the logits would keep the forward's capture busy:
+            # Held across the next call, the loss and logits would keep the forward's capture busy:
             # forward and backward would take a second capture each (double buffering).
-            del logits
+            del loss, logits
         return history
 
     before, busy = braze.counters(), braze.counters()["cuda_graph_busy"]

@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export BRAZE_CACHE_DIR ?= $(abspath build/cache)
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-gpu-column-sweep bench-gpu-bias-sweep bench-optimizer bench-distributed bench-scatter zoo clean \
+.PHONY: env build demo test test-cpp test-python test-conformance test-fuzz test-install wheel test-wheel bench-cpu bench-cpu-training bench-cpu-memory bench-cnn-training bench-gpu bench-gpu-training bench-gpu-attention bench-gpu-export bench-gpu-dropout bench-gpu-column-sums bench-gpu-column-sweep bench-gpu-bias-sweep bench-gpu-pointwise-sweep bench-optimizer bench-distributed bench-scatter zoo clean \
         sanitize fuzz fuzz-build
 
 $(STAMP): Makefile
@@ -138,6 +138,11 @@ bench-gpu-column-sweep: build
 # under braze's records and others, on the GPU.
 bench-gpu-bias-sweep: build
 	$(PY) benchmarks/gpu_bias_sweep.py
+
+# Pointwise kernels of bf16 training (casts, a mixed-precision residual, copies) under braze's
+# launch record and others of other lanes and block sizes, on the GPU.
+bench-gpu-pointwise-sweep: build
+	$(PY) benchmarks/gpu_pointwise_sweep.py
 
 bench-optimizer: build
 	$(PY) benchmarks/optimizer_step.py $(if $(shell nvidia-smi -L 2>/dev/null),,--device cpu --scale 0.25)

@@ -115,9 +115,10 @@ private:
                                              const std::set<const Buffer *> &writes);
 
   /// Elements per thread along `var`: 16 bytes of the narrowest operand contiguous along it,
-  /// when var's extent is a constant multiple of that; else 1.
+  /// when var's extent is a constant multiple of that; else 1. `widest`, when given, is set to
+  /// the size in bytes of the widest such operand (0 if none).
   int laneCount(const std::vector<const Member *> &members, SymExpr var,
-                const std::set<const Buffer *> &writes);
+                const std::set<const Buffer *> &writes, int *widest = nullptr);
 
   // ---- Kernel text ---------------------------------------------------------------------------
 

@@ -43,13 +43,17 @@ CudaEmitter::plainLoads(const std::vector<const Member *> &members,
 }
 
 int CudaEmitter::laneCount(const std::vector<const Member *> &members, SymExpr var,
-                           const std::set<const Buffer *> &writes) {
+                           const std::set<const Buffer *> &writes, int *widest) {
+  if (widest)
+    *widest = 0;
   if (!var || !var->extent()->isConst())
     return 1;
   int narrowest = 0;
   auto consider = [&](DType t) {
     int b = static_cast<int>(dtypeSize(t));
     narrowest = narrowest == 0 ? b : std::min(narrowest, b);
+    if (widest)
+      *widest = std::max(*widest, b);
   };
   // An operand contiguous only in groups counts where a vector of it (16 bytes) stays in
   // one group; emitLanes checks each operand again against the lanes chosen.
@@ -255,6 +259,16 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   p.vec = lanesAllowed(k, writes);
   if (k.innerVars.empty()) {
     p.block = kPointwiseBlock;
+    // No access wider than 16 bytes a thread: lanes sized for the narrowest operand give a
+    // wider one 32-byte pieces per thread, so each of a warp's vector stores or loads covers
+    // every other 16 bytes of a 1 KiB span (an H200: a bf16 gradient widened to f32, 7.25 us
+    // at 8 lanes, 6.23 at 4; an f32 + bf16 residual writing both, 15.6 against 8.0;
+    // benchmarks/gpu_pointwise_sweep.py). A launch record may still ask for the most lanes.
+    int widest = 0;
+    if (!k.outerVars.empty())
+      laneCount(laneMembers(k), k.outerVars.back(), writes, &widest);
+    while (p.vec > 1 && p.vec * widest > 16)
+      p.vec /= 2;
     // Without vector lanes, one scalar access per thread keeps too few bytes in flight for
     // the memory's bandwidth (a [1024, 50257] gradient of unaligned rows): a thread of a
     // large kernel takes kSpread points.

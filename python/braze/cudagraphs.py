@@ -487,15 +487,23 @@ class Replayed:
                  not _fixed_memory(args[i])}
         if not moved:
             return
+        copies = self._copy_from_now_on(args, moved)
+        if copies is None:
+            return
+        log(f"{self.name} copies inputs {sorted(moved)} per call: large, they moved between "
+            f"its first two calls ({copies / 2**20:.1f} MiB copied per call)")
+
+    def _copy_from_now_on(self, args, moved):
+        """Adds inputs `moved` to those copied per call, unless the copies of a call would then
+        cost more than the launches a replay saves: the bytes a call copies, or None."""
         moving = self.moving | moved
         copies = sum(args[i].untyped_storage().nbytes()
                      for i in _copied(args, self.static, self.written, moving))
         if (self.launch_count is not None and
                 copies / _COPY_BYTES_PER_SECOND > self.launch_count * _LAUNCH_SECONDS):
-            return
+            return None
         self.moving = frozenset(moving)
-        log(f"{self.name} copies inputs {sorted(moved)} per call: large, they moved between "
-            f"its first two calls ({copies / 2**20:.1f} MiB copied per call)")
+        return copies
 
     def _copy_moving(self, group, args):
         """Makes room for a capture when the inputs read in place for their size alone (not
@@ -516,13 +524,9 @@ class Replayed:
                     moving.add(i)
         if not moving:
             return False
-        moving = self.moving | moving
-        copies = sum(args[i].untyped_storage().nbytes()
-                     for i in _copied(args, self.static, self.written, moving))
-        if (self.launch_count is not None and
-                copies / _COPY_BYTES_PER_SECOND > self.launch_count * _LAUNCH_SECONDS):
+        copies = self._copy_from_now_on(args, moving)
+        if copies is None:
             return False
-        self.moving = frozenset(moving)
         for c in group.captures:
             c.release()
         group.captures = []

@@ -251,8 +251,9 @@ private:
   std::vector<const Member *> laneMembers(const Kernel &k);
 
   /// The most lanes k's accesses and sizes allow along its innermost variable (the inner one,
-  /// else the last outer one).
-  int lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes);
+  /// else the last outer one); `widest` as laneCount sets it.
+  int lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes,
+                   int *widest = nullptr);
 
   /// Column lanes: how many neighbouring rows of column kernel k a thread may take, their
   /// operands read as vectors along the last row variable (laneCount over it). 1 unless k is

@@ -200,11 +200,12 @@ std::vector<const Member *> CudaEmitter::laneMembers(const Kernel &k) {
   return members;
 }
 
-int CudaEmitter::lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes) {
+int CudaEmitter::lanesAllowed(const Kernel &k, const std::set<const Buffer *> &writes,
+                              int *widest) {
   SymExpr var = !k.innerVars.empty() ? k.innerVars.back()
                 : k.outerVars.empty() ? nullptr
                                       : k.outerVars.back();
-  return laneCount(laneMembers(k), var, writes);
+  return laneCount(laneMembers(k), var, writes, widest);
 }
 
 int CudaEmitter::columnLanes(const Kernel &k, const std::set<const Buffer *> &writes) {
@@ -256,7 +257,8 @@ int CudaEmitter::memberGroups(const Kernel &k) {
 sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
   sched::CudaLaunch p;
   std::set<const Buffer *> writes = written(k);
-  p.vec = lanesAllowed(k, writes);
+  int widest = 0;
+  p.vec = lanesAllowed(k, writes, &widest);
   if (k.innerVars.empty()) {
     p.block = kPointwiseBlock;
     // No access wider than 16 bytes a thread: lanes sized for the narrowest operand give a
@@ -264,9 +266,6 @@ sched::CudaLaunch CudaEmitter::planLaunch(const Kernel &k) {
     // every other 16 bytes of a 1 KiB span (an H200: a bf16 gradient widened to f32, 7.25 us
     // at 8 lanes, 6.23 at 4; an f32 + bf16 residual writing both, 15.6 against 8.0;
     // benchmarks/gpu_pointwise_sweep.py). A launch record may still ask for the most lanes.
-    int widest = 0;
-    if (!k.outerVars.empty())
-      laneCount(laneMembers(k), k.outerVars.back(), writes, &widest);
     while (p.vec > 1 && p.vec * widest > 16)
       p.vec /= 2;
     // Without vector lanes, one scalar access per thread keeps too few bytes in flight for

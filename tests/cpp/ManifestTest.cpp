@@ -25,7 +25,7 @@ ManifestEntry cudaEntry() {
   e.checksIndices = true;
   e.source = "line one\nsource 12\n\nwith a record's look\n";
   e.numKernels = 2;
-  e.gemmChoices = {{"gemm_64_128_32_1", 3}, {"gemm_8_8_8_0", 0}};
+  e.libraryChoices = {{"gemm_64_128_32_1", 3}, {"gemm_8_8_8_0", 0}, {"conv_0_4_1_0_16", 2}};
   return e;
 }
 
@@ -43,7 +43,7 @@ TEST(ManifestTest, TextReadsBack) {
   EXPECT_TRUE(back->checksIndices);
   EXPECT_EQ(back->source, e.source);
   EXPECT_EQ(back->numKernels, 2);
-  EXPECT_EQ(back->gemmChoices, e.gemmChoices);
+  EXPECT_EQ(back->libraryChoices, e.libraryChoices);
 }
 
 TEST(ManifestTest, AnythingButAWholeEntryIsNone) {

@@ -179,3 +179,54 @@ def test_a_kernel_that_updates_its_input_is_tuned_from_one_state(device, tmp_pat
     got = fn(p, g)
     torch.testing.assert_close(p, want_p)
     torch.testing.assert_close(got, want_p.sum(dim=0), atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_convolutions_take_the_fastest_of_cudnns_engines(device, dtype, tmp_path, monkeypatch,
+                                                         capfd):
+    # A training step's convolutions (forward, weight and input gradients) in each engine
+    # config cuDNN's heuristics offer; the choices are stored with the tuned module and a warm
+    # compile restores them, tuning nothing.
+    if device != "cuda":
+        pytest.skip("cuDNN's engines serve CUDA convolutions")
+    if cuda_support.cudnn_library() is None:
+        pytest.skip("cuDNN was not found")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BRAZE_LOG", "autotune")
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(64, 128, 3, padding=1).to(device, dtype, memory_format=torch.channels_last)
+    x = torch.randn(16, 64, 56, 56, device=device, dtype=dtype).contiguous(
+        memory_format=torch.channels_last).requires_grad_()
+
+    def step(x):
+        return conv(x).relu().square().mean()
+
+    def grads(fn):
+        for t in (x, conv.weight, conv.bias):
+            t.grad = None
+        loss = fn(x)
+        loss.backward()
+        return [loss.detach(), x.grad, conv.weight.grad, conv.bias.grad]
+
+    want = grads(step)
+    got = grads(torch.compile(step, backend="braze", options={"autotune": 5}))
+    tol = 1e-2 if dtype == torch.float16 else 1e-4
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=tol * w.abs().max().item(), rtol=tol)
+    said = capfd.readouterr().err
+    timed = re.findall(r"convolutions:\n((?:conv_[\d_-]+:\n(?:  [* ] engine \d+  .*\n)+)+)", said)
+    assert timed, said
+    problems = re.findall(r"^conv_[\d_-]+:$", "".join(timed), re.M)
+    winners = re.findall(r"^  \* engine \d+  [\d.]+ us$", "".join(timed), re.M)
+    # The forward in the forward graph; the two gradients in the backward's.
+    assert len(problems) >= 3 and len(winners) == len(problems), said
+    stored = [m for m in tmp_path.rglob("*.manifest")
+              if re.search(rb"\nlibrary_choice \d+\nconv_[\d_-]+ \d+\n", m.read_bytes())]
+    assert stored, "no manifest records the engines"
+    # A warm compile restores the choices from the manifest and tunes nothing.
+    torch._dynamo.reset()
+    before = braze.compile_times()["autotune"]
+    again = grads(torch.compile(step, backend="braze", options={"autotune": 5}))
+    for g, w in zip(again, got):
+        torch.testing.assert_close(g, w, atol=tol * w.abs().max().item(), rtol=tol)
+    assert braze.compile_times()["autotune"] == before

@@ -3,6 +3,7 @@
 #include "braze/driver/AutotuneParts.h"
 #include "braze/jit/CacheFiles.h"
 #include "braze/runtime/CublasLt.h"
+#include "braze/runtime/Cudnn.h"
 #include "braze/runtime/CudaModule.h"
 #include "braze/runtime/CudaTuning.h"
 #include "braze/support/Check.h"
@@ -197,32 +198,29 @@ double medianMs(const std::function<void()> &launch, double onceMs, const Scratc
   return median(samples);
 }
 
-DType dtypeOf(runtime::GemmDType t) {
-  switch (t) {
-  case runtime::GemmDType::Float64: return DType::Float64;
-  case runtime::GemmDType::Float16: return DType::Float16;
-  case runtime::GemmDType::BFloat16: return DType::BFloat16;
-  default: return DType::Float32;
-  }
+/// The dtype of a library result's kind (LibraryTuning::outKind).
+DType dtypeOfKind(int kind) {
+  static const DType kinds[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  return kinds[kind];
 }
 
-/// Runs product `t` in each algorithm the heuristics offered, checks each result against the
-/// first's and times it: the algorithm to keep.
-int tuneGemm(const runtime::GemmTuning &t, Checker &checker, const Scratch &flush, int device,
-             std::ostream &log) {
-  Scratch planned(device, std::max<size_t>(t.cBytes, 1));
+/// Runs library call `t` with each choice its heuristics offered (`what`: "algorithm",
+/// "engine"), checks each result against the first's and times it: the choice to keep.
+int tuneLibrary(const runtime::LibraryTuning &t, const char *what, Checker &checker,
+                const Scratch &flush, int device, std::ostream &log) {
+  Scratch planned(device, std::max<size_t>(t.outBytes, 1));
   runtime::CudaTimer timer(device);
-  std::vector<double> times(t.algorithms, -1);
-  std::vector<std::string> verdicts(t.algorithms);
-  for (int i = 0; i < t.algorithms; ++i) {
+  std::vector<double> times(t.choices, -1);
+  std::vector<std::string> verdicts(t.choices);
+  for (int i = 0; i < t.choices; ++i) {
     if (std::string why = t.run(i); !why.empty()) {
       verdicts[i] = "does not run: " + why;
       continue;
     }
     if (i == 0)
-      runtime::cudaCopyOn(device, planned.get(), t.c, t.cBytes, t.stream);
-    else if (std::string why = checker.compare(t.c, planned.get(), t.cBytes, dtypeOf(t.cDtype),
-                                               t.stream);
+      runtime::cudaCopyOn(device, planned.get(), t.out, t.outBytes, t.stream);
+    else if (std::string why = checker.compare(t.out, planned.get(), t.outBytes,
+                                               dtypeOfKind(t.outKind), t.stream);
              !why.empty()) {
       verdicts[i] = "differs from the heuristics' choice: " + why;
       continue;
@@ -232,8 +230,8 @@ int tuneGemm(const runtime::GemmTuning &t, Checker &checker, const Scratch &flus
   }
   const int best = fastest(times);
   log << t.key << ":\n";
-  for (int i = 0; i < t.algorithms; ++i)
-    log << "  " << (i == best ? "* " : "  ") << "algorithm " << i << "  "
+  for (int i = 0; i < t.choices; ++i)
+    log << "  " << (i == best ? "* " : "  ") << what << " " << i << "  "
         << (times[i] >= 0 ? milliseconds(times[i]) : verdicts[i]) << "\n";
   return best;
 }
@@ -428,19 +426,39 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     (f->stored ? done : pending).push_back(f);
   }
   Scratch flush(device, kFlushBytes);
-  // The matrix products, in one run of the graph.
-  std::ostringstream gemms;
-  if (source.usesGemm && !opts.cuda->cublasLtLibrary.empty()) {
-    runtime::CublasLt &lt = runtime::CublasLt::load(opts.cuda->cublasLtLibrary);
-    lt.setTuner([&](const runtime::GemmTuning &t) -> int {
-      if (since(start) > budget)
-        return 0;
-      int chosen = tuneGemm(t, checker, flush, device, gemms);
-      tuning.result.gemmChoices.push_back({t.key, chosen});
-      return chosen;
-    });
-    Finally clear{[&] { lt.setTuner(nullptr); }};
-    runGraph();
+  // The matrix products and the convolutions, in one run of the graph.
+  std::ostringstream gemmLog, convLog;
+  {
+    runtime::CublasLt *lt = source.usesGemm && !opts.cuda->cublasLtLibrary.empty()
+                                ? &runtime::CublasLt::load(opts.cuda->cublasLtLibrary)
+                                : nullptr;
+    // (cuDNN's attention keeps its heuristics' engine: only convolutions are offered.)
+    const bool convolutions = std::any_of(s.kernels.begin(), s.kernels.end(),
+                                          [](const sched::Kernel &k) { return k.conv(); });
+    runtime::Cudnn *dnn = source.usesCudnn && convolutions && !opts.cuda->cudnnLibrary.empty()
+                              ? &runtime::Cudnn::load(opts.cuda->cudnnLibrary)
+                              : nullptr;
+    auto tuner = [&](const char *what, std::ostream &log) {
+      return [&, what](const runtime::LibraryTuning &t) -> int {
+        if (since(start) > budget)
+          return 0;
+        int chosen = tuneLibrary(t, what, checker, flush, device, log);
+        tuning.result.libraryChoices.push_back({t.key, chosen});
+        return chosen;
+      };
+    };
+    if (lt)
+      lt->setTuner(tuner("algorithm", gemmLog));
+    if (dnn)
+      dnn->setTuner(tuner("engine", convLog), [&] { return since(start) <= budget; });
+    Finally clear{[&] {
+      if (lt)
+        lt->setTuner(nullptr);
+      if (dnn)
+        dnn->setTuner(nullptr);
+    }};
+    if (lt || dnn)
+      runGraph();
   }
   double perFunction = 0; // seconds one function's forms took, compiled and timed
   std::ostringstream batches;
@@ -509,13 +527,17 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     for (const std::string &kernel : f->kernels)
       records << kernel << " " << text << "\n";
   }
-  int gemmsChanged = 0;
-  for (const auto &choice : tuning.result.gemmChoices)
-    gemmsChanged += choice.second != 0;
-  tuning.log << "matrix products:\n" << gemms.str() << "batches:\n" << batches.str() << "timed "
-             << tuning.result.functionsTimed << " functions (" << tuning.result.functionsCached
-             << " more stored), " << tuning.result.functionsChanged << " changed; "
-             << tuning.result.gemmChoices.size() << " matrix products, " << gemmsChanged
+  int gemms = 0, gemmsChanged = 0, convs = 0, convsChanged = 0;
+  for (const auto &[key, index] : tuning.result.libraryChoices) {
+    bool conv = key.rfind("conv", 0) == 0;
+    ++(conv ? convs : gemms);
+    (conv ? convsChanged : gemmsChanged) += index != 0;
+  }
+  tuning.log << "matrix products:\n" << gemmLog.str() << "convolutions:\n" << convLog.str()
+             << "batches:\n" << batches.str() << "timed " << tuning.result.functionsTimed
+             << " functions (" << tuning.result.functionsCached << " more stored), "
+             << tuning.result.functionsChanged << " changed; " << gemms << " matrix products, "
+             << gemmsChanged << " changed; " << convs << " convolutions, " << convsChanged
              << " changed; in " << since(start) << " s\n";
   tuning.result.records = records.str();
   return tuning.finish();

@@ -46,9 +46,10 @@ struct TuneResult {
   /// Launch records (`kernelN launch{...}`, as braze-opt --launch reads them) for the kernels
   /// whose best form is not their planned one; empty when none.
   std::string records;
-  /// The cuBLASLt algorithm chosen for each product timed (GemmTuning::key, its index in the
-  /// heuristics' list; 0 where their own choice stayed fastest).
-  std::vector<std::pair<std::string, int>> gemmChoices;
+  /// The cuBLASLt algorithm chosen for each product timed and the cuDNN engine config for each
+  /// convolution (LibraryTuning::key, its index in the heuristics' list; 0 where their own
+  /// choice stayed fastest).
+  std::vector<std::pair<std::string, int>> libraryChoices;
   std::string log; ///< each function's forms, their times and the verdict (BRAZE_LOG=autotune)
   double seconds = 0;
   int functionsTimed = 0, functionsCached = 0, functionsChanged = 0;

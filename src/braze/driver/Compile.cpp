@@ -367,7 +367,7 @@ CompileResult loadCompiled(const ManifestEntry &e, runtime::ModuleSpec spec,
     if (e.usesCudnn)
       spec.cudnnLibrary = cuda.cudnnLibrary;
     spec.checksIndices = e.checksIndices;
-    spec.gemmChoices = e.gemmChoices;
+    spec.libraryChoices = e.libraryChoices;
     jit::NvrtcOptions no = nvrtcFor(cuda, jo);
     for (const auto &[name, program] : e.deferred)
       spec.deferred.push_back({name, [source = program, no] {
@@ -524,7 +524,7 @@ static void autotune(Lowered &l, ManifestEntry &e, CompileResult &r,
   } catch (const std::exception &ex) {
     t.log += std::string("not tuned: ") + ex.what() + "\n";
     t.records.clear();
-    t.gemmChoices.clear();
+    t.libraryChoices.clear();
   }
   if (!t.records.empty() && !opts.cuda) {
     codegen::applyCpuLaunches(l.schedule, sched::parseCpuLaunchRecords(t.records));
@@ -539,8 +539,8 @@ static void autotune(Lowered &l, ManifestEntry &e, CompileResult &r,
     bool hit = false;  // the winners' compile is the autotuner's time
     e = compileCudaModule(l, jo, *opts.cuda, again, clock, hit);
   }
-  e.gemmChoices = t.gemmChoices; // the CPU's: none
-  if (!t.records.empty() || !t.gemmChoices.empty())
+  e.libraryChoices = t.libraryChoices; // the CPU's: none
+  if (!t.records.empty() || !t.libraryChoices.empty())
     r = loadCompiled(e, spec, opts, jo, CompileTimes{}, clock);
   r.times = planned;
   lap(clock);

@@ -103,8 +103,8 @@ std::string manifestText(const ManifestEntry &e) {
   put(out, "cudnn", e.usesCudnn ? "1" : "0");
   put(out, "checks", e.checksIndices ? "1" : "0");
   put(out, "kernels", std::to_string(e.numKernels));
-  for (const auto &[key, index] : e.gemmChoices)
-    put(out, "gemm_algorithm", key + " " + std::to_string(index));
+  for (const auto &[key, index] : e.libraryChoices)
+    put(out, "library_choice", key + " " + std::to_string(index));
   put(out, "source", e.source);
   return out;
 }
@@ -160,12 +160,12 @@ std::optional<ManifestEntry> parseManifest(const std::string &text) {
           value.find_first_not_of("0123456789") != std::string::npos)
         return std::nullopt;
       e.numKernels = std::stoi(value);
-    } else if (name == "gemm_algorithm") {
+    } else if (name == "library_choice") {
       size_t sp = value.find(' ');
       if (sp == std::string::npos || sp + 1 == value.size() || value.size() - sp > 3 ||
           value.find_first_not_of("0123456789", sp + 1) != std::string::npos)
         return std::nullopt;
-      e.gemmChoices.push_back({value.substr(0, sp), std::stoi(value.substr(sp + 1))});
+      e.libraryChoices.push_back({value.substr(0, sp), std::stoi(value.substr(sp + 1))});
     } else if (name == "source") {
       e.source = value;
       sawSource = true;

@@ -34,8 +34,8 @@ struct ManifestEntry {
   bool usesGemm = false, usesCudnn = false, checksIndices = false;
   std::string source;
   int numKernels = 0;
-  /// The autotuner's cuBLASLt algorithms (runtime::ModuleSpec::gemmChoices).
-  std::vector<std::pair<std::string, int>> gemmChoices;
+  /// The autotuner's cuBLASLt algorithms and cuDNN engines (runtime::ModuleSpec::libraryChoices).
+  std::vector<std::pair<std::string, int>> libraryChoices;
 };
 
 /// The manifest key of `g` compiled with `opts` (before any pass rewrites g).

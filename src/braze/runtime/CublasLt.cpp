@@ -206,7 +206,7 @@ struct Plan {
 /// How many algorithms the heuristics are asked for (the autotuner's candidates).
 constexpr int kOfferedAlgorithms = 8;
 
-/// A PlanKey as one word (GemmTuning::key, the tuned modules' record of their choices).
+/// A PlanKey as one word (LibraryTuning::key, the tuned modules' record of their choices).
 std::string keyText(const PlanKey &k) {
   std::string s = "gemm";
   for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.batch, k.strideA, k.strideB, k.strideC,
@@ -241,7 +241,7 @@ struct CublasLt::Impl {
 
   std::mutex mutex; ///< guards plans and the per-call bias pointer on a cached descriptor
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
-  std::function<int(const GemmTuning &)> tuner;  ///< setTuner's
+  std::function<int(const LibraryTuning &)> tuner;  ///< setTuner's
   std::unordered_map<std::string, int> preferred; ///< prefer's, by keyText
 
   std::string statusText(Status s) const {
@@ -416,7 +416,7 @@ std::unique_ptr<CublasLt> CublasLt::openLibrary(const std::string &libraryPath) 
 
 size_t CublasLt::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
 
-void CublasLt::setTuner(std::function<int(const GemmTuning &)> tuner) {
+void CublasLt::setTuner(std::function<int(const LibraryTuning &)> tuner) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->tuner = std::move(tuner);
 }
@@ -527,17 +527,18 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
     return s == kStatusSuccess ? std::string() : im.failure("cublasLtMatmul", s, p);
   };
   if (im.tuner && !plan.tuned && plan.offered.size() > 1) {
-    GemmTuning t;
+    LibraryTuning t;
     t.key = keyText(key);
-    t.algorithms = static_cast<int>(plan.offered.size());
+    t.choices = static_cast<int>(plan.offered.size());
     t.run = [&](int i) { return run(plan.offered.at(i)); };
-    t.c = p.c;
+    t.out = p.c;
     int64_t cElem = f32Out ? 4 : elem;
-    t.cBytes = static_cast<size_t>(((p.batch - 1) * p.strideC + (p.m - 1) * p.ldc + p.n) * cElem);
-    t.cDtype = f32Out ? GemmDType::Float32 : p.dtype;
+    t.outBytes = static_cast<size_t>(((p.batch - 1) * p.strideC + (p.m - 1) * p.ldc + p.n) * cElem);
+    t.outKind = f32Out ? 0 : static_cast<int>(p.dtype); // GemmDType's order is the kinds'
+    static_assert(int(GemmDType::Float64) == 1 && int(GemmDType::BFloat16) == 3);
     t.stream = stream;
     int chosen = im.tuner(t);
-    plan.algo = plan.offered.at(chosen >= 0 && chosen < t.algorithms ? chosen : 0);
+    plan.algo = plan.offered.at(chosen >= 0 && chosen < t.choices ? chosen : 0);
     plan.tuned = true;
   }
   return run(plan.algo);

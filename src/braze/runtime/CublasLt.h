@@ -2,6 +2,8 @@
 /// GEMM on the GPU through cuBLASLt, loaded at run time (dlopen), so that braze builds and runs
 /// without the CUDA toolkit. Row-major problems; descriptors and the chosen algorithm are cached
 /// per problem shape, so a repeated call costs a hash lookup and one cublasLtMatmul.
+#include "braze/runtime/LibraryTuning.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,20 +47,6 @@ struct GemmProblem {
 /// over [batch, m, k]) becomes one product of batch * m rows, which cuBLASLt tiles better.
 void foldBatchIntoRows(GemmProblem &p);
 
-/// A product whose algorithm the autotuner may choose among those cuBLASLt's heuristics offer
-/// (CublasLt::setTuner). Its result is written, never read (beta = 0), so each algorithm may
-/// run over the call's own memory.
-struct GemmTuning {
-  std::string key;    ///< the problem (sizes, strides, dtypes, epilogue, alignments) as one word
-  int algorithms = 0; ///< offered, the heuristics' own choice first
-  /// Enqueues the product with algorithm i (< algorithms) on the call's stream: "" or why not.
-  std::function<std::string(int)> run;
-  void *c = nullptr;    ///< the result's memory: `cBytes` bytes of `cDtype` values
-  size_t cBytes = 0;
-  GemmDType cDtype = GemmDType::Float32;
-  void *stream = nullptr;
-};
-
 /// The process-wide cuBLASLt instance. Thread-safe: gemm() serializes on an internal mutex.
 class CublasLt {
 public:
@@ -84,9 +72,9 @@ public:
   /// for which the heuristics offer more than one, to `tuner` before running it; the
   /// algorithm it returns (0: the heuristics' first) serves that problem from then on. Empty:
   /// none (the default).
-  void setTuner(std::function<int(const GemmTuning &)> tuner);
-  /// Algorithm `index` of the heuristics' list (as GemmTuning numbers them) for the problem
-  /// whose GemmTuning::key is `key`, wherever this process plans it: a tuned module's choices,
+  void setTuner(std::function<int(const LibraryTuning &)> tuner);
+  /// Algorithm `index` of the heuristics' list (as LibraryTuning numbers them) for the problem
+  /// whose LibraryTuning::key is `key`, wherever this process plans it: a tuned module's choices,
   /// restored when it loads. An index the heuristics no longer offer is passed over.
   void prefer(const std::string &key, int index);
 

@@ -511,14 +511,18 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   check(d.memHostGetDevicePointer(&errDev, s.errHost, 0), "mapping the kernel error flag");
   if (!spec.cublasLtLibrary.empty()) {
     s.lt = &CublasLt::load(spec.cublasLtLibrary);
-    for (const auto &[key, index] : spec.gemmChoices)
-      s.lt->prefer(key, index);
+    for (const auto &[key, index] : spec.libraryChoices)
+      if (key.rfind("gemm", 0) == 0)
+        s.lt->prefer(key, index);
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
   }
   s.logFallback = spec.logFallback;
   if (!spec.cudnnLibrary.empty()) {
     s.dnn = &Cudnn::load(spec.cudnnLibrary);
+    for (const auto &[key, index] : spec.libraryChoices)
+      if (key.rfind("conv", 0) == 0)
+        s.dnn->prefer(key, index);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
     s.device = device;
   }

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace braze::runtime {
@@ -35,6 +37,14 @@ int filterFormat(const ConvProblem &p) {
   }
   nhwc = nhwc && (p.wDims[0] == 1 || p.wStrides[0] == s);
   return nhwc ? kNhwc : -1;
+}
+
+/// A problem's key (Cudnn::conv's) as one word: LibraryTuning::key, a tuned module's record.
+std::string keyText(const std::vector<int64_t> &key) {
+  std::string s = "conv";
+  for (int64_t v : key)
+    s += "_" + std::to_string(v);
+  return s;
 }
 
 Shapes cudnnShapes(const ConvProblem &p) {
@@ -132,12 +142,12 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   int type = types[p.dtype];
   // Builds the plan within `limit` bytes of workspace; false (the entry erased, `error` set)
   // when cuDNN fails to create a descriptor.
-  auto build = [&](size_t limit) {
+  auto build = [&](size_t limit, size_t keep = 1) {
     for (void *d : plan.descriptors)
       im.backendDestroy(d);
     plan = Plan{};
     Shapes c = cudnnShapes(p);
-    if (!im.buildGraphPlan(plan, p, c, type, limit)) {
+    if (!im.buildGraphPlan(plan, p, c, type, limit, keep)) {
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
@@ -154,6 +164,12 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   if (fresh && !build(large.get && large.canAllocate && large.canAllocate()
                           ? std::max(kLargeWorkspaceBytes, workspaceBytes)
                           : workspaceBytes))
+    return DnnStatus::Failed;
+  // The engine the autotuner or a tuned module chooses, once per plan.
+  if (plan.graphPlan && !plan.tuned && plan.checked != im.choices &&
+      (im.tuner || !im.preferred.empty()) &&
+      !im.chooseEngine(it, keyText(key), p, stream, workspace, workspaceBytes, large,
+                       [&](size_t keep) { return build(plan.limit, keep); }))
     return DnnStatus::Failed;
   // A plan over the common workspace whose workspace cannot be had (the device is out of
   // memory, or a capture is under way) is built again within the common one, for good.
@@ -187,6 +203,85 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
     return DnnStatus::Failed;
   }
   return DnnStatus::Done;
+}
+
+bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it,
+                               const std::string &name, const ConvProblem &p, void *stream,
+                               void *workspace, size_t workspaceBytes, const LargeWorkspace &large,
+                               const std::function<bool(size_t)> &rebuild) {
+  Plan &plan = it->second;
+  auto pref = preferred.find(name);
+  const int want = pref == preferred.end() ? -1 : pref->second;
+  // Preferences for other problems only, or a tuner out of time: the heuristics' choice stays
+  // until a tuner or a preference comes (prefer() also clears `tuned` of the plans it names).
+  if (want < 0 && (!tuner || (tunerHasTime && !tunerHasTime()))) {
+    plan.checked = choices;
+    return true;
+  }
+  const size_t keep = want >= 0 ? size_t(want) + 1 : kOfferedEngines;
+  if (plan.offered.size() < keep && keep > 1 && !rebuild(keep))
+    return false;
+  if (!plan.graphPlan) // the rebuild found no graph plan (the legacy one serves)
+    return true;
+  size_t chosen = 0;
+  if (want >= 0) {
+    chosen = size_t(want) < plan.offered.size() ? size_t(want) : 0;
+  } else if (plan.offered.size() > 1) {
+    // The result: y, the weight's gradient (w) or the input's (x), by direction.
+    const int64_t *dims = p.direction == 0 ? p.yDims : p.direction == 1 ? p.wDims : p.xDims;
+    const int64_t *strides = p.direction == 0 ? p.yStrides
+                             : p.direction == 1 ? p.wStrides : p.xStrides;
+    void *out = p.direction == 0 ? p.y : p.direction == 1 ? p.w : p.x;
+    int64_t span = 1;
+    for (int i = 0; i < p.rank; ++i)
+      span = dims[i] == 0 ? 0 : span + (dims[i] - 1) * strides[i];
+    static const int64_t elementBytes[] = {4, 8, 2, 2};
+    LibraryTuning t;
+    t.key = name;
+    t.choices = static_cast<int>(plan.offered.size());
+    t.out = out;
+    t.outBytes = static_cast<size_t>(span * elementBytes[p.dtype]);
+    t.outKind = p.dtype;
+    t.stream = stream;
+    const int64_t uids[3] = {'x', 'w', 'y'};
+    const void *pointers[3] = {p.x, p.w, p.y};
+    t.run = [&](int i) -> std::string {
+      const auto &[exec, bytes] = plan.offered.at(size_t(i));
+      void *space = workspace;
+      if (size_t(bytes) > workspaceBytes && !(space = large.get ? large.get(size_t(bytes)) : nullptr))
+        return "its workspace of " + std::to_string(bytes) + " bytes cannot be had";
+      std::string error;
+      if (Status s = setStream(handle, stream); s != 0)
+        return failed("cudnnSetStream", s);
+      return execute(exec, 3, uids, pointers, space, error) == DnnStatus::Done ? "" : error;
+    };
+    if (span > 0) {
+      const int got = tuner(t);
+      chosen = got >= 0 && got < t.choices ? size_t(got) : 0;
+    }
+  }
+  plan.graphPlan = plan.offered[chosen].first;
+  plan.graphWorkspace = plan.offered[chosen].second;
+  plan.tuned = true;
+  return true;
+}
+
+void Cudnn::setTuner(std::function<int(const LibraryTuning &)> tuner,
+                     std::function<bool()> hasTime) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->tuner = std::move(tuner);
+  impl_->tunerHasTime = std::move(hasTime);
+  ++impl_->choices;
+}
+
+void Cudnn::prefer(const std::string &key, int index) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->preferred[key] = index;
+  ++impl_->choices;
+  // A plan this process made already (another module's) chooses again at its next call.
+  for (auto &[k, plan] : impl_->plans)
+    if (keyText(k) == key)
+      plan.tuned = false;
 }
 
 bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
@@ -255,7 +350,7 @@ bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, 
 }
 
 bool Cudnn::Impl::buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
-                                  size_t workspaceBytes) {
+                                  size_t workspaceBytes, size_t keep) {
   if (!backendCreate)
     return false;
   Builder b{*this, plan};
@@ -295,6 +390,10 @@ bool Cudnn::Impl::buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes 
   b.set(op, at[5], kTypeDescriptor, 1, &y);
   b.finalize(op);
   bool narrowTypes = p.dtype >= 2 || (p.dtype == 0 && p.allowTf32);
+  // For the autotuner, the fallback engines too: the instant heuristics offer a half-precision
+  // or gradient convolution one or two.
+  if (keep > 1)
+    return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant, kHeurFallback}, keep);
   return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant});
 }
 

@@ -6,6 +6,8 @@
 /// trial runs, so a first call may be captured into a CUDA graph: an execution plan of the
 /// backend (graph) API, whose calls cost a few microseconds of host time, or, where none can
 /// be built, the legacy API's descriptors and algorithm.
+#include "braze/runtime/LibraryTuning.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -103,6 +105,17 @@ public:
                       size_t workspaceBytes, std::string &error);
 
   static size_t recommendedWorkspaceBytes(); ///< 64 MiB
+
+  /// While set, conv() hands each convolution whose engine this process has not chosen yet,
+  /// and for which the heuristics offer more than one, to `tuner` before running it (up to 8
+  /// engine configs, built then, while `hasTime()` says so); the config it returns (0: the
+  /// heuristics' first) serves that problem from then on. Empty: none (the default).
+  void setTuner(std::function<int(const LibraryTuning &)> tuner,
+                std::function<bool()> hasTime = {});
+  /// Engine config `index` of the heuristics' list (as LibraryTuning numbers them) for the
+  /// convolution whose LibraryTuning::key is `key`, wherever this process plans it next: a
+  /// tuned module's choices, restored when it loads. An index no longer offered is passed over.
+  void prefer(const std::string &key, int index);
 
   Cudnn(const Cudnn &) = delete;
   Cudnn &operator=(const Cudnn &) = delete;

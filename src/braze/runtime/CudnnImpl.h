@@ -6,8 +6,10 @@
 
 #include "braze/runtime/VendorLibrary.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -88,7 +90,7 @@ constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 =
 constexpr int kPwMode = 0, kPwMathPrec = 1, kPwAxis = 9, kConvCompType = 100, kConvMode = 101,
               kConvDilations = 102, kConvFilterStrides = 103, kConvPostPaddings = 104,
               kConvPrePaddings = 105, kConvSpatialDims = 106, kHeurMode = 200,
-              kHeurOperationGraph = 201, kHeurResults = 202, kEngineCfgEngine = 300,
+              kHeurOperationGraph = 201, kHeurResults = 202, kEngineCfgEngine = 300, kEngineGlobalIndex = 1301,
               kPlanHandle = 400, kPlanEngineConfig = 401, kPlanWorkspaceSize = 402,
               kFwdAlpha = 700, kFwdBeta = 701, kFwdConvDesc = 702, kFwdW = 703, kFwdX = 704,
               kFwdY = 705, kBwdDataAlpha = 706, kBwdDataBeta = 707, kBwdDataConvDesc = 708,
@@ -122,10 +124,19 @@ struct Shapes {
   int64_t xd[5], xs[5], wd[5], ws[5], yd[5], ys[5], stride[3], padding[3], dilation[3];
 };
 
+/// How many engine configs a convolution's plan keeps for the autotuner (Cudnn::setTuner).
+constexpr size_t kOfferedEngines = 8;
+
 struct Plan {
   // backend API: the finalized execution plan and every descriptor it was built from
   void *graphPlan = nullptr;
   int64_t graphWorkspace = 0;
+  /// The execution plans built (graphPlan among them) and their workspaces, in the
+  /// heuristics' order: one, unless the autotuner or a tuned module asked for more.
+  std::vector<std::pair<void *, int64_t>> offered;
+  size_t limit = 0;   ///< the workspace the plans were built within
+  bool tuned = false; ///< chosen among `offered` (by the autotuner or a tuned module)
+  uint64_t checked = 0; ///< the Impl::choices at which no choice was wanted for it
   /// Bytes at the start of the workspace that the plan's own tensors take (the attention
   /// backward's f32 accumulator of dQ and its rows' sums of dO·O); the engine's follow.
   size_t scratch = 0;
@@ -162,6 +173,10 @@ struct Cudnn::Impl {
   void *handle = nullptr;
   std::mutex mu;
   std::map<std::vector<int64_t>, Plan> plans; ///< by problem (declined ones have algo -1)
+  std::function<int(const LibraryTuning &)> tuner; ///< setTuner's
+  std::function<bool()> tunerHasTime;              ///< setTuner's
+  std::map<std::string, int> preferred;            ///< prefer's, by key
+  uint64_t choices = 1; ///< counts setTuner's and prefer's calls: a plan checked before looks again
 
   /// A backend descriptor of `type` that `plan` owns; nullptr if cuDNN cannot make one.
   void *describe(Plan &plan, int type) {
@@ -279,10 +294,11 @@ struct Cudnn::Impl {
 
   /// Finalizes `ops` into an operation graph and sets plan.graphPlan to the first engine config
   /// of cuDNN's heuristics (each mode of `modes` in turn) that finalizes into an execution plan
-  /// within the workspace and computes what the precision allows (allowedEngine). False if
-  /// none does.
+  /// within the workspace and computes what the precision allows (allowedEngine); plan.offered
+  /// holds it and up to `keep` - 1 more that do, in the heuristics' order, each engine once
+  /// (the later modes only while fewer than `keep`). False if none does.
   bool finishPlan(Builder &b, const std::vector<void *> &ops, bool narrowTypes,
-                  size_t workspaceBytes, std::initializer_list<int> modes) {
+                  size_t workspaceBytes, std::initializer_list<int> modes, size_t keep = 1) {
     void *graph = b.make(kOperationGraphDesc);
     b.set(graph, kOpGraphOps, kTypeDescriptor, int64_t(ops.size()), ops.data());
     b.set(graph, kOpGraphHandle, kTypeHandle, 1, &handle);
@@ -292,6 +308,7 @@ struct Cudnn::Impl {
       return false;
     }
     b.plan.declined = "cuDNN's heuristics offer no engine for it";
+    std::vector<int64_t> engines; // the global indices of those offered
     for (int mode : modes) {
       Plan &plan = b.plan;
       void *heur = describe(plan, kEngineHeurDesc);
@@ -312,7 +329,9 @@ struct Cudnn::Impl {
                      configs.data()) != 0)
         continue;
       for (int64_t i = 0; i < got && i < int64_t(configs.size()); ++i) {
-        if (!allowedEngine(plan, configs[i], narrowTypes))
+        int64_t engine = -1;
+        if (!allowedEngine(plan, configs[i], narrowTypes, &engine) ||
+            (engine >= 0 && std::find(engines.begin(), engines.end(), engine) != engines.end()))
           continue;
         void *exec = describe(plan, kExecutionPlanDesc);
         if (!exec || backendSet(exec, kPlanHandle, kTypeHandle, 1, &handle) != 0 ||
@@ -323,12 +342,21 @@ struct Cudnn::Impl {
         if (backendGet(exec, kPlanWorkspaceSize, kTypeInt64, 1, &n, &bytes) != 0 || bytes < 0 ||
             size_t(bytes) > workspaceBytes)
           continue;
-        plan.graphPlan = exec;
-        plan.graphWorkspace = bytes;
-        return true;
+        plan.offered.push_back({exec, bytes});
+        engines.push_back(engine);
+        if (plan.offered.size() >= keep)
+          break;
       }
+      if (plan.offered.size() >= keep)
+        break;
     }
-    return false;
+    Plan &plan = b.plan;
+    if (plan.offered.empty())
+      return false;
+    plan.graphPlan = plan.offered.front().first;
+    plan.graphWorkspace = plan.offered.front().second;
+    plan.limit = workspaceBytes;
+    return true;
   }
 
   /// Builds plan.graphPlan for `p` through the backend API: tensors, the convolution, the
@@ -336,7 +364,15 @@ struct Cudnn::Impl {
   /// finishPlan picks (no TF32 in f32 unless allowed). False if none (the legacy API is tried
   /// next for a forward one).
   bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
-                      size_t workspaceBytes);
+                      size_t workspaceBytes, size_t keep = 1);
+
+  /// Where the autotuner or a tuned module chooses convolution plan's engine (its problem's
+  /// key `name`): builds up to kOfferedEngines configs (or as many as the preferred choice
+  /// needs) again through `rebuild(keep)` and points the plan at the chosen one. False when the
+  /// rebuild failed (the plan is gone).
+  bool chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it, const std::string &name,
+                    const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
+                    const LargeWorkspace &large, const std::function<bool(size_t)> &rebuild);
 
   /// Builds plan.graphPlan for attention `p`: the operation graph of cuDNN's fused flash
   /// attention (two products around a softmax in f32, the causal mask as index comparisons),
@@ -366,11 +402,14 @@ struct Cudnn::Impl {
   /// Whether engine config `cfg` computes what eager would: no tensor cores unless
   /// `narrowTypes` (f16/bf16, or f32 with TF32 allowed), and never inputs converted down to a
   /// narrower type.
-  bool allowedEngine(Plan &plan, void *cfg, bool narrowTypes) {
+  /// `index`, when given, receives the engine's global index (-1 where cuDNN does not say).
+  bool allowedEngine(Plan &plan, void *cfg, bool narrowTypes, int64_t *index = nullptr) {
     void *engine = describe(plan, kEngineDesc);
     int64_t n = 0;
     if (!engine || backendGet(cfg, kEngineCfgEngine, kTypeDescriptor, 1, &n, &engine) != 0)
       return false;
+    if (index && backendGet(engine, kEngineGlobalIndex, kTypeInt64, 1, &n, index) != 0)
+      *index = -1; // unknown: not compared with the others
     int notes[16] = {};
     int64_t count = 0;
     if (backendGet(engine, kEngineNumericalNote, kTypeNumericalNote, 16, &count, notes) != 0)
@@ -389,6 +428,11 @@ struct Cudnn::Impl {
   /// Runs plan.graphPlan on the handle's stream with the `n` tensors of `uids` at `pointers`.
   DnnStatus execute(const Plan &plan, int64_t n, const int64_t *uids, const void *const *pointers,
                     void *workspace, std::string &error) {
+    return execute(plan.graphPlan, n, uids, pointers, workspace, error);
+  }
+  /// Runs execution plan `graphPlan` as above.
+  DnnStatus execute(void *graphPlan, int64_t n, const int64_t *uids, const void *const *pointers,
+                    void *workspace, std::string &error) {
     void *pack = nullptr;
     Status s = backendCreate(kVariantPackDesc, &pack);
     if (s == 0)
@@ -400,7 +444,7 @@ struct Cudnn::Impl {
     if (s == 0)
       s = backendFinalize(pack);
     if (s == 0)
-      s = backendExecute(handle, plan.graphPlan, pack);
+      s = backendExecute(handle, graphPlan, pack);
     if (pack)
       backendDestroy(pack);
     if (s != 0) {

@@ -33,9 +33,10 @@ struct ModuleSpec {
   std::vector<std::string> kernels;
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
-  /// The autotuner's cuBLASLt algorithms (CublasLt::prefer), by GemmTuning::key; set in the
+  /// The autotuner's cuBLASLt algorithms (CublasLt::prefer, keys "gemm_...") and cuDNN engines
+  /// (Cudnn::prefer, keys "conv_..."), by LibraryTuning::key; set in the
   /// process when the module loads.
-  std::vector<std::pair<std::string, int>> gemmChoices;
+  std::vector<std::pair<std::string, int>> libraryChoices;
   std::string cudnnLibrary;    ///< non-empty when the module calls cuDNN
   bool logFallback = false;    ///< say on stderr when a library declines a call
   bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)

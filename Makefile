@@ -206,9 +206,10 @@ FUZZ_ARGS := -timeout=20 -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1
 fuzz-build: $(STAMP)
 	@command -v $(CLANGXX) >/dev/null && test -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \
 	    || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang-14 libclang-rt-14-dev)
+	# A unity build (8 sources a unit): 168 s here against 235-250 s a source at a time.
 	cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=$(CLANGXX) \
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAZE_SANITIZE=address,undefined -DBRAZE_FUZZ=ON \
-	    -DBRAZE_BUILD_TESTS=OFF
+	    -DBRAZE_BUILD_TESTS=OFF -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8
 	cmake --build build/fuzz --target braze-fuzz -j2
 
 fuzz: fuzz-build

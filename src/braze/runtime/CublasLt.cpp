@@ -105,7 +105,7 @@ using MatmulFn = Status (*)(void *handle, void *desc, const void *alpha, const v
                             void *workspace, size_t workspaceBytes, void *stream);
 using StatusNameFn = const char *(*)(Status status);
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
 const char *dtypeName(GemmDType t) {
   switch (t) {
@@ -195,7 +195,7 @@ struct PlanKeyHash {
 };
 
 /// Cached per problem shape. cuBLASLt's operand A is our B and its B is our A (see gemm()).
-struct Plan {
+struct GemmPlan {
   void *desc = nullptr;
   void *ltA = nullptr, *ltB = nullptr, *ltD = nullptr; ///< layouts; C and D share ltD
   MatmulAlgo algo{};
@@ -240,7 +240,7 @@ struct CublasLt::Impl {
   StatusNameFn statusName = nullptr; ///< optional
 
   std::mutex mutex; ///< guards plans and the per-call bias pointer on a cached descriptor
-  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+  std::unordered_map<PlanKey, GemmPlan, PlanKeyHash> plans;
   std::function<int(const LibraryTuning &)> tuner;  ///< setTuner's
   std::unordered_map<std::string, int> preferred; ///< prefer's, by keyText
 
@@ -263,19 +263,19 @@ struct CublasLt::Impl {
     return std::string(call) + " failed with status " + statusText(s) + where(p);
   }
 
-  void destroy(Plan &plan) {
+  void destroy(GemmPlan &plan) {
     for (void *layout : {plan.ltA, plan.ltB, plan.ltD})
       if (layout)
         layoutDestroy(layout);
     if (plan.desc)
       descDestroy(plan.desc);
-    plan = Plan{};
+    plan = GemmPlan{};
   }
 
   /// Creates the descriptors and asks the heuristics for the best algorithm; on failure destroys
   /// what it made and returns the message.
   std::string makePlan(const PlanKey &key, const GemmProblem &p, const ColumnMajor &ltA,
-                       const ColumnMajor &ltB, const ColumnMajor &ltD, Plan &plan) {
+                       const ColumnMajor &ltB, const ColumnMajor &ltD, GemmPlan &plan) {
     // 1. The operation: compute and scale type, transposes, epilogue (and the bias pointer,
     //    whose alignment the heuristics read).
     bool f64 = p.dtype == GemmDType::Float64;
@@ -414,7 +414,7 @@ std::unique_ptr<CublasLt> CublasLt::openLibrary(const std::string &libraryPath) 
   return lt;
 }
 
-size_t CublasLt::recommendedWorkspaceBytes() { return kWorkspaceBytes; }
+size_t CublasLt::recommendedWorkspaceBytes() { return kGemmWorkspaceBytes; }
 
 void CublasLt::setTuner(std::function<int(const LibraryTuning &)> tuner) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -489,7 +489,7 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   key.strideA = p.strideA;
   key.strideB = p.strideB;
   key.strideC = p.strideC;
-  key.workspaceLimit = std::min(workspaceBytes, kWorkspaceBytes);
+  key.workspaceLimit = std::min(workspaceBytes, kGemmWorkspaceBytes);
   key.dtype = p.dtype;
   key.epilogue = p.epilogue;
   key.transA = p.transA;
@@ -505,12 +505,12 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   std::lock_guard<std::mutex> lock(im.mutex);
   auto it = im.plans.find(key);
   if (it == im.plans.end()) {
-    Plan plan;
+    GemmPlan plan;
     if (std::string err = im.makePlan(key, p, ltA, ltB, ltD, plan); !err.empty())
       return err;
     it = im.plans.emplace(key, plan).first;
   }
-  Plan &plan = it->second;
+  GemmPlan &plan = it->second;
   if (key.hasBias)
     if (Status s = im.descSet(plan.desc, kDescBiasPointer, &p.bias, sizeof p.bias);
         s != kStatusSuccess)

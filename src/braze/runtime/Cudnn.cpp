@@ -247,8 +247,10 @@ bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it
     const void *pointers[3] = {p.x, p.w, p.y};
     t.run = [&](int i) -> std::string {
       const auto &[exec, bytes] = plan.offered.at(size_t(i));
-      void *space = workspace;
-      if (size_t(bytes) > workspaceBytes && !(space = large.get ? large.get(size_t(bytes)) : nullptr))
+      void *space = size_t(bytes) <= workspaceBytes ? workspace
+                    : large.get                      ? large.get(size_t(bytes))
+                                                     : nullptr;
+      if (!space)
         return "its workspace of " + std::to_string(bytes) + " bytes cannot be had";
       std::string error;
       if (Status s = setStream(handle, stream); s != 0)

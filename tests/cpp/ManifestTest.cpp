@@ -25,7 +25,11 @@ ManifestEntry cudaEntry() {
   e.checksIndices = true;
   e.source = "line one\nsource 12\n\nwith a record's look\n";
   e.numKernels = 2;
-  e.libraryChoices = {{"gemm_64_128_32_1", 3}, {"gemm_8_8_8_0", 0}, {"conv_0_4_1_0_16", 2}};
+  using runtime::LibraryKind;
+  // A convolution's choice is an engine's global index, which may run past two digits.
+  e.libraryChoices = {{LibraryKind::Gemm, "gemm_64_128_32_1", 3},
+                      {LibraryKind::Gemm, "gemm_8_8_8_0", 0},
+                      {LibraryKind::Convolution, "conv_0_4_1_0_16", 1301}};
   return e;
 }
 
@@ -58,6 +62,11 @@ TEST(ManifestTest, AnythingButAWholeEntryIsNone) {
   std::string badChoice = text;
   badChoice.replace(badChoice.find("gemm_8_8_8_0 0"), 14, "gemm_8_8_8_0 x");
   EXPECT_FALSE(parseManifest(badChoice));
+  // The kind is the line's name, not read from the key: a line of an older manifest (its
+  // choices were positions in a list) is not taken for an engine.
+  std::string older = text;
+  older.replace(older.find("conv_engine"), 11, "library_choice");
+  EXPECT_FALSE(parseManifest(older));
   std::string longer = text;
   longer.replace(longer.find("library 10"), 10, "library 11");
   EXPECT_FALSE(parseManifest(longer));

@@ -221,7 +221,7 @@ def test_convolutions_take_the_fastest_of_cudnns_engines(device, dtype, tmp_path
     # The forward in the forward graph; the two gradients in the backward's.
     assert len(problems) >= 3 and len(winners) == len(problems), said
     stored = [m for m in tmp_path.rglob("*.manifest")
-              if re.search(rb"\nlibrary_choice \d+\nconv_[\d_-]+ \d+\n", m.read_bytes())]
+              if re.search(rb"\nconv_engine \d+\nconv_[\d_-]+ \d+\n", m.read_bytes())]
     assert stored, "no manifest records the engines"
     # A warm compile restores the choices from the manifest and tunes nothing.
     torch._dynamo.reset()

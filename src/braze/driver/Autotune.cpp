@@ -198,6 +198,53 @@ double medianMs(const std::function<void()> &launch, double onceMs, const Scratc
   return median(samples);
 }
 
+/// What no form of a kernel can beat: the GPU time of the smallest launch (a 4-byte memset,
+/// timed as forms are), and the memory's theoretical bandwidth (0: not known).
+struct Bounds {
+  double floorMs = 0;
+  double bytesPerMs = 0;
+};
+
+Bounds measureBounds(const Scratch &flush, int device, void *stream) {
+  runtime::CudaTimer timer(device);
+  Scratch word(device, 4);
+  Bounds b;
+  b.floorMs = medianMs([&] { runtime::cudaFillOn(device, word.get(), 0, 4, stream); }, 0.0,
+                       flush, timer, device, stream);
+  b.bytesPerMs = runtime::cudaPeakBandwidth(device) / 1e3;
+  return b;
+}
+
+/// Why no form of f can gain enough to be worth its compile and timing, or "". One launch of
+/// its planned form (its GPU time from a cold L2, as forms are timed) either
+/// - takes under twice the launch floor, or under a microsecond more: launch-bound, where
+///   forms differ by fractions of a microsecond (H200: kernels of 3.8-4.6 us, their best form
+///   0-0.07 us faster); or
+/// - moves its buffers' bytes at kAtBandwidth of the theoretical bandwidth or more: about 90%
+///   of what a copy reaches (H200: a copy 4.2-4.3 of 4.8 TB/s). A rate above the theoretical
+///   means the launch reads less than its buffers' spans (a gather's table, say): no bound is
+///   known then.
+constexpr double kAtBandwidth = 0.8;
+std::string nearItsBound(const Function &f, const Bounds &b) {
+  const double once = f.ms / static_cast<double>(std::max<size_t>(1, f.kernels.size()));
+  if (once < 2 * b.floorMs || once < b.floorMs + 1e-3)
+    return "a launch takes " + milliseconds(once) + ", launch-bound (the floor is " +
+           milliseconds(b.floorMs) + ")";
+  double bytes = 0;
+  for (const loop::Buffer *buf : f.forms.buffers)
+    bytes += static_cast<double>(
+        std::max<int64_t>(0, spanBytes(buf->dtype, buf->shape, buf->strides)));
+  const double share = b.bytesPerMs > 0 ? bytes / once / b.bytesPerMs : 0;
+  if (share >= kAtBandwidth && share <= 1.05) {
+    std::ostringstream o;
+    o.precision(3);
+    o << "moves " << bytes / 1e6 << " MB a launch in " << milliseconds(once) << ", at "
+      << share << " of the theoretical bandwidth";
+    return o.str();
+  }
+  return "";
+}
+
 /// The dtype of a library result's kind (LibraryTuning::outKind).
 DType dtypeOfKind(int kind) {
   static const DType kinds[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
@@ -333,17 +380,33 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     return tuning.finish();
   }
   const int device = opts.cuda->device;
-  // Scratch inputs of the graph's sizes, its outputs and its arena.
-  Checker checker(device, nvrtc);
+  // Scratch inputs of the graph's sizes, its outputs and its arena. Until something is to be
+  // checked, the inputs' floats hold one value in (0, 1) as the varied values are (bytes 0x38:
+  // 4.4e-5 in float32 and bfloat16, 0.53 in float16) and the rest zeros, which is all the
+  // planned forms' timing needs; the checker's module (an NVRTC compile into an empty cache) is built, and the
+  // inputs filled with varied values, only when a form or a library choice is to be checked.
   std::vector<std::unique_ptr<Scratch>> owned;
   std::vector<const void *> inputs;
   std::vector<void *> outputs;
   for (const auto &[b, bytes] : io.inputs) {
     owned.push_back(std::make_unique<Scratch>(device, std::max<size_t>(bytes, 1)));
-    checker.fill(owned.back()->get(), bytes, b->dtype, static_cast<unsigned>(inputs.size()),
-                 nullptr);
+    const bool real = Checker::floatKind(b->dtype) >= 0;
+    runtime::cudaFillOn(device, owned.back()->get(), real ? 0x38 : 0, bytes, nullptr);
     inputs.push_back(owned.back()->get());
   }
+  std::unique_ptr<Checker> made;
+  auto checker = [&]() -> Checker & {
+    if (made)
+      return *made;
+    const Clock::time_point built = Clock::now();
+    made = std::make_unique<Checker>(device, nvrtc);
+    for (size_t i = 0; i < io.inputs.size(); ++i)
+      made->fill(owned[i]->get(), io.inputs[i].second, io.inputs[i].first->dtype,
+                 static_cast<unsigned>(i), nullptr);
+    runtime::cudaSynchronize(device, nullptr);
+    tuning.log << "checker built and inputs filled in " << since(built) << " s\n";
+    return *made;
+  };
   const std::vector<int64_t> syms;
   for (const auto &out : io.outputs) {
     owned.push_back(std::make_unique<Scratch>(device, out.second));
@@ -364,24 +427,35 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     runGraph();
   };
 
-  // The planned forms' times, per launch.
+  // The planned forms' times, per launch: GPU time from a cold L2, as forms are timed (the
+  // flush before each launch keeps the device busy while the host launches it).
   std::map<int, std::string> kernelAt; // launch index -> schedule kernel
   for (const auto &[kernel, index] : source.loopLaunches)
     kernelAt[index] = kernel;
   std::map<int, double> launchMs;
+  Scratch flush(device, kFlushBytes);
   {
+    // The median of three runs: one launch's time right after the flush can be several times
+    // its usual (H200: 10.6 us once for a launch whose median is 4.0).
     std::map<int, std::unique_ptr<runtime::CudaTimer>> timers;
+    std::map<int, std::vector<double>> samples;
     runGraph(); // warm: deferred kernels load, libraries plan
-    runObserved([&](int kernel, int64_t, int, void **, void *st, bool after) {
-      if (!kernelAt.count(kernel))
-        return;
-      std::unique_ptr<runtime::CudaTimer> &t = timers[kernel];
-      if (!t)
-        t = std::make_unique<runtime::CudaTimer>(device);
-      after ? t->stop(st) : t->start(st);
-    });
-    for (auto &[kernel, t] : timers)
-      launchMs[kernel] = t->milliseconds();
+    for (int run = 0; run < 3; ++run) {
+      runObserved([&](int kernel, int64_t, int, void **, void *st, bool after) {
+        if (!kernelAt.count(kernel))
+          return;
+        std::unique_ptr<runtime::CudaTimer> &t = timers[kernel];
+        if (!t)
+          t = std::make_unique<runtime::CudaTimer>(device);
+        if (!after)
+          runtime::cudaFillOn(device, flush.get(), 0, flush.bytes(), st);
+        after ? t->stop(st) : t->start(st);
+      });
+      for (auto &[kernel, t] : timers)
+        samples[kernel].push_back(t->milliseconds());
+    }
+    for (auto &[kernel, times] : samples)
+      launchMs[kernel] = median(times);
   }
 
   // The functions, by the time their launches take.
@@ -404,9 +478,16 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Function *a, const Function *b) { return a->ms > b->ms; });
   tuning.log << byName.size() << " loop kernel functions, " << milliseconds(total)
-             << " a run; budget " << budget << " s\n";
+             << " a run (each launch from a cold L2); budget " << budget << " s\n";
 
-  // Stored results first; the others in batches while the budget lasts.
+  // Stored results first; the others, unless near their bound, in batches while the budget
+  // lasts.
+  const Bounds bounds = measureBounds(flush, device, stream);
+  tuning.log << "launch floor " << milliseconds(bounds.floorMs) << ", theoretical bandwidth "
+             << (bounds.bytesPerMs > 0 ? std::to_string(int(bounds.bytesPerMs / 1e6)) + " GB/s"
+                                       : std::string("unknown"))
+             << "\n";
+  std::ostringstream near;
   const std::filesystem::path store =
       std::filesystem::path(nvrtc.cacheDir.empty() ? jit::scratchDir().string() : nvrtc.cacheDir) /
       "autotune";
@@ -423,9 +504,12 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     for (size_t i = 0; i < f->forms.forms.size() && !stored.empty(); ++i)
       if (sched::launchText(f->forms.forms[i].launch, f->rows) == stored)
         f->winner = static_cast<int>(i), f->stored = true;
+    if (std::string why = f->stored ? "" : nearItsBound(*f, bounds); !why.empty()) {
+      near << "  " << f->name << ": " << why << "\n";
+      continue;
+    }
     (f->stored ? done : pending).push_back(f);
   }
-  Scratch flush(device, kFlushBytes);
   // The matrix products and the convolutions, in one run of the graph.
   std::ostringstream gemmLog, convLog;
   {
@@ -442,8 +526,16 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       return [&, what](const runtime::LibraryTuning &t) -> int {
         if (since(start) > budget)
           return 0;
-        int chosen = tuneLibrary(t, what, checker, flush, device, log);
-        tuning.result.libraryChoices.push_back({t.key, chosen});
+        const int chosen = tuneLibrary(t, what, checker(), flush, device, log);
+        TuneResult &r = tuning.result;
+        const bool gemm = t.kind == runtime::LibraryKind::Gemm;
+        ++(gemm ? r.gemms : r.convolutions);
+        (gemm ? r.gemmsChanged : r.convolutionsChanged) += chosen != 0;
+        const int64_t id = t.ids.empty() ? chosen : t.ids.at(size_t(chosen));
+        if (id >= 0)
+          r.libraryChoices.push_back({t.kind, t.key, id});
+        else
+          log << "  (no engine index: the choice is not stored)\n";
         return chosen;
       };
     };
@@ -457,8 +549,10 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       if (dnn)
         dnn->setTuner(nullptr);
     }};
-    if (lt || dnn)
+    if (lt || dnn) {
+      checker(); // before the run: the library calls are checked on its varied inputs
       runGraph();
+    }
   }
   double perFunction = 0; // seconds one function's forms took, compiled and timed
   std::ostringstream batches;
@@ -469,6 +563,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     batch = std::min<size_t>({batch, 16, pending.size() - next});
     if (batch == 0 || left <= 0)
       break;
+    Checker &check = checker();
     const Clock::time_point batchStart = Clock::now();
     std::string functions;
     std::map<int, Function *> at; // first launch -> function
@@ -485,7 +580,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       auto f = at.find(kernel);
       if (after || f == at.end())
         return;
-      timeForms(*f->second, set, checker, flush, device, args, st);
+      timeForms(*f->second, set, check, flush, device, args, st);
       done.push_back(f->second);
       at.erase(f);
     });
@@ -527,18 +622,14 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
     for (const std::string &kernel : f->kernels)
       records << kernel << " " << text << "\n";
   }
-  int gemms = 0, gemmsChanged = 0, convs = 0, convsChanged = 0;
-  for (const auto &[key, index] : tuning.result.libraryChoices) {
-    bool conv = key.rfind("conv", 0) == 0;
-    ++(conv ? convs : gemms);
-    (conv ? convsChanged : gemmsChanged) += index != 0;
-  }
-  tuning.log << "matrix products:\n" << gemmLog.str() << "convolutions:\n" << convLog.str()
-             << "batches:\n" << batches.str() << "timed " << tuning.result.functionsTimed
-             << " functions (" << tuning.result.functionsCached << " more stored), "
-             << tuning.result.functionsChanged << " changed; " << gemms << " matrix products, "
-             << gemmsChanged << " changed; " << convs << " convolutions, " << convsChanged
-             << " changed; in " << since(start) << " s\n";
+  const TuneResult &r = tuning.result;
+  tuning.log << "not tuned, near their bound:\n" << near.str() << "matrix products:\n"
+             << gemmLog.str() << "convolutions:\n" << convLog.str() << "batches:\n"
+             << batches.str() << "timed " << r.functionsTimed << " functions ("
+             << r.functionsCached << " more stored), " << r.functionsChanged << " changed; "
+             << r.gemms << " matrix products, " << r.gemmsChanged << " changed; "
+             << r.convolutions << " convolutions, " << r.convolutionsChanged << " changed; in "
+             << since(start) << " s\n";
   tuning.result.records = records.str();
   return tuning.finish();
 }

@@ -46,13 +46,14 @@ struct TuneResult {
   /// Launch records (`kernelN launch{...}`, as braze-opt --launch reads them) for the kernels
   /// whose best form is not their planned one; empty when none.
   std::string records;
-  /// The cuBLASLt algorithm chosen for each product timed and the cuDNN engine config for each
-  /// convolution (LibraryTuning::key, its index in the heuristics' list; 0 where their own
-  /// choice stayed fastest).
-  std::vector<std::pair<std::string, int>> libraryChoices;
+  /// The cuBLASLt algorithm chosen for each product timed and the cuDNN engine for each
+  /// convolution (the heuristics' first where it stayed fastest).
+  std::vector<runtime::LibraryChoice> libraryChoices;
   std::string log; ///< each function's forms, their times and the verdict (BRAZE_LOG=autotune)
   double seconds = 0;
   int functionsTimed = 0, functionsCached = 0, functionsChanged = 0;
+  /// Library problems timed, and those of them whose choice is not the heuristics' first.
+  int gemms = 0, gemmsChanged = 0, convolutions = 0, convolutionsChanged = 0;
 };
 
 /// Tunes the loop kernels of `s`, generated as `source` and loaded as `exe` (not yet handed to

@@ -103,8 +103,9 @@ std::string manifestText(const ManifestEntry &e) {
   put(out, "cudnn", e.usesCudnn ? "1" : "0");
   put(out, "checks", e.checksIndices ? "1" : "0");
   put(out, "kernels", std::to_string(e.numKernels));
-  for (const auto &[key, index] : e.libraryChoices)
-    put(out, "library_choice", key + " " + std::to_string(index));
+  for (const runtime::LibraryChoice &c : e.libraryChoices)
+    put(out, c.kind == runtime::LibraryKind::Gemm ? "gemm_algorithm" : "conv_engine",
+        c.key + " " + std::to_string(c.id));
   put(out, "source", e.source);
   return out;
 }
@@ -160,12 +161,14 @@ std::optional<ManifestEntry> parseManifest(const std::string &text) {
           value.find_first_not_of("0123456789") != std::string::npos)
         return std::nullopt;
       e.numKernels = std::stoi(value);
-    } else if (name == "library_choice") {
+    } else if (name == "gemm_algorithm" || name == "conv_engine") {
       size_t sp = value.find(' ');
-      if (sp == std::string::npos || sp + 1 == value.size() || value.size() - sp > 3 ||
+      if (sp == 0 || sp == std::string::npos || sp + 1 == value.size() || value.size() - sp > 10 ||
           value.find_first_not_of("0123456789", sp + 1) != std::string::npos)
         return std::nullopt;
-      e.libraryChoices.push_back({value.substr(0, sp), std::stoi(value.substr(sp + 1))});
+      e.libraryChoices.push_back({name == "gemm_algorithm" ? runtime::LibraryKind::Gemm
+                                                           : runtime::LibraryKind::Convolution,
+                                  value.substr(0, sp), std::stoll(value.substr(sp + 1))});
     } else if (name == "source") {
       e.source = value;
       sawSource = true;

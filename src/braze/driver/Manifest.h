@@ -35,7 +35,7 @@ struct ManifestEntry {
   std::string source;
   int numKernels = 0;
   /// The autotuner's cuBLASLt algorithms and cuDNN engines (runtime::ModuleSpec::libraryChoices).
-  std::vector<std::pair<std::string, int>> libraryChoices;
+  std::vector<runtime::LibraryChoice> libraryChoices;
 };
 
 /// The manifest key of `g` compiled with `opts` (before any pass rewrites g).

@@ -528,6 +528,7 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
   };
   if (im.tuner && !plan.tuned && plan.offered.size() > 1) {
     LibraryTuning t;
+    t.kind = LibraryKind::Gemm;
     t.key = keyText(key);
     t.choices = static_cast<int>(plan.offered.size());
     t.run = [&](int i) { return run(plan.offered.at(i)); };

@@ -306,6 +306,18 @@ int cudaComputeCapability(int device) {
   return major * 10 + minor;
 }
 
+double cudaPeakBandwidth(int device) {
+  useDevice(device);
+  CUdevice dev = 0;
+  check(driver().deviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")");
+  int kHz = 0, bits = 0;
+  // CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (kHz), CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH
+  if (driver().deviceGetAttribute(&kHz, 36, dev) != 0 ||
+      driver().deviceGetAttribute(&bits, 37, dev) != 0 || kHz <= 0 || bits <= 0)
+    return 0;
+  return 2.0 * kHz * 1e3 * bits / 8;
+}
+
 void *cudaAllocate(int device, size_t bytes) {
   useDevice(device);
   CUdeviceptr p = 0;
@@ -511,18 +523,18 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   check(d.memHostGetDevicePointer(&errDev, s.errHost, 0), "mapping the kernel error flag");
   if (!spec.cublasLtLibrary.empty()) {
     s.lt = &CublasLt::load(spec.cublasLtLibrary);
-    for (const auto &[key, index] : spec.libraryChoices)
-      if (key.rfind("gemm", 0) == 0)
-        s.lt->prefer(key, index);
+    for (const LibraryChoice &c : spec.libraryChoices)
+      if (c.kind == LibraryKind::Gemm)
+        s.lt->prefer(c.key, static_cast<int>(c.id));
     s.workspace = gemmWorkspace(device);
     s.padded = paddedResult(device);
   }
   s.logFallback = spec.logFallback;
   if (!spec.cudnnLibrary.empty()) {
     s.dnn = &Cudnn::load(spec.cudnnLibrary);
-    for (const auto &[key, index] : spec.libraryChoices)
-      if (key.rfind("conv", 0) == 0)
-        s.dnn->prefer(key, index);
+    for (const LibraryChoice &c : spec.libraryChoices)
+      if (c.kind == LibraryKind::Convolution)
+        s.dnn->prefer(c.key, c.id);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
     s.device = device;
   }

@@ -110,6 +110,9 @@ bool cudaDriverAvailable();
 
 /// The device's compute capability as major * 10 + minor (90 for an H100).
 int cudaComputeCapability(int device);
+/// The device memory's theoretical bandwidth in bytes per second (memory clock x bus width x
+/// 2), or 0 where the driver does not say.
+double cudaPeakBandwidth(int device);
 /// `bytes` of device memory.
 void *cudaAllocate(int device, size_t bytes);
 /// `bytes` of device memory ordered on `stream` (null: the default stream): work enqueued there

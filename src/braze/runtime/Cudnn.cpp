@@ -142,12 +142,12 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   int type = types[p.dtype];
   // Builds the plan within `limit` bytes of workspace; false (the entry erased, `error` set)
   // when cuDNN fails to create a descriptor.
-  auto build = [&](size_t limit, size_t keep = 1) {
+  auto build = [&](size_t limit, size_t keep = 1, int64_t until = -1) {
     for (void *d : plan.descriptors)
       im.backendDestroy(d);
     plan = Plan{};
     Shapes c = cudnnShapes(p);
-    if (!im.buildGraphPlan(plan, p, c, type, limit, keep)) {
+    if (!im.buildGraphPlan(plan, p, c, type, limit, keep, until)) {
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
@@ -169,7 +169,9 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   if (plan.graphPlan && !plan.tuned && plan.checked != im.choices &&
       (im.tuner || !im.preferred.empty()) &&
       !im.chooseEngine(it, keyText(key), p, stream, workspace, workspaceBytes, large,
-                       [&](size_t keep) { return build(plan.limit, keep); }))
+                       [&](size_t keep, int64_t until) {
+                         return build(plan.limit, keep, until);
+                       }))
     return DnnStatus::Failed;
   // A plan over the common workspace whose workspace cannot be had (the device is out of
   // memory, or a capture is under way) is built again within the common one, for good.
@@ -208,24 +210,25 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
 bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it,
                                const std::string &name, const ConvProblem &p, void *stream,
                                void *workspace, size_t workspaceBytes, const LargeWorkspace &large,
-                               const std::function<bool(size_t)> &rebuild) {
+                               const std::function<bool(size_t, int64_t)> &rebuild) {
   Plan &plan = it->second;
   auto pref = preferred.find(name);
-  const int want = pref == preferred.end() ? -1 : pref->second;
+  const int64_t want = pref == preferred.end() ? -1 : pref->second;
   // Preferences for other problems only, or a tuner out of time: the heuristics' choice stays
   // until a tuner or a preference comes (prefer() also clears `tuned` of the plans it names).
   if (want < 0 && (!tuner || (tunerHasTime && !tunerHasTime()))) {
     plan.checked = choices;
     return true;
   }
-  const size_t keep = want >= 0 ? size_t(want) + 1 : kOfferedEngines;
-  if (plan.offered.size() < keep && keep > 1 && !rebuild(keep))
+  auto wanted = [&] { return std::find(plan.engines.begin(), plan.engines.end(), want); };
+  if ((want >= 0 ? wanted() == plan.engines.end() : plan.offered.size() < kOfferedEngines) &&
+      !rebuild(kOfferedEngines, want))
     return false;
   if (!plan.graphPlan) // the rebuild found no graph plan (the legacy one serves)
     return true;
   size_t chosen = 0;
   if (want >= 0) {
-    chosen = size_t(want) < plan.offered.size() ? size_t(want) : 0;
+    chosen = wanted() == plan.engines.end() ? 0 : size_t(wanted() - plan.engines.begin());
   } else if (plan.offered.size() > 1) {
     // The result: y, the weight's gradient (w) or the input's (x), by direction.
     const int64_t *dims = p.direction == 0 ? p.yDims : p.direction == 1 ? p.wDims : p.xDims;
@@ -237,8 +240,10 @@ bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it
       span = dims[i] == 0 ? 0 : span + (dims[i] - 1) * strides[i];
     static const int64_t elementBytes[] = {4, 8, 2, 2};
     LibraryTuning t;
+    t.kind = LibraryKind::Convolution;
     t.key = name;
     t.choices = static_cast<int>(plan.offered.size());
+    t.ids = plan.engines;
     t.out = out;
     t.outBytes = static_cast<size_t>(span * elementBytes[p.dtype]);
     t.outKind = p.dtype;
@@ -276,9 +281,9 @@ void Cudnn::setTuner(std::function<int(const LibraryTuning &)> tuner,
   ++impl_->choices;
 }
 
-void Cudnn::prefer(const std::string &key, int index) {
+void Cudnn::prefer(const std::string &key, int64_t engine) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->preferred[key] = index;
+  impl_->preferred[key] = engine;
   ++impl_->choices;
   // A plan this process made already (another module's) chooses again at its next call.
   for (auto &[k, plan] : impl_->plans)
@@ -352,7 +357,7 @@ bool Cudnn::Impl::legacyPlan(Plan &plan, const ConvProblem &p, const Shapes &c, 
 }
 
 bool Cudnn::Impl::buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
-                                  size_t workspaceBytes, size_t keep) {
+                                  size_t workspaceBytes, size_t keep, int64_t until) {
   if (!backendCreate)
     return false;
   Builder b{*this, plan};
@@ -395,7 +400,8 @@ bool Cudnn::Impl::buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes 
   // For the autotuner, the fallback engines too: the instant heuristics offer a half-precision
   // or gradient convolution one or two.
   if (keep > 1)
-    return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant, kHeurFallback}, keep);
+    return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant, kHeurFallback}, keep,
+                      until);
   return finishPlan(b, {op}, narrowTypes, workspaceBytes, {kHeurInstant});
 }
 

@@ -112,10 +112,11 @@ public:
   /// heuristics' first) serves that problem from then on. Empty: none (the default).
   void setTuner(std::function<int(const LibraryTuning &)> tuner,
                 std::function<bool()> hasTime = {});
-  /// Engine config `index` of the heuristics' list (as LibraryTuning numbers them) for the
-  /// convolution whose LibraryTuning::key is `key`, wherever this process plans it next: a
-  /// tuned module's choices, restored when it loads. An index no longer offered is passed over.
-  void prefer(const std::string &key, int index);
+  /// The engine of global index `engine` (LibraryChoice::id) for the convolution whose
+  /// LibraryTuning::key is `key`, wherever this process plans it next: a tuned module's
+  /// choices, restored when it loads. An engine the heuristics no longer offer among their
+  /// first kOfferedEngines is passed over (their first serves).
+  void prefer(const std::string &key, int64_t engine);
 
   Cudnn(const Cudnn &) = delete;
   Cudnn &operator=(const Cudnn &) = delete;

@@ -135,6 +135,7 @@ struct Plan {
   /// The execution plans built (graphPlan among them) and their workspaces, in the
   /// heuristics' order: one, unless the autotuner or a tuned module asked for more.
   std::vector<std::pair<void *, int64_t>> offered;
+  std::vector<int64_t> engines; ///< offered's engines, by global index (-1: cuDNN does not say)
   size_t limit = 0;   ///< the workspace the plans were built within
   bool tuned = false; ///< chosen among `offered` (by the autotuner or a tuned module)
   uint64_t checked = 0; ///< the Impl::choices at which no choice was wanted for it
@@ -176,7 +177,7 @@ struct Cudnn::Impl {
   std::map<std::vector<int64_t>, Plan> plans; ///< by problem (declined ones have algo -1)
   std::function<int(const LibraryTuning &)> tuner; ///< setTuner's
   std::function<bool()> tunerHasTime;              ///< setTuner's
-  std::map<std::string, int> preferred;            ///< prefer's, by key
+  std::map<std::string, int64_t> preferred; ///< prefer's engine global indices, by key
   uint64_t choices = 1; ///< counts setTuner's and prefer's calls: a plan checked before looks again
 
   /// A backend descriptor of `type` that `plan` owns; nullptr if cuDNN cannot make one.
@@ -299,7 +300,8 @@ struct Cudnn::Impl {
   /// holds it and up to `keep` - 1 more that do, in the heuristics' order, each engine once
   /// (the later modes only while fewer than `keep`). False if none does.
   bool finishPlan(Builder &b, const std::vector<void *> &ops, bool narrowTypes,
-                  size_t workspaceBytes, std::initializer_list<int> modes, size_t keep = 1) {
+                  size_t workspaceBytes, std::initializer_list<int> modes, size_t keep = 1,
+                  int64_t until = -1) {
     void *graph = b.make(kOperationGraphDesc);
     b.set(graph, kOpGraphOps, kTypeDescriptor, int64_t(ops.size()), ops.data());
     b.set(graph, kOpGraphHandle, kTypeHandle, 1, &handle);
@@ -309,7 +311,7 @@ struct Cudnn::Impl {
       return false;
     }
     b.plan.declined = "cuDNN's heuristics offer no engine for it";
-    std::vector<int64_t> engines; // the global indices of those offered
+    std::vector<int64_t> &engines = b.plan.engines;
     for (int mode : modes) {
       Plan &plan = b.plan;
       void *heur = describe(plan, kEngineHeurDesc);
@@ -345,10 +347,10 @@ struct Cudnn::Impl {
           continue;
         plan.offered.push_back({exec, bytes});
         engines.push_back(engine);
-        if (plan.offered.size() >= keep)
+        if (plan.offered.size() >= keep || (until >= 0 && engine == until))
           break;
       }
-      if (plan.offered.size() >= keep)
+      if (plan.offered.size() >= keep || (until >= 0 && engines.back() == until))
         break;
     }
     Plan &plan = b.plan;
@@ -365,15 +367,17 @@ struct Cudnn::Impl {
   /// finishPlan picks (no TF32 in f32 unless allowed). False if none (the legacy API is tried
   /// next for a forward one).
   bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
-                      size_t workspaceBytes, size_t keep = 1);
+                      size_t workspaceBytes, size_t keep = 1, int64_t until = -1);
 
   /// Where the autotuner or a tuned module chooses convolution plan's engine (its problem's
-  /// key `name`): builds up to kOfferedEngines configs (or as many as the preferred choice
-  /// needs) again through `rebuild(keep)` and points the plan at the chosen one. False when the
+  /// key `name`): builds up to kOfferedEngines configs again through `rebuild(keep, until)`
+  /// (for a preference, until its engine is among them) and points the plan at the chosen
+  /// one; a preferred engine the heuristics no longer offer leaves their first. False when the
   /// rebuild failed (the plan is gone).
   bool chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it, const std::string &name,
                     const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                    const LargeWorkspace &large, const std::function<bool(size_t)> &rebuild);
+                    const LargeWorkspace &large,
+                    const std::function<bool(size_t, int64_t)> &rebuild);
 
   /// Builds plan.graphPlan for attention `p`: the operation graph of cuDNN's fused flash
   /// attention (two products around a softmax in f32, the causal mask as index comparisons),

@@ -3,6 +3,7 @@
 /// output descriptions. Depends on nothing in braze but support/, so an exported model needs no
 /// compiler.
 #include "braze/runtime/DLPack.h"
+#include "braze/runtime/LibraryTuning.h"
 
 #include <cstdint>
 #include <functional>
@@ -33,10 +34,9 @@ struct ModuleSpec {
   std::vector<std::string> kernels;
   int device = 0;
   std::string cublasLtLibrary; ///< non-empty when the module calls cuBLASLt
-  /// The autotuner's cuBLASLt algorithms (CublasLt::prefer, keys "gemm_...") and cuDNN engines
-  /// (Cudnn::prefer, keys "conv_..."), by LibraryTuning::key; set in the
-  /// process when the module loads.
-  std::vector<std::pair<std::string, int>> libraryChoices;
+  /// The autotuner's cuBLASLt algorithms and cuDNN engines, set in the process when the module
+  /// loads (CublasLt::prefer, Cudnn::prefer).
+  std::vector<LibraryChoice> libraryChoices;
   std::string cudnnLibrary;    ///< non-empty when the module calls cuDNN
   bool logFallback = false;    ///< say on stderr when a library declines a call
   bool checksIndices = false;  ///< some kernel bounds-checks an index (and may report an error)

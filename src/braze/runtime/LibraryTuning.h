@@ -4,16 +4,38 @@
 /// configs for a convolution (Cudnn::setTuner). Its result is written, never read (beta = 0),
 /// so each choice may run over the call's own memory.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace braze::runtime {
 
+/// Whose choice it is: cuBLASLt's algorithm for a matrix product (CublasLt::prefer restores
+/// it) or cuDNN's engine for a convolution (Cudnn::prefer).
+enum class LibraryKind { Gemm, Convolution };
+
+/// The choice a tuned module keeps for one problem, restored in the process that loads it.
+struct LibraryChoice {
+  LibraryKind kind = LibraryKind::Gemm;
+  std::string key; ///< LibraryTuning::key
+  /// cuBLASLt: the algorithm's position among those its heuristics offer. cuDNN: the engine's
+  /// global index, which names it whatever list a later process's heuristics give.
+  int64_t id = 0;
+  bool operator==(const LibraryChoice &o) const {
+    return kind == o.kind && key == o.key && id == o.id;
+  }
+};
+
 struct LibraryTuning {
+  LibraryKind kind = LibraryKind::Gemm;
   /// The problem (sizes, strides, dtypes, alignments) as one word, beginning with its kind:
   /// "gemm_..." or "conv_...". A tuned module records its choices by it.
   std::string key;
   int choices = 0; ///< offered, the heuristics' own first
+  /// What a tuned module keeps of each choice (LibraryChoice::id; -1: nothing names it, so it
+  /// serves this process only); empty: its position.
+  std::vector<int64_t> ids;
   /// Enqueues the call with choice i (< choices) on the call's stream: "" or why not.
   std::function<std::string(int)> run;
   void *out = nullptr; ///< the result's memory: `outBytes` bytes of `outKind` values

@@ -162,6 +162,35 @@ def test_a_tuned_graph_computes_what_eager_does(device, dtype, tmp_path, monkeyp
     assert braze.compile_times()["autotune"] == before
 
 
+def test_kernels_near_their_bound_are_not_tuned(device, tmp_path, monkeypatch, capfd):
+    # A pointwise kernel over 2^27 floats streams 1 GiB at the memory's bandwidth, and one
+    # over 256 floats takes about a launch: no form could gain, so none is compiled or timed,
+    # nothing is checked (the checker is not built) and the tuning takes milliseconds.
+    if device != "cuda":
+        pytest.skip("the CPU's tuner has no bound rule")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BRAZE_LOG", "autotune")
+
+    def f(x):
+        return ((x + 1) * 2).sin()
+
+    for n in (1 << 27, 256):
+        torch._dynamo.reset()
+        x = torch.randn(n, device=device)
+        got = torch.compile(f, backend="braze", options={"autotune": 5})(x)
+        torch.testing.assert_close(got, f(x))
+        said = capfd.readouterr().err
+        assert re.search(r"launch floor [\d.]+ us, theoretical bandwidth (\d+ GB/s|unknown)",
+                         said), said
+        if n > 256 and "bandwidth unknown" in said:
+            continue  # the driver does not say: no bandwidth rule
+        why = "of the theoretical bandwidth" if n > 256 else "launch-bound"
+        assert re.search(r"not tuned, near their bound:\n  kernel\d+: .*" + why, said), said
+        spent = re.search(r"timed 0 functions .* in ([\d.e+-]+) s", said)
+        assert spent and float(spent.group(1)) < 0.1, said
+        assert "checker built" not in said, said
+
+
 def test_a_kernel_that_updates_its_input_is_tuned_from_one_state(device, tmp_path, monkeypatch):
     # Each form runs the update from the state before it, and the run goes on from there: the
     # compiled call applies the update once.

@@ -218,8 +218,8 @@ Bounds measureBounds(const Scratch &flush, int device, void *stream) {
 /// Why no form of f can gain enough to be worth its compile and timing, or "". One launch of
 /// its planned form (its GPU time from a cold L2, as forms are timed) either
 /// - takes under twice the launch floor, or under a microsecond more: launch-bound, where
-///   forms differ by fractions of a microsecond (H200: kernels of 3.8-4.6 us, their best form
-///   0-0.07 us faster); or
+///   forms differ by fractions of a microsecond (H200: a floor of 2.0-2.1 us; the best forms
+///   of three kernels of 4.1-4.6 us gained 0, 0 and 0.16 us); or
 /// - moves its buffers' bytes at kAtBandwidth of the theoretical bandwidth or more: about 90%
 ///   of what a copy reaches (H200: a copy 4.2-4.3 of 4.8 TB/s). A rate above the theoretical
 ///   means the launch reads less than its buffers' spans (a gather's table, say): no bound is
@@ -383,8 +383,9 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   // Scratch inputs of the graph's sizes, its outputs and its arena. Until something is to be
   // checked, the inputs' floats hold one value in (0, 1) as the varied values are (bytes 0x38:
   // 4.4e-5 in float32 and bfloat16, 0.53 in float16) and the rest zeros, which is all the
-  // planned forms' timing needs; the checker's module (an NVRTC compile into an empty cache) is built, and the
-  // inputs filled with varied values, only when a form or a library choice is to be checked.
+  // planned forms' timing needs. The checker's module (an NVRTC compile into an empty cache)
+  // is built, and the inputs filled with varied values, only when a form or a library choice
+  // is to be checked.
   std::vector<std::unique_ptr<Scratch>> owned;
   std::vector<const void *> inputs;
   std::vector<void *> outputs;

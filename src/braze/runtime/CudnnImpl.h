@@ -298,7 +298,8 @@ struct Cudnn::Impl {
   /// of cuDNN's heuristics (each mode of `modes` in turn) that finalizes into an execution plan
   /// within the workspace and computes what the precision allows (allowedEngine); plan.offered
   /// holds it and up to `keep` - 1 more that do, in the heuristics' order, each engine once
-  /// (the later modes only while fewer than `keep`). False if none does.
+  /// (the later modes only while fewer than `keep`), plan.engines their global indices; the
+  /// search stops early once engine `until` (>= 0) is offered. False if none does.
   bool finishPlan(Builder &b, const std::vector<void *> &ops, bool narrowTypes,
                   size_t workspaceBytes, std::initializer_list<int> modes, size_t keep = 1,
                   int64_t until = -1) {
@@ -350,7 +351,8 @@ struct Cudnn::Impl {
         if (plan.offered.size() >= keep || (until >= 0 && engine == until))
           break;
       }
-      if (plan.offered.size() >= keep || (until >= 0 && engines.back() == until))
+      if (plan.offered.size() >= keep ||
+          (until >= 0 && !engines.empty() && engines.back() == until))
         break;
     }
     Plan &plan = b.plan;

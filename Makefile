@@ -35,10 +35,14 @@ $(STAMP): Makefile
 
 env: $(STAMP)
 
-# One CMake build serves the Python module, braze-opt, the C++ tests and the examples.
+# One CMake build serves the Python module, braze-opt, the C++ tests and the examples. A unity
+# build (8 sources a unit) builds it from scratch in 150 s here against 255 s a source at a time;
+# an edit then recompiles its whole unit. UNITY=OFF builds a source at a time.
+UNITY ?= ON
+BUILD_ARGS := -Cbuild-dir=$(BUILD) -Ccmake.define.BRAZE_BUILD_TESTS=ON \
+    -Ccmake.define.CMAKE_UNITY_BUILD=$(UNITY) -Ccmake.define.CMAKE_UNITY_BUILD_BATCH_SIZE=8
 build: $(STAMP)
-	$(PIP) install -q --no-build-isolation --no-deps . \
-	    -Cbuild-dir=$(BUILD) -Ccmake.define.BRAZE_BUILD_TESTS=ON
+	$(PIP) install -q --no-build-isolation --no-deps . $(BUILD_ARGS)
 
 demo: build
 	$(PY) examples/demo.py
@@ -160,8 +164,7 @@ bench-scatter: build
 # A wheel of braze (build/dist), from the same CMake build as `make build`.
 wheel: build
 	rm -rf build/dist
-	$(PIP) wheel -q --no-build-isolation --no-deps -w build/dist . \
-	    -Cbuild-dir=$(BUILD) -Ccmake.define.BRAZE_BUILD_TESTS=ON
+	$(PIP) wheel -q --no-build-isolation --no-deps -w build/dist . $(BUILD_ARGS)
 
 # The wheel in a fresh virtual environment with torch and the wheel's dependencies (pinned as
 # above): torch.compile(backend="braze") of the seed example compiles and matches eager.

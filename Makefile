@@ -227,10 +227,9 @@ fuzz: fuzz-build
 # Every regression input once under the sanitizers, then 3000 fuzzed inputs from the seeds with
 # a fixed random seed (about 100 s here after a 170 s build; not part of make test, whose 20
 # minutes it does not fit in), so that a run is reproducible and a failure is a regression of
-# this commit. The seeds are listed
-# in sorted order: given as directories, they load in the file system's order, which differs
-# between machines, and so did the inputs. Exploring is `make fuzz`'s job. The log is
-# build/fuzz/test-fuzz.log; its tail is printed when it finds something.
+# this commit. The seeds are listed in sorted order: given as directories, they load in the file
+# system's order, which differs between machines, and so did the inputs. Exploring is `make
+# fuzz`'s job. The log is build/fuzz/test-fuzz.log; its tail is printed when it finds something.
 test-fuzz: fuzz-build
 	$(SAN_ENV) build/fuzz/tests/fuzz/braze-fuzz $(FUZZ_ARGS) tests/fuzz/regressions/* \
 	    > build/fuzz/test-fuzz.log 2>&1 || (tail -40 build/fuzz/test-fuzz.log; exit 1)

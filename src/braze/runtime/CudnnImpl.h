@@ -313,6 +313,10 @@ struct Cudnn::Impl {
     }
     b.plan.declined = "cuDNN's heuristics offer no engine for it";
     std::vector<int64_t> &engines = b.plan.engines;
+    auto enough = [&] {
+      return b.plan.offered.size() >= keep ||
+             (until >= 0 && !engines.empty() && engines.back() == until);
+    };
     for (int mode : modes) {
       Plan &plan = b.plan;
       void *heur = describe(plan, kEngineHeurDesc);
@@ -348,11 +352,10 @@ struct Cudnn::Impl {
           continue;
         plan.offered.push_back({exec, bytes});
         engines.push_back(engine);
-        if (plan.offered.size() >= keep || (until >= 0 && engine == until))
+        if (enough())
           break;
       }
-      if (plan.offered.size() >= keep ||
-          (until >= 0 && !engines.empty() && engines.back() == until))
+      if (enough())
         break;
     }
     Plan &plan = b.plan;

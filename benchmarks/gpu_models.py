@@ -97,6 +97,9 @@ if not ARGS.warm_cache:
     os.environ["BRAZE_CACHE_DIR"] = os.path.join(_TMP, "braze")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_TMP, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(_TMP, "triton")
+    # The driver's compute cache, which NVRTC 13 uses as well: on an H200, GPT-2's NVRTC took
+    # 0.46 s in a process with an empty one and 0.22 s in the next process on the same one.
+    os.environ["CUDA_CACHE_PATH"] = os.path.join(_TMP, "cuda")
 
 import torch  # noqa: E402
 

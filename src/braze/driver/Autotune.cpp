@@ -417,8 +417,9 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
   std::future<jit::CompiledCubin> checkerCubin;
   auto startChecker = [&] {
     if (!made && !checkerCubin.valid())
-      checkerCubin = std::async(std::launch::async,
-                                [&nvrtc] { return jit::compileCuda(autotuneCheckerSource(), nvrtc); });
+      checkerCubin = std::async(std::launch::async, [&nvrtc] {
+        return jit::compileCuda(autotuneCheckerSource(), nvrtc);
+      });
   };
   auto checker = [&]() -> Checker & {
     if (made)

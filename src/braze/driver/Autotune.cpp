@@ -223,7 +223,7 @@ Bounds measureBounds(const Scratch &flush, int device, void *stream) {
 /// - takes under kLaunchBound times the launch floor, or under a microsecond more:
 ///   launch-bound, where forms differ by fractions of a microsecond. H200 (floor 2.0-2.1 us),
 ///   with every function's forms timed (BRAZE_AUTOTUNE_NEAR_BOUND=1) over the kernel suite and
-///   four models: the best forms of the 7 functions under 2.5 floors (3.6-4.7 us) gained 0.16 us
+///   five models: the best forms of the 7 functions under 2.5 floors (3.6-4.7 us) gained 0.16 us
 ///   once and nothing six times; above it, gains of 0.2-0.7 us start (5.2 us: 0.22 us; 6.5 us:
 ///   0.26 us), and one function's forms cost 0.25-0.84 s of NVRTC; or
 /// - moves its buffers' bytes at kAtBandwidth of the theoretical bandwidth or more: about 90%

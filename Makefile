@@ -51,8 +51,8 @@ test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j2
 
 # Two worker processes: the tests wait on the host compiler most of the time, so two share the
-# two cores well (half the time of one when it was measured; now 15-17 minutes here for 1,129
-# tests, most of make test). The 20 slowest are listed.
+# two cores well (half the time of one when it was measured; 7.5 minutes here on 2026-12-03 for
+# 1,129 tests, 15-17 minutes on slower days, most of make test). The 20 slowest are listed.
 test-python: build
 	$(PY) -m pytest -q -n 2 --durations=20 tests/python
 

@@ -297,8 +297,9 @@ def compile_backend(fn, args, backend, eager_s, ref, res):
     result against eager's (ref); fills res; returns the compiled callable."""
     torch._dynamo.reset()
     before = braze.counters()
-    tuned_before = braze.compile_times().get("autotune", 0.0)
-    inductor_tuned_before = inductor_tuning_s()
+    tuner_s = ((lambda: braze.compile_times().get("autotune", 0.0))
+               if backend.startswith("braze") else inductor_tuning_s)  # the tuner's own clock
+    tuned_before = tuner_s()
     mode = None if backend.endswith("_default") else ARGS.mode
     compiled = (torch.compile(fn, backend="braze", mode=mode) if backend.startswith("braze")
                 else torch.compile(fn, mode=mode))
@@ -312,10 +313,7 @@ def compile_backend(fn, args, backend, eager_s, ref, res):
         warnings.simplefilter("always")
         out, cs = harness.compile_s(first_call, eager_s)
     res[f"{backend}_compile_s"] = cs
-    if backend.startswith("braze"):  # the tuner's own clock over this compile
-        res[f"{backend}_tune_s"] = braze.compile_times().get("autotune", 0.0) - tuned_before
-    else:
-        res[f"{backend}_tune_s"] = inductor_tuning_s() - inductor_tuned_before
+    res[f"{backend}_tune_s"] = tuner_s() - tuned_before
     if backend == "braze":  # the counters of the mode under test
         after = braze.counters()
         res["braze_counters"] = {k: after[k] - before.get(k, 0) for k in after}

@@ -519,6 +519,7 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       std::filesystem::path(nvrtc.cacheDir.empty() ? jit::scratchDir().string() : nvrtc.cacheDir) /
       "autotune";
   std::vector<Function *> pending, done;
+  const bool anyway = tuneNearBound();
   for (Function *f : ranked) {
     if (f->ms < 0.01 * total || f->ms < 2e-3) // under 1% of the run, or 2 us
       break;
@@ -532,9 +533,8 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
       if (sched::launchText(f->forms.forms[i].launch, f->rows) == stored)
         f->winner = static_cast<int>(i), f->stored = true;
     if (std::string why = f->stored ? "" : nearItsBound(*f, bounds); !why.empty()) {
-      near << "  " << f->name << ": " << why << (tuneNearBound() ? " (timed anyway)" : "")
-           << "\n";
-      if (!tuneNearBound())
+      near << "  " << f->name << ": " << why << (anyway ? " (timed anyway)" : "") << "\n";
+      if (!anyway)
         continue;
     }
     (f->stored ? done : pending).push_back(f);

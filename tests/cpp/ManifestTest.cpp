@@ -29,7 +29,8 @@ ManifestEntry cudaEntry() {
   // A convolution's choice is an engine's global index, which may run past two digits.
   e.libraryChoices = {{LibraryKind::Gemm, "gemm_64_128_32_1", 3},
                       {LibraryKind::Gemm, "gemm_8_8_8_0", 0},
-                      {LibraryKind::Convolution, "conv_0_4_1_0_16", 1301}};
+                      {LibraryKind::Convolution, "conv_0_4_1_0_16", 1301},
+                      {LibraryKind::Attention, "attention_-1_3_1_4_16", 8}};
   return e;
 }
 
@@ -67,6 +68,9 @@ TEST(ManifestTest, AnythingButAWholeEntryIsNone) {
   std::string older = text;
   older.replace(older.find("conv_engine"), 11, "library_choice");
   EXPECT_FALSE(parseManifest(older));
+  std::string misnamed = text;
+  misnamed.replace(misnamed.find("attention_engine"), 16, "attention_engines");
+  EXPECT_FALSE(parseManifest(misnamed));
   std::string longer = text;
   longer.replace(longer.find("library 10"), 10, "library 11");
   EXPECT_FALSE(parseManifest(longer));

@@ -270,3 +270,72 @@ def test_convolutions_take_the_fastest_of_cudnns_engines(device, dtype, tmp_path
     for g, w in zip(again, got):
         torch.testing.assert_close(g, w, atol=tol * w.abs().max().item(), rtol=tol)
     assert braze.compile_times()["autotune"] == before
+
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attentions_take_the_fastest_of_cudnns_engines(device, causal, tmp_path, monkeypatch,
+                                                       capfd):
+    # By default the tuner leaves cuDNN's attention in its heuristics' first engine. With
+    # BRAZE_AUTOTUNE_ATTENTION=1, a training step through a fused attention (its forward, and
+    # its backward's three gradients) runs in each engine config cuDNN's heuristics offer, each
+    # result checked against the first config's; the choices are stored with the tuned module
+    # and a warm compile restores them, tuning nothing.
+    if device != "cuda":
+        pytest.skip("cuDNN's engines serve CUDA attentions")
+    if cuda_support.cudnn_library() is None:
+        pytest.skip("cuDNN was not found")
+    monkeypatch.setenv("BRAZE_LOG", "autotune")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 512, 64, device=device, dtype=torch.bfloat16).requires_grad_()
+               for _ in range(3))
+    mask = None if causal else torch.randn(1, 1, 512, 512, device=device, dtype=torch.bfloat16)
+
+    def step(q, k, v):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                             is_causal=causal)
+        return o.float().square().mean()
+
+    def grads(fn):
+        for t in (q, k, v):
+            t.grad = None
+        loss = fn(q, k, v)
+        loss.backward()
+        return [loss.detach(), q.grad, k.grad, v.grad]
+
+    def tuned(cache):
+        # The forward graph's attentions and the backward graph's: what the tuner timed of them.
+        monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / cache))
+        torch._dynamo.reset()
+        fallbacks = braze.counters()["fallback_ops"]
+        got = grads(torch.compile(step, backend="braze", options={"autotune": 5}))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=2e-2 * w.abs().max().item(), rtol=2e-2)
+        said = capfd.readouterr().err
+        assert braze.counters()["fallback_ops"] == fallbacks, said
+        sections = re.findall(r"attentions:\n((?:attention_[\d_-]+:\n(?:  [* ] engine \d+  .*\n)+)*)"
+                              r"batches:", said)
+        summaries = [int(n) for n in re.findall(r"; (\d+) attentions, \d+ changed; in ", said)]
+        assert len(summaries) == 2 and len(sections) == 2, said
+        problems = re.findall(r"^attention_(-[12])_[\d_-]+:$", "".join(sections), re.M)
+        winners = re.findall(r"^  \* engine \d+  [\d.]+ us$", "".join(sections), re.M)
+        assert len(problems) == sum(summaries) and len(winners) == len(problems), said
+        return got, problems, said
+
+    want = grads(step)
+    _, problems, said = tuned("default")
+    assert problems == [], said
+    monkeypatch.setenv("BRAZE_AUTOTUNE_ATTENTION", "1")
+    got, problems, said = tuned("attention")
+    if not problems:
+        pytest.skip("cuDNN's heuristics offer one engine for each of these attentions:\n" + said)
+    stored = [m for m in (tmp_path / "attention").rglob("*.manifest")
+              if re.search(rb"\nattention_engine \d+\nattention_-[12]_[\d_-]+ \d+\n",
+                           m.read_bytes())]
+    assert stored, "no manifest records the engines"
+    torch._dynamo.reset()
+    before = braze.compile_times()["autotune"]
+    again = grads(torch.compile(step, backend="braze", options={"autotune": 5}))
+    for g, w in zip(again, got):
+        torch.testing.assert_close(g, w, atol=2e-2 * w.abs().max().item(), rtol=2e-2)
+    assert braze.compile_times()["autotune"] == before

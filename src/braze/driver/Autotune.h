@@ -47,13 +47,14 @@ struct TuneResult {
   /// whose best form is not their planned one; empty when none.
   std::string records;
   /// The cuBLASLt algorithm chosen for each product timed and the cuDNN engine for each
-  /// convolution (the heuristics' first where it stayed fastest).
+  /// convolution and attention (the heuristics' first where it stayed fastest).
   std::vector<runtime::LibraryChoice> libraryChoices;
   std::string log; ///< each function's forms, their times and the verdict (BRAZE_LOG=autotune)
   double seconds = 0;
   int functionsTimed = 0, functionsCached = 0, functionsChanged = 0;
   /// Library problems timed, and those of them whose choice is not the heuristics' first.
-  int gemms = 0, gemmsChanged = 0, convolutions = 0, convolutionsChanged = 0;
+  int gemms = 0, gemmsChanged = 0, convolutions = 0, convolutionsChanged = 0, attentions = 0,
+      attentionsChanged = 0;
 };
 
 /// Tunes the loop kernels of `s`, generated as `source` and loaded as `exe` (not yet handed to

@@ -76,6 +76,23 @@ void put(std::string &out, const std::string &name, const std::string &value) {
 
 constexpr const char *kHeader = "braze-manifest 1\n";
 
+/// The line that holds a library choice of `kind` (LibraryChoice), and back.
+const char *choiceLine(runtime::LibraryKind kind) {
+  switch (kind) {
+  case runtime::LibraryKind::Gemm: return "gemm_algorithm";
+  case runtime::LibraryKind::Convolution: return "conv_engine";
+  case runtime::LibraryKind::Attention: return "attention_engine";
+  }
+  return "";
+}
+std::optional<runtime::LibraryKind> choiceKind(const std::string &line) {
+  for (auto kind : {runtime::LibraryKind::Gemm, runtime::LibraryKind::Convolution,
+                    runtime::LibraryKind::Attention})
+    if (line == choiceLine(kind))
+      return kind;
+  return std::nullopt;
+}
+
 fs::path manifestPath(const std::string &cacheDir, const std::string &key) {
   return jit::entryDir(cacheDir, key) / (key + ".manifest");
 }
@@ -104,8 +121,7 @@ std::string manifestText(const ManifestEntry &e) {
   put(out, "checks", e.checksIndices ? "1" : "0");
   put(out, "kernels", std::to_string(e.numKernels));
   for (const runtime::LibraryChoice &c : e.libraryChoices)
-    put(out, c.kind == runtime::LibraryKind::Gemm ? "gemm_algorithm" : "conv_engine",
-        c.key + " " + std::to_string(c.id));
+    put(out, choiceLine(c.kind), c.key + " " + std::to_string(c.id));
   put(out, "source", e.source);
   return out;
 }
@@ -161,14 +177,12 @@ std::optional<ManifestEntry> parseManifest(const std::string &text) {
           value.find_first_not_of("0123456789") != std::string::npos)
         return std::nullopt;
       e.numKernels = std::stoi(value);
-    } else if (name == "gemm_algorithm" || name == "conv_engine") {
+    } else if (std::optional<runtime::LibraryKind> kind = choiceKind(name)) {
       size_t sp = value.find(' ');
       if (sp == 0 || sp == std::string::npos || sp + 1 == value.size() || value.size() - sp > 10 ||
           value.find_first_not_of("0123456789", sp + 1) != std::string::npos)
         return std::nullopt;
-      e.libraryChoices.push_back({name == "gemm_algorithm" ? runtime::LibraryKind::Gemm
-                                                           : runtime::LibraryKind::Convolution,
-                                  value.substr(0, sp), std::stoll(value.substr(sp + 1))});
+      e.libraryChoices.push_back({*kind, value.substr(0, sp), std::stoll(value.substr(sp + 1))});
     } else if (name == "source") {
       e.source = value;
       sawSource = true;

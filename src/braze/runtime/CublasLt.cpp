@@ -532,10 +532,11 @@ std::string CublasLt::gemm(const GemmProblem &p, void *stream, void *workspace,
     t.key = keyText(key);
     t.choices = static_cast<int>(plan.offered.size());
     t.run = [&](int i) { return run(plan.offered.at(i)); };
-    t.out = p.c;
     int64_t cElem = f32Out ? 4 : elem;
-    t.outBytes = static_cast<size_t>(((p.batch - 1) * p.strideC + (p.m - 1) * p.ldc + p.n) * cElem);
-    t.outKind = f32Out ? 0 : static_cast<int>(p.dtype); // GemmDType's order is the kinds'
+    // GemmDType's order is the kinds'
+    t.results = {{p.c,
+                  static_cast<size_t>(((p.batch - 1) * p.strideC + (p.m - 1) * p.ldc + p.n) * cElem),
+                  f32Out ? 0 : static_cast<int>(p.dtype)}};
     static_assert(int(GemmDType::Float64) == 1 && int(GemmDType::BFloat16) == 3);
     t.stream = stream;
     int chosen = im.tuner(t);

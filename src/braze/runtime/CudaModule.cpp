@@ -533,7 +533,7 @@ std::unique_ptr<CudaModule> CudaModule::load(const ModuleSpec &spec) {
   if (!spec.cudnnLibrary.empty()) {
     s.dnn = &Cudnn::load(spec.cudnnLibrary);
     for (const LibraryChoice &c : spec.libraryChoices)
-      if (c.kind == LibraryKind::Convolution)
+      if (c.kind == LibraryKind::Convolution || c.kind == LibraryKind::Attention)
         s.dnn->prefer(c.key, c.id);
     s.convWorkspace = deviceBuffer(device, Cudnn::recommendedWorkspaceBytes(), "cuDNN workspace");
     s.device = device;

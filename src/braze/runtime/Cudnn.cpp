@@ -39,14 +39,6 @@ int filterFormat(const ConvProblem &p) {
   return nhwc ? kNhwc : -1;
 }
 
-/// A problem's key (Cudnn::conv's) as one word: LibraryTuning::key, a tuned module's record.
-std::string keyText(const std::vector<int64_t> &key) {
-  std::string s = "conv";
-  for (int64_t v : key)
-    s += "_" + std::to_string(v);
-  return s;
-}
-
 Shapes cudnnShapes(const ConvProblem &p) {
   Shapes c;
   c.rank = p.rank == 3 ? 4 : p.rank;
@@ -167,12 +159,21 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
     return DnnStatus::Failed;
   // The engine the autotuner or a tuned module chooses, once per plan.
   if (plan.graphPlan && !plan.tuned && plan.checked != im.choices &&
-      (im.tuner || !im.preferred.empty()) &&
-      !im.chooseEngine(it, keyText(key), p, stream, workspace, workspaceBytes, large,
-                       [&](size_t keep, int64_t until) {
-                         return build(plan.limit, keep, until);
-                       }))
-    return DnnStatus::Failed;
+      (im.tuner || !im.preferred.empty())) {
+    // The result: y, the weight's gradient (w) or the input's (x), by direction.
+    const int64_t *dims = p.direction == 0 ? p.yDims : p.direction == 1 ? p.wDims : p.xDims;
+    const int64_t *strides = p.direction == 0 ? p.yStrides
+                             : p.direction == 1 ? p.wStrides : p.xStrides;
+    static const int64_t elementBytes[] = {4, 8, 2, 2};
+    const int64_t uids[3] = {'x', 'w', 'y'};
+    const void *pointers[3] = {p.x, p.w, p.y};
+    Impl::EngineCall call{LibraryKind::Convolution, 3, uids, pointers, {}};
+    call.results.push_back({p.direction == 0 ? p.y : p.direction == 1 ? p.w : p.x,
+                            spanBytes(p.rank, dims, strides, elementBytes[p.dtype]), p.dtype});
+    if (!im.chooseEngine(plan, keyText(key), call, stream, workspace, workspaceBytes, large,
+                         [&](size_t keep, int64_t until) { return build(plan.limit, keep, until); }))
+      return DnnStatus::Failed;
+  }
   // A plan over the common workspace whose workspace cannot be had (the device is out of
   // memory, or a capture is under way) is built again within the common one, for good.
   if (plan.graphPlan && size_t(plan.graphWorkspace) > workspaceBytes) {
@@ -207,16 +208,17 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
   return DnnStatus::Done;
 }
 
-bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it,
-                               const std::string &name, const ConvProblem &p, void *stream,
-                               void *workspace, size_t workspaceBytes, const LargeWorkspace &large,
+bool Cudnn::Impl::chooseEngine(Plan &plan, const std::string &name, const EngineCall &call,
+                               void *stream, void *workspace, size_t workspaceBytes,
+                               const LargeWorkspace &large,
                                const std::function<bool(size_t, int64_t)> &rebuild) {
-  Plan &plan = it->second;
   auto pref = preferred.find(name);
   const int64_t want = pref == preferred.end() ? -1 : pref->second;
-  // Preferences for other problems only, or a tuner out of time: the heuristics' choice stays
-  // until a tuner or a preference comes (prefer() also clears `tuned` of the plans it names).
-  if (want < 0 && (!tuner || (tunerHasTime && !tunerHasTime()))) {
+  // Preferences for other problems only, or a tuner out of time (or not for attentions): the
+  // heuristics' choice stays until a tuner or a preference comes (prefer() also clears `tuned`
+  // of the plans it names).
+  const bool tunes = tuner && (call.kind != LibraryKind::Attention || tuneAttentions);
+  if (want < 0 && (!tunes || (tunerHasTime && !tunerHasTime()))) {
     plan.checked = choices;
     return true;
   }
@@ -227,29 +229,18 @@ bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it
   if (!plan.graphPlan) // the rebuild found no graph plan (the legacy one serves)
     return true;
   size_t chosen = 0;
+  const bool empty = std::any_of(call.results.begin(), call.results.end(),
+                                 [](const LibraryResult &r) { return r.bytes == 0; });
   if (want >= 0) {
     chosen = wanted() == plan.engines.end() ? 0 : size_t(wanted() - plan.engines.begin());
-  } else if (plan.offered.size() > 1) {
-    // The result: y, the weight's gradient (w) or the input's (x), by direction.
-    const int64_t *dims = p.direction == 0 ? p.yDims : p.direction == 1 ? p.wDims : p.xDims;
-    const int64_t *strides = p.direction == 0 ? p.yStrides
-                             : p.direction == 1 ? p.wStrides : p.xStrides;
-    void *out = p.direction == 0 ? p.y : p.direction == 1 ? p.w : p.x;
-    int64_t span = 1;
-    for (int i = 0; i < p.rank; ++i)
-      span = dims[i] == 0 ? 0 : span + (dims[i] - 1) * strides[i];
-    static const int64_t elementBytes[] = {4, 8, 2, 2};
+  } else if (plan.offered.size() > 1 && !empty) {
     LibraryTuning t;
-    t.kind = LibraryKind::Convolution;
+    t.kind = call.kind;
     t.key = name;
     t.choices = static_cast<int>(plan.offered.size());
     t.ids = plan.engines;
-    t.out = out;
-    t.outBytes = static_cast<size_t>(span * elementBytes[p.dtype]);
-    t.outKind = p.dtype;
+    t.results = call.results;
     t.stream = stream;
-    const int64_t uids[3] = {'x', 'w', 'y'};
-    const void *pointers[3] = {p.x, p.w, p.y};
     t.run = [&](int i) -> std::string {
       const auto &[exec, bytes] = plan.offered.at(size_t(i));
       void *space = size_t(bytes) <= workspaceBytes ? workspace
@@ -260,12 +251,12 @@ bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it
       std::string error;
       if (Status s = setStream(handle, stream); s != 0)
         return failed("cudnnSetStream", s);
-      return execute(exec, 3, uids, pointers, space, error) == DnnStatus::Done ? "" : error;
+      return execute(exec, call.n, call.uids, call.pointers, space, error) == DnnStatus::Done
+                 ? ""
+                 : error;
     };
-    if (span > 0) {
-      const int got = tuner(t);
-      chosen = got >= 0 && got < t.choices ? size_t(got) : 0;
-    }
+    const int got = tuner(t);
+    chosen = got >= 0 && got < t.choices ? size_t(got) : 0;
   }
   plan.graphPlan = plan.offered[chosen].first;
   plan.graphWorkspace = plan.offered[chosen].second;
@@ -274,10 +265,11 @@ bool Cudnn::Impl::chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it
 }
 
 void Cudnn::setTuner(std::function<int(const LibraryTuning &)> tuner,
-                     std::function<bool()> hasTime) {
+                     std::function<bool()> hasTime, bool attentions) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->tuner = std::move(tuner);
   impl_->tunerHasTime = std::move(hasTime);
+  impl_->tuneAttentions = attentions;
   ++impl_->choices;
 }
 

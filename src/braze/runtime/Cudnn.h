@@ -106,14 +106,15 @@ public:
 
   static size_t recommendedWorkspaceBytes(); ///< 64 MiB
 
-  /// While set, conv() hands each convolution whose engine this process has not chosen yet,
-  /// and for which the heuristics offer more than one, to `tuner` before running it (up to 8
-  /// engine configs, built then, while `hasTime()` says so); the config it returns (0: the
-  /// heuristics' first) serves that problem from then on. Empty: none (the default).
+  /// While set, conv() (and attention(), where `attentions` says so) hands each problem whose
+  /// engine this process has not chosen yet, and for which the heuristics offer more than one,
+  /// to `tuner` before running it (up to 8 engine configs, built then, while `hasTime()` says
+  /// so); the config it returns (0: the heuristics' first) serves that problem from then on.
+  /// Empty: none (the default).
   void setTuner(std::function<int(const LibraryTuning &)> tuner,
-                std::function<bool()> hasTime = {});
-  /// The engine of global index `engine` (LibraryChoice::id) for the convolution whose
-  /// LibraryTuning::key is `key`, wherever this process plans it next: a tuned module's
+                std::function<bool()> hasTime = {}, bool attentions = false);
+  /// The engine of global index `engine` (LibraryChoice::id) for the convolution or attention
+  /// whose LibraryTuning::key is `key`, wherever this process plans it next: a tuned module's
   /// choices, restored when it loads. An engine the heuristics no longer offer among their
   /// first kOfferedEngines is passed over (their first serves).
   void prefer(const std::string &key, int64_t engine);

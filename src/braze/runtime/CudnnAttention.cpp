@@ -41,7 +41,7 @@ size_t backwardScratchBytes(const AttentionProblem &p) {
 } // namespace
 
 bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
-                                     size_t workspaceBytes) {
+                                     size_t workspaceBytes, size_t keep, int64_t until) {
   if (!backendCreate)
     return false;
   Builder b{*this, plan};
@@ -75,7 +75,8 @@ bool Cudnn::Impl::buildAttentionPlan(Plan &plan, const AttentionProblem &p,
   ops.push_back(b.pointwise(kPwAdd, kFloat, max, logSum, nullptr, stats));
   ops.push_back(b.pointwise(kPwDiv, kFloat, e, sum, nullptr, probs));
   ops.push_back(b.matmul(probs, v, o));
-  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes, {kHeurA, kHeurFallback});
+  return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes, {kHeurA, kHeurFallback}, keep,
+                    until);
 }
 
 void *Cudnn::Impl::maskedScores(Builder &b, const AttentionProblem &p, void *q, void *kT,
@@ -118,7 +119,8 @@ void *Cudnn::Impl::rowsTensor(Builder &b, const AttentionProblem &p, int64_t uid
 }
 
 bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p,
-                                             size_t workspaceBytes) {
+                                             size_t workspaceBytes, size_t keep,
+                                             int64_t until) {
   if (!backendCreate)
     return false;
   if (version < 90600) {
@@ -194,7 +196,7 @@ bool Cudnn::Impl::buildAttentionBackwardPlan(Plan &plan, const AttentionProblem 
   ops.push_back(b.matmul(ds, kRows, dqAccum));
   ops.push_back(b.pointwise(kPwIdentity, kFloat, dqAccum, nullptr, nullptr, dq));
   return finishPlan(b, ops, /*narrowTypes=*/true, workspaceBytes - plan.scratch,
-                    {kHeurA, kHeurFallback});
+                    {kHeurA, kHeurFallback}, keep, until);
 }
 
 DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *workspace,
@@ -242,23 +244,32 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
       key.insert(key.end(), a, a + 4);
   }
   std::lock_guard<std::mutex> lock(im.mu);
-  auto [it, fresh] = im.plans.try_emplace(key);
-  Plan &plan = it->second;
-  if (fresh && !(p.grad ? im.buildAttentionBackwardPlan(plan, p, workspaceBytes)
-                        : im.buildAttentionPlan(plan, p, workspaceBytes))) {
+  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
+  auto emplaced = im.plans.try_emplace(key);
+  Plan &plan = emplaced.first->second;
+  // Builds the plan with up to `keep` engine configs; the plan says why not where it fails.
+  const size_t allBytes = workspaceBytes;
+  auto build = [&](size_t keep, int64_t until) {
     for (void *d : plan.descriptors)
       im.backendDestroy(d);
-    plan.descriptors.clear();
-    if (!im.backendCreate)
-      plan.declined = "this cuDNN has no backend API";
-  }
+    plan = Plan{};
+    if (!(p.grad ? im.buildAttentionBackwardPlan(plan, p, allBytes, keep, until)
+                 : im.buildAttentionPlan(plan, p, allBytes, keep, until))) {
+      for (void *d : plan.descriptors)
+        im.backendDestroy(d);
+      plan.descriptors.clear();
+      plan.offered.clear();
+      plan.graphPlan = nullptr;
+      if (!im.backendCreate)
+        plan.declined = "this cuDNN has no backend API";
+    }
+    return true;
+  };
+  if (emplaced.second)
+    build(1, -1);
   if (!plan.graphPlan) {
     error = plan.declined;
     return DnnStatus::Declined;
-  }
-  if (Status s = im.setStream(im.handle, stream); s != 0) {
-    error = im.failed("cudnnSetStream", s);
-    return DnnStatus::Failed;
   }
   int64_t uids[16] = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
   const void *pointers[16] = {p.q, p.k, p.v, p.o, &p.scale};
@@ -270,7 +281,8 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
   if (p.stats)
     uids[n] = kUidStats, pointers[n++] = p.stats;
   if (p.grad) {
-    // The scratch leads the workspace: the dQ accumulator, then the rows' sums.
+    // The scratch leads the workspace: the dQ accumulator, then the rows' sums; the engine's
+    // own workspace follows.
     char *scratch = static_cast<char *>(workspace);
     const std::pair<int64_t, const void *> grads[] = {
         {kUidDout, p.gradOut}, {kUidDq, p.gradQ},       {kUidDk, p.gradK},
@@ -279,6 +291,34 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     for (auto [uid, pointer] : grads)
       uids[n] = uid, pointers[n++] = pointer;
     workspace = scratch + plan.scratch;
+    workspaceBytes -= plan.scratch;
+  }
+  // The engine the autotuner or a tuned module chooses, once per plan.
+  if (!plan.tuned && plan.checked != im.choices &&
+      ((im.tuner && im.tuneAttentions) || !im.preferred.empty())) {
+    const int64_t elementBytes = 2;
+    Impl::EngineCall call{LibraryKind::Attention, n, uids, pointers, {}};
+    if (p.grad) {
+      const int64_t qd[4] = {p.b, p.hq, p.sq, p.d}, dkd[4] = {p.b, p.hg, p.skv, p.d},
+                    dvd[4] = {p.b, p.hg, p.skv, p.dv};
+      call.results = {{p.gradQ, spanBytes(4, qd, p.gradQStrides, elementBytes), p.dtype},
+                      {p.gradK, spanBytes(4, dkd, p.gradKStrides, elementBytes), p.dtype},
+                      {p.gradV, spanBytes(4, dvd, p.gradVStrides, elementBytes), p.dtype}};
+    } else {
+      const int64_t od[4] = {p.b, p.hq, p.sq, p.dv}, rd[4] = {p.b, p.hq, p.sq, 1};
+      call.results = {{p.o, spanBytes(4, od, p.oStrides, elementBytes), p.dtype}};
+      if (p.stats)
+        call.results.push_back({p.stats, spanBytes(4, rd, p.statsStrides, 4), 0});
+    }
+    im.chooseEngine(plan, keyText(key), call, stream, workspace, workspaceBytes, {}, build);
+    if (!plan.graphPlan) {
+      error = plan.declined;
+      return DnnStatus::Declined;
+    }
+  }
+  if (Status s = im.setStream(im.handle, stream); s != 0) {
+    error = im.failed("cudnnSetStream", s);
+    return DnnStatus::Failed;
   }
   return im.execute(plan, n, uids, pointers, workspace, error);
 }

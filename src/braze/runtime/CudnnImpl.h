@@ -125,8 +125,31 @@ struct Shapes {
   int64_t xd[5], xs[5], wd[5], ws[5], yd[5], ys[5], stride[3], padding[3], dilation[3];
 };
 
-/// How many engine configs a convolution's plan keeps for the autotuner (Cudnn::setTuner).
+/// How many engine configs a convolution's or an attention's plan keeps for the autotuner
+/// (Cudnn::setTuner).
 constexpr size_t kOfferedEngines = 8;
+
+/// A problem's key as one word: LibraryTuning::key, a tuned module's record. An attention's
+/// key (Cudnn::attention's) begins with -1 (forward) or -2 (backward), a convolution's
+/// (Cudnn::conv's) with its dtype.
+inline std::string keyText(const std::vector<int64_t> &key) {
+  std::string s = !key.empty() && key[0] < 0 ? "attention" : "conv";
+  for (int64_t v : key)
+    s += "_" + std::to_string(v);
+  return s;
+}
+
+/// The bytes a tensor of `rank` dims and strides spans from its first element (0: empty).
+inline size_t spanBytes(int rank, const int64_t *dims, const int64_t *strides,
+                        int64_t elementBytes) {
+  int64_t span = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] == 0)
+      return 0;
+    span += (dims[i] - 1) * strides[i];
+  }
+  return static_cast<size_t>(span * elementBytes);
+}
 
 struct Plan {
   // backend API: the finalized execution plan and every descriptor it was built from
@@ -177,6 +200,7 @@ struct Cudnn::Impl {
   std::map<std::vector<int64_t>, Plan> plans; ///< by problem (declined ones have algo -1)
   std::function<int(const LibraryTuning &)> tuner; ///< setTuner's
   std::function<bool()> tunerHasTime;              ///< setTuner's
+  bool tuneAttentions = false;                     ///< setTuner's
   std::map<std::string, int64_t> preferred; ///< prefer's engine global indices, by key
   uint64_t choices = 1; ///< counts setTuner's and prefer's calls: a plan checked before looks again
 
@@ -374,25 +398,38 @@ struct Cudnn::Impl {
   bool buildGraphPlan(Plan &plan, const ConvProblem &p, const Shapes &c, int type,
                       size_t workspaceBytes, size_t keep = 1, int64_t until = -1);
 
-  /// Where the autotuner or a tuned module chooses convolution plan's engine (its problem's
-  /// key `name`): builds up to kOfferedEngines configs again through `rebuild(keep, until)`
-  /// (for a preference, until its engine is among them) and points the plan at the chosen
-  /// one; a preferred engine the heuristics no longer offer leaves their first. False when the
+  /// One execution of a plan's problem, for chooseEngine: its tensors by unique id, and what
+  /// it writes (compared across engines).
+  struct EngineCall {
+    LibraryKind kind = LibraryKind::Convolution;
+    int64_t n = 0;
+    const int64_t *uids = nullptr;
+    const void *const *pointers = nullptr;
+    std::vector<LibraryResult> results;
+  };
+
+  /// Where the autotuner or a tuned module chooses the engine of `plan` (its problem's key
+  /// `name`): builds up to kOfferedEngines configs again through `rebuild(keep, until)` (for a
+  /// preference, until its engine is among them) and points the plan at the chosen one; a
+  /// preferred engine the heuristics no longer offer leaves their first. Each engine runs
+  /// `call` with `workspace` (`workspaceBytes`, or a larger one from `large`). False when the
   /// rebuild failed (the plan is gone).
-  bool chooseEngine(std::map<std::vector<int64_t>, Plan>::iterator it, const std::string &name,
-                    const ConvProblem &p, void *stream, void *workspace, size_t workspaceBytes,
-                    const LargeWorkspace &large,
+  bool chooseEngine(Plan &plan, const std::string &name, const EngineCall &call, void *stream,
+                    void *workspace, size_t workspaceBytes, const LargeWorkspace &large,
                     const std::function<bool(size_t, int64_t)> &rebuild);
 
   /// Builds plan.graphPlan for attention `p`: the operation graph of cuDNN's fused flash
   /// attention (two products around a softmax in f32, the causal mask as index comparisons),
-  /// which its heuristics hand to that engine. False if no engine takes it.
-  bool buildAttentionPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes);
+  /// which its heuristics hand to that engine; up to `keep` configs for the autotuner, as
+  /// finishPlan's. False if no engine takes it.
+  bool buildAttentionPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes,
+                          size_t keep = 1, int64_t until = -1);
 
   /// Builds plan.graphPlan for the gradients of attention `p` (p.grad): the operation graph of
   /// cuDNN's fused flash attention backward, with its f32 scratch (plan.scratch) at the start
-  /// of the workspace. False if no engine takes it.
-  bool buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes);
+  /// of the workspace; up to `keep` configs, as the forward's. False if no engine takes it.
+  bool buildAttentionBackwardPlan(Plan &plan, const AttentionProblem &p, size_t workspaceBytes,
+                                  size_t keep = 1, int64_t until = -1);
 
   /// The attention's scores as its operation graphs compute them, in f32: scale * q kᵀ (kT is
   /// k transposed, [b, hk, d, skv]), the bias added, keys after the row dropped (causal);

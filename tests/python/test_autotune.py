@@ -221,16 +221,20 @@ def test_a_kernel_that_updates_its_input_is_tuned_from_one_state(device, tmp_pat
     torch.testing.assert_close(got, want_p.sum(dim=0), atol=1e-3, rtol=1e-4)
 
 
+def _skip_without_cudnn(device, what):
+    if device != "cuda":
+        pytest.skip(f"cuDNN's engines serve CUDA {what}")
+    if cuda_support.cudnn_library() is None:
+        pytest.skip("cuDNN was not found")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_convolutions_take_the_fastest_of_cudnns_engines(device, dtype, tmp_path, monkeypatch,
                                                          capfd):
     # A training step's convolutions (forward, weight and input gradients) in each engine
     # config cuDNN's heuristics offer; the choices are stored with the tuned module and a warm
     # compile restores them, tuning nothing.
-    if device != "cuda":
-        pytest.skip("cuDNN's engines serve CUDA convolutions")
-    if cuda_support.cudnn_library() is None:
-        pytest.skip("cuDNN was not found")
+    _skip_without_cudnn(device, "convolutions")
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("BRAZE_LOG", "autotune")
     torch.manual_seed(0)
@@ -281,10 +285,7 @@ def test_attentions_take_the_fastest_of_cudnns_engines(device, causal, tmp_path,
     # its backward's three gradients) runs in each engine config cuDNN's heuristics offer, each
     # result checked against the first config's; the choices are stored with the tuned module
     # and a warm compile restores them, tuning nothing.
-    if device != "cuda":
-        pytest.skip("cuDNN's engines serve CUDA attentions")
-    if cuda_support.cudnn_library() is None:
-        pytest.skip("cuDNN was not found")
+    _skip_without_cudnn(device, "attentions")
     monkeypatch.setenv("BRAZE_LOG", "autotune")
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 8, 512, 64, device=device, dtype=torch.bfloat16).requires_grad_()

@@ -6,6 +6,7 @@
 #include "braze/jit/HostCompiler.h"
 #include "braze/runtime/CublasLt.h"
 #include "braze/support/Diagnostic.h"
+#include "braze/support/Log.h"
 
 #include <gtest/gtest.h>
 
@@ -226,4 +227,20 @@ TEST(DriverTest, CudaHostSourceCompilesWithoutAGpu) {
       dlclose(h);
     }
 }
+// BRAZE_LOG's stages: each one it takes, and an unknown one named beside the whole list.
+TEST(DriverTest, LogStagesAreParsedAndAnUnknownOneIsNamed) {
+  LogSet set = LogSet::parse(" autotune ,cache");
+  EXPECT_TRUE(set.has(LogStage::Autotune));
+  EXPECT_TRUE(set.has(LogStage::Cache));
+  EXPECT_FALSE(set.has(LogStage::Graph));
+  try {
+    LogSet::parse("graph,assembly");
+    FAIL() << "an unknown stage was taken";
+  } catch (const Diagnostic &d) {
+    const std::string what = d.what();
+    EXPECT_NE(what.find("'assembly'"), std::string::npos) << what;
+    EXPECT_NE(what.find("accuracy, autotune, or all"), std::string::npos) << what;
+  }
+}
+
 } // namespace braze

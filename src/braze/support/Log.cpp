@@ -3,6 +3,7 @@
 #include "braze/support/Diagnostic.h"
 
 #include <cstdio>
+#include <string>
 
 namespace braze {
 
@@ -37,11 +38,13 @@ LogSet LogSet::parse(std::string_view spec) {
           set.add(n.stage);
           found = true;
         }
-      if (!found)
+      if (!found) {
+        std::string known;
+        for (const auto &n : kNames)
+          known += std::string(n.name) + ", ";
         BRAZE_USER_ERROR("BRAZE_LOG", "")
-            << "unknown stage '" << name
-            << "'; expected graph, decomposed, loops, schedule, output_code, cache, fallback, "
-               "cudagraphs, compile_time, accuracy or all";
+            << "unknown stage '" << name << "'; expected " << known << "or all";
+      }
     }
     pos = end + 1;
   }

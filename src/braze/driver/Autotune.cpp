@@ -577,18 +577,19 @@ TuneResult autotuneCuda(const sched::Schedule &s, const codegen::CudaGeneratedSo
           return 0;
         using runtime::LibraryKind;
         TuneResult &r = tuning.result;
-        std::ostream &log = t.kind == LibraryKind::Gemm          ? gemmLog
-                            : t.kind == LibraryKind::Convolution ? convLog
-                                                                 : attentionLog;
+        // Where each kind's log and counts go.
+        struct Slot {
+          std::ostream *log;
+          int *timed, *changed;
+        };
+        const Slot slot = t.kind == LibraryKind::Gemm ? Slot{&gemmLog, &r.gemms, &r.gemmsChanged}
+                          : t.kind == LibraryKind::Convolution
+                              ? Slot{&convLog, &r.convolutions, &r.convolutionsChanged}
+                              : Slot{&attentionLog, &r.attentions, &r.attentionsChanged};
+        std::ostream &log = *slot.log;
         const int chosen = tuneLibrary(t, what, checker(), flush, device, log);
-        int &timed = t.kind == LibraryKind::Gemm          ? r.gemms
-                     : t.kind == LibraryKind::Convolution ? r.convolutions
-                                                          : r.attentions;
-        int &changed = t.kind == LibraryKind::Gemm          ? r.gemmsChanged
-                       : t.kind == LibraryKind::Convolution ? r.convolutionsChanged
-                                                            : r.attentionsChanged;
-        ++timed;
-        changed += chosen != 0;
+        ++*slot.timed;
+        *slot.changed += chosen != 0;
         const int64_t id = t.ids.empty() ? chosen : t.ids.at(size_t(chosen));
         if (id >= 0)
           r.libraryChoices.push_back({t.kind, t.key, id});

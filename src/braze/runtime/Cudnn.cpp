@@ -159,7 +159,7 @@ DnnStatus Cudnn::conv(const ConvProblem &p, void *stream, void *workspace, size_
     return DnnStatus::Failed;
   // The engine the autotuner or a tuned module chooses, once per plan.
   if (plan.graphPlan && !plan.tuned && plan.checked != im.choices &&
-      (im.tuner || !im.preferred.empty())) {
+      im.mayChoose(LibraryKind::Convolution)) {
     // The result: y, the weight's gradient (w) or the input's (x), by direction.
     const int64_t *dims = p.direction == 0 ? p.yDims : p.direction == 1 ? p.wDims : p.xDims;
     const int64_t *strides = p.direction == 0 ? p.yStrides
@@ -217,8 +217,7 @@ bool Cudnn::Impl::chooseEngine(Plan &plan, const std::string &name, const Engine
   // Preferences for other problems only, or a tuner out of time (or not for attentions): the
   // heuristics' choice stays until a tuner or a preference comes (prefer() also clears `tuned`
   // of the plans it names).
-  const bool tunes = tuner && (call.kind != LibraryKind::Attention || tuneAttentions);
-  if (want < 0 && (!tunes || (tunerHasTime && !tunerHasTime()))) {
+  if (want < 0 && (!tunes(call.kind) || (tunerHasTime && !tunerHasTime()))) {
     plan.checked = choices;
     return true;
   }

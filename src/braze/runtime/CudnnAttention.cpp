@@ -248,18 +248,15 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
   auto emplaced = im.plans.try_emplace(key);
   Plan &plan = emplaced.first->second;
   // Builds the plan with up to `keep` engine configs; the plan says why not where it fails.
-  const size_t allBytes = workspaceBytes;
   auto build = [&](size_t keep, int64_t until) {
     for (void *d : plan.descriptors)
       im.backendDestroy(d);
     plan = Plan{};
-    if (!(p.grad ? im.buildAttentionBackwardPlan(plan, p, allBytes, keep, until)
-                 : im.buildAttentionPlan(plan, p, allBytes, keep, until))) {
+    if (!(p.grad ? im.buildAttentionBackwardPlan(plan, p, workspaceBytes, keep, until)
+                 : im.buildAttentionPlan(plan, p, workspaceBytes, keep, until))) {
       for (void *d : plan.descriptors)
         im.backendDestroy(d);
       plan.descriptors.clear();
-      plan.offered.clear();
-      plan.graphPlan = nullptr;
       if (!im.backendCreate)
         plan.declined = "this cuDNN has no backend API";
     }
@@ -281,8 +278,7 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
   if (p.stats)
     uids[n] = kUidStats, pointers[n++] = p.stats;
   if (p.grad) {
-    // The scratch leads the workspace: the dQ accumulator, then the rows' sums; the engine's
-    // own workspace follows.
+    // The scratch leads the workspace: the dQ accumulator, then the rows' sums.
     char *scratch = static_cast<char *>(workspace);
     const std::pair<int64_t, const void *> grads[] = {
         {kUidDout, p.gradOut}, {kUidDq, p.gradQ},       {kUidDk, p.gradK},
@@ -290,12 +286,12 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
         {kUidSoftmaxSum, scratch + dqAccumulatorBytes(p)}};
     for (auto [uid, pointer] : grads)
       uids[n] = uid, pointers[n++] = pointer;
-    workspace = scratch + plan.scratch;
-    workspaceBytes -= plan.scratch;
   }
+  // The engine's own workspace follows the plan's scratch (none for a forward).
+  void *engineSpace = static_cast<char *>(workspace) + plan.scratch;
+  const size_t engineBytes = workspaceBytes - plan.scratch;
   // The engine the autotuner or a tuned module chooses, once per plan.
-  if (!plan.tuned && plan.checked != im.choices &&
-      ((im.tuner && im.tuneAttentions) || !im.preferred.empty())) {
+  if (!plan.tuned && plan.checked != im.choices && im.mayChoose(LibraryKind::Attention)) {
     const int64_t elementBytes = 2;
     Impl::EngineCall call{LibraryKind::Attention, n, uids, pointers, {}};
     if (p.grad) {
@@ -310,7 +306,7 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
       if (p.stats)
         call.results.push_back({p.stats, spanBytes(4, rd, p.statsStrides, 4), 0});
     }
-    im.chooseEngine(plan, keyText(key), call, stream, workspace, workspaceBytes, {}, build);
+    im.chooseEngine(plan, keyText(key), call, stream, engineSpace, engineBytes, {}, build);
     if (!plan.graphPlan) {
       error = plan.declined;
       return DnnStatus::Declined;
@@ -320,7 +316,7 @@ DnnStatus Cudnn::attention(const AttentionProblem &p, void *stream, void *worksp
     error = im.failed("cudnnSetStream", s);
     return DnnStatus::Failed;
   }
-  return im.execute(plan, n, uids, pointers, workspace, error);
+  return im.execute(plan, n, uids, pointers, engineSpace, error);
 }
 
 } // namespace braze::runtime

@@ -204,6 +204,14 @@ struct Cudnn::Impl {
   std::map<std::string, int64_t> preferred; ///< prefer's engine global indices, by key
   uint64_t choices = 1; ///< counts setTuner's and prefer's calls: a plan checked before looks again
 
+  /// Whether the tuner takes problems of `kind` (attentions only where setTuner said so).
+  bool tunes(LibraryKind kind) const {
+    return tuner && (kind != LibraryKind::Attention || tuneAttentions);
+  }
+  /// Whether a plan of `kind` not yet checked goes to chooseEngine: a tuner takes it, or some
+  /// tuned module left preferences (for it or for others).
+  bool mayChoose(LibraryKind kind) const { return tunes(kind) || !preferred.empty(); }
+
   /// A backend descriptor of `type` that `plan` owns; nullptr if cuDNN cannot make one.
   void *describe(Plan &plan, int type) {
     void *d = nullptr;
